@@ -382,6 +382,25 @@ def test_a_finished_comparisons_table_that_is_no_table_is_one_line(tmp_path: Pat
         read_compare(tmp_path)
 
 
+@pytest.mark.parametrize("field, value", [("cumulative_mb", "x"), ("cumulative_mb", {"per_seed": [1.0, "x"]}), ("delta_acc", [0.1]),
+                                          ("rounds_to_target", 2.5), ("tuned", [1]), ("seeds", 3)])
+def test_a_finished_comparisons_row_of_no_numbers_is_one_line(tmp_path: Path, field: str, value: Any) -> None:
+    """``reproduce --resume`` reads a finished comparison's rows back from table.json: a row of no numbers where a
+    verdict reads them (a string byte count, a list for a difference) was a TypeError or AttributeError traceback."""
+    from chillfl.errors import ConfigError
+    from chillfl.report.compare import CompareResult
+    from chillfl.reproduce import Claim, _key, run_claim
+
+    claim = Claim("flexchill", "a claim", "demo", "T=0.05", "T=1", metric="bytes" if field == "cumulative_mb" else "accuracy",
+                  paper_speedup=2.0)
+    base = {"variant": "T=1", "delta_acc": None, "cumulative_mb": 2.0, "rounds_to_target": 3}
+    row = {**base, "variant": "T=0.05", "delta_acc": 0.01, "cumulative_mb": 1.0, field: value}
+    whole = run_claim(claim, [0], cache={_key(claim): CompareResult(tmp_path, [{**row, field: base.get(field)}, base], "")})
+    assert whole.verdict  # the same rows with readable numbers give a verdict
+    with pytest.raises(ConfigError, match=f"table.json: row 'T=0.05' has no readable '{field}'; remove .* runs again"):
+        run_claim(claim, [0], cache={_key(claim): CompareResult(tmp_path, [row, base], "")})
+
+
 def test_a_fifo_table_or_sweep_json_is_never_opened(tmp_path: Path) -> None:
     """``reproduce --resume`` looks for its comparisons' folders (their sweep.json) and reads a finished one's table.md:
     a FIFO in either blocked it forever."""

@@ -291,6 +291,26 @@ def test_a_target_epsilon_below_the_rdp_floor_is_refused_without_opacus_search(m
     assert epsilon_of(((sigma, 1.0, 1),), 1e-3) <= rdp_floor(1e-3) + 0.05
 
 
+def test_the_sigma_search_runs_once_per_question_in_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Opacus's search is a pure function of (target, delta, q, steps, accountant, orders); under PRV it takes seconds, and
+    # every seed of a comparison under user-level DP (q = clients_per_round / num_clients) asked it again
+    import opacus.accountants.utils as utils
+
+    from chillfl.privacy import accounting
+
+    asked: list[dict[str, Any]] = []
+    monkeypatch.setattr(utils, "get_noise_multiplier", lambda **kwargs: asked.append(kwargs) or 1.0 + len(asked))
+    accounting._searched.cache_clear()
+    try:
+        first = [accounting.noise_for(3.25, 1e-4, 0.3, 7, "prv") for _ in range(3)]
+        other = accounting.noise_for(3.25, 1e-4, 0.3, 8, "prv")  # one more step: another question
+        rdp = accounting.noise_for(3.25, 1e-4, 0.3, 7, "rdp")  # another accountant: another question
+    finally:
+        accounting._searched.cache_clear()  # the fake's answers stay in no later test
+    assert first == [2.0, 2.0, 2.0] and (other, rdp) == (3.0, 4.0)
+    assert [(a["steps"], a["accountant"]) for a in asked] == [(7, "prv"), (8, "prv"), (7, "rdp")]
+
+
 def test_an_unreachable_target_epsilon_is_one_line_on_its_field() -> None:
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{"privacy.target_epsilon": 0.02}))  # q = 2/4 = 0.5, below the floor 0.0286 at delta 1e-3

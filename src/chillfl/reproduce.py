@@ -270,6 +270,8 @@ def run_claim(
     if claim.variant not in rows or claim.baseline not in rows:
         raise ConfigError("reproduce", f"{claim.config}: variants {claim.variant!r} / {claim.baseline!r} not in {', '.join(rows)}")
     row, base = rows[claim.variant], rows[claim.baseline]
+    for checked in (row, base):
+        _check_numbers(checked, compared.folder)
     tuned = ""
     if claim.tune:
         tuned = f" (tuned: {claim.variant} {_point(row)}, {claim.baseline} {_point(base)})"
@@ -292,6 +294,34 @@ def run_claim(
         said, rounds = rounds_verdict(_rounds_of(row), _rounds_of(base), claim.paper_speedup)
         measured += f"; {said}"
     return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in per_seed), rounds)
+
+
+def _is_number(value: Any, whole: bool = False) -> bool:
+    return value is None or (isinstance(value, int if whole else (int, float)) and not isinstance(value, bool))
+
+
+def _check_numbers(row: Mapping[str, Any], folder: Path | None) -> None:
+    """A row holds numbers (or None) where the verdicts read them, per seed or one.
+
+    A finished comparison's rows are read back from its ``table.json`` (``reproduce --resume``): a damaged or
+    hand-edited one (``"cumulative_mb": "x"``, ``"tuned": [1]``) was a TypeError or AttributeError traceback in the
+    verdict; it is one line naming the file, the row and the field, and how to run that comparison again."""
+    def bad(key: str) -> ConfigError:
+        where = "the comparison's rows" if folder is None else f"{folder / 'table.json'}"  # None: a run without writing
+        return ConfigError("reproduce", f"{where}: row {row['variant']!r} has no readable {key!r}; remove {folder or 'it'} and its comparison runs again")
+
+    for key, whole in (("delta_acc", False), ("cumulative_mb", False), ("rounds_to_target", True)):
+        cell = row.get(key)  # over seeds a statistic (rounds: a list), one seed untuned the number itself
+        values = cell if whole and isinstance(cell, list) else cell.get("per_seed") if isinstance(cell, Mapping) and not whole else [cell]
+        if not isinstance(values, list) or not all(_is_number(v, whole) for v in values):
+            raise bad(key)
+    if "delta_acc" not in row:
+        raise bad("delta_acc")
+    if not isinstance(row.get("tuned") or {}, Mapping):
+        raise bad("tuned")
+    for key in ("seeds", "diverged_seeds"):
+        if not isinstance(row.get(key) or [], list):
+            raise bad(key)
 
 
 def _point(row: Mapping[str, Any]) -> str:

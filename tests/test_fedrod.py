@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import personal_model
-from chillfl.aggregation.fedrod import NO_SAMPLE, FedRoD, FedRoDOptions, log_prior
+from chillfl.aggregation.fedrod import LOG_PRIOR, NO_SAMPLE, FedRoD, FedRoDOptions, RoDLoss, log_prior
 from chillfl.training.local import LocalSpec, evaluate
 from test_perfedavg import client_reply, close
 
@@ -75,6 +75,28 @@ def test_plain_generic_loss_and_first_participation() -> None:
     # no P yet: it starts as the global generic head it was sent (lr 0: nothing moves, P = G = (1, 0))
     first = client_reply(FedRoD(model).client_half(), model, SPEC, start(1.0, (1.0, 0.0)), lr=0.0, x=x, y=y, x_eval=x, y_eval=y)
     close(first.state["fedrod.p.weight"], 1.0, 0.0)
+
+
+def test_the_loss_at_a_temperature_and_where_its_gradients_go_by_hand() -> None:
+    # RoDLoss alone, T = 2, three samples with logits G(z) = (1, 0), labels (0, 0, 1), log n = (ln 2, 0), z = 1 and P = (0.5, -0.5):
+    # BSM at T: CE(G(z) / T + log n), the prior not divided by T: logits (0.5 + ln 2, 0), softmax_0 p = 2 e^0.5 / (2 e^0.5 + 1)
+    #   = 3.297443 / 4.297443 = 0.767303; BSM = (-2 ln p - ln(1 - p)) / 3 = (2 * 0.264873 + 1.458020) / 3 = 0.662589
+    #   (the prior divided by T too, CE((G(z) + log n) / T), would give p = sqrt(2e) / (sqrt(2e) + 1) = 0.699848 and a total of 1.432678 instead)
+    # P's loss at T = 1: G(z).detach() + P z = (1.5, -0.5): q = sigmoid(2) = 0.880797; (-2 ln q - ln(1 - q)) / 3
+    #   = (2 * 0.126928 + 2.126928) / 3 = 0.793595; total 1.456183
+    # gradients: into G(z) from the BSM only, (p - onehot) / (3 T): (-0.038783, 0.038783) for y = 0 and (0.127884, -0.127884) for y = 1;
+    #   into P: sum over samples of (q - onehot) z / 3 = ((3q - 2) / 3, -(3q - 2) / 3) = (0.214130, -0.214130); none into z (detached)
+    logits = torch.tensor([[1.0, 0.0]] * 3, requires_grad=True)
+    z = torch.ones(3, 1, requires_grad=True)
+    p = torch.tensor([[0.5], [-0.5]], requires_grad=True)
+    prior = torch.tensor([math.log(2), 0.0])
+    loss = RoDLoss()(logits, torch.tensor([0, 0, 1]), 2.0, features=z, params={"personal.weight": p}, context={LOG_PRIOR: prior})
+    assert float(loss) == pytest.approx(1.456183, abs=1e-6)
+    loss.backward()
+    assert logits.grad is not None and p.grad is not None
+    close(logits.grad, -0.038783, 0.038783, -0.038783, 0.038783, 0.127884, -0.127884)
+    close(p.grad, 0.214130, -0.214130)
+    assert z.grad is None  # P's loss reads z detached: the body learns from the generic loss alone
 
 
 def test_log_prior_counts_the_classes() -> None:

@@ -27,8 +27,10 @@ Choices
   (PFLlib and FL-bench copy the initial head: the same at round 0).
 * P trains at the round's learning rate with the run's local optimiser (PFLlib:
   plain SGD at the same lr).
-* The BSM is the run's base loss on G(z) + log n_i (at the run's temperature:
-  CE(G(z)/T + log n_i / T)); P's loss is CE at T = 1. A class the client has no
+* The BSM is the run's base loss on G(z) + T log n_i, at the run's temperature
+  CE(G(z)/T + log n_i): the prior is added after the temperature, not divided
+  by it (the class-balanced posterior n_c exp(G_c(z)/T), normalised; the paper
+  has no temperature). P's loss is CE at T = 1. A class the client has no
   sample of gets log n = -1e9 (PFLlib's log 0 = -inf, without infinities).
   ``balanced = false`` trains G with the plain base loss (the paper's ablation).
 * The run's parameter terms (``[objective] proximal_mu``) apply to body + G, and so do its frozen

@@ -147,6 +147,22 @@ def test_collaboration_narrows_as_rounds_pass() -> None:
     torch.testing.assert_close(agg.downlink(1, 3, glob).params["w"], t(3.0, 3.0, 3.0, 2.5))  # type: ignore[index]
 
 
+def test_an_overlap_equal_to_the_threshold_collaborates() -> None:
+    # from the global 0 (s = theta^2), tau 0.5: theta_0 = (4, 3, 2, 1) -> M_0 = 1100; theta_1 = (1, 4, 3, 2): s = (1, 16, 9, 4),
+    # threshold 9 -> M_1 = 0110. n_0 = n_1 = 2, |M_0 and M_1| = 1: O_01 = O_10 = 1 - (2 + 2 - 2) / (2 * 2) = 0.5, so the mean
+    # and the largest overlap are both 0.5 and eps_t = 0.5 + (t / beta) * 0 = 0.5 exactly, at t = beta (= 1) too: O = eps,
+    # and O_ij >= eps_t makes each the other's collaborator (with > neither would be)
+    agg = FedCAC(2, ["w"], FedCACOptions(tau=0.5, beta=1))
+    # n = 10, 30: global = 0.25 theta_0 + 0.75 theta_1 = (1 + 0.75, 0.75 + 3, 0.5 + 2.25, 0.25 + 1.5) = (1.75, 3.75, 2.75, 1.75)
+    glob = agg.aggregate({"w": t(0.0, 0.0, 0.0, 0.0)}, [result(0, t(4.0, 3.0, 2.0, 1.0)), result(1, t(1.0, 4.0, 3.0, 2.0), 30)], 0)
+    torch.testing.assert_close(glob["w"], t(1.75, 3.75, 2.75, 1.75))
+    assert agg.collaborators(0, 1) == ([1], 0.5) and agg.collaborators(1, 1) == ([0], 0.5)
+    # c = (theta_0 + theta_1) / 2 = (2.5, 3.5, 2.5, 1.5) for both; start_0 on 1100: (2.5, 3.5, 2.75, 1.75);
+    # start_1 on 0110: (1.75, 3.5, 2.5, 1.75) (alone, they would be (4, 3, 2.75, 1.75) and (1.75, 4, 3, 1.75))
+    torch.testing.assert_close(agg.downlink(0, 1, glob).params["w"], t(2.5, 3.5, 2.75, 1.75))  # type: ignore[index]
+    torch.testing.assert_close(agg.downlink(1, 1, glob).params["w"], t(1.75, 3.5, 2.5, 1.75))  # type: ignore[index]
+
+
 def test_the_server_measures_the_mask_against_the_start_it_sent() -> None:
     agg, glob = three_clients(beta=2)
     # round 1 (one round done), client 1 was sent (3.5, 3, 2.5, 2.5) (above) and uploads it + (0, 1, 0, -1) = (3.5, 4, 2.5, 1.5):

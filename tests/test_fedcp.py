@@ -53,13 +53,18 @@ def close(actual: torch.Tensor, *expected: float, atol: float = 1e-5) -> None:
     torch.testing.assert_close(actual.detach().flatten(), torch.tensor(expected, dtype=actual.dtype), atol=atol, rtol=1e-5)
 
 
-def split_head(**kw: object) -> PolicyHead:
-    head = nn.Linear(2, 2, bias=False)
+def split_head(biases: tuple[torch.Tensor, torch.Tensor] | None = None, **kw: object) -> PolicyHead:
+    """The split head above; ``biases``: (b^hp, b^hg), both heads with a bias."""
+    head = nn.Linear(2, 2, bias=biases is not None)
     with torch.no_grad():
         head.weight.copy_(torch.tensor([[0.0, 1.0], [1.0, 0.0]]))  # the global head W^hg
+        if biases is not None:
+            head.bias.copy_(biases[1])
     split = PolicyHead(head, float(kw.get("tau", 1.0)), bool(kw.get("hard", False)), bool(kw.get("noise", False)))
     with torch.no_grad():
         split.weight.copy_(torch.eye(2))  # the personal head W^hp
+        if biases is not None and split.bias is not None:
+            split.bias.copy_(biases[0])
         split.cpn[0].weight.zero_()
         split.cpn[0].bias.copy_(t(1.0, -1.0, -1.0, 1.0))
         split.condition.copy_(t(3.0, 4.0))
@@ -80,6 +85,13 @@ def test_the_policy_splits_h_between_the_two_heads_by_hand() -> None:
     # the CPN reads h ⊙ v / ||v||: v = (3, 4), ||v|| = 5: (2 * 0.6, 4 * 0.8) = (1.2, 3.2)
     close(seen[0], 1.2, 3.2)
     assert int(split.step) == 0  # evaluation draws no noise
+
+
+def test_each_heads_bias_is_added_once_outside_the_split_by_hand() -> None:
+    # b^hp = (1, -1), b^hg = (10, 20): out = W^hp (h ⊙ s) + b^hp + W^hg (h ⊙ r) + b^hg, the shares on h only:
+    # (6 S1 + 1 + 10, 6 S0 - 1 + 20) = (4.386346 + 11, 1.613654 + 19) = (15.386346, 20.613654)
+    split = split_head((t(1.0, -1.0), t(10.0, 20.0))).eval()
+    close(split(t(2.0, 4.0).view(1, 2)), 6 * S1 + 11, 6 * S0 + 19)
 
 
 def test_the_policy_noise_temperature_and_hard_split_by_hand() -> None:

@@ -100,6 +100,22 @@ def test_running_mean_and_the_mr_term_by_hand() -> None:
     close(running.mean, 3.0, 2.0)
 
 
+def test_the_running_mean_over_two_steps_by_hand() -> None:
+    # beta 0.25, reset to 0: batch means 4 (rows 2, 6) then 8 (rows 7, 9)
+    #   m_1 = 0.75 * 0 + 0.25 * 4 = 1;  m_2 = 0.75 * 1 + 0.25 * 8 = 2.75
+    # dm_2/dz: beta / B = 0.125 for each row of the second batch, nothing for the first (m_1 is held detached)
+    running = RunningMean(1, 0.25)
+    first = torch.tensor([[2.0], [6.0]], requires_grad=True)
+    second = torch.tensor([[7.0], [9.0]], requires_grad=True)
+    close(running(first).detach(), 1.0)
+    m = running(second)
+    close(m.detach(), 2.75)
+    close(running.mean, 2.75)
+    m.sum().backward()
+    assert second.grad is not None and first.grad is None
+    close(second.grad, 0.125, 0.125)
+
+
 def test_the_prbm_enters_the_logits_and_folds_into_the_head_bias() -> None:
     # W = ((1), (2)), b = (0.5, -1), p = 3, z = a x = 1: logits W (z + p) + b = (4.5, 7); folded bias b + W p = (3.5, 5)
     model = nn.Sequential(nn.Linear(1, 1, bias=False), nn.Linear(1, 2))
@@ -196,6 +212,15 @@ def test_the_server_consensus_by_hand() -> None:
     assert discard.aggregate(glob, [result(0, 10, 1.0, (1.0, 2.0))], 0) == glob
     close(discard.downlink(0, 1, glob).context[CONSENSUS], 1.0, 2.0)  # type: ignore[arg-type]
     assert weighted_average([{"z": t(1.0)}, {"z": t(3.0)}], torch.tensor([0.5, 0.5]))["z"].tolist() == [2.0]
+
+
+def test_the_consensus_is_sample_weighted_under_uniform_weighting() -> None:
+    # weighting = "uniform" weighs the models alike: (1 + 3) / 2 = 2; \\bar z^g stays n_i / n (the authors' uploaded_weights):
+    # n = (10, 30), means (1, 2) and (3, 6): 0.25 (1, 2) + 0.75 (3, 6) = (2.5, 5), not the plain mean (2, 4)
+    dbe = FedDBE(body_and_head(), FedDBEOptions(weighting="uniform"))
+    out = dbe.aggregate(start(), [result(0, 10, 1.0, (1.0, 2.0)), result(1, 30, 3.0, (3.0, 6.0))], 0)
+    assert all(torch.all(v == 2.0) for v in out.values())
+    close(dbe.downlink(0, 1, out).context[CONSENSUS], 2.5, 5.0)  # type: ignore[arg-type]
 
 
 def test_a_run_replays_the_consensus_and_the_average_of_its_uploads(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -215,7 +215,7 @@ def test_the_server_consensus_by_hand() -> None:
 
 
 def test_the_consensus_is_sample_weighted_under_uniform_weighting() -> None:
-    # weighting = "uniform" weighs the models alike: (1 + 3) / 2 = 2; \\bar z^g stays n_i / n (the authors' uploaded_weights):
+    # weighting = "uniform" weighs the models alike: (1 + 3) / 2 = 2; the consensus stays n_i / n (the authors' uploaded_weights):
     # n = (10, 30), means (1, 2) and (3, 6): 0.25 (1, 2) + 0.75 (3, 6) = (2.5, 5), not the plain mean (2, 4)
     dbe = FedDBE(body_and_head(), FedDBEOptions(weighting="uniform"))
     out = dbe.aggregate(start(), [result(0, 10, 1.0, (1.0, 2.0)), result(1, 30, 3.0, (3.0, 6.0))], 0)

@@ -130,6 +130,20 @@ def test_the_prbm_enters_the_logits_and_folds_into_the_head_bias() -> None:
     assert set(template.state_dict()) == {*state, BIAS, RUNNING}
 
 
+def test_a_two_wide_prbm_enters_the_logits_and_folds_into_the_head_bias_by_hand() -> None:
+    # z = (1, 1) (body weights (1, 1), x = 1), p = (0.5, 2), W = ((1, 2), (3, -1)), b = (1, 1):
+    # logits W (z + p) + b = W (1.5, 3) + b = (1.5 + 6, 4.5 - 3) + (1, 1) = (8.5, 2.5); folded bias b + W p = (1, 1) + (0.5 + 4, 1.5 - 2)
+    #   = (5.5, 0.5), and W z + that = (3, 2) + (5.5, 0.5) = (8.5, 2.5)
+    model = nn.Sequential(nn.Linear(1, 2, bias=False), nn.Linear(2, 2))
+    state = {"0.weight": torch.tensor([[1.0], [1.0]]), "1.weight": torch.tensor([[1.0, 2.0], [3.0, -1.0]]), "1.bias": t(1.0, 1.0)}
+    template = with_bias_memory(model, 1.0)
+    template.eval()
+    close(functional_call(template, {**state, BIAS: t(0.5, 2.0), RUNNING: t(0.0, 0.0)}, (torch.ones(1, 1),)), 8.5, 2.5)
+    own = folded(state, t(0.5, 2.0), "1")
+    close(own["1.bias"], 5.5, 0.5)
+    close(functional_call(model, own, (torch.ones(1, 1),)), 8.5, 2.5)
+
+
 def test_a_head_without_bias_is_refused() -> None:
     with pytest.raises(ConfigError, match="algorithm.name"):
         FedDBE(nn.Sequential(nn.Linear(1, 1), nn.Linear(1, 2, bias=False)))

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import personal_model
-from chillfl.aggregation.fedrod import LOG_PRIOR, NO_SAMPLE, FedRoD, FedRoDOptions, RoDLoss, log_prior
+from chillfl.aggregation.fedrod import LOG_PRIOR, NO_SAMPLE, FedRoD, FedRoDOptions, RoDLoss, combined, log_prior
 from chillfl.training.local import LocalSpec, evaluate
 from test_perfedavg import client_reply, close
 
@@ -86,17 +86,33 @@ def test_the_loss_at_a_temperature_and_where_its_gradients_go_by_hand() -> None:
     #   = (2 * 0.126928 + 2.126928) / 3 = 0.793595; total 1.456183
     # gradients: into G(z) from the BSM only, (p - onehot) / (3 T): (-0.038783, 0.038783) for y = 0 and (0.127884, -0.127884) for y = 1;
     #   into P: sum over samples of (q - onehot) z / 3 = ((3q - 2) / 3, -(3q - 2) / 3) = (0.214130, -0.214130); none into z (detached)
-    logits = torch.tensor([[1.0, 0.0]] * 3, requires_grad=True)
-    z = torch.ones(3, 1, requires_grad=True)
-    p = torch.tensor([[0.5], [-0.5]], requires_grad=True)
+    #   P as a bias b_P = (0.5, -0.5) with W_P = 0 gives the same P z + b_P = (0.5, -0.5): the same loss, b_P's gradient (0.214130, -0.214130)
     prior = torch.tensor([math.log(2), 0.0])
-    loss = RoDLoss()(logits, torch.tensor([0, 0, 1]), 2.0, features=z, params={"personal.weight": p}, context={LOG_PRIOR: prior})
-    assert float(loss) == pytest.approx(1.456183, abs=1e-6)
-    loss.backward()
-    assert logits.grad is not None and p.grad is not None
-    close(logits.grad, -0.038783, 0.038783, -0.038783, 0.038783, 0.127884, -0.127884)
-    close(p.grad, 0.214130, -0.214130)
-    assert z.grad is None  # P's loss reads z detached: the body learns from the generic loss alone
+    for as_bias in (False, True):
+        logits = torch.tensor([[1.0, 0.0]] * 3, requires_grad=True)
+        z = torch.ones(3, 1, requires_grad=True)
+        p = torch.tensor([[0.5], [-0.5]], requires_grad=True)
+        b = torch.zeros(2, requires_grad=True)
+        params = {"personal.weight": torch.zeros(2, 1), "personal.bias": torch.tensor([0.5, -0.5], requires_grad=True)} if as_bias else {"personal.weight": p, "personal.bias": b}
+        loss = RoDLoss()(logits, torch.tensor([0, 0, 1]), 2.0, features=z, params=params, context={LOG_PRIOR: prior})
+        assert float(loss) == pytest.approx(1.456183, abs=1e-6)
+        loss.backward()
+        assert logits.grad is not None
+        close(logits.grad, -0.038783, 0.038783, -0.038783, 0.038783, 0.127884, -0.127884)
+        trained = params["personal.bias" if as_bias else "personal.weight"].grad
+        assert trained is not None
+        close(trained, 0.214130, -0.214130)
+        assert z.grad is None  # P's loss reads z detached: the body learns from the generic loss alone
+
+
+def test_the_client_model_adds_both_heads_weights_and_biases() -> None:
+    # body a = 3, G = (W_G, b_G) = ((1, 2), (0.5, -1)), P = ((-1, 1), (0.25, 0.25)): head W_G + W_P = (0, 3), b_G + b_P = (0.75, -0.75);
+    # the body as it was
+    model = {"0.weight": torch.tensor([[3.0]]), "1.weight": torch.tensor([[1.0], [2.0]]), "1.bias": torch.tensor([0.5, -1.0])}
+    both = combined(model, {"weight": torch.tensor([[-1.0], [1.0]]), "bias": torch.tensor([0.25, 0.25])}, "1")
+    close(both["0.weight"], 3.0)
+    close(both["1.weight"], 0.0, 3.0)
+    close(both["1.bias"], 0.75, -0.75)
 
 
 def test_log_prior_counts_the_classes() -> None:

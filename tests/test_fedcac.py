@@ -66,6 +66,9 @@ def test_a_zero_threshold_takes_the_smallest_nonzero_sensitivity_and_no_change_m
     # before (1, 1, 1, 1), after (1, 1, 2, 1): s = (0, 0, 2, 0); tau 0.5 -> the 2nd largest is 0 <= 1e-10, so the
     # threshold is the smallest s above 1e-20, 2: only the third
     assert critical_mask(t(1.0, 1.0, 1.0, 1.0), t(1.0, 1.0, 2.0, 1.0), 0.5).tolist() == [False, False, True, False]
+    # a sensitivity at or below 1e-20 counts as zero: before 0, after (0, 1e-16, 0, 2): s = (0, 1e-32, 0, 4); the 2nd largest,
+    # 1e-32, is <= 1e-10, and the smallest s above 1e-20 is 4: only the last (1e-32 as the threshold would make the second critical too)
+    assert critical_mask(t(0.0, 0.0, 0.0, 0.0), t(0.0, 1e-16, 0.0, 2.0), 0.5).tolist() == [False, False, False, True]
     # nothing moved: s = 0 everywhere, no nonzero one -> the threshold stays 0 and every parameter is critical (the authors' code)
     assert critical_mask(t(1.0, 2.0), t(1.0, 2.0), 0.5).tolist() == [True, True]
 

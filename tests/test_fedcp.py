@@ -149,6 +149,7 @@ def test_mmd_by_hand() -> None:
     x, y = t(0.0, 2.0).view(2, 1), t(0.0, 0.0).view(2, 1)
     close(mmd(x, y, "rbf", (1.0,)), (1 - math.exp(-2)) / 2)  # k = exp(-4 / 2): 0.432332
     close(mmd(x, y, "multiscale", (1.0,)), 0.4)  # k = 1 / (1 + 4) = 0.2: 0.4
+    close(mmd(x, y, "multiscale", (2.0,)), 0.25)  # k = 2^2 / (2^2 + 4) = 0.5: 0.25
     # the authors' bandwidths a = 10, 15, 20, 50, k = exp(-2 / a): 0.090635 + 0.062414 + 0.047581 + 0.019605 = 0.220235
     close(mmd(x, y), 0.220235)
     assert float(mmd(y, y)) == 0.0

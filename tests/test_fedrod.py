@@ -91,17 +91,16 @@ def test_the_loss_at_a_temperature_and_where_its_gradients_go_by_hand() -> None:
     for as_bias in (False, True):
         logits = torch.tensor([[1.0, 0.0]] * 3, requires_grad=True)
         z = torch.ones(3, 1, requires_grad=True)
-        p = torch.tensor([[0.5], [-0.5]], requires_grad=True)
-        b = torch.zeros(2, requires_grad=True)
-        params = {"personal.weight": torch.zeros(2, 1), "personal.bias": torch.tensor([0.5, -0.5], requires_grad=True)} if as_bias else {"personal.weight": p, "personal.bias": b}
+        weight = torch.zeros(2, 1) if as_bias else torch.tensor([[0.5], [-0.5]])
+        bias = torch.tensor([0.5, -0.5]) if as_bias else torch.zeros(2)
+        trained = (bias if as_bias else weight).requires_grad_(True)
+        params = {"personal.weight": weight, "personal.bias": bias}
         loss = RoDLoss()(logits, torch.tensor([0, 0, 1]), 2.0, features=z, params=params, context={LOG_PRIOR: prior})
         assert float(loss) == pytest.approx(1.456183, abs=1e-6)
         loss.backward()
-        assert logits.grad is not None
+        assert logits.grad is not None and trained.grad is not None
         close(logits.grad, -0.038783, 0.038783, -0.038783, 0.038783, 0.127884, -0.127884)
-        trained = params["personal.bias" if as_bias else "personal.weight"].grad
-        assert trained is not None
-        close(trained, 0.214130, -0.214130)
+        close(trained.grad, 0.214130, -0.214130)
         assert z.grad is None  # P's loss reads z detached: the body learns from the generic loss alone
 
 

@@ -64,6 +64,26 @@ def test_stop_rule_needs_more_than_num_pre_loss_losses_of_small_spread() -> None
     assert not converged([0.0, 0.0, 0.3, 0.6], 3, 0.1)
 
 
+def test_weight_step_clips_below_at_zero() -> None:
+    # eta grad = 0.2, theta - theta_i = 1: W = 0.1 - 0.2 * 1 = -0.1 -> clipped to 0 (the blend never extrapolates past theta_i)
+    out = weight_step({"b": t(0.1)}, {"b": t(3.0)}, {"b": t(2.8)}, {"b": t(1.0)}, {"b": t(2.0)})
+    torch.testing.assert_close(out["b"], t(0.0))
+
+
+def test_stop_rule_is_the_population_std_strictly_below_the_threshold() -> None:
+    # last 2 of [9, 0, 0.2]: mean 0.1, population std sqrt((0.01 + 0.01) / 2) = 0.1 < 0.12 (the sample std, 0.1414, is not)
+    assert converged([9.0, 0.0, 0.2], 2, 0.12)
+    # equal losses have std 0, which is not < a threshold of 0: strictly below
+    assert not converged([1.0, 1.0, 1.0], 2, 0.0)
+
+
+def test_sample_size_rounds_down_and_drop_last_keeps_a_full_last_batch() -> None:
+    # 50 % of 7 samples = 3.5 -> 3 rows (the reference's int()), one batch of 10
+    assert [len(b) for b in sample_batches(7, 50, 10, torch.Generator().manual_seed(0))] == [3]
+    # 60 % of 10 = 6 rows in batches of 3: the last one is full, so drop_last keeps it
+    assert [len(b) for b in sample_batches(10, 60, 3, torch.Generator().manual_seed(0), drop_last=True)] == [3, 3]
+
+
 def test_sample_batches_is_a_contiguous_slice_in_order() -> None:
     # 80 % of 10 samples = 8 rows from some start lo in [0, 2], in batches of 3: 3 + 3 + 2
     batches = sample_batches(10, 80, 3, torch.Generator().manual_seed(0))
@@ -155,6 +175,44 @@ def test_ala_learns_the_weight_then_trains_from_the_blend() -> None:
     torch.testing.assert_close(reply.uplink.params["0.weight"].flatten(), t(0.908))
     torch.testing.assert_close(reply.uplink.params["1.weight"].flatten(), t(1.76))
     torch.testing.assert_close(reply.state["fedala.model.1.weight"].flatten(), t(1.76))
+
+
+def test_ala_steps_ignore_the_runs_weight_decay_and_extra_terms() -> None:
+    # the case above with weight_decay 0.5 and a proximal term (mu 1 around 0) in the run's training: ALA's step is the
+    # plain loss's (grad b = 10, W = 0.8 as above); with the decay it would be 10 + 0.5 * 3 = 11.5 (W = 0.77), with the
+    # term 10 + 1 * 3 = 13 (W = 0.74)
+    from chillfl.training.objective import ProximalTerm
+
+    model = two_layers()
+    half = FedALA(model, FedALAOptions(layer_idx=1, eta=0.01, rand_percent=100, max_init_epochs=1)).client_half()
+    state = {"fedala.model.0.weight": t(1.0).view(1, 1), "fedala.model.1.weight": t(1.0).view(1, 1)}
+    spec = LocalSpec(epochs=1, batch_size=8, weight_decay=0.5, base_loss=half_mse, terms=(ProximalTerm(),))
+    context = {"mu": 1.0, "global_params": {"0.weight": t(0.0).view(1, 1), "1.weight": t(0.0).view(1, 1)}}
+    reply = run_client(half, model, spec, {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, lr=0.1, state=state, context=context)
+    assert reply.state is not None
+    torch.testing.assert_close(reply.state["fedala.weight.1.weight"].flatten(), t(0.8))
+
+
+@pytest.mark.parametrize(("weights", "w"), [(None, 0.49088), (1.0, 0.8)])
+def test_first_ala_runs_until_the_last_batches_losses_settle_later_ones_one_epoch(weights: float | None, w: float) -> None:
+    # theta_i = (a, b) = (1, 1), global (2, 3), eta 0.01, two rows in batches of 1: first x = 1, then x = 0 (placed so in
+    # the client's fixed order). The x = 0 batch has z = 0, loss 1/2 and no gradient: each epoch's loss (its last
+    # batch's) is 1/2, so with num_pre_loss 2 and threshold 1e-6 the first ALA stops after 3 epochs (of max_init_epochs 4).
+    # An epoch's x = 1 step at b = 1 + 2 W: z = 2 b, dz = z - 1, grad b = 2 dz, W <- W - 0.01 * 2 dz * 2 = W - 0.04 dz:
+    # W = 1: b = 3, dz = 5 -> 0.8; b = 2.6, dz = 4.2 -> 0.632; b = 2.264, dz = 3.528 -> 0.49088 (3 epochs: the first ALA)
+    # (its x = 1 losses 12.5, 8.82, 6.22 vary: had they counted, it would run 4 epochs, W = 0.3723392).
+    # A later ALA (W kept, here 1) runs one epoch: 0.8.
+    model = two_layers()
+    options = FedALAOptions(layer_idx=1, eta=0.01, rand_percent=100, num_pre_loss=2, threshold=1e-6, max_init_epochs=4)
+    x = torch.zeros(2, 1)
+    x[client_order(2, 0, 0)[0]] = 1.0
+    state = {"fedala.model.0.weight": t(1.0).view(1, 1), "fedala.model.1.weight": t(1.0).view(1, 1)}
+    if weights is not None:
+        state["fedala.weight.1.weight"] = t(weights).view(1, 1)
+    reply = run_client(FedALA(model, options).client_half(), model, LocalSpec(epochs=1, batch_size=1, base_loss=half_mse),
+                       {"0.weight": t(2.0).view(1, 1), "1.weight": t(3.0).view(1, 1)}, lr=0.1, state=state, x=x)
+    assert reply.state is not None
+    torch.testing.assert_close(reply.state["fedala.weight.1.weight"].flatten(), t(w))
 
 
 def test_options_are_checked() -> None:

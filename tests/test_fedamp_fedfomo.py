@@ -77,6 +77,12 @@ def test_fedamp_server_sends_each_client_its_cloud_model_and_the_proximal_weight
     torch.testing.assert_close(again.downlink(2, 1, out).context[CLOUD]["w"], t(0.5575162))  # type: ignore[index]
 
 
+def test_fedamp_proximal_weight_is_lambda_over_alpha_k() -> None:
+    # Eq. 8's lambda / (2 alpha_k) ||w - u_i||^2, the term's weight lambda / alpha_k: lam = 2, alpha_k = 0.5 -> 4 (not 2 * 0.5 = 1)
+    down = FedAMP(["w"], FedAMPOptions(alpha_k=0.5, lam=2.0)).downlink(0, 0, {"w": t(0.0)})
+    assert down.context[WEIGHT] == 4.0
+
+
 def test_fedamp_client_trains_its_own_model_towards_its_cloud_model() -> None:
     # Linear(1, 1) without bias, own w = 2 (from its state), global 5 (not used), u = 1, lambda / alpha_k = 1, x = 1,
     # loss 1/2 (w x - 1)^2 + 1/2 * 1 * (w - u)^2: grad = (2 - 1) + (2 - 1) = 2; lr 0.1 -> w = 1.8 (uploaded and kept)

@@ -147,7 +147,7 @@ def test_fedfomo_server_sends_the_best_rated_models_and_adds_the_reported_weight
 
 
 def test_fedfomo_client_weights_on_its_validation_split_and_trains_on_the_rest() -> None:
-    # Linear(1, 2) without bias, 5 samples x = 1 (labels 0): validation = the last int(0.2 * 5) = 1 sample, training the other 4.
+    # Linear(1, 2) without bias, 5 samples x = 1 (labels 0): validation = int(0.2 * 5) = 1 drawn sample, training the other 4.
     # own W = (0, 0): CE = ln 2 = 0.6931472. Model a = (2, 0): CE = ln(1 + e^-2) = 0.1269280, distance 2;
     # model b = (0, 2): CE = ln(1 + e^2) = 2.1269280, distance 2.
     # w_a = (0.6931472 - 0.1269280) / 2.00001 = 0.2831082 > 0, w_b < 0 -> start from a alone = (2, 0).
@@ -166,6 +166,47 @@ def test_fedfomo_client_weights_on_its_validation_split_and_trains_on_the_rest()
     assert weights.tolist() == pytest.approx([(math.log(2) - math.log(1 + math.exp(-2))) / 2.00001, (math.log(2) - math.log(1 + math.exp(2))) / 2.00001], rel=1e-6)
     assert reply.state is not None
     torch.testing.assert_close(reply.state["fedfomo.theta.weight"], reply.uplink.params["weight"])
+
+
+def test_fedfomo_client_weights_against_its_own_model_not_the_global_start() -> None:
+    # as above (5 samples x = 1, labels 0, one validation row), own W = (0, 0) from its state, the global start (0, 1),
+    # one model b = (0, 2): CE ln(1 + e^2) = 2.1269280 against the own model's ln 2 = 0.6931472, at distance ||(0, 2) - (0, 0)|| = 2:
+    # w_b = (0.6931472 - 2.1269280) / 2.00001 = -0.7168868 (against the start: (1.3132617 - 2.1269280) / 1.00001).
+    # No weight > 0: it trains its own (0, 0): p = (0.5, 0.5), grad W = (-0.5, 0.5); lr 1 -> (0.5, -0.5) (from the start: (0.7310586, 0.2689414))
+    model = nn.Linear(1, 2, bias=False)
+    half = FedFomo(3, ["weight"], model=model).client_half()
+    context = {IDS: torch.tensor([2]), f"{MODEL}0": {"weight": torch.tensor([[0.0], [2.0]])}}
+    reply = run_client(half, model, LocalSpec(epochs=1, batch_size=8), {"weight": torch.tensor([[0.0], [1.0]])}, lr=1.0,
+                       state={"fedfomo.theta.weight": torch.zeros(2, 1)}, context=context, x=torch.ones(5, 1))
+    torch.testing.assert_close(reply.uplink.params["weight"].flatten(), t(0.5, -0.5))
+    weights = reply.uplink.report[WEIGHTS]
+    assert isinstance(weights, torch.Tensor) and weights.tolist() == pytest.approx([-0.7168868], rel=1e-6)
+
+
+def test_fedfomo_affinity_accumulates_and_the_global_model_is_weighted_by_samples() -> None:
+    fomo = FedFomo(3, ["w"], FedFomoOptions(m=2))
+    glob = {"w": t(0.0)}
+    # uploads w_0 = 0 (10 samples), w_1 = 1 (30 samples): global = (0 * 10 + 1 * 30) / 40 = 0.75
+    torch.testing.assert_close(fomo.aggregate(glob, [result(0, 0.0, 10), result(1, 1.0, 30)], 0)["w"], t(0.75))
+    # client 0 rates client 1 twice, -0.5 then 0.25: P[0, 1] = -0.5 + 0.25 = -0.25 (the sum, not the last)
+    fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([1]), WEIGHTS: t(-0.5).double()})], 1)
+    fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([1]), WEIGHTS: t(0.25).double()})], 2)
+    torch.testing.assert_close(fomo.affinity[0], t(0.0, -0.25, 0.0).double())
+
+
+def test_fedfomo_epsilon_decays_from_round_0() -> None:
+    # epsilon 1, epsilon_decay 1: max(1 - t * 1, 0) is 1 at round 0 (every slot drawn, as with no decay) and 0 from round 1
+    glob = {"w": t(0.0)}
+    uploads = [result(c, float(c)) for c in range(6)]
+
+    def choose(seed: int, decay: float, round: int) -> list[int]:
+        fomo = FedFomo(6, ["w"], FedFomoOptions(m=2, epsilon=1.0, epsilon_decay=decay), seed=seed)
+        fomo.aggregate(glob, uploads, 0)
+        fomo.affinity[0] = t(0.0, 5.0, 4.0, 0.0, 0.0, 0.0).double()
+        return fomo.choose(0, round)
+
+    assert all(choose(s, 1.0, 0) == choose(s, 0.0, 0) for s in range(10)) and any(choose(s, 1.0, 0) != [1, 2] for s in range(10))
+    assert all(choose(s, 1.0, 1) == [1, 2] for s in range(10))
 
 
 def fomo_requests(half: object, x: torch.Tensor, y: torch.Tensor, context: dict[str, object], client_id: int, seed: int) -> tuple[Train, dict[str, object]]:

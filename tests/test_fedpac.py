@@ -54,6 +54,12 @@ def test_distance_matrix_is_the_gram_matrix_of_the_differences() -> None:
     torch.testing.assert_close(d, torch.tensor([[0.0, 0.0], [0.0, 2.0]], dtype=torch.float64))
 
 
+def test_distance_matrix_keeps_the_signs_of_the_differences() -> None:
+    # h_i = (1, 0); h_0 = (0, 1), h_1 = (0, -1): differences (1, -1) and (1, 1) -> D = [[2, 1 - 1], [1 - 1, 2]] = [[2, 0], [0, 2]]
+    d = distance_matrix(t(1.0, 0.0), [t(0.0, 1.0), t(0.0, -1.0)])
+    torch.testing.assert_close(d, torch.tensor([[2.0, 0.0], [0.0, 2.0]], dtype=torch.float64))
+
+
 def test_simplex_projection_by_hand() -> None:
     # v = (0.5, 0.2, -0.3): u - (cumsum - 1) / k = (1, 0.35, -0.1) -> rho = 2, theta = (0.7 - 1) / 2 = -0.15 -> (0.65, 0.35, 0)
     torch.testing.assert_close(project_simplex(t(0.5, 0.2, -0.3)), t(0.65, 0.35, 0.0))
@@ -133,6 +139,38 @@ def body_context(options: FedPACOptions, context: Context) -> Context:
     body = prog.send(LocalOutcome(start, 1, 0.0))
     assert isinstance(body, Train) and body.objective == 1
     return body.context
+
+
+def test_client_trains_head_then_body_and_reports_the_trained_bodys_means_and_the_received_bodys_statistics() -> None:
+    # head_epochs 2 with the run's 3 epochs: the head's training runs 2 epochs with the body frozen, the body's 3 with the
+    # head frozen and the alignment term last. The body (the identity) and x, y of test_statistics_by_hand: received
+    # features (1, 0), (3, 0), (0, 2) -> V = 22/27, h = ((4/3, 0), (0, 2/3), (0, 0)). The body's training (stubbed)
+    # returns weight 2 I, bias (1, 0): trained features (3, 0), (7, 0), (1, 4) -> class means (5, 0), (1, 4), (0, 0),
+    # counts (2, 1, 0). Steps: the head's 3 + the body's 5 = 8.
+    body = nn.Linear(2, 2)
+    with torch.no_grad():
+        body.weight.copy_(torch.eye(2))
+        body.bias.zero_()
+    model = nn.Sequential(body, nn.Linear(2, 3))
+    half = FedPAC(model, FedPACOptions(head_epochs=2)).client_half()
+    spec = LocalSpec(epochs=3, batch_size=8)
+    head_spec, body_spec = half.objectives(spec)  # type: ignore[attr-defined]
+    assert head_spec.epochs == 2 and head_spec.frozen == {"0.weight", "0.bias"} and head_spec.terms == ()
+    assert body_spec.epochs == 3 and body_spec.frozen == {"1.weight", "1.bias"} and isinstance(body_spec.terms[-1], AlignTerm)
+    start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    x, y = torch.tensor([[1.0, 0.0], [3.0, 0.0], [0.0, 2.0]]), torch.tensor([0, 0, 1])
+    prog = half.train(Local(0, x, y, start, {LAM: 1.0}, 0.1, {}, 0, spec))  # type: ignore[attr-defined]
+    next(prog)
+    prog.send(LocalOutcome(start, 3, 0.0))
+    trained = {**start, "0.weight": 2 * torch.eye(2), "0.bias": torch.tensor([1.0, 0.0])}
+    with pytest.raises(StopIteration) as stop:
+        prog.send(LocalOutcome(trained, 5, 0.0))
+    out = stop.value.value
+    assert out.num_steps == 8
+    torch.testing.assert_close(out.report[MEANS], torch.tensor([[5.0, 0.0], [1.0, 4.0], [0.0, 0.0]]))
+    assert out.report[COUNTS].tolist() == [2.0, 1.0, 0.0]
+    assert float(out.report[VAR]) == pytest.approx(22 / 27)
+    torch.testing.assert_close(out.report[STATS], torch.tensor([[4 / 3, 0.0], [0.0, 2 / 3], [0.0, 0.0]], dtype=torch.float64))
 
 
 def test_a_class_without_a_global_prototype_aligns_to_the_clients_own_mean_before_training() -> None:

@@ -177,6 +177,32 @@ def test_the_runs_proximal_term_applies_to_the_core_model_only() -> None:
     close(reply.state["apple.p"], 0.465, 0.1805, 0.197)
 
 
+def test_the_runs_frozen_parameters_are_the_core_models() -> None:
+    # the hand case above with the run's "weight" frozen: theta_0 stays 2, p steps as there (its gradient is taken at the
+    # same theta_hat = 2.75): [0.465, 0.1805, 0.197]
+    model = linear(0.0)
+    half = APPLE(3, model, APPLEOptions(p_lr=0.01)).client_half()
+    context: dict[str, Any] = {PROX: 0.5, P0: t(0.5, 0.3, 0.2), IDS: torch.tensor([2]), f"{MODEL}0": {"weight": torch.tensor([[3.0]])}}
+    spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, frozen=frozenset({"weight"}))
+    reply = run_client(half, model, spec, {"weight": torch.tensor([[1.0]])}, lr=0.1, state=client_0_of_3(), context=context)
+    assert reply.state is not None
+    close(reply.uplink.params["weight"], 2.0)
+    close(reply.state["apple.p"], 0.465, 0.1805, 0.197)
+
+
+def test_the_own_slot_is_the_clients_id() -> None:
+    # client 1 of 3: its one-hot (which slot of p_i weighs its core model theta_1) is [0, 1, 0]
+    from chillfl.aggregation.base import Local, Train
+
+    half = APPLE(3, linear(0.0), APPLEOptions()).client_half()
+    local = Local(1, torch.ones(1, 1), torch.zeros(1, dtype=torch.long), {"weight": torch.tensor([[3.0]])}, {PROX: 0.0, P0: t(0.2, 0.3, 0.5)},
+                  0.1, {}, 0, one_step())
+    request = next(half.train(local))  # type: ignore[attr-defined]
+    assert isinstance(request, Train)
+    close(request.start["own"], 0.0, 1.0, 0.0)
+    close(request.start["p"], 0.2, 0.3, 0.5)  # a first participation starts from p^0
+
+
 def test_a_copy_sent_again_replaces_the_stale_one() -> None:
     # client 0 of 3 holds a copy 4 of client 1's core model and is sent client 1's newer one, 6; no step (lr 0, p_lr 0);
     # slot 2 is not held: the global 1. theta_hat = 0.5 * 2 + 0.25 * 6 + 0.25 * 1 = 1 + 1.5 + 0.25 = 2.75
@@ -252,6 +278,33 @@ def test_relationship_draw_favours_large_weights() -> None:
     # uniform: 1/2 each, whatever p
     twos = sum(choose_downloads([1, 2], set(), p, 1, 1.5, torch.Generator().manual_seed(s), "uniform") == [2] for s in range(2000))
     assert abs(twos / 2000 - 0.5) < 0.06
+
+
+def test_relationship_draws_are_without_replacement() -> None:
+    # M = 2 of 3 candidates, none never sent: 2 distinct ids every time (with replacement, 1/3 of draws would repeat one)
+    p = t(0.0, 0.0, 0.0, 0.0)
+    assert all(len(set(choose_downloads([1, 2, 3], set(), p, 2, 1.5, torch.Generator().manual_seed(s)))) == 2 for s in range(20))
+
+
+def test_schedule_length_rounds_down() -> None:
+    # schedule_share 0.15 of 10 rounds: L = int(1.5) = 1, so lambda(1) = 0; lambda(0) = 1, times mu = 1
+    server = APPLE(3, linear(0.0), APPLEOptions(mu=1.0, scheduler="cosine", schedule_share=0.15), client_sizes=(1, 1, 1), rounds=10)
+    assert server.proximal_weight(0) == 1.0 and server.proximal_weight(1) == 0.0
+
+
+def test_server_draws_with_the_clients_reported_relationships_and_weights_the_global_model_by_samples() -> None:
+    # 4 clients, M = 1; client 0 was sent 1, 2, 3 before and reported p_0 = (0, 0, 0, 3). base = threshold = 1e6:
+    # weights 1e6^0 = 1, 1, and 1e6^3 = 1e18 -> client 3 (the start p^0 = 1/4 each would draw uniformly).
+    # The global model: sizes 1, 1, 1, 5 and w = 0, 1, 2, 3 -> (0 + 1 + 2 + 15) / 8 = 2.25
+    def result(cid: int, n: int, report: dict[str, torch.Tensor]) -> ClientResult:
+        return ClientResult(cid, {"weight": torch.tensor([[float(cid)]])}, n, 1, 0.1, 1.0, 0.0, dict(report))
+
+    for seed in range(10):
+        server = APPLE(4, linear(0.0), APPLEOptions(downloads=1, threshold=1e6), client_sizes=(1, 1, 1, 5), rounds=10, seed=seed)
+        reported = {IDS: torch.tensor([1, 2, 3]), P: t(0.0, 0.0, 0.0, 3.0).double()}
+        glob = server.aggregate({"weight": torch.zeros(1, 1)}, [result(0, 1, reported), result(1, 1, {}), result(2, 1, {}), result(3, 5, {})], 0)
+        close(glob["weight"], 2.25)
+        assert server.choose(0, 1) == [3]
 
 
 def test_server_sends_at_most_m_models_never_sent_ones_first() -> None:

@@ -188,6 +188,70 @@ def test_the_euclidean_client_term_by_hand():
     assert torch.allclose(features.grad, torch.tensor([[0.6, 0.8], [0.0, 0.0]]))
 
 
+def test_the_generator_starts_as_torchs_embedding_and_linear_initialisations():
+    # embedding N(0, 1); each Linear's weight and bias U(-1/sqrt(fan_in), 1/sqrt(fan_in)), fan_in its input width:
+    # embed_dim 4 -> the hidden layer's bound 1/2; hidden_dim 16 -> the output layer's 1/4; drawn in that order from
+    # the stream seeded by the run's seed alone
+    from chillfl.seeds import derive_seed
+
+    g = hooks(embed_dim=4, hidden_dim=16).generator(2)
+    gen = torch.Generator().manual_seed(derive_seed(0, "fedtgp-generator"))
+    expected = {EMBEDDING: torch.randn((3, 4), generator=gen)}
+    expected[HIDDEN_W] = (torch.rand((16, 4), generator=gen) * 2 - 1) * 0.5
+    expected[HIDDEN_B] = (torch.rand((16,), generator=gen) * 2 - 1) * 0.5
+    expected[OUT_W] = (torch.rand((2, 16), generator=gen) * 2 - 1) * 0.25
+    expected[OUT_B] = (torch.rand((2,), generator=gen) * 2 - 1) * 0.25
+    for name, value in expected.items():
+        assert torch.equal(g[name], value), name
+
+
+def test_the_margin_option_reaches_the_servers_training():
+    # the round's nearest-centre margin is 4 and the farthest sqrt(20) = 4.472 (test_the_adaptive_margin_by_hand):
+    # "nearest" at tau 100 trains as "farthest" capped at tau 4 (delta 4 both), not as "farthest" at tau 100
+    fresh = Knowledge(torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool))
+
+    def protos(**options: Any) -> torch.Tensor:
+        return hooks(server_epochs=1, shuffle=False, **options).update(fresh, [A, B], 0).protos
+
+    assert torch.equal(protos(tau=100.0), protos(tau=4.0, margin="farthest"))
+    assert not torch.equal(protos(tau=100.0), protos(tau=100.0, margin="farthest"))
+
+
+def test_each_server_epoch_draws_its_own_order():
+    # 2 epochs of the 4 pairs in batches of 1, epoch e in the order randperm(4) seeded by (seed, round, e)
+    from chillfl.seeds import derive_seed
+
+    h = hooks(server_epochs=2, server_batch_size=1, tau=100.0)
+    after = h.update(Knowledge(torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool)), [A, B], round=3)
+    g = h.generator(2)
+    x, y = server_pairs([A, B])
+    for epoch in range(2):
+        for i in torch.randperm(4, generator=torch.Generator().manual_seed(derive_seed(0, "fedtgp-pairs", 3, epoch))).tolist():
+            g = server_step(g, x[i : i + 1], y[i : i + 1], 4.0, 0.01)
+    assert all(torch.equal(after.server[k], g[k]) for k in g)
+
+
+def test_send_all_marks_every_class_even_those_never_uploaded():
+    # no class known before, clients hold 0 and 1: "all" sends all three TGP, "seen" the two
+    fresh = Knowledge(torch.zeros(3, 2), torch.zeros(3, dtype=torch.bool))
+    assert hooks(server_epochs=1, send="all").update(fresh, [A], 0).mask.tolist() == [True, True, True]
+
+
+def test_the_euclidean_term_leaves_out_a_sample_whose_class_has_no_prototype():
+    # sample 0: ||[3,4] - [0,0]|| = 5; sample 1 (class 1, masked) sits 5 from the stored row [4,5] but adds 0: (5 + 0) / 2
+    features = torch.tensor([[3.0, 4.0], [1.0, 1.0]])
+    protos, mask, y = torch.tensor([[0.0, 0.0], [4.0, 5.0]]), torch.tensor([True, False]), torch.tensor([0, 1])
+    assert euclidean_distance(features, y, protos, mask).item() == pytest.approx(2.5, rel=1e-6)
+
+
+def test_the_mse_client_term_is_weighted_by_lam():
+    # CE of zero logits ln 2 + lam * MSE([3,4], [0,0]) = ln 2 + 2 * (9 + 16) / 2 = ln 2 + 25
+    loss = hooks(lam=2.0).loss(None)  # type: ignore[arg-type]
+    context = {"protos": torch.tensor([[0.0, 0.0], [1.0, 1.0]]), "proto_mask": torch.tensor([True, True])}
+    value = loss(torch.zeros(1, 2), torch.tensor([0]), 1.0, features=torch.tensor([[3.0, 4.0]]), params={}, context=context)
+    assert value.item() == pytest.approx(math.log(2) + 25.0, rel=1e-6)
+
+
 # ---------------------------------------------------------------- the protocol
 
 

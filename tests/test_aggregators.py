@@ -242,6 +242,17 @@ def test_fedadam_two_steps() -> None:
     assert _fedopt_two_steps("adam") == pytest.approx([x1, x2], rel=1e-6)
 
 
+def test_fedopt_integer_buffers_take_the_max_and_carry_no_moments() -> None:
+    # test_fedadam_two_steps' first round, param_keys unset, with an integer buffer count (3; clients 5 and 4): max 5, no m or v
+    # (stepped as a parameter it would be 3 + 0.2 / (sqrt(0.99 * 0.25 + 0.01 * 4) + 0.5) = 3.19 -> 3)
+    agg = FedOpt("adam", FedOptOptions(server_lr=1.0, beta1=0.9, beta2=0.99, tau=0.5))
+    out = agg.aggregate({"w": t(1.0), "count": torch.tensor(3)},
+                        [result(0, w=t(1.5), count=torch.tensor(5)), result(1, w=t(2.5), count=torch.tensor(4))], 0)
+    assert out["w"].item() == pytest.approx(1 + 0.1 / (math.sqrt(0.2575) + 0.5), rel=1e-6)
+    assert out["count"].dtype == torch.int64 and out["count"].item() == 5
+    assert set(agg.m) == set(agg.v) == {"w"}
+
+
 def test_fedyogi_two_steps() -> None:
     # v0 = 0.25 - 0.01 * 1 * sign(0.25 - 1) = 0.26; v1 = 0.26 - 0.01 * 0 * sign(.) = 0.26
     x1 = 1 + 0.1 / (math.sqrt(0.26) + 0.5)

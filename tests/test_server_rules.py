@@ -70,6 +70,21 @@ def test_fedavgm_buffers_are_averaged_and_weights_are_taken() -> None:
     assert int(out["bn.n"]) == 5
 
 
+def test_fedavgm_integer_buffers_take_the_max_without_param_keys() -> None:
+    # param_keys unset, server_lr = 0.5, p = (0.25, 0.75): w: avg 0.75, w = 1 - 0.5 * (1 - 0.75) = 0.875;
+    # bn.mean is floating, so it is stepped too: 0 - 0.5 * (0 - 3.5) = 1.75; bn.n takes the max, 5, and has no v
+    # (stepped, it would be 3 - 0.5 * (3 - 5) = 4)
+    agg = FedAvgM(FedAvgMOptions(server_lr=0.5))
+    g = {"w": torch.tensor([1.0]), "bn.mean": torch.tensor([0.0]), "bn.n": torch.tensor(3)}
+    a = ClientResult(0, {"w": torch.tensor([0.0]), "bn.mean": torch.tensor([2.0]), "bn.n": torch.tensor(5)}, 1, 1, 0.1, 1.0, 0.0)
+    b = ClientResult(1, {"w": torch.tensor([1.0]), "bn.mean": torch.tensor([4.0]), "bn.n": torch.tensor(4)}, 3, 1, 0.1, 1.0, 0.0)
+    out = agg.aggregate(g, [a, b], 0)
+    close(out["w"], 0.875)
+    close(out["bn.mean"], 1.75)
+    assert out["bn.n"].dtype == torch.int64 and int(out["bn.n"]) == 5
+    assert set(agg.v) == {"w", "bn.mean"}
+
+
 # ---------------------------------------------------------------- q-FFL
 
 

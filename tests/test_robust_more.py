@@ -56,6 +56,31 @@ def test_bulyan_selection_order_and_trim_by_hand() -> None:
     assert agg.round_metrics() == {"selected": [0, 1, 2, 3, 4]}
 
 
+def test_bulyan_averages_beta_not_all_of_s_around_the_median_not_the_mean() -> None:
+    # 7 clients, f = 1 (theta = 5, beta = 3), values 0, 1, 2, 3, 6, 7, 100; Krum on R (squared distances):
+    # |R| = 7, 4 nearest: c0 1+4+9+36 = 50, c1 1+1+4+25 = 31, c2 1+1+4+16 = 22, c3 1+4+9+9 = 23, c4 51, c5 78 -> c2
+    # |R| = 6 {0,1,3,4,5,6}, 3 nearest: c0 1+9+36 = 46, c1 1+4+25 = 30, c3 4+9+9 = 22, c4 1+9+25 = 35, c5 53 -> c3
+    # |R| = 5 {0,1,4,5,6}, 2 nearest: c0 1+36 = 37, c1 1+25 = 26, c4 1+25 = 26, c5 1+36 = 37 -> c1 (tie c4: lower)
+    # |R| = 4 {0,4,5,6}, 1 nearest: c0 36, c4 1, c5 1 -> c4;  |R| = 3 {0,5,6}: c0 49, c5 49 -> c0 (tie: lower)
+    values = [[0.0], [1.0], [2.0], [3.0], [6.0], [7.0], [100.0]]
+    assert bulyan_select(torch.tensor(values, dtype=torch.float64), 1, 5) == [2, 3, 1, 4, 0]
+    # S = 0, 1, 2, 3, 6: median 2, the beta = 3 nearest are 2, 1, 3: mean 2 (all five of S would average 12 / 5 = 2.4)
+    agg = Bulyan(BulyanOptions(f=1))
+    assert agg.aggregate(_zeros(1), _results(values), 0)["w"].tolist() == [2.0]
+    assert agg.round_metrics() == {"selected": [0, 1, 2, 3, 4]}
+    # nearest the median, not the mean: 0, 1, 2, 3, 100 with beta = 2: median 2 -> 2 and 1 (tie with 3: lower row), 1.5;
+    # around the mean 21.2 it would be 3 and 2, 2.5
+    assert closest_to_median_mean(torch.tensor([[0.0], [1.0], [2.0], [3.0], [100.0]], dtype=torch.float64), 2).tolist() == [1.5]
+
+
+def test_bulyan_integer_buffers_take_the_max_over_its_selection() -> None:
+    # the clients of test_bulyan_selection_order_and_trim_by_hand: S = clients 0-4 (integer buffers 1-5); clients 5 and 6
+    # (6 and 99) are left out, so the max is over S: 5, not 99
+    values = [[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [100.0]]
+    out = Bulyan(BulyanOptions(f=1)).aggregate(_zeros(1), _results(values, ints=[1, 2, 3, 4, 5, 6, 99]), 0)
+    assert out["n"].item() == 5
+
+
 def test_bulyans_trim_is_per_coordinate_with_ties_to_the_lower_row() -> None:
     # S's rows (client-id order), beta = 2:
     #   coordinate 0: 0, 4, 5, 9 -> median (4 + 5) / 2 = 4.5, distances 4.5, 0.5, 0.5, 4.5 -> rows 1, 2: (4 + 5) / 2 = 4.5

@@ -220,6 +220,7 @@ def test_centered_clip_by_hand_and_its_previous_start_across_two_rounds() -> Non
     round2 = [[w1[j].item() + 0.2 * (j == 0) + 0.1 * (j == 1) + d[j] for j in range(2)] for d in diffs]
     w2 = agg.aggregate({"w": w1}, _results(round2), 1)["w"]
     assert w2.tolist() == pytest.approx([0.3, 0.1 + 1 / 30], abs=1e-6)
+    assert agg.state_dict()["v"]["w"].tolist() == pytest.approx([0.1, 1 / 30], abs=1e-7)  # the aggregate v, not v - v0
     # start = "zero" ignores round 1: round 2 from v0 = 0 is what a fresh aggregator does, not the above
     zero = CenteredClip(CenteredClipOptions(tau=1.0, start="zero"))
     zero.aggregate(_zeros(2), _results([[3.0, 4.0], [0.0, 0.5], [0.0, -1.0]]), 0)

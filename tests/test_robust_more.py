@@ -15,7 +15,7 @@ import torch
 from chillfl.aggregation.base import ClientResult, FedAvg
 from chillfl.aggregation.bulyan import Bulyan, BulyanOptions, bulyan_select, closest_to_median_mean, sizes
 from chillfl.aggregation.centered_clip import CenteredClip, CenteredClipOptions
-from chillfl.aggregation.geomed import GeoMed, GeoMedOptions
+from chillfl.aggregation.geomed import GeoMed, GeoMedOptions, smoothed_weiszfeld
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, make_aggregator
 from chillfl.aggregation.robust import ROBUST, Krum, KrumOptions
 from chillfl.config import load_config
@@ -291,6 +291,26 @@ def test_centered_clip_and_bulyan_values_on_the_outlier_by_hand() -> None:
     agg = Bulyan(BulyanOptions(f=1))
     agg.aggregate(_zeros(1), _results(OUTLIER), 0)
     assert 6 not in agg.round_metrics()["selected"]  # type: ignore[operator]
+
+
+def test_weiszfeld_smooths_with_max_nu_distance_where_v_meets_a_client() -> None:
+    # points -1, 0, 2 with alpha (0.5, 0.25, 0.25): v_0 = (-0.5 + 0 + 0.5) / 1 = 0, on client 1; distances 1, 0, 2
+    # beta = 0.5 / max(nu, 1), 0.25 / max(nu, 0), 0.25 / max(nu, 2) = 0.5, 0.25e6, 0.125 (nu = 1e-6)
+    # v_1 = (-0.5 + 0 + 0.25) / (0.625 + 250000) = -0.25 / 250000.625   (0.25 / (d + nu) would give -9.99996e-7)
+    points = torch.tensor([[-1.0], [0.0], [2.0]], dtype=torch.float64)
+    found = smoothed_weiszfeld(points, torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64), 1, 1e-6)
+    assert found.v.item() == pytest.approx(-0.25 / 250000.625, rel=1e-9)
+    assert found.steps == 1
+
+
+def test_weiszfeld_objective_is_the_l2_distance_and_ftol_0_runs_every_step() -> None:
+    # (0, 0) and (3, 4), alpha 1/2 each: v_0 = (1.5, 2), each at L2 distance 2.5 (L1 would be 3.5); the step keeps v
+    # (equal betas), so f stays 0.5 * 2.5 + 0.5 * 2.5 = 2.5: a zero change, which ftol = 0 does not count as a stop
+    points = torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=torch.float64)
+    found = smoothed_weiszfeld(points, torch.tensor([0.5, 0.5], dtype=torch.float64), 3, 1e-6, 0.0)
+    assert found.v.tolist() == pytest.approx([1.5, 2.0]) and found.objective == pytest.approx(2.5) and found.steps == 3
+    # with ftol > 0 the same zero change stops after the first step
+    assert smoothed_weiszfeld(points, torch.tensor([0.5, 0.5], dtype=torch.float64), 3, 1e-6, 1e-6).steps == 1
 
 
 def test_geomed_default_stops_in_the_honest_range_where_a_few_fixed_steps_do_not() -> None:

@@ -192,6 +192,10 @@ def test_scaffold_samples_weighting_caller_weights_integer_buffers_and_control_n
     assert agg.control["w"].item() == pytest.approx(-2.0)
     agg = Scaffold(num_clients=2)  # uniform (the paper's)
     assert agg.aggregate(x, Clients(agg).results(0, x, trained()), 0)["w"].item() == pytest.approx(2.0)
+    # option II divides by K lr: a client that took no step, or trained at lr 0, is refused, not divided by zero
+    for steps, lr in ((0, 0.5), (1, 0.0)):
+        with pytest.raises(ValueError, match="num_steps >= 1 and lr > 0"):
+            Clients(agg).results(0, x, [result(0, 1, steps=steps, lr=lr, w=t(0.0), count=torch.tensor([3]))])
 
 
 def test_scaffold_option_i_sets_c_i_to_the_full_batch_gradient_at_x_by_hand() -> None:

@@ -181,6 +181,16 @@ def test_qffl_buffers_integer_buffers_and_metrics_by_hand() -> None:
     assert out["bn.n"].dtype == torch.int64 and int(out["bn.n"]) == 5
 
 
+def test_qffl_reads_a_one_element_tensor_loss_and_refuses_a_missing_one() -> None:
+    # test_qffl_step_by_hand_q1 with F_A = 2 sent as a tensor: the same step, [1 - 1/15, 1/30]
+    agg = Qffl(QfflOptions(q=1.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: torch.tensor(2.0)}),  # type: ignore[arg-type]
+                                                          result(1, [1.0, 0.2], **{LOSS: 0.5})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / 15, 1 / 30]), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="qffl_loss.*client 1"):
+        agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: 2.0}), result(1, [1.0, 0.2])], 0)
+
+
 def test_qffl_client_reports_the_loss_of_the_model_it_received() -> None:
     # Linear(2, 2) with zero weights: both logits 0, so the cross-entropy is ln 2 on every sample
     model = nn.Linear(2, 2)
@@ -201,6 +211,7 @@ def test_fedexp_extrapolates_by_hand() -> None:
     # mean = [0, 1/3], ||mean||^2 = 1/9; sum ||Delta_i||^2 = 3
     # eta = max(1, 3 / (2 * 3 * (1/9 + 1e-3))) = 0.5 / 0.112111... = 4.45986...; w = -eta [0, 1/3]
     agg = FedExP(FedExPOptions(), ["w"])
+    assert agg.round_metrics() == {}  # no eta_g before a round
     out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
     eta = 3 / (2 * 3 * (1 / 9 + 1e-3))
     assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)

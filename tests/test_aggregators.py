@@ -108,6 +108,21 @@ def test_fednova_averages_buffers_and_uses_given_weights() -> None:
     assert out["var"].item() == pytest.approx(1.5)
 
 
+def test_fednova_uses_its_momentum_and_takes_the_max_of_integer_buffers() -> None:
+    # rho = 0.5: a(1) = 1, a(2) = 1 + 1.5 = 2.5; x = 0, client 0: 1 step to -1, client 1: 2 steps to -2.5; p = (0.5, 0.5)
+    # d = (1 / 1, 2.5 / 2.5) = (1, 1); tau_eff = 0.5 * 1 + 0.5 * 2.5 = 1.75; x <- 0 - 1.75 * 1 = -1.75
+    # (rho ignored: d = (1, 1.25), tau_eff = 1.5, x = -1.5 * 1.125 = -1.6875); integer buffer count: max(3, 5) = 5
+    agg = FedNova(FedNovaOptions(momentum=0.5))
+    n = torch.tensor([0])
+    res = [result(0, 10, steps=1, w=t(-1.0), count=torch.tensor([3])), result(1, 10, steps=2, w=t(-2.5), count=torch.tensor([5]))]
+    out = agg.aggregate({"w": t(0.0), "count": n}, res, 0)
+    assert out["w"].item() == pytest.approx(-1.75)
+    assert agg.round_metrics()["tau_eff"] == pytest.approx(1.75)
+    assert out["count"].dtype == torch.int64 and out["count"].item() == 5
+    with pytest.raises(ValueError, match="num_steps >= 1"):
+        FedNova().aggregate({"w": t(0.0)}, [result(0, 10, steps=0, w=t(-1.0))], 0)
+
+
 # ---------------------------------------------------------------- SCAFFOLD
 
 
@@ -153,6 +168,34 @@ def test_scaffold_global_lr_and_momentum_by_hand() -> None:
     assert clients.states[1]["scaffold.c.w"].item() == pytest.approx(1.0)
     assert agg.control["w"].item() == pytest.approx(1.3)
 
+
+
+def test_scaffold_samples_weighting_caller_weights_integer_buffers_and_control_norm() -> None:
+    # N = 2, x = 1, one step each at lr = 0.5; client 0 (n = 1) to y = 0, client 1 (n = 3) to y = 4
+    #   c_0+ = (1 - 0) / 0.5 = 2;  c_1+ = (1 - 4) / 0.5 = -6;  c <- 0 + (2 - 6) / 2 = -2, so control_norm = |c| = 2
+    #   samples: p = (0.25, 0.75), x <- 1 + 0.25 * (0 - 1) + 0.75 * (4 - 1) = 3   (uniform: 1 + 0.5 * (-1 + 3) = 2)
+    #   integer buffer count: max(3, 5) = 5, not in c
+    def trained() -> list[ClientResult]:
+        return [result(0, 1, steps=1, lr=0.5, w=t(0.0), count=torch.tensor([3])), result(1, 3, steps=1, lr=0.5, w=t(4.0), count=torch.tensor([5]))]
+
+    x = {"w": t(1.0), "count": torch.tensor([0])}
+    agg = Scaffold(num_clients=2, options=ScaffoldOptions(weighting="samples"))
+    out = agg.aggregate(x, Clients(agg).results(0, x, trained()), 0)
+    assert out["w"].item() == pytest.approx(3.0)
+    assert out["count"].dtype == torch.int64 and out["count"].item() == 5
+    assert list(agg.control) == ["w"] and agg.control["w"].item() == pytest.approx(-2.0)
+    assert agg.round_metrics()["control_norm"] == pytest.approx(2.0)
+    # caller-supplied weights (PA3Fed's) replace p_i: (0.5, 0.5) gives the uniform step, x = 2; c as above
+    agg = Scaffold(num_clients=2, options=ScaffoldOptions(weighting="samples"))
+    out = agg.aggregate(x, Clients(agg).results(0, x, trained()), 0, weights=torch.tensor([0.5, 0.5], dtype=torch.float64))
+    assert out["w"].item() == pytest.approx(2.0)
+    assert agg.control["w"].item() == pytest.approx(-2.0)
+    agg = Scaffold(num_clients=2)  # uniform (the paper's)
+    assert agg.aggregate(x, Clients(agg).results(0, x, trained()), 0)["w"].item() == pytest.approx(2.0)
+    # option II divides by K lr: a client that took no step, or trained at lr 0, is refused, not divided by zero
+    for steps, lr in ((0, 0.5), (1, 0.0)):
+        with pytest.raises(ValueError, match="num_steps >= 1 and lr > 0"):
+            Clients(agg).results(0, x, [result(0, 1, steps=steps, lr=lr, w=t(0.0), count=torch.tensor([3]))])
 
 
 def test_scaffold_option_i_sets_c_i_to_the_full_batch_gradient_at_x_by_hand() -> None:
@@ -201,6 +244,17 @@ def test_fedadam_two_steps() -> None:
     # Delta = 0: m1 = 0.09; v1 = 0.99 * 0.2575 = 0.254925
     x2 = x1 + 0.09 / (math.sqrt(0.254925) + 0.5)
     assert _fedopt_two_steps("adam") == pytest.approx([x1, x2], rel=1e-6)
+
+
+def test_fedopt_integer_buffers_take_the_max_and_carry_no_moments() -> None:
+    # test_fedadam_two_steps' first round, param_keys unset, with an integer buffer count (3; clients 5 and 4): max 5, no m or v
+    # (stepped as a parameter it would be 3 + 0.2 / (sqrt(0.99 * 0.25 + 0.01 * 4) + 0.5) = 3.19 -> 3)
+    agg = FedOpt("adam", FedOptOptions(server_lr=1.0, beta1=0.9, beta2=0.99, tau=0.5))
+    out = agg.aggregate({"w": t(1.0), "count": torch.tensor(3)},
+                        [result(0, w=t(1.5), count=torch.tensor(5)), result(1, w=t(2.5), count=torch.tensor(4))], 0)
+    assert out["w"].item() == pytest.approx(1 + 0.1 / (math.sqrt(0.2575) + 0.5), rel=1e-6)
+    assert out["count"].dtype == torch.int64 and out["count"].item() == 5
+    assert set(agg.m) == set(agg.v) == {"w"}
 
 
 def test_fedyogi_two_steps() -> None:

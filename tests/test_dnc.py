@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from chillfl.aggregation.dnc import DnC, DnCOptions, dnc_select, lowest, outlier_scores
+from chillfl.aggregation.dnc import DnC, DnCOptions, coordinates, dnc_select, lowest, outlier_scores
 from chillfl.aggregation.registry import algorithm_spec, make_aggregator
 from chillfl.aggregation.robust import ROBUST, Median
 from chillfl.cli import main
@@ -117,6 +117,15 @@ def test_subsampling_replays_the_documented_stream() -> None:
     # X^T X = [[82, -18], [-18, 82]]: v = (1, -1) / sqrt 2 (eigenvalue 100 > 64); s = (x - y)^2 / 2 = 0, 0, 0, 50, 50
     assert outlier_scores(SPLIT).tolist() == pytest.approx([0.0, 0.0, 0.0, 50.0, 50.0], abs=1e-9)
     assert dnc_select(SPLIT, DnCOptions(f=2), 7, 1) == [0, 1, 2]
+
+
+def test_drawn_coordinates_are_distinct_and_sorted() -> None:
+    # b = 5 of d = 40 from the documented stream: the first 5 of randperm(40), without replacement, sorted before use
+    gen = torch.Generator().manual_seed(derive_seed(7, "dnc", 3, 0))
+    first = torch.randperm(40, generator=gen)[:5]
+    cols = coordinates(40, 5, derive_seed(7, "dnc", 3, 0))
+    assert cols is not None and cols.tolist() == sorted(first.tolist())
+    assert coordinates(40, 40, 0) is None and coordinates(40, 41, 0) is None  # b >= d: every coordinate, nothing drawn
 
 
 def test_iterations_intersect_or_unite() -> None:

@@ -66,6 +66,11 @@ def test_global_norm_spans_every_float_entry_per_entry_clips_each() -> None:
     # per entry, M = 1: a (norm 5) x 1/5 = (0.6, 0.8), b (norm 12) x 1/12 = 1: ||total|| = sqrt 2 > M
     each = NormBound(0, NormBoundOptions(max_norm=1.0, norm="per_entry")).aggregate(glob, results, 1)
     assert each["a"].tolist() == pytest.approx([0.6, 0.8], abs=1e-7) and each["b"].tolist() == pytest.approx([1.0], abs=1e-7)
+    # per entry, M = 6: a (norm 5) passes, b (norm 12) is clipped; a client counts as clipped when any of its entries is;
+    # a second client at a = (6, 8) (norm 10, clipped), b = (1,) (passes) counts too: clipped share 2/2
+    agg = NormBound(0, NormBoundOptions(max_norm=6.0, norm="per_entry"))
+    agg.aggregate(glob, _two_entries([([3.0, 4.0], [12.0], 5), ([6.0, 8.0], [1.0], 1)]), 1)
+    assert agg.round_metrics() == {"clipped": 1.0}
 
 
 def test_weak_dp_noise_replays_its_seeded_stream() -> None:

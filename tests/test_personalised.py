@@ -407,6 +407,7 @@ def test_feddyn_server_update_by_hand() -> None:
     out = server.aggregate(out, [ClientResult(0, {"weight": torch.tensor([[2.275]], dtype=torch.float64)}, 10, 1, 0.1, 1.0, 0.0)], 1)
     close(server.h["weight"], -0.0075)
     close(out["weight"], 2.35)
+    assert server.round_metrics()["h_norm"] == pytest.approx(0.0075)  # ||h|| = |-0.0075|, not its square
     restored = FedDyn(4, FedDynOptions(alpha=0.1), ["weight"])
     restored.load_state_dict(server.state_dict())
     assert torch.equal(restored.h["weight"], server.h["weight"])

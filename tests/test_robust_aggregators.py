@@ -88,6 +88,17 @@ def test_multi_krum_once_or_repeated_by_hand() -> None:
     assert Krum(KrumOptions(f=1, selection="repeated")).aggregate(X0, _results(ATTACKED), 0)["w"].tolist() == [2.0, -2.0]
 
 
+def test_krum_with_too_few_clients_for_its_neighbours_scores_with_one() -> None:
+    # a round left with n = 3 for f = 1 (dropouts): n - f - 2 = 0 neighbours, so each scores with its nearest one
+    # models 10, 0, 1: scores min(10^2, 9^2) = 81, 1^2 = 1, 1^2 = 1 -> client 1 (tie to the lower id), w = 0
+    # (with no neighbour every score would be 0 and Krum would take client 0, w = 10)
+    assert krum_scores(torch.tensor([[10.0], [0.0], [1.0]], dtype=torch.float64), 1).tolist() == [81.0, 1.0, 1.0]
+    agg = Krum(KrumOptions(f=1))
+    out = agg.aggregate({"w": torch.zeros(1)}, _results([[10.0], [0.0], [1.0]]), 0)
+    assert out["w"].tolist() == [0.0]
+    assert agg.round_metrics() == {"selected": [1]}
+
+
 def test_even_count_median_and_trimming_by_hand() -> None:
     v = torch.tensor([[4.0], [1.0], [3.0], [10.0]], dtype=torch.float64)
     assert coordinate_median(v).tolist() == [3.5]  # (3 + 4) / 2

@@ -15,7 +15,7 @@ import torch
 from chillfl.aggregation.base import ClientResult, FedAvg
 from chillfl.aggregation.bulyan import Bulyan, BulyanOptions, bulyan_select, closest_to_median_mean, sizes
 from chillfl.aggregation.centered_clip import CenteredClip, CenteredClipOptions
-from chillfl.aggregation.geomed import GeoMed, GeoMedOptions
+from chillfl.aggregation.geomed import GeoMed, GeoMedOptions, smoothed_weiszfeld
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, make_aggregator
 from chillfl.aggregation.robust import ROBUST, Krum, KrumOptions
 from chillfl.config import load_config
@@ -54,6 +54,31 @@ def test_bulyan_selection_order_and_trim_by_hand() -> None:
     agg = Bulyan(BulyanOptions(f=1))
     assert agg.aggregate(_zeros(1), _results(values), 0)["w"].tolist() == [2.0]
     assert agg.round_metrics() == {"selected": [0, 1, 2, 3, 4]}
+
+
+def test_bulyan_averages_beta_not_all_of_s_around_the_median_not_the_mean() -> None:
+    # 7 clients, f = 1 (theta = 5, beta = 3), values 0, 1, 2, 3, 6, 7, 100; Krum on R (squared distances):
+    # |R| = 7, 4 nearest: c0 1+4+9+36 = 50, c1 1+1+4+25 = 31, c2 1+1+4+16 = 22, c3 1+4+9+9 = 23, c4 51, c5 78 -> c2
+    # |R| = 6 {0,1,3,4,5,6}, 3 nearest: c0 1+9+36 = 46, c1 1+4+25 = 30, c3 4+9+9 = 22, c4 1+9+25 = 35, c5 53 -> c3
+    # |R| = 5 {0,1,4,5,6}, 2 nearest: c0 1+36 = 37, c1 1+25 = 26, c4 1+25 = 26, c5 1+36 = 37 -> c1 (tie c4: lower)
+    # |R| = 4 {0,4,5,6}, 1 nearest: c0 36, c4 1, c5 1 -> c4;  |R| = 3 {0,5,6}: c0 49, c5 49 -> c0 (tie: lower)
+    values = [[0.0], [1.0], [2.0], [3.0], [6.0], [7.0], [100.0]]
+    assert bulyan_select(torch.tensor(values, dtype=torch.float64), 1, 5) == [2, 3, 1, 4, 0]
+    # S = 0, 1, 2, 3, 6: median 2, the beta = 3 nearest are 2, 1, 3: mean 2 (all five of S would average 12 / 5 = 2.4)
+    agg = Bulyan(BulyanOptions(f=1))
+    assert agg.aggregate(_zeros(1), _results(values), 0)["w"].tolist() == [2.0]
+    assert agg.round_metrics() == {"selected": [0, 1, 2, 3, 4]}
+    # nearest the median, not the mean: 0, 1, 2, 3, 100 with beta = 2: median 2 -> 2 and 1 (tie with 3: lower row), 1.5;
+    # around the mean 21.2 it would be 3 and 2, 2.5
+    assert closest_to_median_mean(torch.tensor([[0.0], [1.0], [2.0], [3.0], [100.0]], dtype=torch.float64), 2).tolist() == [1.5]
+
+
+def test_bulyan_integer_buffers_take_the_max_over_its_selection() -> None:
+    # the clients of test_bulyan_selection_order_and_trim_by_hand: S = clients 0-4 (integer buffers 1-5); clients 5 and 6
+    # (6 and 99) are left out, so the max is over S: 5, not 99
+    values = [[0.0], [1.0], [2.0], [3.0], [4.0], [5.0], [100.0]]
+    out = Bulyan(BulyanOptions(f=1)).aggregate(_zeros(1), _results(values, ints=[1, 2, 3, 4, 5, 6, 99]), 0)
+    assert out["n"].item() == 5
 
 
 def test_bulyans_trim_is_per_coordinate_with_ties_to_the_lower_row() -> None:
@@ -195,6 +220,7 @@ def test_centered_clip_by_hand_and_its_previous_start_across_two_rounds() -> Non
     round2 = [[w1[j].item() + 0.2 * (j == 0) + 0.1 * (j == 1) + d[j] for j in range(2)] for d in diffs]
     w2 = agg.aggregate({"w": w1}, _results(round2), 1)["w"]
     assert w2.tolist() == pytest.approx([0.3, 0.1 + 1 / 30], abs=1e-6)
+    assert agg.state_dict()["v"]["w"].tolist() == pytest.approx([0.1, 1 / 30], abs=1e-7)  # the aggregate v, not v - v0
     # start = "zero" ignores round 1: round 2 from v0 = 0 is what a fresh aggregator does, not the above
     zero = CenteredClip(CenteredClipOptions(tau=1.0, start="zero"))
     zero.aggregate(_zeros(2), _results([[3.0, 4.0], [0.0, 0.5], [0.0, -1.0]]), 0)
@@ -265,6 +291,26 @@ def test_centered_clip_and_bulyan_values_on_the_outlier_by_hand() -> None:
     agg = Bulyan(BulyanOptions(f=1))
     agg.aggregate(_zeros(1), _results(OUTLIER), 0)
     assert 6 not in agg.round_metrics()["selected"]  # type: ignore[operator]
+
+
+def test_weiszfeld_smooths_with_max_nu_distance_where_v_meets_a_client() -> None:
+    # points -1, 0, 2 with alpha (0.5, 0.25, 0.25): v_0 = (-0.5 + 0 + 0.5) / 1 = 0, on client 1; distances 1, 0, 2
+    # beta = 0.5 / max(nu, 1), 0.25 / max(nu, 0), 0.25 / max(nu, 2) = 0.5, 0.25e6, 0.125 (nu = 1e-6)
+    # v_1 = (-0.5 + 0 + 0.25) / (0.625 + 250000) = -0.25 / 250000.625   (0.25 / (d + nu) would give -9.99996e-7)
+    points = torch.tensor([[-1.0], [0.0], [2.0]], dtype=torch.float64)
+    found = smoothed_weiszfeld(points, torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64), 1, 1e-6)
+    assert found.v.item() == pytest.approx(-0.25 / 250000.625, rel=1e-9)
+    assert found.steps == 1
+
+
+def test_weiszfeld_objective_is_the_l2_distance_and_ftol_0_runs_every_step() -> None:
+    # (0, 0) and (3, 4), alpha 1/2 each: v_0 = (1.5, 2), each at L2 distance 2.5 (L1 would be 3.5); the step keeps v
+    # (equal betas), so f stays 0.5 * 2.5 + 0.5 * 2.5 = 2.5: a zero change, which ftol = 0 does not count as a stop
+    points = torch.tensor([[0.0, 0.0], [3.0, 4.0]], dtype=torch.float64)
+    found = smoothed_weiszfeld(points, torch.tensor([0.5, 0.5], dtype=torch.float64), 3, 1e-6, 0.0)
+    assert found.v.tolist() == pytest.approx([1.5, 2.0]) and found.objective == pytest.approx(2.5) and found.steps == 3
+    # with ftol > 0 the same zero change stops after the first step
+    assert smoothed_weiszfeld(points, torch.tensor([0.5, 0.5], dtype=torch.float64), 3, 1e-6, 1e-6).steps == 1
 
 
 def test_geomed_default_stops_in_the_honest_range_where_a_few_fixed_steps_do_not() -> None:

@@ -14,7 +14,7 @@ from torch import nn
 
 from chillfl.aggregation.base import ClientResult, Trained
 from chillfl.aggregation.fedavgm import FedAvgM, FedAvgMOptions
-from chillfl.aggregation.fedexp import FedExP, FedExPOptions
+from chillfl.aggregation.fedexp import FedExP, FedExPOptions, fedexp_step
 from chillfl.aggregation.qffl import LOSS, Qffl, QfflClient, QfflOptions
 from chillfl.errors import ConfigError
 from chillfl.aggregation.registry import make_aggregator
@@ -68,6 +68,21 @@ def test_fedavgm_buffers_are_averaged_and_weights_are_taken() -> None:
     close(out["w"], 0.75)
     close(out["bn.mean"], 3.5)
     assert int(out["bn.n"]) == 5
+
+
+def test_fedavgm_integer_buffers_take_the_max_without_param_keys() -> None:
+    # param_keys unset, server_lr = 0.5, p = (0.25, 0.75): w: avg 0.75, w = 1 - 0.5 * (1 - 0.75) = 0.875;
+    # bn.mean is floating, so it is stepped too: 0 - 0.5 * (0 - 3.5) = 1.75; bn.n takes the max, 5, and has no v
+    # (stepped, it would be 3 - 0.5 * (3 - 5) = 4)
+    agg = FedAvgM(FedAvgMOptions(server_lr=0.5))
+    g = {"w": torch.tensor([1.0]), "bn.mean": torch.tensor([0.0]), "bn.n": torch.tensor(3)}
+    a = ClientResult(0, {"w": torch.tensor([0.0]), "bn.mean": torch.tensor([2.0]), "bn.n": torch.tensor(5)}, 1, 1, 0.1, 1.0, 0.0)
+    b = ClientResult(1, {"w": torch.tensor([1.0]), "bn.mean": torch.tensor([4.0]), "bn.n": torch.tensor(4)}, 3, 1, 0.1, 1.0, 0.0)
+    out = agg.aggregate(g, [a, b], 0)
+    close(out["w"], 0.875)
+    close(out["bn.mean"], 1.75)
+    assert out["bn.n"].dtype == torch.int64 and int(out["bn.n"]) == 5
+    assert set(agg.v) == {"w", "bn.mean"}
 
 
 # ---------------------------------------------------------------- q-FFL
@@ -126,6 +141,56 @@ def test_qffl_small_losses_with_large_q_do_not_underflow_to_nan() -> None:
     assert math.isfinite(float(agg.round_metrics()["qffl_h"]))
 
 
+def test_qffl_large_q_with_spread_losses_scales_by_the_largest_loss() -> None:
+    # q = 200, F_A = e^5, F_B = 1 (qffl_case's clients): the step divides by max_k F_k^q, so F_B^q / F_A^q = e^-1000 = 0.0 and
+    # client A alone steps: w = [1, 0] - [1, 0] / (200 * 1 / e^5 + 10); dividing by the smallest, e^1000, would overflow
+    agg = Qffl(QfflOptions(q=200.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: math.exp(5)}), result(1, [1.0, 0.2], **{LOSS: 1.0})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / (200 / math.exp(5) + 10), 0.0]), rtol=1e-6, atol=1e-9)
+
+
+def test_qffl_zero_loss_stays_finite_through_the_authors_tiny() -> None:
+    # q = 0.5, L = 10; client A: F_A = 0, w_A = w^t (Delta_A = 0); client B: F_B = 1, Delta_B = [0, -2], ||.||^2 = 4
+    # F_A + 1e-10: F_A^q = 1e-5, h_A = 0.5 * 1e-10^-0.5 * 0 + 10 * 1e-5 = 1e-4; h_B = 0.5 * 1 * 4 + 10 * 1 = 12
+    # w = [1, 0] - 1 * [0, -2] / 12.0001 = [1, 2 / 12.0001]   (without the 1e-10, ln 0 or 0^-0.5 fails)
+    agg = Qffl(QfflOptions(q=0.5), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [1.0, 0.0], **{LOSS: 0.0}), result(1, [1.0, 0.2], **{LOSS: 1.0})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1.0, 2 / 12.0001]), rtol=1e-6, atol=1e-9)
+
+
+def test_qffl_buffers_integer_buffers_and_metrics_by_hand() -> None:
+    # qffl_case's clients at q = 1 (w = [1 - 1/15, 1/30], sum h = 30) with n = (1, 3), a float buffer (2, 4), an integer one (5, 4)
+    # buffers: bn.mean = 0.25 * 2 + 0.75 * 4 = 3.5 (sample shares); bn.n = max(5, 4) = 5; losses (2, 0.5): mean 1.25, max 2
+    def case(with_mean: bool) -> list[ClientResult]:
+        extra = [{"bn.mean": torch.tensor([2.0])}, {"bn.mean": torch.tensor([4.0])}] if with_mean else [{}, {}]
+        return [ClientResult(0, {"w": torch.tensor([0.9, 0.0]), "bn.n": torch.tensor(5), **extra[0]}, 1, 1, 0.1, 1.0, 0.0, {LOSS: 2.0}),
+                ClientResult(1, {"w": torch.tensor([1.0, 0.2]), "bn.n": torch.tensor(4), **extra[1]}, 3, 1, 0.1, 1.0, 0.0, {LOSS: 0.5})]
+
+    expected = torch.tensor([1 - 1 / 15, 1 / 30])
+    agg = Qffl(QfflOptions(q=1.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0]), "bn.mean": torch.tensor([0.0]), "bn.n": torch.tensor(3)}, case(True), 0)
+    torch.testing.assert_close(out["w"], expected, rtol=1e-6, atol=1e-7)
+    close(out["bn.mean"], 3.5)
+    assert out["bn.n"].dtype == torch.int64 and int(out["bn.n"]) == 5
+    metrics = agg.round_metrics()
+    assert metrics["qffl_mean_loss"] == pytest.approx(1.25) and metrics["qffl_max_loss"] == pytest.approx(2.0)
+    assert metrics["qffl_h"] == pytest.approx(30.0)
+    # param_keys unset: every floating key is stepped, the integer buffer still takes the max and stays out of ||Delta||^2
+    out = Qffl(QfflOptions(q=1.0)).aggregate({"w": torch.tensor([1.0, 0.0]), "bn.n": torch.tensor(3)}, case(False), 0)
+    torch.testing.assert_close(out["w"], expected, rtol=1e-6, atol=1e-7)
+    assert out["bn.n"].dtype == torch.int64 and int(out["bn.n"]) == 5
+
+
+def test_qffl_reads_a_one_element_tensor_loss_and_refuses_a_missing_one() -> None:
+    # test_qffl_step_by_hand_q1 with F_A = 2 sent as a tensor: the same step, [1 - 1/15, 1/30]
+    agg = Qffl(QfflOptions(q=1.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: torch.tensor(2.0)}),  # type: ignore[arg-type]
+                                                          result(1, [1.0, 0.2], **{LOSS: 0.5})], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / 15, 1 / 30]), rtol=1e-6, atol=1e-7)
+    with pytest.raises(ValueError, match="qffl_loss.*client 1"):
+        agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [0.9, 0.0], **{LOSS: 2.0}), result(1, [1.0, 0.2])], 0)
+
+
 def test_qffl_client_reports_the_loss_of_the_model_it_received() -> None:
     # Linear(2, 2) with zero weights: both logits 0, so the cross-entropy is ln 2 on every sample
     model = nn.Linear(2, 2)
@@ -146,10 +211,26 @@ def test_fedexp_extrapolates_by_hand() -> None:
     # mean = [0, 1/3], ||mean||^2 = 1/9; sum ||Delta_i||^2 = 3
     # eta = max(1, 3 / (2 * 3 * (1/9 + 1e-3))) = 0.5 / 0.112111... = 4.45986...; w = -eta [0, 1/3]
     agg = FedExP(FedExPOptions(), ["w"])
+    assert agg.round_metrics() == {}  # no eta_g before a round
     out = agg.aggregate({"w": torch.tensor([0.0, 0.0])}, [result(0, [-1.0, 0.0], 5), result(1, [0.0, -1.0], 1), result(2, [1.0, 0.0], 2)], 0)
     eta = 3 / (2 * 3 * (1 / 9 + 1e-3))
     assert agg.round_metrics()["fedexp_eta"] == pytest.approx(eta, rel=1e-12)
     torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
+
+
+def test_fedexp_step_defaults_to_the_plain_mean_and_integer_buffers_take_the_max() -> None:
+    # test_fedexp_extrapolates_by_hand's clients: fedexp_step without weights is the paper's 1/M, eta = 3 / (2 * 3 * (1/9 + 1e-3))
+    eta = 3 / (2 * 3 * (1 / 9 + 1e-3))
+    g = {"w": torch.tensor([0.0, 0.0]), "bn.n": torch.tensor(3)}
+    models = [{"w": torch.tensor([-1.0, 0.0]), "bn.n": torch.tensor(5)}, {"w": torch.tensor([0.0, -1.0]), "bn.n": torch.tensor(4)},
+              {"w": torch.tensor([1.0, 0.0]), "bn.n": torch.tensor(2)}]
+    step, got = fedexp_step(g, models, 1e-3, ["w"])
+    assert got == pytest.approx(eta, rel=1e-12)
+    torch.testing.assert_close(step["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
+    # param_keys unset: the integer buffer stays out of the norms and the step, and takes the max, 5
+    out = FedExP(FedExPOptions()).aggregate(g, [ClientResult(i, m, 1, 1, 0.1, 1.0, 0.0) for i, m in enumerate(models)], 0)
+    torch.testing.assert_close(out["w"], torch.tensor([0.0, -eta / 3]), rtol=1e-6, atol=1e-7)
+    assert out["bn.n"].dtype == torch.int64 and int(out["bn.n"]) == 5
 
 
 def test_fedexp_samples_weighting_is_the_authors_code() -> None:

@@ -306,7 +306,7 @@ def test_engine_does_not_import_the_layers_above_it(forbidden: str) -> None:
 
 
 BUILDING_BLOCKS = (
-    "_torch", "_version", "aggregation", "config", "data", "distillation", "engine", "environment", "errors", "experiments", "extras", "metrics", "models", "options",
+    "_torch", "_version", "aggregation", "config", "data", "distillation", "engine", "environment", "errors", "experiments", "extras", "metrics", "models", "numeric", "options",
     "paths", "plots", "plugins", "progress", "protocols", "prototypes", "seeds", "settings", "temperature", "training", "tune", "extend",
 )
 """Packages and modules the runs are built from: they hold maths, messages, the loop and the protocols (and the figures drawn from their records)."""

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
+from chillfl.numeric import is_real, is_whole
 from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.plugins import PluginNotImported
@@ -669,7 +670,7 @@ def check_compare_option(key: str, value: Any) -> None:
     """Type one ``[compare]`` option (see :attr:`RunConfig.compare`)."""
     field = f"compare.{key}"
     if key == "seeds":
-        ok = isinstance(value, list) and bool(value) and all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 2**63 for s in value)
+        ok = isinstance(value, list) and bool(value) and all(is_whole(s) and 0 <= s < 2**63 for s in value)
         require(ok, field, f"expected a non-empty list of integer seeds >= 0, got {short_repr(value)}")
         require(len(set(value)) == len(value), field, f"duplicate seeds in {short_repr(value)}")
         require(len(value) <= MAX_SEEDS, field, f"at most {MAX_SEEDS} seeds, got {len(value)}")
@@ -698,7 +699,7 @@ def config_from_dict(data: Mapping[str, Any], swept: Iterable[str] = ()) -> RunC
 def _refuse_bare_temperature(value: object) -> None:
     """``temperature=0.5`` (an override, or ``temperature = 0.5`` in a file) is ``--grid temperature=...``'s shorthand,
     which a config does not take: "expected a table" alone left the reader to find ``policy`` and ``value``."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if is_real(value):
         fixed = f"temperature.policy=fixed temperature.value={short_repr(value)}"
         raise ConfigError("temperature", f"expected a table, got {short_repr(value)}: a fixed T is {fixed} (only --grid takes temperature=T1,T2 as its shorthand)")
 
@@ -893,7 +894,7 @@ def typed_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
         typed = []
         for value in values:
             try:
-                typed.append(coerce(value, tp, key) if isinstance(value, (int, float)) and not isinstance(value, bool) else value)
+                typed.append(coerce(value, tp, key) if is_real(value) else value)
             except ConfigError:
                 typed.append(value)
         out[key] = typed
@@ -1221,7 +1222,3 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
 def check_out_dir(out_dir: str, field: str = "out_dir") -> None:
     """Refuse an ``out_dir`` that cannot hold result folders, before anything is written (see :func:`check_writable_dir`)."""
     check_writable_dir(out_dir, field)
-
-
-def is_finite_number(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)

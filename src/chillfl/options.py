@@ -19,11 +19,11 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
+from chillfl.numeric import is_real, is_whole
 
 T = TypeVar("T")
 Table = TypeVar("Table", bound="OwnTable")
 
-_NUMERIC = (int, float)
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """Every integer option fits in int64: numpy and torch take them as C integers."""
 GIB = 2**30
@@ -91,7 +91,7 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
             return value
         raise ConfigError(field, f"expected true or false, got {short_repr(value)}")
     if tp is float:
-        if isinstance(value, bool) or not isinstance(value, _NUMERIC):
+        if not is_real(value):
             raise ConfigError(field, f"expected a number, got {short_repr(value)}")
         try:
             number = float(value)
@@ -101,7 +101,7 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
             raise ConfigError(field, f"must be a finite number, got {short_repr(value)}")
         return number
     if tp is int:
-        if isinstance(value, bool) or not (isinstance(value, int) or (isinstance(value, float) and value.is_integer())):
+        if not (is_whole(value) or (isinstance(value, float) and value.is_integer())):
             raise ConfigError(field, f"expected an integer, got {short_repr(value)}")
         number = int(value)
         if not INT64_MIN <= number <= INT64_MAX:  # a float this large (1e30) was written as a number, not an integer: say so
@@ -127,7 +127,7 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
 
 def short_repr(value: Any, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, so a 10**400 or a 1 MB string gives a readable error."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+    if is_whole(value) and abs(value) >= 10**30:
         return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -58,6 +58,7 @@ from typing import Any, Literal
 from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiments import resolve_config
+from chillfl.numeric import is_real, is_whole
 from chillfl.progress import Progress
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
@@ -297,7 +298,7 @@ def run_claim(
 
 
 def _is_number(value: Any, whole: bool = False) -> bool:
-    return value is None or (isinstance(value, int if whole else (int, float)) and not isinstance(value, bool))
+    return value is None or (is_whole(value) if whole else is_real(value))
 
 
 def _check_numbers(row: Mapping[str, Any], folder: Path | None) -> None:

@@ -49,7 +49,6 @@ from __future__ import annotations
 import csv
 import json
 import logging
-import math
 import netrc
 import os
 import sys
@@ -60,6 +59,7 @@ from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
 from chillfl.extras import need
+from chillfl.numeric import is_finite_real
 
 SinkName = Literal["csv", "tensorboard", "wandb", "mlflow"]
 SINKS: tuple[SinkName, ...] = ("csv", "tensorboard", "wandb", "mlflow")
@@ -113,7 +113,9 @@ def scalars(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and (isinstance(value, bool) or math.isfinite(value))
+    """A finite number or a bool: unlike a config's numbers (:mod:`chillfl.numeric`), a record's flags (``agg_clp``,
+    whether CLP was detected this round) are logged, as 0.0 / 1.0, so that a sink can plot when they were on."""
+    return isinstance(value, bool) or is_finite_real(value)
 
 
 class CsvSink:

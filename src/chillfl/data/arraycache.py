@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from chillfl.errors import ConfigError, StorageError
+from chillfl.numeric import is_real
 from chillfl.paths import make_temp_dir
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.owned_temp import remove_unlocked
@@ -256,7 +257,7 @@ def _stats(meta: dict[str, Any], channels: int) -> tuple[tuple[float, ...] | Non
     mean, std = meta.get("channel_mean"), meta.get("channel_std")
     if not (isinstance(mean, list) and isinstance(std, list) and len(mean) == len(std) == channels):
         return None, None
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in [*mean, *std]) or not all(v > 0 for v in std):
+    if not all(is_real(v) for v in [*mean, *std]) or not all(v > 0 for v in std):
         return None, None
     return tuple(float(v) for v in mean), tuple(float(v) for v in std)
 

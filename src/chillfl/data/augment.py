@@ -61,6 +61,7 @@ from typing import Any, Literal
 import torch
 
 from chillfl.errors import ConfigError
+from chillfl.numeric import is_real
 from chillfl.options import parse_options, require, short_repr
 
 AUGMENT_KEY = "augment"
@@ -96,7 +97,7 @@ def norm_stats(value: Any, field: str) -> tuple[tuple[float, ...], tuple[float, 
     ok = isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, (list, tuple)) and len(v) >= 1 for v in value)
     if ok:
         means, stds = value
-        ok = len(means) == len(stds) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in [*means, *stds])
+        ok = len(means) == len(stds) and all(is_real(v) for v in [*means, *stds])
     if not ok:
         raise ConfigError(field, f'expected "dataset", false or [[means...], [stds...]] of equal length, got {short_repr(value)}')
     require(all(s > 0 for s in stds), field, f"stds must be > 0, got {short_repr(list(stds))}")

@@ -34,6 +34,7 @@ import numpy as np
 
 from chillfl.data.augment import AUGMENT_KEY
 from chillfl.errors import ConfigError
+from chillfl.numeric import is_whole
 from chillfl.options import short_path, short_repr
 from chillfl.paths import PARTITION_FILE as PARTITION_FILE  # defined there (storage names it too); read here
 
@@ -118,7 +119,7 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         check_rows(doc.get(ROWS), labels, path)
     out = []
     for i, ix in enumerate(clients):
-        if not isinstance(ix, list) or not all(isinstance(j, int) and not isinstance(j, bool) for j in ix):
+        if not isinstance(ix, list) or not all(is_whole(j) for j in ix):
             raise ConfigError(FIELD, f"client {i} in {short_path(path)} is not a list of integer indices")
         if ix and (min(ix) < 0 or max(ix) >= train_size):  # checked on Python ints: 2**70 does not fit an int64
             raise ConfigError(FIELD, f"indices in {short_path(path)} must be in [0, {train_size - 1}]")

@@ -38,6 +38,7 @@ from typing import Any, Literal, Mapping
 
 import torch
 
+from chillfl.numeric import is_whole
 from chillfl.options import require
 
 Direction = Literal["up", "down"]
@@ -207,7 +208,7 @@ class CommunicationLedger:
                 direction, _, kind = str(name).partition(".")
                 if direction not in DIRECTIONS or not kind:
                     raise ValueError(f"ledger cell {name!r} is not '<up|down>.<kind>'")
-                if isinstance(nbytes, bool) or not isinstance(nbytes, int) or nbytes < 0:
+                if not is_whole(nbytes) or nbytes < 0:
                     raise ValueError(f"ledger cell {name!r} must hold a non-negative integer, got {nbytes!r}")
                 row[(direction, kind)] = nbytes
         return out

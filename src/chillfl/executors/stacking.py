@@ -14,6 +14,7 @@ import torch
 import torch.utils._pytree as pytree
 from torch import nn
 
+from chillfl.numeric import is_real
 from chillfl.training.linear_factors import empty_in_order
 from chillfl.training.local import split_state
 
@@ -43,10 +44,6 @@ class StackedContext:
         return pytree.tree_unflatten(leaves, self.spec)
 
 
-def is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 EMPTY_CONTEXT = pytree.tree_flatten({})[1]
 
 
@@ -69,7 +66,7 @@ def stack_contexts(contexts: Sequence[Mapping[str, Any]], float_dtype: torch.dty
             if any(v.shape != first.shape or v.dtype != first.dtype for v in values):
                 raise NotVectorizable(f"context leaf {pos} has different shapes/dtypes across clients")
             batched[pos] = torch.stack([v.detach() for v in values])
-        elif all(is_number(v) for v in values):
+        elif all(is_real(v) for v in values):
             if any(v != first for v in values):
                 dtype = float_dtype if any(isinstance(v, float) for v in values) else torch.int64
                 batched[pos] = torch.tensor(values, dtype=dtype).to(device, non_blocking=True)

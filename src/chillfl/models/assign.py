@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.errors import ConfigError
+from chillfl.numeric import is_whole
 
 HETERO_KEYS = ("assign", "groups")
 
@@ -77,7 +78,7 @@ def parse_clients(value: Any, num_clients: int, field: str) -> list[int]:
                 ids.extend(range(int(lo), int(hi) + 1) if dash else [int(lo)])
             except ValueError:
                 raise ConfigError(field, f"expected ranges like '0-4' or '0-4,7', got {value!r}") from None
-    elif isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    elif isinstance(value, list) and all(is_whole(v) for v in value):
         ids = list(value)
     else:
         raise ConfigError(field, f"expected client ids ('0-4', '0-4,7' or a list of ints), got {value!r}")

@@ -27,6 +27,7 @@ from torch import nn
 
 from chillfl.errors import ConfigError
 from chillfl.models.parts import NoHeadError, head_name, head_size
+from chillfl.numeric import is_whole
 
 PROJECTION_OPTION = "projection_dim"
 
@@ -56,7 +57,7 @@ class ProjectionHead(nn.Sequential):
 def check_projection_dim(projection_dim: object, field: str) -> int:
     """Refuse a ``projection_dim`` that is no integer in [0, 65536]: read from the raw table, it is no dataclass field that
     :func:`~chillfl.options.parse_options` checks, and a dry run without the data builds no model to check it."""
-    if isinstance(projection_dim, bool) or not isinstance(projection_dim, int) or not 0 <= projection_dim <= 65536:
+    if not is_whole(projection_dim) or not 0 <= projection_dim <= 65536:
         raise ConfigError(field, f"must be an integer in [0, 65536] (0: no projection head), got {projection_dim!r}")
     return projection_dim
 

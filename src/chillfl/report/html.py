@@ -54,6 +54,7 @@ from chillfl.errors import ConfigError, StorageError
 from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
+from chillfl.numeric import is_real, is_whole
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.run_names import comparison_labels
 from chillfl.plots.styles import variant_style
@@ -164,7 +165,7 @@ def _check_shapes(folder: Path, summary: Any, records: list[Any]) -> None:
     traceback from deep in the page's tables and figures: the page reads the summary as an object, every record as an
     object with an integer round, and the table's and curves' values as numbers."""
     def number(value: Any) -> bool:
-        return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool))
+        return value is None or is_real(value)
 
     if not isinstance(summary, dict):
         raise ConfigError("RUN_DIR", f"{folder / 'summary.json'} is not a JSON object")
@@ -172,7 +173,7 @@ def _check_shapes(folder: Path, summary: Any, records: list[Any]) -> None:
         if not number(summary.get(key)):
             raise ConfigError("RUN_DIR", f"{folder / 'summary.json'}: {key} is {summary[key]!r}, not a number")
     for line, record in enumerate(records, 1):  # blank lines skipped: the n-th record
-        if not isinstance(record, dict) or isinstance(record.get("round"), bool) or not isinstance(record.get("round"), int):
+        if not isinstance(record, dict) or not is_whole(record.get("round")):
             raise ConfigError("RUN_DIR", f"{folder / 'metrics.jsonl'} record {line}: not a round's record (an object with an integer round)")
         for key in (*CURVES, *FROM_RECORDS.values()):
             if not number(record.get(key)):

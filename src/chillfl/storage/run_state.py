@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
+from chillfl.numeric import is_real
 from chillfl.storage.checkpoint import saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT, SWEEP_FILE, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
@@ -105,6 +106,6 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
             summary = {}
         accuracy, ran = summary.get("final_global_acc"), summary.get("rounds")
         return RunState(name, "finished", "", ran if type(ran) is int else None, planned,
-                        accuracy if isinstance(accuracy, (int, float)) and not isinstance(accuracy, bool) else None)
+                        accuracy if is_real(accuracy) else None)
     # a finished folder without its summary: a run stopped early by a callback
     return RunState(name, "stopped", "early, by a callback", _rounds_written(folder), planned)

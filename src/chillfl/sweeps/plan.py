@@ -28,6 +28,7 @@ from typing import Any
 
 from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, typed_grid, variant_config
 from chillfl.errors import ConfigError, MissingExtra
+from chillfl.numeric import is_real
 from chillfl.options import comma_items
 from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, run_name, short_setting, suffixed, variant_points
@@ -95,7 +96,7 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
         labels, temp = [], None
         for key, value in combo:
             if key == TEMPERATURE_SHORTHAND:
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                if not is_real(value) or value <= 0:
                     raise ConfigError("--grid temperature", f"values must be numbers > 0, got {value!r}")
                 overrides["temperature"] = {"policy": "fixed", "value": float(value)}
                 labels.append(f"T={value:g}")

@@ -28,6 +28,7 @@ from torch.func import functional_call
 
 from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, did_you_mean
+from chillfl.numeric import is_real
 from chillfl.options import NoOptions, parse_options
 from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
 
@@ -173,7 +174,7 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context,
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
             raise TermError(f"{type(term).__qualname__} returned a tensor of shape {tuple(value.shape)}; a loss term returns a scalar (a 0-d tensor)")
-    elif not isinstance(value, (int, float)) or isinstance(value, bool):
+    elif not is_real(value):
         raise TermError(f"{type(term).__qualname__} returned {type(value).__name__}; a loss term returns a scalar (a 0-d tensor)")
     return value
 

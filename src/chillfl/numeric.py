@@ -1,0 +1,41 @@
+"""What counts as a number in a config, a results file or a run's record: an ``int`` or a ``float``, never a ``bool``.
+
+Why bool is excluded: ``bool`` is a subclass of ``int`` (``isinstance(True, int)`` holds), so a bare
+``isinstance(x, (int, float))`` takes TOML's and JSON's ``true`` for the number 1: ``lr = true`` would train at
+1.0, ``seeds = [true]`` would run seed 1, a hand-edited ``"final_global_acc": false`` would read as 0 %. A value
+written as true/false is a switch, not a number, and every check here refuses it.
+
+What counts: Python's own ``int`` and ``float`` and their subclasses. ``numpy.float64`` subclasses ``float`` and is
+a number here; ``numpy.int64``, ``numpy.float32``, ``numpy.bool_``, tensors, ``Decimal`` and strings are not (what
+TOML and JSON read back is never one of them; a check that takes NumPy integers says so itself).
+
+Why its own module: the predicate was written out a dozen times (config, options, reports, sinks, data files, the
+vectorised executor), each a chance to forget the bool. It is a leaf: it imports nothing from chillfl, so any
+layer may use it and imports keep flowing one way.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TypeGuard
+
+__all__ = ["is_finite_real", "is_real", "is_whole"]
+
+
+def is_real(x: object) -> TypeGuard[int | float]:
+    """``x`` is an int or a float and not a bool (NaN and the infinities included: see :func:`is_finite_real`)."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def is_finite_real(x: object) -> TypeGuard[int | float]:
+    """``x`` is an int or a finite float and not a bool: NaN and +-inf pass every ``x > 0`` style range check (or fail
+    it silently), so a value that will be compared or averaged is asked this. Every int is finite, even one too large
+    for a float (``math.isfinite(10**400)`` would raise instead of answering)."""
+    if isinstance(x, float):
+        return math.isfinite(x)
+    return is_whole(x)
+
+
+def is_whole(x: object) -> TypeGuard[int]:
+    """``x`` is an int and not a bool: a seed, an index, a round or a byte count (a float, even ``3.0``, is not)."""
+    return isinstance(x, int) and not isinstance(x, bool)

@@ -113,8 +113,9 @@ def scalars(record: Mapping[str, Any]) -> dict[str, float]:
 
 
 def _is_number(value: Any) -> bool:
-    """A finite number or a bool: unlike a config's numbers (:mod:`chillfl.numeric`), a record's flags (``agg_clp``,
-    whether CLP was detected this round) are logged, as 0.0 / 1.0, so that a sink can plot when they were on."""
+    """A finite number or a bool: unlike a config's numbers (:mod:`chillfl.numeric`), a record's flags (PA3Fed's
+    ``agg_clp``: the round is inside a critical learning period) are logged, as 0.0 / 1.0, so that a sink plots when
+    they were on (``tests/test_sinks.py``: True -> 1.0)."""
     return isinstance(value, bool) or is_finite_real(value)
 
 

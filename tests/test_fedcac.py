@@ -166,6 +166,48 @@ def test_an_overlap_equal_to_the_threshold_collaborates() -> None:
     torch.testing.assert_close(agg.downlink(1, 1, glob).params["w"], t(1.75, 3.5, 2.5, 1.75))  # type: ignore[index]
 
 
+def test_the_largest_overlap_collaborates_at_t_equal_beta_though_the_formula_rounds_above_it() -> None:
+    # 40 parameters from the global 0 (s = theta^2), tau 0.25: int(0.25 * 40) = 10 critical each. theta is 2 on the
+    # critical positions and 1 elsewhere (s = 4 or 1): M_0 = 20..29, M_1 = 0..9, M_2 = 0..8 and 10, so n = 10 each,
+    # c_12 = 9 and c_01 = c_02 = 0: O_12 = O_21 = 1 - (10 + 10 - 18) / 20 = 1 - 0.1 = 0.9, the other four
+    # 1 - 20 / 20 = 0. mean = 1.8 / 6 = 0.3, max = 0.9. At t = beta (= 1) eps = 0.3 + (0.9 - 0.3): in doubles
+    # 0.9 - 0.3 = 0.6000000000000001 and 0.3 + 0.6000000000000001 = 0.9000000000000001 > 0.9 (both sums are
+    # order-free: the zeros add nothing), which shut 1 and 2 out; kept <= the largest overlap, eps = 0.9 and O_12 >= eps
+    assert 0.3 + (0.9 - 0.3) > 0.9  # the float arithmetic itself (IEEE doubles, any x86-64)
+    critical = {0: range(20, 30), 1: range(0, 10), 2: [*range(0, 9), 10]}
+    uploads = [result(c, torch.tensor([2.0 if i in critical[c] else 1.0 for i in range(40)])) for c in range(3)]
+    agg = FedCAC(3, ["w"], FedCACOptions(tau=0.25, beta=1))
+    agg.aggregate({"w": torch.zeros(40)}, uploads, 0)
+    assert agg.shared.tolist() == [[10, 0, 0], [0, 10, 9], [0, 9, 10]]
+    assert agg.collaborators(1, 0) == ([2], 0.3) and agg.collaborators(2, 0) == ([1], 0.3)  # t = 0: the mean
+    assert agg.collaborators(1, 1) == ([2], 0.9) and agg.collaborators(2, 1) == ([1], 0.9)  # t = beta: the largest
+    assert agg.collaborators(0, 1) == ([], 0.9)
+    # past beta the formula stands: eps = 0.3 + 2 (0.6000000000000001) = 1.5 > 0.9, no collaborator
+    assert agg.collaborators(1, 2) == ([], pytest.approx(1.5))
+
+
+def test_overlaps_all_equal_are_all_at_the_threshold_at_every_round() -> None:
+    # three masks of 3 sharing 1 pairwise: every O_ij = 1 - (3 + 3 - 2) / 6 = 1 - 0.6666666666666666 = 0.33333333333333337
+    # in doubles, so mean = max and eps_t = max at every t (max - mean = 0). The sum of the six in floats is 2.0 or
+    # 2.0000000000000004 by the order it is added in (one by one: the latter, and mean 0.3333333333333334 > max, which
+    # put eps_0 above every overlap: no collaborator at all at t = 0; pairwise: 2.0, mean 0.3333333333333333 < max,
+    # and past beta eps = mean + 1.5 (max - mean) could round above max); the mean kept within [min, max] = [max, max]
+    # is max whatever the order, so eps_t = max + (t / beta) 0 = max and each has the other two at every t
+    rates = overlap_rates(torch.tensor([[3, 1, 1], [1, 3, 1], [1, 1, 3]]))
+    top = float(rates[0, 1])
+    assert top == 1 - 4 / 6
+    for rounds_done in (0, 1, 2, 3):  # beta 2: before, at and past it
+        assert threshold(rates, rounds_done, 2) == top
+    # the server's: 6 parameters from the global 0, tau 0.5 (3 critical), theta 2 on M_0 = 012, M_1 = 034, M_2 = 135
+    # and 1 elsewhere (s = 4 or 1): each pair shares one position (0, 1, 3)
+    critical = {0: (0, 1, 2), 1: (0, 3, 4), 2: (1, 3, 5)}
+    agg = FedCAC(3, ["w"], FedCACOptions(tau=0.5, beta=2))
+    agg.aggregate({"w": torch.zeros(6)}, [result(c, torch.tensor([2.0 if i in critical[c] else 1.0 for i in range(6)])) for c in range(3)], 0)
+    assert agg.shared.tolist() == [[3, 1, 1], [1, 3, 1], [1, 1, 3]]
+    for rounds_done in (0, 2, 3):
+        assert [agg.collaborators(c, rounds_done)[0] for c in range(3)] == [[1, 2], [0, 2], [0, 1]]
+
+
 def test_the_server_measures_the_mask_against_the_start_it_sent() -> None:
     agg, glob = three_clients(beta=2)
     # round 1 (one round done), client 1 was sent (3.5, 3, 2.5, 2.5) (above) and uploads it + (0, 1, 0, -1) = (3.5, 4, 2.5, 1.5):

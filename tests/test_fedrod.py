@@ -104,6 +104,33 @@ def test_the_loss_at_a_temperature_and_where_its_gradients_go_by_hand() -> None:
         assert z.grad is None  # P's loss reads z detached: the body learns from the generic loss alone
 
 
+def test_the_prior_divided_by_the_temperature_with_the_logits_by_hand() -> None:
+    # the other reading of the paper's (temperature-free) BSM, prior_scaling = "with_logits": CE((G(z) + log n) / T).
+    # The setting above: T = 2, logits G(z) = (1, 0) for three samples, labels (0, 0, 1), log n = (ln 2, 0), P = (0.5, -0.5), z = 1.
+    # (G(z) + log n) / T = ((1 + ln 2) / 2, 0): p = e^((1 + ln 2) / 2) / (e^((1 + ln 2) / 2) + 1) = sqrt(2e) / (sqrt(2e) + 1)
+    #   = 2.331644 / 3.331644 = 0.699848; ln p = -0.356892, ln(1 - p) = ln 0.300152 = -1.203466
+    #   BSM = (-2 ln p - ln(1 - p)) / 3 = (0.713784 + 1.203466) / 3 = 0.639083
+    # P's loss is the one above, 0.793595 (T = 1, no prior): total 1.432678, against 1.456183 for the default "after_temperature"
+    # gradients into G(z): (p - onehot) / (3 T) = ((p - 1) / 6, (1 - p) / 6) = (-0.050025, 0.050025) for y = 0
+    #   and (p / 6, -p / 6) = (0.116641, -0.116641) for y = 1; into P as above, (0.214130, -0.214130)
+    # at T = 1 the two readings are one loss: CE(G(z) + log n) either way
+    prior = torch.tensor([math.log(2), 0.0])
+    y = torch.tensor([0, 0, 1])
+    params = {"personal.weight": torch.tensor([[0.5], [-0.5]]), "personal.bias": torch.zeros(2)}
+    logits = torch.tensor([[1.0, 0.0]] * 3, requires_grad=True)
+    loss = RoDLoss(prior_scaling="with_logits")(logits, y, 2.0, features=torch.ones(3, 1), params=params, context={LOG_PRIOR: prior})
+    assert float(loss) == pytest.approx(1.432678, abs=1e-6)
+    loss.backward()
+    assert logits.grad is not None
+    close(logits.grad, -0.050025, 0.050025, -0.050025, 0.050025, 0.116641, -0.116641)
+    at_one = [float(RoDLoss(prior_scaling=s)(logits.detach(), y, 1.0, features=torch.ones(3, 1), params=params, context={LOG_PRIOR: prior}))
+              for s in ("after_temperature", "with_logits")]
+    assert at_one[0] == at_one[1]
+    # the option reaches the client's loss
+    (objective,) = FedRoD(body_and_head(1.0, (1.0, 0.0)), FedRoDOptions(prior_scaling="with_logits")).client_half().objectives(SPEC)
+    assert isinstance(objective.base_loss, RoDLoss) and objective.base_loss.prior_scaling == "with_logits"
+
+
 def test_the_client_model_adds_both_heads_weights_and_biases() -> None:
     # body a = 3, G = (W_G, b_G) = ((1, 2), (0.5, -1)), P = ((-1, 1), (0.25, 0.25)): head W_G + W_P = (0, 3), b_G + b_P = (0.75, -0.75);
     # the body as it was

@@ -149,6 +149,18 @@ def test_qffl_large_q_with_spread_losses_scales_by_the_largest_loss() -> None:
     torch.testing.assert_close(out["w"], torch.tensor([1 - 1 / (200 / math.exp(5) + 10), 0.0]), rtol=1e-6, atol=1e-9)
 
 
+@pytest.mark.parametrize(("q", "expected"), [(1022, 2.0**1022), (1023, 2.0**1023), (1024, math.inf)])
+def test_qffl_h_reads_inf_only_past_the_largest_float(q: int, expected: float) -> None:
+    # one client that did not move (Delta = 0), F = 2, L = 1: sum_k h_k = F^q (q * 0 / F + L) = (2 + 1e-10)^q, so
+    # ln h = q ln(2 + 1e-10) = q (0.6931471806 + 5e-11): q = 1022 -> 708.40 (h = 2^1022 (1 + 5.1e-8) = 4.49e307);
+    # q = 1023 -> 709.09 (h = 2^1023 (1 + 5.1e-8) = 8.99e307, a float still: the largest is 1.80e308 = e^709.7827,
+    # which the old cutoff ln h < 709 read as inf); q = 1024 -> 709.782712945 > ln(1.80e308) = 709.782712893: inf
+    agg = Qffl(QfflOptions(q=float(q), lipschitz=1.0), ["w"])
+    out = agg.aggregate({"w": torch.tensor([1.0, 0.0])}, [result(0, [1.0, 0.0], **{LOSS: 2.0})], 0)
+    close(out["w"], 1.0, 0.0)  # Delta = 0: the model stays
+    assert agg.round_metrics()["qffl_h"] == pytest.approx(expected, rel=1e-6)
+
+
 def test_qffl_zero_loss_stays_finite_through_the_authors_tiny() -> None:
     # q = 0.5, L = 10; client A: F_A = 0, w_A = w^t (Delta_A = 0); client B: F_B = 1, Delta_B = [0, -2], ||.||^2 = 4
     # F_A + 1e-10: F_A^q = 1e-5, h_A = 0.5 * 1e-10^-0.5 * 0 + 10 * 1e-5 = 1e-4; h_B = 0.5 * 1 * 4 + 10 * 1 = 12

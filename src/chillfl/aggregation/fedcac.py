@@ -20,8 +20,10 @@ overlap to the largest one over ``beta`` rounds::
     eps_t = mean_{i != j} O_ij + (t / beta) (max_{i != j} O_ij - mean_{i != j} O_ij)
 
 so collaboration on critical parameters is broad early (while the masks are
-still settling) and cautious later: past t = beta only clients with the
-largest overlap collaborate. The server sends client i its customised model::
+still settling) and cautious later: at t = beta only clients with the
+largest overlap collaborate, past it none (unless all overlaps are equal).
+Up to t = beta the threshold is kept <= the largest overlap, which float
+rounding of the formula could overstep (:func:`threshold`). The server sends client i its customised model::
 
     c_i     = (theta_i + sum_{j in C_i} theta_j) / (1 + |C_i|)        (C_i: i's collaborators)
     start_i = M_i ⊙ c_i + (1 - M_i) ⊙ theta_g                         (theta_g: the global model)
@@ -183,11 +185,19 @@ def overlap_rates(shared: torch.Tensor) -> torch.Tensor:
 
 
 def threshold(rates: torch.Tensor, rounds_done: int, beta: int) -> float:
-    """eps_t = mean + (t / beta) (max - mean) of the off-diagonal overlaps (at least two clients)."""
+    """eps_t = mean + (t / beta) (max - mean) of the off-diagonal overlaps (at least two clients).
+
+    Up to t = beta, eps_t <= max exactly, so the pair of largest overlap always collaborates: in floats the mean
+    of overlaps all equal to the max can round above it, and so can mean + 1.0 (max - mean) at t = beta
+    (0.3 + (0.9 - 0.3) = 0.9000000000000001), which would shut that pair out. So the mean is kept within
+    [min, max] (all overlaps equal: mean = max, eps_t = max at every t, past beta too) and eps_t <= max until
+    t = beta; where neither rounds over, these are the formula's bits."""
     h = rates.shape[0]
     off = rates[~torch.eye(h, dtype=torch.bool)]
-    mean, top = float(off.sum()) / (h * (h - 1)), float(off.max())
-    return mean + rounds_done / beta * (top - mean)
+    low, top = float(off.min()), float(off.max())
+    mean = min(max(float(off.sum()) / (h * (h - 1)), low), top)
+    eps = mean + rounds_done / beta * (top - mean)
+    return min(eps, top) if rounds_done <= beta else eps
 
 
 def customised(models: Sequence[Params], keys: Sequence[str]) -> Params:

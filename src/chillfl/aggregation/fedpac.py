@@ -42,6 +42,12 @@ Choices
 * The statistics are computed in eval mode, with the body received this
   round (before training), as the authors' code does; they travel with the
   upload and the server uses them in that round's aggregation.
+* The head and body phases train in train mode (dropout active, batch-norm
+  statistics updated), as every training of the run and as the paper implies.
+  The authors' ``local_training`` calls ``model.train()`` and then
+  ``local_test``, whose ``model.eval()`` is never undone, so both their phases
+  run in eval mode; their CNNs have neither dropout nor batch norm, where the
+  two agree, but on a model with either they differ.
 * Local accuracy measures the client's model at the end of its training
   (its trained body and head); the combined head is what it starts from next
   time. A client's first round starts from the global head. The server keeps

@@ -30,7 +30,8 @@ Choices
 * The BSM is the run's base loss on G(z) + T log n_i, at the run's temperature
   CE(G(z)/T + log n_i): the prior is added after the temperature, not divided
   by it (the class-balanced posterior n_c exp(G_c(z)/T), normalised; the paper
-  has no temperature). P's loss is CE at T = 1. A class the client has no
+  has no temperature). ``prior_scaling = "with_logits"`` takes the other reading,
+  the base loss on G(z) + log n_i, CE((G(z) + log n_i)/T). P's loss is CE at T = 1. A class the client has no
   sample of gets log n = -1e9 (PFLlib's log 0 = -inf, without infinities).
   ``balanced = false`` trains G with the plain base loss (the paper's ablation).
 * The run's parameter terms (``[objective] proximal_mu``) apply to body + G, and so do its frozen
@@ -76,10 +77,15 @@ from chillfl.training.objective import LossTerm, Term, read_tensor, temperature_
 
 @dataclass(frozen=True)
 class FedRoDOptions:
-    """``balanced``: train the generic head with the balanced softmax (True) or the plain base loss."""
+    """``balanced``: train the generic head with the balanced softmax (True) or the plain base loss; ``prior_scaling``:
+    where the balanced softmax adds log n_i at a temperature T (below)."""
 
     balanced: bool = True
     weighting: Literal["samples", "uniform"] = "samples"
+    prior_scaling: Literal["after_temperature", "with_logits"] = "after_temperature"
+    """``after_temperature``: CE(G(z)/T + log n_i), the prior added after the temperature (the class-balanced posterior
+    n_c exp(G_c(z)/T), normalised); ``with_logits``: CE((G(z) + log n_i)/T), the prior divided by T with the logits.
+    The paper has no temperature, so both read it; they agree at T = 1."""
 
 
 PREFIX = "fedrod.p."
@@ -138,9 +144,13 @@ class RoDLoss:
 
     uses_features: ClassVar[bool] = True
 
-    def __init__(self, base_loss: BaseLoss = temperature_cross_entropy, balanced: bool = True) -> None:
+    def __init__(
+        self, base_loss: BaseLoss = temperature_cross_entropy, balanced: bool = True,
+        prior_scaling: Literal["after_temperature", "with_logits"] = "after_temperature",
+    ) -> None:
         self.base_loss = base_loss
         self.balanced = balanced
+        self.prior_scaling = prior_scaling
 
     def __call__(
         self,
@@ -155,7 +165,13 @@ class RoDLoss:
         if features is None or params is None or context is None:
             raise TypeError("RoDLoss needs the representation, the parameters and the context (StepLoss passes them)")
         prior = read_tensor(context, LOG_PRIOR).to(logits.dtype)
-        generic = self.base_loss(logits + temperature * prior if self.balanced else logits, y, temperature)
+        if not self.balanced:
+            adjusted = logits
+        elif self.prior_scaling == "with_logits":
+            adjusted = logits + prior  # the base loss divides it by T with the logits
+        else:
+            adjusted = logits + temperature * prior  # divided by T: log n_i added after the temperature
+        generic = self.base_loss(adjusted, y, temperature)
         personal = F.linear(features.detach(), params["personal.weight"], params.get("personal.bias"))
         return generic + temperature_cross_entropy(logits.detach() + personal, y, 1.0)
 
@@ -185,6 +201,7 @@ class FedRoDClient:
     head: str
     num_classes: int
     balanced: bool
+    prior_scaling: Literal["after_temperature", "with_logits"] = "after_temperature"
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         return start, dict(context)
@@ -197,7 +214,7 @@ class FedRoDClient:
         frozen = frozenset(f"model.{k}" for k in spec.frozen)  # P is the method's own: it trains even over a frozen G
         no_decay = frozenset(f"model.{k}" for k in spec.no_decay)
         rod = RoD(self.model, self.head)
-        return (replace(spec, model=rod, base_loss=RoDLoss(spec.base_loss, self.balanced), terms=tuple(terms), frozen=frozen, no_decay=no_decay),)
+        return (replace(spec, model=rod, base_loss=RoDLoss(spec.base_loss, self.balanced, self.prior_scaling), terms=tuple(terms), frozen=frozen, no_decay=no_decay),)
 
     def train(self, local: Local) -> LocalProgram:
         personal = own_entries(local.state, PREFIX) or head_of_state(local.start, self.head)
@@ -222,7 +239,7 @@ class FedRoD(FedAvg):
         super().__init__(options.weighting)
         self.options = options  # recorded for an instance passed from Python
         self.head = head_name(model)
-        self.client = FedRoDClient(model, self.head, head_size(model).classes, options.balanced)
+        self.client = FedRoDClient(model, self.head, head_size(model).classes, options.balanced, options.prior_scaling)
 
     def client_half(self) -> ClientHalf:
         return self.client

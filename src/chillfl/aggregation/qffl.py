@@ -39,6 +39,7 @@ Choices
 from __future__ import annotations
 
 import math
+import sys
 
 from dataclasses import dataclass
 from typing import Collection, Mapping, Sequence
@@ -57,6 +58,8 @@ LOSS = "qffl_loss"
 """The report key of F_k, the client's loss of the model it was sent."""
 TINY = 1e-10
 """Added to F_k before the power, as the authors' code does."""
+LOG_FLOAT_MAX = math.log(sys.float_info.max)
+"""ln of the largest float, 709.78 (just below the true one, so e^it is a float): past it sum_k h_k reads as inf."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,7 @@ def qffl_step(
             total[k].add_(delta[k], alpha=share)
     step = {k: (global_params[k].double() - total[k] / scaled_h).to(global_params[k].dtype) for k in keys}
     log_h = q * top + math.log(scaled_h)
-    return step, math.exp(log_h) if log_h < 709.0 else math.inf
+    return step, math.exp(log_h) if log_h <= LOG_FLOAT_MAX else math.inf  # a NaN reads as inf too
 
 
 class Qffl(AggregatorBase):

@@ -282,3 +282,22 @@ def test_a_grid_value_its_integer_option_refuses_is_named_as_written() -> None:
     with pytest.raises(ConfigError) as info:
         _grid_identity(["client.epochs=1.5,2"])
     assert (info.value.field, info.value.message) == ("client.epochs", "expected an integer, got 1.5 (grid variant client.epochs=1.5)")
+
+
+def test_numerically_equal_variant_overrides_are_one_comparison() -> None:
+    """``[variants.B] "client.lr" = 1`` and ``= 1.0`` (or ``client = { epochs = 2.0 }`` and ``2``) ran the same runs,
+    but the comparison's ``config.toml`` kept them as typed: its SHA-256 in ``sweep.json`` differed, so a shard of one did
+    not join the other's folder. A part's own option (``algorithm.mu``) stays as written, as a grid's does."""
+    written = _identity({**_GRID_BASE, "variants": {"A": {}, "B": {"client.lr": 1, "client": {"epochs": 2.0}, "algorithm": {"name": "fedprox", "mu": 0}}}})
+    typed = _identity({**_GRID_BASE, "variants": {"A": {}, "B": {"client.lr": 1.0, "client": {"epochs": 2}, "algorithm": {"name": "fedprox", "mu": 0}}}})
+    assert written == typed
+    assert written[0]["config_toml"] == typed[0]["config_toml"]
+    b = config_from_dict({**_GRID_BASE, "variants": {"B": {"client.lr": 1, "client": {"epochs": 2.0}, "algorithm": {"name": "fedprox", "mu": 0}}}}).variants["B"]
+    assert b == {"client.lr": 1.0, "client": {"epochs": 2}, "algorithm": {"name": "fedprox", "mu": 0}}
+    assert [type(b["client.lr"]), type(b["client"]["epochs"]), type(b["algorithm"]["mu"])] == [float, int, int]
+
+
+def test_a_variant_override_its_option_refuses_is_still_named_as_written() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({**_GRID_BASE, "variants": {"B": {"client.epochs": 1.5}}})
+    assert (info.value.field, info.value.message) == ("variants.B.client.epochs", "expected an integer, got 1.5")

@@ -301,3 +301,14 @@ def test_a_variant_override_its_option_refuses_is_still_named_as_written() -> No
     with pytest.raises(ConfigError) as info:
         config_from_dict({**_GRID_BASE, "variants": {"B": {"client.epochs": 1.5}}})
     assert (info.value.field, info.value.message) == ("variants.B.client.epochs", "expected an integer, got 1.5")
+
+
+def test_a_comparison_started_with_a_grid_value_as_typed_resumes_its_runs_by_their_names() -> None:
+    """A folder an older chillfl started with ``--grid client.lr=1,0.1`` recorded the label ``client.lr=1`` in its
+    ``sweep.json``; a resume plans from that record (not from the grid again), so its runs keep their folders."""
+    from chillfl.sweeps.plan import Variant, plan_runs
+
+    old = [Variant("client.lr=1", {"client.lr": 1}, short="lr1"), Variant("client.lr=0.1", {"client.lr": 0.1}, short="lr0.1")]
+    resumed = plan_runs(config_from_dict(_GRID_BASE), [], CompareOptions(seeds=[0, 1]), old)
+    assert [c.config.name for c in resumed.cells] == _grid_identity(["client.lr=1,0.1"])[1] == ["lr1-s0", "lr1-s1", "lr0.1-s0", "lr0.1-s1"]
+    assert [v.label for v in resumed.variants] == ["client.lr=1", "client.lr=0.1"]

@@ -181,7 +181,7 @@ def test_status_does_not_open_a_fifo_in_the_run_folder(cut: Path, capsys: pytest
 
     Opened, the FIFO blocks until a writer comes (forever); here a thread stands ready to write three lines, which
     a status that opens it counts as rounds, so the test fails rather than hangs."""
-    with _fifo_in_place(cut / "metrics.jsonl", b"{}\n" * 3) as wrote:
+    with _fifo_in_place(cut / "metrics.jsonl", b"".join(b'{"round": %d}\n' % r for r in (1, 2, 3))) as wrote:
         assert main(["status", str(cut)]) == 0
     assert not wrote.is_set()
     assert "stopped" in capsys.readouterr().out

@@ -92,3 +92,51 @@ def test_a_checkpoint_round_is_read_from_its_header_or_not_at_all(tmp_path: Path
     (tmp_path / "c").write_bytes(b"\xff" * 8 + data[8:])  # a header length past any file
     assert saved_round(tmp_path / "c") is None
     assert saved_round(tmp_path / "missing") is None
+
+
+def _stopped_run(tmp_path: Path, rounds: list[int]) -> Path:
+    """A stopped run of 2 planned rounds (``x.partial``, no checkpoint) whose ``metrics.jsonl`` holds one line a round of ``rounds``."""
+    folder = tmp_path / "x.partial"
+    folder.mkdir()
+    (folder / "config.toml").write_text(CONFIG.replace('name = "sh"', 'name = "x"').split("[compare]")[0])
+    lines = [json.dumps({"round": r, "clients": [0]}) for r in rounds]
+    (folder / "metrics.jsonl").write_text("".join(line + "\n" for line in lines))
+    return folder
+
+
+@pytest.mark.parametrize(("rounds", "cell"), [
+    ([1, 2, 1, 2], "2/2"),  # a round written twice (a run resumed by an older chillfl, which appended): one round
+    ([1, 2, 2], "2/2"),
+    ([1], "1/2"),
+    ([1, 2, 3], "3 (past the 2 planned)"),  # config.toml's rounds lowered after the run went on: said, not "3/2"
+])
+def test_a_runs_rounds_are_its_distinct_rounds_and_never_silently_past_the_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], rounds: list[int], cell: str
+) -> None:
+    """``status`` counted the lines of ``metrics.jsonl``: a round written twice showed ``4/2``, which reads as a run
+    past its end. It counts distinct rounds, and a run with rounds past the planned ones says so."""
+    folder = _stopped_run(tmp_path, rounds)
+    capsys.readouterr()
+    assert main(["status", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[3] == f"| x | stopped (before its first checkpoint: runs again) | {cell} | - |"
+
+
+def test_a_line_that_is_no_rounds_record_is_no_round(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A line of ``metrics.jsonl`` that holds no round's record (garbled, an object without an integer round) counts no round."""
+    folder = _stopped_run(tmp_path, [1])
+    with (folder / "metrics.jsonl").open("a") as fh:
+        fh.write('{"clients": [0]}\nnot json\n{"round": "2"}\n[2]\n{"round": true}\n{"round": 0}\n')
+    capsys.readouterr()
+    assert main(["status", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[3].split(" | ")[2] == "1/2"
+
+
+def test_a_finished_run_past_its_plan_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A comparison's run resumed (``--force``) with more rounds in its config.toml than the comparison planned: its
+    summary's last round is past the plan, shown as such rather than as ``5/2``."""
+    from chillfl.storage.run_state import run_state
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "summary.json").write_text(json.dumps({"final_global_acc": 0.5, "rounds": 5}))
+    assert run_state(tmp_path, "x", 2).cells() == ["x", "finished", "5 (past the 2 planned)", "50.00"]
+    assert run_state(tmp_path, "x", 5).cells() == ["x", "finished", "5/5", "50.00"]

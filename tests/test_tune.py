@@ -238,3 +238,77 @@ def test_a_comparison_started_with_a_grid_as_typed_resumes_the_same_runs(tmp_pat
     started = _identity({**_GRID_BASE, "tune": {"client.lr": [1.0, 0.1]}})
     assert [c.config.name for c in resumed.cells] == started[1]
     assert [c.config.to_dict() for c in resumed.cells] == started[2]
+
+
+def _grid_identity(grid: list[str]) -> tuple[Any, list[str], list[dict[str, Any]], list[str]]:
+    """:func:`_identity` of the comparison ``--grid grid`` makes of :data:`_GRID_BASE`, with its variants' labels."""
+    import json
+
+    from chillfl.storage.results import to_toml
+    from chillfl.sweeps.plan import plan_runs
+    from chillfl.sweeps.record import sweep_record
+
+    config = config_from_dict(_GRID_BASE)
+    plan = plan_runs(config, grid, CompareOptions(seeds=[0, 1]))
+    record = json.loads(json.dumps(sweep_record(to_toml(config.to_dict()).encode(), plan, resumable=True), sort_keys=True))
+    record.pop("started_in")
+    return record, [c.config.name for c in plan.cells], [c.config.to_dict() for c in plan.cells], [v.label for v in plan.variants]
+
+
+def test_numerically_equal_grid_values_are_one_comparison() -> None:
+    """``--grid client.lr=1,0.1`` and ``client.lr=1.0,0.1`` ran the same configs, but the first variant was labelled
+    ``client.lr=1`` (its table row, its long folder name) and recorded as ``1`` in ``sweep.json``: two comparisons
+    that never shared a folder. The value is the option's (a float), and the float spelling's label is kept."""
+    written = _grid_identity(["client.lr=1,0.1", "client.epochs=1.0,2"])
+    typed = _grid_identity(["client.lr=1.0,0.1", "client.epochs=1,2"])
+    assert written == typed
+    assert typed[3] == ["client.lr=1.0, client.epochs=1", "client.lr=1.0, client.epochs=2", "client.lr=0.1, client.epochs=1",
+                        "client.lr=0.1, client.epochs=2"]
+    assert typed[1][:2] == ["lr1-epochs1-s0", "lr1-epochs1-s1"]  # the folder names as before: 1 and 1.0 both wrote lr1
+    assert [v["overrides"] for v in typed[0]["variants"]][0] == {"client.lr": 1.0, "client.epochs": 1}
+
+
+def test_a_grid_value_given_twice_in_two_spellings_is_a_duplicate() -> None:
+    """``--grid client.lr=1,1.0`` ran the same runs twice, as two variants under their long folder names."""
+    from chillfl.sweeps.plan import parse_grid
+
+    with pytest.raises(ConfigError) as info:
+        parse_grid(["client.lr=1,1.0"])
+    assert (info.value.field, info.value.message) == ("--grid", "duplicate values: two variants would both be client.lr=1.0")
+
+
+def test_a_grid_value_its_integer_option_refuses_is_named_as_written() -> None:
+    """An integer option takes a whole float (``1.0`` is 1, as in a config file) and refuses 1.5, named as typed."""
+    with pytest.raises(ConfigError) as info:
+        _grid_identity(["client.epochs=1.5,2"])
+    assert (info.value.field, info.value.message) == ("client.epochs", "expected an integer, got 1.5 (grid variant client.epochs=1.5)")
+
+
+def test_numerically_equal_variant_overrides_are_one_comparison() -> None:
+    """``[variants.B] "client.lr" = 1`` and ``= 1.0`` (or ``client = { epochs = 2.0 }`` and ``2``) ran the same runs,
+    but the comparison's ``config.toml`` kept them as typed: its SHA-256 in ``sweep.json`` differed, so a shard of one did
+    not join the other's folder. A part's own option (``algorithm.mu``) stays as written, as a grid's does."""
+    written = _identity({**_GRID_BASE, "variants": {"A": {}, "B": {"client.lr": 1, "client": {"epochs": 2.0}, "algorithm": {"name": "fedprox", "mu": 0}}}})
+    typed = _identity({**_GRID_BASE, "variants": {"A": {}, "B": {"client.lr": 1.0, "client": {"epochs": 2}, "algorithm": {"name": "fedprox", "mu": 0}}}})
+    assert written == typed
+    assert written[0]["config_toml"] == typed[0]["config_toml"]
+    b = config_from_dict({**_GRID_BASE, "variants": {"B": {"client.lr": 1, "client": {"epochs": 2.0}, "algorithm": {"name": "fedprox", "mu": 0}}}}).variants["B"]
+    assert b == {"client.lr": 1.0, "client": {"epochs": 2}, "algorithm": {"name": "fedprox", "mu": 0}}
+    assert [type(b["client.lr"]), type(b["client"]["epochs"]), type(b["algorithm"]["mu"])] == [float, int, int]
+
+
+def test_a_variant_override_its_option_refuses_is_still_named_as_written() -> None:
+    with pytest.raises(ConfigError) as info:
+        config_from_dict({**_GRID_BASE, "variants": {"B": {"client.epochs": 1.5}}})
+    assert (info.value.field, info.value.message) == ("variants.B.client.epochs", "expected an integer, got 1.5")
+
+
+def test_a_comparison_started_with_a_grid_value_as_typed_resumes_its_runs_by_their_names() -> None:
+    """A folder an older chillfl started with ``--grid client.lr=1,0.1`` recorded the label ``client.lr=1`` in its
+    ``sweep.json``; a resume plans from that record (not from the grid again), so its runs keep their folders."""
+    from chillfl.sweeps.plan import Variant, plan_runs
+
+    old = [Variant("client.lr=1", {"client.lr": 1}, short="lr1"), Variant("client.lr=0.1", {"client.lr": 0.1}, short="lr0.1")]
+    resumed = plan_runs(config_from_dict(_GRID_BASE), [], CompareOptions(seeds=[0, 1]), old)
+    assert [c.config.name for c in resumed.cells] == _grid_identity(["client.lr=1,0.1"])[1] == ["lr1-s0", "lr1-s1", "lr0.1-s0", "lr0.1-s1"]
+    assert [v.label for v in resumed.variants] == ["client.lr=1", "client.lr=0.1"]

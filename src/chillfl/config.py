@@ -860,8 +860,44 @@ def with_dotted_grids(data: Mapping[str, Any]) -> Mapping[str, Any]:
         out["tune"] = typed_grid(dotted_grid(data["tune"].items()))
     variants = data.get("variants")
     if isinstance(variants, Mapping):
-        out["variants"] = {label: _own_grid(table, f"variants.{label}.tune") if isinstance(table, Mapping) else table for label, table in variants.items()}
+        out["variants"] = {label: typed_overrides(_own_grid(table, f"variants.{label}.tune")) if isinstance(table, Mapping) else table
+                           for label, table in variants.items()}
     return out
+
+
+def typed_overrides(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A variant's table of overrides with each number of a typed option as the option holds it (:func:`typed_number`),
+    through its dotted keys (``"client.lr" = 1``) and nested tables (``client = { lr = 1 }``); its own grid (``tune``) is
+    typed by :func:`typed_grid`.
+
+    Why: ``[variants.B] "client.lr" = 1`` and ``= 1.0`` ran the same runs, but the comparison's ``config.toml`` (whose
+    SHA-256 ``sweep.json`` records) and its ``sweep.json`` kept the value as typed: two comparisons, whose shards did not
+    join one folder. A part's own option (``algorithm.mu``) stays as written, as :func:`typed_grid` leaves it.
+    """
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        path = f"{prefix}{key}" if isinstance(key, str) else None
+        if path is None or (not prefix and (key == "tune" or key.startswith("tune."))):
+            out[key] = value
+        elif isinstance(value, Mapping):
+            out[key] = typed_overrides(value, f"{path}.")
+        else:
+            out[key] = typed_number(path, value)
+    return out
+
+
+def typed_number(key: str, value: Any) -> Any:
+    """``value`` as the typed option ``key`` of a run's config holds it (``client.lr``, 1 -> 1.0; ``client.epochs``,
+    2.0 -> 2), where it is a number the option takes; anything else as written, for the option's own check to name."""
+    if not is_real(value):
+        return value
+    tp = option_type(RunConfig, key)
+    if tp is None:
+        return value
+    try:
+        return coerce(value, tp, key)
+    except ConfigError:
+        return value
 
 
 def _own_grid(table: Mapping[str, Any], field: str) -> Mapping[str, Any]:
@@ -882,23 +918,11 @@ def typed_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
     (``--shard``), ``chillfl reproduce --resume`` reuses, only a folder that records the same. As typed, ``[1, 0.1]`` and
     ``[1.0, 0.1]`` were two comparisons, though they run the same configs under the same names. A value its option
     refuses stays as written, for the point's own check to name; so does every value of a part's own table
-    (``algorithm.mu``), which each run's config keeps as written too. A folder started before keeps its files as they
+    (``algorithm.mu``): only its part knows its type (a run's config.toml, resolved, holds it typed). A folder started before keeps its files as they
     were (its ``config.toml``'s checksum is of its bytes): its resume reads the grid typed, and runs the same configs.
     """
-    out: dict[str, Any] = {}
-    for key, values in grid.items():
-        tp = option_type(RunConfig, key) if isinstance(key, str) else None
-        if tp is None or not isinstance(values, list):
-            out[key] = values
-            continue
-        typed = []
-        for value in values:
-            try:
-                typed.append(coerce(value, tp, key) if is_real(value) else value)
-            except ConfigError:
-                typed.append(value)
-        out[key] = typed
-    return out
+    return {key: [typed_number(key, value) for value in values] if isinstance(key, str) and isinstance(values, list) else values
+            for key, values in grid.items()}
 
 
 def own_tune(shared: Mapping[str, Any], table: Any) -> dict[str, list[Any]]:

@@ -29,7 +29,16 @@ class RunState:
     accuracy: float | None = None
 
     def cells(self) -> list[str]:
-        rounds = "-" if self.rounds is None else f"{self.rounds}/{self.planned}" if self.planned else str(self.rounds)
+        """The table's cells; rounds past the planned ones (a run resumed with more rounds than its comparison planned,
+        or whose ``config.toml`` was edited since) are said to be, not shown as ``5/3``."""
+        if self.rounds is None:
+            rounds = "-"
+        elif not self.planned:
+            rounds = str(self.rounds)
+        elif self.rounds > self.planned:
+            rounds = f"{self.rounds} (past the {self.planned} planned)"
+        else:
+            rounds = f"{self.rounds}/{self.planned}"
         state = f"{self.kind} ({self.detail})" if self.detail else self.kind
         return [self.name, state, rounds, "-" if self.accuracy is None else f"{100 * self.accuracy:.2f}"]
 
@@ -43,15 +52,30 @@ def _regular(path: Path) -> bool:
 
 
 def _rounds_written(folder: Path) -> int:
-    """Rounds in ``metrics.jsonl`` (0 without it, or where it is no regular file): a cheap count of whole lines, not a
-    parse. A last line without its newline is a round's record cut short by a kill (``chillfl resume`` drops it), not a round."""
+    """The distinct rounds ``metrics.jsonl`` records (0 without it, or where it is no regular file).
+
+    Distinct round numbers, not lines: a round written twice (a run resumed by an older chillfl, which appended) counted
+    twice, and ``status`` showed ``4/2`` for a run of two rounds. A line that is no round's record (garbled, no integer
+    ``round`` >= 1) counts none; a last line without its newline is a round's record cut short by a kill (``chillfl
+    resume`` drops it), not a round."""
     if not _regular(folder / "metrics.jsonl"):
         return 0
+    rounds: set[int] = set()
     try:
         with (folder / "metrics.jsonl").open("rb") as fh:
-            return sum(1 for line in fh if line.endswith(b"\n") and line.strip())
+            for line in fh:
+                if not line.endswith(b"\n") or not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                number = record.get("round") if isinstance(record, dict) else None
+                if type(number) is int and number >= 1:
+                    rounds.add(number)
     except OSError:
         return 0
+    return len(rounds)
 
 
 def _locked(folder: Path) -> bool:

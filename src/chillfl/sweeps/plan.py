@@ -81,17 +81,20 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
     """The cartesian product of ``(key, values)`` axes as variants (``chillfl.compare(grid=...)`` passes typed values).
 
     ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
-    ``temperature.value`` set (T = 1 is the plain softmax).
+    ``temperature.value`` set (T = 1 is the plain softmax). A value of a typed option is taken as the option holds it
+    (:func:`~chillfl.config.typed_grid`) before it labels, names or is recorded: ``client.lr=0`` and ``client.lr=0.0``
+    are one variant, ``client.lr=0.0``, with one folder and one ``sweep.json``, as a ``[tune]`` grid's values are.
     """
     keys = [key for key, _ in axes]
     for key in keys:  # else the later axis overrode the earlier in every variant, whose label still named both values
         if keys.count(key) > 1:
             raise ConfigError("--grid", f"{key} is given twice; give all its values in one item ({key}=v1,v2,...)")
+    typed = typed_grid({key: list(values) for key, values in axes if key != TEMPERATURE_SHORTHAND})
     size = math.prod(len(values) for _, values in axes)
     if size > MAX_VARIANTS:
         raise ConfigError("--grid", f"{' x '.join(str(len(v)) for _, v in axes)} = {size} variants; at most {MAX_VARIANTS}")
     variants = []
-    for combo in itertools.product(*([(key, value) for value in values] for key, values in axes)):
+    for combo in itertools.product(*([(key, value) for value in typed.get(key, values)] for key, values in axes)):
         overrides: dict[str, Any] = {}
         labels, temp = [], None
         for key, value in combo:

@@ -11,6 +11,8 @@ CPU, one tensor per parameter in key order, then cast: the bits do not depend on
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Mapping, Sequence
 
 import torch
@@ -36,26 +38,78 @@ def clip_factor(norm: torch.Tensor, clip_norm: float) -> torch.Tensor:
     return torch.clamp(clip_norm / torch.clamp(norm, min=1e-12), max=1.0)
 
 
+def _certainly_within(tensors: Sequence[torch.Tensor], bound: float) -> bool:
+    """Whether the exact L2 norm of ``tensors`` is at most ``bound``, proved from their float64 norm.
+
+    That norm is off by at most about n/2 float64 rounding steps (n squares summed in any order, then a square
+    root), so it must clear ``bound`` by :func:`_margin`; the margin also covers any other float64 way of
+    measuring the norm, so the check holds however a reader measures it."""
+    return float(l2_norm(tensors)) <= bound * (1.0 - _margin(tensors))
+
+
+def _margin(tensors: Sequence[torch.Tensor]) -> float:
+    """(2n + 16) float64 rounding steps for n entries: twice the worst-case error of a float64 norm, with room for the
+    scale's and the products' own roundings (a relative 2e-10 for a million entries, far below a float32 step)."""
+    return (sum(t.numel() for t in tensors) + 8) * 2.0**-52
+
+
+def _toward_zero(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``exact`` (float64) cast to ``dtype`` rounding toward zero, not to nearest, so that |out_i| <= |exact_i|
+    elementwise: a cast that rounded up would push a clipped update's norm past C by up to half a step per entry."""
+    out = exact.to(dtype)
+    return torch.where(out.double().abs() > exact.abs(), torch.nextafter(out, torch.zeros_like(out)), out)
+
+
+def _scaled_within(tensors: Sequence[torch.Tensor], scale: torch.Tensor, bound: float) -> list[torch.Tensor]:
+    """``tensors`` times ``scale`` (about bound / norm), each rounded toward zero, with an exact L2 norm <= ``bound``.
+
+    Rounding toward zero leaves the product's norm at most the float64 one, but that one can still exceed
+    ``bound`` by the float64 roundings of the norm, the scale and the products (when the products happen to be
+    representable, e.g. a scale of 1/2): then all entries shrink once more by twice :func:`_margin`, which is
+    more than those roundings can add (for float32 entries, one step each toward zero)."""
+    out = [_toward_zero(t.double() * scale, t.dtype) for t in tensors]
+    if not _certainly_within(out, bound):
+        shrink = 1.0 - 2 * _margin(tensors)
+        out = [_toward_zero(t.double() * shrink, t.dtype) for t in out]
+    return out
+
+
 def clip_update(update: Mapping[str, torch.Tensor], clip_norm: float) -> tuple[Params, float]:
-    """``update`` scaled to L2 norm at most C over all its entries together; and its norm before clipping."""
-    norm = l2_norm(list(update.values()))
-    scale = clip_factor(norm, clip_norm)
-    return {k: (v.double() * scale).to(v.dtype) for k, v in update.items()}, float(norm)
+    """``update`` scaled to L2 norm at most C over all its entries together; and its norm before clipping.
+
+    At most C exactly, not just up to rounding (DP's sensitivity bound, which the accounting assumes): a scaled
+    update is rounded toward zero (:func:`_scaled_within`). An update already certainly within C is returned
+    bit for bit; one whose float64 norm is within rounding of C is shrunk by a step, as it may be just over."""
+    values = list(update.values())
+    norm = l2_norm(values)
+    if _certainly_within(values, clip_norm):
+        return {k: v.clone() for k, v in update.items()}, float(norm)
+    return dict(zip(update, _scaled_within(values, clip_factor(norm, clip_norm), clip_norm))), float(norm)
 
 
 def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tuple[Params, bool]:
     """McMahan et al.'s (2018) PerLayerClip with equal budgets: each of the k entries clipped on its own to
-    S_j = C / sqrt(k), so that the whole stays within sqrt(sum_j S_j^2) = C; and whether any entry was scaled down."""
+    S_j = C / sqrt(k), so that the whole stays within sqrt(sum_j S_j^2) = C; and whether any entry was scaled down.
+
+    Exactly, as :func:`clip_update`: each entry is rounded toward zero, and S_j itself is rounded down."""
     if not update:
         return {}, False
-    budget = clip_norm / len(update) ** 0.5
+    budget = _layer_budget(clip_norm, len(update))
     out: Params = {}
     scaled = False
     for k, v in update.items():
         norm = l2_norm([v])
         scaled |= bool(norm > budget)
-        out[k] = (v.double() * clip_factor(norm, budget)).to(v.dtype)
+        out[k] = v.clone() if _certainly_within([v], budget) else _scaled_within([v], clip_factor(norm, budget), budget)[0]
     return out, scaled
+
+
+def _layer_budget(clip_norm: float, k: int) -> float:
+    """C / sqrt(k), rounded down where float64 rounded it up: k entries at most S each must stay within C exactly."""
+    budget = clip_norm / k**0.5
+    while math.isfinite(budget) and Fraction(budget) ** 2 * k > Fraction(clip_norm) ** 2:
+        budget = math.nextafter(budget, 0.0)
+    return budget
 
 
 def gaussian_like(like: Mapping[str, torch.Tensor], std: float, seed: int) -> Params:

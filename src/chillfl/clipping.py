@@ -11,8 +11,6 @@ CPU, one tensor per parameter in key order, then cast: the bits do not depend on
 
 from __future__ import annotations
 
-import math
-from fractions import Fraction
 from typing import Mapping, Sequence
 
 import torch
@@ -91,10 +89,11 @@ def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tupl
     """McMahan et al.'s (2018) PerLayerClip with equal budgets: each of the k entries clipped on its own to
     S_j = C / sqrt(k), so that the whole stays within sqrt(sum_j S_j^2) = C; and whether any entry was scaled down.
 
-    Exactly, as :func:`clip_update`: each entry is rounded toward zero, and S_j itself is rounded down."""
+    Exactly, as :func:`clip_update`: each entry is rounded toward zero and certainly within S_j, with a margin
+    (:func:`_margin`, at least 18 float64 steps) that also absorbs S_j's own few steps of rounding."""
     if not update:
         return {}, False
-    budget = _layer_budget(clip_norm, len(update))
+    budget = clip_norm / len(update) ** 0.5
     out: Params = {}
     scaled = False
     for k, v in update.items():
@@ -102,14 +101,6 @@ def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tupl
         scaled |= bool(norm > budget)
         out[k] = v.clone() if _certainly_within([v], budget) else _scaled_within([v], clip_factor(norm, budget), budget)[0]
     return out, scaled
-
-
-def _layer_budget(clip_norm: float, k: int) -> float:
-    """C / sqrt(k), rounded down where float64 rounded it up: k entries at most S each must stay within C exactly."""
-    budget = clip_norm / k**0.5
-    while math.isfinite(budget) and Fraction(budget) ** 2 * k > Fraction(clip_norm) ** 2:
-        budget = math.nextafter(budget, 0.0)
-    return budget
 
 
 def gaussian_like(like: Mapping[str, torch.Tensor], std: float, seed: int) -> Params:

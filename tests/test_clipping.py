@@ -89,6 +89,37 @@ def test_float64_norm_at_c_but_exactly_over_is_shrunk() -> None:
     assert not scaled and torch.equal(per_layer["u"], out["u"])  # a rounding step, not a clip
 
 
+def test_float64_sum_rounding_down_is_allowed_for() -> None:
+    # u = (1, 2^-30): float64's sum of squares 1 + 2^-60 rounds to 1, so the float64 norm is exactly C = 1, yet the
+    # exact norm is over: the check allows for the sum's rounding (Higham's gamma_{n-1}) and shrinks it a step
+    u = torch.tensor([1.0, 2.0**-30])
+    out, norm = clip_update({"u": u}, 1.0)
+    assert norm == 1.0 and torch.equal(out["u"], toward_zero(u, 1))
+    assert_within([out["u"]], 1.0)
+
+
+def test_exactly_at_c_is_kept() -> None:
+    # the check is exact, not a tolerance: one value of norm exactly C passes as it is, and (2) at C = 1 becomes
+    # exactly (1) (with more values the float64 sum's possible rounding is allowed for, so a norm of exactly C shrinks)
+    out, _ = clip_update({"u": torch.tensor([1.0])}, 1.0)
+    assert torch.equal(out["u"], torch.tensor([1.0]))
+    out, _ = clip_update({"u": torch.tensor([2.0])}, 1.0)
+    assert torch.equal(out["u"], torch.tensor([1.0]))
+    out, scaled = clip_per_layer({"u": torch.tensor([-2.0]), "v": torch.tensor([0.5])}, 2 * 2**0.5)  # S = 2 exactly
+    assert scaled is False and torch.equal(out["u"], torch.tensor([-2.0]))
+
+
+def test_per_layer_budget_rounded_down() -> None:
+    # C = fl(sqrt 3), k = 3: C / sqrt(3) rounds to S = 1, but three entries at exactly 1 have norm sqrt(3) > C;
+    # S one float64 step below 1 scales each down a step
+    clip = math.sqrt(3)
+    assert clip / 3**0.5 == 1.0 and Fraction(clip) ** 2 < 3
+    update = {k: torch.tensor([1.0]) for k in "abc"}
+    out, scaled = clip_per_layer(update, clip)
+    assert scaled and all(torch.equal(out[k], toward_zero(torch.tensor([1.0]), 1)) for k in "abc")
+    assert_within(list(out.values()), clip)
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_clip_update_within_c_exactly(dtype: torch.dtype) -> None:
     clipped = shrunk = 0

@@ -11,6 +11,8 @@ CPU, one tensor per parameter in key order, then cast: the bits do not depend on
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
 from typing import Mapping, Sequence
 
 import torch
@@ -25,10 +27,14 @@ def float_keys(params: Mapping[str, torch.Tensor]) -> list[str]:
 
 def l2_norm(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     """The L2 norm of all ``tensors`` together, in float64 (a float64 0 for none)."""
+    return torch.sqrt(_sum_of_squares(tensors))
+
+
+def _sum_of_squares(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     total = torch.zeros((), dtype=torch.float64)
     for t in tensors:
         total = total + (t.double() ** 2).sum().cpu()
-    return torch.sqrt(total)
+    return total
 
 
 def clip_factor(norm: torch.Tensor, clip_norm: float) -> torch.Tensor:
@@ -37,17 +43,25 @@ def clip_factor(norm: torch.Tensor, clip_norm: float) -> torch.Tensor:
 
 
 def _certainly_within(tensors: Sequence[torch.Tensor], bound: float) -> bool:
-    """Whether the exact L2 norm of ``tensors`` is at most ``bound``, proved from their float64 norm.
+    """Whether the exact L2 norm of ``tensors`` is at most ``bound``, proved from their float64 sum of squares.
 
-    That norm is off by at most about n/2 float64 rounding steps (n squares summed in any order, then a square
-    root), so it must clear ``bound`` by :func:`_margin`; the margin also covers any other float64 way of
-    measuring the norm, so the check holds however a reader measures it."""
-    return float(l2_norm(tensors)) <= bound * (1.0 - _margin(tensors))
+    The squares of float32, float16 and bfloat16 values are exact in float64, and a float64 sum of n exact terms,
+    in any order, is within a relative g = (n - 1) u / (1 - (n - 1) u) of the true one (u = 2^-53; Higham,
+    *Accuracy and Stability of Numerical Algorithms*, 2002, (4.4)). So sum * (1 + g) / (1 - g) <= bound^2, checked
+    in exact rationals, bounds the true sum and also any other float64 sum of the squares (another reader's
+    norm). Tight: one value exactly at ``bound`` passes. float64 entries' squares round: for them, the bound holds
+    up to float64's own rounding (there is no wider type to round toward zero from)."""
+    total = float(_sum_of_squares(tensors))
+    if not math.isfinite(total):
+        return False
+    n = sum(t.numel() for t in tensors)
+    g = Fraction(max(n - 1, 0), 2**53 - max(n - 1, 0))  # (n - 1) u / (1 - (n - 1) u)
+    return Fraction(total) * (1 + g) / (1 - g) <= Fraction(bound) ** 2
 
 
 def _margin(tensors: Sequence[torch.Tensor]) -> float:
-    """(2n + 16) float64 rounding steps for n entries: twice the worst-case error of a float64 norm, with room for the
-    scale's and the products' own roundings (a relative 2e-10 for a million entries, far below a float32 step)."""
+    """(2n + 16) float64 rounding steps for n values: more than the float64 roundings of the norm, the scale and the
+    products can put a clipped update over (a relative 2e-10 for a million values, far below a float32 step)."""
     return (sum(t.numel() for t in tensors) + 8) * 2.0**-52
 
 
@@ -64,7 +78,7 @@ def _scaled_within(tensors: Sequence[torch.Tensor], scale: torch.Tensor, bound: 
     Rounding toward zero leaves the product's norm at most the float64 one, but that one can still exceed
     ``bound`` by the float64 roundings of the norm, the scale and the products (when the products happen to be
     representable, e.g. a scale of 1/2): then all entries shrink once more by twice :func:`_margin`, which is
-    more than those roundings can add (for float32 entries, one step each toward zero)."""
+    more than those roundings can add (for float32 entries, one step each toward zero), so once is enough."""
     out = [_toward_zero(t.double() * scale, t.dtype) for t in tensors]
     if not _certainly_within(out, bound):
         shrink = 1.0 - 2 * _margin(tensors)
@@ -89,11 +103,11 @@ def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tupl
     """McMahan et al.'s (2018) PerLayerClip with equal budgets: each of the k entries clipped on its own to
     S_j = C / sqrt(k), so that the whole stays within sqrt(sum_j S_j^2) = C; and whether any entry was scaled down.
 
-    Exactly, as :func:`clip_update`: each entry is rounded toward zero and certainly within S_j, with a margin
-    (:func:`_margin`, at least 18 float64 steps) that also absorbs S_j's own few steps of rounding."""
+    Exactly, as :func:`clip_update`: each entry is rounded toward zero and certainly within S_j, and S_j itself
+    is rounded down (:func:`_layer_budget`)."""
     if not update:
         return {}, False
-    budget = clip_norm / len(update) ** 0.5
+    budget = _layer_budget(clip_norm, len(update))
     out: Params = {}
     scaled = False
     for k, v in update.items():
@@ -101,6 +115,15 @@ def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tupl
         scaled |= bool(norm > budget)
         out[k] = v.clone() if _certainly_within([v], budget) else _scaled_within([v], clip_factor(norm, budget), budget)[0]
     return out, scaled
+
+
+def _layer_budget(clip_norm: float, k: int) -> float:
+    """C / sqrt(k), stepped down where float64 rounded it up: k entries each exactly at S_j must stay within C
+    (e.g. C = fl(sqrt 3), k = 3 gives S_j = 1, and three entries of norm 1 would have norm sqrt(3) > C)."""
+    budget = clip_norm / k**0.5
+    while math.isfinite(budget) and Fraction(budget) ** 2 * k > Fraction(clip_norm) ** 2:
+        budget = math.nextafter(budget, 0.0)
+    return budget
 
 
 def gaussian_like(like: Mapping[str, torch.Tensor], std: float, seed: int) -> Params:

@@ -42,8 +42,8 @@ def clip_factor(norm: torch.Tensor, clip_norm: float) -> torch.Tensor:
     return torch.clamp(clip_norm / torch.clamp(norm, min=1e-12), max=1.0)
 
 
-def _certainly_within(tensors: Sequence[torch.Tensor], bound: float) -> bool:
-    """Whether the exact L2 norm of ``tensors`` is at most ``bound``, proved from their float64 sum of squares.
+def _certainly_within(sum_of_squares: torch.Tensor, n: int, bound: float) -> bool:
+    """Whether the exact L2 norm of n values is at most ``bound``, proved from their float64 sum of squares.
 
     The squares of float32, float16 and bfloat16 values are exact in float64, and a float64 sum of n exact terms,
     in any order, is within a relative g = (n - 1) u / (1 - (n - 1) u) of the true one (u = 2^-53; Higham,
@@ -51,18 +51,15 @@ def _certainly_within(tensors: Sequence[torch.Tensor], bound: float) -> bool:
     in exact rationals, bounds the true sum and also any other float64 sum of the squares (another reader's
     norm). Tight: one value exactly at ``bound`` passes. float64 entries' squares round: for them, the bound holds
     up to float64's own rounding (there is no wider type to round toward zero from)."""
-    total = float(_sum_of_squares(tensors))
+    total = float(sum_of_squares)
     if not math.isfinite(total):
         return False
-    n = sum(t.numel() for t in tensors)
     g = Fraction(max(n - 1, 0), 2**53 - max(n - 1, 0))  # (n - 1) u / (1 - (n - 1) u)
     return Fraction(total) * (1 + g) / (1 - g) <= Fraction(bound) ** 2
 
 
-def _margin(tensors: Sequence[torch.Tensor]) -> float:
-    """(2n + 16) float64 rounding steps for n values: more than the float64 roundings of the norm, the scale and the
-    products can put a clipped update over (a relative 2e-10 for a million values, far below a float32 step)."""
-    return (sum(t.numel() for t in tensors) + 8) * 2.0**-52
+def _numel(tensors: Sequence[torch.Tensor]) -> int:
+    return sum(t.numel() for t in tensors)
 
 
 def _toward_zero(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -77,11 +74,12 @@ def _scaled_within(tensors: Sequence[torch.Tensor], scale: torch.Tensor, bound: 
 
     Rounding toward zero leaves the product's norm at most the float64 one, but that one can still exceed
     ``bound`` by the float64 roundings of the norm, the scale and the products (when the products happen to be
-    representable, e.g. a scale of 1/2): then all entries shrink once more by twice :func:`_margin`, which is
-    more than those roundings can add (for float32 entries, one step each toward zero), so once is enough."""
+    representable, e.g. a scale of 1/2): then all entries shrink once more by a relative (4n + 32) float64 steps
+    (for n float32 values, one float32 step each toward zero), more than those roundings and any float64
+    measurement's can add together (about n + 12 steps), so once is enough."""
     out = [_toward_zero(t.double() * scale, t.dtype) for t in tensors]
-    if not _certainly_within(out, bound):
-        shrink = 1.0 - 2 * _margin(tensors)
+    if not _certainly_within(_sum_of_squares(out), _numel(out), bound):
+        shrink = 1.0 - (4 * _numel(out) + 32) * 2.0**-53
         out = [_toward_zero(t.double() * shrink, t.dtype) for t in out]
     return out
 
@@ -93,8 +91,9 @@ def clip_update(update: Mapping[str, torch.Tensor], clip_norm: float) -> tuple[P
     update is rounded toward zero (:func:`_scaled_within`). An update already certainly within C is returned
     bit for bit; one whose float64 norm is within rounding of C is shrunk by a step, as it may be just over."""
     values = list(update.values())
-    norm = l2_norm(values)
-    if _certainly_within(values, clip_norm):
+    total = _sum_of_squares(values)
+    norm = torch.sqrt(total)  # l2_norm's
+    if _certainly_within(total, _numel(values), clip_norm):
         return {k: v.clone() for k, v in update.items()}, float(norm)
     return dict(zip(update, _scaled_within(values, clip_factor(norm, clip_norm), clip_norm))), float(norm)
 
@@ -111,9 +110,10 @@ def clip_per_layer(update: Mapping[str, torch.Tensor], clip_norm: float) -> tupl
     out: Params = {}
     scaled = False
     for k, v in update.items():
-        norm = l2_norm([v])
+        total = _sum_of_squares([v])
+        norm = torch.sqrt(total)  # l2_norm's
         scaled |= bool(norm > budget)
-        out[k] = v.clone() if _certainly_within([v], budget) else _scaled_within([v], clip_factor(norm, budget), budget)[0]
+        out[k] = v.clone() if _certainly_within(total, v.numel(), budget) else _scaled_within([v], clip_factor(norm, budget), budget)[0]
     return out, scaled
 
 

@@ -257,7 +257,7 @@ def test_step_has_the_plain_formulations_bits(monkeypatch: pytest.MonkeyPatch) -
     # bitwise, with the chunked norms forced on (NORM_CHUNK = 64 < every parameter's per-sample entries but the last).
     from torch.func import grad, vmap
 
-    from chillfl.clipping import clip_factor
+    from chillfl.clipping import cast_toward_zero, clip_factor
     from chillfl.privacy import dpsgd
 
     monkeypatch.setattr(dpsgd, "NORM_CHUNK", 64)
@@ -272,7 +272,23 @@ def test_step_has_the_plain_formulations_bits(monkeypatch: pytest.MonkeyPatch) -
 
     per_sample, losses = vmap(grad(one, has_aux=True), in_dims=(None, 0, 0), randomness="different")(params, x, y)
     norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(per_sample[k].reshape(9, -1), dim=-1, dtype=torch.float64) for k in params]), dim=0)
-    scale = clip_factor(norms, 0.3).to(torch.float32)
+    scale = cast_toward_zero(clip_factor(norms, 0.3), torch.float32)  # the factor rounded down, not to nearest
     z = gaussian_like(params, 1.1 * 0.3, derive_seed(8, "dp-sgd", 4))
     want = [(torch.tensordot(scale, per_sample[k], dims=1) + z[k]) / 9 for k in params]
     assert torch.equal(loss, losses.mean()) and all(g is not None and torch.equal(g, w) for g, w in zip(got, want))
+
+
+def test_per_sample_factors_round_down_never_past_c_over_the_norm() -> None:
+    # min(1, C / ||g_j||) is computed in float64 and cast to the gradients' float32; to nearest, about half the casts
+    # round up, and a clipped sample's gradient would be scaled to C (1 + 2^-24): past the sensitivity C. Rounded down,
+    # every factor is at most the float64 one and at most one float32 step below it (no more shrink than that).
+    from chillfl.clipping import clip_factor
+
+    g = torch.randn(400, 37, generator=torch.Generator().manual_seed(3)) * 5.0  # every sample's norm well above C = 0.7
+    factor64 = clip_factor(torch.linalg.vector_norm(g, dim=-1, dtype=torch.float64), 0.7)
+    got = PerSampleClipping(0.7, 1.0)._scales([g])
+    assert got.dtype == torch.float32 and bool((factor64 < 1).all())
+    assert bool((got.double() <= factor64).all())
+    nearest = factor64.to(torch.float32)
+    assert bool((nearest.double() > factor64).any())  # the case this guards against occurs in these draws
+    assert torch.equal(got, torch.where(nearest.double() > factor64, torch.nextafter(nearest, torch.zeros_like(nearest)), nearest))

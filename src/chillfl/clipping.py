@@ -62,7 +62,7 @@ def _numel(tensors: Sequence[torch.Tensor]) -> int:
     return sum(t.numel() for t in tensors)
 
 
-def _toward_zero(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+def cast_toward_zero(exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """``exact`` (float64) cast to ``dtype`` rounding toward zero, not to nearest, so that |out_i| <= |exact_i|
     elementwise: a cast that rounded up would push a clipped update's norm past C by up to half a step per entry."""
     out = exact.to(dtype)
@@ -77,10 +77,10 @@ def _scaled_within(tensors: Sequence[torch.Tensor], scale: torch.Tensor, bound: 
     representable, e.g. a scale of 1/2): then all entries shrink once more by a relative (4n + 32) float64 steps
     (for n float32 values, one float32 step each toward zero), more than those roundings and any float64
     measurement's can add together (about n + 12 steps), so once is enough."""
-    out = [_toward_zero(t.double() * scale, t.dtype) for t in tensors]
+    out = [cast_toward_zero(t.double() * scale, t.dtype) for t in tensors]
     if not _certainly_within(_sum_of_squares(out), _numel(out), bound):
         shrink = 1.0 - (4 * _numel(out) + 32) * 2.0**-53
-        out = [_toward_zero(t.double() * shrink, t.dtype) for t in out]
+        out = [cast_toward_zero(t.double() * shrink, t.dtype) for t in out]
     return out
 
 

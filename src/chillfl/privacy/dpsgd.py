@@ -29,7 +29,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch.func import grad, vmap
 
-from chillfl.clipping import clip_factor, gaussian_like
+from chillfl.clipping import cast_toward_zero, clip_factor, gaussian_like
 from chillfl.seeds import derive_seed
 
 Params = dict[str, torch.Tensor]
@@ -140,7 +140,10 @@ class PerSampleClipping:
         # ||g_j|| in float64 over all parameters together, as float64 norms of the fp32 gradients and then the norm of those:
         # no float64 copy squared (about 4x faster on the CPU than squaring a float64 copy; equal to it up to float64 rounding)
         norms = torch.linalg.vector_norm(torch.stack([row_norms_float64(g) for g in flat]), dim=0)
-        return clip_factor(norms, self.clip_norm).to(flat[0].dtype)
+        # rounded down to the gradients' dtype, not to nearest: a factor rounded up would scale a clipped sample's
+        # gradient to C (1 + 2^-24), past the sensitivity C the accountant charges (the products and their sum still
+        # round in float32, so per-sample clipping holds up to that rounding; DP-FedAvg's clip_update holds exactly)
+        return cast_toward_zero(clip_factor(norms, self.clip_norm), flat[0].dtype)
 
 
 NORM_CHUNK = 1 << 17

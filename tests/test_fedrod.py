@@ -176,3 +176,13 @@ def test_the_runs_frozen_and_no_decay_names_are_renamed_into_the_template():
     (objective,) = client.objectives(spec)
     assert objective.frozen == {"model.0.weight"} and objective.no_decay == {"model.0.bias"}
     assert {"model.0.weight", "model.0.bias", "personal.weight"} <= {n for n, _ in objective.model.named_parameters()}
+
+
+def test_prior_scaling_without_the_balanced_softmax_is_refused_naming_it() -> None:
+    # balanced = false trains G with the plain base loss, which has no log n_i to place: the option would do nothing
+    from chillfl.errors import ConfigError
+
+    FedRoDOptions(balanced=False).validate("algorithm")  # the default reading is no request: accepted
+    FedRoDOptions(prior_scaling="with_logits").validate("algorithm")
+    with pytest.raises(ConfigError, match=r"^algorithm\.prior_scaling: .*balanced = true"):
+        FedRoDOptions(balanced=False, prior_scaling="with_logits").validate("algorithm")

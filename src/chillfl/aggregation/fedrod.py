@@ -71,6 +71,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.models.parts import head_name, head_size, prefixed
+from chillfl.options import require
 from chillfl.training.local import BaseLoss, LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm, Term, read_tensor, temperature_cross_entropy
 
@@ -86,6 +87,11 @@ class FedRoDOptions:
     """``after_temperature``: CE(G(z)/T + log n_i), the prior added after the temperature (the class-balanced posterior
     n_c exp(G_c(z)/T), normalised); ``with_logits``: CE((G(z) + log n_i)/T), the prior divided by T with the logits.
     The paper has no temperature, so both read it; they agree at T = 1."""
+
+    def validate(self, section: str) -> None:
+        # the plain base loss adds no prior: a reading of where it goes would be silently ignored
+        require(self.balanced or self.prior_scaling == "after_temperature", f"{section}.prior_scaling",
+                "places the balanced softmax's log n_i, which balanced = false leaves out; set balanced = true too")
 
 
 PREFIX = "fedrod.p."

@@ -519,6 +519,14 @@ def test_a_duplicate_grid_value_is_named(grid: list[str], line: str) -> None:
     assert f"{err.value.field}: {err.value.message}" == line
 
 
+def test_temperatures_that_differ_past_six_digits_are_two_variants() -> None:
+    # the label showed T with :g, six significant digits: 0.1234561 and 0.1234562 were both "T=0.123456" and the grid
+    # was refused as a duplicate; a value :g rounds shows every digit, one it does not keeps its short form
+    variants = parse_grid(["temperature=0.1234561,0.1234562,0.5,1"])
+    assert [v.label for v in variants] == ["T=0.1234561", "T=0.1234562", "T=0.5", "T=1"]
+    assert [v.temperature for v in variants] == [0.1234561, 0.1234562, 0.5, 1.0]
+
+
 def test_a_duplicate_tuning_value_is_named() -> None:
     from chillfl.tune import parse_tune
 

@@ -77,6 +77,13 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
     return grid_variants(axes)
 
 
+def temperature_text(value: float) -> str:
+    """T as a label shows it: ``:g`` (``0.5``, ``1``), unless six significant digits would round it, when every digit
+    shows (``0.1234561``): else two temperatures of a grid that differ past the sixth digit had one label."""
+    short = f"{value:g}"
+    return short if float(short) == value else repr(value)
+
+
 def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
     """The cartesian product of ``(key, values)`` axes as variants (``chillfl.compare(grid=...)`` passes typed values).
 
@@ -102,7 +109,7 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
                 if not is_real(value) or value <= 0:
                     raise ConfigError("--grid temperature", f"values must be numbers > 0, got {value!r}")
                 overrides["temperature"] = {"policy": "fixed", "value": float(value)}
-                labels.append(f"T={value:g}")
+                labels.append(f"T={temperature_text(float(value))}")
                 temp = float(value)
             else:
                 overrides[key] = value

@@ -135,7 +135,7 @@ def test_no_comparison_on_given_rows() -> None:
 
 
 def _seed_rows(seeds: list[int]) -> list[dict[str, Any]]:
-    empty = {"final_acc": None, "delta_acc": None, "final_val_acc": None, "final_loss": None, "diverged_seeds": [], "failed": {}}
+    empty: dict[str, Any] = {"final_acc": None, "delta_acc": None, "final_val_acc": None, "final_loss": None, "diverged_seeds": [], "failed": {}}
     return [{"variant": v, "seeds": seeds, "rounds_to_target": [None] * len(seeds), **empty} for v in ("T=1", "T=0.05")]
 
 

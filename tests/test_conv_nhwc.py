@@ -146,7 +146,8 @@ class _Copies(TorchDispatchMode):
 
     def __init__(self) -> None:
         super().__init__()
-        self.copied, self.pools = 0, []
+        self.copied = 0
+        self.pools: list[tuple[int, bool]] = []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))

@@ -269,7 +269,7 @@ def test_heat_map_titles_fit_in_the_image(tmp_path: Path, monkeypatch: pytest.Mo
 
     def spy(self: Figure, *args: object, **kwargs: object) -> object:
         renderer = self.canvas.get_renderer()  # type: ignore[attr-defined]
-        for text in [ax.title for ax in self.axes if ax.get_title()] + ([self._suptitle] if self._suptitle else []):
+        for text in [ax.title for ax in self.axes if ax.get_title()] + list(self.texts):  # texts: the suptitle among them
             box = text.get_window_extent(renderer)
             boxes.append((box.x0, box.x1, box.y0, box.y1, self.bbox.x1, self.bbox.y1))
         return save(self, *args, **kwargs)  # type: ignore[arg-type]

@@ -28,7 +28,8 @@ class Scored:
     """A PA3Fed server with its clients' side of Eq. 10: each client keeps its last score and reports alpha (PA3FedClient.remember)."""
 
     def __init__(self, agg: PA3Fed) -> None:
-        self.agg, self.half, self.states = agg, PA3FedClient(agg.options), {}
+        self.agg, self.half = agg, PA3FedClient(agg.options)
+        self.states: dict[int, dict[str, torch.Tensor]] = {}  # each client's kept score (its own state)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         out = []

@@ -11,7 +11,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -76,7 +76,7 @@ BASE = {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients":
 
 
 @pytest.fixture()
-def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def user_code(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (tmp_path / "my_fl_rules.py").write_text(USER_MODULE)
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path

@@ -291,6 +291,7 @@ class PrototypeSharing:
             method=self.hooks.round_metrics(knowledge, releases, round),
         )
         record.metrics.update(self.book.traffic(round))
+        record.metrics.update(self.book.temperatures({t.client_id: trained_at(t, r) for t, r in zip(tasks, replies)}))
         if self.eval_clients != "none":
             record.metrics.update(self.book.local(record.clients))
             ids = record.clients if self.eval_clients == "sampled" else sorted(self.proto_acc)

@@ -24,7 +24,7 @@ import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 from chillfl import arguments
@@ -143,7 +143,7 @@ def run(
     config: ConfigLike = None,
     *,
     out_dir: str | Path | None = None,
-    callbacks: Sequence[Callback | Callable[[dict[str, Any]], Any]] = (),
+    callbacks: Sequence[CallbackLike] = (),
     progress: Progress = True,
     write: bool = True,
     aggregator: Any = None,
@@ -202,7 +202,7 @@ def resume(
     aggregator: Any = None,
     terms: Sequence[Any] = (),
     policy: Any = None,
-    callbacks: Sequence[Callback | Callable[[dict[str, Any]], Any]] = (),
+    callbacks: Sequence[CallbackLike] = (),
     progress: Progress = True,
     force: bool = False,
 ) -> Result:
@@ -690,6 +690,26 @@ def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None)
 
 
 # ---------------------------------------------------------------- callbacks and registries
+
+
+class _OnRound(Protocol):
+    def on_round(self, record: dict[str, Any]) -> Any: ...
+
+
+class _OnRoundWithView(Protocol):
+    def on_round(self, record: dict[str, Any], run: RunView) -> Any: ...
+
+
+class _OnEnd(Protocol):
+    def on_end(self, output: RunOutput) -> Any: ...
+
+
+CallbackLike = Union[
+    Callback, _OnRound, _OnRoundWithView, _OnEnd, Callable[[dict[str, Any]], Any], Callable[[dict[str, Any], RunView], Any],
+]
+"""What ``callbacks=[...]`` takes, as its docstring says and :func:`_as_callback` accepts: an object with
+``on_round(record[, run])`` and/or ``on_end(output)``, or a function of ``(record)`` or ``(record, run)``. Spelled out
+so that a user's mypy accepts every documented form (``Callback`` alone needs both methods and ``on_round(record)``)."""
 
 
 class _Hook:

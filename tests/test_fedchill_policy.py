@@ -93,6 +93,15 @@ def test_floor_behaviour() -> None:
     assert temps == pytest.approx([0.056, 0.056, 0.05])
 
 
+def test_floor_margin_is_strict() -> None:
+    # Algorithm 1 line 13 (and Sec. 3.4): decay only while T_{n,k} > 1.1 * T_min, a strict ">".
+    # T_min = 0.5, T = 1.1 * 0.5 = 0.55 (the same double as the literal 0.55): at the margin, so no decay,
+    # even though P = 1 is reached at round 3 (0.3 <= 0.3); a ">=" would give max(0.5 * 0.55, 0.5) = 0.5.
+    temps, counters = _run([0.3] * 3, t0=1.1 * 0.5, patience=1, gamma=0.5, t_min=0.5)
+    assert temps == [0.55, 0.55, 0.55]
+    assert counters == [0, 0, 1]  # line 15's reset is inside the decay branch: not reached
+
+
 def test_decay_step_is_pure() -> None:
     state = ClientTemperatureState(temperature=1.0, history=[0.5, 0.5], counter=0)
     new = decay_step(state, 0.5, patience=1, gamma=0.5, t_min=0.05)

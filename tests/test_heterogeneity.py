@@ -97,6 +97,30 @@ def test_js_by_hand() -> None:
     assert heterogeneity([[1, 1, 1, 1]], "js")[0] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_js_max_is_the_rarest_class_vertex() -> None:
+    # JS(e_j || p_g), m = (e_j + p_g) / 2: 0.5 * KL(e_j || m) + 0.5 * KL(p_g || m)
+    #   = 0.5 * -ln((1 + p)/2) + 0.5 * (p ln(2p/(1 + p)) + (1 - p) ln 2),  p = p_g(j)
+    # p_g = (0.8, 0.2): class 0 -> 0.5 * 0.105361 + 0.5 * 0.044403 = 0.074882,
+    #                   class 1 -> 0.5 * 0.510826 + 0.5 * 0.334795 = 0.422810 (the maximum, the rarer class)
+    # so the one-class client of class 0 scores 0.074882 / 0.422810 = 0.177105, of class 1 exactly 1
+    def vertex(p: float) -> float:
+        return 0.5 * -math.log((1 + p) / 2) + 0.5 * (p * math.log(2 * p / (1 + p)) + (1 - p) * LN2)
+
+    h = heterogeneity([[1, 0], [0, 1]], "js", p_g=[0.8, 0.2])
+    assert h[0] == pytest.approx(vertex(0.8) / vertex(0.2), rel=1e-12) and h[0] == pytest.approx(0.177105, abs=1e-6)
+    assert h[1] == pytest.approx(1.0, rel=1e-12)
+
+
+def test_entropy_difference_max_when_the_reference_is_skewed() -> None:
+    # p_g = (0.95, 0.05): H_g = -(0.95 ln 0.95 + 0.05 ln 0.05) = 0.048728 + 0.149787 = 0.198515 < ln 2 / 2,
+    # so the largest |H_g - H_n| over H_n in [0, ln 2] is ln 2 - H_g = 0.494632 (a uniform client), not H_g.
+    # one-class client: H_n = 0 -> 0.198515 / 0.494632 = 0.401339; uniform client: 0.494632 / 0.494632 = 1
+    h_g = -(0.95 * math.log(0.95) + 0.05 * math.log(0.05))
+    h = heterogeneity([[1, 0], [1, 1]], "entropy_diff", p_g=[0.95, 0.05])
+    assert h[0] == pytest.approx(h_g / (LN2 - h_g), rel=1e-12) and h[0] == pytest.approx(0.401339, abs=1e-6)
+    assert h[1] == pytest.approx(1.0, rel=1e-12)
+
+
 def test_entropy_difference_by_hand() -> None:
     # uniform p_g, C = 4: |ln 4 - ln 2| = ln 2; max(ln 4, ln4 - ln4) = ln 4 -> 0.5
     assert heterogeneity([[2, 2, 0, 0]], "entropy_diff")[0] == pytest.approx(0.5)

@@ -157,6 +157,16 @@ def test_size_and_entropy_by_hand() -> None:
     np.testing.assert_allclose(heterogeneity([[3, 1, 0, 0], [2, 2, 0, 0]], "entropy"), [0.594361, 0.5], atol=1e-6)
 
 
+def test_uniform_clients_score_in_the_unit_interval_despite_rounding() -> None:
+    # Eq. 6's score is "normalized to the range [0, 1]" (Sec. 3.2). A uniform client's entropy, summed as
+    # C * (-(1/C) ln(1/C)), lands within a few ulps of ln C on either side (on this CPU above it for C = 5,
+    # 12, 13, 18, ...), so 1 - H / ln C can come out as -1e-16 unless the score is clipped to [0, 1].
+    for c in range(2, 41):
+        for measure in ("entropy", "entropy_diff", "ratio", "kl", "js"):
+            h = float(heterogeneity([[1] * c], measure)[0])
+            assert 0.0 <= h <= 1e-12, (measure, c, h)
+
+
 def test_minmax_flips_measures_where_large_means_less_heterogeneous() -> None:
     # entropies ln 4, ln 2, 0 -> (max - H) / (max - min) = 0, 0.5, 1
     counts = [[1, 1, 1, 1], [2, 2, 0, 0], [4, 0, 0, 0]]

@@ -93,6 +93,26 @@ def test_floor_behaviour() -> None:
     assert temps == pytest.approx([0.056, 0.056, 0.05])
 
 
+def test_floor_margin_is_strict() -> None:
+    # Algorithm 1 line 13 (and Sec. 3.4): decay only while T_{n,k} > 1.1 * T_min, a strict ">".
+    # T_min = 0.5, T = 1.1 * 0.5 = 0.55 (the same double as the literal 0.55): at the margin, so no decay,
+    # even though P = 1 is reached at round 3 (0.3 <= 0.3); a ">=" would give max(0.5 * 0.55, 0.5) = 0.5.
+    temps, counters = _run([0.3] * 3, t0=1.1 * 0.5, patience=1, gamma=0.5, t_min=0.5)
+    assert temps == [0.55, 0.55, 0.55]
+    assert counters == [0, 0, 1]  # line 15's reset is inside the decay branch: not reached
+
+
+def test_server_offer_uses_the_options_of_eq7() -> None:
+    # 'minmax' makes the server compute T_{n,0}; it must use the configured T_max and s, not the defaults.
+    # C = 2, uniform p_g: Eq. 6 raw = |2 p(0) - 1| + |2 p(1) - 1|: [2, 0] -> 2, [1, 1] -> 0, [3, 1] -> 0.5 + 0.5 = 1
+    # minmax over (2, 0, 1): h = (1, 0, 0.5); Eq. 7 with T_max = 0.8, s = 1: 0.8 e^-1, 0.8, 0.8 e^-0.5
+    # = 0.294304, 0.8, 0.485225 (the defaults T_max = 1, s = 2 would give 0.135335, 1, 0.367879)
+    policy = FedChillPolicy(FedChillOptions(normalisation="minmax", t_max=0.8, s=1.0), np.array([[2, 0], [1, 1], [3, 1]]))
+    offers = [policy.temperature(cid, 0) for cid in range(3)]
+    assert offers == pytest.approx([0.8 * math.exp(-1.0), 0.8, 0.8 * math.exp(-0.5)], rel=1e-12)
+    assert offers == pytest.approx([0.294304, 0.8, 0.485225], abs=1e-6)
+
+
 def test_decay_step_is_pure() -> None:
     state = ClientTemperatureState(temperature=1.0, history=[0.5, 0.5], counter=0)
     new = decay_step(state, 0.5, patience=1, gamma=0.5, t_min=0.05)

@@ -97,6 +97,30 @@ def test_js_by_hand() -> None:
     assert heterogeneity([[1, 1, 1, 1]], "js")[0] == pytest.approx(0.0, abs=1e-12)
 
 
+def test_js_max_is_the_rarest_class_vertex() -> None:
+    # JS(e_j || p_g), m = (e_j + p_g) / 2: 0.5 * KL(e_j || m) + 0.5 * KL(p_g || m)
+    #   = 0.5 * -ln((1 + p)/2) + 0.5 * (p ln(2p/(1 + p)) + (1 - p) ln 2),  p = p_g(j)
+    # p_g = (0.8, 0.2): class 0 -> 0.5 * 0.105361 + 0.5 * 0.044403 = 0.074882,
+    #                   class 1 -> 0.5 * 0.510826 + 0.5 * 0.334795 = 0.422810 (the maximum, the rarer class)
+    # so the one-class client of class 0 scores 0.074882 / 0.422810 = 0.177105, of class 1 exactly 1
+    def vertex(p: float) -> float:
+        return 0.5 * -math.log((1 + p) / 2) + 0.5 * (p * math.log(2 * p / (1 + p)) + (1 - p) * LN2)
+
+    h = heterogeneity([[1, 0], [0, 1]], "js", p_g=[0.8, 0.2])
+    assert h[0] == pytest.approx(vertex(0.8) / vertex(0.2), rel=1e-12) and h[0] == pytest.approx(0.177105, abs=1e-6)
+    assert h[1] == pytest.approx(1.0, rel=1e-12)
+
+
+def test_entropy_difference_max_when_the_reference_is_skewed() -> None:
+    # p_g = (0.95, 0.05): H_g = -(0.95 ln 0.95 + 0.05 ln 0.05) = 0.048728 + 0.149787 = 0.198515 < ln 2 / 2,
+    # so the largest |H_g - H_n| over H_n in [0, ln 2] is ln 2 - H_g = 0.494632 (a uniform client), not H_g.
+    # one-class client: H_n = 0 -> 0.198515 / 0.494632 = 0.401339; uniform client: 0.494632 / 0.494632 = 1
+    h_g = -(0.95 * math.log(0.95) + 0.05 * math.log(0.05))
+    h = heterogeneity([[1, 0], [1, 1]], "entropy_diff", p_g=[0.95, 0.05])
+    assert h[0] == pytest.approx(h_g / (LN2 - h_g), rel=1e-12) and h[0] == pytest.approx(0.401339, abs=1e-6)
+    assert h[1] == pytest.approx(1.0, rel=1e-12)
+
+
 def test_entropy_difference_by_hand() -> None:
     # uniform p_g, C = 4: |ln 4 - ln 2| = ln 2; max(ln 4, ln4 - ln4) = ln 4 -> 0.5
     assert heterogeneity([[2, 2, 0, 0]], "entropy_diff")[0] == pytest.approx(0.5)
@@ -131,6 +155,16 @@ def test_size_and_entropy_by_hand() -> None:
     # H(3/4, 1/4) = .75 ln(4/3) + .25 ln 4 = 0.215762 + 0.346574 = 0.562335; 1 - H/ln 4 = 0.594361
     assert heterogeneity([[3, 1, 0, 0]], "entropy", normalisation="none")[0] == pytest.approx(0.562335, abs=1e-6)
     np.testing.assert_allclose(heterogeneity([[3, 1, 0, 0], [2, 2, 0, 0]], "entropy"), [0.594361, 0.5], atol=1e-6)
+
+
+def test_uniform_clients_score_in_the_unit_interval_despite_rounding() -> None:
+    # Eq. 6's score is "normalized to the range [0, 1]" (Sec. 3.2). A uniform client's entropy, summed as
+    # C * (-(1/C) ln(1/C)), lands within a few ulps of ln C on either side (on this CPU above it for C = 5,
+    # 12, 13, 18, ...), so 1 - H / ln C can come out as -1e-16 unless the score is clipped to [0, 1].
+    for c in range(2, 41):
+        for measure in ("entropy", "entropy_diff", "ratio", "kl", "js"):
+            h = float(heterogeneity([[1] * c], measure)[0])
+            assert 0.0 <= h <= 1e-12, (measure, c, h)
 
 
 def test_minmax_flips_measures_where_large_means_less_heterogeneous() -> None:

@@ -370,3 +370,34 @@ def test_fedchill_round_one_temperatures_equal_eq6_eq7_by_hand() -> None:
         assert sorted(got, key=int) == [str(c) for c in range(6)]
         assert [got[str(c)] for c in range(6)] == pytest.approx(want.tolist(), rel=1e-12)
         assert record["temperature_mean"] == pytest.approx(want.mean(), rel=1e-12)
+
+
+def test_fedchill_minmax_server_offers_each_client_its_own_eq7_temperature() -> None:
+    """With ``normalisation = "minmax"`` the server computes T_{n,0} (it needs every client's counts) and offers it
+    in each client's downlink. Catches: an offer computed for the wrong client (e.g. every client given client 0's)."""
+    config = load_config(
+        None,
+        {
+            "name": "oracle-fedchill-minmax",
+            "dataset.name": "digits",
+            "partition.name": "dirichlet",
+            "partition.alpha": 0.3,
+            "model.name": "mlp",
+            "federation.num_clients": 4,
+            "federation.rounds": 1,
+            "client.epochs": 1,
+            "client.batch_size": 64,
+            "temperature.policy": "fedchill",
+            "temperature.normalisation": "minmax",
+            "temperature.decay": False,
+        },
+    )
+    out = run_experiment(config, write=False, progress=False)
+    counts = build_data(config).class_counts().astype(np.float64)
+    p = counts / counts.sum(axis=1, keepdims=True)
+    raw = np.abs(p * 10 - 1.0).sum(axis=1)  # Eq. 6 with uniform p_g = 1/10
+    h = (raw - raw.min()) / (raw.max() - raw.min())  # "minmax": the least heterogeneous client 0, the most 1
+    want = np.clip(np.exp(-2.0 * h), 0.05, 1.0)  # Eq. 7, T_max = 1, s = 2
+    assert len(set(want.round(6).tolist())) == 4  # four different temperatures, so a mix-up shows
+    got = out.records[0]["temperatures"]
+    assert [got[str(c)] for c in range(4)] == pytest.approx(want.tolist(), rel=1e-12)

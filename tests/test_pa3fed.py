@@ -199,6 +199,18 @@ def test_detect_clp_on_a_given_fgn_sequence() -> None:
     assert is_clp(0.0, 0.0, 0.01) is False
 
 
+def test_period_check_is_a_strict_relative_rise() -> None:
+    # Eq. 6: (FGN(t) - FGN(t-1)) / FGN(t-1) > delta
+    # at the threshold: (3 - 2) / 2 = 0.5, not > 0.5 -> outside the CLP
+    assert is_clp(2.0, 3.0, 0.5) is False
+    assert is_clp(2.0, 3.0, 0.25) is True
+    # relative, not absolute: 10 -> 10.05 rises by 0.05 > 0.01 but by 0.005 relative -> outside;
+    # 0.001 -> 0.002 rises by 0.001 < 0.5 but by 1.0 relative -> inside
+    assert is_clp(10.0, 10.05, 0.01) is False
+    assert is_clp(0.001, 0.002, 0.5) is True
+    assert detect_clp([2.0, 3.0, 3.0], 0.5) == [False, False, False]
+
+
 # ---------------------------------------------------------------- the wrapper
 
 
@@ -227,6 +239,34 @@ def test_wrapper_weights_inside_and_outside_clp() -> None:
     # the shift is recorded though not applied: 1/(1 + 3 e^-0.3) - 0.25 = 1/3.2225 - 0.25 = 0.06032
     assert agg.round_metrics()["adapted"] is False
     assert agg.round_metrics()["weight_shift"] == pytest.approx(1 / (1 + 3 * math.exp(-0.3)) - 0.25)
+
+
+def test_fgn_without_the_learning_rate_reaches_the_wrapper() -> None:
+    # fgn_scale_by_lr = False drops eta from Eq. 4: FGN = sum_i m_i ||g_i||^2 = 0.25 * 2^2 + 0.75 * 2^2 = 4
+    # (with eta = 0.1, the default reading, it is 0.4)
+    g = {"w": torch.zeros(1)}
+    results = [result(0, 1, 0.0, score=1.0, grad_norm=2.0), result(1, 3, 1.0, score=1.0, grad_norm=2.0)]
+    plain = PA3Fed(FedAvg(), PA3FedOptions(fgn_scale_by_lr=False))
+    scored(plain).aggregate(g, results, 0)
+    assert plain.round_metrics()["fgn"] == pytest.approx(4.0, rel=1e-12)
+    with_lr = PA3Fed(FedAvg())
+    scored(with_lr).aggregate(g, results, 0)
+    assert with_lr.round_metrics()["fgn"] == pytest.approx(0.4, rel=1e-12)
+
+
+class _UnnormalisedFedAvg(FedAvg):
+    """A base whose own weights are n_i, not n_i / n (the protocol asks only for its weights, not for a sum of 1)."""
+
+    def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
+        return torch.tensor([float(r.num_samples) for r in results], dtype=torch.float64)
+
+
+def test_weight_shift_normalises_the_base_weights() -> None:
+    # base weights (1, 3) -> shares (0.25, 0.75); first participations: alpha = 1, so the reweighted
+    # m_i alpha_i / sum_j m_j alpha_j are (0.25, 0.75) too and the shift is 0 (not 0.5 * (0.75 + 2.25) = 1.5)
+    agg = PA3Fed(_UnnormalisedFedAvg())
+    scored(agg).aggregate({"w": torch.zeros(1)}, [result(0, 1, 0.0, score=1.0, grad_norm=1.0), result(1, 3, 1.0, score=2.0, grad_norm=1.0)], 0)
+    assert agg.round_metrics()["weight_shift"] == 0.0
 
 
 def test_weight_shift_is_total_variation() -> None:

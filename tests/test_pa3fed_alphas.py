@@ -34,6 +34,16 @@ def test_alpha_summary_by_hand() -> None:
     assert s.shift_max == pytest.approx(0.1)
 
 
+def test_alpha_median_is_a_median_not_a_mean() -> None:
+    # returning alphas 0.5, 0.9, 1.0 (round 2): median 0.9, while their mean would be 2.4 / 3 = 0.8
+    records = [
+        {"round": 1, "agg_clp": False, "agg_adapted": False, "agg_alphas": {"0": 1.0, "1": 1.0, "2": 1.0}, "agg_weight_shift": 0.0},
+        {"round": 2, "agg_clp": True, "agg_adapted": True, "agg_alphas": {"0": 0.5, "1": 0.9, "2": 1.0}, "agg_weight_shift": 0.05},
+    ]
+    s = alpha_summary(records)
+    assert (s.alpha_min, s.alpha_median, s.alpha_max) == (0.5, 0.9, 1.0)
+
+
 def test_alpha_summary_rejects_a_run_without_pa3fed_records() -> None:
     with pytest.raises(ValueError, match="agg_alphas"):
         alpha_summary([{"round": 1, "global_acc": 0.5}])

@@ -46,6 +46,12 @@ def test_mad_range_and_change_rate() -> None:
     assert max_change_rate(CURVE, relative=True) == pytest.approx(0.5)
 
 
+def test_mad_is_about_the_mean() -> None:
+    # a skewed curve, where mean (1) and median (0) differ: |0-1| + |0-1| + |3-1| = 4 -> 4/3
+    # (about the median it would be (0 + 0 + 3) / 3 = 1)
+    assert mean_absolute_deviation([0.0, 0.0, 3.0]) == pytest.approx(4 / 3, rel=1e-12)
+
+
 def test_stability_measures_bundle() -> None:
     m = stability_measures(CURVE, window=2)
     assert m == pytest.approx({"std": math.sqrt(0.05), "moving_std": 0.4 / 3, "mad": 0.2, "range": 0.6, "max_change_rate": 0.4})

@@ -28,8 +28,8 @@ from typing import Any
 
 from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, typed_grid, variant_config
 from chillfl.errors import ConfigError, MissingExtra
-from chillfl.numeric import is_real
-from chillfl.options import comma_items
+from chillfl.numeric import is_real, is_whole
+from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options
 from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, run_name, short_setting, suffixed, variant_points
@@ -115,7 +115,7 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]], base: RunConfig | N
                 temp = float(value)
             else:
                 overrides[key] = value
-        if base is not None:
+        if base is not None and _retypable({key: value for key, value in combo if key != TEMPERATURE_SHORTHAND}):  # T: a float already
             overrides = typed_variant(base, overrides)
         named = [(key, value if key == TEMPERATURE_SHORTHAND else overrides[key]) for key, value in combo]
         labels = [f"T={temperature_text(float(value))}" if key == TEMPERATURE_SHORTHAND else f"{key}={value}" for key, value in named]
@@ -131,16 +131,23 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]], base: RunConfig | N
 def typed_variant(base: RunConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
     """A variant's overrides with each number of a part's own option as the part its config selects holds it
     (:func:`~chillfl.resolve.held_options`: ``algorithm.mu = 0`` under FedProx is ``0.0``, IFCA's ``algorithm.clusters = 2.0``
-    is ``2``); its own grid (``tune``) as written (:func:`typed_tune`). A variant that does not build, or a value its option
+    is ``2``), its own grid (``tune``) too (:func:`typed_tune`). A variant that does not build, or a value its option
     refuses, is left as written, for the variant's own check to name.
 
     Why: ``algorithm.mu=0`` and ``algorithm.mu=0.0`` run the same runs, and were two labels, two folders and two ``sweep.json``.
     """
+    if not _retypable(overrides):
+        return dict(overrides)
     try:
-        typed = held_options(variant_config(base, "variant", overrides), overrides)
+        applied = variant_config(base, "variant", overrides)
     except ConfigError:
-        typed = None
-    return dict(overrides) if typed is None else typed
+        return dict(overrides)
+    typed = held_options(applied, overrides)
+    if typed is None:
+        return dict(overrides)
+    if isinstance(overrides.get("tune"), Mapping):
+        typed["tune"] = typed_tune(overrides["tune"], [applied])
+    return typed
 
 
 def typed_tune(grid: Mapping[str, Any], configs: Sequence[RunConfig]) -> dict[str, Any]:
@@ -151,7 +158,7 @@ def typed_tune(grid: Mapping[str, Any], configs: Sequence[RunConfig]) -> dict[st
 
 
 def _held_point(key: str, value: Any, configs: Sequence[RunConfig]) -> Any:
-    if not is_real(value):
+    if not _retypable({key: value}):
         return value
     for config in configs:
         try:
@@ -163,6 +170,21 @@ def _held_point(key: str, value: Any, configs: Sequence[RunConfig]) -> Any:
     return value
 
 
+def _retypable(table: Mapping[str, Any], prefix: str = "") -> bool:
+    """Whether ``table`` (overrides or a grid; dotted keys or nested tables) sets an option :class:`RunConfig` does not type
+    (a part's own) to a whole number, ``0`` or ``2.0``: the only numbers an option's type changes (:func:`~chillfl.options.coerce`).
+    A variant or point without one is not built again to type it."""
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if _retypable(value, "" if not prefix and key == "tune" else f"{path}."):
+                return True
+        elif option_type(RunConfig, path) is None and any(is_whole(v) or (isinstance(v, float) and v.is_integer())
+                                                          for v in (value if isinstance(value, list) else [value])):
+            return True
+    return False
+
+
 def typed_comparison(config: RunConfig) -> RunConfig:
     """``config`` as a comparison records it (its ``config.toml``, whose SHA-256 ``sweep.json`` holds): each number of its parts'
     own options, of its variants' overrides and grids and of its ``[tune]`` grid as the option holds it
@@ -170,31 +192,26 @@ def typed_comparison(config: RunConfig) -> RunConfig:
     variant that does not build is left as written, for the plan's own check to name."""
     parts = {"dataset": config.dataset, "partition": config.partition, "model": config.model, "temperature": config.temperature,
              "algorithm": config.algorithm, "distillation": config.distillation, "prototypes": config.prototypes}
-    held = held_options(config, parts) or parts
-    variants = {label: _typed_table(config, str(label), table) if isinstance(table, dict) else table for label, table in config.variants.items()}
-    built = []
-    for label, table in variants.items():
-        try:
-            built.append(variant_config(config, str(label), table))
-        except ConfigError:
-            continue
+    tables = [table for table in config.variants.values() if isinstance(table, dict)]
+    if not (_retypable(parts) or _retypable(config.tune) or any(_retypable(table) for table in tables)):
+        return config
+    held = (held_options(config, parts) if _retypable(parts) else None) or parts
+    variants = {label: typed_variant(config, table) if isinstance(table, dict) else table for label, table in config.variants.items()}
+    tune = dict(config.tune)
+    if _retypable(tune):
+        built = []
+        for label, table in variants.items():
+            try:
+                built.append(variant_config(config, str(label), table))
+            except ConfigError:
+                continue
+        tune = typed_tune(tune, built or [config])
     try:
         return dataclasses.replace(config, dataset=held["dataset"], partition=held["partition"], model=held["model"],
                                    temperature=held["temperature"], algorithm=held["algorithm"], distillation=held["distillation"],
-                                   prototypes=held["prototypes"], variants=variants, tune=typed_tune(config.tune, built or [config]))
+                                   prototypes=held["prototypes"], variants=variants, tune=tune)
     except ConfigError:
         return config
-
-
-def _typed_table(base: RunConfig, label: str, table: Mapping[str, Any]) -> dict[str, Any]:
-    """A ``[variants.LABEL]`` table typed (:func:`typed_variant`), its own grid typed under its config (:func:`typed_tune`)."""
-    typed = typed_variant(base, table)
-    if isinstance(table.get("tune"), Mapping):
-        try:
-            typed["tune"] = typed_tune(table["tune"], [variant_config(base, label, table)])
-        except ConfigError:
-            pass
-    return typed
 
 
 def variants_from_config(config: RunConfig) -> list[Variant]:

@@ -327,10 +327,11 @@ def test_numerically_equal_grid_values_of_a_methods_own_option_are_one_compariso
     both = _grid_identity(["algorithm.name=fedprox", "algorithm.mu=0,0.1"])  # the method named by the variant itself
     assert both[3] == ["algorithm.name=fedprox, algorithm.mu=0.0", "algorithm.name=fedprox, algorithm.mu=0.1"]
     from chillfl.resolve import resolved
-    from chillfl.sweeps.plan import parse_grid
+    from chillfl.sweeps.plan import grid_variants, parse_grid
 
     complete = resolved(config_from_dict({**_GRID_BASE, **_FEDPROX}))  # as the command line plans it: every option set
     assert [v.label for v in parse_grid(["algorithm.mu=0,0.1"], complete)] == ["algorithm.mu=0.0", "algorithm.mu=0.1"]
+    assert [v.label for v in grid_variants([("algorithm.mu", [0, 0.1])], complete)] == ["algorithm.mu=0.0", "algorithm.mu=0.1"]  # compare(grid=)
 
 
 def test_a_methods_integer_option_takes_a_whole_float_and_refuses_a_fraction_named(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -189,13 +189,12 @@ def _identity(data: Mapping[str, Any], options: Any = None) -> tuple[Any, list[s
     """What ``sweep.json`` records of the comparison ``data`` (less the folder it started in), its runs' names and configs."""
     import json
 
-    from chillfl.storage.results import to_toml
     from chillfl.sweeps.plan import plan_runs
-    from chillfl.sweeps.record import sweep_record
+    from chillfl.sweeps.record import comparison_toml, sweep_record
 
     config = config_from_dict(data)
     plan = plan_runs(config, [], options)
-    record = json.loads(json.dumps(sweep_record(to_toml(config.to_dict()).encode(), plan, resumable=True), sort_keys=True))
+    record = json.loads(json.dumps(sweep_record(comparison_toml(config).encode(), plan, resumable=True), sort_keys=True))
     record.pop("started_in")
     return record, [c.config.name for c in plan.cells], [c.config.to_dict() for c in plan.cells]
 
@@ -240,17 +239,16 @@ def test_a_comparison_started_with_a_grid_as_typed_resumes_the_same_runs(tmp_pat
     assert [c.config.to_dict() for c in resumed.cells] == started[2]
 
 
-def _grid_identity(grid: list[str]) -> tuple[Any, list[str], list[dict[str, Any]], list[str]]:
-    """:func:`_identity` of the comparison ``--grid grid`` makes of :data:`_GRID_BASE`, with its variants' labels."""
+def _grid_identity(grid: list[str], base: Mapping[str, Any] = {}) -> tuple[Any, list[str], list[dict[str, Any]], list[str]]:
+    """:func:`_identity` of the comparison ``--grid grid`` makes of :data:`_GRID_BASE` (with ``base``'s tables), with its variants' labels."""
     import json
 
-    from chillfl.storage.results import to_toml
     from chillfl.sweeps.plan import plan_runs
-    from chillfl.sweeps.record import sweep_record
+    from chillfl.sweeps.record import comparison_toml, sweep_record
 
-    config = config_from_dict(_GRID_BASE)
+    config = config_from_dict({**_GRID_BASE, **base})
     plan = plan_runs(config, grid, CompareOptions(seeds=[0, 1]))
-    record = json.loads(json.dumps(sweep_record(to_toml(config.to_dict()).encode(), plan, resumable=True), sort_keys=True))
+    record = json.loads(json.dumps(sweep_record(comparison_toml(config).encode(), plan, resumable=True), sort_keys=True))
     record.pop("started_in")
     return record, [c.config.name for c in plan.cells], [c.config.to_dict() for c in plan.cells], [v.label for v in plan.variants]
 
@@ -312,3 +310,63 @@ def test_a_comparison_started_with_a_grid_value_as_typed_resumes_its_runs_by_the
     resumed = plan_runs(config_from_dict(_GRID_BASE), [], CompareOptions(seeds=[0, 1]), old)
     assert [c.config.name for c in resumed.cells] == _grid_identity(["client.lr=1,0.1"])[1] == ["lr1-s0", "lr1-s1", "lr0.1-s0", "lr0.1-s1"]
     assert [v.label for v in resumed.variants] == ["client.lr=1", "client.lr=0.1"]
+
+
+_FEDPROX = {"algorithm": {"name": "fedprox"}}
+
+
+def test_numerically_equal_grid_values_of_a_methods_own_option_are_one_comparison() -> None:
+    """``--grid algorithm.mu=0,0.1`` and ``0.0,0.1`` ran the same runs, but only :class:`RunConfig`'s own options were
+    typed: FedProx's ``mu`` stayed ``0``, a label ``algorithm.mu=0`` and another ``sweep.json``. It is typed as the method
+    the variant's config selects holds it (here the base's ``algorithm.name``); ``0.1`` keeps its label."""
+    written = _grid_identity(["algorithm.mu=0,0.1"], _FEDPROX)
+    typed = _grid_identity(["algorithm.mu=0.0,0.1"], _FEDPROX)
+    assert written == typed
+    assert typed[3] == ["algorithm.mu=0.0", "algorithm.mu=0.1"]
+    assert type(typed[0]["variants"][0]["overrides"]["algorithm.mu"]) is float
+    both = _grid_identity(["algorithm.name=fedprox", "algorithm.mu=0,0.1"])  # the method named by the variant itself
+    assert both[3] == ["algorithm.name=fedprox, algorithm.mu=0.0", "algorithm.name=fedprox, algorithm.mu=0.1"]
+    from chillfl.resolve import resolved
+    from chillfl.sweeps.plan import grid_variants, parse_grid
+
+    complete = resolved(config_from_dict({**_GRID_BASE, **_FEDPROX}))  # as the command line plans it: every option set
+    assert [v.label for v in parse_grid(["algorithm.mu=0,0.1"], complete)] == ["algorithm.mu=0.0", "algorithm.mu=0.1"]
+    assert [v.label for v in grid_variants([("algorithm.mu", [0, 0.1])], complete)] == ["algorithm.mu=0.0", "algorithm.mu=0.1"]  # compare(grid=)
+
+
+def test_a_methods_integer_option_takes_a_whole_float_and_refuses_a_fraction_named(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """IFCA's ``clusters`` (an int): ``2.0`` is ``2`` (label, folder, ``sweep.json``); ``2.5`` stays as written for the
+    option's own check to name (exit 2, one line)."""
+    from chillfl.cli import main
+    from chillfl.storage.results import to_toml
+
+    ifca = {"algorithm": {"name": "ifca"}}
+    assert _grid_identity(["algorithm.clusters=2.0,3"], ifca) == _grid_identity(["algorithm.clusters=2,3"], ifca)
+    assert _grid_identity(["algorithm.clusters=2.0,3"], ifca)[3] == ["algorithm.clusters=2", "algorithm.clusters=3"]
+    (tmp_path / "c.toml").write_text(to_toml({**_GRID_BASE, **ifca}))
+    assert main(["compare", str(tmp_path / "c.toml"), "--grid", "algorithm.clusters=2.5,3", "--dry-run"]) == 2
+    assert capsys.readouterr().err.splitlines() == ["chillfl: error: algorithm.clusters: expected an integer, got 2.5 (grid variant algorithm.clusters=2.5)"]
+
+
+def test_numerically_equal_tune_values_of_a_methods_own_option_are_one_comparison() -> None:
+    """``[tune] "algorithm.mu" = [0, 0.1]`` and ``[0.0, 0.1]``: one ``sweep.json`` (its tuning grid and its ``config.toml``'s
+    SHA-256), the same runs; so for ``--tune`` and a variant's own grid, each typed under the method that variant runs."""
+    written = _identity({**_GRID_BASE, **_FEDPROX, "tune": {"algorithm.mu": [0, 0.1]}})
+    typed = _identity({**_GRID_BASE, **_FEDPROX, "tune": {"algorithm.mu": [0.0, 0.1]}})
+    assert written == typed
+    assert written[0]["options"]["tune"] == {"algorithm.mu": [0.0, 0.1]}
+    assert _identity({**_GRID_BASE, **_FEDPROX}, CompareOptions(tune={"algorithm.mu": [0, 0.1]})) == _identity(
+        {**_GRID_BASE, **_FEDPROX}, CompareOptions(tune={"algorithm.mu": [0.0, 0.1]}))
+    own = {"variants": {"a": {}, "b": {"algorithm.name": "fedprox", "tune": {"algorithm.mu": [0, 0.1]}}}}
+    own_typed = {"variants": {"a": {}, "b": {"algorithm.name": "fedprox", "tune": {"algorithm.mu": [0.0, 0.1]}}}}
+    assert _identity({**_GRID_BASE, **own}) == _identity({**_GRID_BASE, **own_typed})
+
+
+def test_numerically_equal_variant_and_base_options_of_a_method_are_one_comparison() -> None:
+    """``[variants.B] algorithm = { name = "fedprox", mu = 0 }`` and ``mu = 0.0``, and a base ``[algorithm] mu = 0``:
+    one ``config.toml`` SHA-256 and ``sweep.json`` (the config as written, a number of an option typed as it is held)."""
+    variant = _identity({**_GRID_BASE, "variants": {"A": {}, "B": {"algorithm": {"name": "fedprox", "mu": 0}}}})
+    assert variant == _identity({**_GRID_BASE, "variants": {"A": {}, "B": {"algorithm": {"name": "fedprox", "mu": 0.0}}}})
+    base = _identity({**_GRID_BASE, "algorithm": {"name": "fedprox", "mu": 0}, "variants": {"A": {}, "B": {"client.lr": 0.1}}})
+    assert base == _identity({**_GRID_BASE, "algorithm": {"name": "fedprox", "mu": 0.0}, "variants": {"A": {}, "B": {"client.lr": 0.1}}})
+    assert "mu = 0.0" in base[0]["config_toml"]

@@ -337,12 +337,12 @@ def compare(
         for key, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
-        variants = grid_variants([(str(k), list(v)) for k, v in grid.items()])
+        variants = grid_variants([(str(k), list(v)) for k, v in grid.items()], cfg)
     elif grid is not None:
         if isinstance(grid, str):
             raise ConfigError("grid", "expected a dict {key: [values]} or a list of 'key=v1,v2' strings, got a string")
         with _keyword_fields():
-            variants = parse_grid(list(grid))
+            variants = parse_grid(list(grid), cfg)
     else:
         variants = None
     if seeds is not None:

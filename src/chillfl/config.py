@@ -872,7 +872,8 @@ def typed_overrides(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any
 
     Why: ``[variants.B] "client.lr" = 1`` and ``= 1.0`` ran the same runs, but the comparison's ``config.toml`` (whose
     SHA-256 ``sweep.json`` records) and its ``sweep.json`` kept the value as typed: two comparisons, whose shards did not
-    join one folder. A part's own option (``algorithm.mu``) stays as written, as :func:`typed_grid` leaves it.
+    join one folder. A part's own option (``algorithm.mu``) stays as written here: only its part knows its type, and
+    the comparison's plan types it under the part the variant selects (:func:`chillfl.sweeps.plan.typed_variant`).
     """
     out: dict[str, Any] = {}
     for key, value in table.items():
@@ -918,7 +919,7 @@ def typed_grid(grid: Mapping[str, Any]) -> dict[str, Any]:
     (``--shard``), ``chillfl reproduce --resume`` reuses, only a folder that records the same. As typed, ``[1, 0.1]`` and
     ``[1.0, 0.1]`` were two comparisons, though they run the same configs under the same names. A value its option
     refuses stays as written, for the point's own check to name; so does every value of a part's own table
-    (``algorithm.mu``): only its part knows its type (a run's config.toml, resolved, holds it typed). A folder started before keeps its files as they
+    (``algorithm.mu``) here: only its part knows its type, and the plan types it (:func:`chillfl.sweeps.plan.typed_tune`). A folder started before keeps its files as they
     were (its ``config.toml``'s checksum is of its bytes): its resume reads the grid typed, and runs the same configs.
     """
     return {key: [typed_number(key, value) for value in values] if isinstance(key, str) and isinstance(values, list) else values

@@ -29,6 +29,7 @@ from typing import Any
 
 from chillfl.aggregation.registry import algorithm_options, algorithm_spec, wrapped
 from chillfl.config import ObjectiveConfig, RunConfig
+from chillfl.errors import ConfigError
 from chillfl.data.augment import AUGMENT_KEY, split_augment
 from chillfl.data.datasets import dataset_options
 from chillfl.data.partition import partitioner_options
@@ -37,6 +38,7 @@ from chillfl.plugins import is_custom
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import model_options
+from chillfl.numeric import is_real
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.options import parse_options
@@ -150,7 +152,14 @@ def resolved(config: RunConfig) -> RunConfig:
     Idempotent, and the run of the result is bitwise the run of ``config``. A config that is complete
     already comes back as the same object: nothing is parsed again (runs and sweeps resolve what they get).
     """
-    out = dataclasses.replace(
+    out = _completed(config)
+    return config if out == config else out
+
+
+def _completed(config: RunConfig) -> RunConfig:
+    """:func:`resolved`, always a new object: one whose tables equal ``config``'s may still hold a number otherwise typed
+    (``mu = 0`` equals ``mu = 0.0``), which :func:`held_options` reads."""
+    return dataclasses.replace(
         config,
         dataset=dataset_table(config.dataset),
         partition=partition_table(config.partition),
@@ -161,7 +170,35 @@ def resolved(config: RunConfig) -> RunConfig:
         prototypes=prototypes_table(config.prototype_settings),
         objective=objective_table(config.objective),
     )
-    return config if out == config else out
+
+
+def held_options(config: RunConfig, given: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``given`` (options set in ``config``: a variant's overrides, a tuning point, a part's table; dotted keys or nested
+    tables) with each number as ``config``'s parts hold it once resolved (``algorithm.mu = 0`` under FedProx: ``0.0``;
+    IFCA's ``clusters = 2.0``: ``2``); None when ``config`` does not resolve (the run's own check names the option).
+
+    Why: only a part's options class knows an option's type, and :func:`resolved` asks the one ``config`` selects
+    (``algorithm.name`` of the variant or of the base). A value held otherwise than written (a number the option
+    turned into another) stays as written: only the type of a number changes, never what it says.
+    """
+    try:
+        held = _completed(config).to_dict()
+    except ConfigError:
+        return None
+    return {key: _as_held(value, _at(held, key)) for key, value in given.items()}
+
+
+def _as_held(given: Any, held: Any) -> Any:
+    if isinstance(given, Mapping):
+        return {key: _as_held(value, _at(held, key)) for key, value in given.items()}
+    return held if is_real(given) and is_real(held) and held == given else given
+
+
+def _at(table: Any, key: Any) -> Any:
+    """The value at dotted ``key`` of nested ``table`` (None where there is none)."""
+    for part in str(key).split("."):
+        table = table.get(part) if isinstance(table, Mapping) else None
+    return table
 
 
 def added_options(written: Mapping[str, Any], config: RunConfig) -> dict[str, Any]:

@@ -28,8 +28,9 @@ from typing import Any
 
 from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, typed_grid, variant_config
 from chillfl.errors import ConfigError, MissingExtra
-from chillfl.numeric import is_real
-from chillfl.options import comma_items
+from chillfl.numeric import is_real, is_whole
+from chillfl.options import comma_items, option_type
+from chillfl.resolve import held_options
 from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, run_name, short_setting, suffixed, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
@@ -65,8 +66,8 @@ class CompareOptions:
     select: str | None = None
 
 
-def parse_grid(items: Sequence[str]) -> list[Variant]:
-    """``key=v1,v2,...`` items -> the cartesian product of variants (:func:`grid_variants`)."""
+def parse_grid(items: Sequence[str], base: RunConfig | None = None) -> list[Variant]:
+    """``key=v1,v2,...`` items -> the cartesian product of variants of ``base`` (:func:`grid_variants`)."""
     axes: list[tuple[str, list[Any]]] = []
     for item in items:
         key, sep, values = item.partition("=")
@@ -74,7 +75,7 @@ def parse_grid(items: Sequence[str]) -> list[Variant]:
         if not sep or not key or not values.strip():
             raise ConfigError("--grid", f"expected key=v1,v2,... got {item!r}")
         axes.append((key, [parse_value(v, "--grid") for v in comma_items(values, "--grid", f"{key}=v1,v2,...")]))
-    return grid_variants(axes)
+    return grid_variants(axes, base)
 
 
 def temperature_text(value: float) -> str:
@@ -84,13 +85,15 @@ def temperature_text(value: float) -> str:
     return short if float(short) == value else repr(value)
 
 
-def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
-    """The cartesian product of ``(key, values)`` axes as variants (``chillfl.compare(grid=...)`` passes typed values).
+def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]], base: RunConfig | None = None) -> list[Variant]:
+    """The cartesian product of ``(key, values)`` axes as variants of ``base`` (``chillfl.compare(grid=...)`` passes typed values).
 
     ``temperature=...`` is shorthand for ``temperature.policy="fixed"`` with
     ``temperature.value`` set (T = 1 is the plain softmax). A value of a typed option is taken as the option holds it
     (:func:`~chillfl.config.typed_grid`) before it labels, names or is recorded: ``client.lr=0`` and ``client.lr=0.0``
-    are one variant, ``client.lr=0.0``, with one folder and one ``sweep.json``, as a ``[tune]`` grid's values are.
+    are one variant, ``client.lr=0.0``, with one folder and one ``sweep.json``, as a ``[tune]`` grid's values are; so is
+    a part's own option, as the part the variant's config selects holds it (:func:`typed_variant`: ``algorithm.mu=0``
+    of FedProx is ``algorithm.mu=0.0``). Without ``base``, a part's own option is taken as written.
     """
     keys = [key for key, _ in axes]
     for key in keys:  # else the later axis overrode the earlier in every variant, whose label still named both values
@@ -103,24 +106,112 @@ def grid_variants(axes: Sequence[tuple[str, Sequence[Any]]]) -> list[Variant]:
     variants = []
     for combo in itertools.product(*([(key, value) for value in typed.get(key, values)] for key, values in axes)):
         overrides: dict[str, Any] = {}
-        labels, temp = [], None
+        temp = None
         for key, value in combo:
             if key == TEMPERATURE_SHORTHAND:
                 if not is_real(value) or value <= 0:
                     raise ConfigError("--grid temperature", f"values must be numbers > 0, got {value!r}")
                 overrides["temperature"] = {"policy": "fixed", "value": float(value)}
-                labels.append(f"T={temperature_text(float(value))}")
                 temp = float(value)
             else:
                 overrides[key] = value
-                labels.append(f"{key}={value}")
-        short = "-".join(short_setting(key, value) for key, value in combo)
+        if base is not None and _retypable({key: value for key, value in combo if key != TEMPERATURE_SHORTHAND}):  # T: a float already
+            overrides = typed_variant(base, overrides)
+        named = [(key, value if key == TEMPERATURE_SHORTHAND else overrides[key]) for key, value in combo]
+        labels = [f"T={temperature_text(float(value))}" if key == TEMPERATURE_SHORTHAND else f"{key}={value}" for key, value in named]
+        short = "-".join(short_setting(key, value) for key, value in named)
         variants.append(Variant(", ".join(labels), overrides, temp, short=short))
     labels = [v.label for v in variants]
     if len(set(labels)) != len(labels):  # "1,1.0" too: both are T=1
         twice = next(label for label in labels if labels.count(label) > 1)
         raise ConfigError("--grid", f"duplicate values: two variants would both be {twice}")
     return variants
+
+
+def typed_variant(base: RunConfig, overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A variant's overrides with each number of a part's own option as the part its config selects holds it
+    (:func:`~chillfl.resolve.held_options`: ``algorithm.mu = 0`` under FedProx is ``0.0``, IFCA's ``algorithm.clusters = 2.0``
+    is ``2``), its own grid (``tune``) too (:func:`typed_tune`). A variant that does not build, or a value its option
+    refuses, is left as written, for the variant's own check to name.
+
+    Why: ``algorithm.mu=0`` and ``algorithm.mu=0.0`` run the same runs, and were two labels, two folders and two ``sweep.json``.
+    """
+    if not _retypable(overrides):
+        return dict(overrides)
+    try:
+        applied = variant_config(base, "variant", overrides)
+    except ConfigError:
+        return dict(overrides)
+    typed = held_options(applied, overrides)
+    if typed is None:
+        return dict(overrides)
+    if isinstance(overrides.get("tune"), Mapping):
+        typed["tune"] = typed_tune(overrides["tune"], [applied])
+    return typed
+
+
+def typed_tune(grid: Mapping[str, Any], configs: Sequence[RunConfig]) -> dict[str, Any]:
+    """A tuning grid with each number of a part's own option as the first of ``configs`` (the variants it tunes) to take
+    the value holds it (:func:`~chillfl.resolve.held_options`); a value none takes is left as written, for its point to name."""
+    return {key: [_held_point(key, value, configs) for value in values] if isinstance(values, list) else values
+            for key, values in grid.items()}
+
+
+def _held_point(key: str, value: Any, configs: Sequence[RunConfig]) -> Any:
+    if not _retypable({key: value}):
+        return value
+    for config in configs:
+        try:
+            typed = held_options(config.with_overrides({key: value}), {key: value})
+        except ConfigError:
+            continue
+        if typed is not None:
+            return typed[key]
+    return value
+
+
+def _retypable(table: Mapping[str, Any], prefix: str = "") -> bool:
+    """Whether ``table`` (overrides or a grid; dotted keys or nested tables) sets an option :class:`RunConfig` does not type
+    (a part's own) to a whole number, ``0`` or ``2.0``: the only numbers an option's type changes (:func:`~chillfl.options.coerce`).
+    A variant or point without one is not built again to type it."""
+    for key, value in table.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            if _retypable(value, "" if not prefix and key == "tune" else f"{path}."):
+                return True
+        elif option_type(RunConfig, path) is None and any(is_whole(v) or (isinstance(v, float) and v.is_integer())
+                                                          for v in (value if isinstance(value, list) else [value])):
+            return True
+    return False
+
+
+def typed_comparison(config: RunConfig) -> RunConfig:
+    """``config`` as a comparison records it (its ``config.toml``, whose SHA-256 ``sweep.json`` holds): each number of its parts'
+    own options, of its variants' overrides and grids and of its ``[tune]`` grid as the option holds it
+    (:func:`typed_variant`, :func:`typed_tune`), so ``[algorithm] mu = 0`` and ``mu = 0.0`` are one comparison. A config or
+    variant that does not build is left as written, for the plan's own check to name."""
+    parts = {"dataset": config.dataset, "partition": config.partition, "model": config.model, "temperature": config.temperature,
+             "algorithm": config.algorithm, "distillation": config.distillation, "prototypes": config.prototypes}
+    tables = [table for table in config.variants.values() if isinstance(table, dict)]
+    if not (_retypable(parts) or _retypable(config.tune) or any(_retypable(table) for table in tables)):
+        return config
+    held = (held_options(config, parts) if _retypable(parts) else None) or parts
+    variants = {label: typed_variant(config, table) if isinstance(table, dict) else table for label, table in config.variants.items()}
+    tune = dict(config.tune)
+    if _retypable(tune):
+        built = []
+        for label, table in variants.items():
+            try:
+                built.append(variant_config(config, str(label), table))
+            except ConfigError:
+                continue
+        tune = typed_tune(tune, built or [config])
+    try:
+        return dataclasses.replace(config, dataset=held["dataset"], partition=held["partition"], model=held["model"],
+                                   temperature=held["temperature"], algorithm=held["algorithm"], distillation=held["distillation"],
+                                   prototypes=held["prototypes"], variants=variants, tune=tune)
+    except ConfigError:
+        return config
 
 
 def variants_from_config(config: RunConfig) -> list[Variant]:
@@ -346,8 +437,9 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
     order (the controls after them are built by :func:`variant_configs`). Each variant's config is built once a plan."""
     opts = options or CompareOptions()
     from_grid = bool(grid) or variants is not None
+    config = typed_comparison(config)  # its variants and [tune] as its config.toml records them
     if variants is None:
-        variants = parse_grid(grid) if grid else variants_from_config(config)
+        variants = parse_grid(grid, config) if grid else variants_from_config(config)
     planned = list(variants)
     if not planned and (opts.seeds is not None or opts.tune or repeats(config)):
         planned = [own_variant(config)]  # one method over seeds and tuning points: a comparison of one
@@ -373,6 +465,7 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
         checked.append(dataclasses.replace(v, temperature=constant_temperature(own.temperature)))
         built.append(own)
     planned = checked
+    tune_table = typed_tune(tune_table, built)  # --tune too, and a part's own option as the variants' parts hold it
     # a swept option of an off table ([privacy], [attack]) that no variant switches on changes no run: refused as in a file
     check_sweep_switches(built, [*_dotted(v.overrides for v in planned), *tune_table, *_dotted(v.tune for v in planned)])
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):

@@ -38,7 +38,7 @@ from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, typed_comparison
 
 FORMAT = 1
 FIELD = "run_dir"
@@ -63,6 +63,12 @@ class SweepRecord(TypedDict):
     made_with: MadeWith
     started_in: str | None
     """The absolute folder the comparison was started in (None: unknown); absent from an older chillfl's record."""
+
+
+def comparison_toml(config: RunConfig) -> str:
+    """The comparison's ``config.toml``: ``config`` as written, each number of an option as the option holds it
+    (:func:`~chillfl.sweeps.plan.typed_comparison`), so ``mu = 0`` and ``mu = 0.0`` record one comparison."""
+    return to_toml(typed_comparison(config).to_dict())
 
 
 def sweep_record(config_toml: bytes, plan: Plan, resumable: bool) -> SweepRecord:
@@ -189,7 +195,7 @@ def find_compare(config: RunConfig, plan: Plan) -> Path | None:
     """The folder of this very comparison (``plan``, of ``config``: :func:`~chillfl.sweeps.plan.plan_runs`) under
     ``config.out_dir``, made before by this code: finished (its table written) or else interrupted (``.partial``);
     None when there is none (:func:`find_sweep`)."""
-    record = sweep_record(to_toml(config.to_dict()).encode(), plan, resumable=True)
+    record = sweep_record(comparison_toml(config).encode(), plan, resumable=True)
     return find_sweep(Path(config.out_dir), f"{config.name}-compare", record)
 
 

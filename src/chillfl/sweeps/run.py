@@ -45,7 +45,7 @@ from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, 
 from chillfl.stop_signals import made_held
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, naming, plan_runs
-from chillfl.sweeps.record import check_resumable, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
+from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
 from chillfl.tune import Point, is_local, point_scores, select_point
@@ -217,7 +217,7 @@ def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool,
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         lock = RunLock(partial)
-        toml = to_toml(config.to_dict())
+        toml = comparison_toml(config)
         write_atomic(partial / "config.toml", toml.encode("utf-8"))
         write_sweep(partial, sweep_record(toml.encode(), plan, resumable=resumable))
     except BaseException:
@@ -486,7 +486,7 @@ def run_shard(
     Its finished runs are read back and its stopped one resumed, so a shard restarted after a crash goes on. The
     result has ``pending`` > 0 while other shards' runs are unfinished: then no table is written yet.
     """
-    toml = to_toml(config.to_dict())
+    toml = comparison_toml(config)
     record = sweep_record(toml.encode(), plan, resumable=True)
     folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
     lock = hold_folder(folder, partial, record, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs

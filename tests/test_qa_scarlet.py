@@ -14,7 +14,9 @@ import pytest
 import torch
 
 from chillfl.config import load_config
+from chillfl.distillation.era import power_sharpen
 from chillfl.distillation.quantize import compress, hard_label_bits, payload_bytes, quantize
+from chillfl.distillation.selective import server_keep_mask
 from chillfl.protocols.softlabels import (
     CacheOutOfSyncError,
     CacheSignal,
@@ -125,6 +127,29 @@ def test_rebuild_refuses_a_never_synced_client_and_a_replayed_downlink() -> None
         client.rebuild(upd.downlink)
 
 
+def test_rebuild_refuses_a_downlink_with_a_surplus_row() -> None:
+    # Downlink 1 of [0, 1]: two NEWLY_CACHED signals, so exactly two fresh rows; a third row belongs to no index
+    # (a server and client that disagree on the signals): refused rather than silently ignored.
+    server = ServerCache(duration=2)
+    upd = server.update(1, [0, 1], torch.cat([row(1, 0), row(1, 1)]))
+    d = upd.downlink
+    padded = SoftLabelDownlink(d.round, d.indices, d.signals, torch.cat([d.soft_labels, row(1, 2)]))
+    client = ClientCache(0)
+    client.apply_sync(server.sync(0, 1))
+    with pytest.raises(CacheOutOfSyncError, match="more fresh"):
+        client.rebuild(padded)
+
+
+def test_request_keeps_the_given_order() -> None:
+    # update() pairs the fresh rows with the requested indices in the order of I^t, so request() must return
+    # I_req^t in that order too, sorted or not: I^1 = [2, 0, 1] (empty cache) -> I_req^1 = [2, 0, 1].
+    server = ServerCache(duration=2)
+    assert server.request(1, [2, 0, 1]).tolist() == [2, 0, 1]
+    upd = server.update(1, [2, 0, 1], torch.cat([row(1, 2), row(1, 0), row(1, 1)]))
+    assert {i: v[0].item() for i, v in server.entries().items()} == {2: 12.0, 0: 10.0, 1: 11.0}
+    assert upd.soft_labels[:, 0].tolist() == [12.0, 10.0, 11.0]
+
+
 def test_update_with_missing_fresh_rows_is_a_value_error() -> None:
     # Round 1, empty cache: index 0 is requested, so update needs 1 fresh row; given none it says so.
     with pytest.raises(ValueError, match="expected 1 fresh"):
@@ -170,6 +195,37 @@ def test_era_on_rows_sent_by_some_clients() -> None:
     torch.testing.assert_close(agg.rows, torch.tensor([[lo, hi, lo], [hi, lo, lo]]), rtol=1e-6, atol=0.0)
 
 
+def test_power_sharpen_refuses_negative_soft_labels() -> None:
+    # Eq. (4) raises probabilities to beta; a negative entry has no real power (log gives NaN): refused.
+    with pytest.raises(ValueError, match="non-negative"):
+        power_sharpen(torch.tensor([[-0.1, 1.1]], dtype=torch.float64), 2.0)
+
+
+def test_server_selector_keeps_strictly_below_the_threshold() -> None:
+    # Selective-FD's server selector (SCARLET Appendix B): keep a row iff its L1 distance to the one-hot of its
+    # argmax, 2 (1 - max p), is strictly below tau_server. tau = 1: [0.5, 0.5] -> 2 * 0.5 = 1.0, not < 1: dropped;
+    # [0.75, 0.25] -> 0.5 < 1: kept. (tau = 2 keeps every distribution: 2 (1 - max p) < 2.)
+    probs = torch.tensor([[0.5, 0.5], [0.75, 0.25]], dtype=torch.float64)
+    assert server_keep_mask(probs, 1.0).tolist() == [False, True]
+    assert server_keep_mask(probs, 2.0).tolist() == [True, True]
+
+
+def test_cache_hit_ratio_is_over_the_drawn_subset_when_a_selector_drops_rows() -> None:
+    # Fig. 3: the cache ratio is the share of P^t served from the cache: 1 - |I_req^t| / |P^t|, over the *drawn*
+    # subset, whatever Selective-FD's server selector (tau_server = 1.6: ambiguous rows dropped) keeps of the fresh rows.
+    cfg = load_config(None, {
+        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
+        "federation.num_clients": 4, "federation.rounds": 2, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
+        "eval.client_split_size": 20, "distillation.method": "selective_fd", "distillation.public_size": 120,
+        "distillation.subset_size": 40, "distillation.server_epochs": 1, "distillation.distill_batch_size": 32,
+        "distillation.cache_duration": 2, "distillation.tau_server": 1.6, "distillation.kernel_width": 2.0,
+    })
+    records = run_experiment(cfg, write=False, progress=False).records
+    assert any(r["public_used"] < r["public_drawn"] for r in records)  # the selector dropped rows: used != drawn
+    for r in records:
+        assert r["cache_hit_ratio"] == 1.0 - r["public_requested"] / r["public_drawn"]
+
+
 # ---------------------------------------------------------------- CFD's quantiser (SCARLET ref. [4], Table V)
 
 
@@ -185,3 +241,15 @@ def test_hard_label_bits_at_powers_of_two() -> None:
     assert [hard_label_bits(c) for c in (1, 2, 8, 10, 16, 100)] == [1, 1, 3, 4, 4, 7]
     # 3 hard labels over 8 classes: 3 x 3 bits = 9 bits -> 2 bytes (one rounding per message)
     assert payload_bytes(torch.zeros(3, 8), 1, one_bit="argmax") == 2
+
+
+# ---------------------------------------------------------------- the paper's settings as defaults
+
+
+def test_defaults_are_the_papers_main_settings() -> None:
+    # Sec. IV-A: "SCARLET employed ... a cache duration of D=50", beta = 2.0 for CIFAR-10 at alpha = 0.05 (the
+    # default dataset setting); Table V: DS-FL's ERA temperature T = 0.1 for CIFAR-10; DS-FL has no cache (D = 0).
+    scarlet = parse_distillation({"method": "scarlet", "public_size": 2, "subset_size": 2})
+    assert scarlet.cache_duration == 50 and scarlet.options.beta == 2.0
+    dsfl = parse_distillation({"method": "dsfl", "public_size": 2, "subset_size": 2})
+    assert dsfl.cache_duration == 0 and dsfl.options.temperature == 0.1 and dsfl.options.aggregation == "era"

@@ -253,3 +253,36 @@ def test_defaults_are_the_papers_main_settings() -> None:
     assert scarlet.cache_duration == 50 and scarlet.options.beta == 2.0
     dsfl = parse_distillation({"method": "dsfl", "public_size": 2, "subset_size": 2})
     assert dsfl.cache_duration == 0 and dsfl.options.temperature == 0.1 and dsfl.options.aggregation == "era"
+
+
+# ---------------------------------------------------------------- the catch-up's rows cost what the downlink's cost
+
+
+def test_catch_up_rows_are_priced_like_the_downlink_rows(monkeypatch: pytest.MonkeyPatch) -> None:
+    # CFD with the cache (SCARLET Sec. IV-C, Fig. 9) and b_down = 2: a fresh row goes down as 10 codes of 2 bits.
+    # A client that missed rounds receives the entries stored meanwhile in ServerCache.sync's delta; those rows are
+    # the same dequantised codes and cost the same: per delta, 4 B per int32 index (stores and deletions) +
+    # ceil(stores * 10 * 2 / 8) B, not 4 B per element (float32).
+    deltas: dict[int, list] = {}
+    real_sync = ServerCache.sync
+
+    def recording_sync(self: ServerCache, client_id: int, round: int):  # type: ignore[no-untyped-def]
+        delta = real_sync(self, client_id, round)
+        deltas.setdefault(round + 1, []).append(delta)  # the downlink of round t-1 travels in round t
+        return delta
+
+    monkeypatch.setattr(ServerCache, "sync", recording_sync)
+    cfg = load_config(None, {
+        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
+        "federation.num_clients": 4, "federation.clients_per_round": 2, "federation.rounds": 5, "client.epochs": 1,
+        "client.batch_size": 32, "client.lr": 0.05, "eval.client_split_size": 20, "distillation.method": "cfd",
+        "distillation.bits_down": 2, "distillation.public_size": 120, "distillation.subset_size": 40,
+        "distillation.server_epochs": 1, "distillation.distill_batch_size": 32, "distillation.cache_duration": 5,
+    })
+    records = run_experiment(cfg, write=False, progress=False).records
+    assert sum(int(d.store_indices.numel()) for ds in deltas.values() for d in ds) > 0  # some client caught up
+    for r in records[1:]:
+        expected = sum(
+            4 * d.num_entries + math.ceil(int(d.store_indices.numel()) * 10 * 2 / 8) for d in deltas[r["round"]] if d.num_entries
+        )
+        assert r["bytes_detail"]["down.sync"] == expected, r["round"]

@@ -281,8 +281,55 @@ def test_catch_up_rows_are_priced_like_the_downlink_rows(monkeypatch: pytest.Mon
     })
     records = run_experiment(cfg, write=False, progress=False).records
     assert sum(int(d.store_indices.numel()) for ds in deltas.values() for d in ds) > 0  # some client caught up
-    for r in records[1:]:
+    for prev, r in zip(records, records[1:]):
+        # the downlink's own fresh rows (CFD keeps every requested row): 2 sampled clients x ceil(r_{t-1} * 10 * 2 / 8)
+        assert r["bytes_detail"]["down.soft_labels"] == 2 * math.ceil(prev["public_requested"] * 10 * 2 / 8)
         expected = sum(
             4 * d.num_entries + math.ceil(int(d.store_indices.numel()) * 10 * 2 / 8) for d in deltas[r["round"]] if d.num_entries
         )
         assert r["bytes_detail"]["down.sync"] == expected, r["round"]
+
+
+def test_server_targets_short_of_the_used_indices_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The server distils on zhat^t over all of P^t (Algorithm 1: zhat^t = zhat_req^t u zhat_cached^t). A server that
+    # handed its training only the fresh rows (27 of the 40 indices in round 2 with D = 2) would pair the first 27
+    # inputs with them by position, silently: it must stop instead.
+    from chillfl.protocols.softlabels.server import SoftLabelProtocol
+
+    def fresh_only(self: SoftLabelProtocol, t: int, used: torch.Tensor, server_rows: torch.Tensor, rows_full: object) -> torch.Tensor:
+        return server_rows.to(torch.float32)
+
+    monkeypatch.setattr(SoftLabelProtocol, "_server_targets", fresh_only)
+    cfg = load_config(None, {
+        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
+        "federation.num_clients": 4, "federation.rounds": 2, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
+        "eval.client_split_size": 20, "distillation.method": "scarlet", "distillation.public_size": 120,
+        "distillation.subset_size": 40, "distillation.server_epochs": 1, "distillation.distill_batch_size": 32,
+        "distillation.cache_duration": 2,
+    })
+    with pytest.raises(ValueError, match="server targets for 40 public indices"):
+        run_experiment(cfg, write=False, progress=False)
+
+
+def test_a_client_refuses_rows_that_do_not_match_the_broadcast_indices(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Selective-FD's server selector (tau_server = 1.6) drops ambiguous fresh rows, so zhat^1 covers I^1 = the *used*
+    # indices, fewer than the 40 drawn. A server that broadcast the drawn indices with it would have each client pair
+    # 40 public inputs with fewer rows by position, silently: the client must stop instead.
+    from chillfl.protocols.softlabels.server import Broadcast, SoftLabelProtocol
+
+    real = SoftLabelProtocol._server_round
+
+    def drawn_indices(self: SoftLabelProtocol, t: int, uplinks: list) -> tuple[Broadcast, dict]:
+        b, metrics = real(self, t, uplinks)
+        return Broadcast(b.round, self._draw[0], b.downlink, b.rows), metrics
+
+    monkeypatch.setattr(SoftLabelProtocol, "_server_round", drawn_indices)
+    cfg = load_config(None, {
+        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
+        "federation.num_clients": 4, "federation.rounds": 2, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
+        "eval.client_split_size": 20, "distillation.method": "selective_fd", "distillation.public_size": 120,
+        "distillation.subset_size": 40, "distillation.server_epochs": 1, "distillation.distill_batch_size": 32,
+        "distillation.tau_server": 1.6, "distillation.kernel_width": 2.0,
+    })
+    with pytest.raises(CacheOutOfSyncError, match="soft-label rows for 40 public indices"):
+        run_experiment(cfg, write=False, progress=False)

@@ -294,7 +294,12 @@ class SoftLabelProtocol:
         return server_rows.to(torch.float32)
 
     def _train_server(self, t: int, used: torch.Tensor, targets: torch.Tensor) -> None:
-        """The server model's distillation on P^t (the ``used`` indices) towards ``targets``."""
+        """The server model's distillation on P^t (the ``used`` indices) towards ``targets``, one row per index.
+
+        The training pairs inputs and targets by position over ``len(targets)``: a target block short of
+        ``used`` (the fresh rows without the cached ones) would train on misaligned pairs, so it is refused."""
+        if targets.shape[0] != used.numel():
+            raise ValueError(f"round {t}: {targets.shape[0]} server targets for {used.numel()} public indices (cached rows missing?)")
         if used.numel() == 0:
             return
         gen = torch.Generator().manual_seed(derive_seed(self.config.seed, "server", t))

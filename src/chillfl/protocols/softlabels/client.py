@@ -16,7 +16,7 @@ from chillfl.seeds import derive_seed
 from chillfl.temperature.base import TemperatureHalf
 from chillfl.training.local import LocalOutcome, LocalSpec
 
-from .cache import ClientCache
+from .cache import CacheOutOfSyncError, ClientCache
 from .labels import predict_proba
 from .messages import SoftLabelReport, SoftLabelRoundDownlink
 from .method import SoftLabelClientHalf
@@ -127,6 +127,8 @@ class SoftLabelClient:
                 if rows.shape[0] > 0:
                     assert d.previous_indices is not None
                     x_prev = self.public_rows(d.previous_indices)
+                    if rows.shape[0] != x_prev.shape[0]:  # distillation pairs inputs and targets by position
+                        raise CacheOutOfSyncError(f"client {cid}: {rows.shape[0]} soft-label rows for {x_prev.shape[0]} public indices of round {d.round - 1}")
                     rows = rows.to(x_prev.device)  # the downlink arrives on the host; the client distils on the run's device
                     own: torch.Tensor | None = None
                     if self.hooks.needs_own_predictions(d.hint):  # asked for as a job, so executors batch it

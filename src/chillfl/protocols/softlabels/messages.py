@@ -108,7 +108,11 @@ class CacheSyncDelta:
         return int(self.store_indices.numel() + self.delete_indices.numel())
 
     def nbytes(self, index_encoding: ledger.IndexEncoding = "int32", universe: int | None = None) -> int:
-        """Indices of every item plus the soft-labels of stored items (all one message of kind ``"sync"``)."""
+        """Indices of every item plus the soft-labels of stored items at their dtype (one message of kind ``"sync"``).
+
+        The protocol's ledger prices the stored rows with the method's downlink price instead (the same rows cost
+        the same in a catch-up as in a downlink: CFD's ``bits_down``); for float32 rows of a plain method the two agree.
+        """
         if self.num_entries == 0:
             return 0
         return ledger.index_bytes(self.num_entries, universe, index_encoding) + ledger.tensor_bytes(

@@ -24,7 +24,7 @@ from chillfl.training.local import LocalSpec, train_client
 from .cache import CacheOutOfSyncError, ServerCache
 from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
 from .labels import entropy, predict_proba
-from .messages import SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink
+from .messages import CacheSyncDelta, SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink
 from .method import Aggregate, Pretraining, SoftLabelMethod, SoftLabelSpec, check_aggregate, spec_of
 from .public import draw_public_subset, public_inputs, public_labels
 from .state import ClientState
@@ -167,10 +167,18 @@ class SoftLabelProtocol:
                     sizes["soft_labels"] = self.method.downlink_soft_bytes(prev.soft_labels)
                     if self.cache is not None:
                         down.sync = self.cache.sync(cid, self.prev.round)
-                        sizes["sync"] = down.sync.nbytes(enc, self.universe)
+                        sizes["sync"] = self._sync_bytes(down.sync)
                         sizes["cache_signals"] = signal_bytes(prev.signals.numel())
             tasks.append(ClientTask(cid, rnd, down, self.evaluation.client_data(cid), self.store.load(cid)))
         return tasks
+
+    def _sync_bytes(self, delta: CacheSyncDelta) -> int:
+        """A catch-up delta's bytes: its indices, and its stored rows priced by the method as the downlink prices the
+        same rows (:meth:`SoftLabelMethod.downlink_soft_bytes`: CFD's b_down bits, COMET's own block), not as float32."""
+        if delta.num_entries == 0:
+            return 0
+        rows = self.method.downlink_soft_bytes(delta.store_soft_labels) if delta.store_indices.numel() else 0
+        return index_bytes(delta.num_entries, self.universe, self.setup.common.index_encoding) + rows
 
     def server_update(
         self, rnd: int, tasks: Sequence[ClientTask[SoftLabelRoundDownlink, ClientState]], replies: Sequence[ClientReply[SoftLabelReport, ClientState]]
@@ -286,7 +294,12 @@ class SoftLabelProtocol:
         return server_rows.to(torch.float32)
 
     def _train_server(self, t: int, used: torch.Tensor, targets: torch.Tensor) -> None:
-        """The server model's distillation on P^t (the ``used`` indices) towards ``targets``."""
+        """The server model's distillation on P^t (the ``used`` indices) towards ``targets``, one row per index.
+
+        The training pairs inputs and targets by position over ``len(targets)``: a target block short of
+        ``used`` (the fresh rows without the cached ones) would train on misaligned pairs, so it is refused."""
+        if targets.shape[0] != used.numel():
+            raise ValueError(f"round {t}: {targets.shape[0]} server targets for {used.numel()} public indices (cached rows missing?)")
         if used.numel() == 0:
             return
         gen = torch.Generator().manual_seed(derive_seed(self.config.seed, "server", t))

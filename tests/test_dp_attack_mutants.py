@@ -200,3 +200,90 @@ def test_a_count_noise_of_exactly_half_sigma_is_refused() -> None:
     # just above: allowed, and sigma_u by hand: sigma_b = 1.5 -> (1/2.25 - 1/9)^(-1/2) = (1/3)^(-1/2) = sqrt(3)
     assert settle(DpFedAvgOptions(target_quantile=0.5, count_noise=1.5), noise).count_noise == 1.5
     assert AdaptiveClip(0.5, 0.2, 1.5).update_noise(1.5) == pytest.approx(3**0.5, rel=1e-12)
+
+
+# ---------------------------------------------------------------- Poisson sampling: dropout thins who reports
+
+
+def test_the_skipped_round_warning_reads_the_reporting_rate_after_dropout(caplog: pytest.LogCaptureFixture) -> None:
+    # dp_fedavg._warn_skips: a client reports w.p. q (1 - dropout). 4 clients, 4 a round (q = 1), min_clients 2: without
+    # dropout every client reports, P[1 <= Binomial(3, 1) < 2] = 0, no warning; at dropout 0.5 the rate is 1/2 and exactly
+    # one of the 3 others reports w.p. 3/8 a round: 10 rounds -> 3.75, far above delta = 1e-3
+    from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips
+
+    _warn_skips.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            _warn_skips(10, 4, 4, 0.0, 2, 1e-3)
+        assert not caplog.records
+        with caplog.at_level("WARNING"):
+            _warn_skips(10, 4, 4, 0.5, 2, 1e-3)
+        [line] = [r.getMessage() for r in caplog.records]
+        assert "q(1 - dropout) = 0.5 " in line and "x 3.75 to delta" in line
+    finally:
+        _warn_skips.cache_clear()
+
+
+def test_a_probability_row_with_nothing_left_after_the_noise_becomes_uniform() -> None:
+    # softlabels.py: probability rows go back to the simplex, clamped at 0 and renormalised, "uniform where nothing is left".
+    # sigma = 0 (no noise) and a row (-3, -4, ...) clipped to C = 1 stays negative everywhere: clamped to all zeros, so the
+    # row released is 1/3 each (a zero row is no distribution); (1, 1, 2) stays positive: 1/4, 1/4, 1/2 after renormalising
+    from chillfl.privacy.softlabels import RowNoise
+
+    rows = torch.tensor([[-3.0, -4.0, -1.0], [1.0, 1.0, 2.0]], dtype=torch.float64)
+    out = RowNoise(1.0, 0.0, "l2", 0, probabilities=True).release(rows, 0, 0)
+    assert out[0].tolist() == [1 / 3, 1 / 3, 1 / 3]  # filled, not computed: exact
+    assert out[1].tolist() == pytest.approx([0.25, 0.25, 0.5], rel=1e-12)
+
+
+# ---------------------------------------------------------------- the PRV probe asks about the sigma the ledger charges
+
+
+def test_the_prv_probe_asks_about_the_accounted_sigma(monkeypatch: pytest.MonkeyPatch) -> None:
+    # build._probe_prv checks, before the run, that the PRV accountant can account each unit's planned history at the sigma
+    # the ledger will charge: sigma / sensitivity (plan.accounted_sigma). local's replace-one neighbours (sensitivity 2) at
+    # sigma 1.0 are charged 0.5 over 3 rounds at q = 1; a probe at 1.0 would pass histories whose real grid (or
+    # discretisation) fails after a round (at delta 1e-5 and q = 1, Opacus's discretisation failed at sigma 0.02 and passed
+    # at 0.04 when this was written: noise_multiplier 0.04 would have been probed at 0.04 and charged at 0.02)
+    pytest.importorskip("opacus")
+    from chillfl.config import load_config
+    from chillfl.privacy import build
+    from chillfl.privacy.spec import RunSizes
+
+    asked: list[tuple[float, float, float, int]] = []
+    monkeypatch.setattr(build, "_prv_refusal", lambda delta, sigma, rate, steps: asked.append((delta, sigma, rate, steps)))
+    cfg = load_config(None, {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 4, "federation.clients_per_round": 2,
+                             "federation.rounds": 3, "privacy.mechanism": "local", "privacy.accountant": "prv", "privacy.noise_multiplier": 1.0,
+                             "privacy.delta": 1e-3})
+    plan = build._plan.__wrapped__(cfg.privacy, "parameters", RunSizes(4, 2, 3, 32, 1, (100,) * 4), 0)  # type: ignore[attr-defined]
+    assert plan.sensitivity == 2.0 and plan.accounted_sigma == 0.5
+    assert asked == [(1e-3, 0.5, 1.0, 3)]
+
+
+@pytest.mark.filterwarnings("ignore:Optimal order")  # Opacus's own domain sizing, at its own orders
+@pytest.mark.parametrize("history", [((8.0, 0.01, 10),), ((4.0, 0.01, 100),), ((50.0, 0.5, 1),)])
+def test_the_prv_grid_is_opacus_own_where_the_best_rdp_order_is_past_63(history: tuple[tuple[float, float, int], ...]) -> None:
+    # Opacus's PRVAccountant sizes its domain with an RDPAccountant at Opacus's default orders (compute_safe_domain_size),
+    # whatever rdp_orders says. Where the best order is past 63 (large sigma, small q, few steps: tests/test_privacy_math.py)
+    # a grid read at the extended orders would be narrower, and the epsilon no longer Opacus's; here it is its grid point for point
+    pytest.importorskip("opacus")
+    from opacus.accountants import PRVAccountant
+    from opacus.accountants.analysis.prv import PoissonSubsampledGaussianPRV
+
+    from chillfl.privacy.accounting import Ledger, epsilon_of
+
+    (sigma, q, steps), = history
+    theirs = PRVAccountant()._get_domain(prvs=[PoissonSubsampledGaussianPRV(q, sigma)], num_self_compositions=[steps], eps_error=0.01, delta_error=1e-8)
+    ledger = Ledger(1e-5, "prv")
+    assert ledger.prv_domain(history).size == theirs.size
+    ledger.spend("clients", sigma, q, steps)
+    assert ledger.epsilon() == epsilon_of(history, 1e-5, "prv")
+
+
+def test_an_infinite_epsilon_is_written_as_null() -> None:
+    # JSON has no infinity (Python writes the non-standard Infinity): finite() turns it into None, a finite epsilon passes
+    import math
+
+    from chillfl.privacy.accounting import finite
+
+    assert finite(math.inf) is None and finite(0.0) == 0.0 and finite(2.5) == 2.5

@@ -152,3 +152,14 @@ def test_dropout_on_the_cpu_is_seeded_from_the_clients_stream_without_torch_manu
     other = train_client(model, model_state(model), x, y, spec=LocalSpec(epochs=1, batch_size=8), lr=0.1, temperature=1.0, context={},
                          generator=torch.Generator().manual_seed(12))  # another client's stream: other masks, other weights
     assert not all(torch.equal(other.params[k], got[k]) for k in got)
+
+
+@pytest.mark.parametrize("rows_x", [23, 25], ids=["x-shorter", "x-longer"])
+def test_inputs_and_labels_of_different_lengths_are_refused(rows_x: int) -> None:
+    """Batches are drawn over ``len(y)``: a longer ``x`` trained silently on misaligned pairs (a shorter one failed on an index)."""
+    g = torch.Generator().manual_seed(5)
+    model = nn.Sequential(nn.Linear(6, 4))
+    x, y = torch.randn(rows_x, 6, generator=g), torch.randint(0, 4, (24,), generator=g)
+    with pytest.raises(ValueError, match=rf"x has {rows_x} rows but y has 24"):
+        train_client(model, model_state(model), x, y, spec=LocalSpec(epochs=1, batch_size=8), lr=0.1, temperature=1.0, context={},
+                     generator=torch.Generator().manual_seed(0))

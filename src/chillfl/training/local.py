@@ -667,6 +667,8 @@ def train_client(
     The model object is only a stateless template: its own tensors are never
     read or written, so one instance serves every client.
     """
+    if len(x) != len(y):  # batches are drawn over len(y): a longer x would train on misaligned pairs without a word
+        raise ValueError(f"x has {len(x)} rows but y has {len(y)}: inputs and labels must pair row for row")
     params, buffers = split_state(model, to_memory_format(start, spec.memory_format), spec.frozen)
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}

@@ -39,8 +39,10 @@ Choices
   into CFD, COMET and Selective-FD with D = 25. SCARLET with D = 0 is DS-FL's
   traffic with Enhanced ERA. COMET can only cache with ``granularity =
   "sample"`` (per-sample centroids, the SCARLET authors' reading): client-level
-  cluster targets change with the round's clustering, so no stored entry could
-  be reused.
+  cluster targets change with the round's clustering, and a client-level row
+  holds every cluster's block while a client downloads (and is billed for) only
+  its own, so a cached row would hand a client whose cluster changed a block it
+  never paid for; the config refuses the combination.
 * **COMET, client granularity** (default, COMET's paper): the server clusters
   the clients of round t on their uploads; a client sampled at t + 1 downloads
   its cluster's target (n x C values; the assignment is free, Appendix B); a

@@ -65,7 +65,14 @@ class COMETMethodOptions(COMETOptions):
 
 
 def check_with_run(options: COMETMethodOptions, config: RunConfig) -> None:
-    """Every cluster needs a client of the round; a cache holds per-sample centroids only."""
+    """Every cluster needs a client of the round; a cache holds per-sample centroids only.
+
+    Why client granularity cannot cache: its row holds every cluster's block (the last one the plain mean), and a
+    client downloads and is billed for one block (:meth:`COMET.downlink_soft_bytes`). A cached row would let a client
+    whose cluster changed read a block it never paid for, and cluster ids of different rounds do not name the same
+    group anyway (they are canonicalised per clustering). Sample granularity sends, bills and caches the whole row
+    (c centroids per sample), so a client only ever reads rows it paid for.
+    """
     options.check_clients(config.federation.sample_size(), SECTION)
     setup = config.distillation_setup
     require(

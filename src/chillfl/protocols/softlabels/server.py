@@ -174,7 +174,7 @@ class SoftLabelProtocol:
 
     def _sync_bytes(self, delta: CacheSyncDelta) -> int:
         """A catch-up delta's bytes: its indices, and its stored rows priced by the method as the downlink prices the
-        same rows (:meth:`SoftLabelMethod.downlink_soft_bytes`: CFD's b_down bits, COMET's own block), not as float32."""
+        same rows (:meth:`SoftLabelMethod.downlink_soft_bytes`: CFD's b_down bits), not as float32."""
         if delta.num_entries == 0:
             return 0
         rows = self.method.downlink_soft_bytes(delta.store_soft_labels) if delta.store_indices.numel() else 0

@@ -13,7 +13,7 @@ import math
 import pytest
 import torch
 
-from chillfl.config import load_config
+from chillfl.config import RunConfig, load_config
 from chillfl.distillation.era import power_sharpen
 from chillfl.distillation.quantize import compress, hard_label_bits, payload_bytes, quantize
 from chillfl.distillation.selective import server_keep_mask
@@ -290,6 +290,16 @@ def test_catch_up_rows_are_priced_like_the_downlink_rows(monkeypatch: pytest.Mon
         assert r["bytes_detail"]["down.sync"] == expected, r["round"]
 
 
+def two_round_digits(**method: object) -> RunConfig:
+    """Four digits clients, two rounds, a public set of 120 with subsets of 40: the soft-label method's options on top."""
+    return load_config(None, {
+        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
+        "federation.num_clients": 4, "federation.rounds": 2, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
+        "eval.client_split_size": 20, "distillation.public_size": 120, "distillation.subset_size": 40,
+        "distillation.server_epochs": 1, "distillation.distill_batch_size": 32, **method,
+    })
+
+
 def test_server_targets_short_of_the_used_indices_are_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     # The server distils on zhat^t over all of P^t (Algorithm 1: zhat^t = zhat_req^t u zhat_cached^t). A server that
     # handed its training only the fresh rows (27 of the 40 indices in round 2 with D = 2) would pair the first 27
@@ -300,13 +310,7 @@ def test_server_targets_short_of_the_used_indices_are_refused(monkeypatch: pytes
         return server_rows.to(torch.float32)
 
     monkeypatch.setattr(SoftLabelProtocol, "_server_targets", fresh_only)
-    cfg = load_config(None, {
-        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
-        "federation.num_clients": 4, "federation.rounds": 2, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
-        "eval.client_split_size": 20, "distillation.method": "scarlet", "distillation.public_size": 120,
-        "distillation.subset_size": 40, "distillation.server_epochs": 1, "distillation.distill_batch_size": 32,
-        "distillation.cache_duration": 2,
-    })
+    cfg = two_round_digits(**{"distillation.method": "scarlet", "distillation.cache_duration": 2})
     with pytest.raises(ValueError, match="server targets for 40 public indices"):
         run_experiment(cfg, write=False, progress=False)
 
@@ -324,12 +328,6 @@ def test_a_client_refuses_rows_that_do_not_match_the_broadcast_indices(monkeypat
         return Broadcast(b.round, self._draw[0], b.downlink, b.rows), metrics
 
     monkeypatch.setattr(SoftLabelProtocol, "_server_round", drawn_indices)
-    cfg = load_config(None, {
-        "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",
-        "federation.num_clients": 4, "federation.rounds": 2, "client.epochs": 1, "client.batch_size": 32, "client.lr": 0.05,
-        "eval.client_split_size": 20, "distillation.method": "selective_fd", "distillation.public_size": 120,
-        "distillation.subset_size": 40, "distillation.server_epochs": 1, "distillation.distill_batch_size": 32,
-        "distillation.tau_server": 1.6, "distillation.kernel_width": 2.0,
-    })
+    cfg = two_round_digits(**{"distillation.method": "selective_fd", "distillation.tau_server": 1.6, "distillation.kernel_width": 2.0})
     with pytest.raises(CacheOutOfSyncError, match="soft-label rows for 40 public indices"):
         run_experiment(cfg, write=False, progress=False)

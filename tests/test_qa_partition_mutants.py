@@ -17,7 +17,7 @@ import torch
 
 from chillfl.data import ArrayDataset, partition
 from chillfl.data.client_rows import ClientRows
-from chillfl.data.partition import _fill_clients, _subsample, client_inner_dirichlet, dirichlet, split_by_proportions
+from chillfl.data.partition import _fill_clients, _subsample, client_inner_dirichlet, dirichlet, flexchill_split, split_by_proportions
 from chillfl.data.partition_file import labels_digest, read_partition
 from chillfl.errors import ConfigError
 
@@ -197,3 +197,48 @@ def test_labels_digest_is_of_little_endian_int64() -> None:
     # The same labels as int32 and int64 are the same rows: the digest is taken of their int64 form.
     y = np.array([3, 1, 2])
     assert labels_digest(y.astype(np.int32)) == labels_digest(y.astype(np.int64))
+
+
+# ---------------------------------------------------------------- second batch
+
+
+def test_flexchill_test_minimum_is_min_samples_times_test_over_train() -> None:
+    # The authors' code: min_test = min_samples * N_test // N_train, the product first: 2 * 20 // 30 = 1 (2 * (20 // 30)
+    # would be 0). alpha = 1e-3 gives one client all of the Dirichlet mass, so the other holds exactly the minimums:
+    # 2 train, 1 test.
+    train, test = flexchill_split(np.zeros(30, dtype=np.int64), np.zeros(20, dtype=np.int64), 2, 1, 1e-3, 2, 0)
+    assert min(len(t) for t in train) == 2 and min(len(t) for t in test) == 1
+
+
+def test_balanced_by_class_fallback_is_equal_over_the_clients_below_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A class whose whole Dirichlet mass lands on capped clients is split equally over the clients below N / K
+    # (the reference code divides 0 by 0). 6 of class 0, 4 of class 1, 3 clients: N / K = 3.33.
+    # class 0: q = (1, 0, 0) -> 6, 0, 0; class 1: q = (1, 0, 0) masked to 0 -> (0, .5, .5) -> 0, 2, 2.
+    _inject(monkeypatch, [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+    labels = np.array([0] * 6 + [1] * 4)
+    part = partition("dirichlet_balanced", labels, 3, np.random.default_rng(0), {"alpha": 1.0, "min_size": 0})
+    assert _counts(part, labels, 2) == [[6, 0], [0, 2], [0, 2]]
+
+
+def test_quantity_skew_with_label_skew_keeps_each_clients_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    # PA3Fed "Experimental Setup": sizes ~ Dir(h) and class mixes skewed too. The floor rule by hand:
+    # 10 + (.5, .3, .2) * 570 = 295, 181, 124, and client i keeps its size whatever its class mix.
+    _inject(monkeypatch, [[0.5, 0.3, 0.2]] + [[0.1] * 10] * 3)
+    part = partition("quantity_skew", LABELS, 3, np.random.default_rng(0), {"h": 0.5, "min_size": 10, "label_alpha": 1.0})
+    assert part.sizes.tolist() == [295, 181, 124]
+    assert len(np.unique(np.concatenate(part.client_indices))) == 600
+
+
+def test_shards_leave_the_label_sorted_tail_unused() -> None:
+    # McMahan et al. / FLex&Chill Sec. 4: sort by label, cut shards from the start; the samples beyond
+    # num_shards * shard_size (the end of the sorted order) are unused. 7 samples, shards of 3: [0,0,0], [1,1,1].
+    labels = np.array([2, 0, 1, 0, 1, 0, 1])
+    part = partition("shards", labels, 1, np.random.default_rng(0), {"shard_size": 3, "shards_per_client": 2})
+    assert part.client_indices[0].tolist() == [1, 2, 3, 4, 5, 6]
+
+
+def test_quantity_skew_clients_get_shuffled_indices() -> None:
+    # IID labels: each client's samples are a random subset, not a contiguous run of the dataset's order.
+    part = partition("quantity_skew", LABELS, 3, np.random.default_rng(0), {"h": 5.0})
+    first = part.client_indices[0]
+    assert first.tolist() != list(range(len(first)))

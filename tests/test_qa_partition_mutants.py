@@ -242,3 +242,16 @@ def test_quantity_skew_clients_get_shuffled_indices() -> None:
     part = partition("quantity_skew", LABELS, 3, np.random.default_rng(0), {"h": 5.0})
     first = part.client_indices[0]
     assert first.tolist() != list(range(len(first)))
+
+
+def test_allocate_counts_stops_instead_of_looping_when_a_pass_places_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Every pass of allocate_counts places at least one sample; two mutations of its share rule (an exhausted class
+    # keeping its weight, the spill spread uniformly) made a pass place none, and the loop then never ended: the suite
+    # hung instead of failing. A pass that places nothing now raises.
+    import importlib
+
+    module = importlib.import_module("chillfl.data.partition")  # the package exports a function of the same name
+    assert module.allocate_counts(5, np.array([0.5, 0.5]), np.array([1, 9]), spill=False).tolist() == [1, 4]
+    monkeypatch.setattr(module, "proportional_counts", lambda share, need: np.zeros(len(share), dtype=np.int64))
+    with pytest.raises(RuntimeError, match="placed nothing of the 5 samples"):
+        module.allocate_counts(5, np.array([0.5, 0.5]), np.array([1, 9]), spill=False)

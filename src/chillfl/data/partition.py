@@ -204,6 +204,8 @@ def allocate_counts(total: int, weights: np.ndarray, available: np.ndarray, *, s
                 break
             share = left.astype(np.float64)
         got = np.minimum(proportional_counts(share, need), left)
+        if not got.any():  # every pass places at least one sample (a class with share > 0 has some left): else a bug would loop forever
+            raise RuntimeError(f"allocate_counts placed nothing of the {need} samples still needed (weights {w.tolist()}, left {left.tolist()})")
         take += got
         need -= int(got.sum())
     return take

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
-from chillfl.numeric import is_real
+from chillfl.numeric import is_real, is_whole
 from chillfl.storage.checkpoint import saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT, SWEEP_FILE, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
@@ -71,7 +71,7 @@ def _rounds_written(folder: Path) -> int:
                 except ValueError:
                     continue
                 number = record.get("round") if isinstance(record, dict) else None
-                if type(number) is int and number >= 1:
+                if is_whole(number) and number >= 1:
                     rounds.add(number)
     except OSError:
         return 0

@@ -38,7 +38,7 @@ def derive_seed(*parts: int | str) -> int:
             raise ValueError(f"derive_seed takes ints >= 0, got {p}")
     if all(type(p) is int or p in PREFIX_KEYED for p in parts):
         return _prefix_keyed(parts)
-    key = b"".join(b"i%d," % p if type(p) is int else b"s%d:%s" % (len(p.encode()), p.encode()) for p in parts)
+    key = b"".join(b"i%d," % p if isinstance(p, int) else b"s%d:%s" % (len(p.encode()), p.encode()) for p in parts)
     return int.from_bytes(hashlib.blake2b(key, digest_size=8, person=b"chillfl-seed").digest(), "little") & (2**63 - 1)
 
 

@@ -229,6 +229,7 @@ def test_client_update_matches_an_independent_reference(variant: str, wd: float)
     for k, v in want.items():
         torch.testing.assert_close(reply.uplink.params[k].double(), v, atol=2e-5, rtol=1e-4)  # the server gets w, not w'
     adapt = batch_order(24, 4, 1, torch.Generator().manual_seed(derive_seed(0, "perfedavg-adapt")))[0]
+    assert not torch.equal(adapt, order[0])  # its own stream (before, one 4-byte key: the first training batch)
     g = reference_grad({k: v.double() for k, v in start.items()}, x64[adapt], y[adapt], wd)
     personal = {k: (start[k].double() - alpha * g[k]).float() for k in start}  # w^t - alpha grad f(w^t; D)
     _, loss = evaluate(model, personal, x, y)

@@ -148,6 +148,7 @@ from chillfl.privacy.spec import Accounting, Charge, ExemptsClients, MechanismSp
 from chillfl.protocols.softlabels.client import RowRelease
 from chillfl.prototypes.maths import PrototypeLoss, Weighting, aggregate_means, class_means, nearest_prototype, prototype_distance
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
+from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import MethodSettings
 from chillfl.plots.registry import FigureSpec, register_figure
 from chillfl.temperature import ClassCounts, PolicySpec, register_policy
@@ -249,6 +250,7 @@ __all__ = [
     "check_state_keys",
     "class_means",
     "combine",
+    "derive_seed",
     "load_params",
     "nearest_prototype",
     "own_entries",

@@ -18,9 +18,6 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
 # Pairs of prefix-keyed call sites under src/ that may draw one stream (same 4-byte words at the same places, the
 # tuple zero-padded to 4 words): each left because moving it changes documented outputs that were not regenerated.
 REVIEWED = {
-    ("fedgen", "fedgen-init"): "FedGen: the generator's initial weights and its round-0 training draws (one stream seeds both)",
-    ("fedgen", "fedgen-samples"): "FedGen: the generator's round-t training draws and client 0's round-t samples",
-    ("fedgen-init", "fedgen-samples"): "FedGen: the generator's initial weights and client 0's round-0 samples",
     ("public-pool", "public-subset"): "SCARLET/DS-FL: which rows make the public pool, and round 0's subset of it",
     ("transfer", "transform"): "transfer pre-training of client c and client 0's round-c transforms, when both seeds are equal",
 }

@@ -20,10 +20,10 @@ import numpy as np
 
 PREFIX_KEYED: frozenset[str] = frozenset({
     "apple", "attack", "augment", "availability", "client", "clients", "comet", "count", "cpn", "distill", "dnc",
-    "dp-sgd", "dropout", "fedala", "fedcp", "fedfomo", "fedgen", "fedgen-init", "fedgen-samples", "fedmut", "fedmut-iid",
-    "fedtgp-generator", "fesem", "fml-local", "gaussian", "hkd-noise", "ifca", "init", "items", "kulsif", "norm_bound",
-    "perfedavg", "personal", "pfedme", "poison", "poisson", "privacy", "prototypes", "public-pool", "public-subset", "rows",
-    "sample", "server", "sweep", "train", "transfer", "transform",
+    "dp-sgd", "dropout", "fedala", "fedcp", "fedfomo", "fedmut", "fedmut-iid", "fedtgp-generator", "fesem", "fml-local",
+    "gaussian", "hkd-noise", "ifca", "init", "items", "kulsif", "norm_bound", "perfedavg", "personal", "pfedme",
+    "poison", "poisson", "privacy", "prototypes", "public-pool", "public-subset", "rows", "sample", "server", "sweep",
+    "train", "transfer", "transform",
 })
 """Names keyed by their first 4 bytes, as every name was before 2026-12 (tests/test_seeds.py lists the pairs of them
 that may share a stream, each with why it is left). Never add a name: a new stream gets the full key."""

@@ -1,5 +1,5 @@
-"""``derive_seed``: the whole tuple keys a stream; the names kept on their old 4-byte key keep their old seeds, and the
-pairs of them that may share a stream are the reviewed ones below."""
+"""``derive_seed``: the whole tuple keys a stream; the names kept on their old 4-byte key keep their old seeds, and no
+two call sites of them share a stream."""
 
 from __future__ import annotations
 
@@ -14,14 +14,6 @@ import pytest
 from chillfl.seeds import PREFIX_KEYED, derive_seed
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
-
-# Pairs of prefix-keyed call sites under src/ that may draw one stream (same 4-byte words at the same places, the
-# tuple zero-padded to 4 words): each left because moving it changes documented outputs that were not regenerated.
-REVIEWED = {
-    ("public-pool", "public-subset"): "SCARLET/DS-FL: which rows make the public pool, and round 0's subset of it",
-    ("transfer", "transform"): "transfer pre-training of client c and client 0's round-c transforms, when both seeds are equal",
-}
-
 
 def _prefix_word(name: str) -> int:
     return int.from_bytes(name.encode(), "little") % 2**32
@@ -99,7 +91,7 @@ def _may_share(a: tuple[str | None, ...], b: tuple[str | None, ...]) -> bool:
     return True
 
 
-def test_prefix_keyed_call_sites_share_a_stream_only_where_reviewed() -> None:
+def test_no_two_prefix_keyed_call_sites_share_a_stream() -> None:
     sites = _call_sites()
     assert len(sites) > 50  # the scan finds the calls
     used = {s for _, args in sites for s in args if isinstance(s, str)}
@@ -110,4 +102,4 @@ def test_prefix_keyed_call_sites_share_a_stream_only_where_reviewed() -> None:
         names_a, names_b = tuple(s for s in a if s is not None), tuple(s for s in b if s is not None)
         if names_a != names_b and _may_share(a, b):
             shared.add(tuple(sorted(["/".join(names_a), "/".join(names_b)])))
-    assert shared == set(REVIEWED)
+    assert shared == set()

@@ -35,7 +35,7 @@ import torch
 from chillfl.errors import ConfigError
 from chillfl.engine.predict import PredictJob, Prediction, Predictor, predict_each
 from chillfl.engine.record import Json, RoundRecord
-from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.local import LocalOutcome, LocalSpec, check_rows
 from chillfl.training.optim import Carried
 from chillfl.data.stamp import RowStamp
 from chillfl.training.objective import Context
@@ -78,6 +78,7 @@ class ClientJob:
         t = float(self.temperature)
         if not (math.isfinite(t) and t > 0):
             raise ConfigError("temperature.policy", f"the policy gave client {self.client_id} the temperature {t}; a temperature must be a finite number > 0")
+        check_rows(self.x, self.y, self.stamp)  # every executor's jobs, the vectorised chunks' too
 
 
 @dataclass

@@ -639,6 +639,15 @@ def seed_dropout(seed: int, device: torch.device) -> None:
         torch.manual_seed(seed)
 
 
+def check_rows(x: torch.Tensor, y: torch.Tensor, stamp: RowStamp | None) -> None:
+    """Inputs, labels and a poisoning stamp pair row for row: batches are drawn over ``len(y)`` and an augmented step
+    reads row i's stamp by its index, so a longer ``x`` or stamp would train on misaligned rows without a word."""
+    if len(x) != len(y):
+        raise ValueError(f"x has {len(x)} rows but y has {len(y)}: inputs and labels must pair row for row")
+    if stamp is not None and not len(stamp.clean) == len(stamp.marked) == len(y):
+        raise ValueError(f"the stamp has {len(stamp.clean)} clean rows and {len(stamp.marked)} marks for {len(y)} rows: they must pair row for row")
+
+
 def train_client(
     model: nn.Module,
     start: Mapping[str, torch.Tensor],
@@ -667,8 +676,7 @@ def train_client(
     The model object is only a stateless template: its own tensors are never
     read or written, so one instance serves every client.
     """
-    if len(x) != len(y):  # batches are drawn over len(y): a longer x would train on misaligned pairs without a word
-        raise ValueError(f"x has {len(x)} rows but y has {len(y)}: inputs and labels must pair row for row")
+    check_rows(x, y, stamp)
     params, buffers = split_state(model, to_memory_format(start, spec.memory_format), spec.frozen)
     params = leaf_params(params)
     buffers = {k: v.detach().clone() for k, v in buffers.items()}

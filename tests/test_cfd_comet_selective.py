@@ -234,3 +234,17 @@ def test_selective_options() -> None:
     assert (opts.tau_client, opts.tau_server) == (0.0625, 2.0)  # SCARLET Table V, CIFAR-10
     with pytest.raises(ConfigError, match="selective_fd.server_measure"):
         parse_options(SelectiveFDOptions, {"server_measure": "gini"}, "selective_fd")
+
+
+def test_comet_client_granularity_reads_the_named_block_and_refuses_a_downlink_without_one() -> None:
+    """Each row holds every cluster's target (then the plain mean): the client reads the block the server named. A
+    downlink without a name fell back on the plain mean in silence; the server always names one, so it is a bug."""
+    from chillfl.distillation.methods.comet import COMETClient, COMETMethodOptions
+
+    client = COMETClient(COMETMethodOptions(num_clusters=2, granularity="client"), 3, 0)
+    rows = torch.arange(2 * 9, dtype=torch.float32).view(2, 9)  # blocks [0:3], [3:6], mean [6:9]
+    own = lambda: pytest.fail("client granularity reads no own prediction")  # noqa: E731
+    assert torch.equal(client.client_target(4, rows, own, hint=1), rows[:, 3:6])
+    assert torch.equal(client.client_target(4, rows, own, hint=2), rows[:, 6:9])
+    with pytest.raises(ValueError, match="COMET client 4: the downlink names no cluster block"):
+        client.client_target(4, rows, own, hint=None)

@@ -91,8 +91,9 @@ class COMETClient(SoftLabelClientHooks[COMETMethodOptions]):
     def client_target(self, cid: int, rows: torch.Tensor, own_probs: Callable[[], torch.Tensor], hint: int | None = None) -> torch.Tensor:
         nc, c = self.num_classes, self.options.num_clusters
         if self.options.granularity == "client":
-            block = hint if hint is not None else c  # no cluster named: the last block, the plain mean
-            return rows[:, block * nc : (block + 1) * nc]
+            if hint is None:  # the server names the block (target_hint) with every previous round's rows; a transport that drops it is a bug
+                raise ValueError(f"COMET client {cid}: the downlink names no cluster block for client granularity")
+            return rows[:, hint * nc : (hint + 1) * nc]
         cents = rows.reshape(rows.shape[0], c, nc)
         own = own_probs()
         pick = (cents - own.unsqueeze(1)).pow(2).sum(dim=-1).argmin(dim=1)  # nearest centroid (Euclidean)

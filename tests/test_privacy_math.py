@@ -391,12 +391,13 @@ def test_an_unreachable_prv_target_is_refused_before_any_accountant_evaluation(m
     # Opacus's PRV accountant reports its estimate at delta' = delta - delta/1000 plus eps_error = 0.01, and no privacy curve
     # goes below log(1 - delta') at delta': at delta 1e-3 nothing under 0.01 + log(1 - 0.000999) = 0.0090005 is reported.
     # Opacus's search would try sigma = 20, 40, ..., 1.3e6 (17 evaluations, each up to a minute at q = 0.5) before saying so
-    import opacus.accountants as accountants
     import opacus.accountants.utils as utils
+    from opacus.accountants.analysis.prv.prvs import DiscretePRV
 
+    # Every PRV evaluation ends in DiscretePRV.compute_epsilon: Opacus's get_epsilon and the ledger's own composition alike.
     evaluations = []
-    real = accountants.PRVAccountant.get_epsilon
-    monkeypatch.setattr(accountants.PRVAccountant, "get_epsilon", lambda self, *a, **k: evaluations.append(1) or real(self, *a, **k))
+    real = DiscretePRV.compute_epsilon
+    monkeypatch.setattr(DiscretePRV, "compute_epsilon", lambda self, *a, **k: evaluations.append(1) or real(self, *a, **k))
 
     def searched(**kwargs: Any) -> float:
         raise AssertionError("Opacus's search ran for an unreachable target")
@@ -406,6 +407,8 @@ def test_an_unreachable_prv_target_is_refused_before_any_accountant_evaluation(m
         build_experiment(config(**{"privacy.accountant": "prv", "privacy.target_epsilon": 0.005}))  # q = 0.5, 3 rounds
     assert err.value.field == "privacy.target_epsilon" and "PRV accountant reports epsilon > 0.009001" in err.value.message
     assert "\n" not in str(err.value) and evaluations == []
+    epsilon_of(((1.0, 0.01, 10),), 1e-5, "prv")  # the spy sees an evaluation when there is one
+    assert evaluations
     from chillfl.privacy.accounting import prv_floor
 
     assert prv_floor(1e-3) == pytest.approx(0.01 + math.log(1 - 0.999e-3), rel=1e-12)

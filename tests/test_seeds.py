@@ -15,6 +15,7 @@ from chillfl.seeds import PREFIX_KEYED, derive_seed
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "chillfl"
 
+
 def _prefix_word(name: str) -> int:
     return int.from_bytes(name.encode(), "little") % 2**32
 
@@ -57,6 +58,13 @@ def test_a_prefix_keyed_name_keeps_its_old_seed(name: str) -> None:
 
 def test_ints_only_keep_their_old_seed() -> None:
     assert derive_seed(3, 4) == _old_derive_seed(3, 4)
+
+
+def test_the_written_out_old_key_is_the_old_code_s() -> None:
+    # printed by chillfl.seeds.derive_seed at a3414f4d (the last commit before the change)
+    assert _old_derive_seed(7, "sample", 3) == 2214980959208295044
+    assert _old_derive_seed(2**40 + 5, "train", 2, 9) == 1987241434680597841
+    assert _old_derive_seed("items", 1) == 6295890046289346517
 
 
 def test_bad_parts_are_refused() -> None:

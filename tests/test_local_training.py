@@ -168,16 +168,13 @@ def test_inputs_and_labels_of_different_lengths_are_refused(rows_x: int) -> None
 @pytest.mark.parametrize(("clean", "marked"), [(23, 24), (24, 23), (25, 25)], ids=["clean-short", "marks-short", "both-long"])
 def test_a_stamp_that_does_not_pair_with_the_rows_is_refused(clean: int, marked: int) -> None:
     """An augmented step reads row i's clean input and mark by its index: a stamp of other rows stamped other rows."""
+    from chillfl.attacks.poison import Trigger
     from chillfl.data.stamp import RowStamp
-
-    class Corner:
-        def apply(self, x: torch.Tensor) -> torch.Tensor:
-            return x
 
     g = torch.Generator().manual_seed(5)
     model = nn.Sequential(nn.Linear(6, 4))
     x, y = torch.randn(24, 6, generator=g), torch.randint(0, 4, (24,), generator=g)
-    stamp = RowStamp(torch.zeros(clean, 6), torch.zeros(marked, dtype=torch.bool), Corner())
+    stamp = RowStamp(torch.zeros(clean, 6), torch.zeros(marked, dtype=torch.bool), Trigger(1, 1.0))
     with pytest.raises(ValueError, match=rf"the stamp has {clean} clean rows and {marked} marks for 24 rows"):
         train_client(model, model_state(model), x, y, spec=LocalSpec(epochs=1, batch_size=8), lr=0.1, temperature=1.0, context={},
                      generator=torch.Generator().manual_seed(0), stamp=stamp)
@@ -185,16 +182,13 @@ def test_a_stamp_that_does_not_pair_with_the_rows_is_refused(clean: int, marked:
 
 def test_a_job_of_rows_that_do_not_pair_is_refused_before_any_executor_reads_it() -> None:
     """The vectorised executor gathers a chunk's rows itself: the check is the job's, not only ``train_client``'s."""
+    from chillfl.attacks.poison import Trigger
     from chillfl.data.stamp import RowStamp
     from chillfl.engine.protocol import ClientJob
-
-    class Corner:
-        def apply(self, x: torch.Tensor) -> torch.Tensor:
-            return x
 
     y = torch.zeros(24, dtype=torch.long)
     with pytest.raises(ValueError, match="x has 23 rows but y has 24"):
         ClientJob(0, {}, torch.zeros(23, 6), y, 0.1, 1.0, {}, 0)
     with pytest.raises(ValueError, match="the stamp has 25 clean rows and 25 marks for 24 rows"):
-        ClientJob(0, {}, torch.zeros(24, 6), y, 0.1, 1.0, {}, 0, stamp=RowStamp(torch.zeros(25, 6), torch.zeros(25, dtype=torch.bool), Corner()))
-    ClientJob(0, {}, torch.zeros(24, 6), y, 0.1, 1.0, {}, 0, stamp=RowStamp(torch.zeros(24, 6), torch.zeros(24, dtype=torch.bool), Corner()))
+        ClientJob(0, {}, torch.zeros(24, 6), y, 0.1, 1.0, {}, 0, stamp=RowStamp(torch.zeros(25, 6), torch.zeros(25, dtype=torch.bool), Trigger(1, 1.0)))
+    ClientJob(0, {}, torch.zeros(24, 6), y, 0.1, 1.0, {}, 0, stamp=RowStamp(torch.zeros(24, 6), torch.zeros(24, dtype=torch.bool), Trigger(1, 1.0)))

@@ -35,8 +35,11 @@ def derive_seed(*parts: int | str) -> int:
             raise TypeError(f"derive_seed takes ints and strs, got {type(p).__name__}")
         if type(p) is int and p < 0:
             raise ValueError(f"derive_seed takes ints >= 0, got {p}")
-    if all(type(p) is int or p in PREFIX_KEYED for p in parts):
-        return _prefix_keyed(parts)
+    return _prefix_keyed(parts) if all(type(p) is int or p in PREFIX_KEYED for p in parts) else _full_keyed(parts)
+
+
+def _full_keyed(parts: tuple[int | str, ...]) -> int:
+    """A hash of the tuple in a tagged encoding (``i<int>,`` and ``s<length>:<bytes>``): no two tuples share it."""
     key = b"".join(b"i%d," % p if isinstance(p, int) else b"s%d:%s" % (len(p.encode()), p.encode()) for p in parts)
     return int.from_bytes(hashlib.blake2b(key, digest_size=8, person=b"chillfl-seed").digest(), "little") & (2**63 - 1)
 

@@ -19,9 +19,9 @@ import hashlib
 import numpy as np
 
 PREFIX_KEYED: frozenset[str] = frozenset({
-    "apple", "augment", "availability", "client", "clients", "comet", "count", "cpn", "distill", "dropout", "fedala",
-    "fedcp", "fedfomo", "fedtgp-generator", "fesem", "fml-local", "hkd-noise", "ifca", "init", "items", "kulsif",
-    "perfedavg", "personal", "pfedme", "poisson", "public-subset", "rows", "sample", "server", "sweep", "train",
+    "apple", "augment", "availability", "client", "clients", "count", "cpn", "distill", "dropout", "fedala", "fedcp",
+    "fedfomo", "fedtgp-generator", "fesem", "fml-local", "hkd-noise", "ifca", "init", "items", "perfedavg", "personal",
+    "pfedme", "poisson", "public-subset", "rows", "sample", "server", "sweep", "train",
 })
 """Names keyed by their first 4 bytes, as every name was before 2026-12 (no two of their call sites share a stream:
 tests/test_seeds.py). Never add a name: a new stream gets the full key."""

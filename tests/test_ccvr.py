@@ -33,7 +33,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol, make_executor
 from chillfl.models.parts import head_name
 from chillfl.training.local import LocalOutcome, LocalSpec
-from methods_e2e import cli_option_error, config, records, resumed_records
+from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
 
 
 def f64(rows: list[list[float]]) -> torch.Tensor:
@@ -219,6 +219,13 @@ def test_runs_are_deterministic_and_resume_bitwise(every_round: bool, tmp_path: 
     assert len(seq) == 2 and all(r["global_acc"] is not None for r in seq)
     assert records(cfg) == seq
     assert resumed_records(cfg, 1, tmp_path) == seq
+
+
+@pytest.mark.parametrize("every_round", [False, True])
+def test_executors_agree_with_a_round_that_trains_nothing(every_round: bool) -> None:
+    """The calibration round's clients yield no training job: every executor runs such a client update."""
+    seq = assert_executors_agree(config(**{"algorithm.name": "ccvr", "algorithm.every_round": every_round, "model.name": "mlp"}))
+    assert len(seq) == 3
 
 
 def test_every_round_calibrates_each_rounds_evaluation_and_not_the_training() -> None:

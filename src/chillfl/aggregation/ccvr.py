@@ -80,7 +80,7 @@ from chillfl.aggregation.base import (
     report_tensor,
     weighted_average,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features, head_name, head_size
@@ -269,14 +269,15 @@ class CCVR(AggregatorBase):
     """FedAvg's weighted mean; the head calibrated on virtual representations in the rounds ``every_round`` says."""
 
     def __init__(self, model: nn.Module, options: CCVROptions = CCVROptions(), rounds: int | None = None, seed: int = 0,
-                 eval_batch_size: int = 1024) -> None:
-        """``rounds``: the run's, whose last is the calibration round when ``every_round`` is false (None: unknown, refused then)."""
+                 eval_batch_size: int = 1024, head: str | None = None) -> None:
+        """``rounds``: the run's, whose last is the calibration round when ``every_round`` is false (None: unknown, refused then);
+        ``head``: the classifier head's name where the builder looked it up (None: :func:`head_name`)."""
         self.model = model
         self.options = options
         self.rounds = rounds
         self.seed = seed
         self.eval_batch_size = eval_batch_size
-        self.head = head_name(model)
+        self.head = head_name(model) if head is None else head
         self.num_classes = head_size(model, self.head).classes
         self.trained_head: Params | None = None
         """``every_round``: the head of the last average, before calibration, which the next round's clients start from."""
@@ -352,11 +353,16 @@ def check(options: CCVROptions, config: RunConfig, section: str) -> None:
                                                f"so it needs rounds >= 2, got {config.federation.rounds}")
 
 
+def build(options: CCVROptions, ctx: BuildContext) -> Built:
+    """CCVR on the run's model, rounds and seed; a model without a classifier head is a ConfigError on ``model.name``."""
+    return CCVR(ctx.model, options, ctx.rounds, ctx.seed, head=require_head(ctx, "CCVR")), []
+
+
 SPEC = register_algorithm(
     "ccvr",
     AlgorithmSpec(
         CCVROptions,
-        lambda o, ctx: (CCVR(ctx.model, o, ctx.rounds, ctx.seed), []),
+        build,
         "FedAvg, then the classifier head calibrated on virtual features from the clients' class statistics (Luo et al. 2021)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,

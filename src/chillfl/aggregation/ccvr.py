@@ -32,6 +32,7 @@ Choices
   client again after the average, which chillfl's one exchange a round has no room for.
 * Only the round's participating clients send statistics: under partial participation the calibration sees their
   classes only (the paper's clients all take part); a class no participating client holds gets no virtual features.
+  A last round skipped (fewer than ``min_clients`` reporting) calibrates nothing: the model stays FedAvg's.
 * ``virtual_per_class = 100``: the paper studies M_c in its ablation; 100 is this implementation's default, not a
   number read from the paper (its text was not at hand); FL-bench's ``sample_per_class`` is 200.
 * Statistics are computed in eval mode, in float64, and sent as float32 (the model's precision); a class a client

@@ -457,7 +457,7 @@ def test_registry_pa3fed_wraps_base_and_keeps_its_terms() -> None:
 
 def test_registry_errors_name_field_and_allowed_values() -> None:
     model = TinyBN()
-    with pytest.raises(ConfigError, match=r"algorithm\.name.*allowed: apfl, apple, bulyan, centered_clip, cfl, ditto, dnc, fedadagrad, fedadam"):
+    with pytest.raises(ConfigError, match=r"algorithm\.name.*allowed: apfl, apple, bulyan, ccvr, centered_clip, cfl, ditto, dnc, fedadagrad, fedadam"):
         make_aggregator("fedsgd", None, num_clients=3, model=model, seed=0)
     with pytest.raises(ConfigError, match=r"algorithm\.mu.*must be in \[0, 1e6\]"):
         make_aggregator("fedprox", {"mu": -1.0}, num_clients=3, model=model, seed=0)

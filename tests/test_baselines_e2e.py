@@ -109,6 +109,8 @@ def algorithm_table(name: str) -> dict[str, Any]:
         return {"name": "fedgen", "generator_steps": 5, "hidden": 32, "noise_dim": 8}  # what the clients train and send is the same
     if name in ("fedavg_ft", "fedbabu"):  # one fine-tuning epoch at evaluation, not 5: the fine-tuning still runs, on what the round sent
         return {"name": name, "finetune_epochs": 1}
+    if name == "ccvr":  # every round trains and calibrates: by default the last round trains nothing (its calibration exchange,
+        return {"name": "ccvr", "every_round": True}  # tests/test_ccvr.py), which this test's "every client trained" would flag
     return {"name": "pa3fed", "base": "fedprox"} if name == "pa3fed" else {"name": name}
 
 

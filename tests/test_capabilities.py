@@ -61,7 +61,9 @@ HYPERNETWORKS = ["pfedhn"]
 """A server-side hypernetwork that generates each client's model, in its own module."""
 FEATURE_SPLIT = ["fedcp"]
 """FedCP: a policy network splits each feature between a global and a personal head, in its own module."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS + FEATURE_SPLIT)
+CALIBRATION = ["ccvr"]
+"""CCVR: FedAvg with the classifier head calibrated on the server from the clients' class statistics, in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS + FEATURE_SPLIT + CALIBRATION)
 
 
 def config(**overrides: Any) -> RunConfig:

@@ -236,6 +236,15 @@ def test_forwards_over_the_rows_before_training_add_forward_epochs() -> None:
     _close(_config(algorithm={"name": "qffl"}), _minutes(1.5 * STEPS, 1.5 * SAMPLES))
 
 
+def test_ccvr_prices_its_statistics_and_calibration_when_it_calibrates_every_round() -> None:
+    # Default: the last round's forward over the rows replaces that round's training: FedAvg's price (an upper bound).
+    assert declared_cost(_config(algorithm={"name": "ccvr"})) == Cost()
+    # every_round: the received model's forward over the rows (1 + 0.5 epochs) and calibration_steps head steps a round
+    # on the server, priced at a step's overhead: 3 rounds x 100.
+    _close(_config(algorithm={"name": "ccvr", "every_round": True}), _minutes(1.5 * STEPS + 3 * 100, 1.5 * SAMPLES))
+    _close(_config(algorithm={"name": "ccvr", "every_round": True, "calibration_steps": 10}), _minutes(1.5 * STEPS + 3 * 10, 1.5 * SAMPLES))
+
+
 def test_fedfomo_trains_on_the_rows_outside_its_validation_split() -> None:
     # val_ratio 0.2, m = 5: training on 0.8 of the rows, and 6 models (its own and the 5 sent) forward over the 0.2:
     # 0.8 + 6 x 0.2 x 0.5 = 1.4 epochs.

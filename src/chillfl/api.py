@@ -505,11 +505,10 @@ def _natural_client_split(raw: dict[str, Any], overrides: Mapping[str, Any]) -> 
     A saved or resolved config (``result.config``, ``make_config``, a run's ``config.toml``) carries the default
     ``"proportional"`` filled in, which cannot be told from a choice: it gives way to the data, as its ``[dataset]``
     table does, where keeping it ignored the client test sets without a word. ``"none"`` (no client evaluation) is
-    never a default and stays. A keyword that asks for another split contradicts the data: one line."""
-    asked = _dotted(overrides).get("eval.client_split")
-    if asked is not None and asked not in ("natural", "none"):
-        raise ConfigError("eval.client_split", f"is {asked!r}, but the data's client_test gives each client's own test set "
-                                               "(client_split 'natural'): pass one of the two")
+    never a default and stays, and so does a split a keyword asks for (``**{"eval.client_split": ...}``), as a
+    ``compare`` grid over it does: those are choices."""
+    if "eval.client_split" in _dotted(overrides):
+        return
     evaluation = raw.get("eval")
     if not (isinstance(evaluation, Mapping) and evaluation.get("client_split") == "none"):
         set_dotted(raw, "eval.client_split", "natural")

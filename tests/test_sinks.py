@@ -209,3 +209,41 @@ def test_sinks_from_python_through_chillfl_run(tmp_path: Path) -> None:
     folder = tmp_path / "sinks"
     rows = list(csv.DictReader((folder / "metrics.csv").open(newline="")))
     assert [int(r["round"]) for r in rows] == [r["round"] for r in result.records] == [1, 2, 3]
+
+
+def test_an_interrupted_run_logging_to_wandb_resumes(tmp_path: Path, offline_wandb: None) -> None:
+    """W&B makes links of its own in the run's ``wandb/`` (``latest-run``, ``debug.log``): ``chillfl resume`` refused every
+    interrupted run with the wandb sink ("wandb/latest-run is a symbolic link"), and a comparison with it too."""
+    pytest.importorskip("wandb")
+    from chillfl.runner import resume_experiment
+
+    config = load_config(None, {**TINY, "federation.rounds": 4, "checkpoint.every": 2, "out_dir": str(tmp_path / "results"), "log.sinks": ["wandb"]})
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(config, progress=False, callbacks=[InterruptAt(3)])
+    partial = tmp_path / "results" / "sinks.partial"
+    assert any(p.is_symlink() for p in (partial / "wandb").iterdir())  # what W&B writes there, not chillfl
+    out = resume_experiment(partial, progress=False)
+    assert out.folder == tmp_path / "results" / "sinks"
+    assert [json.loads(line)["round"] for line in (out.folder / "metrics.jsonl").read_text().splitlines()] == [1, 2, 3, 4]
+    assert len(list((out.folder / "wandb").glob("offline-run-*"))) == 2  # the run before and after the resume
+
+
+def test_links_are_still_refused_beside_and_instead_of_wandbs_folder(tmp_path: Path) -> None:
+    """Only the inside of a ``wandb/`` folder is W&B's; a link elsewhere in a run or comparison folder, or a ``wandb``
+    that is itself a link, is still refused."""
+    from chillfl.storage.results import refuse_links
+
+    run = tmp_path / "cmp" / "run-s0"
+    (run / "wandb" / "offline-run-1").mkdir(parents=True)
+    (run / "wandb" / "latest-run").symlink_to("offline-run-1")
+    refuse_links(tmp_path / "cmp")
+    (run / "metrics.csv").symlink_to(tmp_path / "elsewhere.csv")
+    with pytest.raises(ConfigError, match="metrics.csv is a symbolic link"):
+        refuse_links(tmp_path / "cmp")
+    (run / "metrics.csv").unlink()
+    other = tmp_path / "other"
+    other.mkdir()
+    (run / "wandb").rename(tmp_path / "w")
+    (run / "wandb").symlink_to(other)
+    with pytest.raises(ConfigError, match="wandb is a symbolic link"):
+        refuse_links(tmp_path / "cmp")

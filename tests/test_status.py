@@ -140,3 +140,28 @@ def test_a_finished_run_past_its_plan_says_so(tmp_path: Path, capsys: pytest.Cap
     (tmp_path / "x" / "summary.json").write_text(json.dumps({"final_global_acc": 0.5, "rounds": 5}))
     assert run_state(tmp_path, "x", 2).cells() == ["x", "finished", "5 (past the 2 planned)", "50.00"]
     assert run_state(tmp_path, "x", 5).cells() == ["x", "finished", "5/5", "50.00"]
+
+
+def test_a_run_stopped_by_a_callback_is_stopped_not_finished(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An early-stopped run writes its summary.json (with ``"stopped"``) and keeps its checkpoint, which ``chillfl resume``
+    continues; ``status`` read the summary and called it finished (``2/3``), so nothing said it could go on."""
+    import chillfl
+    from chillfl.engine.view import RunView
+
+    class Stop:
+        def on_round(self, record: dict[str, object], run: RunView) -> None:
+            if record["round"] == 2:
+                run.stop("no gain")
+
+    config = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "federation": {"num_clients": 3, "rounds": 3}, "checkpoint": {"every": 1}}
+    stopped = chillfl.run(config=config, callbacks=[Stop()], out_dir=tmp_path, progress=False)
+    assert stopped.folder is not None
+    capsys.readouterr()
+    assert main(["status", str(stopped.folder)]) == 0
+    accuracy = 100 * stopped.summary["final_global_acc"]
+    line = f"| run | stopped (early, by a callback: no gain; `chillfl resume` continues it) | 2/3 | {accuracy:.2f} |"
+    assert capsys.readouterr().out.splitlines() == [f"{stopped.folder}: one run", "| run | state | rounds | accuracy % |", "|---|---|---|---|", line]
+    assert main(["resume", str(stopped.folder), "-q"]) == 0
+    capsys.readouterr()
+    assert main(["status", str(stopped.folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[3].startswith("| run | finished | 3/3 |")

@@ -240,6 +240,17 @@ def test_an_all_failed_comparison_of_another_config_does_not_stop_a_new_one(tmp_
     assert (tmp_path / "sh-compare.partial" / "a-s0" / "summary.json").is_file()
 
 
+def test_a_finished_comparison_of_another_config_is_named_as_such(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard of a new grid found ``sh-compare`` of an earlier one finished and said it was finished, "give another
+    out_dir to run the comparison again": this comparison had never run."""
+    (tmp_path / "sh-compare").mkdir()
+    (tmp_path / "sh-compare" / "sweep.json").write_text("{}")
+    assert _run(_config(tmp_path), tmp_path, "--shard", "1/2") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"chillfl: error: shard: {tmp_path / 'sh-compare'} is another comparison's, finished"), err
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["sh-compare"]
+
+
 def test_an_all_failed_comparison_beside_another_failed_one_is_failed_2_and_a_restarted_shard_says_so(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:

@@ -96,6 +96,30 @@ def test_per_client_test_sets(digits: tuple[torch.Tensor, torch.Tensor]) -> None
         chillfl.run(Net(), chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], client_test=groups[:3]), config, write=False)
 
 
+def test_client_test_sets_are_used_under_a_saved_or_resolved_config(digits: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """A saved or resolved config carries ``eval.client_split = "proportional"`` (the default, filled in): reused with data
+    that has ``client_test`` (``config=result.config``, ``chillfl.make_config(...)``, a run's ``config.toml``), it made
+    local accuracy silently ignore the client test sets; the data decide, unless "none" or a keyword asks otherwise."""
+    x, y = digits
+    x = x / 16.0
+    groups = [list(range(c * 90, (c + 1) * 90)) for c in range(4)]
+    data = chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], num_classes=10, client_test=groups)
+    plain = chillfl.TensorData(x[:1400], y[:1400], x[1400:], y[1400:], num_classes=10)
+    net = Net()  # one initial model: the runs work on copies
+    earlier = chillfl.run(net, plain, SMALL, write=False, progress=False)
+    assert earlier.config.eval.client_split == "proportional"
+    direct = chillfl.run(net, data, SMALL, write=False, progress=False)
+    for config in (earlier.config, chillfl.make_config(SMALL), {**SMALL, "eval": {"client_split": "proportional"}}):
+        again = chillfl.run(net, data, config, write=False, progress=False)
+        assert again.config.eval.client_split == "natural"
+        assert again.records == direct.records
+    kept = chillfl.run(net, data, {**SMALL, "eval": {"client_split": "none", "clients": "none"}}, write=False, progress=False)
+    assert kept.config.eval.client_split == "none"  # no client evaluation, as asked
+    asked = chillfl.run(net, data, earlier.config, write=False, progress=False, **{"eval.client_split": "proportional"})
+    assert asked.config.eval.client_split == "proportional"  # a keyword is a choice, as a compare grid over it is
+    assert asked.records == earlier.records
+
+
 class RandomlyShifted(Dataset):
     """A random augmentation as torchvision and albumentations draw it: from torch's, Python's and NumPy's global RNGs."""
 

@@ -488,9 +488,8 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
         distill = raw.get("distillation")
         if dataset.public_rows and isinstance(distill, dict) and distill.get("method") and not distill.get("public_size"):  # unset or 0 (a resolved table)
             distill["public_size"] = dataset.public_rows  # the public set passed with the data
-        evaluation = raw.get("eval")
-        if dataset.test_groups is not None and dataset.train_groups is None and not (isinstance(evaluation, Mapping) and "client_split" in evaluation):
-            set_dotted(raw, "eval.client_split", "natural")  # local accuracy on the clients' own test sets
+        if dataset.test_groups is not None and dataset.train_groups is None:
+            _natural_client_split(raw, overrides)
     if model is not None:
         table = raw.get("model")
         if isinstance(table, Mapping):  # the record replaces the table: its per-client architectures would be dropped
@@ -498,6 +497,21 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
         raw["model"] = model_record(model)
     _record_plugged(raw, plugged)
     return resolved(config_from_dict(raw, swept)), dataset
+
+
+def _natural_client_split(raw: dict[str, Any], overrides: Mapping[str, Any]) -> None:
+    """Data passed with ``client_test`` measure local accuracy on those sets (``eval.client_split = "natural"``).
+
+    A saved or resolved config (``result.config``, ``make_config``, a run's ``config.toml``) carries the default
+    ``"proportional"`` filled in, which cannot be told from a choice: it gives way to the data, as its ``[dataset]``
+    table does, where keeping it ignored the client test sets without a word. ``"none"`` (no client evaluation) is
+    never a default and stays, and so does a split a keyword asks for (``**{"eval.client_split": ...}``), as a
+    ``compare`` grid over it does: those are choices."""
+    if "eval.client_split" in _dotted(overrides):
+        return
+    evaluation = raw.get("eval")
+    if not (isinstance(evaluation, Mapping) and evaluation.get("client_split") == "none"):
+        set_dotted(raw, "eval.client_split", "natural")
 
 
 def _refuse_record_overrides(overrides: Mapping[str, Any], record: Mapping[str, Any]) -> None:

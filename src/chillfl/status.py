@@ -2,7 +2,8 @@
 
 For a comparison (``NAME-compare.partial``, its shards' shared folder, or a finished ``NAME-compare``) one line a
 run, in plan order: finished (its final accuracy), diverged, running (its folder is locked by a chillfl process),
-stopped (resumable from the round of its checkpoint, or from the start), not started. For one run, its line.
+stopped (resumable from the round of its checkpoint, or from the start; or stopped early by a callback, its results
+written), not started. For one run, its line.
 Nothing is written; a running run is told by a shared ``flock`` probe held for a moment, which never blocks it.
 """
 

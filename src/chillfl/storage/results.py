@@ -158,12 +158,21 @@ class RunLock:
             self._fd = None
 
 
+WANDB_DIR = "wandb"
+"""The folder W&B writes into a run folder (the ``wandb`` sink): W&B makes links there itself (``latest-run``,
+``debug.log``) and chillfl neither reads nor writes inside it."""
+
+
 def refuse_links(folder: Path, field: str = "run_dir") -> None:
-    """A run folder holds no symbolic links: chillfl would replace or write through them."""
+    """A run folder holds no symbolic links: chillfl would replace or write through them.
+
+    The inside of a ``wandb/`` folder is W&B's, which keeps links of its own there: refused, they made every run
+    with the wandb sink, once interrupted, impossible to resume. A ``wandb`` that is itself a link is refused."""
     for root, dirs, files in os.walk(folder):
         for entry in [*dirs, *files]:
             if os.path.islink(os.path.join(root, entry)):
                 raise ConfigError(field, f"{os.path.join(root, entry)} is a symbolic link; a run folder holds none (remove it)")
+        dirs[:] = [d for d in dirs if d != WANDB_DIR]  # not walked into: W&B's own links
 
 
 class ResultWriter:

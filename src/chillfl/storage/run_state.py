@@ -129,6 +129,11 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         if not isinstance(summary, dict):  # a hand-edited or foreign file: the row without its numbers, not a traceback
             summary = {}
         accuracy, ran = summary.get("final_global_acc"), summary.get("rounds")
+        stopped = summary.get("stopped")
+        if isinstance(stopped, dict):  # stopped by a callback: complete results, and resumable to the planned rounds
+            how = "early, by a callback" + (f": {stopped['reason']}" if isinstance(stopped.get("reason"), str) else "")
+            how += "; `chillfl resume` continues it" if (folder / CHECKPOINT).is_file() else ""
+            return RunState(name, "stopped", how, ran if type(ran) is int else None, planned, accuracy if is_real(accuracy) else None)
         return RunState(name, "finished", "", ran if type(ran) is int else None, planned,
                         accuracy if is_real(accuracy) else None)
     # a finished folder without its summary: a run stopped early by a callback

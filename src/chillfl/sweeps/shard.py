@@ -129,6 +129,11 @@ def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:
     A ``final.failed`` of another comparison under the same name (the lr that diverged, lowered) stops nothing.
     """
     if os.path.lexists(final):
+        if final.is_dir() and not final.is_symlink() and (final / SWEEP_FILE).is_file() and not _holds(final, record):
+            # a finished comparison of another config or grid under this name: "run the comparison again" misled
+            raise ConfigError(FIELD, f"{final} is another comparison's, finished (its {SWEEP_FILE} differs: another config, variants, "
+                                     "seeds, tuning, chillfl or torch): the shards share one folder, so give this comparison another "
+                                     "out_dir or name")
         raise ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
                                  "give another out_dir to run the comparison again")
     for failed in failed_folders(final):

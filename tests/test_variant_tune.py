@@ -168,3 +168,18 @@ def test_a_variant_without_what_the_rule_selects_on_is_refused_before_anything_r
         plan_runs(config_from_dict(config), [])
     assert err.value.field == field, err.value
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("spelling", ['"client.lr" = [0.05, 0.2]', "client.lr = [0.05, 0.2]"])
+def test_a_tune_override_replaces_the_axis_however_the_file_spelt_it(tmp_path: Path, spelling: str) -> None:
+    """``tune.client.lr=[0.5]`` on a file whose grid quotes the key (the demo's ``"client.lr"``) set the nested spelling
+    beside it, and the run was refused as giving ``tune.client.lr`` twice; it replaces the axis, the other axes stay."""
+    from chillfl.config import load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'[dataset]\nname = "digits"\n[eval]\nvalidation = 0.2\n[tune]\n{spelling}\n"client.momentum" = [0.0, 0.9]\n')
+    config = load_config(path, {"tune.client.lr": [0.5], "tune.algorithm.mu": [0.01]})
+    assert config.tune == {"client.lr": [0.5], "client.momentum": [0.0, 0.9], "algorithm.mu": [0.01]}
+    with pytest.raises(ConfigError) as err:
+        load_config(path, {"tune.client.lr": 0.5})
+    assert err.value.field == "tune.client.lr" and "non-empty list" in err.value.message

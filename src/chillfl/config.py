@@ -1180,11 +1180,28 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get(name_key) and (off is None or table.get(name_key, off) != off):
             data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in _fields(shared)}  # the old method's own options belong to it
     for key, value in overrides.items():
-        if not key.startswith(TERM_KEY):
+        if key.startswith(TUNE_KEY) and isinstance(data.get("tune", {}), Mapping):
+            set_tune_axis(data, key.removeprefix(TUNE_KEY), value)
+        elif not key.startswith(TERM_KEY):
             set_dotted(data, key, value)
     for key, value in overrides.items():  # after the others: a term's option sets the term of the run's terms, as overridden
         if key.startswith(TERM_KEY):
             set_term_option(data, key, value)
+
+
+TUNE_KEY = "tune."
+"""``tune.<section>.<option>=[...]``: an override that sets one axis of the ``[tune]`` grid."""
+
+
+def set_tune_axis(data: dict[str, Any], axis: str, values: Any) -> None:
+    """Set the ``[tune]`` grid's ``axis`` (``client.lr``) to ``values``, however the table spelt it.
+
+    Why: a grid's key is a dotted option name, which a file writes quoted (``"client.lr" = [...]``, the demo) or as
+    nested tables (``client.lr = [...]`` unquoted); ``tune.client.lr=[0.05]`` set the nested spelling beside the
+    quoted one, and the run was refused as giving ``tune.client.lr`` twice. The override replaces the axis instead."""
+    grid = dotted_grid(dict(data.get("tune") or {}).items())
+    grid[axis] = values
+    data["tune"] = grid
 
 
 TERM_KEY = "objective.terms."

@@ -503,3 +503,15 @@ def test_run_labels_name_the_runs_a_plan_names(tmp_path: Path) -> None:
             point = plan.points_of(c.variant)[c.point]
             assert labels[c.config.name] == ", ".join([c.variant.label, *(f"{k}={v}" for k, v in point.items())])
 
+
+
+def test_configurations_show_values_as_toml_not_python_reprs(runs: Path, tmp_path: Path) -> None:
+    """A table option (``dataset.augment``) read ``augment={'crop_padding': 0, ...}`` and a list of terms
+    ``objective.terms=({'name': 'decorr', ...},)``: Python's reprs, not the TOML a reader types."""
+    config = tmp_path / "exp.toml"
+    config.write_text(f'name = "decorr"\nout_dir = "{tmp_path / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 1\n')
+    assert main(["run", str(config), "-q", *TINY, 'objective.terms=[{name = "decorr", beta = 0.5}]']) == 0
+    page = render([runs / "warm", tmp_path / "out" / "decorr"], models=False, partitions=False)
+    table = html.unescape(page.split('<table id="configs">')[1].split("</table>")[0])
+    assert "augment={crop_padding = 0" in table and 'objective.terms=[{name = "decorr", beta = 0.5' in table
+    assert "{'" not in table and "True" not in table and "None" not in table

@@ -492,9 +492,26 @@ def _other_keys(groups: Sequence[Group]) -> list[str]:
     return sorted(k for k in _varying_keys(groups) if not k.startswith(SHOWN))
 
 
+def _inline(value: Any, nested: bool = False) -> str:
+    """A config value as TOML writes it inline (``{crop_padding = 0, flip = true}``, ``[{name = "decorr"}]``), not as
+    Python's repr (``{'crop_padding': 0, ...}``, ``({'name': 'decorr'},)``): the page shows the config a reader types.
+    A top-level string stays bare (``model=mlp``), as the labels write it; None is ``unset``, as the reference has it."""
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, Mapping):
+        return "{" + ", ".join(f"{k} = {_inline(v, True)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_inline(v, True) for v in value) + "]"
+    if isinstance(value, str) and nested:
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
 def _config_row(g: Group, other: Sequence[str] = ()) -> str:
     c = g.runs[0].config
-    part = lambda table, key: ", ".join(f"{k}={v}" if k != key else str(v) for k, v in table.items())  # noqa: E731
+    part = lambda table, key: ", ".join(f"{k}={_inline(v)}" if k != key else str(v) for k, v in table.items())  # noqa: E731
     cells = [
         g.label, part(c.dataset, "name"), part(c.partition, "name"), part(c.model, "name"), part(c.algorithm, "name"),
         part(c.temperature, "policy"), part(c.distillation, "method") if c.distillation else "–",
@@ -503,7 +520,7 @@ def _config_row(g: Group, other: Sequence[str] = ()) -> str:
     ]
     if other:
         flat = _flat(c)
-        cells.append(", ".join(f"{k}={flat[k]}" for k in other if k in flat) or "–")
+        cells.append(", ".join(f"{k}={_inline(flat[k])}" for k in other if k in flat) or "–")
     return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
 
 

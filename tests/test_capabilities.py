@@ -63,7 +63,10 @@ FEATURE_SPLIT = ["fedcp"]
 """FedCP: a policy network splits each feature between a global and a personal head, in its own module."""
 CALIBRATION = ["ccvr"]
 """CCVR: FedAvg with the classifier head calibrated on the server from the clients' class statistics, in its own module."""
-ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS + FEATURE_SPLIT + CALIBRATION)
+MEMORY = ["knnper"]
+"""kNN-Per: FedAvg whose clients interpolate the global model with a kNN over their own representations, in its own module."""
+ALL_BUILT_INS = sorted(BUILT_INS + PERSONALISED_BREADTH + ROBUST_MORE + LABEL_SKEW + SANITY + CLUSTERED + HYPERNETWORKS + FEATURE_SPLIT + CALIBRATION
+                       + MEMORY)
 
 
 def config(**overrides: Any) -> RunConfig:

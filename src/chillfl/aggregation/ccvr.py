@@ -350,8 +350,8 @@ def capabilities(options: CCVROptions) -> Capabilities:
 def check(options: CCVROptions, config: RunConfig, section: str) -> None:
     """Without ``every_round`` the last round calibrates and trains nothing: a run needs a round to train before it."""
     if not options.every_round and config.federation.rounds < 2:
-        raise ConfigError("federation.rounds", f"{section}.name: CCVR's last round calibrates without training (every_round = false), "
-                                               f"so it needs rounds >= 2, got {config.federation.rounds}")
+        raise ConfigError("federation.rounds", f"CCVR ({section}.name) calibrates in its last round, which trains nothing "
+                                               f"({section}.every_round = false): it needs rounds >= 2, got {config.federation.rounds}")
 
 
 def build(options: CCVROptions, ctx: BuildContext) -> Built:

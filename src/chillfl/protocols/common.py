@@ -204,9 +204,14 @@ def check_aggregated(before: Mapping[str, torch.Tensor], after: Mapping[str, tor
     Why: a rule that drops, adds or reshapes an entry (a plugin's slip) would otherwise train on, and save as
     ``model.safetensors``, a model that no longer loads into the architecture, with no error at all.
     """
+    rule = f"{type(aggregator).__name__}.aggregate()"
+    if not isinstance(after, Mapping):
+        raise ConfigError("algorithm.name", f"{rule} returned {type(after).__name__}, not the global model: return a dict of every entry of global_params")
+    wrong = next((k for k, v in after.items() if not isinstance(v, torch.Tensor)), None)
+    if wrong is not None:
+        raise ConfigError("algorithm.name", f"{rule} returned {wrong!r} as {type(after[wrong]).__name__}, not a tensor")
     if after.keys() == before.keys() and all(after[k].shape == v.shape and after[k].dtype == v.dtype for k, v in before.items()):
         return
-    rule = f"{type(aggregator).__name__}.aggregate()"
     missing, extra = [k for k in before if k not in after], [k for k in after if k not in before]
     if missing or extra:
         said = "; ".join(part for part in (f"lacks {', '.join(map(repr, missing[:3]))}" if missing else "", f"adds {', '.join(map(repr, extra[:3]))}" if extra else "") if part)
@@ -228,6 +233,34 @@ def check_client_state(state: Mapping[Any, object], what: str, field: str) -> No
         if not isinstance(value, torch.Tensor):
             raise ConfigError(field, f"{what} returned a client state whose {key!r} is {type(value).__name__}, not a tensor: "
                                      "a ClientState maps names to tensors (torch.tensor(x) for a number)")
+
+
+def check_pair(value: Any, what: str, names: str, field: str) -> tuple[Any, Any]:
+    """A client half's ``prepare``/``finish`` result: a pair of mappings; else one ConfigError on ``field`` naming ``what``.
+
+    Why: a plugin's ``finish`` that returned only its state (or None) was a ``ValueError: not enough values to unpack``
+    traceback from the protocol, naming nothing of the plugin.
+    """
+    if isinstance(value, tuple) and len(value) == 2 and all(isinstance(v, Mapping) for v in value):
+        return value[0], value[1]
+    got = f"a {len(value)}-tuple of {', '.join(type(v).__name__ for v in value)}" if isinstance(value, tuple) else type(value).__name__
+    raise ConfigError(field, f"{what} returned {got}, not the pair {names} (two dicts)")
+
+
+def check_report(report: Mapping[Any, object], what: str, field: str) -> None:
+    """A client's report maps str names to wire values (a number, a tensor, a dict of tensors); else one ConfigError.
+
+    Why: a report the wire cannot carry (a str, a numpy array) passed silently under chillfl's runtime and failed only
+    where it is sent (a Flower node), or reached the plugin's own ``aggregate`` as something it did not send.
+    """
+    for key, value in report.items():
+        if not isinstance(key, str):
+            raise ConfigError(field, f"{what} returned a report with the key {key!r}: a Report maps str names to values")
+        ok = (isinstance(value, (int, float, torch.Tensor)) and not isinstance(value, bool)) or (
+            isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()))
+        if not ok:
+            raise ConfigError(field, f"{what} returned a report whose {key!r} is {type(value).__name__}: a report value is a number, "
+                                     "a tensor or a dict of str to tensors")
 
 
 def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:

@@ -61,8 +61,9 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
+from chillfl.errors import ConfigError
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -138,7 +139,8 @@ class ParameterClient:
         d, data = task.downlink, task.data
         state: ClientState = task.state or first_state(self.half, task.client_id, d.start)  # {} unless the half starts one
         t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
-        start, context = (d.start, d.context) if self.half is None else self.half.prepare(state, d.start, d.context)
+        start, context = (d.start, d.context) if self.half is None else check_pair(
+            self.half.prepare(state, d.start, d.context), f"{type(self.half).__name__}.prepare()", "(start, context)", "algorithm.name")
         if self.trainer is None:
             out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp)
             done = Personal(out.params, out.num_steps, out.mean_loss)
@@ -152,8 +154,10 @@ class ParameterClient:
         report: Report = dict(done.report)
         if self.half is not None:
             trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, done.params, done.num_steps)
-            own, said = self.half.finish(self.model, state, trained)
-            check_client_state(own, f"{type(self.half).__name__}.finish()", "algorithm.name")
+            finish = f"{type(self.half).__name__}.finish()"
+            own, said = check_pair(self.half.finish(self.model, state, trained), finish, "(state, report)", "algorithm.name")
+            check_client_state(own, finish, "algorithm.name")
+            check_report(said, finish, "algorithm.name")
             new_state.update(own)
             report.update(said)
         personal = done.params if done.personal is None else done.personal
@@ -177,7 +181,13 @@ class ParameterClient:
             try:
                 step = next(program) if outcome is None else program.send(outcome)
             except StopIteration as stop:
+                if not isinstance(stop.value, Personal):
+                    raise ConfigError("algorithm.name", f"{type(self.trainer).__name__}.train() returned {type(stop.value).__name__}, "
+                                                        "not a Personal (chillfl.extend): return Personal(params, num_steps, mean_loss, ...)") from None
                 return stop.value
+            if step.objective is not None and not 0 <= step.objective < len(self.objectives):
+                raise ConfigError("algorithm.name", f"{type(self.trainer).__name__}.train() asked Train(objective={step.objective}), but its "
+                                                    f"objectives() returned {len(self.objectives)}: objective i is the i-th of them")
             x, y = (local.x, local.y) if step.rows is None else (local.x[step.rows], local.y[step.rows])
             stamp = task.data.stamp if task.data.stamp is None or step.rows is None else task.data.stamp[step.rows]
             spec = None if step.objective is None else self.objectives[step.objective]

@@ -1,0 +1,121 @@
+"""What a plugin's aggregator and client half return is checked where the core first reads it (found by the qaplug
+helper): a wrong type is one ConfigError on ``algorithm.name`` naming the method, not a traceback or a silent run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from plugin_modules import plugin_module
+
+import chillfl
+from chillfl.errors import ConfigError
+
+MODULE = '''
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from chillfl.extend import AggregatorBase, FedAvg, Personal, Stateless, Train
+
+
+class ListRule(AggregatorBase):
+    def aggregate(self, global_params, results, round):
+        return list(global_params.values())
+
+
+class NumpyRule(AggregatorBase):
+    def aggregate(self, global_params, results, round):
+        return {k: v.numpy() for k, v in global_params.items()}
+
+
+class StateOnly(Stateless):
+    def finish(self, model, state, trained):
+        return {}
+
+
+class StartOnly(Stateless):
+    def prepare(self, state, start, context):
+        return start
+
+
+class StrReport(Stateless):
+    def finish(self, model, state, trained):
+        return {}, {"loss": "high"}
+
+
+class NumpyReport(Stateless):
+    def finish(self, model, state, trained):
+        return {}, {"loss": np.array([1.0])}
+
+
+class TensorReport(Stateless):
+    def finish(self, model, state, trained):
+        return {}, {"n": torch.tensor(1.0), "x": 2.0, "t": {"a": torch.zeros(2)}}
+
+
+@dataclass(frozen=True)
+class ParamsNotPersonal(Stateless):
+    def objectives(self, spec):
+        return (replace(spec, epochs=1),)
+
+    def train(self, local):
+        shared = yield Train(local.start, local.context)
+        return shared.params
+
+
+@dataclass(frozen=True)
+class NoSuchObjective(ParamsNotPersonal):
+    def train(self, local):
+        shared = yield Train(local.start, local.context, objective=3)
+        return Personal(shared.params, shared.num_steps, shared.mean_loss)
+
+
+def rule(half):
+    class Rule(FedAvg):
+        def client_half(self):
+            return half()
+    Rule.__name__ = Rule.__qualname__ = f"Rule{half.__name__}"
+    return Rule
+
+
+FinishOne, PrepareOne, ReportStr, ReportNumpy, ReportOk, TrainParams, TrainThird = (rule(h) for h in (
+    StateOnly, StartOnly, StrReport, NumpyReport, TensorReport, ParamsNotPersonal, NoSuchObjective))
+'''
+
+BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
+                        "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1}, "client": {"batch_size": 32}}
+
+
+@pytest.fixture()
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with plugin_module(tmp_path, monkeypatch, "qa_returns", MODULE):
+        yield tmp_path
+
+
+@pytest.mark.parametrize("name,words", [
+    ("ListRule", "ListRule.aggregate() returned list, not the global model"),
+    ("NumpyRule", "NumpyRule.aggregate() returned 'hidden.0.weight' as ndarray, not a tensor"),
+    ("FinishOne", "StateOnly.finish() returned dict, not the pair (state, report)"),
+    ("PrepareOne", "StartOnly.prepare() returned dict, not the pair (start, context)"),
+    ("ReportStr", "StrReport.finish() returned a report whose 'loss' is str"),
+    ("ReportNumpy", "NumpyReport.finish() returned a report whose 'loss' is ndarray"),
+    ("TrainParams", "ParamsNotPersonal.train() returned dict, not a Personal"),
+    ("TrainThird", "NoSuchObjective.train() asked Train(objective=3), but its objectives() returned 1"),
+])
+@pytest.mark.parametrize("executor", ["sequential", "processes"])
+def test_a_wrong_return_is_one_error_naming_the_method(plugin: Path, name: str, words: str, executor: str) -> None:
+    """They were an AttributeError/ValueError traceback from the protocol (the list, the bare state), or ran on silently
+    (the str and numpy reports, which FedAvg ignores and a Flower node cannot send); a personalising half's ``train`` that
+    returned its params, or asked an objective it never declared, was an AttributeError / IndexError traceback."""
+    err = pytest.raises(ConfigError, chillfl.run, config={**BASE, "executor": executor, "algorithm": {"name": f"qa_returns:{name}"}},
+                        write=False, progress=False)
+    assert err.value.field == "algorithm.name" and words in err.value.message
+
+
+def test_a_report_of_numbers_tensors_and_tables_runs(plugin: Path) -> None:
+    result = chillfl.run(config={**BASE, "algorithm": {"name": "qa_returns:ReportOk"}}, write=False, progress=False)
+    assert len(result.records) == 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from chillfl.extend import AggregatorBase, FedAvg, Personal, Stateless, Train
+from chillfl.extend import AggregatorBase, Capabilities, FedAvg, Personal, Stateless, Train
 
 
 class ListRule(AggregatorBase):
@@ -84,6 +84,26 @@ def rule(half):
 
 FinishOne, PrepareOne, ReportStr, ReportNumpy, ReportOk, TrainParams, TrainThird = (rule(h) for h in (
     StateOnly, StartOnly, StrReport, NumpyReport, TensorReport, ParamsNotPersonal, NoSuchObjective))
+
+
+@dataclass(frozen=True)
+class FineTune(Stateless):
+    def objectives(self, spec):
+        return (replace(spec, epochs=1),)
+
+    def train(self, local):
+        shared = yield Train(local.start, local.context)
+        mine = yield Train(shared.params, local.context, objective=0)
+        return Personal(shared.params, shared.num_steps + mine.num_steps, shared.mean_loss, personal=mine.params)
+
+
+class WeightedFineTune(FedAvg):
+    """Takes weights, forgets not_a_base: its clients run their own trainings all the same."""
+
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_half(self):
+        return FineTune()
 '''
 
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
@@ -119,3 +139,11 @@ def test_a_wrong_return_is_one_error_naming_the_method(plugin: Path, name: str, 
 def test_a_report_of_numbers_tensors_and_tables_runs(plugin: Path) -> None:
     result = chillfl.run(config={**BASE, "algorithm": {"name": "qa_returns:ReportOk"}}, write=False, progress=False)
     assert len(result.records) == 1
+
+
+def test_a_base_whose_clients_run_their_own_trainings_is_refused_by_pa3fed_though_it_declares_nothing(plugin: Path) -> None:
+    """PA3Fed combines its half with the base's, running only prepare and finish: the base's fine-tuning was dropped and
+    the run went on as PA3Fed over plain FedAvg, with no word."""
+    config = {**BASE, "algorithm": {"name": "pa3fed", "base": "qa_returns:WeightedFineTune"}}
+    err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
+    assert err.value.field == "algorithm.base" and "FineTune runs the clients' own trainings" in err.value.message

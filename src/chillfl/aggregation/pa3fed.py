@@ -83,6 +83,7 @@ from chillfl.aggregation.base import (
     Context,
     Downlink,
     Params,
+    Personalising,
     Report,
     Trained,
     Wire,
@@ -431,6 +432,11 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         clients_per_round=ctx.clients_per_round,
         client_sizes=ctx.client_sizes,
     )
+    half = base.client_half()
+    if isinstance(half, Personalising):  # combine() runs prepare/finish only: the base's own trainings would be dropped silently
+        raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(half).__name__} runs the clients' "
+                                                 "own trainings (objectives and train), which PA3Fed's client half does not compose with; "
+                                                 f"use another base, allowed: {', '.join(weighted_bases())}")
     return PA3Fed(base, options), terms
 
 

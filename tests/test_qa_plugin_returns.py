@@ -147,3 +147,42 @@ def test_a_base_whose_clients_run_their_own_trainings_is_refused_by_pa3fed_thoug
     config = {**BASE, "algorithm": {"name": "pa3fed", "base": "qa_returns:WeightedFineTune"}}
     err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
     assert err.value.field == "algorithm.base" and "FineTune runs the clients' own trainings" in err.value.message
+
+
+ATTACKS = '''
+from dataclasses import dataclass
+
+from chillfl.extend import AttackSpec
+
+
+@dataclass(frozen=True)
+class Options:
+    keep: float = 0.0
+
+
+def honest(options, round):
+    return {}
+
+
+LIST = AttackSpec("as_list", Options, forge_models=lambda o, r: [x.params for x in r.bad])
+STRANGER = AttackSpec("stranger", Options, forge_models=lambda o, r: {99: dict(r.global_params)})
+NUMPY = AttackSpec("as_numpy", Options, forge_models=lambda o, r: {x.client_id: {k: v.numpy() for k, v in x.params.items()} for x in r.bad})
+FLOAT_LABELS = AttackSpec("float_labels", Options, forge_models=honest,
+                          probe=lambda o, data: (data.dataset.x_test[:10], data.dataset.y_test[:10].float()))
+'''
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("LIST", "forge_models returned a list, not a mapping of attacker id"),
+    ("STRANGER", "forge_models returned a model for 99, which is not an attacker (attacker ids: [0, 1])"),
+    ("NUMPY", "forge_models returned for client 0 'hidden.0.weight' as ndarray"),
+    ("FLOAT_LABELS", "probe must return labels as a 1-d tensor of class ids (torch.long), got (10,) torch.float32"),
+])
+def test_an_attack_hooks_wrong_return_is_one_error_on_attack_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, words: str) -> None:
+    """The list and the stranger's model were dropped silently (every attacker sent its honest model: a clean run reported
+    as attacked); the numpy model named a dtype as if only the dtype differed; float probe labels were a RuntimeError
+    traceback from the first evaluation."""
+    with plugin_module(tmp_path, monkeypatch, "qa_attacks", ATTACKS):
+        config = {**BASE, "attack": {"kind": f"qa_attacks:{kind}", "clients": [0, 1]}}
+        err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
+    assert err.value.field == "attack.kind" and words in err.value.message

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from chillfl.aggregation.base import AggregatesNobody, Aggregator, AroundAggregator, ClientResult, Params
 from chillfl.attacks.spec import ModelRound, as_mapping as _as_mapping, check_forged, spec_of
+from chillfl.errors import ConfigError
 from chillfl.settings.attack import AttackConfig
 
 ModelForge = Callable[[Any, ModelRound], Mapping[int, Params]]
@@ -31,6 +32,12 @@ def forged(forge: ModelForge | None, options: Any, global_params: Params, result
     if forge is None or not any(r.client_id in ids for r in results):
         return list(results)
     sent = forge(options, ModelRound(global_params, results, ids, round, seed))
+    if not isinstance(sent, Mapping):  # a list's `client_id in sent` was False: every attacker sent its honest model, silently
+        raise ConfigError("attack.kind", f"the attack's forge_models returned a {type(sent).__name__}, not a mapping of attacker id -> the model it sends")
+    strangers = sorted((k for k in sent if k not in ids), key=repr)
+    if strangers:  # a model for an honest client (or a str id) was dropped silently
+        raise ConfigError("attack.kind", f"the attack's forge_models returned a model for {strangers[0]!r}, which is not an attacker "
+                                         f"(attacker ids: {sorted(ids)}); return models for round.bad's client ids only")
     for r in results:
         if r.client_id in ids and r.client_id in sent:
             check_forged("forge_models", r.client_id, _as_mapping(sent[r.client_id], "forge_models", r.client_id), r.params)

@@ -138,4 +138,7 @@ def checked_probe(probe: object) -> tuple[Any, Any]:
         got = f"{len(probe[0])} inputs and {len(probe[1])} labels" if isinstance(probe, tuple) and len(probe) == 2 and all(hasattr(t, "__len__") for t in probe) \
             else type(probe).__name__
         raise ConfigError(FIELD, f"the attack's probe must return (inputs, labels), two tensors of one length, got {got}")
+    labels = probe[1]
+    if labels.ndim != 1 or labels.dtype.is_floating_point or labels.dtype.is_complex or labels.dtype == torch.bool:
+        raise ConfigError(FIELD, f"the attack's probe must return labels as a 1-d tensor of class ids (torch.long), got {tuple(labels.shape)} {labels.dtype}")
     return probe

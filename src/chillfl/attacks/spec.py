@@ -184,10 +184,15 @@ def check_forged(hook: str, client_id: int, sent: Mapping[str, Any], honest: Map
     Why: the hook is a plugin's code, and an entry it drops or reshapes would otherwise surface as a RuntimeError or
     AttributeError deep in aggregation (or as the aggregator's own error, naming ``algorithm.name``, which is not at fault).
     """
+    import torch
+
     for key, want in honest.items():
         got = sent.get(key)
         if got is None:
             raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} no {key!r}; return every entry of the honest upload")
+        if not isinstance(got, torch.Tensor):
+            raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} {key!r} as {type(got).__name__}, the honest upload's is a "
+                                             f"{type(want).__name__}")
         if tuple(got.shape) != tuple(want.shape) or got.dtype != want.dtype:
             raise ConfigError("attack.kind", f"the attack's {hook} returned for client {client_id} {key!r} as {tuple(got.shape)} {got.dtype}, "
                                              f"the honest upload's is {tuple(want.shape)} {want.dtype}")

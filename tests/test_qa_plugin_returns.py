@@ -186,3 +186,51 @@ def test_an_attack_hooks_wrong_return_is_one_error_on_attack_kind(tmp_path: Path
         config = {**BASE, "attack": {"kind": f"qa_attacks:{kind}", "clients": [0, 1]}}
         err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
     assert err.value.field == "attack.kind" and words in err.value.message
+
+
+MECHANISMS = '''
+from dataclasses import dataclass
+
+from chillfl.extend import Accounting, Charge, MechanismSpec, PrivateAggregation
+
+
+@dataclass(frozen=True)
+class Options:
+    k: int = 1
+
+
+def accounts(options, sizes):
+    return Accounting(((1.0, sizes.rounds),))
+
+
+def charges(options, sizes, participants):
+    return [Charge(f"client {p.client_id}", 1.0) for p in participants]
+
+
+def aggregator(options, noise, base):
+    return PrivateAggregation(base, client_noise=True, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier,
+                              expected=noise.sizes.per_round, seed=noise.seed, exempt=noise.exempt)
+
+
+SHAPE = dict(adjacency="replace", subsampled=False)
+RATE_TWO = MechanismSpec("rate_two", Options, lambda o, sizes: Accounting(((2.0, sizes.rounds),)), charges=charges, aggregator=aggregator, **SHAPE)
+CHARGE_THREE = MechanismSpec("charge_three", Options, accounts, charges=lambda o, s, ps: [Charge(f"client {p.client_id}", 3.0) for p in ps],
+                             aggregator=aggregator, **SHAPE)
+UNCHANGED = MechanismSpec("unchanged", Options, accounts, charges=charges, aggregator=lambda o, noise, base: base, **SHAPE)
+'''
+
+
+@pytest.mark.parametrize("kind,words", [
+    ("RATE_TWO", "its accounts hook's Accounting.steps must be (sampling rate q in (0, 1], compositions >= 0) pairs, one at least, got (2.0, 1)"),
+    ("CHARGE_THREE", "its charges hook returned Charge(unit='client 0', rate=3.0, steps=1): a Charge's rate is a sampling rate in (0, 1]"),
+    ("UNCHANGED", "its aggregator hook returned the run's aggregator itself, which clips and noises nothing"),
+])
+def test_a_mechanism_that_would_report_a_wrong_epsilon_is_one_error_on_privacy_mechanism(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                         kind: str, words: str) -> None:
+    """Each ran to the end and reported an epsilon: for a sampling rate above 1 (a release that cannot happen), or for
+    releases nobody clipped or noised (the hook handed back the run's own aggregator)."""
+    pytest.importorskip("opacus")
+    with plugin_module(tmp_path, monkeypatch, "qa_mechanisms", MECHANISMS):
+        config = {**BASE, "privacy": {"mechanism": f"qa_mechanisms:{kind}", "clip_norm": 0.5, "noise_multiplier": 1.5, "delta": 1e-3}}
+        err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
+    assert err.value.field == "privacy.mechanism" and words in err.value.message

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import numbers
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -114,6 +115,16 @@ def _probe_uploads(delta: float, sigma: float, releases: int) -> None:
                                                    f"and {exc}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier")
 
 
+def _rate_and_count(pair: object) -> bool:
+    """``(q, n)``: a sampling rate in (0, 1] and a whole number of compositions, as the accountants read them."""
+    if not (isinstance(pair, tuple) and len(pair) == 2):
+        return False
+    q, n = pair
+    if isinstance(q, bool) or isinstance(n, bool) or not isinstance(q, numbers.Real) or not isinstance(n, numbers.Integral):
+        return False
+    return 0 < float(q) <= 1 and int(n) >= 0
+
+
 @functools.lru_cache(maxsize=16)
 def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> PrivacyPlan:
     need("opacus.accountants", "privacy", "[privacy]")  # up front: a missing extra is one line before anything is written
@@ -121,6 +132,10 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
     accounting = spec.accounts(p.options, sizes)
     if not isinstance(accounting, Accounting):  # a plugin's hook: its slip is one line here, not an AttributeError
         raise ConfigError(FIELD, f"{p.mechanism!r}: its accounts hook must return a chillfl.extend.Accounting, got {type(accounting).__name__}")
+    odd = next((s for s in accounting.steps if not _rate_and_count(s)), None) if accounting.steps else ()
+    if odd is not None:  # a rate above 1 was accounted as given: an epsilon for a release that cannot happen, with no word
+        raise ConfigError(FIELD, f"{p.mechanism!r}: its accounts hook's Accounting.steps must be (sampling rate q in (0, 1], compositions >= 0) "
+                                 f"pairs, one at least, got {odd!r}")
     if p.delta >= accounting.delta_below:
         raise ConfigError(f"{SECTION}.delta", f"must be < {accounting.delta_why}, got {p.delta}")
     sensitivity = p.sensitivity
@@ -218,6 +233,9 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     base: Any = aggregator  # a weighted mean, as its capabilities declare
     noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt)) if exempt else plan.noise
     private = plan.spec.aggregator(plan.options, noise, base)
+    if private is base:  # nothing would be clipped or noised, and the run would report an epsilon for it
+        raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook returned the run's aggregator itself, which clips and noises nothing; "
+                                 "wrap it (chillfl.extend.PrivateAggregation)")
     if not has_methods(type(private), ("aggregate",)):  # a plugin's hook: one line, not an error inside the round loop
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook must return an aggregator (chillfl.extend.PrivateAggregation wraps the one it is given), "
                                  f"got {type(private).__name__}")

@@ -101,6 +101,10 @@ class Accounted(AroundProtocol):
             charged = list(returned) if isinstance(returned, Iterable) else None
             if charged is None or not all(isinstance(c, Charge) for c in charged):  # a plugin's hook: one line, not a TypeError mid-round
                 raise ConfigError("privacy.mechanism", f"{p.mechanism!r}: its charges hook must return chillfl.extend.Charge s, got {short_repr(returned)}")
+            odd = next((c for c in charged if not (0 < c.rate <= 1 and c.steps >= 0)), None)
+            if odd is not None:  # a rate above 1 was charged as given: an epsilon for a release that cannot happen, with no word
+                raise ConfigError("privacy.mechanism", f"{p.mechanism!r}: its charges hook returned {odd!r}: a Charge's rate is a sampling rate in (0, 1] "
+                                                       "and its steps a count >= 0")
             for c in charged:
                 self.ledger.spend(c.unit, p.accounted_sigma, c.rate, c.steps)
             return

@@ -234,3 +234,53 @@ def test_a_mechanism_that_would_report_a_wrong_epsilon_is_one_error_on_privacy_m
         config = {**BASE, "privacy": {"mechanism": f"qa_mechanisms:{kind}", "clip_norm": 0.5, "noise_multiplier": 1.5, "delta": 1e-3}}
         err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
     assert err.value.field == "privacy.mechanism" and words in err.value.message
+
+
+KNOWLEDGE = '''
+from dataclasses import dataclass
+
+import torch
+
+from chillfl.extend import PrototypeHooks, PrototypeSpec, SoftLabelClientHalf, SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, class_means
+
+
+@dataclass(frozen=True)
+class Options:
+    k: int = 1
+
+
+class TensorUpload(SoftLabelClientHooks):
+    def upload(self, cid, round, indices, probs, state):
+        return probs
+
+
+class DictState(SoftLabelClientHalf):
+    def new_state(self, cid, x_private, x_public):
+        return {"average": torch.zeros(len(x_public), self.num_classes)}
+
+
+class MeansOnly(PrototypeHooks):
+    def release(self, cid, round, features, logits, y):
+        return class_means(features, y, self.num_classes)[0]
+
+
+UPLOAD = SoftLabelSpec("tensor_upload", Options, SoftLabelMethod, TensorUpload)
+STATE = SoftLabelSpec("dict_state", Options, SoftLabelMethod, DictState)
+RELEASE = PrototypeSpec("means_only", Options, MeansOnly)
+'''
+
+SOFT = {"public_size": 60, "subset_size": 20}
+
+
+@pytest.mark.parametrize("part,field,words", [
+    ({"distillation": {"method": "qa_knowledge:UPLOAD", **SOFT}}, "distillation.method", "TensorUpload.upload() returned a Tensor, not a chillfl.extend.SoftLabelUplink"),
+    ({"distillation": {"method": "qa_knowledge:STATE", **SOFT}}, "distillation.method", "DictState.new_state() returned a dict, which has no to_tensors()"),
+    ({"prototypes": {"method": "qa_knowledge:RELEASE"}}, "prototypes.method", "MeansOnly.release() returned a Tensor, not a chillfl.extend.ClassRows"),
+])
+def test_a_knowledge_hooks_wrong_return_is_one_error_on_its_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, part: dict[str, Any], field: str,
+                                                                   words: str) -> None:
+    """They were a TypeError where the uplink is priced, an AttributeError from the half's own upload (or the disk store),
+    and an AttributeError from the client's evaluation: tracebacks that named no part."""
+    with plugin_module(tmp_path, monkeypatch, "qa_knowledge", KNOWLEDGE):
+        err = pytest.raises(ConfigError, chillfl.run, config={**BASE, **part}, write=False, progress=False)
+    assert err.value.field == field and words in err.value.message

@@ -179,6 +179,8 @@ class KnowledgeClient:
         out: LocalOutcome = yield ClientJob(cid, start, data.x, data.y, d.lr, t, context, d.seed, spec=self.specs[arch], work=task.work, stamp=data.stamp)
         feats, logits = features_and_logits(model, out.params, data.x, self.eval_batch_size)
         rows = self.hooks.release(cid, task.round, feats, logits, data.y)
+        if not isinstance(rows, ClassRows):  # a plugin's slip: one line, not an AttributeError from the client's evaluation
+            raise ConfigError("prototypes.method", f"{type(self.hooks).__name__}.release() returned a {type(rows).__name__}, not a chillfl.extend.ClassRows")
         acc, loss = local_evaluation(model, out.params, data, self.eval_batch_size)
         p_acc = None
         if data.x_eval is not None and data.y_eval is not None:

@@ -11,6 +11,7 @@ from torch import nn
 
 from chillfl.engine.predict import Output, PredictJob, Prediction
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
+from chillfl.errors import ConfigError
 from chillfl.protocols.common import check_client_state, local_evaluation_job, local_validation_job, policy_accuracy
 from chillfl.seeds import derive_seed
 from chillfl.temperature.base import TemperatureHalf
@@ -18,7 +19,7 @@ from chillfl.training.local import LocalOutcome, LocalSpec
 
 from .cache import CacheOutOfSyncError, ClientCache
 from .labels import predict_proba
-from .messages import SoftLabelReport, SoftLabelRoundDownlink
+from .messages import SoftLabelReport, SoftLabelRoundDownlink, SoftLabelUplink
 from .method import SoftLabelClientHalf
 from .state import ClientState
 
@@ -168,5 +169,8 @@ class SoftLabelClient:
             assert uploaded.values is not None
             values = uploaded.values.cpu() if self.privacy is None else self.privacy.release(uploaded.values.cpu(), cid, d.round)
             soft = self.hooks.upload(cid, d.round, d.requested, values, mine)  # the uplink is a message: host-side
+            if not isinstance(soft, SoftLabelUplink):  # a plugin's slip: one line, not a TypeError where the uplink is priced
+                raise ConfigError("distillation.method", f"{type(self.hooks).__name__}.upload() returned a {type(soft).__name__}, "
+                                                         "not a chillfl.extend.SoftLabelUplink")
         report = SoftLabelReport(soft, out.mean_loss, len(data.y), distill_loss, digest)
         return ClientReply(cid, report, state, acc, loss, None if self.temperature is None else t, local_val_acc=val_acc)

@@ -16,7 +16,7 @@ nodes, and back through :meth:`SoftLabelClientHalf.restore`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, cast
+from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import torch
 
@@ -42,6 +42,7 @@ Loss = Callable[..., torch.Tensor]
 # ---------------------------------------------------------------- the client's own state
 
 
+@runtime_checkable
 class MethodState(Protocol):
     """What a method's client half keeps between rounds: plain tensors when stored, typed in between."""
 
@@ -98,9 +99,9 @@ class SoftLabelClientHalf(Generic[Opt, S]):
     def resume(self, cid: int, kept: MethodState | None, x_private: torch.Tensor, x_public: torch.Tensor) -> S:
         """The client's state for this round: a new one, the stored one made typed again, or the one kept in memory."""
         if kept is None:
-            return self.new_state(cid, x_private, x_public)
+            return _typed(self.new_state(cid, x_private, x_public), f"{type(self).__name__}.new_state()")
         if isinstance(kept, StoredState):
-            return self.restore(kept.tensors)
+            return _typed(self.restore(kept.tensors), f"{type(self).__name__}.restore()")
         return cast(S, kept)
 
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: S) -> SoftLabelUplink:
@@ -143,6 +144,18 @@ class Aggregate:
     rows: torch.Tensor
     server_rows: torch.Tensor
     metrics: dict[str, Json] = field(default_factory=dict)
+
+
+def _typed(state: S, what: str) -> S:
+    """A client half's state when it has ``to_tensors()`` (:class:`MethodState`); else one ConfigError on ``distillation.method``.
+
+    Why: a plain dict (or None) passed until the half's own ``upload`` read it, as an AttributeError naming nothing, or until
+    the disk store or a checkpoint could not save it.
+    """
+    if not isinstance(state, MethodState):
+        raise ConfigError(f"{SECTION}.method", f"{what} returned a {type(state).__name__}, which has no to_tensors(): a client's state is an "
+                                               "object of yours with to_tensors() (chillfl.extend.SoftLabelClientHalf)")
+    return state
 
 
 def check_aggregate(agg: object, requested: int, width: int, num_classes: int) -> Aggregate:

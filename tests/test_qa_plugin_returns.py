@@ -284,3 +284,26 @@ def test_a_knowledge_hooks_wrong_return_is_one_error_on_its_method(tmp_path: Pat
     with plugin_module(tmp_path, monkeypatch, "qa_knowledge", KNOWLEDGE):
         err = pytest.raises(ConfigError, chillfl.run, config={**BASE, **part}, write=False, progress=False)
     assert err.value.field == field and words in err.value.message
+
+
+POLICIES = '''
+from chillfl.extend import ConstantTemperature
+
+
+class NoTemperature(ConstantTemperature):
+    def temperature(self, client_id, round):
+        return None
+
+
+class TextTemperature(ConstantTemperature):
+    def temperature(self, client_id, round):
+        return "0.5"
+'''
+
+
+@pytest.mark.parametrize("policy,said", [("NoTemperature", "None"), ("TextTemperature", "'0.5'")])
+def test_a_temperature_that_is_no_number_is_one_error_on_the_policy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: str, said: str) -> None:
+    """None was a TypeError from float(); "0.5" passed float() and reached the loss, a TypeError there."""
+    with plugin_module(tmp_path, monkeypatch, "qa_policies", POLICIES):
+        err = pytest.raises(ConfigError, chillfl.run, config={**BASE, "temperature": {"policy": f"qa_policies:{policy}"}}, write=False, progress=False)
+    assert err.value.field == "temperature.policy" and f"the temperature {said}; a temperature must be a finite number > 0" in err.value.message

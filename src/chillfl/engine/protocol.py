@@ -75,10 +75,21 @@ class ClientJob:
     def __post_init__(self) -> None:
         # T comes from the temperature policy, a plugin's code too (its server half or its client half): a T <= 0
         # would train on flipped logits and a nan one diverge, with nothing saying why; every policy's T passes here.
-        t = float(self.temperature)
-        if not (math.isfinite(t) and t > 0):
-            raise ConfigError("temperature.policy", f"the policy gave client {self.client_id} the temperature {t}; a temperature must be a finite number > 0")
+        t = _number(self.temperature)  # a str or None was a TypeError traceback (float("0.5") passed, then failed in the loss)
+        if t is None or not (math.isfinite(t) and t > 0):
+            said = self.temperature if t is None else t
+            raise ConfigError("temperature.policy", f"the policy gave client {self.client_id} the temperature {said!r}; a temperature must be a finite number > 0")
         check_rows(self.x, self.y, self.stamp)  # every executor's jobs, the vectorised chunks' too
+
+
+def _number(value: object) -> float | None:
+    """``value`` as a float when it is a number (a 0-d tensor too); None for a str, a bool or what float() refuses."""
+    if isinstance(value, (str, bytes, bool)):
+        return None
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, RuntimeError):
+        return None
 
 
 @dataclass

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from chillfl.extend import AggregatorBase, Capabilities, FedAvg, Personal, Stateless, Train
+from chillfl.extend import AggregatorBase, Capabilities, Downlink, FedAvg, Personal, Stateless, Train
 
 
 class ListRule(AggregatorBase):
@@ -74,6 +74,16 @@ class NoSuchObjective(ParamsNotPersonal):
         return Personal(shared.params, shared.num_steps, shared.mean_loss)
 
 
+class DictDownlink(FedAvg):
+    def downlink(self, client_id, round, global_params):
+        return {"mu": 0.1}
+
+
+class TextContext(FedAvg):
+    def downlink(self, client_id, round, global_params):
+        return Downlink(context={"mu": "0.1"})
+
+
 def rule(half):
     class Rule(FedAvg):
         def client_half(self):
@@ -123,6 +133,8 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     ("PrepareOne", "StartOnly.prepare() returned dict, not the pair (start, context)"),
     ("ReportStr", "StrReport.finish() returned a report whose 'loss' is str"),
     ("ReportNumpy", "NumpyReport.finish() returned a report whose 'loss' is ndarray"),
+    ("DictDownlink", "DictDownlink.downlink() returned a dict, not a chillfl.extend.Downlink"),
+    ("TextContext", "TextContext.downlink() returned a context whose 'mu' is str"),
     ("TrainParams", "ParamsNotPersonal.train() returned dict, not a Personal"),
     ("TrainThird", "NoSuchObjective.train() asked Train(objective=3), but its objectives() returned 1"),
 ])
@@ -130,7 +142,8 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 def test_a_wrong_return_is_one_error_naming_the_method(plugin: Path, name: str, words: str, executor: str) -> None:
     """They were an AttributeError/ValueError traceback from the protocol (the list, the bare state), or ran on silently
     (the str and numpy reports, which FedAvg ignores and a Flower node cannot send); a personalising half's ``train`` that
-    returned its params, or asked an objective it never declared, was an AttributeError / IndexError traceback."""
+    returned its params, or asked an objective it never declared, was an AttributeError / IndexError traceback; a dict for
+    a Downlink was an AttributeError, a str in its context passed silently."""
     err = pytest.raises(ConfigError, chillfl.run, config={**BASE, "executor": executor, "algorithm": {"name": f"qa_returns:{name}"}},
                         write=False, progress=False)
     assert err.value.field == "algorithm.name" and words in err.value.message

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from chillfl.aggregation.base import Downlink
 from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
@@ -247,20 +248,33 @@ def check_pair(value: Any, what: str, names: str, field: str) -> tuple[Any, Any]
     raise ConfigError(field, f"{what} returned {got}, not the pair {names} (two dicts)")
 
 
-def check_report(report: Mapping[Any, object], what: str, field: str) -> None:
-    """A client's report maps str names to wire values (a number, a tensor, a dict of tensors); else one ConfigError.
+def check_report(report: Mapping[Any, object], what: str, field: str, noun: str = "report") -> None:
+    """A client's report (or a downlink's context) maps str names to wire values (a number, a tensor, a dict of
+    tensors); else one ConfigError on ``field``.
 
-    Why: a report the wire cannot carry (a str, a numpy array) passed silently under chillfl's runtime and failed only
-    where it is sent (a Flower node), or reached the plugin's own ``aggregate`` as something it did not send.
+    Why: a value the wire cannot carry (a str, a numpy array) passed silently under chillfl's runtime and failed only
+    where it is sent (a Flower node), or reached the plugin's own ``aggregate`` or term as something it did not send.
     """
     for key, value in report.items():
         if not isinstance(key, str):
-            raise ConfigError(field, f"{what} returned a report with the key {key!r}: a Report maps str names to values")
+            raise ConfigError(field, f"{what} returned a {noun} with the key {key!r}: it maps str names to values")
         ok = (isinstance(value, (int, float, torch.Tensor)) and not isinstance(value, bool)) or (
             isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in value.items()))
         if not ok:
-            raise ConfigError(field, f"{what} returned a report whose {key!r} is {type(value).__name__}: a report value is a number, "
+            raise ConfigError(field, f"{what} returned a {noun} whose {key!r} is {type(value).__name__}: a {noun} value is a number, "
                                      "a tensor or a dict of str to tensors")
+
+
+def check_downlink(down: object, aggregator: object) -> Downlink:
+    """The aggregator's :class:`Downlink` for one client, its context of wire values; else one ConfigError on ``algorithm.name``.
+
+    Why: a plain dict was an AttributeError traceback (``'dict' object has no attribute 'params'``) naming nothing of the plugin.
+    """
+    what = f"{type(aggregator).__name__}.downlink()"
+    if not isinstance(down, Downlink):
+        raise ConfigError("algorithm.name", f"{what} returned a {type(down).__name__}, not a chillfl.extend.Downlink (Downlink(context={{...}}))")
+    check_report(down.context, what, "algorithm.name", "context")
+    return down
 
 
 def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:

@@ -63,7 +63,7 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -280,7 +280,7 @@ class ParameterSharing:
         tasks: list[ClientTask[ParamDownlink, ClientState]] = []
         unchanged = self.unchanged()
         for cid in sampled:
-            down = self.aggregator.downlink(cid, round, self.state)
+            down = check_downlink(self.aggregator.downlink(cid, round, self.state), self.aggregator)
             start = self.state if down.params is None else {**self.state, **down.params}
             context, local = down.context, down.local
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)

@@ -84,6 +84,13 @@ class TextContext(FedAvg):
         return Downlink(context={"mu": "0.1"})
 
 
+@dataclass(frozen=True)
+class TextPersonalReport(ParamsNotPersonal):
+    def train(self, local):
+        shared = yield Train(local.start, local.context)
+        return Personal(shared.params, shared.num_steps, shared.mean_loss, report={"note": "fine"})
+
+
 def rule(half):
     class Rule(FedAvg):
         def client_half(self):
@@ -92,8 +99,8 @@ def rule(half):
     return Rule
 
 
-FinishOne, PrepareOne, ReportStr, ReportNumpy, ReportOk, TrainParams, TrainThird = (rule(h) for h in (
-    StateOnly, StartOnly, StrReport, NumpyReport, TensorReport, ParamsNotPersonal, NoSuchObjective))
+FinishOne, PrepareOne, ReportStr, ReportNumpy, ReportOk, TrainParams, TrainThird, TrainReport = (rule(h) for h in (
+    StateOnly, StartOnly, StrReport, NumpyReport, TensorReport, ParamsNotPersonal, NoSuchObjective, TextPersonalReport))
 
 
 @dataclass(frozen=True)
@@ -136,6 +143,7 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     ("DictDownlink", "DictDownlink.downlink() returned a dict, not a chillfl.extend.Downlink"),
     ("TextContext", "TextContext.downlink() returned a context whose 'mu' is str"),
     ("TrainParams", "ParamsNotPersonal.train() returned dict, not a Personal"),
+    ("TrainReport", "TextPersonalReport.train()'s Personal returned a report whose 'note' is str"),
     ("TrainThird", "NoSuchObjective.train() asked Train(objective=3), but its objectives() returned 1"),
 ])
 @pytest.mark.parametrize("executor", ["sequential", "processes"])

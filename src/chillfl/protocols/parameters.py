@@ -150,6 +150,7 @@ class ParameterClient:
         template = personal_template(self.half, self.model) if done.personal is not None else self.model
         acc, loss = local_evaluation(template, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
         check_client_state(done.state, f"{type(self.trainer).__name__}.train()'s Personal.state", "algorithm.name")
+        check_report(done.report, f"{type(self.trainer).__name__}.train()'s Personal", "algorithm.name")
         new_state: ClientState = dict(done.state)
         report: Report = dict(done.report)
         if self.half is not None:

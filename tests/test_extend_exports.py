@@ -68,3 +68,11 @@ def test_the_personalising_seam_names_are_exported() -> None:
 
 def test_every_export_exists() -> None:
     assert [n for n in chillfl.extend.__all__ if not hasattr(chillfl.extend, n)] == []
+
+
+def test_every_register_function_extending_md_names_is_exported() -> None:
+    """Section 3 tells a plugin module it may call ``register_term`` and ``register_algorithm`` as it does
+    ``register_policy``; ``from chillfl.extend import register_algorithm`` was an ImportError."""
+    named = set(re.findall(r"`(register_\w+)", _text("extending.md")))
+    assert "register_algorithm" in named
+    assert sorted(named - set(chillfl.extend.__all__)) == []

@@ -123,7 +123,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, register_algorithm
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
@@ -259,6 +259,7 @@ __all__ = [
     "read_number",
     "read_table",
     "read_tensor",
+    "register_algorithm",
     "register_figure",
     "register_policy",
     "register_term",

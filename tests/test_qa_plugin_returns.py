@@ -328,3 +328,15 @@ def test_a_temperature_that_is_no_number_is_one_error_on_the_policy(tmp_path: Pa
     with plugin_module(tmp_path, monkeypatch, "qa_policies", POLICIES):
         err = pytest.raises(ConfigError, chillfl.run, config={**BASE, "temperature": {"policy": f"qa_policies:{policy}"}}, write=False, progress=False)
     assert err.value.field == "temperature.policy" and f"the temperature {said}; a temperature must be a finite number > 0" in err.value.message
+
+
+def test_scaffold_option_i_is_refused_by_dp_sgd_as_option_ii_is_not() -> None:
+    """Option I's c_i+ = g_i(x) is a full-batch gradient over the client's rows after its private training, uploaded as
+    control_delta without noise: dp-sgd ran it and reported an epsilon that did not bound it (found when a runtime check
+    of undeclared reports flagged SCAFFOLD). Option II's (x - y_i) / (K lr) is post-processing of the private model."""
+    pytest.importorskip("opacus")
+    privacy = {"mechanism": "dp-sgd", "clip_norm": 1.0, "noise_multiplier": 1.0, "delta": 1e-3}
+    err = pytest.raises(ConfigError, chillfl.run, config={**BASE, "algorithm": {"name": "scaffold", "option": "I"}, "privacy": privacy},
+                        write=False, progress=False)
+    assert err.value.field == "privacy.mechanism" and "option I's c_i+ = g_i(x)" in err.value.message
+    assert len(chillfl.run(config={**BASE, "algorithm": {"name": "scaffold"}, "privacy": privacy}, write=False, progress=False).records) == 1

@@ -272,6 +272,12 @@ CAPABILITIES = Capabilities(plain_sgd="SCAFFOLD's option II control variate (x -
                             cost=Cost(pass_overhead=CORRECTION_TERM))
 """Its limits, and its cost: the correction term c - c_i on every pass (:data:`CORRECTION_TERM`)."""
 
+OPTION_I = replace(CAPABILITIES, cost=CAPABILITIES.cost.plus(Cost(epochs=1.0)),
+                   private_steps="option I's c_i+ = g_i(x), a full-batch gradient over the client's rows outside its private training, "
+                                 "which its uploaded control_delta carries")
+"""Option I: one more epoch a round, and a control variate that reads the client's data outside the private steps (dp-sgd
+bounds the training, not g_i(x); option II's (x - y_i) / (K lr) is the private model's own post-processing)."""
+
 
 SPEC = register_algorithm(
     "scaffold",
@@ -282,6 +288,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         # option I's c_i+ = g_i(x): a forward + backward over the client's rows after its training, one more epoch (option II's
         # (x - y_i) / (K lr) works on the parameters alone, once a round)
-        capabilities_of=lambda o: replace(CAPABILITIES, cost=CAPABILITIES.cost.plus(Cost(epochs=1.0))) if o.option == "I" else CAPABILITIES,
+        capabilities_of=lambda o: OPTION_I if o.option == "I" else CAPABILITIES,
     ),
 )

@@ -13,7 +13,8 @@ import torch
 from torch.func import functional_call
 
 import chillfl
-from chillfl.aggregation.knnper import KNNPer, KNNPerModel, choose_lam, embed, interpolate, knn_probs
+from chillfl.aggregation.knnper import KNNPer, KNNPerModel, choose_lam, interpolate, knn_probs
+from chillfl.models.parts import head_inputs
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.models.parts import head_name
@@ -127,7 +128,7 @@ def test_the_personal_model_at_lam_zero_predicts_as_the_global_model_bitwise() -
     model, state, exp = tiny_model_and_state(config(**{"algorithm.name": "knnper", "model.name": "mlp"}))
     head = head_name(model, warn=False)
     x, y = exp.data.client_train(0)
-    store_x, _ = embed(model, head, state, x, 64)
+    store_x, _ = head_inputs(model, head, state, x, 64)
     template = KNNPerModel(model, head, k=10, sigma=1.0).eval()
     own = {**{f"model.{k}": v for k, v in state.items()}, "store_x": store_x, "store_y": y, "lam": torch.tensor(0.0)}
     xt, _ = exp.data.client_eval(0)
@@ -149,10 +150,10 @@ def test_local_accuracy_is_the_interpolations_on_each_clients_own_split() -> Non
     accs = []
     for c in range(4):
         x, y = exp.data.client_train(c)
-        store_x, logits = embed(model, head, state, x, 1024)
+        store_x, logits = head_inputs(model, head, state, x, 1024)
         lam = choose_lam(store_x, y, logits, classes, 10, 1.0, 1024)
         xt, yt = exp.data.client_eval(c)
-        rep, out = embed(model, head, state, xt, 1024)
+        rep, out = head_inputs(model, head, state, xt, 1024)
         pred = interpolate(knn_probs(rep, store_x, y, classes, 10, 1.0), out, lam).argmax(1)
         accs.append(float((pred == yt).double().mean()))
     assert seq[0]["local_acc"] == pytest.approx(sum(accs) / 4, abs=1e-12)

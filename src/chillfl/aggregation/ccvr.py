@@ -84,10 +84,10 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.errors import ConfigError
-from chillfl.models.parts import forward_with_features, head_name, head_size
+from chillfl.models.parts import head_inputs, head_name, head_size
 from chillfl.options import require
 from chillfl.seeds import derive_seed
-from chillfl.training.local import LocalSpec, split_state
+from chillfl.training.local import LocalSpec
 
 if TYPE_CHECKING:  # config imports no method
     from chillfl.config import RunConfig
@@ -122,20 +122,6 @@ CLASSES, COUNTS, MEANS, COVS = "ccvr_classes", "ccvr_counts", "ccvr_means", "ccv
 RIDGE = 1e-6
 """Added to every eigenvalue of a pooled covariance before sampling, so that N(mu_c, Sigma_c) is non-degenerate
 (a ReLU feature that is 0 on every row of a class has zero variance)."""
-
-
-@torch.no_grad()
-def representations(model: nn.Module, state: Params, x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The head's inputs ``[n, d]`` and the logits ``[n, C]`` of ``x`` under ``state``, in eval mode."""
-    model.eval()
-    params, buffers = split_state(model, state)
-    head = head_name(model, warn=False)
-    reps, logits = [], []
-    for i in range(0, len(x), batch_size):
-        rep, out = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)), head=head)
-        reps.append(rep.reshape(len(rep), -1))
-        logits.append(out)
-    return torch.cat(reps), torch.cat(logits)
 
 
 def class_statistics(features: torch.Tensor, y: torch.Tensor) -> Report:
@@ -254,7 +240,7 @@ class CCVRClient:
         phase = local.context.get(PHASE)
         report: Report = {}
         if phase is not None:
-            reps, logits = representations(self.model, local.start, local.x, self.eval_batch_size)
+            reps, logits = head_inputs(self.model, head_name(self.model, warn=False), local.start, local.x, self.eval_batch_size)
             report = class_statistics(reps, local.y)
             if phase == STATS_ONLY:
                 loss = float(nn.functional.cross_entropy(logits.float(), local.y.to(logits.device)))

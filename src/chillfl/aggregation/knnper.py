@@ -54,23 +54,21 @@ from typing import Literal
 
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from chillfl.aggregation.base import (
     ClientHalf,
     FedAvg,
     Local,
     LocalProgram,
-    Params,
     Personal,
     Stateless,
     Train,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
 from chillfl.capabilities import FORWARD, Capabilities, Cost
-from chillfl.models.parts import forward_with_features, head_size
+from chillfl.models.parts import forward_with_features, head_inputs, head_size
 from chillfl.options import require
-from chillfl.training.local import LocalSpec, split_state
+from chillfl.training.local import LocalSpec
 
 LAM_GRID: tuple[float, ...] = tuple(i / 10 for i in range(11))
 """The lam values a client chooses from when ``lam`` is unset: 0.0, 0.1, ..., 1.0."""
@@ -153,19 +151,6 @@ class KNNPerModel(nn.Module):
         return interpolate(p_knn, logits, self.lam)
 
 
-@torch.no_grad()
-def embed(model: nn.Module, head: str, state: Params, x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The head's inputs ``[n, d]`` and logits ``[n, C]`` of ``x`` under ``state``, in eval mode (the datastore's rows)."""
-    model.eval()
-    params, buffers = split_state(model, state)
-    reps, logits = [], []
-    for i in range(0, len(x), batch_size):
-        rep, out = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)), head=head)
-        reps.append(rep.reshape(len(rep), -1))
-        logits.append(out)
-    return torch.cat(reps), torch.cat(logits)
-
-
 def choose_lam(store_x: torch.Tensor, store_y: torch.Tensor, logits: torch.Tensor, classes: int, k: int, sigma: float,
                batch_size: int, grid: tuple[float, ...] = LAM_GRID) -> float:
     """The lam of ``grid`` whose interpolation is most accurate on the datastore's own rows, each with its kNN over the
@@ -201,7 +186,7 @@ class KNNPerClient(Stateless):
     def train(self, local: Local) -> LocalProgram:
         trained = yield Train(local.start, local.context)  # FedAvg's very training: the run's objective, the round's seed
         t = self.template
-        store_x, logits = embed(t.model, t.head, local.start, local.x, self.eval_batch_size)
+        store_x, logits = head_inputs(t.model, t.head, local.start, local.x, self.eval_batch_size)
         store_y = local.y.to(store_x.device)
         lam = self.lam if self.lam is not None else choose_lam(store_x, store_y, logits, t.classes, t.k, t.sigma, self.eval_batch_size)
         own = {f"{MODEL}{k}": v for k, v in local.start.items()}

@@ -23,7 +23,7 @@ so ``python -W always`` does not repeat it at every batch.
 from __future__ import annotations
 
 import warnings
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import torch
 from torch import nn
@@ -225,3 +225,17 @@ def forward_with_features(model: nn.Module, x: torch.Tensor, *, call: Any = None
     if not captured:
         raise NoHeadError(f"{type(model).__name__}'s forward did not call its classifier head {name!r}")
     return captured[-1], logits
+
+
+@torch.no_grad()
+def head_inputs(model: nn.Module, head: str, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The head's inputs ``[n, d]`` and the logits ``[n, C]`` of ``x`` under ``state`` (parameters and buffers), in eval
+    mode, ``batch_size`` rows at a time: a client's rows as the representations a method reads (CCVR's class statistics,
+    kNN-Per's datastore)."""
+    model.eval()
+    reps, logits = [], []
+    for i in range(0, len(x), batch_size):
+        rep, out = forward_with_features(model, x[i : i + batch_size], call=lambda b: torch.func.functional_call(model, dict(state), (b,)), head=head)
+        reps.append(rep.reshape(len(rep), -1))
+        logits.append(out)
+    return torch.cat(reps), torch.cat(logits)

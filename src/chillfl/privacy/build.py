@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import numbers
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
@@ -25,7 +24,7 @@ from chillfl.extras import need
 from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import AccountantError, Ledger, noise_for
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, spec_of
+from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, rate_and_count, spec_of
 from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
 
 if TYPE_CHECKING:
@@ -115,16 +114,6 @@ def _probe_uploads(delta: float, sigma: float, releases: int) -> None:
                                                    f"and {exc}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier")
 
 
-def _rate_and_count(pair: object) -> bool:
-    """``(q, n)``: a sampling rate in (0, 1] and a whole number of compositions, as the accountants read them."""
-    if not (isinstance(pair, tuple) and len(pair) == 2):
-        return False
-    q, n = pair
-    if isinstance(q, bool) or isinstance(n, bool) or not isinstance(q, numbers.Real) or not isinstance(n, numbers.Integral):
-        return False
-    return 0 < float(q) <= 1 and int(n) >= 0
-
-
 @functools.lru_cache(maxsize=16)
 def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> PrivacyPlan:
     need("opacus.accountants", "privacy", "[privacy]")  # up front: a missing extra is one line before anything is written
@@ -132,7 +121,7 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
     accounting = spec.accounts(p.options, sizes)
     if not isinstance(accounting, Accounting):  # a plugin's hook: its slip is one line here, not an AttributeError
         raise ConfigError(FIELD, f"{p.mechanism!r}: its accounts hook must return a chillfl.extend.Accounting, got {type(accounting).__name__}")
-    odd = next((s for s in accounting.steps if not _rate_and_count(s)), None) if accounting.steps else ()
+    odd = next((s for s in accounting.steps if not (isinstance(s, tuple) and len(s) == 2 and rate_and_count(*s))), None) if accounting.steps else ()
     if odd is not None:  # a rate above 1 was accounted as given: an epsilon for a release that cannot happen, with no word
         raise ConfigError(FIELD, f"{p.mechanism!r}: its accounts hook's Accounting.steps must be (sampling rate q in (0, 1], compositions >= 0) "
                                  f"pairs, one at least, got {odd!r}")

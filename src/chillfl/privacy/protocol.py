@@ -31,7 +31,7 @@ from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.privacy.accounting import Ledger, finite
 from chillfl.privacy.plan import PrivacyPlan
-from chillfl.privacy.spec import SOFTLABELS, Charge, Participant
+from chillfl.privacy.spec import SOFTLABELS, Charge, Participant, rate_and_count
 from chillfl.protocols.softlabels.client import SoftLabelClient
 from chillfl.protocols.softlabels.messages import SoftLabelRoundDownlink
 from chillfl.training.schedule import planned_steps
@@ -101,7 +101,7 @@ class Accounted(AroundProtocol):
             charged = list(returned) if isinstance(returned, Iterable) else None
             if charged is None or not all(isinstance(c, Charge) for c in charged):  # a plugin's hook: one line, not a TypeError mid-round
                 raise ConfigError("privacy.mechanism", f"{p.mechanism!r}: its charges hook must return chillfl.extend.Charge s, got {short_repr(returned)}")
-            odd = next((c for c in charged if not (0 < c.rate <= 1 and c.steps >= 0)), None)
+            odd = next((c for c in charged if not rate_and_count(c.rate, c.steps)), None)
             if odd is not None:  # a rate above 1 was charged as given: an epsilon for a release that cannot happen, with no word
                 raise ConfigError("privacy.mechanism", f"{p.mechanism!r}: its charges hook returned {odd!r}: a Charge's rate is a sampling rate in (0, 1] "
                                                        "and its steps a count >= 0")

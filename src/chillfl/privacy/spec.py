@@ -29,6 +29,7 @@ under replace-one), 2026-12-02.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Literal, Protocol, Sequence, TypeVar, runtime_checkable
 
@@ -104,6 +105,14 @@ class Charge:
     unit: str
     rate: float
     steps: int = 1
+
+
+def rate_and_count(q: object, n: object) -> bool:
+    """Whether ``q`` is a sampling rate in (0, 1] and ``n`` a whole count >= 0, as the accountants read them: what a
+    plugin's :class:`Accounting` step or :class:`Charge` must hold (a rate above 1 would be accounted as given)."""
+    if isinstance(q, bool) or isinstance(n, bool) or not isinstance(q, numbers.Real) or not isinstance(n, numbers.Integral):
+        return False
+    return 0 < float(q) <= 1 and int(n) >= 0
 
 
 @dataclass(frozen=True)

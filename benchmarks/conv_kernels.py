@@ -14,7 +14,9 @@ rest of the step, for every way worth weighing:
 * ``loop``: one plain convolution per client (groups = 1) on one stream, as ``batched_conv = "loop"`` runs them
   (channels-last);
 * ``streams``: the same, the clients spread round-robin over ``--streams`` CUDA streams (CUDA only);
-* ``gemm``: im2col (``unfold``) and one batched matrix product over all clients, as ``batched_conv = "gemm"``;
+* ``gemm``: the windows gathered NHWC (one ``index_select``; their gradient one ``index_add``) and one batched
+  matrix product over all clients, as ``batched_conv = "gemm"`` runs them (chillfl.training.conv_gemm; until
+  2026-12-04 ``unfold``, whose CUDA kernel ATen launches once per sample: 5,007 kernels a forward here);
 
 each in fp32 (cuDNN's TF32 default as torch ships it) and bf16, NCHW and channels-last, with PyTorch's
 deterministic algorithms (chillfl's ``deterministic = true``) or without them and with ``cudnn.benchmark``.
@@ -41,6 +43,8 @@ from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
+
+from chillfl.training.conv_gemm import window_index
 
 KERNEL = 5
 LAYERS = {"conv1": (3, 32, 32), "conv2": (32, 64, 14)}
@@ -145,22 +149,24 @@ def ops(s: Setting, layer: Layer, streams: list[Any]) -> dict[str, Callable[[], 
         return {"forward": each(lambda c: F.conv2d(layer.x[c], layer.w[c])),
                 "input_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [True, False, False])),
                 "weight_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [False, True, True]))}
-    # gemm: cols [B, N L, K] (im2col), out = cols @ W^T; input grad = fold(gy @ W); weight grad = gy^T @ cols
+    # gemm: cols [B, N L, K] gathered from the NHWC input, K = (i, j, c); out = cols @ W^T; weight grad = gy^T @ cols;
+    # input grad = index_add of gy @ W into the NHWC input (what autograd makes of the gather). The input arrives NHWC,
+    # as the first layer's GEMM output (pooled) hands it to the second.
     n, hw = layer.xs.shape[1], layer.xs.shape[-1]
     k = layer.cin * KERNEL * KERNEL
     out = hw - KERNEL + 1
+    index, _, _ = window_index(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), layer.xs.device)
+    pixels = layer.xs.permute(0, 1, 3, 4, 2).reshape(b, n, hw * hw, layer.cin)  # [B, N, H W, C_in]
 
     def cols() -> torch.Tensor:
-        c = F.unfold(layer.xs.flatten(0, 1), KERNEL)  # [B N, K, L]
-        return c.view(b, n, k, out * out).transpose(2, 3).reshape(b, n * out * out, k)
+        return pixels.index_select(2, index).reshape(b, n * out * out, k)
 
     gy_rows = layer.gys.permute(0, 1, 3, 4, 2).reshape(b, n * out * out, layer.cout)  # [B, N L, C_out]
-    w_rows = layer.ws.reshape(b, layer.cout, k)
+    w_rows = layer.ws.permute(0, 1, 3, 4, 2).reshape(b, layer.cout, k)
 
     def input_grad() -> torch.Tensor:
-        g = torch.bmm(gy_rows, w_rows)  # [B, N L, K]
-        g = g.view(b * n, out * out, k).transpose(1, 2)
-        return F.fold(g, (hw, hw), KERNEL)
+        g = torch.bmm(gy_rows, w_rows).view(b, n, out * out * KERNEL * KERNEL, layer.cin)  # [B, N, L kh kw, C_in]
+        return torch.zeros_like(pixels).index_add_(2, index, g)
 
     return {"forward": lambda: torch.bmm(cols(), w_rows.transpose(1, 2)),
             "input_grad": input_grad,

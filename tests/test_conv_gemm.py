@@ -23,7 +23,7 @@ from chillfl.engine.footprint import activation_bytes
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
 from chillfl.training.batched_conv import batched_conv_mode
-from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm
+from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm, window_index
 from chillfl.training.conv_nhwc import PER_CLIENT, conv2d_nhwc
 from chillfl.training.local import LocalSpec, bf16_supported, model_state
 
@@ -64,6 +64,30 @@ def test_equals_conv2d_values_and_gradients(form, stride, padding, dilation, cha
     for a, r in zip(args, ref_args):
         if a is not None:
             torch.testing.assert_close(a.grad, r.grad, rtol=1e-5, atol=1e-5)
+
+
+def test_window_index_worked_out_by_hand():
+    """A 3x4 image (flat positions 0..11), 2x2 windows: stride 1 gives 2x3 outputs, the window at (p, q) reads
+    (p + i) 4 + (q + j); stride (1, 2) and dilation (2, 1) on the same image: 1x2 outputs, rows 0 and 2, columns 2q, 2q + 1."""
+    index, h_out, w_out = window_index(3, 4, (2, 2), (1, 1), (1, 1), torch.device("cpu"))
+    assert (h_out, w_out) == (2, 3)
+    assert index.view(2, 3, 4).tolist() == [[[0, 1, 4, 5], [1, 2, 5, 6], [2, 3, 6, 7]],
+                                            [[4, 5, 8, 9], [5, 6, 9, 10], [6, 7, 10, 11]]]
+    index, h_out, w_out = window_index(3, 4, (2, 2), (1, 2), (2, 1), torch.device("cpu"))
+    assert (h_out, w_out) == (1, 2)
+    assert index.view(2, 4).tolist() == [[0, 1, 8, 9], [2, 3, 10, 11]]
+
+
+def test_the_gather_reads_the_input_in_place_whatever_its_layout():
+    """[N, H, W, C] -> [N, H W, C] is a view for an NHWC input (what a GEMM convolution hands the next one, pooled) and
+    for an NCHW one (strides H W, 1 merge): the columns are the only copy of the input; the other is the weight's."""
+    w = torch.randn(4, 3, 3, 3)
+    for fmt in (torch.channels_last, torch.contiguous_format):
+        x, counter = torch.randn(2, 3, 6, 6).contiguous(memory_format=fmt), _AtenCalls()
+        with counter:
+            conv2d_as_gemm(x, w)
+        assert counter.calls["clone"] == 1 and "copy_" not in counter.calls  # [C_out, C_in, kh, kw] -> [C_out, kh kw C_in]
+        assert counter.calls["index_select"] == 1 and "im2col" not in counter.calls
 
 
 def test_output_is_nhwc_in_memory():
@@ -155,7 +179,8 @@ def test_vmapped_gemm_step_has_no_convolution_and_a_launch_count_independent_of_
     grads2, seen2 = _vmapped_grads(2, "gemm")
     calls2, calls7 = seen2.calls, _vmapped_grads(7, "gemm")[1].calls
     assert "convolution" not in calls2 and "convolution_backward" not in calls2  # no cuDNN / oneDNN convolution at all
-    assert calls2["im2col"] == 2 and calls2["col2im"] == 1  # one unfold a layer; the first layer's input needs no gradient
+    assert "im2col" not in calls2 and "col2im" not in calls2  # ATen's CUDA im2col: one kernel a sample
+    assert calls2["gather"] >= 2 and calls2["index_add"] == 1  # one gather a layer; the first layer's input needs no gradient
     assert calls2 == calls7  # the same ops for 2 clients as for 7: one batched GEMM, not one a client
     _, grouped = _vmapped_grads(2, "grouped")
     assert grouped.calls["convolution"] == 2  # the default: vmap's grouped convolution, one a layer
@@ -171,7 +196,7 @@ def test_only_plain_convolutions_are_rewritten():
         grouped = F.conv2d(x, w, groups=2)
         same = F.conv2d(x, torch.randn(3, 4, 3, 3), padding="same")
         plain = F.conv2d(x, torch.randn(3, 4, 3, 3))
-    assert counter.calls["convolution"] == 2 and counter.calls["im2col"] == 1  # groups=2 and padding="same" ran as they were
+    assert counter.calls["convolution"] == 2 and counter.calls["index_select"] == 1  # groups=2 and padding="same" ran as they were
     assert grouped.shape == (1, 4, 3, 3) and same.shape == (1, 3, 5, 5) and plain.shape == (1, 3, 3, 3)
     assert isinstance(batched_conv_mode("gemm", vmapped=False), type(batched_conv_mode("grouped", vmapped=True)))  # one client: untouched
 
@@ -181,7 +206,8 @@ NEEDS_BF16_CONV = pytest.mark.skipif(not bf16_supported(torch.device("cpu")), re
 run anywhere)."""
 
 REACHED = {
-    "gemm": lambda seen: seen.calls["im2col"],  # one unfold a layer and step
+    # the gathers' gradients (index_add or scatter_add, as vmap batches them), and no convolution's backward at all
+    "gemm": lambda seen: (seen.calls["index_add"] + seen.calls["scatter_add"]) * ("convolution_backward" not in seen.calls),
     "nhwc": lambda seen: sum(1 for _, groups, channels_last, _ in seen.convs if groups > 1 and channels_last),  # grouped, NHWC
     # a client's own NHWC gradients (the chunk-size estimate runs a plain forward, whose input may be NHWC too: C = 1)
     "loop": lambda seen: sum(1 for op, groups, channels_last, _ in seen.convs if op == "convolution_backward" and groups == 1 and channels_last),
@@ -217,7 +243,7 @@ def test_vectorized_executor_with_rewritten_convolutions_equals_sequential_withi
 
 
 def test_the_chunk_size_estimate_counts_the_columns():
-    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N L = 27 x 18, twice (the transposed copy), 4 bytes."""
+    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N L = 27 x 18, twice (their gradient), 4 bytes."""
     model = nn.Conv2d(3, 4, 3)
     x = torch.randn(2, 3, 5, 5)
     plain = activation_bytes(model, model_state(model), x)

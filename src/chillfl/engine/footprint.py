@@ -21,8 +21,8 @@ def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: tor
     """Bytes of every module output of one forward pass on ``x`` (eval mode, template untouched).
 
     ``gemm_columns``: plus what ``batched_conv = "gemm"`` materialises for each plain ``Conv2d`` / ``Conv1d``
-    (:mod:`chillfl.training.conv_gemm`): its unfolded columns and their transposed copy, 2 x N x K x L elements,
-    often several times the layer's output (K = C_in kh kw against C_out).
+    (:mod:`chillfl.training.conv_gemm`): its gathered columns and, in the backward, their gradient, 2 x N x K x L
+    elements, often several times the layer's output (K = C_in kh kw against C_out).
     """
     total = 0
 

@@ -1,7 +1,7 @@
 """``batched_conv``: how the vmapped step runs the clients' convolutions (the config's choice -> the step's mode).
 
 * ``grouped`` (default): as vmap folds them, one grouped convolution in NCHW order;
-* ``gemm``: im2col + one batched matrix product (:mod:`chillfl.training.conv_gemm`);
+* ``gemm``: a gather of the windows + one batched matrix product (:mod:`chillfl.training.conv_gemm`);
 * ``nhwc``: one grouped convolution in NHWC order, the clients' channels interleaved (:mod:`chillfl.training.conv_nhwc`);
 * ``loop``: one plain NHWC convolution per client, the clients folded into the batch (the same module).
 

@@ -7,24 +7,26 @@ step (issue 26: 75,647 kernel launches in a round of 5,000 client steps;
 14.5 % of the FP32 peak; bf16 only 1.35x faster), so the round was bound by
 launches, not by FLOPs.
 
-This mode writes each client's convolution as im2col + one matrix product:
+This mode writes each client's convolution as a gather of its windows + one matrix product:
 
-    cols = unfold(x)                                   # [N, K, L], K = C_in kh kw, L = H_out W_out
-    out  = cols^T (N L, K) @ W^T (K, C_out)            # [N L, C_out] -> [N, C_out, H_out, W_out] (NHWC in memory)
+    cols = x_nhwc[:, window_index]                     # [N, L kh kw, C_in] = [N L, K], L = H_out W_out, K = kh kw C_in
+    out  = cols (N L, K) @ W^T (K, C_out)              # [N L, C_out] -> [N, C_out, H_out, W_out] (NHWC in memory)
 
 Under ``vmap`` the product is ONE batched GEMM over all clients of the chunk,
 whatever their number, with shapes that suit tensor cores (TF32, bf16);
-autograd gives the backward as two more batched GEMMs and one ``col2im``. The
-price is memory traffic: the columns are materialised, twice (K x L elements a
-sample: 0.24 and 0.32 MB for the McMahan CNN's two layers on 32x32 in fp32,
-against outputs of 0.10 and 0.03 MB).
+autograd gives the backward as two more batched GEMMs and one ``index_add``.
+The price is memory traffic: the columns are materialised once, and their
+gradient once (K x L elements a sample: 0.24 and 0.32 MB for the McMahan
+CNN's two layers on 32x32 in fp32, against outputs of 0.10 and 0.03 MB).
 
-Not the default. On the CPU it was slower than oneDNN's grouped convolution:
-1.9-2.5x in fp32, 1.1-1.3x in bf16 (``benchmarks/conv_layouts.py --device cpu``,
-one thread, McMahan CNN, chunks of 4 and 16 clients x 100 samples; one run on
-the shared 2-core Xeon). On an H200 (2026-11-30, torch 2.11) workload 1's round
-was 5x slower than with the grouped convolutions (5.36 s against 1.00 s, both
-with CUDA graphs; docs/gpu.md); ``benchmarks/gpu-check.sh`` keeps timing it.
+Not the default. Until 2026-12-04 the columns came from ``F.unfold``, whose
+CUDA kernel ATen launches once per sample: on an H200 (2026-11-30, torch
+2.11) workload 1's round was then 5x slower than with the grouped
+convolutions (5.36 s against 1.00 s, both with CUDA graphs; docs/gpu.md), and
+``benchmarks/conv_kernels.py`` counted 5,007 kernels for one layer's forward.
+The gather has not been timed on a GPU yet; ``benchmarks/gpu-check.sh``
+times it (workload 1, ``auto+gemm+graphs``). On the CPU it is slower than
+oneDNN's grouped convolution (``benchmarks/conv_layouts.py --device cpu``).
 Same maths as the convolution, other rounding: the tests compare it with the
 sequential executor within float tolerance.
 
@@ -44,6 +46,20 @@ import torch.nn.functional as F
 from chillfl.training.conv_calls import BatchNormAsksLayout, pair, plain_conv_call
 
 
+def window_index(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+                 device: torch.device) -> tuple[torch.Tensor, int, int]:
+    """Where each output position's window reads a (padded) h x w image, flat: ``[H_out W_out kh kw]`` indices into ``h w``.
+
+    ``index[(p, q, i, j)] = (p s0 + i d0) w + (q s1 + j d1)``; with the output's height and width. Made on the device,
+    each call: a few small kernels, recorded with the step when CUDA graphs replay it.
+    """
+    (kh, kw), (s0, s1), (d0, d1) = kernel, stride, dilation
+    h_out, w_out = (h - d0 * (kh - 1) - 1) // s0 + 1, (w - d1 * (kw - 1) - 1) // s1 + 1
+    rows = torch.arange(h_out, device=device).view(h_out, 1, 1, 1) * s0 + torch.arange(kh, device=device).view(1, 1, kh, 1) * d0
+    cols = torch.arange(w_out, device=device).view(1, w_out, 1, 1) * s1 + torch.arange(kw, device=device).view(1, 1, 1, kw) * d1
+    return (rows * w + cols).reshape(-1), h_out, w_out
+
+
 def conv2d_as_gemm(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -52,23 +68,28 @@ def conv2d_as_gemm(
     padding: int | Sequence[int] = 0,
     dilation: int | Sequence[int] = 1,
 ) -> torch.Tensor:
-    """``F.conv2d(x, weight, bias, stride, padding, dilation)`` with ``groups = 1``, as unfold + one matrix product.
+    """``F.conv2d(x, weight, bias, stride, padding, dilation)`` with ``groups = 1``, as a gather + one matrix product.
 
-    The output is laid out NHWC in memory (a channels-last view of
-    [N, C_out, H_out, W_out]): the product's rows are (sample, position), so no
-    copy is needed to give it the convolution's shape.
+    The columns are gathered NHWC, ``[N, H_out W_out kh kw, C_in]``: one ``index_select`` whatever the batch (ATen's
+    CUDA ``im2col``, ``F.unfold``, launched one kernel per sample: 5,000 a layer and step in workload 1, measured by
+    ``benchmarks/conv_kernels.py`` on an H200, 2026-12-04), whose gradient is one ``index_add`` (deterministic on CUDA
+    under ``torch.use_deterministic_algorithms``). An input that is already NHWC in memory (the output of an earlier
+    GEMM convolution, pooled) is read without a copy. The output is NHWC in memory too (a channels-last view of
+    [N, C_out, H_out, W_out]): the product's rows are (sample, position).
     """
     s, p, d = pair(stride), pair(padding), pair(dilation)
-    n, _, h, w = x.shape
+    n, c, h, w = x.shape
     out_channels, _, kh, kw = weight.shape
-    h_out = (h + 2 * p[0] - d[0] * (kh - 1) - 1) // s[0] + 1
-    w_out = (w + 2 * p[1] - d[1] * (kw - 1) - 1) // s[1] + 1
-    if torch.is_autocast_enabled(x.device.type):  # unfold in the product's dtype: half the columns' bytes under bf16
+    if torch.is_autocast_enabled(x.device.type):  # gather in the product's dtype: half the columns' bytes under bf16
         x = x.to(torch.get_autocast_dtype(x.device.type))
-    cols = F.unfold(x, (kh, kw), dilation=d, padding=p, stride=s)  # [N, K, L]
-    k = cols.shape[1]
-    rows = cols.transpose(1, 2).reshape(n * h_out * w_out, k)  # [N L, K]
-    out = rows @ weight.reshape(out_channels, k).t()  # [N L, C_out]
+    pixels = x.permute(0, 2, 3, 1)  # [N, H, W, C]
+    if p != (0, 0):
+        pixels = F.pad(pixels, (0, 0, p[1], p[1], p[0], p[0]))
+        h, w = h + 2 * p[0], w + 2 * p[1]
+    index, h_out, w_out = window_index(h, w, (kh, kw), s, d, x.device)
+    cols = pixels.reshape(n, h * w, c).index_select(1, index)  # [N, L kh kw, C]: row (sample, position), column (i, j, c)
+    rows = cols.reshape(n * h_out * w_out, kh * kw * c)
+    out = rows @ weight.permute(0, 2, 3, 1).reshape(out_channels, kh * kw * c).t()  # [N L, C_out]
     if bias is not None:
         out = out + bias.to(out.dtype)
     return out.reshape(n, h_out, w_out, out_channels).permute(0, 3, 1, 2)

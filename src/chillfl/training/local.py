@@ -161,7 +161,7 @@ class LocalSpec:
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
     batched_conv: str = "grouped"
     """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution), ``gemm``
-    (im2col + one batched matrix product: :mod:`chillfl.training.conv_gemm`), ``nhwc`` or ``loop`` (channels-last,
+    (a gather of the windows + one batched matrix product: :mod:`chillfl.training.conv_gemm`), ``nhwc`` or ``loop`` (channels-last,
     grouped or per client: :mod:`chillfl.training.conv_nhwc`). One client's step is unaffected."""
     cuda_graphs: bool = False
     """The vectorised executor records a chunk's steps on a CUDA device as CUDA graphs and replays them

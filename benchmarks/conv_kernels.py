@@ -14,7 +14,7 @@ rest of the step, for every way worth weighing:
 * ``loop``: one plain convolution per client (groups = 1) on one stream, as ``batched_conv = "loop"`` runs them
   (channels-last);
 * ``streams``: the same, the clients spread round-robin over ``--streams`` CUDA streams (CUDA only);
-* ``gemm``: the windows gathered NHWC (one ``index_select``; their gradient one ``index_add``) and one batched
+* ``gemm``: the windows gathered NHWC (one ``index_select``; their gradient a gather and a sum) and one batched
   matrix product over all clients, as ``batched_conv = "gemm"`` runs them (chillfl.training.conv_gemm; until
   2026-12-04 ``unfold``, whose CUDA kernel ATen launches once per sample: 5,007 kernels a forward here);
 
@@ -44,7 +44,7 @@ from typing import Any, Callable
 import torch
 import torch.nn.functional as F
 
-from chillfl.training.conv_gemm import window_index
+from chillfl.training.conv_gemm import window_index, window_sources
 
 KERNEL = 5
 LAYERS = {"conv1": (3, 32, 32), "conv2": (32, 64, 14)}
@@ -150,12 +150,13 @@ def ops(s: Setting, layer: Layer, streams: list[Any]) -> dict[str, Callable[[], 
                 "input_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [True, False, False])),
                 "weight_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [False, True, True]))}
     # gemm: cols [B, N L, K] gathered from the NHWC input, K = (i, j, c); out = cols @ W^T; weight grad = gy^T @ cols;
-    # input grad = index_add of gy @ W into the NHWC input (what autograd makes of the gather). The input arrives NHWC,
-    # as the first layer's GEMM output (pooled) hands it to the second.
+    # input grad = gy @ W, then each input position gathers and sums the kh kw slots that read it (GatherWindows). The
+    # input arrives NHWC, as the first layer's GEMM output (pooled) hands it to the second.
     n, hw = layer.xs.shape[1], layer.xs.shape[-1]
     k = layer.cin * KERNEL * KERNEL
     out = hw - KERNEL + 1
     index, _, _ = window_index(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), layer.xs.device)
+    sources = window_sources(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), (out, out), layer.xs.device).reshape(-1)
     pixels = layer.xs.permute(0, 1, 3, 4, 2).reshape(b, n, hw * hw, layer.cin)  # [B, N, H W, C_in]
 
     def cols() -> torch.Tensor:
@@ -166,7 +167,8 @@ def ops(s: Setting, layer: Layer, streams: list[Any]) -> dict[str, Callable[[], 
 
     def input_grad() -> torch.Tensor:
         g = torch.bmm(gy_rows, w_rows).view(b, n, out * out * KERNEL * KERNEL, layer.cin)  # [B, N, L kh kw, C_in]
-        return torch.zeros_like(pixels).index_add_(2, index, g)
+        g = F.pad(g, (0, 0, 0, 1)).index_select(2, sources)  # the zero row: slots outside the output
+        return g.view(b, n, hw * hw, KERNEL * KERNEL, layer.cin).sum(3)
 
     return {"forward": lambda: torch.bmm(cols(), w_rows.transpose(1, 2)),
             "input_grad": input_grad,

@@ -14,9 +14,9 @@ This mode writes each client's convolution as a gather of its windows + one matr
 
 Under ``vmap`` the product is ONE batched GEMM over all clients of the chunk,
 whatever their number, with shapes that suit tensor cores (TF32, bf16);
-autograd gives the backward as two more batched GEMMs and one ``index_add``.
-The price is memory traffic: the columns are materialised once, and their
-gradient once (K x L elements a sample: 0.24 and 0.32 MB for the McMahan
+the backward is two more batched GEMMs and, for the input, a gather and a sum
+(:class:`GatherWindows`). The price is memory traffic: the columns are
+materialised once, and their gradient once (K x L elements a sample: 0.24 and 0.32 MB for the McMahan
 CNN's two layers on 32x32 in fp32, against outputs of 0.10 and 0.03 MB).
 
 Not the default. Until 2026-12-04 the columns came from ``F.unfold``, whose
@@ -60,6 +60,64 @@ def window_index(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int
     return (rows * w + cols).reshape(-1), h_out, w_out
 
 
+def window_sources(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+                   out: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """The inverse of :func:`window_index`: for each of the ``h w`` positions, the ``kh kw`` window slots that read it.
+
+    ``[h w, kh kw]``: entry ``(y, x), (i, j)`` is the slot ``((p W_out + q) kh + i) kw + j`` of the window at
+    ``p = (y - i d0) / s0``, ``q = (x - j d1) / s1`` where those are whole and inside the output, else
+    ``H_out W_out kh kw``: one past the last slot, a zero row the gradient appends. Plain arithmetic on the device:
+    no sort and no sync, so a recorded CUDA graph holds it.
+    """
+    (kh, kw), (s0, s1), (d0, d1), (h_out, w_out) = kernel, stride, dilation, out
+
+    def along(size: int, k: int, s: int, d: int, n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = torch.arange(size, device=device).view(size, 1) - torch.arange(k, device=device).view(1, k) * d
+        first = start.div(s, rounding_mode="floor")
+        return first, (start >= 0) & (start % s == 0) & (first < n_out)
+
+    p, p_inside = along(h, kh, s0, d0, h_out)
+    q, q_inside = along(w, kw, s1, d1, w_out)
+    i, j = torch.arange(kh, device=device).view(1, 1, kh, 1), torch.arange(kw, device=device).view(1, 1, 1, kw)
+    slot = ((p.view(h, 1, kh, 1) * w_out + q.view(1, w, 1, kw)) * kh + i) * kw + j
+    inside = p_inside.view(h, 1, kh, 1) & q_inside.view(1, w, 1, kw)
+    return torch.where(inside, slot, h_out * w_out * kh * kw).reshape(h * w, kh * kw)
+
+
+class GatherWindows(torch.autograd.Function):
+    """``pixels.index_select(1, index)`` whose gradient is a gather and a sum, not a scatter.
+
+    Why: autograd's gradient of a gather is a scatter-add (``index_add``, or under vmap ``scatter_add`` with an index
+    as large as the columns), and on CUDA under ``torch.use_deterministic_algorithms`` PyTorch makes a scatter-add
+    deterministic through ``index_put_`` with accumulation, which sorts one index per element: 400 M a step for
+    workload 1's second layer. Here each position gathers the gradients of the ``kh kw`` slots that read it
+    (:func:`window_sources`) and sums them in a fixed order: deterministic by construction, one gather and one
+    reduction. ``generate_vmap_rule``: vmap runs this forward and backward with their own ops' batching rules, and
+    they stay differentiable (a Hessian-vector product through a convolution works).
+    """
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(pixels: torch.Tensor, index: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        """``[N, H W, C]`` -> ``[N, len(index), C]``."""
+        return pixels.index_select(1, index)
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple[torch.Tensor, torch.Tensor, torch.Tensor], output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[2])
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor | None, None, None]:  # type: ignore[override]
+        if not ctx.needs_input_grad[0]:
+            return None, None, None
+        (sources,) = ctx.saved_tensors
+        n, _, c = grad.shape
+        positions, reads = sources.shape
+        padded = F.pad(grad, (0, 0, 0, 1))  # the zero row that slots outside the output point to
+        return padded.index_select(1, sources.reshape(-1)).view(n, positions, reads, c).sum(2), None, None
+
+
 def conv2d_as_gemm(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -70,11 +128,11 @@ def conv2d_as_gemm(
 ) -> torch.Tensor:
     """``F.conv2d(x, weight, bias, stride, padding, dilation)`` with ``groups = 1``, as a gather + one matrix product.
 
-    The columns are gathered NHWC, ``[N, H_out W_out kh kw, C_in]``: one ``index_select`` whatever the batch (ATen's
-    CUDA ``im2col``, ``F.unfold``, launched one kernel per sample: 5,000 a layer and step in workload 1, measured by
-    ``benchmarks/conv_kernels.py`` on an H200, 2026-12-04), whose gradient is one ``index_add`` (deterministic on CUDA
-    under ``torch.use_deterministic_algorithms``). An input that is already NHWC in memory (the output of an earlier
-    GEMM convolution, pooled) is read without a copy. The output is NHWC in memory too (a channels-last view of
+    The columns are gathered NHWC, ``[N, H_out W_out kh kw, C_in]``: one gather whatever the batch (ATen's CUDA
+    ``im2col``, ``F.unfold``, launched one kernel per sample: 5,007 for a layer's forward in workload 1, measured by
+    ``benchmarks/conv_kernels.py`` on an H200, 2026-12-04), whose gradient is one gather and one sum
+    (:class:`GatherWindows`). The input is read as it lies, NHWC (an earlier GEMM convolution's output, pooled) or
+    NCHW: ``[N, H, W, C] -> [N, H W, C]`` is a view of either. The output is NHWC in memory too (a channels-last view of
     [N, C_out, H_out, W_out]): the product's rows are (sample, position).
     """
     s, p, d = pair(stride), pair(padding), pair(dilation)
@@ -87,7 +145,8 @@ def conv2d_as_gemm(
         pixels = F.pad(pixels, (0, 0, p[1], p[1], p[0], p[0]))
         h, w = h + 2 * p[0], w + 2 * p[1]
     index, h_out, w_out = window_index(h, w, (kh, kw), s, d, x.device)
-    cols = pixels.reshape(n, h * w, c).index_select(1, index)  # [N, L kh kw, C]: row (sample, position), column (i, j, c)
+    sources = window_sources(h, w, (kh, kw), s, d, (h_out, w_out), x.device)
+    cols = GatherWindows.apply(pixels.reshape(n, h * w, c), index, sources)  # [N, L kh kw, C]: row (sample, position), column (i, j, c)
     rows = cols.reshape(n * h_out * w_out, kh * kw * c)
     out = rows @ weight.permute(0, 2, 3, 1).reshape(out_channels, kh * kw * c).t()  # [N L, C_out]
     if bias is not None:

@@ -276,12 +276,13 @@ def test_vectorized_executor_with_rewritten_convolutions_equals_sequential_withi
 
 
 def test_the_chunk_size_estimate_counts_the_columns():
-    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N L = 27 x 18, twice (their gradient), 4 bytes."""
+    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N L = 27 x 18, twice (their gradient), and
+    the input gradient's gather, 3 x 3 values for each of 2 x 3 x 5 x 5 input positions; 4 bytes."""
     model = nn.Conv2d(3, 4, 3)
     x = torch.randn(2, 3, 5, 5)
     plain = activation_bytes(model, model_state(model), x)
     assert plain == 2 * 4 * 3 * 3 * 4
-    assert activation_bytes(model, model_state(model), x, gemm_columns=True) - plain == 2 * 27 * 18 * 4
+    assert activation_bytes(model, model_state(model), x, gemm_columns=True) - plain == (2 * 27 * 18 + 2 * 3 * 25 * 9) * 4
 
 
 BASE = {**PRECISION_BASE, "executor": "vectorized"}  # digits, the FLex&Chill CNN (vmapped on the CPU), 2 rounds
@@ -355,6 +356,6 @@ def test_a_vmapped_conv1d_model_runs_no_convolution_and_trains_as_sequential():
         assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=REL)
         for k in a.params:
             torch.testing.assert_close(b.params[k].float(), a.params[k].float(), rtol=REL, atol=1e-5)
-    conv = nn.Conv1d(2, 4, 5, padding=2)  # the chunk estimate counts its columns: K = 2 x 5, N L = 3 x 12, twice, 4 bytes
+    conv = nn.Conv1d(2, 4, 5, padding=2)  # the chunk estimate: K = 2 x 5, N L = 3 x 12, twice; 5 values a padded position (3 x 2 x 16); 4 bytes
     x = torch.randn(3, 2, 12)
-    assert activation_bytes(conv, model_state(conv), x, gemm_columns=True) - activation_bytes(conv, model_state(conv), x) == 2 * 10 * 36 * 4
+    assert activation_bytes(conv, model_state(conv), x, gemm_columns=True) - activation_bytes(conv, model_state(conv), x) == (2 * 10 * 36 + 3 * 2 * 16 * 5) * 4

@@ -22,16 +22,20 @@ def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: tor
 
     ``gemm_columns``: plus what ``batched_conv = "gemm"`` materialises for each plain ``Conv2d`` / ``Conv1d``
     (:mod:`chillfl.training.conv_gemm`): its gathered columns and, in the backward, their gradient, 2 x N x K x L
-    elements, often several times the layer's output (K = C_in kh kw against C_out).
+    elements, often several times the layer's output (K = C_in kh kw against C_out), and the input gradient's
+    gather, kh kw values for each of the N x C_in x (padded) positions.
     """
     total = 0
 
-    def hook(module: nn.Module, _inputs: Any, output: Any) -> None:
+    def hook(module: nn.Module, inputs: Any, output: Any) -> None:
         nonlocal total
         total += sum(nbytes(t) for t in pytree.tree_leaves(output) if isinstance(t, torch.Tensor))
         if gemm_columns and isinstance(module, (nn.Conv1d, nn.Conv2d)) and module.groups == 1 and not isinstance(module.padding, str):
-            k = module.in_channels * math.prod(module.kernel_size)
-            total += 2 * k * (output.numel() // module.out_channels) * output.element_size()
+            window = math.prod(module.kernel_size)
+            k = module.in_channels * window
+            x = inputs[0]
+            positions = math.prod(size + 2 * pad for size, pad in zip(x.shape[2:], module.padding))
+            total += (2 * k * (output.numel() // module.out_channels) + x.shape[0] * module.in_channels * positions * window) * output.element_size()
 
     handles = [m.register_forward_hook(hook) for m in model.modules()]
     was_training = model.training

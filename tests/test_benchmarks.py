@@ -95,6 +95,17 @@ def test_modes_per_device_and_workload() -> None:
     assert run.counted("chillfl[auto]", "chillfl[auto], chillfl[auto+graphs]") and not run.counted("chillfl[auto+bf16]", "chillfl[auto]")
 
 
+def test_gpu_check_names_only_modes_run_py_has() -> None:
+    """A misspelt mode in gpu-check.sh would cost a whole workload's step of a scarce GPU session: every name its
+    --modes and --ops-modes lists give is one of run.py's CUDA modes."""
+    import re
+
+    script = (Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-check.sh").read_text()
+    named = {m.strip() for listed in re.findall(r'--(?:ops-)?modes "([^"]+)"', script) for m in listed.split(",")}
+    assert len(named) > 5 and "chillfl[auto+gemm+graphs]" in named
+    assert named <= {m.name for m in run.all_modes("cuda")}
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without a GPU")
 def test_device_cuda_without_a_gpu_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert run.main(["--device", "cuda", "--workload", "2"]) == 2

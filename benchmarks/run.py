@@ -71,13 +71,14 @@ CHILLFL_EXECUTORS = (
     "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
     "auto+compile", "auto+graphs+compile", "auto+bf16+graphs+compile", "auto+graphs+nondet", "auto+bf16+graphs+nondet",
     "auto+nhwc+graphs", "auto+tf32+nhwc+graphs", "auto+bf16+nhwc+graphs", "auto+loop+graphs", "auto+tf32+loop+graphs", "auto+bf16+loop+graphs",
+    "auto+tf32+grouped+graphs", "auto+bf16+grouped+graphs",
 )
 CUDA_ONLY = ("processes",)  # chillfl trains ``processes`` on the CPU: refused on a GPU
 CPU_REFUSED = ("auto+tf32", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
                "auto+graphs", "auto+tf32+graphs", "auto+bf16+graphs", "auto+gemm+graphs", "auto+tf32+gemm+graphs", "auto+bf16+gemm+graphs",
                "auto+graphs+compile", "auto+bf16+graphs+compile", "auto+graphs+nondet", "auto+bf16+graphs+nondet",
                "auto+nhwc+graphs", "auto+tf32+nhwc+graphs", "auto+bf16+nhwc+graphs", "auto+loop+graphs", "auto+tf32+loop+graphs",
-               "auto+bf16+loop+graphs")
+               "auto+bf16+loop+graphs", "auto+tf32+grouped+graphs", "auto+bf16+grouped+graphs")
 """TF32 is a GPU mode; the CPU's ``auto`` already picks channels-last, and trains large convolutions one client at a
 time (``batched_conv`` changes only vmapped steps; it was slower on the CPU: chillfl.training.conv_gemm); ``cuda_graphs``
 records steps on CUDA devices only (chillfl.executors.step_graphs); ``deterministic`` changes CUDA's algorithms only."""

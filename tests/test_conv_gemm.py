@@ -22,7 +22,7 @@ from chillfl.executors.sequential import ClientJob, SequentialExecutor
 from chillfl.engine.footprint import activation_bytes
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
-from chillfl.training.batched_conv import batched_conv_mode
+from chillfl.training.batched_conv import batched_conv_mode, resolve_batched_conv
 from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm, window_index, window_sources, GatherWindows
 from chillfl.training.conv_nhwc import PER_CLIENT, conv2d_nhwc
 from chillfl.training.local import LocalSpec, bf16_supported, model_state
@@ -308,7 +308,23 @@ def test_a_bad_value_exits_2_naming_the_field(tmp_path, capsys):
     config.write_text(f'out_dir = "{tmp_path / "out"}"\n')
     assert main(["run", str(config), "-q", "federation.rounds=1", "batched_conv=im2col"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: grouped, gemm, nhwc, loop"
+    assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: auto, grouped, gemm, nhwc, loop"
+
+
+def test_auto_is_nhwc_on_cuda_in_bf16_and_tf32_and_grouped_elsewhere():
+    """The measured-fastest form on the H200 (docs/gpu.md), a fixed rule of device and precision; an explicit choice stays."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
+    assert [resolve_batched_conv("auto", p, cuda) for p in ("fp32", "tf32", "bf16")] == ["grouped", "nhwc", "nhwc"]
+    assert [resolve_batched_conv("auto", p, cpu) for p in ("fp32", "bf16")] == ["grouped", "grouped"]
+    assert [resolve_batched_conv(c, "bf16", cuda) for c in ("grouped", "gemm", "loop")] == ["grouped", "gemm", "loop"]
+
+
+def test_the_default_on_the_cpu_is_the_grouped_run_bit_for_bit():
+    """``auto`` is the config's default: on the CPU the documented outputs keep their bits."""
+    assert load_config(None, {}).batched_conv == "auto"
+    auto = run_experiment(load_config(None, {**BASE, "federation.rounds": 1}), write=False, progress=False).records
+    grouped = run_experiment(load_config(None, {**BASE, "federation.rounds": 1, "batched_conv": "grouped"}), write=False, progress=False).records
+    assert json.dumps(auto) == json.dumps(grouped)
 
 
 @pytest.mark.parametrize("conv", ["gemm", pytest.param("nhwc", marks=NEEDS_BF16_CONV), pytest.param("loop", marks=NEEDS_BF16_CONV)])

@@ -319,9 +319,10 @@ def strict_vectorized(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_every_method(config: dict[str, Any], executor: str, precision: str, strict_vectorized: None) -> None:
     """Two rounds on the device; fp32 with ``deterministic = true`` runs twice and must repeat bit for bit.
 
-    ``vectorized+gemm``: the vectorised executor with ``batched_conv = "gemm"`` (chillfl.training.conv_gemm)."""
+    ``vectorized+gemm``: the vectorised executor with ``batched_conv = "gemm"`` (chillfl.training.conv_gemm);
+    ``vectorized`` alone runs the default, ``auto`` (on CUDA ``nhwc`` in bf16, ``grouped`` in fp32)."""
     executor, _, batched_conv = executor.partition("+")
-    over = {**config, "device": SUITE_DEVICE, "executor": executor, "precision": precision, "batched_conv": batched_conv or "grouped"}
+    over = {**config, "device": SUITE_DEVICE, "executor": executor, "precision": precision, "batched_conv": batched_conv or "auto"}
     out = run_experiment(load_config(None, over), write=False, progress=False)
     assert len(out.records) == 2
     if out.model_state is not None:
@@ -347,7 +348,7 @@ def test_every_cnn_method_with_nhwc_convolutions(config: dict[str, Any], precisi
     policy its round-2 loss was 1.1138 sequential, 1.1216 grouped, 1.1231 gemm, 1.1292 nhwc (round 1: within 4e-3)."""
     over = {**config, "device": SUITE_DEVICE, "executor": "vectorized", "precision": precision}
     out = run_experiment(load_config(None, {**over, "batched_conv": conv}), write=False, progress=False)
-    grouped = run_experiment(load_config(None, over), write=False, progress=False)
+    grouped = run_experiment(load_config(None, {**over, "batched_conv": "grouped"}), write=False, progress=False)
     assert len(out.records) == 2 and math.isfinite(out.records[-1]["train_loss"])
     assert out.records[0]["train_loss"] == pytest.approx(grouped.records[0]["train_loss"], rel=1e-2 if precision == "fp32" else 5e-2)
     if precision == "fp32":

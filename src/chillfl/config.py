@@ -476,8 +476,10 @@ class RunConfig:
     run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
     other devices, which have no such mode. ``fp32`` keeps torch's defaults (on CUDA, cuDNN
     convolutions may already use TF32: torch's own default; matmuls do not)."""
-    batched_conv: Literal["grouped", "gemm", "nhwc", "loop"] = "grouped"
-    """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``grouped`` (vmap's
+    batched_conv: Literal["auto", "grouped", "gemm", "nhwc", "loop"] = "auto"
+    """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``auto`` (``nhwc``
+    on CUDA in bf16 or TF32, where it measured fastest; ``grouped`` elsewhere:
+    :func:`chillfl.training.batched_conv.resolve_batched_conv`), ``grouped`` (vmap's
     one grouped convolution, the clients folded into the channels), ``gemm`` (each client's convolution as
     a gather of its windows + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), ``nhwc``
     (vmap's grouped convolution laid out channels-last, the clients' channels interleaved, Conv2d only:

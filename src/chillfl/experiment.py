@@ -49,6 +49,7 @@ from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_names
 from chillfl.temperature.registry import steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
+from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, model_state, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
@@ -419,7 +420,7 @@ def build_experiment(
         augment=training_augment(config, data.dataset),
         memory_format=memory_format,
         precision=precision,
-        batched_conv=config.batched_conv,
+        batched_conv=resolve_batched_conv(config.batched_conv, precision, device),
         cuda_graphs=config.cuda_graphs,
         compiled=config.compile,
         private=private,

@@ -1,6 +1,7 @@
 """``batched_conv``: how the vmapped step runs the clients' convolutions (the config's choice -> the step's mode).
 
-* ``grouped`` (default): as vmap folds them, one grouped convolution in NCHW order;
+* ``auto`` (default): a fixed rule, :func:`resolve_batched_conv`;
+* ``grouped``: as vmap folds them, one grouped convolution in NCHW order;
 * ``gemm``: a gather of the windows + one batched matrix product (:mod:`chillfl.training.conv_gemm`);
 * ``nhwc``: one grouped convolution in NHWC order, the clients' channels interleaved (:mod:`chillfl.training.conv_nhwc`);
 * ``loop``: one plain NHWC convolution per client, the clients folded into the batch (the same module).
@@ -13,6 +14,8 @@ from __future__ import annotations
 from contextlib import nullcontext
 from typing import Any
 
+import torch
+
 from chillfl.training.conv_gemm import GemmConvolutions
 from chillfl.training.conv_nhwc import LoopConvolutions, NhwcConvolutions
 
@@ -24,3 +27,17 @@ def batched_conv_mode(batched_conv: str, vmapped: bool) -> Any:
     """The mode of ``batched_conv`` for a vmapped step, else nothing (one client's step keeps cuDNN/oneDNN)."""
     mode = MODES.get(batched_conv) if vmapped else None
     return mode() if mode is not None else nullcontext()
+
+
+def resolve_batched_conv(batched_conv: str, precision: str, device: torch.device) -> str:
+    """The config's ``batched_conv`` -> the step's (``auto`` decided by a fixed rule, never a timing taken at run time).
+
+    ``auto`` is ``nhwc`` on CUDA in bf16 or TF32, where it measured fastest: workload 1 on an H200 (2026-12-04,
+    graphed, docs/gpu.md) took 0.459 s a round against 0.598 s grouped in bf16, and 0.727 s against 0.783 s in
+    TF32. Everywhere else it is ``grouped``: in fp32 on CUDA no other form was measured faster (cuDNN's NHWC fp32
+    kernels took 12.4 ms a step against 11.5 ms NCHW, ``benchmarks/conv_kernels.py``), and on the CPU the
+    documented outputs are made with it (their bits stay as they were).
+    """
+    if batched_conv != "auto":
+        return batched_conv
+    return "nhwc" if device.type == "cuda" and precision in ("bf16", "tf32") else "grouped"

@@ -16,8 +16,10 @@ Under ``vmap`` the product is ONE batched GEMM over all clients of the chunk,
 whatever their number, with shapes that suit tensor cores (TF32, bf16);
 the backward is two more batched GEMMs and, for the input, a gather and a sum
 (:class:`GatherWindows`). The price is memory traffic: the columns are
-materialised once, and their gradient once (K x L elements a sample: 0.24 and 0.32 MB for the McMahan
-CNN's two layers on 32x32 in fp32, against outputs of 0.10 and 0.03 MB).
+materialised once, and their gradient once (K x L elements a sample: 0.24
+and 0.32 MB for the McMahan CNN's two layers on 32x32 in fp32, against
+outputs of 0.10 and 0.03 MB), and the input gradient's gather holds kh kw
+values a position (0.63 MB a sample for the second layer).
 
 Not the default. Until 2026-12-04 the columns came from ``F.unfold``, whose
 CUDA kernel ATen launches once per sample: on an H200 (2026-11-30, torch

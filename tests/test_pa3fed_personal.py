@@ -60,7 +60,7 @@ def run(algorithm: dict[str, Any], data: FederatedData) -> tuple[list[dict[str, 
     return out.records, models, final
 
 
-LOCAL = ("local_acc", "local_loss")
+LOCAL = ("local_acc", "local_loss", "bytes_down", "bytes_up")
 
 BASES = [("fedper", {}), ("fedbn", {}), ("lg_fedavg", {}), ("fedper", {"local_eval": "averaged"}), ("lg_fedavg", {"local_eval": "averaged"})]
 
@@ -69,7 +69,7 @@ BASES = [("fedper", {}), ("fedbn", {}), ("lg_fedavg", {}), ("fedper", {"local_ev
 def test_pa3fed_never_over_a_personalising_base_is_the_base_bitwise(data: FederatedData, base: str, options: dict[str, Any]) -> None:
     """Checked because nobody had: the client models PA3Fed over FedPer / FedBN / LG-FedAvg saves, and the local accuracy
     it logs, are the base's (each client's own kept entries, its personal model, measured after the average where the base
-    asks), not the global model's."""
+    asks), not the global model's; the kept entries cost a returning client no downlink bytes, as under the base."""
     plain_records, plain_models, plain_global = run({"name": base, **options}, data)
     records, models, final = run({"name": "pa3fed", "mode": "never", "base": base, "base_options": options}, data)
     assert plain_models and sorted(models) == sorted(plain_models)

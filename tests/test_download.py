@@ -241,6 +241,47 @@ def test_no_network_is_one_clear_error(tmp_path: Path) -> None:
         download_dataset("mnist", tmp_path / "data", mirror=f"http://127.0.0.1:{port}")
 
 
+def _closed_port() -> int:
+    with socket.socket() as s:  # a port that was free a moment ago: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_cli_no_network_is_one_line_exit_1_and_leaves_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A network failure is a run that could not finish, exit 1; it was exit 2, the status of bad input. The folders it
+    made for files that never arrived are gone again."""
+    port = _closed_port()
+    rc = main(["data", "download", "mnist", "--data-dir", str(tmp_path / "d"), "--mirror", f"http://127.0.0.1:{port}", "-q"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1
+    assert err.startswith(f"chillfl: error: download mnist: cannot reach http://127.0.0.1:{port}/mnist/") and "Traceback" not in err
+    assert not (tmp_path / "d").exists()
+
+
+def test_cli_dropped_connection_is_exit_1_and_only_a_part_is_left(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """What arrived before the drop stays a ``.part`` (the rerun resumes it), never a file under its final name."""
+    files = GENERATORS["mnist"]()
+    (tmp_path / "sums").write_text(manifest("mnist", files))
+    state = ServerState(stall_s=0.05)  # every answer stops half-way: the retries run out
+    publish(state, "mnist", files)
+    with serve(state) as base:
+        rc = main(["data", "download", "mnist", "--data-dir", str(tmp_path / "d"), "--mirror", base, "--checksums", str(tmp_path / "sums"), "-q"])
+    err = capsys.readouterr().err
+    assert rc == 1 and len(err.splitlines()) == 1 and "dropped or stalled" in err
+    left = sorted(str(p.relative_to(tmp_path / "d")) for p in (tmp_path / "d").rglob("*") if p.is_file())
+    assert left and all(name.endswith(".part") for name in left), left
+    assert not (tmp_path / "d" / "mnist").exists()
+
+
+def test_cli_bad_input_is_still_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "download", "imagenet", "--data-dir", str(tmp_path / "d"), "-q"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: download imagenet: unknown dataset 'imagenet'")
+    (tmp_path / "sums").write_text("not a manifest\n")
+    assert main(["data", "download", "mnist", "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"]) == 2
+    assert "expected '<md5 or sha256 hex>" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+
+
 @pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs Linux's /dev/full to fake a full disk")
 def test_full_disk_is_one_clear_error(tmp_path: Path) -> None:
     files = GENERATORS["mnist"]()
@@ -373,11 +414,12 @@ def _download_from_mirror(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name:
         return main(["data", "download", name, "--data-dir", str(tmp_path / "d"), "--checksums", str(tmp_path / "sums"), "-q"])
 
 
-def test_cli_download_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_download_error_is_one_line_exit_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A file that fails its check is a download that could not finish (exit 1), not bad input (2)."""
     files = GENERATORS["mnist"]()
     rc = _download_from_mirror(tmp_path, monkeypatch, "mnist", files, {k: v + b"!" for k, v in files.items()})  # wrong checksums
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1 and err.startswith("chillfl: error: download mnist: checksum mismatch")
+    assert rc == 1 and len(err.splitlines()) == 1 and err.startswith("chillfl: error: download mnist: checksum mismatch")
 
 
 def test_archive_that_passes_its_checksum_but_is_not_one_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -385,7 +427,7 @@ def test_archive_that_passes_its_checksum_but_is_not_one_is_one_line(tmp_path: P
     files = {"cifar-10-python.tar.gz": b"not an archive at all"}
     rc = _download_from_mirror(tmp_path, monkeypatch, "cifar10", files, files)
     err = capsys.readouterr().err.strip()
-    assert rc == 2 and len(err.splitlines()) == 1 and "is not a readable tar archive" in err and err.endswith("and rerun")
+    assert rc == 1 and len(err.splitlines()) == 1 and "is not a readable tar archive" in err and err.endswith("and rerun")
 
 
 def test_cli_without_names_lists_what_data_dir_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -134,6 +134,9 @@ def _cfg(tmp_path: Path, **parts: Any) -> Any:
         ({"temperature": {"policy": "fedchill", "measure": "size"}}, "temperature.measure"),
         ({"algorithm": {"name": "vrl_sgd"}}, "algorithm.name"),
         ({"algorithm": {"name": "pa3fed", "base": "vrl_sgd"}}, "algorithm.base"),
+        ({"algorithm": {"name": "fedper", "local_eval": "averaged"}}, "algorithm.local_eval"),
+        # it named algorithm.name and the client half "Halves": the option is the base's
+        ({"algorithm": {"name": "pa3fed", "base": "fedper", "base_options": {"local_eval": "averaged"}}}, "algorithm.base_options.local_eval"),
     ],
 )
 def test_what_a_node_cannot_hold_is_a_one_line_config_error(parts: dict[str, Any], field: str, tmp_path: Path) -> None:

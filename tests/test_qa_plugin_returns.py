@@ -121,6 +121,15 @@ class WeightedFineTune(FedAvg):
 
     def client_half(self):
         return FineTune()
+
+
+class WeightedMaker(FedAvg):
+    """Takes weights, and its server makes part of each client's model (MakesClientModels), as pFedHN's does."""
+
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_model(self, client_id, global_params):
+        return {}
 '''
 
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
@@ -168,6 +177,14 @@ def test_a_base_whose_clients_run_their_own_trainings_is_refused_by_pa3fed_thoug
     config = {**BASE, "algorithm": {"name": "pa3fed", "base": "qa_returns:WeightedFineTune"}}
     err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
     assert err.value.field == "algorithm.base" and "FineTune runs the clients' own trainings" in err.value.message
+
+
+def test_a_base_whose_server_makes_the_clients_models_is_refused_by_pa3fed(plugin: Path) -> None:
+    """PA3Fed passes on the base's downlink but is no MakesClientModels itself: the clients' models it saved
+    (checkpoint.client_models) and measured after the average lacked the entries the base's server makes, with no word."""
+    config = {**BASE, "algorithm": {"name": "pa3fed", "base": "qa_returns:WeightedMaker"}}
+    err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
+    assert err.value.field == "algorithm.base" and "makes part of each client's model" in err.value.message
 
 
 ATTACKS = '''

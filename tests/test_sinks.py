@@ -51,6 +51,19 @@ def test_scalars_flattens_one_level_and_drops_lists_and_none() -> None:
     assert scalars(record) == {"global_acc": 0.5, "agg_clp": 1.0, "client_train_loss/0": 1.5, "client_train_loss/1": 2.0}
 
 
+def test_csv_sink_writes_integers_as_integers(tmp_path: Path) -> None:
+    """Byte counts, counts and flags were written as floats (``3.0``, a count past 2**53 rounded); floats keep their repr."""
+    first = {"round": 1, "bytes_up": 3, "bytes_cumulative": 2**53 + 1, "agg_clp": True, "acc": 0.1 + 0.2, "loss": 2.0, "per": {"0": 7, "1": 0.5}}
+    sink = CsvSink(tmp_path / "m.csv", records=[first])
+    sink.on_round({"round": 2, "bytes_up": 0, "agg_clp": False, "acc": np.float64(1e-20), "new": 5})  # a new column: rewritten
+    sink.on_round({"round": 3, "bytes_up": 12})  # appended
+    rows = list(csv.reader((tmp_path / "m.csv").open(newline="")))
+    assert rows == [["round", "acc", "agg_clp", "bytes_cumulative", "bytes_up", "loss", "new", "per/0", "per/1"],
+                    ["1", "0.30000000000000004", "1", "9007199254740993", "3", "2.0", "", "7", "0.5"],
+                    ["2", "1e-20", "0", "", "0", "", "5", "", ""],
+                    ["3", "", "", "", "12", "", "", "", ""]]
+
+
 def test_csv_sink_adds_a_column_by_rewriting_the_file(tmp_path: Path) -> None:
     sink = CsvSink(tmp_path / "m.csv", records=[{"round": 1, "loss": 0.5}])
     sink.on_round({"round": 2, "loss": 0.25, "acc": 0.75})

@@ -399,9 +399,10 @@ def cmd_data_show(args: argparse.Namespace) -> int:
 
 
 def cmd_data_download(args: argparse.Namespace) -> int:
-    """Fetch a real dataset; every failure is one line and exit status 2 (see chillfl.data.download)."""
+    """Fetch a real dataset; every failure is one line: exit status 1 when it could not finish (the network, the disk, a file
+    failing its check), 2 when it was asked wrongly (a :class:`~chillfl.data.download.DownloadRequestError`)."""
     with _signals_held():  # torch (chillfl.data)
-        from chillfl.data.download import DownloadError, download_dataset, read_checksums
+        from chillfl.data.download import DownloadError, DownloadRequestError, download_dataset, read_checksums
 
     if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
         raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
@@ -415,7 +416,7 @@ def cmd_data_download(args: argparse.Namespace) -> int:
             print(f"{name}: {folder}")
     except DownloadError as exc:
         print(f"chillfl: error: download {name}: {exc}", file=sys.stderr)
-        return 2
+        return 2 if isinstance(exc, DownloadRequestError) else 1
     except KeyboardInterrupt:
         print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
         return 130

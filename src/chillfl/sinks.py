@@ -33,8 +33,8 @@ stays the complete, bitwise-reproducible record; sinks are views of it.
 Choices
 -------
 * The CSV file is rewritten whole when a round brings a new column (e.g. the
-  first evaluation round), so every row has every column; values are Python's
-  shortest round-trip ``repr`` of the float.
+  first evaluation round), so every row has every column; a float is Python's
+  shortest round-trip ``repr`` of it, an integer (a byte count, a flag as 0 / 1) an integer, as in ``metrics.jsonl``.
 * A resumed run: the CSV sink starts from the records up to the checkpoint;
   TensorBoard purges the steps after it (``purge_step``); W&B starts a new
   run in the same folder; MLflow a new run, tagged ``chillfl.resumed_at`` with the round.
@@ -99,17 +99,28 @@ class Sink(Protocol):
 
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
     """The loggable numbers of a round's record (without ``round``): numbers, and tables of numbers as ``key/sub``."""
-    out: dict[str, float] = {}
+    return {key: float(value) for key, value in numbers(record).items()}
+
+
+def numbers(record: Mapping[str, Any]) -> dict[str, int | float]:
+    """:func:`scalars` with each integer kept an ``int`` (a byte count, a number of clients; a flag as 0 / 1): the
+    CSV writes what ``metrics.jsonl`` holds, ``3`` and not ``3.0``, and a count past 2**53 exactly."""
+    out: dict[str, int | float] = {}
     for key, value in record.items():
         if key == "round":
             continue
         if _is_number(value):
-            out[key] = float(value)
+            out[key] = _number(value)
         elif isinstance(value, Mapping):
             for sub, item in value.items():
                 if _is_number(item):
-                    out[f"{key}/{sub}"] = float(item)
+                    out[f"{key}/{sub}"] = _number(item)
     return out
+
+
+def _number(value: int | float) -> int | float:
+    """An int (a bool as 0 / 1) as an int, anything else as a Python float (a numpy float's ``repr`` names its type)."""
+    return int(value) if isinstance(value, int) else float(value)
 
 
 def _is_number(value: Any) -> bool:
@@ -120,16 +131,17 @@ def _is_number(value: Any) -> bool:
 
 
 class CsvSink:
-    """``metrics.csv``: one row per round, columns ``round`` then every scalar key in sorted order."""
+    """``metrics.csv``: one row per round, columns ``round`` then every scalar key in sorted order; an integer as an
+    integer (``3``), a float as its shortest round-trip ``repr`` (:func:`numbers`)."""
 
     def __init__(self, path: str | Path, records: Sequence[Mapping[str, Any]] = ()) -> None:
         self.path = Path(path)
-        self.rows: list[tuple[int, dict[str, float]]] = [(int(r["round"]), scalars(r)) for r in records]
+        self.rows: list[tuple[int, dict[str, int | float]]] = [(int(r["round"]), numbers(r)) for r in records]
         self.columns: list[str] = sorted({k for _, row in self.rows for k in row})
         self._rewrite()
 
     def on_round(self, record: Mapping[str, Any]) -> None:
-        row = scalars(record)
+        row = numbers(record)
         self.rows.append((int(record["round"]), row))
         if set(row) - set(self.columns):
             self.columns = sorted(set(self.columns) | set(row))
@@ -151,7 +163,7 @@ class CsvSink:
             for rnd, row in self.rows:
                 self._write_row(writer, rnd, row)
 
-    def _write_row(self, writer: Any, rnd: int, row: Mapping[str, float]) -> None:
+    def _write_row(self, writer: Any, rnd: int, row: Mapping[str, int | float]) -> None:
         writer.writerow([rnd, *(repr(row[c]) if c in row else "" for c in self.columns)])
 
 

@@ -264,11 +264,17 @@ class StartsOwnState(Protocol):
         ...
 
 
+def half_parts(half: ClientHalf | None) -> tuple[ClientHalf | None, ...]:
+    """The halves ``half`` combines (:class:`Halves`: PA3Fed's over its base's), or ``half`` alone: what each capability
+    is asked of, so that a capability of the base's half holds under PA3Fed as without it."""
+    return half.parts if isinstance(half, Halves) else (half,)
+
+
 def first_state(half: ClientHalf | None, client_id: int, start: Params) -> ClientState:
     """The own state a client of ``half`` holds before its first participation: its parts' :class:`StartsOwnState`
     entries (empty when none starts any)."""
     state: ClientState = {}
-    for part in half.parts if isinstance(half, Halves) else (half,):
+    for part in half_parts(half):
         if isinstance(part, StartsOwnState):
             state.update(part.first_state(client_id, start))
     return state
@@ -291,7 +297,7 @@ class KeepsEntries(Protocol):
 def kept_entries(half: ClientHalf | None) -> frozenset[str]:
     """What ``half``'s parts keep for a returning client (:class:`KeepsEntries`); empty when none declares any."""
     kept: frozenset[str] = frozenset()
-    for part in half.parts if isinstance(half, Halves) else (half,):
+    for part in half_parts(half):
         if isinstance(part, KeepsEntries):
             kept |= part.kept_entries()
     return kept
@@ -313,7 +319,7 @@ class MeasuredAfterAverage(Protocol):
 
 def measured_after_average(half: ClientHalf | None) -> bool:
     """Whether a part of ``half`` asks for its local accuracy after the server's average (:class:`MeasuredAfterAverage`)."""
-    return any(isinstance(part, MeasuredAfterAverage) and part.after_average for part in (half.parts if isinstance(half, Halves) else (half,)))
+    return any(isinstance(part, MeasuredAfterAverage) and part.after_average for part in half_parts(half))
 
 
 @runtime_checkable
@@ -333,7 +339,7 @@ class OwnArchitecture(Protocol):
 def personal_template(half: ClientHalf | None, model: nn.Module) -> nn.Module:
     """The template a client's own model is evaluated with: the first of ``half``'s parts that brings one
     (:class:`OwnArchitecture`), else ``model``, the run's."""
-    for part in half.parts if isinstance(half, Halves) else (half,):
+    for part in half_parts(half):
         if isinstance(part, OwnArchitecture):
             return part.personal_template()
     return model
@@ -341,7 +347,7 @@ def personal_template(half: ClientHalf | None, model: nn.Module) -> nn.Module:
 
 def holds_personal_model(half: ClientHalf | None) -> bool:
     """Whether one of ``half``'s parts keeps the client's own model (what ``checkpoint.client_models`` saves)."""
-    return any(isinstance(part, HoldsPersonalModel) for part in (half.parts if isinstance(half, Halves) else (half,)))
+    return any(isinstance(part, HoldsPersonalModel) for part in half_parts(half))
 
 
 def client_base(aggregator: Aggregator, client_id: int, global_model: Params) -> Params:
@@ -354,7 +360,7 @@ def client_base(aggregator: Aggregator, client_id: int, global_model: Params) ->
 
 def personal_model(half: ClientHalf | None, state: ClientState, global_model: Params) -> Params | None:
     """The client's own model, from the first of ``half``'s parts that holds one (None: the method keeps none)."""
-    for part in half.parts if isinstance(half, Halves) else (half,):
+    for part in half_parts(half):
         if isinstance(part, HoldsPersonalModel):
             return part.personal_model(state, global_model)
     return None

@@ -82,6 +82,7 @@ from chillfl.aggregation.base import (
     ClientState,
     Context,
     Downlink,
+    MakesClientModels,
     Params,
     Personalising,
     Report,
@@ -437,6 +438,10 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(half).__name__} runs the clients' "
                                                  "own trainings (objectives and train), which PA3Fed's client half does not compose with; "
                                                  f"use another base, allowed: {', '.join(weighted_bases())}")
+    if isinstance(base, MakesClientModels):  # PA3Fed is no MakesClientModels: client models and measures after the average would lose these entries
+        raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its server makes part of each client's model "
+                                                 "(client_model), which PA3Fed does not pass on, so the clients' models it saves and measures would "
+                                                 f"lack it; use another base, allowed: {', '.join(weighted_bases())}")
     return PA3Fed(base, options), terms
 
 

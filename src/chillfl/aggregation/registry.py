@@ -374,6 +374,19 @@ def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field:
     return [(field, name, spec), *algorithm_parts({**inner.options, "name": inner.name}, inner.section, inner.field)]
 
 
+def option_field(table: Mapping[str, Any], key: str, section: str = "algorithm") -> str | None:
+    """The field that sets option ``key``: in ``table`` (``algorithm.local_eval``) or in the options of an algorithm it
+    wraps (``algorithm.base_options.local_eval``), outermost first; None when none sets it. Why: an error about an
+    option of the wrapped base names the line the user wrote, not the wrapper's name."""
+    if key in table:
+        return f"{section}.{key}"
+    name = str(table.get("name"))
+    spec = algorithm_spec(name, section)
+    options: Any = algorithm_options(spec, name, {k: v for k, v in table.items() if k != "name"}, section)
+    inner = wrapped(spec, options, section)
+    return None if inner is None else option_field({**inner.options, "name": inner.name}, key, inner.section)
+
+
 def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunConfig, section: str = "algorithm") -> None:
     """Algorithm ``name``'s declared limits against the run: its plain-SGD requirement, then its own ``check``.
 

@@ -18,7 +18,11 @@ Why it is built this way
   of ``<hex>  <dataset>/<file>`` lines, md5 or sha256 by length) replaces the
   table's checksums, for a mirror that repacks files and for tests.
 
-Every failure is a :class:`DownloadError`, one line, exit status 2 in the CLI.
+Every failure is a :class:`DownloadError`, one line: exit status 1 in the CLI (the network, the disk, a file that
+fails its check: the request was right, the run could not finish it), or 2 for a :class:`DownloadRequestError`
+(an unknown name, a mirror that is no URL, a malformed manifest: bad input). A failed download leaves nothing under a
+final name: a file is a ``.part`` until it passes its check (kept, so that a rerun resumes), and the folders it made
+for a file that never arrived are removed.
 
 Checked against (2026-12): the checksums of chillfl.data.sources; tar members through tarfile's 'data' filter, zip members outside the folder refused.
 """
@@ -38,7 +42,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -60,7 +64,12 @@ USER_AGENT = "chillfl-data-download"
 
 
 class DownloadError(Exception):
-    """A download that cannot finish; the message is one line for the user."""
+    """A download that cannot finish (no network, a full disk, a file that fails its check); the message is one line for the user."""
+
+
+class DownloadRequestError(DownloadError):
+    """A download asked for wrongly (an unknown or hand-fetched dataset, a mirror that is no URL, a malformed checksum
+    manifest, a folder not ours without ``--force``): bad input, which the CLI answers with exit status 2, not 1."""
 
 
 # ---------------------------------------------------------------- sources and overrides
@@ -72,14 +81,14 @@ def read_checksums(path: str | Path) -> dict[str, str]:
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise DownloadError(f"cannot read checksum manifest {path}: {exc.strerror or exc}") from exc
+        raise DownloadRequestError(f"cannot read checksum manifest {path}: {exc.strerror or exc}") from exc
     for number, line in enumerate(lines, 1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         parts = line.split(maxsplit=1)
         digest = parts[0].lower()
         if len(parts) != 2 or len(digest) not in (32, 64) or any(c not in "0123456789abcdef" for c in digest):
-            raise DownloadError(f"{path}:{number}: expected '<md5 or sha256 hex>  <dataset>/<file>'")
+            raise DownloadRequestError(f"{path}:{number}: expected '<md5 or sha256 hex>  <dataset>/<file>'")
         out[parts[1].strip().lstrip("*")] = digest
     return out
 
@@ -89,15 +98,15 @@ def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str,
     given = "--mirror" if mirror is not None else MIRROR_ENV
     mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
     if mirror and urllib.parse.urlsplit(mirror).scheme.lower() not in MIRROR_SCHEMES:  # else urllib's ValueError, a traceback, after .downloads/ is made
-        raise DownloadError(f"{given}: {mirror!r} is not a URL; give one starting with {', '.join(s + '://' for s in MIRROR_SCHEMES)}")
+        raise DownloadRequestError(f"{given}: {mirror!r} is not a URL; give one starting with {', '.join(s + '://' for s in MIRROR_SCHEMES)}")
     if name in SOURCES:
         source = SOURCES[name]
     elif name in MIRRORED_ONLY and mirror:
         source = MIRRORED_ONLY[name]
     elif name in MANUAL:
-        raise DownloadError(MANUAL[name].instructions.replace("DATA_DIR", "<data_dir>"))
+        raise DownloadRequestError(MANUAL[name].instructions.replace("DATA_DIR", "<data_dir>"))
     else:
-        raise DownloadError(f"unknown dataset {name!r}; downloadable: {', '.join(downloadable())}")
+        raise DownloadRequestError(f"unknown dataset {name!r}; downloadable: {', '.join(downloadable())}")
     files = []
     for f in source.files:
         if mirror:
@@ -209,7 +218,7 @@ def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: in
     if target.is_file() and _verified(target, file):
         return target
     if not file.urls:
-        raise DownloadError(f"{file.name} has no URL: set {MIRROR_ENV} to a mirror that serves it")
+        raise DownloadRequestError(f"{file.name} has no URL: set {MIRROR_ENV} to a mirror that serves it")
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -359,13 +368,18 @@ def download_dataset(
         log.info("%s is already in %s", name, target)
         return target
     if target.exists() and not force:
-        raise DownloadError(f"{target} exists but was not completed by `chillfl data download`; remove it or pass --force")
+        raise DownloadRequestError(f"{target} exists but was not completed by `chillfl data download`; remove it or pass --force")
+    made = [p for p in (root, root / DOWNLOADS, root / DOWNLOADS / name) if not p.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DownloadError(f"cannot create {root}: {exc.strerror or exc}") from exc
     downloads = root / DOWNLOADS / name
-    fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
+    try:
+        fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
+    except DownloadError:
+        _remove_if_empty(reversed(made))  # a failure before any byte arrived leaves no folder of ours behind
+        raise
     _install(source, fetched, root, target)
     for path in fetched:
         path.unlink(missing_ok=True)
@@ -375,6 +389,15 @@ def download_dataset(
     except OSError:
         pass
     return target
+
+
+def _remove_if_empty(folders: Iterable[Path]) -> None:
+    """Remove each of ``folders`` (innermost first) that holds nothing: a ``.part`` with bytes in it is kept, for the rerun."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (a partial download resumes from it), or gone
+            return
 
 
 def _install(source: Source, fetched: list[Path], root: Path, target: Path) -> None:

@@ -60,8 +60,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from chillfl.aggregation.base import measured_after_average
-from chillfl.aggregation.registry import algorithm_parts
+from chillfl.aggregation.base import half_parts, measured_after_average
+from chillfl.aggregation.registry import algorithm_parts, option_field
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -289,9 +289,10 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
     if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
         where = "measures each client's own model on the server after the average, from the client's state, which stays on its node"
-        if "local_eval" in config.algorithm:  # the option that asked for it (the built-ins'); a plugin's half may ask by itself
-            raise ConfigError("algorithm.local_eval", f"\"averaged\" {where}; use \"trained\", or {RUNTIME}")
-        half = type(exp.aggregator.client_half()).__name__
+        asked = option_field(config.algorithm, "local_eval")  # the option that asked for it (the built-ins', a wrapped base's too)
+        if asked is not None:  # a plugin's half may ask by itself
+            raise ConfigError(asked, f"\"averaged\" {where}; use \"trained\", or {RUNTIME}")
+        half = ", ".join(type(p).__name__ for p in half_parts(exp.aggregator.client_half()) if measured_after_average(p))
         raise ConfigError("algorithm.name", f"{config.algorithm.get('name')!r}: its client half {half} (after_average = True) {where}; {RUNTIME}")
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)

@@ -181,8 +181,9 @@ else
     # keeps what was measured) loses the least: graphed fp32 and bf16, BlazeFL, the GEMM convolutions, then the rest.
     # The fp32 target is fp32/tf32: W1 also with tf32 tensor cores, graphed; `+gemm` (batched_conv = "gemm": the
     # windows gathered, one batched GEMM a layer for all clients) in fp32, bf16 and tf32; bf16 and tf32 run the
-    # default `auto`, which on CUDA is `nhwc` there (the grouped convolutions channels-last, measured fastest on
-    # 2026-12-04), and `+bf16+grouped` keeps the grouped NCHW twin; `auto` and `auto+bf16` are the eager twins. Only W3's target reads the compute bound,
+    # default `auto`, which graphed on CUDA is `nhwc` there (the grouped convolutions channels-last, measured fastest
+    # on 2026-12-04), and `+bf16+grouped` keeps the grouped NCHW twin; `auto` and `auto+bf16` are the eager twins
+    # (grouped: `auto` picks nhwc only with graphs). Only W3's target reads the compute bound,
     # and only W1's the launch counts (graphed: the eager count took over 35 s on 2026-12-04 and was cut): the rest
     # skip them. Left to the diagnostics since 2026-12-04, measured then on the H200: `+loop` (1.43 s a round in
     # bf16, 4.32 s in tf32), `+nondet` (0.808 s against 0.809 s deterministic) and W2's `compile` (0.025 s against

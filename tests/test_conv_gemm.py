@@ -311,12 +311,14 @@ def test_a_bad_value_exits_2_naming_the_field(tmp_path, capsys):
     assert err == "chillfl: error: batched_conv: unknown value 'im2col'; allowed: auto, grouped, gemm, nhwc, loop"
 
 
-def test_auto_is_nhwc_on_cuda_in_bf16_and_tf32_and_grouped_elsewhere():
-    """The measured-fastest form on the H200 (docs/gpu.md), a fixed rule of device and precision; an explicit choice stays."""
+def test_auto_is_nhwc_on_cuda_graphs_in_bf16_and_tf32_and_grouped_elsewhere():
+    """The measured-fastest form on the H200 (docs/gpu.md), a fixed rule of device, graphs and precision; an explicit
+    choice stays."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
-    assert [resolve_batched_conv("auto", p, cuda) for p in ("fp32", "tf32", "bf16")] == ["grouped", "nhwc", "nhwc"]
-    assert [resolve_batched_conv("auto", p, cpu) for p in ("fp32", "bf16")] == ["grouped", "grouped"]
-    assert [resolve_batched_conv(c, "bf16", cuda) for c in ("grouped", "gemm", "loop")] == ["grouped", "gemm", "loop"]
+    assert [resolve_batched_conv("auto", p, cuda, True) for p in ("fp32", "tf32", "bf16")] == ["grouped", "nhwc", "nhwc"]
+    assert [resolve_batched_conv("auto", p, cuda, False) for p in ("fp32", "tf32", "bf16")] == ["grouped"] * 3  # eager: slower
+    assert [resolve_batched_conv("auto", p, cpu, g) for p in ("fp32", "bf16") for g in (False, True)] == ["grouped"] * 4
+    assert [resolve_batched_conv(c, "bf16", cuda, True) for c in ("grouped", "gemm", "loop")] == ["grouped", "gemm", "loop"]
 
 
 def test_the_default_on_the_cpu_is_the_grouped_run_bit_for_bit():

@@ -320,7 +320,7 @@ def test_every_method(config: dict[str, Any], executor: str, precision: str, str
     """Two rounds on the device; fp32 with ``deterministic = true`` runs twice and must repeat bit for bit.
 
     ``vectorized+gemm``: the vectorised executor with ``batched_conv = "gemm"`` (chillfl.training.conv_gemm);
-    ``vectorized`` alone runs the default, ``auto`` (on CUDA ``nhwc`` in bf16, ``grouped`` in fp32)."""
+    ``vectorized`` alone runs the default, ``auto`` (``grouped`` here: ``nhwc`` needs ``cuda_graphs`` too)."""
     executor, _, batched_conv = executor.partition("+")
     over = {**config, "device": SUITE_DEVICE, "executor": executor, "precision": precision, "batched_conv": batched_conv or "auto"}
     out = run_experiment(load_config(None, over), write=False, progress=False)

@@ -478,7 +478,7 @@ class RunConfig:
     convolutions may already use TF32: torch's own default; matmuls do not)."""
     batched_conv: Literal["auto", "grouped", "gemm", "nhwc", "loop"] = "auto"
     """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``auto`` (``nhwc``
-    on CUDA in bf16 or TF32, where it measured fastest; ``grouped`` elsewhere:
+    on CUDA with ``cuda_graphs`` in bf16 or TF32, where it measured fastest; ``grouped`` elsewhere:
     :func:`chillfl.training.batched_conv.resolve_batched_conv`), ``grouped`` (vmap's
     one grouped convolution, the clients folded into the channels), ``gemm`` (each client's convolution as
     a gather of its windows + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), ``nhwc``
@@ -486,7 +486,7 @@ class RunConfig:
     :mod:`chillfl.training.conv_nhwc`) or ``loop`` (one plain channels-last convolution per client, the clients
     folded into the batch between layers, Conv2d only; the same module; meant with ``cuda_graphs = true``); the last
     three are meant for GPUs, where cuDNN ran the grouped form one kernel per client. On an H200 workload 1's
-    bf16 round took 0.46 s with ``nhwc`` against 0.60 s ``grouped``, and 1.43 s with ``loop``; ``gemm`` (its windows
+    graphed bf16 round took 0.46 s with ``nhwc`` against 0.60 s ``grouped``, and 1.43 s with ``loop``; ``gemm`` (its windows
     gathered since 2026-12-04; the ``unfold`` form before took 5x as long) is slower on the CPU and not yet measured
     on a GPU (docs/gpu.md). Same maths, other rounding; sequential training is unaffected."""
     cuda_graphs: bool = False

@@ -420,7 +420,7 @@ def build_experiment(
         augment=training_augment(config, data.dataset),
         memory_format=memory_format,
         precision=precision,
-        batched_conv=resolve_batched_conv(config.batched_conv, precision, device),
+        batched_conv=resolve_batched_conv(config.batched_conv, precision, device, config.cuda_graphs),
         cuda_graphs=config.cuda_graphs,
         compiled=config.compile,
         private=private,

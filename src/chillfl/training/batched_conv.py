@@ -29,15 +29,17 @@ def batched_conv_mode(batched_conv: str, vmapped: bool) -> Any:
     return mode() if mode is not None else nullcontext()
 
 
-def resolve_batched_conv(batched_conv: str, precision: str, device: torch.device) -> str:
+def resolve_batched_conv(batched_conv: str, precision: str, device: torch.device, graphs: bool) -> str:
     """The config's ``batched_conv`` -> the step's (``auto`` decided by a fixed rule, never a timing taken at run time).
 
-    ``auto`` is ``nhwc`` on CUDA in bf16 or TF32, where it measured fastest: workload 1 on an H200 (2026-12-04,
-    graphed, docs/gpu.md) took 0.459 s a round against 0.598 s grouped in bf16, and 0.727 s against 0.783 s in
-    TF32. Everywhere else it is ``grouped``: in fp32 on CUDA no other form was measured faster (cuDNN's NHWC fp32
-    kernels took 12.4 ms a step against 11.5 ms NCHW, ``benchmarks/conv_kernels.py``), and on the CPU the
-    documented outputs are made with it (their bits stay as they were).
+    ``auto`` is ``nhwc`` on CUDA with ``cuda_graphs`` (``graphs``) in bf16 or TF32, where it measured fastest:
+    workload 1 on an H200 (2026-12-04, docs/gpu.md) took 0.459 s a round against 0.598 s grouped in bf16, and
+    0.727 s against 0.783 s in TF32. Everywhere else it is ``grouped``: eagerly the same H200 ran one chunk of 50 of
+    workload 1's clients slower with ``nhwc`` (9.6 ms a step against 8.0 ms in bf16, 12.2 against 10.0 in fp32:
+    ``benchmarks/conv_layouts.py``; its Python autograd functions cost host time a replayed graph does not pay);
+    in fp32 no other form was measured faster; and on the CPU the documented outputs are made with it (their bits
+    stay as they were).
     """
     if batched_conv != "auto":
         return batched_conv
-    return "nhwc" if device.type == "cuda" and precision in ("bf16", "tf32") else "grouped"
+    return "nhwc" if device.type == "cuda" and graphs and precision in ("bf16", "tf32") else "grouped"

@@ -149,26 +149,29 @@ def ops(s: Setting, layer: Layer, streams: list[Any]) -> dict[str, Callable[[], 
         return {"forward": each(lambda c: F.conv2d(layer.x[c], layer.w[c])),
                 "input_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [True, False, False])),
                 "weight_grad": each(lambda c: _backward(layer.gy[c], layer.x[c], layer.w[c], 1, [False, True, True]))}
-    # gemm: cols [B, N L, K] gathered from the NHWC input, K = (i, j, c); out = cols @ W^T; weight grad = gy^T @ cols;
-    # input grad = gy @ W, then each input position gathers and sums the kh kw slots that read it (GatherWindows). The
-    # input arrives NHWC, as the first layer's GEMM output (pooled) hands it to the second.
+    # gemm: cols [B, N (L + 1), K] gathered from the NHWC input and its zero pixel (L windows + the blank one), K =
+    # (i, j, c); out = (cols @ W^T) without the blank rows; weight grad = gy^T @ cols; input grad = gy @ W (gy with a
+    # zero row for the blank window, as autograd's backward of dropping it makes), then each pixel gathers and sums the
+    # kh kw slots that read it (GatherWindows). The input arrives NHWC, as the first layer's GEMM output (pooled) hands
+    # it to the second.
     n, hw = layer.xs.shape[1], layer.xs.shape[-1]
     k = layer.cin * KERNEL * KERNEL
     out = hw - KERNEL + 1
-    index, _, _ = window_index(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), layer.xs.device)
-    sources = window_sources(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), (out, out), layer.xs.device).reshape(-1)
-    pixels = layer.xs.permute(0, 1, 3, 4, 2).reshape(b, n, hw * hw, layer.cin)  # [B, N, H W, C_in]
+    index, _, _ = window_index(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), (0, 0), layer.xs.device)
+    sources = window_sources(hw, hw, (KERNEL, KERNEL), (1, 1), (1, 1), (0, 0), (out, out), layer.xs.device).reshape(-1)
+    pixels = F.pad(layer.xs.permute(0, 1, 3, 4, 2).reshape(b, n, hw * hw, layer.cin), (0, 0, 0, 1))  # [B, N, H W + 1, C_in]
+    windows = out * out + 1
 
     def cols() -> torch.Tensor:
-        return pixels.index_select(2, index).reshape(b, n * out * out, k)
+        return pixels.index_select(2, index).reshape(b, n * windows, k)
 
-    gy_rows = layer.gys.permute(0, 1, 3, 4, 2).reshape(b, n * out * out, layer.cout)  # [B, N L, C_out]
+    gy = layer.gys.permute(0, 1, 3, 4, 2).reshape(b, n, out * out, layer.cout)  # [B, N, L, C_out]
+    gy_rows = F.pad(gy, (0, 0, 0, 1)).reshape(b, n * windows, layer.cout)  # + the blank window's zero row
     w_rows = layer.ws.permute(0, 1, 3, 4, 2).reshape(b, layer.cout, k)
 
     def input_grad() -> torch.Tensor:
-        g = torch.bmm(gy_rows, w_rows).view(b, n, out * out * KERNEL * KERNEL, layer.cin)  # [B, N, L kh kw, C_in]
-        g = F.pad(g, (0, 0, 0, 1)).index_select(2, sources)  # the zero row: slots outside the output
-        return g.view(b, n, hw * hw, KERNEL * KERNEL, layer.cin).sum(3)
+        g = torch.bmm(gy_rows, w_rows).view(b, n, windows * KERNEL * KERNEL, layer.cin)  # [B, N, (L + 1) kh kw, C_in]
+        return g.index_select(2, sources).view(b, n, hw * hw + 1, KERNEL * KERNEL, layer.cin).sum(3)
 
     return {"forward": lambda: torch.bmm(cols(), w_rows.transpose(1, 2)),
             "input_grad": input_grad,

@@ -230,8 +230,8 @@ def test_conv_kernels_forms_compute_each_clients_convolution(tmp_path: Path) -> 
         "grouped": {"forward": lambda r: r.view(n, b, cout, out, out).transpose(0, 1),
                     "input_grad": lambda r: r[0].view(n, b, cin, hw, hw).transpose(0, 1), "weight_grad": lambda r: r[1].view(b, cout, cin, k, k)},
         "loop": {"forward": torch.stack, "input_grad": lambda r: torch.stack([c[0] for c in r]), "weight_grad": lambda r: torch.stack([c[1] for c in r])},
-        "gemm": {"forward": lambda r: r.view(b, n, out, out, cout).permute(0, 1, 4, 2, 3),
-                 "input_grad": lambda r: r.view(b, n, hw, hw, cin).permute(0, 1, 4, 2, 3),  # NHWC, as gathered
+        "gemm": {"forward": lambda r: r.view(b, n, out * out + 1, cout)[:, :, :-1].reshape(b, n, out, out, cout).permute(0, 1, 4, 2, 3),  # - blank
+                 "input_grad": lambda r: r[:, :, :-1].reshape(b, n, hw, hw, cin).permute(0, 1, 4, 2, 3),  # NHWC, as gathered; - zero pixel
                  "weight_grad": lambda r: r.view(b, cout, k, k, cin).permute(0, 1, 4, 2, 3)},  # K ordered (i, j, c)
     }
     for form, views in canonical.items():

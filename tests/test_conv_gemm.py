@@ -66,58 +66,89 @@ def test_equals_conv2d_values_and_gradients(form, stride, padding, dilation, cha
             torch.testing.assert_close(a.grad, r.grad, rtol=1e-5, atol=1e-5)
 
 
+CPU = torch.device("cpu")
+
+
 def test_window_index_worked_out_by_hand():
-    """A 3x4 image (flat positions 0..11), 2x2 windows: stride 1 gives 2x3 outputs, the window at (p, q) reads
-    (p + i) 4 + (q + j); stride (1, 2) and dilation (2, 1) on the same image: 1x2 outputs, rows 0 and 2, columns 2q, 2q + 1."""
-    index, h_out, w_out = window_index(3, 4, (2, 2), (1, 1), (1, 1), torch.device("cpu"))
+    """A 3x4 image (flat positions 0..11, the zero pixel 12), 2x2 windows: stride 1 gives 2x3 outputs, the window at
+    (p, q) reads (p + i) 4 + (q + j), and the blank window after them reads the zero pixel only; stride (1, 2) and
+    dilation (2, 1) on the same image: 1x2 outputs, rows 0 and 2, columns 2q, 2q + 1."""
+    index, h_out, w_out = window_index(3, 4, (2, 2), (1, 1), (1, 1), (0, 0), CPU)
     assert (h_out, w_out) == (2, 3)
-    assert index.view(2, 3, 4).tolist() == [[[0, 1, 4, 5], [1, 2, 5, 6], [2, 3, 6, 7]],
-                                            [[4, 5, 8, 9], [5, 6, 9, 10], [6, 7, 10, 11]]]
-    index, h_out, w_out = window_index(3, 4, (2, 2), (1, 2), (2, 1), torch.device("cpu"))
+    assert index.view(7, 4).tolist() == [[0, 1, 4, 5], [1, 2, 5, 6], [2, 3, 6, 7],
+                                         [4, 5, 8, 9], [5, 6, 9, 10], [6, 7, 10, 11], [12, 12, 12, 12]]
+    index, h_out, w_out = window_index(3, 4, (2, 2), (1, 2), (2, 1), (0, 0), CPU)
     assert (h_out, w_out) == (1, 2)
-    assert index.view(2, 4).tolist() == [[0, 1, 8, 9], [2, 3, 10, 11]]
+    assert index.view(3, 4).tolist() == [[0, 1, 8, 9], [2, 3, 10, 11], [12, 12, 12, 12]]
+
+
+def test_window_index_with_padding_reads_the_zero_pixel_worked_out_by_hand():
+    """A 2x2 image (pixels 0..3, zero pixel 4), 2x2 windows, padding 1: 3x3 outputs; the window at (p, q) reads
+    (p + i - 1, q + j - 1), the zero pixel where that is outside: (0, 0) reads only pixel 0 at its (1, 1); (1, 1) reads
+    all four; (2, 2) only pixel 3 at its (0, 0). Stride 2 keeps windows (0, 0), (0, 2), (2, 0), (2, 2) of those."""
+    index, h_out, w_out = window_index(2, 2, (2, 2), (1, 1), (1, 1), (1, 1), CPU)
+    assert (h_out, w_out) == (3, 3)
+    windows = index.view(10, 4).tolist()
+    assert windows[0] == [4, 4, 4, 0] and windows[1] == [4, 4, 0, 1] and windows[4] == [0, 1, 2, 3]
+    assert windows[8] == [3, 4, 4, 4] and windows[9] == [4, 4, 4, 4]
+    index, h_out, w_out = window_index(2, 2, (2, 2), (2, 2), (1, 1), (1, 1), CPU)
+    assert (h_out, w_out) == (2, 2)
+    assert index.view(5, 4).tolist() == [[4, 4, 4, 0], [4, 4, 1, 4], [4, 2, 4, 4], [3, 4, 4, 4], [4, 4, 4, 4]]
 
 
 def test_window_sources_worked_out_by_hand():
-    """The same 3x4 image, 2x2 windows, stride 1 (2x3 outputs, slots ((p 3 + q) 2 + i) 2 + j, 24 = none): position
-    (0, 0) is read only by window (0, 0) at (i, j) = (0, 0), slot 0; position (1, 1) by all four windows around it, each
-    at another (i, j): window (1, 1) at (0, 0) = slot 16, (1, 0) at (0, 1) = 13, (0, 1) at (1, 0) = 6, (0, 0) at
-    (1, 1) = 3; position (2, 3), the last, only by window (1, 2) at (1, 1): slot 23."""
-    sources = window_sources(3, 4, (2, 2), (1, 1), (1, 1), (2, 3), torch.device("cpu"))
-    assert sources.shape == (12, 4)
+    """The same 3x4 image, 2x2 windows, stride 1 (2x3 outputs, slots ((p 3 + q) 2 + i) 2 + j, 24 = the blank window's
+    first): position (0, 0) is read only by window (0, 0) at (i, j) = (0, 0), slot 0; position (1, 1) by all four
+    windows around it, each at another (i, j): window (1, 1) at (0, 0) = slot 16, (1, 0) at (0, 1) = 13, (0, 1) at
+    (1, 0) = 6, (0, 0) at (1, 1) = 3; position (2, 3), the last, only by window (1, 2) at (1, 1): slot 23; the zero
+    pixel's row (12) is all blank."""
+    sources = window_sources(3, 4, (2, 2), (1, 1), (1, 1), (0, 0), (2, 3), CPU)
+    assert sources.shape == (13, 4)
     assert sources[0].tolist() == [0, 24, 24, 24]
     assert sources[5].tolist() == [16, 13, 6, 3]
     assert sources[11].tolist() == [24, 24, 24, 23]
+    assert sources[12].tolist() == [24, 24, 24, 24]
     # stride 2: position (0, 1) lies between windows (q = 1/2 is not whole): nothing reads it with kernel 1
-    assert window_sources(3, 4, (1, 1), (2, 2), (1, 1), (2, 2), torch.device("cpu"))[1].tolist() == [4]
+    assert window_sources(3, 4, (1, 1), (2, 2), (1, 1), (0, 0), (2, 2), CPU)[1].tolist() == [4]
+    # padding 1 on a 2x2 image (3x3 outputs, blank = 36): pixel 0 is read by window (0, 0) at (1, 1) = slot 3, (0, 1)
+    # at (1, 0) = 6, (1, 0) at (0, 1) = 13, (1, 1) at (0, 0) = 16: the same slots as above, from the other side
+    assert window_sources(2, 2, (2, 2), (1, 1), (1, 1), (1, 1), (3, 3), CPU)[0].tolist() == [16, 13, 6, 3]
 
 
-@pytest.mark.parametrize("stride, dilation", [((1, 1), (1, 1)), ((2, 1), (1, 2)), ((1, 3), (2, 1))])
-def test_gather_windows_gradient_is_the_scatter_it_replaces(stride, dilation):
-    """Its gradient (a gather and a sum) equals autograd's of ``index_select`` (a scatter-add), and its own gradient
-    (a Hessian-vector product through it) too: every slot's gradient reaches each position that slot read."""
+@pytest.mark.parametrize("stride, dilation, padding", [((1, 1), (1, 1), (0, 0)), ((2, 1), (1, 2), (1, 0)), ((1, 3), (2, 1), (2, 1))])
+def test_gather_windows_gradient_is_the_scatter_it_replaces(stride, dilation, padding):
+    """Its gradient (a gather and a sum) equals autograd's of ``index_select`` (a scatter-add) at every pixel, the
+    blank window's gradient being zero as the convolution keeps it, and its own gradient (a Hessian-vector product
+    through it) too: every slot's gradient reaches each pixel that slot read. The zero pixel, a constant, gets zero."""
     g = torch.Generator().manual_seed(9)
-    pixels = torch.randn(2, 7 * 8, 3, generator=g, dtype=torch.float64, requires_grad=True)
-    index, h_out, w_out = window_index(7, 8, (3, 2), stride, dilation, torch.device("cpu"))
-    sources = window_sources(7, 8, (3, 2), stride, dilation, (h_out, w_out), torch.device("cpu"))
-    upstream = torch.randn(2, index.numel(), 3, generator=g, dtype=torch.float64, requires_grad=True)
+    pixels = torch.randn(2, 7 * 8 + 1, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    index, h_out, w_out = window_index(7, 8, (3, 2), stride, dilation, padding, CPU)
+    sources = window_sources(7, 8, (3, 2), stride, dilation, padding, (h_out, w_out), CPU)
+    upstream = torch.randn(2, index.numel(), 3, generator=g, dtype=torch.float64)
+    upstream[:, -6:] = 0  # the blank window
+    upstream.requires_grad_()
     got, = torch.autograd.grad(GatherWindows.apply(pixels, index, sources), pixels, upstream, create_graph=True)
     want, = torch.autograd.grad(pixels.index_select(1, index), pixels, upstream, create_graph=True)
-    torch.testing.assert_close(got, want, rtol=0, atol=1e-12)
+    torch.testing.assert_close(got[:, :-1], want[:, :-1], rtol=0, atol=1e-12)
+    assert not got[:, -1].any()
     probe = torch.randn(got.shape, generator=g, dtype=torch.float64)
+    probe[:, -1] = 0  # the zero pixel's gradient is dropped (F.pad's backward)
     second, = torch.autograd.grad((got * probe).sum(), upstream)
-    torch.testing.assert_close(second, probe.index_select(1, index), rtol=0, atol=0)
+    torch.testing.assert_close(second[:, :-6], probe.index_select(1, index)[:, :-6], rtol=0, atol=0)
 
 
 def test_the_gather_reads_the_input_in_place_whatever_its_layout():
     """[N, H, W, C] -> [N, H W, C] is a view for an NHWC input (what a GEMM convolution hands the next one, pooled) and
-    for an NCHW one (strides H W, 1 merge): the columns are the only copy of the input; the other is the weight's."""
+    for an NCHW one (strides H W, 1 merge): one copy, the input with its zero pixel, feeds the gather of the columns;
+    the others are the weight's and the output's."""
     w = torch.randn(4, 3, 3, 3)
     for fmt in (torch.channels_last, torch.contiguous_format):
         x, counter = torch.randn(2, 3, 6, 6).contiguous(memory_format=fmt), _AtenCalls()
         with counter:
             conv2d_as_gemm(x, w)
-        assert counter.calls["clone"] == 1 and "copy_" not in counter.calls  # [C_out, C_in, kh, kw] -> [C_out, kh kw C_in]
+        # [C_out, C_in, kh, kw] -> [C_out, kh kw C_in], and the output without the blank window's row (no bias to add)
+        assert counter.calls["clone"] == 2 and "copy_" not in counter.calls
+        assert counter.calls["constant_pad_nd"] == 1  # the input + its zero pixel, kh kw times smaller than the columns
         assert counter.calls["index_select"] == 1 and "im2col" not in counter.calls
 
 
@@ -276,13 +307,14 @@ def test_vectorized_executor_with_rewritten_convolutions_equals_sequential_withi
 
 
 def test_the_chunk_size_estimate_counts_the_columns():
-    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N L = 27 x 18, twice (their gradient), and
-    the input gradient's gather, 3 x 3 values for each of 2 x 3 x 5 x 5 input positions; 4 bytes."""
+    """Conv2d(3, 4, 3) on 2 samples of 3x5x5: output 2x4x3x3; columns K x N (L + 1) = 27 x 20 (each sample's blank
+    window too), twice (their gradient), and the input gradient's gather, 3 x 3 values for each of 2 x 3 x (5 x 5 + 1)
+    pixels (the zero pixel too); 4 bytes."""
     model = nn.Conv2d(3, 4, 3)
     x = torch.randn(2, 3, 5, 5)
     plain = activation_bytes(model, model_state(model), x)
     assert plain == 2 * 4 * 3 * 3 * 4
-    assert activation_bytes(model, model_state(model), x, gemm_columns=True) - plain == (2 * 27 * 18 + 2 * 3 * 25 * 9) * 4
+    assert activation_bytes(model, model_state(model), x, gemm_columns=True) - plain == (2 * 27 * 20 + 2 * 3 * 26 * 9) * 4
 
 
 BASE = {**PRECISION_BASE, "executor": "vectorized"}  # digits, the FLex&Chill CNN (vmapped on the CPU), 2 rounds
@@ -374,6 +406,6 @@ def test_a_vmapped_conv1d_model_runs_no_convolution_and_trains_as_sequential():
         assert math.isclose(a.mean_loss, b.mean_loss, rel_tol=REL)
         for k in a.params:
             torch.testing.assert_close(b.params[k].float(), a.params[k].float(), rtol=REL, atol=1e-5)
-    conv = nn.Conv1d(2, 4, 5, padding=2)  # the chunk estimate: K = 2 x 5, N L = 3 x 12, twice; 5 values a padded position (3 x 2 x 16); 4 bytes
+    conv = nn.Conv1d(2, 4, 5, padding=2)  # the chunk estimate: K = 2 x 5, N (L + 1) = 3 x 13, twice; 5 values a pixel (3 x 2 x (12 + 1)); 4 bytes
     x = torch.randn(3, 2, 12)
-    assert activation_bytes(conv, model_state(conv), x, gemm_columns=True) - activation_bytes(conv, model_state(conv), x) == (2 * 10 * 36 + 3 * 2 * 16 * 5) * 4
+    assert activation_bytes(conv, model_state(conv), x, gemm_columns=True) - activation_bytes(conv, model_state(conv), x) == (2 * 10 * 39 + 3 * 2 * 13 * 5) * 4

@@ -21,9 +21,9 @@ def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: tor
     """Bytes of every module output of one forward pass on ``x`` (eval mode, template untouched).
 
     ``gemm_columns``: plus what ``batched_conv = "gemm"`` materialises for each plain ``Conv2d`` / ``Conv1d``
-    (:mod:`chillfl.training.conv_gemm`): its gathered columns and, in the backward, their gradient, 2 x N x K x L
-    elements, often several times the layer's output (K = C_in kh kw against C_out), and the input gradient's
-    gather, kh kw values for each of the N x C_in x (padded) positions.
+    (:mod:`chillfl.training.conv_gemm`): its gathered columns and, in the backward, their gradient, 2 x N x K x (L + 1)
+    elements (the blank window included), often several times the layer's output (K = C_in kh kw against C_out), and
+    the input gradient's gather, kh kw values for each of the N x C_in x (H W + 1) pixels (the zero pixel included).
     """
     total = 0
 
@@ -34,8 +34,9 @@ def activation_bytes(model: nn.Module, state: Mapping[str, torch.Tensor], x: tor
             window = math.prod(module.kernel_size)
             k = module.in_channels * window
             x = inputs[0]
-            positions = math.prod(size + 2 * pad for size, pad in zip(x.shape[2:], module.padding))
-            total += (2 * k * (output.numel() // module.out_channels) + x.shape[0] * module.in_channels * positions * window) * output.element_size()
+            windows = output.numel() // module.out_channels + x.shape[0]  # N L, and each sample's blank window
+            pixels = math.prod(x.shape[2:]) + 1
+            total += (2 * k * windows + x.shape[0] * module.in_channels * pixels * window) * output.element_size()
 
     handles = [m.register_forward_hook(hook) for m in model.modules()]
     was_training = model.training

@@ -9,17 +9,19 @@ launches, not by FLOPs.
 
 This mode writes each client's convolution as a gather of its windows + one matrix product:
 
-    cols = x_nhwc[:, window_index]                     # [N, L kh kw, C_in] = [N L, K], L = H_out W_out, K = kh kw C_in
-    out  = cols (N L, K) @ W^T (K, C_out)              # [N L, C_out] -> [N, C_out, H_out, W_out] (NHWC in memory)
+    cols = pixels[:, window_index]                     # [N, (L + 1) kh kw, C_in] = [N (L + 1), K], L = H_out W_out, K = kh kw C_in
+    out  = (cols @ W^T)[:, :L]                         # [N, L, C_out] -> [N, C_out, H_out, W_out] (NHWC in memory)
 
-Under ``vmap`` the product is ONE batched GEMM over all clients of the chunk,
+(``pixels``: the NHWC input with one zero pixel after each sample's, which is
+the padding too; the last window is blank, see :func:`window_index`.) Under
+``vmap`` the product is ONE batched GEMM over all clients of the chunk,
 whatever their number, with shapes that suit tensor cores (TF32, bf16);
 the backward is two more batched GEMMs and, for the input, a gather and a sum
 (:class:`GatherWindows`). The price is memory traffic: the columns are
 materialised once, and their gradient once (K x L elements a sample: 0.24
 and 0.32 MB for the McMahan CNN's two layers on 32x32 in fp32, against
 outputs of 0.10 and 0.03 MB), and the input gradient's gather holds kh kw
-values a position (0.63 MB a sample for the second layer).
+values a pixel (0.63 MB a sample for the second layer).
 
 Not the default. Until 2026-12-04 the columns came from ``F.unfold``, whose
 CUDA kernel ATen launches once per sample: on an H200 (2026-11-30, torch
@@ -48,42 +50,57 @@ import torch.nn.functional as F
 from chillfl.training.conv_calls import BatchNormAsksLayout, pair, plain_conv_call
 
 
-def window_index(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
-                 device: torch.device) -> tuple[torch.Tensor, int, int]:
-    """Where each output position's window reads a (padded) h x w image, flat: ``[H_out W_out kh kw]`` indices into ``h w``.
+def _spans(size: int, pad: int, k: int, s: int, d: int) -> int:
+    """How many windows fit along one side of the padded image."""
+    return (size + 2 * pad - d * (k - 1) - 1) // s + 1
 
-    ``index[(p, q, i, j)] = (p s0 + i d0) w + (q s1 + j d1)``; with the output's height and width. Made on the device,
-    each call: a few small kernels, recorded with the step when CUDA graphs replay it.
+
+def window_index(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+                 padding: tuple[int, int], device: torch.device) -> tuple[torch.Tensor, int, int]:
+    """Where each output position's window reads an h x w image, flat: ``[(H_out W_out + 1) kh kw]`` indices into its
+    ``h w`` pixels and one zero pixel after them, at ``h w``; with the output's height and width.
+
+    The window at ``(p, q)`` reads, at ``(i, j)``, the pixel ``(y, x) = (p s0 + i d0 - pad0, q s1 + j d1 - pad1)``, at
+    ``y w + x``; where that lies in the padding, the zero pixel. So the padding is never copied: it is that one pixel.
+    One more window, the *blank window*, reads only the zero pixel: its product row is a row nobody keeps, whose
+    gradient is zero, which every slot outside the output points to in :func:`window_sources` (no zero row to append
+    to the columns' gradient: a copy of the largest tensor of the backward). Made on the device, each call: a few small
+    kernels, recorded with the step when CUDA graphs replay it.
     """
-    (kh, kw), (s0, s1), (d0, d1) = kernel, stride, dilation
-    h_out, w_out = (h - d0 * (kh - 1) - 1) // s0 + 1, (w - d1 * (kw - 1) - 1) // s1 + 1
-    rows = torch.arange(h_out, device=device).view(h_out, 1, 1, 1) * s0 + torch.arange(kh, device=device).view(1, 1, kh, 1) * d0
-    cols = torch.arange(w_out, device=device).view(1, w_out, 1, 1) * s1 + torch.arange(kw, device=device).view(1, 1, 1, kw) * d1
-    return (rows * w + cols).reshape(-1), h_out, w_out
+    (kh, kw), (s0, s1), (d0, d1), (p0, p1) = kernel, stride, dilation, padding
+    h_out, w_out = _spans(h, p0, kh, s0, d0), _spans(w, p1, kw, s1, d1)
+    y = torch.arange(h_out, device=device).view(h_out, 1, 1, 1) * s0 + torch.arange(kh, device=device).view(1, 1, kh, 1) * d0 - p0
+    x = torch.arange(w_out, device=device).view(1, w_out, 1, 1) * s1 + torch.arange(kw, device=device).view(1, 1, 1, kw) * d1 - p1
+    inside = (y >= 0) & (y < h) & (x >= 0) & (x < w)
+    index = torch.where(inside, y * w + x, h * w).reshape(-1)
+    return torch.cat([index, index.new_full((kh * kw,), h * w)]), h_out, w_out
 
 
 def window_sources(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
-                   out: tuple[int, int], device: torch.device) -> torch.Tensor:
-    """The inverse of :func:`window_index`: for each of the ``h w`` positions, the ``kh kw`` window slots that read it.
+                   padding: tuple[int, int], out: tuple[int, int], device: torch.device) -> torch.Tensor:
+    """The inverse of :func:`window_index`: for each of the ``h w`` pixels, the ``kh kw`` window slots that read it.
 
-    ``[h w, kh kw]``: entry ``(y, x), (i, j)`` is the slot ``((p W_out + q) kh + i) kw + j`` of the window at
-    ``p = (y - i d0) / s0``, ``q = (x - j d1) / s1`` where those are whole and inside the output, else
-    ``H_out W_out kh kw``: one past the last slot, a zero row the gradient appends. Plain arithmetic on the device:
-    no sort and no sync, so a recorded CUDA graph holds it.
+    ``[h w + 1, kh kw]``: entry ``(y, x), (i, j)`` is the slot ``((p W_out + q) kh + i) kw + j`` of the window at
+    ``p = (y + pad0 - i d0) / s0``, ``q = (x + pad1 - j d1) / s1`` where those are whole and inside the output, else
+    ``H_out W_out kh kw``: the first slot of the blank window, whose gradient is zero. The last row, the zero pixel's
+    (a constant: its gradient is dropped), points there too. Plain arithmetic on the device: no sort and no sync, so
+    a recorded CUDA graph holds it.
     """
-    (kh, kw), (s0, s1), (d0, d1), (h_out, w_out) = kernel, stride, dilation, out
+    (kh, kw), (s0, s1), (d0, d1), (p0, p1), (h_out, w_out) = kernel, stride, dilation, padding, out
 
-    def along(size: int, k: int, s: int, d: int, n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
-        start = torch.arange(size, device=device).view(size, 1) - torch.arange(k, device=device).view(1, k) * d
+    def along(size: int, k: int, s: int, d: int, pad: int, n_out: int) -> tuple[torch.Tensor, torch.Tensor]:
+        start = torch.arange(size, device=device).view(size, 1) + pad - torch.arange(k, device=device).view(1, k) * d
         first = start.div(s, rounding_mode="floor")
         return first, (start >= 0) & (start % s == 0) & (first < n_out)
 
-    p, p_inside = along(h, kh, s0, d0, h_out)
-    q, q_inside = along(w, kw, s1, d1, w_out)
+    p, p_inside = along(h, kh, s0, d0, p0, h_out)
+    q, q_inside = along(w, kw, s1, d1, p1, w_out)
     i, j = torch.arange(kh, device=device).view(1, 1, kh, 1), torch.arange(kw, device=device).view(1, 1, 1, kw)
     slot = ((p.view(h, 1, kh, 1) * w_out + q.view(1, w, 1, kw)) * kh + i) * kw + j
     inside = p_inside.view(h, 1, kh, 1) & q_inside.view(1, w, 1, kw)
-    return torch.where(inside, slot, h_out * w_out * kh * kw).reshape(h * w, kh * kw)
+    blank = h_out * w_out * kh * kw
+    sources = torch.where(inside, slot, blank).reshape(h * w, kh * kw)
+    return torch.cat([sources, sources.new_full((1, kh * kw), blank)])
 
 
 class GatherWindows(torch.autograd.Function):
@@ -92,17 +109,18 @@ class GatherWindows(torch.autograd.Function):
     Why: autograd's gradient of a gather is a scatter-add (``index_add``, or under vmap ``scatter_add`` with an index
     as large as the columns), and on CUDA under ``torch.use_deterministic_algorithms`` PyTorch makes a scatter-add
     deterministic through ``index_put_`` with accumulation, which sorts one index per element: 400 M a step for
-    workload 1's second layer. Here each position gathers the gradients of the ``kh kw`` slots that read it
+    workload 1's second layer. Here each pixel gathers the gradients of the ``kh kw`` slots that read it
     (:func:`window_sources`) and sums them in a fixed order: deterministic by construction, one gather and one
-    reduction. ``generate_vmap_rule``: vmap runs this forward and backward with their own ops' batching rules, and
-    they stay differentiable (a Hessian-vector product through a convolution works).
+    reduction. The caller keeps the blank window's gradient zero (:func:`conv2d_as_gemm` drops its product row), and
+    the zero pixel, a constant, gets zero. ``generate_vmap_rule``: vmap runs this forward and backward with their own
+    ops' batching rules, and they stay differentiable (a Hessian-vector product through a convolution works).
     """
 
     generate_vmap_rule = True
 
     @staticmethod
     def forward(pixels: torch.Tensor, index: torch.Tensor, sources: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
-        """``[N, H W, C]`` -> ``[N, len(index), C]``."""
+        """``[N, H W + 1, C]`` -> ``[N, len(index), C]``."""
         return pixels.index_select(1, index)
 
     @staticmethod
@@ -116,8 +134,7 @@ class GatherWindows(torch.autograd.Function):
         (sources,) = ctx.saved_tensors
         n, _, c = grad.shape
         positions, reads = sources.shape
-        padded = F.pad(grad, (0, 0, 0, 1))  # the zero row that slots outside the output point to
-        return padded.index_select(1, sources.reshape(-1)).view(n, positions, reads, c).sum(2), None, None
+        return grad.index_select(1, sources.reshape(-1)).view(n, positions, reads, c).sum(2), None, None
 
 
 def conv2d_as_gemm(
@@ -130,30 +147,30 @@ def conv2d_as_gemm(
 ) -> torch.Tensor:
     """``F.conv2d(x, weight, bias, stride, padding, dilation)`` with ``groups = 1``, as a gather + one matrix product.
 
-    The columns are gathered NHWC, ``[N, H_out W_out kh kw, C_in]``: one gather whatever the batch (ATen's CUDA
+    The columns are gathered NHWC, ``[N, (H_out W_out + 1) kh kw, C_in]``: one gather whatever the batch (ATen's CUDA
     ``im2col``, ``F.unfold``, launched one kernel per sample: 5,007 for a layer's forward in workload 1, measured by
     ``benchmarks/conv_kernels.py`` on an H200, 2026-12-04), whose gradient is one gather and one sum
-    (:class:`GatherWindows`). The input is read as it lies, NHWC (an earlier GEMM convolution's output, pooled) or
-    NCHW: ``[N, H, W, C] -> [N, H W, C]`` is a view of either. The output is NHWC in memory too (a channels-last view of
-    [N, C_out, H_out, W_out]): the product's rows are (sample, position).
+    (:class:`GatherWindows`). It reads the input NHWC with one zero pixel after each sample's: a copy of the input
+    (``kh kw`` times smaller than the columns) that is the padding as well. The last window is blank (:func:`window_index`):
+    its product row is dropped, so that the columns' gradient has the zero row the input gradient's gather needs
+    without a copy. The output is NHWC in memory (a channels-last [N, C_out, H_out, W_out]): the product's rows are
+    (sample, position).
     """
     s, p, d = pair(stride), pair(padding), pair(dilation)
     n, c, h, w = x.shape
     out_channels, _, kh, kw = weight.shape
     if torch.is_autocast_enabled(x.device.type):  # gather in the product's dtype: half the columns' bytes under bf16
         x = x.to(torch.get_autocast_dtype(x.device.type))
-    pixels = x.permute(0, 2, 3, 1)  # [N, H, W, C]
-    if p != (0, 0):
-        pixels = F.pad(pixels, (0, 0, p[1], p[1], p[0], p[0]))
-        h, w = h + 2 * p[0], w + 2 * p[1]
-    index, h_out, w_out = window_index(h, w, (kh, kw), s, d, x.device)
-    sources = window_sources(h, w, (kh, kw), s, d, (h_out, w_out), x.device)
-    cols = GatherWindows.apply(pixels.reshape(n, h * w, c), index, sources)  # [N, L kh kw, C]: row (sample, position), column (i, j, c)
-    rows = cols.reshape(n * h_out * w_out, kh * kw * c)
-    out = rows @ weight.permute(0, 2, 3, 1).reshape(out_channels, kh * kw * c).t()  # [N L, C_out]
-    if bias is not None:
-        out = out + bias.to(out.dtype)
-    return out.reshape(n, h_out, w_out, out_channels).permute(0, 3, 1, 2)
+    pixels = F.pad(x.permute(0, 2, 3, 1).reshape(n, h * w, c), (0, 0, 0, 1))  # [N, H W + 1, C]: + the zero pixel
+    index, h_out, w_out = window_index(h, w, (kh, kw), s, d, p, x.device)
+    sources = window_sources(h, w, (kh, kw), s, d, p, (h_out, w_out), x.device)
+    cols = GatherWindows.apply(pixels, index, sources)  # [N, (L + 1) kh kw, C]: row (sample, position), column (i, j, c)
+    positions = h_out * w_out
+    rows = cols.reshape(n * (positions + 1), kh * kw * c)
+    out = rows @ weight.permute(0, 2, 3, 1).reshape(out_channels, kh * kw * c).t()  # [N (L + 1), C_out]
+    kept = out.reshape(n, positions + 1, out_channels)[:, :positions]  # the blank window's row dropped
+    kept = kept + bias.to(out.dtype) if bias is not None else kept.contiguous()
+    return kept.reshape(n, h_out, w_out, out_channels).permute(0, 3, 1, 2)
 
 
 def conv1d_as_gemm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None, stride: int | Sequence[int] = 1,

@@ -203,10 +203,13 @@ class _AtenCalls(TorchDispatchMode):
         super().__init__()
         self.calls: Counter[str] = Counter()
         self.convs: list[tuple] = []
+        self.pads: list[tuple[int, int]] = []  # each constant_pad_nd's (input, output) elements
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func.__name__.split(".")[0]
         self.calls[name] += 1
+        if name == "constant_pad_nd":
+            self.pads.append((args[0].numel(), func(*args, **(kwargs or {})).numel()))
         if name == "convolution":
             self.convs.append((name, args[8], args[0].is_contiguous(memory_format=torch.channels_last), None))
         elif name == "convolution_backward":
@@ -249,6 +252,10 @@ def test_vmapped_gemm_step_has_no_convolution_and_a_launch_count_independent_of_
     # none), and no scatter: the loss's own gathers and scatters are the grouped step's
     assert calls2["gather"] == grouped.calls["gather"] + 3
     assert calls2["scatter_add"] + calls2["index_add"] == grouped.calls["scatter_add"] + grouped.calls["index_add"]
+    # pads: a layer's input and its zero pixel (forward: 2 clients x 6 samples x 8 x 8 x 3, then x 4 x 4 x 6), the
+    # second's input gradient without it (backward); never the columns' gradient, the backward's largest tensor (it
+    # holds the blank window's zero row that the gather reads)
+    assert [n for n, _ in seen2.pads] == [2 * 6 * 64 * 3, 2 * 6 * 16 * 6, 2 * 6 * 17 * 6]
     ref, _ = _vmapped_grads(2, "grouped")
     for k in ref:
         torch.testing.assert_close(grads2[k], ref[k], rtol=1e-4, atol=1e-6)

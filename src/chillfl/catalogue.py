@@ -17,8 +17,9 @@ Which paper each folder reruns and which experiments were measured are data, not
 
 No bundled experiment has been timed on a GPU. The GPU column of the full-size experiments (those
 needing a download, meant for a GPU) is an estimate from what was measured on an NVIDIA H200
-(benchmarks/README.md, "On an H200 (2026-11-26)"): a range whose ends are the two readings of those benchmarks
-that they cannot tell apart (``estimate_gpu_minutes``). The CPU-scale experiments show "-": a CPU
+(docs/gpu.md, "Speed", 2026-12-04): a step's cost from workload 2, a FLOP rate from workload 1, and a
+range whose ends are two readings of a step of fewer clients that those benchmarks cannot tell apart
+(``estimate_gpu_minutes``). The CPU-scale experiments show "-": a CPU
 runs them in minutes.
 """
 
@@ -66,18 +67,18 @@ LARGE = 1.0e7
 """Forward FLOPs a sample from which a model counts as large."""
 
 
-GPU_CLIENT_STEP_S = 0.00022
-"""Seconds of one client's local SGD step on an NVIDIA H200, executor ``auto``, fp32, chillfl at 69c7e2c
-(2026-11-26, benchmarks/README.md "On an H200"): workload 1, 1.110 s a round for 100 clients
-x 50 steps (McMahan CNN, batch 50); workload 2, 0.110 s a round for 100 clients x 5 steps (MLP, batch 10).
-Both are 0.22 ms a client step, i.e. 22 ms a vmapped step of 100 clients."""
+GPU_CLIENT_STEP_S = 0.032 / 500
+"""Seconds of one client's local SGD step on an NVIDIA H200 beside its FLOPs, executor ``auto``, fp32, chillfl at
+39e5aaf0 (2026-12-04, torch 2.11, docs/gpu.md "Speed"): workload 2, 0.032 s a round of 100 clients x 5 steps (an
+MLP at batch 10, 12 MFLOP of training a client step: the step's cost, not its FLOPs). 0.064 ms a client step,
+i.e. 6.4 ms a vmapped step of 100 clients."""
 GPU_MEASURED_CLIENTS = 100
-"""Clients a vmapped step trained in both measurements. Whether a step of fewer clients costs less (the
-profile shows cuDNN's convolutions called once per client step) or the same (both workloads, CNN and MLP,
-take 22 ms a step: a fixed cost) was not measured, so the estimate's range spans both."""
-GPU_FLOPS = 9.7e12
-"""FLOP/s workload 1 reached on the H200: 10.8 TFLOP of training a round (43.2 MFLOP a sample x 250,000)
-in 1.110 s; the floor of the estimate for models whose FLOPs, not the steps, bound a round (ResNets)."""
+"""Clients a vmapped step trained in both measurements. Whether a step of fewer clients costs less or the same
+was not measured, so the estimate's range spans both."""
+GPU_FLOPS = 43.2e6 * 250_000 / (0.865 - 5000 * GPU_CLIENT_STEP_S)
+"""FLOP/s of training beyond the steps' cost, on the same H200: workload 1's 10.8 TFLOP a round (43.2 MFLOP a
+sample x 250,000; the McMahan CNN) in the 0.865 s of its round less its 5,000 client steps at
+:data:`GPU_CLIENT_STEP_S`: 19.8 TFLOP/s."""
 
 
 def throughput(flops: float) -> float:
@@ -350,19 +351,20 @@ def estimate_cpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
 
 
 def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = None) -> tuple[float, float] | None:
-    """Minutes on an H200 (executor ``auto``, fp32), low and high: the measured 0.22 ms a client step, with
-    a step of fewer than 100 clients costing proportionally less (low) or as much as one of 100 (high); never
-    less than the run's FLOPs at the rate workload 1 reached; plus the host work its parts declare (:attr:`Work.host_seconds`,
-    as on the CPU); summed over the runs. ``runs``: as for :func:`estimate_cpu_minutes`."""
+    """Minutes on an H200 (executor ``auto``, fp32), low and high: the client steps at the measured cost of a step
+    (:data:`GPU_CLIENT_STEP_S`), a step of fewer than 100 clients costing proportionally less (low) or as much as
+    one of 100 (high), plus the run's FLOPs at the rate workload 1 reached beyond its steps (:data:`GPU_FLOPS`),
+    plus the host work its parts declare (:attr:`Work.host_seconds`, as on the CPU); summed over the runs.
+    ``runs``: as for :func:`estimate_cpu_minutes`."""
     works = _priced(config, runs)
     if works is None:
         return None
     low = high = 0.0
     for w in works:
         steps = w.client_steps * GPU_CLIENT_STEP_S
-        floor = w.flops / GPU_FLOPS
-        low += max(steps, floor) + w.host_seconds
-        high += max(steps * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round), floor) + w.host_seconds
+        rest = w.flops / GPU_FLOPS + w.host_seconds
+        low += steps + rest
+        high += steps * max(1.0, GPU_MEASURED_CLIENTS / w.clients_per_round) + rest
     return low / 60, high / 60
 
 
@@ -489,9 +491,9 @@ def format_catalogue(entries: list[Entry]) -> str:
         "one core, with the extra passes each run's method declares; fitted on that machine: expect a factor of 2",
         "either way elsewhere; what it counts: docs/performance.md, \"Time estimates\").",
         "GPU minutes (full-size experiments, `--device cuda`): none was timed on a GPU; 'est.' = the run's client",
-        "steps x 0.22 ms, measured a client step on an H200 (executor auto, fp32; benchmarks/README.md), low end",
-        "if a step of fewer clients than the measured 100 costs proportionally less, high end if it costs as",
-        "much; at least the run's FLOPs at the 9.7 TFLOP/s measured there. '-': a CPU-scale experiment.",
+        "steps x 0.064 ms plus its FLOPs at 19.8 TFLOP/s, both measured on an H200 (executor auto, fp32, 2026-12-04;",
+        "docs/gpu.md), low end if a step of fewer clients than the measured 100 costs proportionally less, high",
+        "end if it costs as much. '-': a CPU-scale experiment.",
         "Run one: `chillfl run NAME` (a comparison runs all its variants). Data: `chillfl data download NAME`.",
     ]
     return "\n".join(lines)

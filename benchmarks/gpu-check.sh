@@ -12,8 +12,9 @@
 # Run from anywhere; it works in the checkout that holds it. Every step has its own timeout and the whole
 # script a budget (default 540 s, inside one 600 s device call): a step gets at most what is left, a step with
 # under 20 s left is skipped, and a failing step never stops the ones after it. The default budget holds the
-# issue's targets (suite, W1-W4, table); the diagnostics need a second call, at once (a machine left idle for
-# 30 s goes back): --only conv-kernels,profile-w1-graphs,startup-w2,profile-w1 --budget 180. Each step's output is
+# issue's targets (suite, W1-W4, table); W1's accuracy curves and the diagnostics need a second call, at once (a
+# machine left idle for 30 s goes back, and its OUTDIR with it): --only w1-curves,targets-curves,conv-kernels,profile-w1-gemm
+# --budget 280. Each step's output is
 # tee'd into OUTDIR/<step>.log; OUTDIR/summary.txt lists every step's exit status and seconds.
 #
 # --setup (the default where torch sees a GPU; --no-setup turns it off): the offline GPU machine's recipe
@@ -175,6 +176,7 @@ if [ "$SMOKE" = 1 ]; then
     LAYOUTS=(--device cpu --clients 2 --samples 50 --repeats 1)
     KERNELS=(--device cpu --clients 2 --batch 4 --repeats 1)
     COMPILE=(--device cpu --clients 2 --steps 4)
+    CURVES=(--device cpu --scale 0.01 --seeds 2 --rounds 1 --test-size 100 --variants "sequential")
 else
     BENCH+=(--no-install)
     # Modes run in the order listed (run.py), most telling first, so that a step that runs out of time (its JSON
@@ -198,6 +200,9 @@ else
     LAYOUTS=(--device cuda --clients 50 --samples 500)
     KERNELS=(--device cuda --clients 100 --batch 50)
     COMPILE=(--device cuda --clients 50 --steps 30)
+    # the issue's accuracy condition: W1's test-accuracy curve in the fast modes against fp32 `auto`, 3 seeds x 8 rounds
+    # on learnable CIFAR-shaped data (w1_curves.py; ~30 s a mode at 0.8 s a round, untimed so far)
+    CURVES=(--device cuda --seeds 3 --rounds 8 --variants "auto+bf16+graphs,auto+bf16+gemm+graphs,auto+tf32+graphs,auto+gemm+graphs")
 fi
 
 export ROOT OUT PY SMOKE
@@ -215,6 +220,10 @@ step bench-w4 $((75 * SLOW)) "${BENCH[@]}" "${W4[@]}" --out "$OUT/bench-w4.json"
 step bench-w3 $((50 * SLOW)) "${BENCH[@]}" "${W3[@]}" --out "$OUT/bench-w3.json"
 # shellcheck disable=SC2046
 step targets 20 "$PY" benchmarks/gpu_targets.py $(ls "$OUT"/bench-w*.json 2>/dev/null)
+# W1's accuracy curves (the issue's condition on its bf16 and other fast modes), then the table again with them
+step w1-curves $((170 * SLOW)) "$PY" benchmarks/w1_curves.py "${CURVES[@]}" --out "$OUT"
+# shellcheck disable=SC2046
+step targets-curves 20 "$PY" benchmarks/gpu_targets.py $(ls "$OUT"/bench-w*.json "$OUT"/curves-w1.json 2>/dev/null)
 # where workload 1's 20 ms a vmapped step go: its convolutions op by op, grouped (today) / per client / on streams /
 # as GEMMs, fp32 and bf16, NCHW and channels-last, deterministic or not, with each one's kernel count
 step conv-kernels $((60 * SLOW)) "$PY" benchmarks/conv_kernels.py "${KERNELS[@]}" --out "$OUT"

@@ -17,7 +17,10 @@ earlier ones'. Targets (measured with ``--device cuda``, BlazeFL in the same run
 * workload 3: chillfl's best executor <= 0.5x the plain PyTorch loop;
 * workloads 2 and 4: every chillfl mode measured >= 10x BlazeFL's best mode;
 * workload 2: launch -> end of round 1 (``run_experiment``, 1 round) minus the
-  bare ``import torch`` of the same machine <= 1.0 s (the raw time is shown too).
+  bare ``import torch`` of the same machine <= 1.0 s (the raw time is shown too);
+* workload 1's accuracy: each mode's test-accuracy curve equals fp32's within
+  the tolerance of ``w1_curves.py`` (its ``curves-w1.json``, given among the
+  files; without it, "not measured").
 
 s/round is the median over the measured rounds. A missing measurement is
 "not measured", never met. Nothing here is imported by the package.
@@ -41,8 +44,8 @@ def best_of(modes: dict[str, Any], prefix: str) -> tuple[str, float] | None:
     return min(found, key=lambda pair: pair[1]) if found else None
 
 
-def targets(workloads: dict[str, Any]) -> list[tuple[str, str, str, str]]:
-    """(target, measured, threshold, verdict) rows; verdict: met / MISSED / not measured."""
+def targets(workloads: dict[str, Any], curves: dict[str, Any] | None = None) -> list[tuple[str, str, str, str]]:
+    """(target, measured, threshold, verdict) rows; verdict: met / MISSED / not measured. ``curves``: ``w1_curves.py``'s report."""
     rows: list[tuple[str, str, str, str]] = []
 
     def row(target: str, value: float | None, limit: float, at_most: bool, unit: str, detail: str = "") -> None:
@@ -81,6 +84,17 @@ def targets(workloads: dict[str, Any]) -> list[tuple[str, str, str, str]]:
     ok = start.get("status") == "ok"
     row("W2 launch -> end of round 1 - import torch", start.get("median_minus_import_torch_s") if ok else None, 1.0, True, " s",
         f" (raw {start['median_s']:.2f} s)" if ok else "")
+    compared = {m: v for m, v in (curves or {}).get("modes", {}).items() if m != (curves or {}).get("reference")}
+    if not compared:
+        rows.append(("W1 accuracy curve vs fp32", "-", "w1_curves.py", "not measured"))
+    for mode, entry in compared.items():
+        c = entry.get("against_reference")
+        target = f"W1 chillfl[{mode}] accuracy curve vs fp32"
+        if c is None:
+            rows.append((target, "-", "w1_curves.py", "not measured"))
+        else:
+            rows.append((target, f"gap {c['worst_gap']:.3f} (round {c['worst_round']})", f"<= {c['worst_tolerance']:.3f}",
+                         "met" if c["met"] else "MISSED"))
     return rows
 
 
@@ -94,16 +108,20 @@ def main(argv: list[str]) -> int:
         return 2
     workloads: dict[str, Any] = {}
     machine: dict[str, Any] = {}
+    curves: dict[str, Any] | None = None
     for path in argv:
         try:
             report = json.loads(Path(path).read_text())
         except (OSError, ValueError) as exc:
             print(f"gpu_targets.py: {path}: {exc}", file=sys.stderr)
             continue
+        if "reference" in report and "seeds" in report:  # w1_curves.py's report
+            curves = report
+            continue
         workloads.update(report.get("workloads", {}))
         machine = report.get("machine", machine)
     print(f"issue 39 targets on {machine.get('gpu', 'no GPU named')} (torch {machine.get('torch', '?')})")
-    rows = targets(workloads)
+    rows = targets(workloads, curves)
     width = max(len(r[0]) for r in rows) + 2
     print(f"{'target':<{width}}{'measured':>28}{'threshold':>14}  verdict")
     for target, measured, limit, verdict in rows:

@@ -1,8 +1,8 @@
 """The benchmark harness's logic (benchmarks/): workloads, FLOP counts, chillfl overrides, tables, --device.
 
-No time is asserted, and the one benchmark that runs here runs tiny
-(conv_layouts.py, to check its report): these check what the numbers are
-computed from.
+No time is asserted, and the benchmarks that run here run tiny
+(conv_layouts.py, w1_curves.py, to check their reports): these check what the
+numbers are computed from.
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def test_gpu_check_names_only_modes_run_py_has() -> None:
     script = (Path(__file__).resolve().parents[1] / "benchmarks" / "gpu-check.sh").read_text()
     named = {m.strip() for listed in re.findall(r'--(?:ops-)?modes "([^"]+)"', script) for m in listed.split(",")}
     assert len(named) > 5 and "chillfl[auto+gemm+graphs]" in named
-    assert named <= {m.name for m in run.all_modes("cuda")}
+    curves = [f"chillfl[{v.strip()}]" for listed in re.findall(r'--variants "([^"]+)"', script) for v in listed.split(",")]
+    assert len(curves) >= 3 and "chillfl[auto+bf16+graphs]" in curves  # w1_curves.py's variants: run.py's modes too
+    assert named | set(curves) <= {m.name for m in run.all_modes("cuda")}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message for a machine without a GPU")
@@ -178,6 +180,61 @@ def test_gpu_targets_met_missed_and_not_measured() -> None:
     assert rows["W2 chillfl[auto+graphs] vs BlazeFL best"] == ("6.000x (blazefl[threads])", "MISSED")
     assert rows["W4 chillfl[auto] vs BlazeFL best"] == ("-", "not measured")
     assert rows["W2 launch -> end of round 1 - import torch"] == ("0.900 s (raw 2.60 s)", "met")
+    assert rows["W1 accuracy curve vs fp32"] == ("-", "not measured")  # no w1_curves.py report: never met
+
+
+def test_w1_curves_tolerance_worked_out_by_hand() -> None:
+    """Two seeds, two rounds. Reference [[0.5, 0.6], [0.7, 0.8]]: means 0.6, 0.7, sd 0.1414 each. A mode at
+    [[0.5, 0.6], [0.5, 0.6]] (means 0.5, 0.6, sd 0): gaps 0.1, tolerance 2 sqrt((0 + 0.02) / 2) = 0.2: met. At 0.3
+    and 0.4: gaps 0.3 > 0.2: missed, worst at round 1 (the first of the equal ones). Identical curves (sd 0 both):
+    the floor, 0.01, so a gap of 0.005 is met and 0.02 missed."""
+    import w1_curves
+
+    ref = [[0.5, 0.6], [0.7, 0.8]]
+    near = w1_curves.compare(ref, [[0.5, 0.6], [0.5, 0.6]])
+    assert near["met"] and near["gap"] == pytest.approx([0.1, 0.1]) and near["tolerance"] == pytest.approx([0.2, 0.2])
+    far = w1_curves.compare(ref, [[0.3, 0.4], [0.3, 0.4]])
+    assert not far["met"] and far["worst_round"] == 1 and far["worst_gap"] == pytest.approx(0.3)
+    flat = [[0.5, 0.5], [0.5, 0.5]]
+    assert w1_curves.compare(flat, [[0.505, 0.5], [0.505, 0.5]])["met"]
+    assert w1_curves.compare(flat, [[0.52, 0.5], [0.52, 0.5]])["tolerance"] == pytest.approx([0.01, 0.01])
+    assert not w1_curves.compare(flat, [[0.52, 0.5], [0.52, 0.5]])["met"]
+
+
+def test_w1_curves_data_are_balanced_learnable_and_seeded() -> None:
+    """Every class equally often; the class templates carry the signal (the mean image of a class is its template
+    x signal, the noise averaging out); the same seed, the same bytes."""
+    import w1_curves
+
+    x, y = w1_curves.learnable(2000, 3, signal=0.5)
+    assert x.shape == (2000, 3, 32, 32) and torch.bincount(y).tolist() == [200] * 10
+    means = torch.stack([x[y == k].mean(0) for k in range(10)])
+    assert (means.flatten(1).std(1) > 0.4).all()  # 0.5 x a unit-spread template, plus noise of sd 1/sqrt(200)
+    x2, y2 = w1_curves.learnable(2000, 3, signal=0.5)
+    assert torch.equal(x, x2) and torch.equal(y, y2)
+    assert not torch.equal(w1_curves.learnable(2000, 4, signal=0.5)[0], x)
+
+
+def test_w1_curves_runs_compares_and_feeds_the_targets(tmp_path: Path) -> None:
+    """One client (--scale 0.01), 2 seeds, 1 round, on the CPU: the reference, a mode held to it (sequential: the same
+    fp32 maths as auto, which trains this CNN client by client on the CPU) and one that cannot run (not measured);
+    its report feeds gpu_targets.py's table."""
+    import json
+
+    import gpu_targets
+    import w1_curves
+
+    assert w1_curves.main(["--device", "cpu", "--variants", "sequential,auto+nosuch", "--seeds", "2", "--rounds", "1",
+                           "--scale", "0.01", "--test-size", "100", "--signal", "0.2", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "curves-w1.json").read_text())
+    ref = report["modes"]["auto"]["accuracy"]
+    assert len(ref) == 2 and all(len(run) == 1 and 0 <= run[0] <= 1 for run in ref)
+    assert report["modes"]["sequential"]["against_reference"]["met"]
+    assert "error" in report["modes"]["auto+nosuch"] and "against_reference" not in report["modes"]["auto+nosuch"]
+    rows = {target: verdict for target, _, _, verdict in gpu_targets.targets({}, report)}
+    assert rows["W1 chillfl[sequential] accuracy curve vs fp32"] == "met"
+    assert rows["W1 chillfl[auto+nosuch] accuracy curve vs fp32"] == "not measured"
+    assert w1_curves.main(["--device", "cpu", "--seeds", "1", "--out", str(tmp_path)]) == 2  # no spread from one seed
 
 
 def test_chillfl_variants_set_precision_and_memory_format() -> None:

@@ -20,14 +20,13 @@ from torch import nn
 
 from chillfl.config import load_config
 from chillfl.protocols.softlabels import CacheSignal, ClientCache, CacheSyncDelta, SoftLabelDownlink
-from chillfl.engine.loop import run_rounds
 from chillfl.engine.predict import BatchedPredictor, PredictJob, Prediction, outputs, predict_each
 from chillfl.engine.protocol import ClientJob, ClientReply, drive
-from chillfl.experiment import build_experiment, build_protocol, make_executor
+from chillfl.experiment import build_experiment, build_protocol
 from chillfl.runner import run_experiment
 from chillfl.training.local import evaluate
 
-from float_paths import assert_records_close
+from float_paths import lockstep
 from lent_pools import pools
 
 K = 4
@@ -224,57 +223,19 @@ def tiny(method: str, **extra) -> dict:
     return over
 
 
-def run_with_state(over: dict, executor: str) -> tuple[list[dict], dict]:
-    """Every round's record and the server side's end state (server cache, client caches and models)."""
-    exp = build_experiment(load_config(None, {**over, "executor": executor}))
-    protocol = build_protocol(exp)
-    ex = make_executor(exp, protocol)
-    try:
-        fed = exp.config.federation
-        records = list(run_rounds(protocol, ex, seed=exp.config.seed, num_clients=exp.data.num_clients, clients_per_round=fed.sample_size(), rounds=fed.rounds, participation=fed))
-        return records, protocol.state_dict()
-    finally:
-        ex.close()
-        protocol.close()
-
-
-def _floats(records: list[dict]) -> list[tuple[str, int, float]]:
-    return [(k, r["round"], v) for r in records for k, v in sorted(r.items()) if isinstance(v, float) and not math.isnan(v)]
-
-
-def _tensors(tree, prefix=""):
-    """(path, tensor) of every tensor in a nested state dict, in a fixed order."""
-    if isinstance(tree, torch.Tensor):
-        yield prefix, tree
-    elif isinstance(tree, dict):
-        for k in sorted(tree, key=str):
-            yield from _tensors(tree[k], f"{prefix}/{k}")
-    elif isinstance(tree, (list, tuple)):
-        for i, v in enumerate(tree):
-            yield from _tensors(v, f"{prefix}/{i}")
-
-
 @pytest.mark.parametrize(("method", "extra"), [("scarlet", {"cache_duration": 2}), ("comet", {"granularity": "sample"})])
 def test_batched_round_matches_sequential_with_batch_norm(method, extra, batch_sizes):
+    """Batched predictions (the vectorised executor) give the sequential executor's round, in lockstep
+    (tests/float_paths.py): each round the sequential executor runs the very tasks the vectorised one runs, and
+    their replies (soft labels, client models and caches, counts, requests) agree within rounding, counts exactly.
+    Whole runs are not compared: over 3 rounds COMET's per-sample distillation amplified the two float paths'
+    rounding to 4e-3 in a batch-norm mean with one thread on a 2-core AMD EPYC (under 1e-6 with two)."""
     calls = batch_sizes(BatchedPredictor, "__call__")
-    over = tiny(method, **extra)
-    seq, seq_state = run_with_state(over, "sequential")
-    assert calls == []  # the sequential executor predicts one client at a time
-    vec, vec_state = run_with_state(over, "vectorized")
-    # every round: local accuracy and uploads of all K clients as one group each; COMET's own predictions from round 2 on
+    records = lockstep(load_config(None, tiny(method, **extra)))
+    # every round: local accuracy and uploads of all K clients as one group each; COMET's own predictions from round 2
+    # on; the sequential executor, which runs the same tasks here, predicts one client at a time (no call)
     assert calls[:2] == [K, K] and len(calls) == 2 * 3 + (2 if method == "comet" else 0)
-    assert [r["bytes_cumulative"] for r in seq] == [r["bytes_cumulative"] for r in vec]
-    assert [r.get("public_requested") for r in seq] == [r.get("public_requested") for r in vec]
-    assert_records_close(seq, vec)  # accuracies: only between bitwise runs (tests/float_paths.py)
-    # the cache (server and every client's), the ERA targets the clients rebuild and every client model: the same
-    ta, tb = list(_tensors(seq_state)), list(_tensors(vec_state))
-    assert [p for p, _ in ta] == [p for p, _ in tb]
-    assert any("/cache/entries/values" in p for p, _ in ta) or method != "scarlet"
-    for (path, x), (_, y) in zip(ta, tb):
-        if x.is_floating_point():
-            torch.testing.assert_close(y, x, rtol=2e-3, atol=2e-3, msg=path)
-        else:
-            assert torch.equal(x, y), path
+    assert [r["round"] for r in records] == [1, 2, 3] and records[-1]["bytes_cumulative"] > 0
 
 
 def test_same_seed_is_bitwise_the_same_per_executor():

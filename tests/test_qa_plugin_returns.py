@@ -236,6 +236,7 @@ STRANGER = AttackSpec("stranger", Options, forge_models=lambda o, r: {99: dict(r
 NUMPY = AttackSpec("as_numpy", Options, forge_models=lambda o, r: {x.client_id: {k: v.numpy() for k, v in x.params.items()} for x in r.bad})
 FLOAT_LABELS = AttackSpec("float_labels", Options, forge_models=honest,
                           probe=lambda o, data: (data.dataset.x_test[:10], data.dataset.y_test[:10].float()))
+DICT_OPTIONS = AttackSpec("dict_options", Options, forge_models=honest, resolve=lambda o, attackers: {"keep": 0.0})
 '''
 
 
@@ -244,6 +245,7 @@ FLOAT_LABELS = AttackSpec("float_labels", Options, forge_models=honest,
     ("STRANGER", "forge_models returned a model for 99, which is not an attacker (attacker ids: [0, 1])"),
     ("NUMPY", "forge_models returned for client 0 'hidden.0.weight' as ndarray"),
     ("FLOAT_LABELS", "probe must return labels as a 1-d tensor of class ids (torch.long), got (10,) torch.float32"),
+    ("DICT_OPTIONS", "resolve hook must return its options (Options), got dict"),
 ])
 def test_an_attack_hooks_wrong_return_is_one_error_on_attack_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, words: str) -> None:
     """The list and the stranger's model were dropped silently (every attacker sent its honest model: a clean run reported

@@ -356,6 +356,30 @@ def test_a_checkpointed_client_model_that_does_not_fit_is_refused_in_one_line(tm
     assert _snapshot(cut) == before
 
 
+@pytest.mark.parametrize("edit", ["entry", "state"])
+def test_a_checkpoint_whose_client_lacks_an_entry_its_method_keeps_is_refused_in_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, edit: str,
+                                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """FedPer's client 1 finished round 1 and keeps its own head: a checkpoint without its head.weight (or without its
+    state) resumed with exit 0, the client starting round 2 from the global head, as if it had never trained one."""
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    with pytest.raises(Crash):
+        run_experiment(load_config(None, {**TINY, "algorithm.name": "fedper", "name": "cut", "out_dir": str(tmp_path)}), progress=False, callbacks=[_CrashIn(2)])
+    cut = tmp_path / "cut.partial"
+
+    def change(tree: dict[str, Any]) -> None:
+        assert 1 in tree["protocol"]["finished"] and sorted(tree["protocol"]["clients"]["1"]) == ["fedper.head.head.bias", "fedper.head.head.weight"]
+        if edit == "entry":
+            del tree["protocol"]["clients"]["1"]["fedper.head.head.weight"]
+        else:
+            del tree["protocol"]["clients"]["1"]
+
+    _resign(cut / CHECKPOINT, change)
+    before = _snapshot(cut)
+    assert main(["resume", str(cut)]) == 2
+    _one_line_error(capsys, str(cut / CHECKPOINT), "client 1 finished a round", "head.weight" if edit == "entry" else "head.bias")
+    assert _snapshot(cut) == before
+
+
 def test_a_finished_run_of_a_stopped_comparison_with_a_fifo_metrics_file_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A resumed comparison reads its finished runs back: a FIFO ``metrics.jsonl`` in one blocked the resume forever."""
     from chillfl.errors import ConfigError

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from chillfl.analysis.replay import build_run, load_model_state
-from chillfl.attacks.kinds.dba import SPEC, DbaOptions, global_cells, local_cells, parts_of
+from chillfl.attacks.kinds.dba import SPEC, DbaOptions, global_cells, local_cells, parts_of, resolve
 from chillfl.attacks.poison import Pattern, poisoned
 from chillfl.cli import main
 from chillfl.config import load_config
@@ -39,8 +39,8 @@ def attack(**options: Any) -> AttackConfig:
 
 
 def test_each_attackers_local_trigger_by_hand() -> None:
-    # defaults: 4 bars of 2, gap 1, two a row: rows 0 and 0 + (1 + 1) = 2, columns 0-1 and 0 + (2 + 1) = 3-4
-    d = DbaOptions()
+    # 4 parts, default bars of 2, gap 1, two a row: rows 0 and 0 + (1 + 1) = 2, columns 0-1 and 0 + (2 + 1) = 3-4
+    d = DbaOptions(parts=4)
     assert local_cells(d, 0) == ((0, 0), (0, 1))
     assert local_cells(d, 1) == ((0, 3), (0, 4))
     assert local_cells(d, 2) == ((2, 0), (2, 1))
@@ -56,8 +56,8 @@ def test_the_local_triggers_stamped_one_after_another_are_the_global_trigger() -
     x = torch.zeros((1, 1, 4, 6))
     each = x
     for k in range(4):
-        each = Pattern(local_cells(DbaOptions(), k), 7.0).apply(each)
-    whole = Pattern(global_cells(DbaOptions()), 7.0).apply(x)
+        each = Pattern(local_cells(DbaOptions(parts=4), k), 7.0).apply(each)
+    whole = Pattern(global_cells(DbaOptions(parts=4)), 7.0).apply(x)
     expected = torch.tensor(
         [
             [7, 7, 0, 7, 7, 0],
@@ -71,6 +71,23 @@ def test_the_local_triggers_stamped_one_after_another_are_the_global_trigger() -
     assert x.sum() == 0  # a new tensor
     part1 = Pattern(local_cells(DbaOptions(), 1), 7.0).apply(torch.zeros((1, 2, 4, 6)))  # every channel, only its bar
     assert part1[:, :, 0, 3:5].eq(7.0).all() and part1.sum() == 2 * 2 * 7.0
+
+
+def test_parts_left_unset_are_one_per_attacker_at_most_four_by_hand() -> None:
+    # the default federation's 2 attackers (ids 3 < 7): 2 parts, 3 plants T_0 = (0,0),(0,1), 7 plants T_1 = (0,3),(0,4);
+    # the global trigger is those 4 pixels (a default of 4 parts was refused: "the run has 2 attackers")
+    two = resolve(DbaOptions(), frozenset({7, 3}))
+    assert two == DbaOptions(parts=2) and parts_of(two, frozenset({7, 3})) == [frozenset({3}), frozenset({7})]
+    assert global_cells(two) == ((0, 0), (0, 1), (0, 3), (0, 4))
+    assert resolve(DbaOptions(), frozenset({5})).parts == 1
+    assert resolve(DbaOptions(), frozenset({0, 2, 3})).parts == 3
+    assert resolve(DbaOptions(), frozenset({0, 1, 2, 3})).parts == 4  # the paper's K, one attacker each
+    # 5 attackers: still 4 parts, the fifth by id (11) plants part 0 again
+    five = resolve(DbaOptions(), frozenset({11, 5, 9, 2, 7}))
+    assert five.parts == 4 and parts_of(five, frozenset({11, 5, 9, 2, 7}))[0] == frozenset({2, 11})
+    # an explicit value is kept, even above the attackers (refused where the parts are handed out)
+    assert resolve(DbaOptions(parts=3), frozenset({3, 7})).parts == 3
+    assert resolve(DbaOptions(parts=1), frozenset({0, 1, 2, 3, 4})).parts == 1
 
 
 def _toy() -> FederatedData:
@@ -116,7 +133,7 @@ def test_the_probe_is_the_other_labels_test_inputs_with_the_global_trigger() -> 
 
 def test_fewer_attackers_than_parts_and_a_trigger_larger_than_the_image_are_refused() -> None:
     with pytest.raises(ConfigError) as err:
-        poisoned(_toy(), attack(), frozenset({0, 2, 3}), 0)  # 4 parts, 3 attackers: part 3 never planted
+        poisoned(_toy(), attack(parts=4), frozenset({0, 2, 3}), 0)  # 4 parts, 3 attackers: part 3 never planted
     assert err.value.field == "attack.parts" and "3 attackers" in err.value.message
     with pytest.raises(ConfigError) as err:  # 3 rows of bars need 5 rows of pixels (0, 2, 4); the toy has 3
         poisoned(_toy(), attack(parts=5), frozenset({0, 1, 2, 3, 4}), 0)
@@ -133,8 +150,9 @@ def test_fewer_attackers_than_parts_and_a_trigger_larger_than_the_image_are_refu
 # ---------------------------------------------------------------- end to end
 
 
-def test_its_success_is_the_global_models_accuracy_on_the_global_trigger(tmp_path: Path) -> None:
-    lines = records(tmp_path, "dba", **{"federation.rounds": 3, "attack.kind": "dba", "attack.parts": 2, "attack.fraction": 0.2, "checkpoint.every": 0})
+@pytest.mark.parametrize("parts", [{"attack.parts": 2}, {}])  # written, or left unset: 2 attackers, 2 parts
+def test_its_success_is_the_global_models_accuracy_on_the_global_trigger(tmp_path: Path, parts: dict[str, int]) -> None:
+    lines = records(tmp_path, "dba", **{"federation.rounds": 2, "attack.kind": "dba", **parts, "attack.fraction": 0.2, "checkpoint.every": 0})
     assert all(len(r["attackers"]) == 2 and 0.0 <= r["attack_success_rate"] <= 1.0 for r in lines)
     folder = tmp_path / "dba"
     exp = build_run(folder)
@@ -170,6 +188,19 @@ def test_bad_options_exit_2_with_one_line_naming_the_field(override: str, field:
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and field in err[0], err
     assert not (tmp_path / "results").exists()
+
+
+def test_the_default_federation_runs_dba_with_its_default_parts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """10 clients, 2 attackers (fraction 0.2): the default of 4 parts was refused there, exit 2 on attack.parts."""
+    run = tmp_path / "run.toml"
+    run.write_text(f'out_dir = "{tmp_path / "results"}"\nname = "dba"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+                   '[federation]\nrounds = 1\n[checkpoint]\nevery = 0\n', encoding="utf-8")
+    code = main(["run", str(run), "attack.kind=dba"])
+    assert code == 0, capsys.readouterr().err
+    folder = next((tmp_path / "results").glob("dba*"))
+    lines = (folder / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and '"attack_success_rate"' in lines[0]
+    assert "parts" not in (folder / "config.toml").read_text().split("[attack]")[1].split("\n[")[0]  # unset: derived again on resume
 
 
 def test_executors_agree() -> None:

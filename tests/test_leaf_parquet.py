@@ -21,7 +21,7 @@ from PIL import Image  # noqa: E402
 from chillfl.data import load_dataset  # noqa: E402
 from chillfl.data.leaf_hub import LEAF_LETTERS, encode_text  # noqa: E402
 from chillfl.data.partition import partition  # noqa: E402
-from chillfl.errors import ConfigError  # noqa: E402
+from chillfl.errors import ConfigError, Unreachable  # noqa: E402
 from chillfl.models import build_model, count_parameters  # noqa: E402
 
 WRITERS = ("f0002_31", "f0000_14", "f0001_07")
@@ -272,13 +272,69 @@ def test_a_hub_whose_name_does_not_resolve_is_one_line_at_once(tmp_path: Path, m
 
     monkeypatch.setattr(leaf_hub.socket, "getaddrinfo", no_dns)
     monkeypatch.setattr(leaf_hub, "need", lambda module, *args: no_hub_client() if module == "datasets" else __import__(module))
-    with pytest.raises(ConfigError) as err:
+    with pytest.raises(Unreachable) as err:  # the network, not the input: no ConfigError
         load_dataset("flwr_femnist", {}, data_dir=tmp_path)
     assert err.value.field == "dataset.path" and "\n" not in err.value.message
     assert "the hub cannot be reached (huggingface.co does not resolve" in err.value.message and "hf download flwrlabs/femnist" in err.value.message
     assert looked_up == [("huggingface.co", 443)]
     monkeypatch.setenv("HF_ENDPOINT", "https://hub.example.org/")  # huggingface_hub's own variable: its host is the one looked up
     assert leaf_hub.unreachable_hub() == "hub.example.org does not resolve: [Errno -2] Name or service not known"
+
+
+class _Hub:
+    """``datasets`` as the loader sees it, without the network: ``load_dataset`` raises ``error``."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def load_dataset(self, path: str, split: str) -> None:
+        raise self.error
+
+
+@pytest.mark.parametrize("how", ["no dns", "no connection"])
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_an_unreachable_hub_exits_1_with_one_line_and_writes_nothing(
+    how: str, command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No network is not bad input: it was exit 2, the code of a config to fix, where `chillfl data download` without
+    network exits 1. The line still names dataset.path and the command that fetches the files."""
+    import socket
+
+    from chillfl.cli import main
+    from chillfl.data import leaf_hub
+
+    _no_offline_flags(monkeypatch)
+    if how == "no dns":
+        def no_dns(*args: object) -> list[object]:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+
+        monkeypatch.setattr(leaf_hub.socket, "getaddrinfo", no_dns)
+    else:  # the name resolves, the connection fails: datasets' own ConnectionError
+        monkeypatch.setattr(leaf_hub, "unreachable_hub", lambda: None)
+    hub = _Hub(ConnectionError("Couldn't reach 'flwrlabs/shakespeare' on the Hub (ConnectError)"))
+    monkeypatch.setattr(leaf_hub, "need", lambda module, *args: hub if module == "datasets" else __import__(module))
+    config = tmp_path / "shakespeare.toml"
+    config.write_text('[dataset]\nname = "flwr_shakespeare"\n[model]\nname = "char_lstm"\n[federation]\nnum_clients = 4\n'
+                      "clients_per_round = 2\nrounds = 1\n", encoding="utf-8")
+    args = [command, str(config), f"data_dir={tmp_path / 'none'}", f"out_dir={tmp_path / 'out'}", *(["--grid", "client.lr=0.1,0.2"] if command == "compare" else [])]
+    assert main(args) == 1
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("chillfl: error: dataset.path: ") and "hf download flwrlabs/shakespeare" in err[0], err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "none").exists()
+    assert main([*args, "--dry-run"]) == 0  # a dry run checks names and options, as offline
+    assert "names and options checked" in capsys.readouterr().err
+
+
+def test_a_hub_that_answers_no_such_dataset_is_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.data import leaf_hub
+
+    _no_offline_flags(monkeypatch)
+    monkeypatch.setattr(leaf_hub, "unreachable_hub", lambda: None)
+    hub = _Hub(FileNotFoundError("Dataset 'me/nothing' doesn't exist on the Hub or cannot be accessed."))
+    monkeypatch.setattr(leaf_hub, "need", lambda module, *args: hub if module == "datasets" else __import__(module))
+    with pytest.raises(ConfigError) as err:
+        load_dataset("flwr_shakespeare", {"path": "me/nothing"}, data_dir=tmp_path)
+    assert err.value.field == "dataset.path" and "doesn't exist on the Hub" in err.value.message
 
 
 @pytest.mark.parametrize("command", ["run", "compare"])

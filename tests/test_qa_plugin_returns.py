@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import torch
 
 from plugin_modules import plugin_module
 
@@ -130,6 +131,20 @@ class WeightedMaker(FedAvg):
 
     def client_model(self, client_id, global_params):
         return {}
+
+
+class WeightedReleaser(FedAvg):
+    """Takes weights, and releases a round nobody reported (AggregatesNobody): the global model plus one."""
+
+    capabilities = Capabilities(takes_weights=True)
+
+    def aggregates_nobody(self):
+        return True
+
+    def aggregate(self, global_params, results, round, weights=None):
+        if not results:
+            return {k: v + 1 for k, v in global_params.items()}
+        return super().aggregate(global_params, results, round, weights)
 '''
 
 BASE: dict[str, Any] = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "sequential",
@@ -187,6 +202,20 @@ def test_a_base_whose_server_makes_the_clients_models_is_refused_by_pa3fed(plugi
     assert err.value.field == "algorithm.base" and "makes part of each client's model" in err.value.message
 
 
+def test_a_base_that_releases_a_round_nobody_reported_releases_it_under_pa3fed(plugin: Path) -> None:
+    """PA3Fed did not pass AggregatesNobody on: the base's release of an empty round was skipped, with no word."""
+    # seed 1, 6 clients, Poisson at q = 1/6: nobody in either round (tests/test_poisson_sampling.py)
+    config = {**BASE, "seed": 1, "federation": {"num_clients": 6, "clients_per_round": 1, "sampling": "poisson", "rounds": 2}}
+    skipped = chillfl.run(config={**config, "algorithm": {"name": "pa3fed"}}, write=False, progress=False)  # FedAvg: the initial model
+    released = chillfl.run(config={**config, "algorithm": {"name": "pa3fed", "base": "qa_returns:WeightedReleaser"}}, write=False, progress=False)
+    assert all(r["skipped"] for r in skipped.records)
+    assert all(r["nobody_reported"] and "skipped" not in r for r in released.records)
+    assert [(r["agg_fgn"], r["agg_adapted"]) for r in released.records] == [(None, False), (None, False)]
+    assert skipped.state is not None and released.state is not None
+    for k, v in skipped.state.items():
+        assert torch.equal(released.state[k], v + 1 + 1), k  # one step a round, rounded as the run does
+
+
 ATTACKS = '''
 from dataclasses import dataclass
 
@@ -207,6 +236,7 @@ STRANGER = AttackSpec("stranger", Options, forge_models=lambda o, r: {99: dict(r
 NUMPY = AttackSpec("as_numpy", Options, forge_models=lambda o, r: {x.client_id: {k: v.numpy() for k, v in x.params.items()} for x in r.bad})
 FLOAT_LABELS = AttackSpec("float_labels", Options, forge_models=honest,
                           probe=lambda o, data: (data.dataset.x_test[:10], data.dataset.y_test[:10].float()))
+DICT_OPTIONS = AttackSpec("dict_options", Options, forge_models=honest, resolve=lambda o, attackers: {"keep": 0.0})
 '''
 
 
@@ -215,6 +245,7 @@ FLOAT_LABELS = AttackSpec("float_labels", Options, forge_models=honest,
     ("STRANGER", "forge_models returned a model for 99, which is not an attacker (attacker ids: [0, 1])"),
     ("NUMPY", "forge_models returned for client 0 'hidden.0.weight' as ndarray"),
     ("FLOAT_LABELS", "probe must return labels as a 1-d tensor of class ids (torch.long), got (10,) torch.float32"),
+    ("DICT_OPTIONS", "resolve hook must return its options (Options), got dict"),
 ])
 def test_an_attack_hooks_wrong_return_is_one_error_on_attack_kind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, words: str) -> None:
     """The list and the stranger's model were dropped silently (every attacker sent its honest model: a clean run reported

@@ -48,6 +48,12 @@ class HeadLater(FedAvg):
         return OwnHeadLater()
 
 
+class WeightedHeadLater(HeadLater):
+    """HeadLater that takes weights: a base PA3Fed accepts."""
+
+    capabilities = Capabilities(personal_model=True, takes_weights=True)
+
+
 @dataclass(frozen=True)
 class AfterAverageOnly(Stateless):
     after_average: bool = True
@@ -200,6 +206,18 @@ def test_a_plugin_half_measured_after_the_average_is_refused_on_flower_by_its_na
     with pytest.raises(ConfigError) as err:
         build_server(load_config(None, {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "fedper", "local_eval": "averaged"}}))
     assert err.value.field == "algorithm.local_eval"
+
+
+def test_a_plugin_base_measured_after_the_average_is_refused_on_flower_by_the_base(plugin: Path, tmp_path: Path) -> None:
+    """Under PA3Fed the half is the base's: the refusal named ``algorithm.name`` and 'pa3fed', which the user cannot
+    change to fix it, not ``algorithm.base``."""
+    pytest.importorskip("flwr")
+    from chillfl.flower.apps import build_server
+
+    config = {**BASE, "out_dir": str(tmp_path), "algorithm": {"name": "pa3fed", "base": "qa_seams:WeightedHeadLater"}}
+    with pytest.raises(ConfigError) as err:
+        build_server(load_config(None, config))
+    assert err.value.field == "algorithm.base" and "'qa_seams:WeightedHeadLater'" in err.value.message and "OwnHeadLater" in err.value.message
 
 
 @pytest.mark.parametrize("part,field,words", [

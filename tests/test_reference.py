@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from chillfl.report.reference import render_reference
 
 DOC = Path(__file__).resolve().parents[1] / "docs" / "reference.md"
@@ -27,6 +29,14 @@ def test_reference_lists_every_loss_term_with_its_options():
     for name in registered_terms():
         assert f"### `{name}`" in terms
     assert "| `tau_squared` | `bool` | `true` |" in terms and "| `mu` | `float` | `0.01` |" in terms
+
+
+@pytest.mark.parametrize("only", [None, ["fedavg"], ["partition"], ["model"]])
+def test_prose_lines_wrap_at_100(only: list[str] | None) -> None:
+    """`chillfl list --options fedavg` printed the 57 algorithm names as one line of 602 characters (the partition's
+    "Or `from = ...`" note 168, the models' shared options 184). Headings and table rows stay whole: markdown needs them so."""
+    long = [line for line in render_reference(only=only).splitlines() if len(line) > 100 and not line.startswith(("#", "|"))]
+    assert long == []
 
 
 def _headings(text: str) -> list[str]:

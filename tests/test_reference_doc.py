@@ -84,7 +84,7 @@ def test_every_registered_name_and_enumerated_string_option_is_shown() -> None:
     text = render_reference()
     for section, key, registry in _registries():
         line = f"`{key}`: one of " + ", ".join(f"`{n}`" for n in sorted(registry)) + "."
-        assert line in _block(text, f"## [{section}] {key} = ...")
+        assert line in " ".join(_block(text, f"## [{section}] {key} = ...").split())  # one paragraph, wrapped
     assert "| `executor` | `str` | `\"sequential\"` | " + ", ".join(f"`{e}`" for e in EXECUTORS) + " |" in text
     for where, names in ENUMERATED.items():
         assert names(), where  # every registry behind a string option resolves to names

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
 from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
-                            did_you_mean, one_line, signal_in, stopped_as)
+                            Unreachable, did_you_mean, one_line, signal_in, stopped_as)
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
 from chillfl.options import short_path, short_repr
@@ -773,6 +773,9 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
         return DIVERGED_EXIT
     except StorageError as exc:  # disk full: one line saying which checkpoint is kept
+        print(f"chillfl: error: {exc}", file=sys.stderr)
+        return 1
+    except Unreachable as exc:  # no network to the hub: not bad input, exit 1 as `chillfl data download`'s
         print(f"chillfl: error: {exc}", file=sys.stderr)
         return 1
     except Diverged as exc:

@@ -56,6 +56,23 @@ class DataAbsent(ConfigError):
     """
 
 
+class Unreachable(Exception):
+    """A source the run reads cannot be reached now (the Hugging Face hub without network): the input may be right.
+
+    Not a :class:`ConfigError` (exit 2, bad input): one line and exit 1, as ``chillfl data download`` without network.
+    ``field`` names the option that asked for the source (``dataset.path``), so the line says what to change to run
+    without it; a ``--dry-run`` treats it as :class:`DataAbsent` (names and options checked, the files absent).
+    """
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(field, message)
+
+    def __str__(self) -> str:
+        return f"{one_line(self.field)}: {one_line(self.message)}"
+
+
 def _rebuilt(cls: type[ConfigError], state: dict[str, object]) -> ConfigError:
     """The unpickled error: :class:`ConfigError`'s own set-up from the saved field and message, then the rest of its attributes."""
     error = cls.__new__(cls)

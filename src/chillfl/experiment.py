@@ -31,7 +31,7 @@ from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, uns
 from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.ray_executor import RayExecutor, import_ray
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError, Unreachable, choice_error
 from chillfl.once import warn_once
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
@@ -729,7 +729,7 @@ def check_config(config: RunConfig) -> bool:
     """
     try:
         exp = build_experiment(config)
-    except ConfigError as exc:
+    except (ConfigError, Unreachable) as exc:
         if not data_absent(exc):
             raise
         check_parts(config)

@@ -21,7 +21,7 @@ docs/architecture.md the reference of the seams they plug into):
   A half that keeps the client's own model implements :class:`HoldsPersonalModel`
   (``checkpoint.client_models`` saves it), and one that puts the client's own values of some
   entries in place of the sent ones implements :class:`KeepsEntries` (a returning client's
-  downlink does not carry them), and one whose client holds state before its first participation
+  downlink does not carry them; with :class:`HoldsKeptEntries` a resumed run checks that each such client holds them), and one whose client holds state before its first participation
   (FML's independently initialised local model) implements :class:`StartsOwnState`, and one whose local accuracy is taken
   on the server after the average (FedPer's ``local_eval = "averaged"``) is :class:`MeasuredAfterAverage`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
@@ -97,6 +97,7 @@ from chillfl.aggregation.base import (
     Downlink,
     FedAvg,
     HoldsPersonalModel,
+    HoldsKeptEntries,
     KeepsEntries,
     Local,
     MakesClientModels,
@@ -190,6 +191,7 @@ __all__ = [
     "FigureSpec",
     "Head",
     "HoldsPersonalModel",
+    "HoldsKeptEntries",
     "KeepsEntries",
     "Knowledge",
     "LinearCorrectionTerm",

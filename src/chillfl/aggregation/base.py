@@ -304,6 +304,31 @@ def kept_entries(half: ClientHalf | None) -> frozenset[str]:
 
 
 @runtime_checkable
+class HoldsKeptEntries(Protocol):
+    """A :class:`KeepsEntries` half that says which of its kept entries a client's state holds (FedBN's, FedPer's,
+    LG-FedAvg's ``KeepLocal``: those under its prefix).
+
+    Why: a client that has finished a round holds its own value of every kept entry; a resumed run checks that it does
+    (:func:`lacking_entries`), where a checkpoint lacking one (edited, or torn by hand) resumed silently, the client
+    starting again from the global model's value of that entry.
+    """
+
+    def held_entries(self, state: ClientState) -> frozenset[str]:
+        """The kept entries ``state`` holds a value of."""
+        ...
+
+
+def lacking_entries(half: ClientHalf | None, state: ClientState) -> frozenset[str]:
+    """The kept entries (:class:`KeepsEntries`) of ``half``'s parts that ``state`` holds no value of, as each part that
+    says where it keeps them (:class:`HoldsKeptEntries`) reads it; empty for the parts that do not say."""
+    lacking: frozenset[str] = frozenset()
+    for part in half_parts(half):
+        if isinstance(part, KeepsEntries) and isinstance(part, HoldsKeptEntries):
+            lacking |= part.kept_entries() - part.held_entries(state)
+    return lacking
+
+
+@runtime_checkable
 class MeasuredAfterAverage(Protocol):
     """A client half whose local accuracy may be taken after the server's average rather than after the client's training.
 

@@ -105,6 +105,10 @@ class KeepLocal:
         """``keys``: after its first round the client's own values replace the sent ones (:class:`~chillfl.aggregation.base.KeepsEntries`)."""
         return self.keys
 
+    def held_entries(self, state: ClientState) -> frozenset[str]:
+        """The kept entries under ``prefix`` in ``state`` (:class:`~chillfl.aggregation.base.HoldsKeptEntries`)."""
+        return self.keys & frozenset(own_entries(state, self.prefix))
+
     def personal_model(self, state: ClientState, global_model: Params) -> Params:
         """The global model with the client's own entries: what it starts its next round from."""
         own = own_entries(state, self.prefix)

@@ -82,6 +82,7 @@ from chillfl.aggregation.base import (
     ClientState,
     Context,
     Downlink,
+    AggregatesNobody,
     MakesClientModels,
     Params,
     Personalising,
@@ -343,8 +344,18 @@ class PA3Fed:
             alphas[r.client_id] = _number(alpha, "alpha", r.client_id)
         return alphas
 
+    def aggregates_nobody(self) -> bool:
+        """The base's (:class:`~chillfl.aggregation.base.AggregatesNobody`): PA3Fed reweights the clients who reported,
+        so a round with none is the base's alone; without this a base that releases such a round was skipped silently."""
+        return isinstance(self.base, AggregatesNobody) and self.base.aggregates_nobody()
+
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         o = self.options
+        if not results:  # only asked when the base releases a round nobody reported: no FGN, no alphas, state left as it was
+            out = self.base.aggregate(global_params, results, round)
+            self._metrics = {**self.base.round_metrics(), "fgn": None, "clp": False, "adapted": False, "alphas": {},
+                             "weight_shift": None, "scores": {}, "grad_norms": {}}
+            return out
         fgn = self._fgn(results)
         clp = fgn is not None and is_clp(self.previous_fgn, fgn, o.delta, first=o.first_round_clp)
         if fgn is not None:

@@ -387,6 +387,19 @@ def option_field(table: Mapping[str, Any], key: str, section: str = "algorithm")
     return None if inner is None else option_field({**inner.options, "name": inner.name}, key, inner.section)
 
 
+def half_field(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> tuple[str, str]:
+    """The field that names the algorithm whose client half the run's clients run, and its name: ``algorithm.name`` for
+    one that wraps none, else the wrapped base's (``algorithm.base`` under PA3Fed), innermost. Why: a wrapper runs its
+    base's client half (its own part only adds to it), so an error about that half names the line that chose the base."""
+    name = str(table.get("name"))
+    spec = algorithm_spec(name, section, field or f"{section}.name")
+    options: Any = algorithm_options(spec, name, {k: v for k, v in table.items() if k != "name"}, section, field)
+    inner = wrapped(spec, options, section)
+    if inner is None:
+        return field or f"{section}.name", name
+    return half_field({**inner.options, "name": inner.name}, inner.section, inner.field)
+
+
 def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunConfig, section: str = "algorithm") -> None:
     """Algorithm ``name``'s declared limits against the run: its plain-SGD requirement, then its own ``check``.
 

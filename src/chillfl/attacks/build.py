@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from chillfl.attacks.poison import poisoned
 from chillfl.attacks.select import attackers
-from chillfl.attacks.spec import PARAMETERS, PROTOTYPES, SOFTLABELS, UPLOADS, AttackSpec, spec_of
+from chillfl.attacks.spec import PARAMETERS, PROTOTYPES, SOFTLABELS, UPLOADS, AttackSpec, resolved, spec_of
 from chillfl.errors import ConfigError
 from chillfl.settings.attack import AttackConfig, kind_names
 
@@ -96,20 +96,21 @@ def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggr
         return aggregator
     from chillfl.attacks.aggregate import AttackedAggregation
 
-    return AttackedAggregation(aggregator, config.attack, attacker_ids(config, data.num_clients), config.seed)
+    ids = attacker_ids(config, data.num_clients)
+    return AttackedAggregation(aggregator, resolved(config.attack, ids), ids, config.seed)
 
 
 def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     """The protocol, recording the round's attackers (and the attack's success, where it has a probe) when ``[attack]`` is on;
     with the attackers' soft-label rows or prototypes forged where the kind has that hook and the run shares them."""
-    attack = exp.config.attack
-    if not attack.enabled:
+    if not exp.config.attack.enabled:
         return protocol
     from chillfl.attacks.protocol import Attacked
 
+    ids = attacker_ids(exp.config, exp.data.num_clients)
+    attack = resolved(exp.config.attack, ids)
     spec = spec_of(attack)
     probe = None if spec.probe is None else checked_probe(spec.probe(attack.options, exp.data))
-    ids = attacker_ids(exp.config, exp.data.num_clients)
     client = protocol.client
     if spec.forge_rows is not None and exp.config.protocol == SOFTLABELS:  # as forges_rows (spelt out: mypy narrows forge_rows)
         import dataclasses

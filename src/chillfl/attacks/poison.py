@@ -41,7 +41,7 @@ from chillfl.data import FederatedData
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
 from chillfl.attacks.select import rounded_share
-from chillfl.attacks.spec import spec_of
+from chillfl.attacks.spec import resolved, spec_of
 from chillfl.settings.attack import AttackConfig
 from chillfl.data.stamp import Marks
 
@@ -186,13 +186,14 @@ def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger | Pattern
 
 
 def poisoned(data: FederatedData, attack: AttackConfig, ids: frozenset[int], seed: int) -> FederatedData:
-    """``data`` with the attackers' training rows rewritten by the kind's ``poison`` hook; as it is for a kind without one (or no attacker)."""
+    """``data`` with the attackers' training rows rewritten by the kind's ``poison`` hook, given the options resolved for
+    ``ids`` (:func:`~chillfl.attacks.spec.resolved`); as it is for a kind without one (or no attacker)."""
     if not attack.enabled or not ids:
         return data
     poison = spec_of(attack).poison
     if poison is None:
         return data
-    out = poison(attack.options, data, ids, seed)
+    out = poison(resolved(attack, ids).options, data, ids, seed)
     if not isinstance(out, FederatedData) or out.num_clients != data.num_clients:  # a plugin's hook: one line, not an AttributeError later
         got = f"{out.num_clients} clients' data" if isinstance(out, FederatedData) else type(out).__name__
         raise ConfigError("attack.kind", f"the attack's poison hook must return the run's FederatedData ({data.num_clients} clients) rewritten, got {got}")

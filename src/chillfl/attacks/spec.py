@@ -27,6 +27,7 @@ executor and a resumed run draw the same. This module imports no torch (its type
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeVar
 
@@ -123,7 +124,10 @@ class AttackSpec(Generic[Opt]):
     * ``probe(options, data)``: inputs and labels on which the global model's accuracy is recorded as
       ``attack_success_rate`` each round (e.g. triggered inputs labelled with the backdoor's target);
     * ``check(options, config)``: refuse a run these options make no sense in (a
-      :class:`~chillfl.errors.ConfigError` naming the field).
+      :class:`~chillfl.errors.ConfigError` naming the field);
+    * ``resolve(options, attackers)``: the options with what the run's attackers decide filled in (``dba``'s
+      ``parts`` left unset: one local trigger per attacker, at most 4); every other hook is given what it returns, so
+      an option whose default depends on the attackers is decided once, the same way in each.
 
     ``figures``: the run figures it adds, by name (:func:`chillfl.plots.registry.register_figure`), drawn after the
     run: ``attack`` (global accuracy and ``attack_success_rate`` over rounds; written only where the records hold
@@ -139,6 +143,7 @@ class AttackSpec(Generic[Opt]):
     forge_prototypes: Callable[[Opt, PrototypeUpload], ClassRows] | None = None
     probe: Callable[[Opt, FederatedData], tuple[torch.Tensor, torch.Tensor]] | None = None
     check: Callable[[Opt, RunConfig], None] | None = None
+    resolve: Callable[[Opt, frozenset[int]], Opt] | None = None
     figures: tuple[str, ...] = ("attack",)
 
     def calls(self) -> list[Hook]:
@@ -147,6 +152,7 @@ class AttackSpec(Generic[Opt]):
             ("poison", self.poison, ("options", "data", "attackers", "seed")), ("forge_models", self.forge_models, ("options", "round")),
             ("forge_rows", self.forge_rows, ("options", "upload")), ("forge_prototypes", self.forge_prototypes, ("options", "upload")),
             ("probe", self.probe, ("options", "data")), ("check", self.check, ("options", "config")),
+            ("resolve", self.resolve, ("options", "attackers")),
         ]
 
     def __post_init__(self) -> None:
@@ -175,6 +181,20 @@ def spec_of(attack: AttackConfig) -> AttackSpec[Any]:
     if not isinstance(spec, AttackSpec):
         raise ConfigError("attack.kind", f"{attack.kind!r} must name a chillfl.extend.AttackSpec, got {short_repr(spec)}")
     return spec
+
+
+def resolved(attack: AttackConfig, ids: frozenset[int]) -> AttackConfig:
+    """``attack`` with its options as its kind's ``resolve`` hook fills them in for the attackers ``ids`` (as written
+    when it has none, or ``[attack]`` is off): what every other hook of the run is given."""
+    if not attack.enabled:
+        return attack
+    resolve = spec_of(attack).resolve
+    if resolve is None:
+        return attack
+    options = resolve(attack.options, ids)
+    if type(options) is not type(attack.options):  # a plugin's hook: one line, not an AttributeError in the next hook
+        raise ConfigError("attack.kind", f"the attack's resolve hook must return its options ({type(attack.options).__name__}), got {type(options).__name__}")
+    return dataclasses.replace(attack, options=options)
 
 
 def check_forged(hook: str, client_id: int, sent: Mapping[str, Any], honest: Mapping[str, Any]) -> None:

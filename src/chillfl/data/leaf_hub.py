@@ -29,10 +29,12 @@ Where they come from: ``path`` is a folder or file (absolute, or relative to
 ``*.parquet`` (or ``*.csv``) files, read with pyarrow in sorted path order. A
 ``path`` found nowhere that reads as a hub name (``owner/name``) is loaded with
 ``datasets.load_dataset(path, split="train")`` (extra ``hf``), unless the hub
-is offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``) or unreachable:
-then one ConfigError line says how to fetch the files into ``data_dir``.
-A hub whose host name does not resolve (no network) is told at once, not
-after huggingface_hub's five retries (about 25 s and a log line each).
+is offline (``HF_HUB_OFFLINE`` / ``HF_DATASETS_OFFLINE``: a ConfigError on
+``dataset.path``, exit 2) or unreachable (:class:`~chillfl.errors.Unreachable`,
+exit 1: the network, not the input, as ``chillfl data download``): then one line
+says how to fetch the files into ``data_dir``. A hub whose host name does not
+resolve (no network) is told at once, not after huggingface_hub's five retries
+(about 25 s and a log line each).
 
 Choices
 -------
@@ -81,7 +83,7 @@ import torch
 
 from chillfl.data import arraycache
 from chillfl.data.loaders import FemnistOptions, select_writers
-from chillfl.errors import ConfigError, DataAbsent
+from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
 from chillfl.options import require
 
@@ -200,13 +202,15 @@ def read_table(path: str, data_dir: Path) -> tuple[Any, Path | None]:
     if _offline():
         raise DataAbsent(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub is offline; {fetch_hint(path, data_dir)}")
     unreachable = unreachable_hub()
-    if unreachable is not None:
-        raise DataAbsent(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub cannot be reached ({unreachable}); {fetch_hint(path, data_dir)}")
+    if unreachable is not None:  # no network: not bad input (exit 1, as `chillfl data download`'s)
+        raise Unreachable(f"{SECTION}.path", f"{path!r} is not under {data_dir} and the hub cannot be reached ({unreachable}); {fetch_hint(path, data_dir)}")
     datasets = need("datasets", "hf", f"loading {path} from the Hugging Face hub")
     try:
         ds = datasets.load_dataset(path, split="train")
     except Exception as exc:  # noqa: BLE001 - no network, no such dataset, ...: the user's setup, one line
         reason = " ".join(str(exc).split())[:160] or type(exc).__name__
+        if isinstance(exc, (ConnectionError, TimeoutError)):  # datasets' "Couldn't reach ... on the Hub": the network, not the name
+            raise Unreachable(f"{SECTION}.path", f"cannot reach the hub for {path!r} ({reason}); {fetch_hint(path, data_dir)}") from None
         raise ConfigError(f"{SECTION}.path", f"cannot load {path!r} from the hub ({reason}); {fetch_hint(path, data_dir)}") from None
     table = ds.data.table if hasattr(ds.data, "table") else ds.data
     return table, None

@@ -33,16 +33,16 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from chillfl.data.sources import MANUAL, download_command
-from chillfl.errors import ConfigError, DataAbsent
+from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
 
 DATA_DIR_FIELD = "data_dir"
 
 
-def data_absent(exc: ConfigError) -> bool:
-    """Whether ``exc`` says the dataset's files are not here (a ``data_dir`` error, or :class:`DataAbsent`): what a
-    dry run reports as "names and options checked" instead of failing."""
-    return exc.field == DATA_DIR_FIELD or isinstance(exc, DataAbsent)
+def data_absent(exc: ConfigError | Unreachable) -> bool:
+    """Whether ``exc`` says the dataset's files are not here (a ``data_dir`` error, :class:`DataAbsent`, or a source
+    that cannot be reached, :class:`Unreachable`): what a dry run reports as "names and options checked" instead of failing."""
+    return exc.field == DATA_DIR_FIELD or isinstance(exc, (DataAbsent, Unreachable))
 
 
 class RawSplit(NamedTuple):

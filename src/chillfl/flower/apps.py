@@ -61,7 +61,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from chillfl.aggregation.base import half_parts, measured_after_average
-from chillfl.aggregation.registry import algorithm_parts, option_field
+from chillfl.aggregation.registry import algorithm_parts, half_field, option_field
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -293,7 +293,8 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
         if asked is not None:  # a plugin's half may ask by itself
             raise ConfigError(asked, f"\"averaged\" {where}; use \"trained\", or {RUNTIME}")
         half = ", ".join(type(p).__name__ for p in half_parts(exp.aggregator.client_half()) if measured_after_average(p))
-        raise ConfigError("algorithm.name", f"{config.algorithm.get('name')!r}: its client half {half} (after_average = True) {where}; {RUNTIME}")
+        field, name = half_field(config.algorithm)  # algorithm.base where a wrapper (PA3Fed) runs its base's half
+        raise ConfigError(field, f"{name!r}: its client half {half} (after_average = True) {where}; {RUNTIME}")
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
     return exp, protocol

@@ -50,6 +50,7 @@ from chillfl.aggregation.base import (
     Wire,
     aggregated_keys,
     kept_entries,
+    lacking_entries,
     measured_after_average,
     client_params_state,
     first_state,
@@ -426,6 +427,10 @@ class ParameterSharing:
         self.seen = {int(c) for c in state.get("seen", ())}  # a checkpoint before 2026-11-29 has none: first downlinks priced whole again
         self.moved = {str(k) for k in state.get("moved", ())}
         self.finished = {int(c) for c in state.get("finished", ())}  # an older checkpoint: kept entries priced until each client replies again
+        for cid in sorted(self.finished):  # each holds its own value of every entry its half keeps: else it would restart from the global one
+            lacking = lacking_entries(self.client.half, self.store.load(cid) or {})
+            if lacking:
+                raise ValueError(f"client {cid} finished a round, so its state holds its own {sorted(lacking)[0]} (its method keeps that entry), but it has none")
         self.book.load_state_dict(state)
 
     def close(self) -> None:

@@ -31,7 +31,7 @@ from chillfl import runner
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
-from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, SweepFailed, one_line, stopped_as
+from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, SweepFailed, Unreachable, one_line, stopped_as
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
@@ -164,7 +164,7 @@ def check_runs(
             if key not in datasets:
                 try:
                     datasets[key] = runner.from_start_folder(c.config, started_in, lambda cfg: build_data(cfg, dataset))
-                except ConfigError as exc:
+                except (ConfigError, Unreachable) as exc:
                     if not (dry_run and data_absent(exc)):
                         raise
                     for other in plan.cells:  # no data here: each run's names and options

@@ -11,7 +11,7 @@ probe is the test inputs whose label is not ``target``, ``R(x, T)`` labelled ``t
 
 Layout: part k is a one-pixel-high bar of ``bar_length`` pixels in row ``(k // 2) (1 + gap)``, columns from
 ``(k mod 2) (bar_length + gap)``, counted from the image's top-left: two bars a row, ``gap`` pixels apart both ways.
-With the defaults (4 parts, bars of 2, gap 1) on 8x8 digits the global trigger is::
+With 4 parts (the default with 4 attackers or more), bars of 2 and gap 1 on 8x8 digits the global trigger is::
 
     # # . # # . . .      row 0: T_0 = (0,0),(0,1)   T_1 = (0,3),(0,4)
     . . . . . . . .
@@ -24,9 +24,11 @@ Choices
   6-9). Scaled to 8x8 (a factor of 3.5) that is bars of ~1 pixel 0.6 apart; the defaults round it up to bars of
   2 (a bar of 1 is a single pixel, no longer a bar) and a gap of 1, keeping the 2x2 grid of bars and the corner.
   ``bar_length``, ``gap`` and ``parts`` set it; more than 4 parts add rows of two bars below.
-* ``parts = 4``, the paper's default. The paper has one attacker per part; here attacker j takes part j mod K,
-  so more attackers than parts share parts, and fewer attackers than parts are refused (``attack.parts``): a
-  part nobody plants would be in the probe's trigger and in no training row.
+* ``parts`` unset: one part per attacker, at most 4 (:func:`resolve`). The paper has one attacker per part and 4
+  parts (its K); 4 attackers or more give its 4 parts, fewer give one part each (the default federation's 2
+  attackers, 2 parts), where 4 were refused. Here attacker j takes part j mod K, so more attackers than parts share
+  parts, and an explicit ``parts`` above the attackers is refused (``attack.parts``): a part nobody plants would
+  be in the probe's trigger and in no training row.
 * ``poison_fraction = 0.5`` (as ``backdoor``): the authors' code relabels 20 of each batch of 64 (0.31), redrawn
   every batch; here a fixed share of each attacker's rows, drawn once from (seed, "attack", "poison", client), the
   backdoor's stream, so ``dba`` and ``backdoor`` poison the same rows and differ only in the trigger.
@@ -63,25 +65,46 @@ if TYPE_CHECKING:
 
 Cells = tuple[tuple[int, int], ...]
 
+MOST_PARTS = 4
+"""The paper's K: ``parts`` left unset is one per attacker, at most this many."""
+
 
 @dataclass(frozen=True)
 class DbaOptions:
     """``target``: the class triggered inputs are labelled with. ``poison_fraction``: the share of an attacker's rows
-    that carry its local trigger. ``parts``: K, the number of local triggers. ``bar_length``: each local trigger's
-    length in pixels (a one-pixel-high bar). ``gap``: pixels between neighbouring bars, across and down."""
+    that carry its local trigger. ``parts``: K, the number of local triggers (unset: one per attacker, at most
+    :data:`MOST_PARTS`, :func:`resolve`). ``bar_length``: each local trigger's length in pixels (a one-pixel-high
+    bar). ``gap``: pixels between neighbouring bars, across and down."""
 
     target: int = 0
     poison_fraction: float = 0.5
-    parts: int = 4
+    parts: int | None = None
     bar_length: int = 2
     gap: int = 1
 
     def validate(self, section: str) -> None:
         require(self.target >= 0, f"{section}.target", f"must be a class >= 0, got {self.target}")
         require(0.0 < self.poison_fraction <= 1.0, f"{section}.poison_fraction", f"must be in (0, 1], got {self.poison_fraction}")
-        require(1 <= self.parts <= 64, f"{section}.parts", f"must be in [1, 64] local triggers, got {self.parts}")
+        require(self.parts is None or 1 <= self.parts <= 64, f"{section}.parts", f"must be in [1, 64] local triggers, got {self.parts}")
         require(1 <= self.bar_length <= 64, f"{section}.bar_length", f"must be in [1, 64] pixels, got {self.bar_length}")
         require(0 <= self.gap <= 64, f"{section}.gap", f"must be in [0, 64] pixels, got {self.gap}")
+
+
+def resolve(options: DbaOptions, attackers: frozenset[int]) -> DbaOptions:
+    """``options`` with ``parts`` unset made one per attacker, at most :data:`MOST_PARTS` (an explicit value is kept).
+
+    Why: the paper's K = 4 is one part per attacker, and a run with fewer attackers (the default 10 clients' 2) was
+    refused; with fewer the trigger is split in as many parts as there are attackers, each planted by one."""
+    if options.parts is not None:
+        return options
+    return dataclasses.replace(options, parts=max(1, min(MOST_PARTS, len(attackers))))
+
+
+def part_count(options: DbaOptions) -> int:
+    """K, of options :func:`resolve` has filled in (the runtime gives every hook those)."""
+    if options.parts is None:
+        raise ValueError("dba's parts is unset: the options must go through resolve() with the run's attackers first")
+    return options.parts
 
 
 def local_cells(options: DbaOptions, part: int) -> Cells:
@@ -93,7 +116,7 @@ def local_cells(options: DbaOptions, part: int) -> Cells:
 
 def global_cells(options: DbaOptions) -> Cells:
     """Every local trigger's pixels together: the trigger the probe stamps."""
-    return tuple(cell for part in range(options.parts) for cell in local_cells(options, part))
+    return tuple(cell for part in range(part_count(options)) for cell in local_cells(options, part))
 
 
 def extent(options: DbaOptions) -> tuple[int, int]:
@@ -120,7 +143,7 @@ def _value(options: DbaOptions, data: FederatedData) -> tuple[float, ...]:
     from chillfl.attacks.poison import trigger_value
 
     height, width = extent(options)
-    what = f"{options.parts} bars of {options.bar_length} pixels in a {height}x{width} corner"
+    what = f"{part_count(options)} bars of {options.bar_length} pixels in a {height}x{width} corner"
     return trigger_value("dba", what, height, width, options.target, data, layout_field(options, data.dataset.input_shape))
 
 
@@ -137,9 +160,11 @@ def parts_of(options: DbaOptions, attackers: frozenset[int]) -> list[frozenset[i
     from chillfl.errors import ConfigError
 
     order = sorted(attackers)
-    if len(order) < options.parts:
-        raise ConfigError("attack.parts", f"splits the trigger into {options.parts} local triggers, and the run has {len(order)} attackers: set it to at most {len(order)}, so every part is planted")
-    return [frozenset(order[k :: options.parts]) for k in range(options.parts)]
+    parts = part_count(options)
+    if len(order) < parts:
+        raise ConfigError("attack.parts", f"splits the trigger into {parts} local triggers, and the run has {len(order)} attackers: set it to at most {len(order)}, "
+                                          "or leave it unset (one per attacker), so every part is planted")
+    return [frozenset(order[k :: parts]) for k in range(parts)]
 
 
 def poison(options: DbaOptions, data: FederatedData, attackers: frozenset[int], seed: int) -> FederatedData:
@@ -163,7 +188,8 @@ def probe(options: DbaOptions, data: FederatedData) -> tuple[torch.Tensor, torch
 SPEC = AttackSpec(
     "dba",
     DbaOptions,
-    summary="distributed backdoor: each attacker plants one part of a pixel trigger; success measured with the whole",
+    summary="distributed backdoor: each attacker plants one part of a pixel trigger (parts unset: one per attacker, at most 4); success measured with the whole",
     poison=poison,
     probe=probe,
+    resolve=resolve,
 )

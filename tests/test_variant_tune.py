@@ -183,3 +183,24 @@ def test_a_tune_override_replaces_the_axis_however_the_file_spelt_it(tmp_path: P
     with pytest.raises(ConfigError) as err:
         load_config(path, {"tune.client.lr": 0.5})
     assert err.value.field == "tune.client.lr" and "non-empty list" in err.value.message
+
+
+def test_an_override_replaces_a_variants_grid_axis_and_finds_a_name_with_dots(tmp_path: Path) -> None:
+    """``variants.FedProx.tune.algorithm.mu=[...]`` replaces the axis the file wrote quoted (it was refused as giving
+    the axis twice), and ``variants.<name>.<option>`` finds a variant whose name holds dots ("lr 0.1": it was split at
+    them, "unknown key or section"), the longest name that fits; a new name still makes a new variant."""
+    from chillfl.config import load_config
+
+    path = tmp_path / "c.toml"
+    path.write_text(f'name = "own"\nout_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n[federation]\nnum_clients = 4\n'
+                    'rounds = 2\n[eval]\nvalidation = 0.2\n[tune]\n"client.lr" = [0.05, 0.2]\n[variants."lr 0.1"]\n'
+                    '[variants."lr 0.1 b"]\n[variants.FedProx]\nalgorithm = { name = "fedprox" }\n[variants.FedProx.tune]\n'
+                    '"algorithm.mu" = [0.001, 0.1]\n')
+    config = load_config(path, {"variants.FedProx.tune.algorithm.mu": [0.5], "variants.lr 0.1 b.client.lr": 0.3,
+                                "variants.lr 0.1.client.epochs": 3, "variants.New.algorithm.name": "fedprox"})
+    plan = plan_runs(config, [])
+    points = {v.label: plan.points_of(v) for v in plan.variants}
+    assert points["FedProx"] == [{"client.lr": 0.05, "algorithm.mu": 0.5}, {"client.lr": 0.2, "algorithm.mu": 0.5}]
+    variants = config.variants
+    assert variants["lr 0.1 b"]["client"] == {"lr": 0.3} and variants["lr 0.1"]["client"] == {"epochs": 3}
+    assert variants["New"]["algorithm"] == {"name": "fedprox"}

@@ -1185,6 +1185,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     for key, value in overrides.items():
         if key.startswith(TUNE_KEY) and isinstance(data.get("tune", {}), Mapping):
             set_tune_axis(data, key.removeprefix(TUNE_KEY), value)
+        elif (named := variant_key(data, key)) is not None:
+            set_variant_option(data, *named, value)
         elif not key.startswith(TERM_KEY):
             set_dotted(data, key, value)
     for key, value in overrides.items():  # after the others: a term's option sets the term of the run's terms, as overridden
@@ -1205,6 +1207,46 @@ def set_tune_axis(data: dict[str, Any], axis: str, values: Any) -> None:
     grid = dotted_grid(dict(data.get("tune") or {}).items())
     grid[axis] = values
     data["tune"] = grid
+
+
+VARIANTS_KEY = "variants."
+"""``variants.<name>.<option>=value``: an override of one option of a comparison's variant."""
+
+
+def variant_key(data: Mapping[str, Any], key: str) -> tuple[str, str] | None:
+    """``(name, option)`` of an override ``variants.<name>.<option>`` that names one of ``data``'s variants (the longest
+    name that fits), else None.
+
+    Why: a variant's name may hold dots (``"5 epochs at lr 0.1"``), so the key cannot be split at them; the names the
+    file gives decide where the name ends."""
+    variants = data.get("variants")
+    if not key.startswith(VARIANTS_KEY) or not isinstance(variants, Mapping):
+        return None
+    rest = key.removeprefix(VARIANTS_KEY)
+    fits = [name for name in variants if isinstance(name, str) and rest.startswith(name + ".") and isinstance(variants[name], Mapping)]
+    if not fits:
+        return None
+    name = max(fits, key=len)
+    return name, rest.removeprefix(name + ".")
+
+
+def set_variant_option(data: dict[str, Any], name: str, option: str, value: Any) -> None:
+    """Set ``option`` of variant ``name`` to ``value``; ``tune.<axis>`` replaces that axis of the variant's own grid
+    however the file spelt it (as :func:`set_tune_axis` does for ``[tune]``: ``variants.X.tune.client.lr=[...]``
+    was refused as giving the axis twice, beside the file's quoted ``"client.lr"``)."""
+    variants = dict(data["variants"])
+    variant = copy.deepcopy(dict(variants[name]))
+    if option.startswith(TUNE_KEY) and isinstance(variant.get("tune", {}), Mapping):
+        grid = dotted_grid(dict(variant.get("tune") or {}).items(), f"{VARIANTS_KEY}{name}.tune")
+        grid[option.removeprefix(TUNE_KEY)] = value
+        variant["tune"] = grid
+    else:
+        try:
+            set_dotted(variant, option, value)
+        except ConfigError as exc:  # the field as the user wrote it
+            raise ConfigError(f"{VARIANTS_KEY}{name}.{exc.field}", exc.message) from None
+    variants[name] = variant
+    data["variants"] = variants
 
 
 TERM_KEY = "objective.terms."

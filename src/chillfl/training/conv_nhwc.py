@@ -196,7 +196,8 @@ class _FirstOrder(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
-        raise RuntimeError("batched_conv = 'nhwc' / 'loop' takes no second-order gradients")
+        raise RuntimeError("batched_conv = 'nhwc' / 'loop' takes no second-order gradients (batched_conv = 'auto' picks 'nhwc' "
+                           "on CUDA with cuda_graphs in bf16 and TF32): set batched_conv = 'grouped' or 'gemm' for a step that needs them")
 
 
 class _Grad(_FirstOrder):

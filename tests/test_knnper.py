@@ -48,6 +48,33 @@ def test_p_knn_by_hand() -> None:
     torch.testing.assert_close(knn_probs(q, STORE_X, STORE_Y, 3, k=2, sigma=1.0), f64([[1 / (1 + E), E / (1 + E), 0.0]]))
 
 
+def test_p_knn_with_the_authors_squared_kernel_by_hand() -> None:
+    # kernel = "squared": exp(-d^2 / (D sigma)), D = 2 (the representation's size). From q = (0, 0): d0^2 = 0, d2^2 = 1,
+    # d1^2 = 25. k = 2, sigma = 1: weights 1 and e^-1/2 = 0.6065: [0.6225, 0.3775] (the distance kernel: [0.7311, 0.2689])
+    q = torch.tensor([[0.0, 0.0]])
+    h = math.exp(-0.5)
+    torch.testing.assert_close(knn_probs(q, STORE_X, STORE_Y, 2, k=2, sigma=1.0, kernel="squared"), f64([[1 / (1 + h), h / (1 + h)]]))
+    # k = 3 adds x1 at e^-12.5; sigma = 2 halves the exponents: 1, e^-1/4, e^-25/4
+    z = 1 + h + math.exp(-12.5)
+    torch.testing.assert_close(knn_probs(q, STORE_X, STORE_Y, 2, k=3, sigma=1.0, kernel="squared"), f64([[1 / z, (h + math.exp(-12.5)) / z]]))
+    a, b = math.exp(-0.25), math.exp(-6.25)
+    torch.testing.assert_close(knn_probs(q, STORE_X, STORE_Y, 2, k=3, sigma=2.0, kernel="squared"), f64([[1 / (1 + a + b), (a + b) / (1 + a + b)]]))
+    # far from everything: q = (0, -1000), d0^2 = 1e6 (e^-5e5 would underflow to 0, and 0 / 0), d2^2 = 1001^2; shifted,
+    # the nearest weighs 1 and x2 e^-1000.5, which is 0 in float64: [1, 0], not NaN
+    far = torch.tensor([[0.0, -1000.0]])
+    torch.testing.assert_close(knn_probs(far, STORE_X, STORE_Y, 2, k=2, sigma=1.0, kernel="squared"), f64([[1.0, 0.0]]))
+
+
+def test_the_kernel_option_reaches_the_clients_and_changes_their_local_accuracy_only() -> None:
+    """``kernel = "squared"`` is carried to every client's own model; the global model, FedAvg's, is the same bit for bit."""
+    base = config(**{"algorithm.name": "knnper", "model.name": "mlp"})
+    squared = config(**{"algorithm.name": "knnper", "model.name": "mlp", "algorithm.kernel": "squared"})
+    exp = build_experiment(squared)
+    assert exp.aggregator.client_half().personal_template().kernel == "squared"  # type: ignore[union-attr]
+    a, b = records(base), records(squared)
+    assert [r["global_acc"] for r in a] == [r["global_acc"] for r in b] and [r["train_loss"] for r in a] == [r["train_loss"] for r in b]
+
+
 def test_far_neighbours_do_not_underflow() -> None:
     # q = (0, -1000): d0 = 1000, d2 = 1001 (d1 = sqrt(9 + 1004^2) = 1004.0045); exp(-1000) underflows in float64 (to 0,
     # and 0 / 0), the shifted weights 1 (x0) and e^-1 (x2) do not: [0.7311, 0.2689] as at the origin
@@ -214,7 +241,7 @@ def test_the_builder_carries_the_options() -> None:
 
 @pytest.mark.parametrize(("field", "value"), [
     ("k", 0), ("k", 1.5), ("sigma", 0.0), ("sigma", -1.0), ("sigma", float("inf")), ("lam", -0.1), ("lam", 1.5), ("lam", float("nan")),
-    ("weighting", "squares"),
+    ("weighting", "squares"), ("kernel", "gaussian"),
 ])
 def test_options_are_checked(field: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=f"algorithm.{field}"):

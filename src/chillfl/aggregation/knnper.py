@@ -36,6 +36,11 @@ Choices
   values were not at hand when this was written (its code takes the number of neighbours on the command line and
   scans lam and the datastore's capacity on grids of 0.01). k larger than the datastore uses all of it.
   The whole training set is the datastore (the paper's full capacity).
+* **The kernel** (``kernel``): ``"distance"`` (default), exp(-d / sigma) with d the Euclidean distance, as the
+  paper writes p_kNN with a distance d and a scale. ``"squared"`` is the authors' code (omarfoq/knn-per,
+  ``client.py``, FAISS ``IndexFlatL2``): exp(-d^2 / (D sigma)), the squared distance over the representation's
+  dimension D times its scale (1.0 there). Where the representations spread wide, as a CNN's 256 features, it
+  weighs the k neighbours almost alike (a vote); the default keeps the nearest ones heavier.
 * Representations are computed in eval mode, stored as the model's float32, and compared in float64 with the direct
   (not matrix-product) Euclidean distance; the k nearest are taken by a stable sort, so ties go to the lower
   datastore index. The kernel weights are computed as exp(-(d_j - d_min) / sigma), which normalises to the same
@@ -78,13 +83,17 @@ MODEL = "model."
 
 @dataclass(frozen=True)
 class KNNPerOptions:
-    """``k`` (neighbours), ``sigma`` (kernel scale), ``lam`` (unset: chosen per client on :data:`LAM_GRID`), ``weighting`` (FedAvg's)."""
+    """``k`` (neighbours), ``sigma`` (kernel scale), ``lam`` (unset: chosen per client on :data:`LAM_GRID`), ``weighting``
+    (FedAvg's), ``kernel`` (``distance``: exp(-d / sigma), the paper's; ``squared``: exp(-d^2 / (D sigma)), its authors' code)."""
 
     k: int = 10
     sigma: float = 1.0
     lam: float | None = None
     weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
+    kernel: Literal["distance", "squared"] = "distance"
+    """The neighbours' weights: ``distance``, exp(-d / sigma) (the paper's p_kNN); ``squared``, exp(-d^2 / (D sigma)) over
+    the representation's dimension D (the authors' code)."""
 
     def validate(self, section: str) -> None:
         require(self.k >= 1, f"{section}.k", f"must be >= 1, got {self.k}")
@@ -93,10 +102,14 @@ class KNNPerOptions:
             require(math.isfinite(self.lam) and 0 <= self.lam <= 1, f"{section}.lam", f"must be a number in [0, 1] (or unset), got {self.lam}")
 
 
+Kernel = Literal["distance", "squared"]
+
+
 def knn_probs(query: torch.Tensor, store_x: torch.Tensor, store_y: torch.Tensor, classes: int, k: int, sigma: float,
-              exclude: torch.Tensor | None = None) -> torch.Tensor:
+              exclude: torch.Tensor | None = None, kernel: Kernel = "distance") -> torch.Tensor:
     """p_kNN(. | x) ``[b, classes]`` in float64 for each query representation ``[b, d]`` over the datastore (``store_x``
-    ``[n, d]``, ``store_y`` ``[n]``): the k nearest entries (ties to the lower index), weighted exp(-d / sigma).
+    ``[n, d]``, ``store_y`` ``[n]``): the k nearest entries (ties to the lower index), weighted exp(-d / sigma)
+    (``kernel = "distance"``) or exp(-d^2 / (D sigma)), D the representation's size (``"squared"``).
 
     ``exclude`` ``[b]``: per query, the datastore index left out (leave-one-out on the datastore's own rows); the
     neighbours are then min(k, n - 1). ``n`` must leave at least one neighbour."""
@@ -106,7 +119,8 @@ def knn_probs(query: torch.Tensor, store_x: torch.Tensor, store_y: torch.Tensor,
     near = min(k, store_x.shape[0] - (exclude is not None))
     dist, idx = torch.sort(d, dim=1, stable=True)
     dist, idx = dist[:, :near], idx[:, :near]
-    w = torch.exp(-(dist - dist[:, :1]) / sigma)  # the nearest weighs 1: same p_kNN, no underflow
+    energy = dist / sigma if kernel == "distance" else dist.square() / (store_x.shape[1] * sigma)
+    w = torch.exp(-(energy - energy[:, :1]))  # the nearest weighs 1: same p_kNN, no underflow
     onehot = nn.functional.one_hot(store_y[idx], classes).to(w.dtype)  # [b, near, C]: a sum, not an atomic scatter
     p = (w.unsqueeze(2) * onehot).sum(1)
     return p / p.sum(1, keepdim=True)
@@ -132,13 +146,14 @@ class KNNPerModel(nn.Module):
     lam: torch.Tensor
     """The client's interpolation weight (0-d)."""
 
-    def __init__(self, model: nn.Module, head: str, k: int, sigma: float) -> None:
+    def __init__(self, model: nn.Module, head: str, k: int, sigma: float, kernel: Kernel = "distance") -> None:
         super().__init__()
         self.model = copy.deepcopy(model)
         self.head = head
         self.classes = head_size(model, head).classes
         self.k = k
         self.sigma = sigma
+        self.kernel: Kernel = kernel
         self.register_buffer("store_x", torch.zeros(0, 0))
         self.register_buffer("store_y", torch.zeros(0, dtype=torch.int64))
         self.register_buffer("lam", torch.zeros(()))
@@ -147,12 +162,12 @@ class KNNPerModel(nn.Module):
         rep, logits = forward_with_features(self.model, x, head=self.head)
         if self.store_y.numel() == 0:  # no datastore: the global model's prediction
             return torch.log_softmax(logits, 1)
-        p_knn = knn_probs(rep.reshape(len(rep), -1), self.store_x, self.store_y, self.classes, self.k, self.sigma)
+        p_knn = knn_probs(rep.reshape(len(rep), -1), self.store_x, self.store_y, self.classes, self.k, self.sigma, kernel=self.kernel)
         return interpolate(p_knn, logits, self.lam)
 
 
 def choose_lam(store_x: torch.Tensor, store_y: torch.Tensor, logits: torch.Tensor, classes: int, k: int, sigma: float,
-               batch_size: int, grid: tuple[float, ...] = LAM_GRID) -> float:
+               batch_size: int, grid: tuple[float, ...] = LAM_GRID, kernel: Kernel = "distance") -> float:
     """The lam of ``grid`` whose interpolation is most accurate on the datastore's own rows, each with its kNN over the
     others (leave-one-out); ties to the smallest. A datastore of fewer than 2 rows: 0."""
     n = len(store_y)
@@ -161,7 +176,7 @@ def choose_lam(store_x: torch.Tensor, store_y: torch.Tensor, logits: torch.Tenso
     correct = torch.zeros(len(grid), dtype=torch.int64)
     for i in range(0, n, batch_size):
         rows = torch.arange(i, min(i + batch_size, n), device=store_x.device)
-        p = knn_probs(store_x[rows], store_x, store_y, classes, k, sigma, exclude=rows)
+        p = knn_probs(store_x[rows], store_x, store_y, classes, k, sigma, exclude=rows, kernel=kernel)
         for g, lam in enumerate(grid):
             correct[g] += int((interpolate(p, logits[rows], lam).argmax(1) == store_y[rows]).sum())
     return grid[int(torch.argmax(correct))]  # argmax: the first of the best, the smallest lam
@@ -188,7 +203,7 @@ class KNNPerClient(Stateless):
         t = self.template
         store_x, logits = head_inputs(t.model, t.head, local.start, local.x, self.eval_batch_size)
         store_y = local.y.to(store_x.device)
-        lam = self.lam if self.lam is not None else choose_lam(store_x, store_y, logits, t.classes, t.k, t.sigma, self.eval_batch_size)
+        lam = self.lam if self.lam is not None else choose_lam(store_x, store_y, logits, t.classes, t.k, t.sigma, self.eval_batch_size, kernel=t.kernel)
         own = {f"{MODEL}{k}": v for k, v in local.start.items()}
         own.update(store_x=store_x, store_y=store_y, lam=torch.tensor(lam, dtype=logits.dtype, device=store_x.device))
         return Personal(trained.params, trained.num_steps, trained.mean_loss, own)
@@ -200,7 +215,7 @@ class KNNPer(FedAvg):
     def __init__(self, model: nn.Module, head: str, options: KNNPerOptions = KNNPerOptions(), eval_batch_size: int = 1024) -> None:
         super().__init__(options.weighting)
         self.options = options
-        self.half = KNNPerClient(KNNPerModel(model, head, options.k, options.sigma), options.lam, eval_batch_size)
+        self.half = KNNPerClient(KNNPerModel(model, head, options.k, options.sigma, options.kernel), options.lam, eval_batch_size)
 
     def client_half(self) -> ClientHalf:
         return self.half

@@ -1198,13 +1198,13 @@ TUNE_KEY = "tune."
 """``tune.<section>.<option>=[...]``: an override that sets one axis of the ``[tune]`` grid."""
 
 
-def set_tune_axis(data: dict[str, Any], axis: str, values: Any) -> None:
+def set_tune_axis(data: dict[str, Any], axis: str, values: Any, field: str = "tune") -> None:
     """Set the ``[tune]`` grid's ``axis`` (``client.lr``) to ``values``, however the table spelt it.
 
     Why: a grid's key is a dotted option name, which a file writes quoted (``"client.lr" = [...]``, the demo) or as
     nested tables (``client.lr = [...]`` unquoted); ``tune.client.lr=[0.05]`` set the nested spelling beside the
     quoted one, and the run was refused as giving ``tune.client.lr`` twice. The override replaces the axis instead."""
-    grid = dotted_grid(dict(data.get("tune") or {}).items())
+    grid = dotted_grid(dict(data.get("tune") or {}).items(), field)
     grid[axis] = values
     data["tune"] = grid
 
@@ -1237,9 +1237,7 @@ def set_variant_option(data: dict[str, Any], name: str, option: str, value: Any)
     variants = dict(data["variants"])
     variant = copy.deepcopy(dict(variants[name]))
     if option.startswith(TUNE_KEY) and isinstance(variant.get("tune", {}), Mapping):
-        grid = dotted_grid(dict(variant.get("tune") or {}).items(), f"{VARIANTS_KEY}{name}.tune")
-        grid[option.removeprefix(TUNE_KEY)] = value
-        variant["tune"] = grid
+        set_tune_axis(variant, option.removeprefix(TUNE_KEY), value, f"{VARIANTS_KEY}{name}.tune")
     else:
         try:
             set_dotted(variant, option, value)

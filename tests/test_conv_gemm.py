@@ -23,6 +23,7 @@ from chillfl.engine.footprint import activation_bytes
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
 from chillfl.training.batched_conv import batched_conv_mode, resolve_batched_conv
+from chillfl.training import conv_gemm
 from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm, window_index, window_sources, GatherWindows
 from chillfl.training.conv_nhwc import PER_CLIENT, conv2d_nhwc
 from chillfl.training.local import LocalSpec, bf16_supported, model_state
@@ -241,9 +242,11 @@ def _vmapped_grads(clients: int, mode: str) -> tuple[dict[str, torch.Tensor], _A
 
 
 def test_vmapped_gemm_step_has_no_convolution_and_a_launch_count_independent_of_the_clients():
+    _vmapped_grads(2, "gemm")  # a first step makes the layers' windows; the steps after it reuse them
     grads2, seen2 = _vmapped_grads(2, "gemm")
     calls2, calls7 = seen2.calls, _vmapped_grads(7, "gemm")[1].calls
     assert "convolution" not in calls2 and "convolution_backward" not in calls2  # no cuDNN / oneDNN convolution at all
+    assert "arange" not in calls2  # no window index rebuilt: made once per shape (`windows`)
     assert "im2col" not in calls2 and "col2im" not in calls2  # ATen's CUDA im2col: one kernel a sample
     assert calls2 == calls7  # the same ops for 2 clients as for 7: one batched GEMM, not one a client
     _, grouped = _vmapped_grads(2, "grouped")
@@ -416,3 +419,55 @@ def test_a_vmapped_conv1d_model_runs_no_convolution_and_trains_as_sequential():
     conv = nn.Conv1d(2, 4, 5, padding=2)  # the chunk estimate: K = 2 x 5, N (L + 1) = 3 x 13, twice; 5 values a pixel (3 x 2 x (12 + 1)); 4 bytes
     x = torch.randn(3, 2, 12)
     assert activation_bytes(conv, model_state(conv), x, gemm_columns=True) - activation_bytes(conv, model_state(conv), x) == (2 * 10 * 39 + 3 * 2 * 13 * 5) * 4
+
+
+def _fresh_windows(monkeypatch: pytest.MonkeyPatch) -> dict:
+    made: dict = {}
+    monkeypatch.setattr(conv_gemm, "_MADE", made)
+    return made
+
+
+def test_windows_are_made_once_per_shape_and_equal_a_fresh_build(monkeypatch):
+    made = _fresh_windows(monkeypatch)
+    args = (7, 6, (3, 2), (2, 1), (1, 2), (1, 0), torch.device("cpu"))
+    first = conv_gemm.windows(*args)
+    assert conv_gemm.windows(*args) is first and len(made) == 1  # the second call builds nothing
+    index, h_out, w_out = window_index(*args)
+    assert torch.equal(first[0], index) and (first[2], first[3]) == (h_out, w_out)
+    assert torch.equal(first[1], window_sources(*args[:6], (h_out, w_out), args[6]))
+    conv_gemm.windows(7, 6, (3, 2), (2, 1), (1, 2), (0, 0), torch.device("cpu"))  # another padding: another entry
+    assert len(made) == 2
+
+
+def test_windows_made_inside_a_transform_are_plain_tensors(monkeypatch):
+    made = _fresh_windows(monkeypatch)
+    x = torch.randn(2, 1, 3, 5, 5)
+    w = torch.randn(2, 2, 3, 3, 3)
+    vmap(grad(lambda xi, wi: conv2d_as_gemm(xi, wi).square().sum(), argnums=1))(x, w)  # the windows: made under vmap(grad)
+    (index, sources, _, _), = made.values()
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(index)  # a wrapper of a finished grad level: unusable later
+    assert not torch._C._functorch.is_functorch_wrapped_tensor(sources)
+
+
+@pytest.mark.parametrize("when", ["inference mode", "graph capture", "fake tensors"])
+def test_windows_are_not_kept_when_they_could_not_be_read_later(monkeypatch, when):
+    """Inference tensors cannot be saved for a later backward; a graph's tensors hold nothing until replayed (and live
+    in its pool); fake tensors (torch.compile's tracing) hold no values at all."""
+    made = _fresh_windows(monkeypatch)
+    args = (5, 5, (3, 3), (1, 1), (1, 1), (0, 0), torch.device("cpu"))
+    if when == "inference mode":
+        with torch.inference_mode():
+            conv_gemm.windows(*args)
+    elif when == "graph capture":
+        with monkeypatch.context() as capture:
+            capture.setattr(torch.cuda, "is_available", lambda: True)
+            capture.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+            conv_gemm.windows(*args)
+    else:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        with FakeTensorMode():
+            conv_gemm.windows(*args)
+    assert made == {}
+    conv_gemm.windows(*args)
+    assert len(made) == 1  # an ordinary call afterwards keeps its own

@@ -239,6 +239,32 @@ def test_cuda_graph_replays_equal_eager_steps_bitwise(deterministic_cuda: None, 
 
 
 @needs_cuda
+def test_cuda_gemm_windows_made_during_a_capture_are_not_kept_and_the_replay_is_right(monkeypatch: pytest.MonkeyPatch, deterministic_cuda: None) -> None:
+    """A layer's windows first made inside a CUDA graph capture hold nothing until a replay: ``windows`` must not keep them."""
+    from chillfl.training import conv_gemm
+
+    made: dict = {}
+    monkeypatch.setattr(conv_gemm, "_MADE", made)
+    g = torch.Generator().manual_seed(5)
+    x, w = torch.randn(4, 3, 9, 9, generator=g).cuda(), torch.randn(6, 3, 3, 3, generator=g).cuda()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up (cuBLAS's workspace) on another shape: this one's windows stay unmade
+        conv_gemm.conv2d_as_gemm(torch.randn(1, 3, 5, 5, device="cuda"), w)
+    torch.cuda.current_stream().wait_stream(side)
+    kept = set(made)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = conv_gemm.conv2d_as_gemm(x, w, padding=1)
+    assert set(made) == kept  # nothing kept from the capture
+    graph.replay()
+    torch.cuda.synchronize()
+    eager = conv_gemm.conv2d_as_gemm(x, w, padding=1)
+    assert len(made) == len(kept) + 1  # the eager call keeps its own
+    assert torch.equal(out, eager)
+
+
+@needs_cuda
 def test_cuda_graphs_cut_the_kernel_launches_of_a_chunk(deterministic_cuda: None) -> None:
     """One ``cudaGraphLaunch`` a replayed step instead of the step's kernels one by one (a count, not a time)."""
     from torch.profiler import ProfilerActivity, profile

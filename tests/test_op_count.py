@@ -46,6 +46,19 @@ def test_vectorized_w1_step_ops_below_bound() -> None:
     assert "aten._to_copy" not in top  # the losses reach the float64 sums without a conversion op
 
 
+W1_GEMM_COMPUTE_OPS_BOUND = 74
+"""Non-view ops of the same step with ``batched_conv = "gemm"``: 71 measured (2026-12-04), after the layers' window
+indices became constants made once per shape; 195 before (about 65 small index kernels a layer and step)."""
+
+
+def test_vectorized_w1_gemm_step_builds_no_window_index() -> None:
+    s = vectorized_step_ops("mcmahan_cnn", (3, 32, 32), clients=2, steps=(2, 4), batch_size=50, spec_options={"batched_conv": "gemm"})
+    top = dict(s.top)
+    assert s.compute_per_vmapped_step <= W1_GEMM_COMPUTE_OPS_BOUND, s.top
+    assert "aten.arange" not in top and "aten.convolution" not in top, s.top
+    assert s.host_reads == (0, 0)
+
+
 def test_foreach_update_is_bitwise_the_per_tensor_one() -> None:
     """``sgd_update_``'s ``_foreach_add_(ws, gs, alpha=-lr)`` against ``w.sub_(g, alpha=lr)`` (the update before issue 39).
 

@@ -64,8 +64,8 @@ def window_index(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int
     ``y w + x``; where that lies in the padding, the zero pixel. So the padding is never copied: it is that one pixel.
     One more window, the *blank window*, reads only the zero pixel: its product row is a row nobody keeps, whose
     gradient is zero, which every slot outside the output points to in :func:`window_sources` (no zero row to append
-    to the columns' gradient: a copy of the largest tensor of the backward). Made on the device, each call: a few small
-    kernels, recorded with the step when CUDA graphs replay it.
+    to the columns' gradient: a copy of the largest tensor of the backward). Made on the device by a few small kernels,
+    once per shape (:func:`windows`).
     """
     (kh, kw), (s0, s1), (d0, d1), (p0, p1) = kernel, stride, dilation, padding
     h_out, w_out = _spans(h, p0, kh, s0, d0), _spans(w, p1, kw, s1, d1)
@@ -101,6 +101,43 @@ def window_sources(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, i
     blank = h_out * w_out * kh * kw
     sources = torch.where(inside, slot, blank).reshape(h * w, kh * kw)
     return torch.cat([sources, sources.new_full((1, kh * kw), blank)])
+
+
+Windows = tuple[torch.Tensor, torch.Tensor, int, int]
+"""A layer's :func:`window_index`, :func:`window_sources` and output height and width."""
+
+_MADE: dict[tuple[Any, ...], Windows] = {}
+"""The windows made so far, by image size, convolution arguments and device: constants of the shapes, kept for the
+process (a few KB a layer) so that a step does not rebuild them (about 65 small kernels a layer and step: 130 of the
+195 ops of a vmapped workload 1 step, eagerly). Never evicted: a recorded CUDA graph reads them by address."""
+
+
+def windows(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int],
+            padding: tuple[int, int], device: torch.device) -> Windows:
+    """:func:`window_index` and :func:`window_sources` of a layer, made once per shape and device (see ``_MADE``).
+
+    Kept only when made as plain tensors that hold their values: not while a CUDA graph is being captured (its
+    kernels only run at replay, and its memory is the graph's), nor while tracing (``torch.compile``'s fake
+    tensors), nor under inference mode (autograd could not save them for a later training step). Those calls make
+    their own, as before. A graph's warm-up steps run eagerly first (:mod:`chillfl.executors.step_graphs`), so the
+    graph reads the kept ones.
+    """
+    key = (h, w, kernel, stride, dilation, padding, device)
+    made = _MADE.get(key)
+    if made is not None:
+        return made
+    with torch._C._DisableFuncTorch():  # constants: plain tensors, not wrapped at the grad or vmap level of this call
+        index, h_out, w_out = window_index(h, w, kernel, stride, dilation, padding, device)
+        made = (index, window_sources(h, w, kernel, stride, dilation, padding, (h_out, w_out), device), h_out, w_out)
+    if _may_keep(made[0]):
+        _MADE[key] = made
+    return made
+
+
+def _may_keep(t: torch.Tensor) -> bool:
+    """Whether ``t``, just made, is a plain tensor holding its values, which a later step may read."""
+    capturing = torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()  # this thread records a graph
+    return type(t) is torch.Tensor and not capturing and not torch.compiler.is_compiling() and not torch.is_inference_mode_enabled()
 
 
 class GatherWindows(torch.autograd.Function):
@@ -162,8 +199,7 @@ def conv2d_as_gemm(
     if torch.is_autocast_enabled(x.device.type):  # gather in the product's dtype: half the columns' bytes under bf16
         x = x.to(torch.get_autocast_dtype(x.device.type))
     pixels = F.pad(x.permute(0, 2, 3, 1).reshape(n, h * w, c), (0, 0, 0, 1))  # [N, H W + 1, C]: + the zero pixel
-    index, h_out, w_out = window_index(h, w, (kh, kw), s, d, p, x.device)
-    sources = window_sources(h, w, (kh, kw), s, d, p, (h_out, w_out), x.device)
+    index, sources, h_out, w_out = windows(h, w, (kh, kw), s, d, p, x.device)
     cols = GatherWindows.apply(pixels, index, sources)  # [N, (L + 1) kh kw, C]: row (sample, position), column (i, j, c)
     positions = h_out * w_out
     rows = cols.reshape(n * (positions + 1), kh * kw * c)

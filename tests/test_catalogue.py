@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+
+import pytest
 from pathlib import Path
 
 from chillfl.catalogue import (
@@ -78,6 +80,20 @@ def test_list_is_readable(capsys) -> None:
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 100
     assert any("flexchill: " in line and "table4-digits" in line for line in lines)
+
+
+@pytest.mark.parametrize(("what", "titles"), [
+    ("methods", ["algorithms", "distillation methods", "prototype methods"]),
+    ("attacks", ["attacks"]),
+    ("temperatures", ["temperature policies"]),
+])
+def test_list_of_one_kind_prints_only_its_names(capsys, what: str, titles: list[str]) -> None:
+    assert main(["list", what]) == 0
+    out = capsys.readouterr().out
+    starts = [line.split(": ")[0] for line in out.splitlines() if not line.startswith(" ")]
+    assert starts == titles  # no datasets, models or experiments
+    if what == "methods":
+        assert "fedavg" in out and "scarlet" in out and "fedproto" in out
 
 
 def test_the_gpu_basis_is_the_h200_measurement() -> None:

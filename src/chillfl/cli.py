@@ -432,6 +432,14 @@ def _download_status(data_dir: str) -> int:
     return 0
 
 
+LIST_SECTIONS = {
+    "datasets": ("datasets",), "partitioners": ("partitioners",), "models": ("models",), "temperatures": ("temperatures",),
+    "methods": ("algorithms", "distillation", "prototypes"), "algorithms": ("algorithms",), "distillation": ("distillation",),
+    "prototypes": ("prototypes",), "terms": ("terms",), "attacks": ("attacks",), "privacy": ("privacy",),
+}
+"""``chillfl list WHAT`` -> the sections of the registered names it prints (``methods``: every family's methods)."""
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "experiments":
         with _signals_held():  # what the catalogue imports
@@ -456,19 +464,24 @@ def cmd_list(args: argparse.Namespace) -> int:
         from chillfl.temperature import policy_names
         from chillfl.training.terms import term_names
 
-    for title, names in (
-        ("datasets", dataset_names()),
-        ("partitioners", partitioner_names()),
-        ("models", model_names()),
-        ("temperature policies", policy_names()),
-        ("algorithms", algorithm_names()),
-        ("distillation methods", method_names()),
-        ("prototype methods", prototype_method_names()),
-        ("loss terms", term_names()),
-        ("attacks", kind_names()),
-        ("privacy mechanisms", mechanism_names()),
-    ):
-        print(textwrap.fill(f"{title}: {', '.join(names)}", width=100, subsequent_indent="    "))
+    sections = {
+        "datasets": ("datasets", dataset_names),
+        "partitioners": ("partitioners", partitioner_names),
+        "models": ("models", model_names),
+        "temperatures": ("temperature policies", policy_names),
+        "algorithms": ("algorithms", algorithm_names),
+        "distillation": ("distillation methods", method_names),
+        "prototypes": ("prototype methods", prototype_method_names),
+        "terms": ("loss terms", term_names),
+        "attacks": ("attacks", kind_names),
+        "privacy": ("privacy mechanisms", mechanism_names),
+    }
+    chosen = LIST_SECTIONS.get(args.what, tuple(sections)) if args.what else tuple(sections)
+    for key in chosen:
+        title, names = sections[key]
+        print(textwrap.fill(f"{title}: {', '.join(names())}", width=100, subsequent_indent="    "))
+    if args.what:  # one section asked for: only it
+        return 0
     print("experiments (`chillfl list experiments`: paper, data, minutes):")
     groups: dict[str, list[str]] = {}
     for name in bundled_experiments():
@@ -639,7 +652,10 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_report)
 
     p = sub.add_parser("list", help="registered datasets, models, methods and bundled experiments")
-    p.add_argument("what", nargs="?", choices=("experiments",), help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes)")
+    p.add_argument("what", nargs="?", choices=("experiments", *LIST_SECTIONS),
+                   help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes); "
+                        "any other: only those registered names (methods: algorithms, distillation and prototype methods); "
+                        "none: every registered name and the experiments' names")
     p.add_argument("--options", nargs="*", metavar="NAME",
                    help="print every part's options with types and defaults (markdown), the chillfl.plugins entry points' included; "
                         "NAME: only these: a part (ditto, dp-sgd), a table (client, privacy) or a plugin's 'pkg.module:Name' on sys.path")

@@ -166,6 +166,48 @@ def test_its_run_check_refuses_before_anything_is_written(tmp_path: Path) -> Non
     assert not out.exists()
 
 
+SPLIT_ATTACK = '''
+"""A trigger in ``pieces`` parts, one per round at least; ``pieces`` unset: one per attacker (as dba's ``parts``)."""
+
+import dataclasses
+from dataclasses import dataclass
+
+from chillfl.extend import AttackSpec, ConfigError
+
+
+@dataclass(frozen=True)
+class SplitOptions:
+    pieces: int | None = None
+
+
+def resolve(options, attackers):
+    return options if options.pieces is not None else dataclasses.replace(options, pieces=len(attackers))
+
+
+def check(options, config):
+    if options.pieces > config.federation.rounds:
+        raise ConfigError("attack.pieces", f"{options.pieces} pieces need {options.pieces} rounds, the run has {config.federation.rounds}")
+
+
+def poison(options, data, attackers, seed):
+    return data
+
+
+SPEC = AttackSpec("split", SplitOptions, poison=poison, check=check, resolve=resolve)
+'''
+
+
+def test_its_run_check_sees_the_options_its_resolve_fills_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``check`` is given what the run will use: ``pieces`` left unset is one per attacker (3 here), not None."""
+    install(tmp_path, monkeypatch, "split_attack", SPLIT_ATTACK)
+    config = load_config(None, {**BASE, "attack.kind": "split_attack:SPEC", "attack.clients": [0, 1, 2]})
+    with pytest.raises(ConfigError) as err:
+        check_attack(config)
+    assert (err.value.field, err.value.message) == ("attack.pieces", "3 pieces need 3 rounds, the run has 2")
+    check_attack(config.with_overrides({"federation.rounds": 3}))  # as many rounds as resolved pieces: accepted
+    check_attack(config.with_overrides({"attack.pieces": 2}))  # an explicit value is kept
+
+
 # ---------------------------------------------------------------- where an attack runs follows from its hooks
 
 

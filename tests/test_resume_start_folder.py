@@ -21,7 +21,8 @@ import chillfl.sweeps.run as sweep  # where a comparison's runs start
 from chillfl import runner
 from chillfl.cli import main
 from chillfl.config import RunConfig, load_config
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, DataAbsent
+from chillfl.experiment import build_experiment
 from chillfl.runner import CHECKPOINT, resume_experiment, run_experiment
 from chillfl.storage.checkpoint import read_checkpoint, write_state
 from chillfl.storage.run_folder import STARTED_IN
@@ -134,6 +135,20 @@ def test_data_gone_from_the_start_folder_and_absent_here_names_both(folders: tup
     assert caught.value.field == "data_dir"
     assert "not found at data/mnist" in caught.value.message and caught.value.message.endswith(f"the folder the run was started in has no {a / 'data'} either")
     assert (partial / CHECKPOINT).is_file()  # nothing was lost: it resumes once the data are back
+
+
+def test_an_offline_hub_gets_no_start_folder_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A ``dataset.path`` the hub would serve, with the hub offline: the loader's own line (DataAbsent, which a dry run
+    reads as the files absent), not "the folder the run was started in has no ... either": no folder is at fault."""
+    start, here = tmp_path / "A", tmp_path / "C"
+    start.mkdir()
+    here.mkdir()
+    monkeypatch.chdir(here)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    config = load_config(None, {"dataset.name": "flwr_femnist", "dataset.path": "someone/ds", "data_dir": "data"})
+    with pytest.raises(DataAbsent) as caught:
+        runner.from_start_folder(config, start, build_experiment)
+    assert caught.value.field == "dataset.path" and "the hub is offline" in caught.value.message and "started in" not in caught.value.message
 
 
 def test_paths_from_moves_a_relative_path_only_where_the_start_folder_holds_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -266,6 +266,14 @@ def test_numerically_equal_grid_values_are_one_comparison() -> None:
     assert [v["overrides"] for v in typed[0]["variants"]][0] == {"client.lr": 1.0, "client.epochs": 1}
 
 
+def test_a_list_options_numerically_equal_grid_values_are_one_comparison() -> None:
+    """``--grid 'model.hidden=[16.0]'`` ran the MLP of ``[16]`` (the option holds ints), yet was labelled, named
+    (``hidden_16.0_``) and recorded as typed: the list's numbers are taken as the option holds them, as a number is."""
+    written, typed = _grid_identity(["model.hidden=[16.0]"]), _grid_identity(["model.hidden=[16]"])
+    assert written == typed
+    assert typed[3] == ["model.hidden=[16]"] and typed[1] == ["hidden_16_-s0", "hidden_16_-s1"]
+
+
 def test_a_grid_value_given_twice_in_two_spellings_is_a_duplicate() -> None:
     """``--grid client.lr=1,1.0`` ran the same runs twice, as two variants under their long folder names."""
     from chillfl.sweeps.plan import parse_grid

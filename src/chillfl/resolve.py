@@ -191,6 +191,8 @@ def held_options(config: RunConfig, given: Mapping[str, Any]) -> dict[str, Any] 
 def _as_held(given: Any, held: Any) -> Any:
     if isinstance(given, Mapping):
         return {key: _as_held(value, _at(held, key)) for key, value in given.items()}
+    if isinstance(given, list) and isinstance(held, (list, tuple)) and len(held) == len(given):  # MLP's hidden = [16.0] is [16]: one label, one folder
+        return [_as_held(value, one) for value, one in zip(given, held)]
     return held if is_real(given) and is_real(held) and held == given else given
 
 

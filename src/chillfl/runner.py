@@ -40,7 +40,7 @@ from tqdm import tqdm
 from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config, read_config_file
 from chillfl.data import FederatedData
-from chillfl.data.loaders import data_absent
+from chillfl.data.loaders import files_absent
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.resolve import added_options, resolved
 from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_state, write_atomic, write_state
@@ -373,12 +373,13 @@ Built = TypeVar("Built")
 def from_start_folder(config: RunConfig, started_in: Path | None, build: Callable[[RunConfig], Built]) -> Built:
     """``build`` of ``config`` with its relative paths read from ``started_in``, the folder a resumed run (or comparison)
     was started in (:meth:`~chillfl.config.RunConfig.paths_from`; None: the current folder). A dataset that is neither
-    there nor under the current folder is the loader's one line on ``data_dir``, which then names both folders tried."""
+    there nor under the current folder is the loader's one line on ``data_dir``, which then names both folders tried (not
+    a hub that is offline or unreachable: :func:`~chillfl.data.loaders.files_absent`)."""
     here = config.paths_from(started_in)
     try:
         return build(here)
     except ConfigError as exc:
-        if started_in is None or here.data_dir != config.data_dir or not data_absent(exc):
+        if started_in is None or here.data_dir != config.data_dir or not files_absent(exc):
             raise
         tried = os.path.abspath(started_in / config.data_dir)
         if tried == os.path.abspath(config.data_dir):  # started here: the loader's line names the one folder there is

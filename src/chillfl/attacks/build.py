@@ -43,14 +43,17 @@ def refusal(spec: AttackSpec[object], protocol: str, name: str) -> str:
 
 def check_attack(config: RunConfig) -> None:
     """Refuse an attack that makes no sense in this run (one line naming the field): one with no hook for the run's
-    protocol, or one its own ``check`` refuses."""
+    protocol, or one its own ``check`` refuses.
+
+    ``check`` is given the options its ``resolve`` fills in for the run's attackers, as every other hook is: a check
+    that reads an option whose default the attackers decide (``dba``'s ``parts``) sees what the run will use, not None."""
     if not config.attack.enabled:
         return
     spec = spec_of(config.attack)
     if not spec.runs_under(config.protocol):
         raise ConfigError(FIELD, refusal(spec, config.protocol, config.attack.kind))
     if spec.check is not None:
-        spec.check(config.attack.options, config)
+        spec.check(resolved(config.attack, attacker_ids(config, config.federation.num_clients)).options, config)
 
 
 def attacker_ids(config: RunConfig, num_clients: int) -> frozenset[int]:

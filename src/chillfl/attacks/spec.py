@@ -15,7 +15,8 @@ each hook is one of the places where an attacker can act:
   server receives them (:class:`PrototypeUpload`);
 * :attr:`AttackSpec.probe`: a labelled set on which the global model's accuracy is the attack's success
   (``attack_success_rate`` in every record);
-* :attr:`AttackSpec.check`: the options against the rest of the run, before anything is built.
+* :attr:`AttackSpec.check`: the options (as :attr:`AttackSpec.resolve` fills them in) against the rest of the run,
+  before anything is built.
 * :attr:`AttackSpec.figures`: the run figures it adds (``attack.png``, accuracy and attack success over rounds,
   unless it says otherwise).
 
@@ -124,10 +125,11 @@ class AttackSpec(Generic[Opt]):
     * ``probe(options, data)``: inputs and labels on which the global model's accuracy is recorded as
       ``attack_success_rate`` each round (e.g. triggered inputs labelled with the backdoor's target);
     * ``check(options, config)``: refuse a run these options make no sense in (a
-      :class:`~chillfl.errors.ConfigError` naming the field);
+      :class:`~chillfl.errors.ConfigError` naming the field); given the options ``resolve`` returns;
     * ``resolve(options, attackers)``: the options with what the run's attackers decide filled in (``dba``'s
-      ``parts`` left unset: one local trigger per attacker, at most 4); every other hook is given what it returns, so
-      an option whose default depends on the attackers is decided once, the same way in each.
+      ``parts`` left unset: one local trigger per attacker, at most 4); called first, and every other hook, ``check``
+      included, is given what it returns, so an option whose default depends on the attackers is decided once, the
+      same way in each.
 
     ``figures``: the run figures it adds, by name (:func:`chillfl.plots.registry.register_figure`), drawn after the
     run: ``attack`` (global accuracy and ``attack_success_rate`` over rounds; written only where the records hold

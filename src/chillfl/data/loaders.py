@@ -45,6 +45,13 @@ def data_absent(exc: ConfigError | Unreachable) -> bool:
     return exc.field == DATA_DIR_FIELD or isinstance(exc, (DataAbsent, Unreachable))
 
 
+def files_absent(exc: ConfigError) -> bool:
+    """Whether ``exc`` is the loader's line on ``data_dir`` (the dataset's files are not under it), narrower than
+    :func:`data_absent`: not a hub that is offline (:class:`DataAbsent`) or cannot be reached. Why: a resume adds that the
+    folder the run was started in has no ``data_dir`` either only where another folder could have held the files."""
+    return exc.field == DATA_DIR_FIELD and not isinstance(exc, DataAbsent)
+
+
 class RawSplit(NamedTuple):
     """Unnormalised arrays of a dataset's fixed train/test split."""
 

@@ -274,6 +274,17 @@ def test_a_list_options_numerically_equal_grid_values_are_one_comparison() -> No
     assert typed[3] == ["model.hidden=[16]"] and typed[1] == ["hidden_16_-s0", "hidden_16_-s1"]
 
 
+def test_a_grid_of_lists_splits_at_the_commas_between_them() -> None:
+    """``--grid 'model.hidden=[16,16],[32]'`` was split at every comma (``[16``, ``16]``, ``[32]``), so a list of more than
+    one item could not be swept from the command line; the commas inside a list, table or string are its own."""
+    from chillfl.options import comma_items
+
+    labels = _grid_identity(["model.hidden=[16,16],[32]"])[3]
+    assert labels == ["model.hidden=[16, 16]", "model.hidden=[32]"]
+    assert comma_items('"a,b",{x = 1, y = 2},3', "--grid", "") == ['"a,b"', "{x = 1, y = 2}", "3"]
+    assert comma_items("0, 1,2", "--seeds", "") == ["0", "1", "2"]
+
+
 def test_a_grid_value_given_twice_in_two_spellings_is_a_duplicate() -> None:
     """``--grid client.lr=1,1.0`` ran the same runs twice, as two variants under their long folder names."""
     from chillfl.sweeps.plan import parse_grid

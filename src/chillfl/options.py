@@ -147,7 +147,8 @@ def short_path(path: str, limit: int = 80) -> str:
 
 
 def comma_items(text: str, field: str, expected: str) -> list[str]:
-    """The stripped items of a comma-separated flag value (``--seeds 0,1,2``); none for a blank ``text``.
+    """The stripped items of a comma-separated flag value (``--seeds 0,1,2``); none for a blank ``text``. A comma inside
+    brackets, braces or quotes is the item's own (``[64,64],[128]``: two items).
 
     An empty item (``0,,1``, a trailing comma) is a ConfigError on ``field``: such items were dropped without a word,
     so ``0,,1`` ran as ``0,1`` and a value lost in editing went unnoticed. ``expected``: what the flag takes, e.g.
@@ -155,10 +156,29 @@ def comma_items(text: str, field: str, expected: str) -> list[str]:
     """
     if not text.strip():
         return []
-    items = [item.strip() for item in text.split(",")]
+    items = [item.strip() for item in _top_level_split(text)]
     if "" in items:
         raise ConfigError(field, f"an empty item in {short_repr(text)}; expected {expected}")
     return items
+
+
+def _top_level_split(text: str) -> list[str]:
+    """``text`` split at its commas outside brackets, braces and quotes: ``--grid model.hidden=[64,64],[128]`` sweeps
+    two lists (a comma inside a TOML list, inline table or string belongs to the value)."""
+    items, start, depth, quote = [], 0, 0, ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(depth - 1, 0)
+        elif ch == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+    return [*items, text[start:]]
 
 
 def join_field(section: str, key: str) -> str:

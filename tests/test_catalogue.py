@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import pytest
 from pathlib import Path
 
+import pytest
+
+from chillfl.aggregation.registry import algorithm_names
+from chillfl.settings.distillation import method_names
+from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.catalogue import (
     GPU_CLIENT_STEP_S,
     GPU_FLOPS,
@@ -89,11 +93,14 @@ def test_list_is_readable(capsys) -> None:
 ])
 def test_list_of_one_kind_prints_only_its_names(capsys, what: str, titles: list[str]) -> None:
     assert main(["list", what]) == 0
-    out = capsys.readouterr().out
-    starts = [line.split(": ")[0] for line in out.splitlines() if not line.startswith(" ")]
-    assert starts == titles  # no datasets, models or experiments
-    if what == "methods":
-        assert "fedavg" in out and "scarlet" in out and "fedproto" in out
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.rstrip(":") for line in lines if not line.startswith(" ")] == titles  # no datasets, models or experiments
+    assert max(len(line) for line in lines) <= 100
+    if what == "methods":  # a name a line, with the summary its spec gives
+        rows = {line.split()[0]: " ".join(line.split()[1:]) for line in lines if line.startswith("  ")}
+        assert rows["fedavg"] == "FedAvg (McMahan et al. 2017)"
+        assert rows["scarlet"] == "Enhanced ERA (Eq. 4) + synchronized cache (Alg. 2)" and "fedproto" in rows
+        assert len(rows) == len(algorithm_names()) + len(method_names()) + len(prototype_method_names())
 
 
 def test_the_gpu_basis_is_the_h200_measurement() -> None:

@@ -439,6 +439,12 @@ LIST_SECTIONS = {
 }
 """``chillfl list WHAT`` -> the sections of the registered names it prints (``methods``: every family's methods)."""
 
+PART_OF_SECTION = {
+    "datasets": "dataset", "partitioners": "partition", "models": "model", "temperatures": "temperature", "algorithms": "algorithm",
+    "distillation": "distillation", "prototypes": "prototypes", "terms": "objective", "attacks": "attack", "privacy": "privacy",
+}
+"""A section of ``chillfl list`` -> the config part whose registered entries it lists (``objective``: the loss terms)."""
+
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "experiments":
@@ -476,12 +482,21 @@ def cmd_list(args: argparse.Namespace) -> int:
         "attacks": ("attacks", kind_names),
         "privacy": ("privacy mechanisms", mechanism_names),
     }
-    chosen = LIST_SECTIONS.get(args.what, tuple(sections)) if args.what else tuple(sections)
-    for key in chosen:
-        title, names = sections[key]
-        print(textwrap.fill(f"{title}: {', '.join(names())}", width=100, subsequent_indent="    "))
-    if args.what:  # one section asked for: only it
+    if args.what:  # one kind: a name a line, with its summary
+        with _signals_held():
+            from chillfl.report.reference import summaries
+
+        for key in LIST_SECTIONS[args.what]:
+            title, part = sections[key][0], PART_OF_SECTION[key]
+            rows = summaries(part)
+            width = max(len(name) for name, _ in rows)
+            print(f"{title}:")
+            for name, summary in rows:
+                line = f"  {name:<{width}}  {summary}".rstrip()
+                print(line if len(line) <= 100 else line[:96].rstrip() + " ...")
         return 0
+    for title, names in sections.values():
+        print(textwrap.fill(f"{title}: {', '.join(names())}", width=100, subsequent_indent="    "))
     print("experiments (`chillfl list experiments`: paper, data, minutes):")
     groups: dict[str, list[str]] = {}
     for name in bundled_experiments():

@@ -350,18 +350,32 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
         if section in SHARED:
             lines += _shared(section, SHARED[section])
         for name in names:
-            spec = registry[name]
-            summary = getattr(spec, "summary", "") or _first_line(spec.options)
-            if summary == name:  # a plugin class without a spec of its own is summarised by its import path: said once
-                summary = ""
+            summary = _summary(name, registry[name])
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
-            lines += options_table(spec.options, f"{section}.{name}")
+            lines += options_table(registry[name].options, f"{section}.{name}")
     for section, options in SUBTABLES:
         if keep.section(section) or keep.section(section.split(".")[0]):
             lines += ["", f"## [{section}]", "", *_paragraph(_first_line(options)), *options_table(options, section)]
     shown = {name: spec for name, spec in terms.items() if keep.entry("objective", name)}
     text = "\n".join(lines + (_term_sections(shown) if shown else []))
     return (text.lstrip("\n") if keep.some else text) + "\n"
+
+
+def summaries(section: str) -> list[tuple[str, str]]:
+    """(name, one-line summary) of every registered entry of a part (``algorithm``, ``attack``, ...; ``objective``: the
+    loss terms), the ``chillfl.plugins`` entry points' included: what ``chillfl list methods`` prints, one a line."""
+    if section == "objective":
+        registry: Mapping[str, Any] = _terms()
+    else:
+        part = next(p for p in PARTS if p.section == section)
+        registry = _listed(part.names(), part.spec_of, f"[{part.section}]", ())
+    return [(name, _summary(name, registry[name])) for name in sorted(registry)]
+
+
+def _summary(name: str, spec: Any) -> str:
+    """A spec's one-line summary: its ``summary``, else its options' docstring's first line; none where that is its name."""
+    summary = getattr(spec, "summary", "") or _first_line(spec.options)
+    return "" if summary == name else summary  # a plugin class without a spec of its own is summarised by its import path
 
 
 class _Keep:

@@ -231,14 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--model", default="mcmahan_cnn", help="mcmahan_cnn (workload 1) or mlp (hidden 64: workloads 2-4)")
     p.add_argument("--batch-size", type=int, default=50)
+    p.add_argument("--batched-conv", default="auto", help="the vmapped step's convolutions: auto, grouped, gemm, nhwc or loop (LocalSpec.batched_conv)")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     torch.set_num_threads(1)
     shape = (3, 32, 32)
     options = {"hidden": [64]} if args.model == "mlp" else None
-    s = vectorized_step_ops(args.model, shape, clients=args.clients, device=args.device, model_options=options, batch_size=args.batch_size)
-    row = {"model": args.model, "clients": s.clients, "batch_size": args.batch_size, "ops_per_vmapped_step": s.per_vmapped_step,
+    s = vectorized_step_ops(args.model, shape, clients=args.clients, device=args.device, model_options=options, batch_size=args.batch_size,
+                            spec_options={"batched_conv": args.batched_conv})
+    row = {"model": args.model, "batched_conv": args.batched_conv, "clients": s.clients, "batch_size": args.batch_size, "ops_per_vmapped_step": s.per_vmapped_step,
            "compute_ops_per_vmapped_step": s.compute_per_vmapped_step, "ops_per_client_step": s.per_client_step,
            "chunk_ops": s.ops, "chunk_steps": s.steps, "host_reads": s.host_reads}
     if args.json:

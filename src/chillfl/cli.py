@@ -439,12 +439,6 @@ LIST_SECTIONS = {
 }
 """``chillfl list WHAT`` -> the sections of the registered names it prints (``methods``: every family's methods)."""
 
-PART_OF_SECTION = {
-    "datasets": "dataset", "partitioners": "partition", "models": "model", "temperatures": "temperature", "algorithms": "algorithm",
-    "distillation": "distillation", "prototypes": "prototypes", "terms": "objective", "attacks": "attack", "privacy": "privacy",
-}
-"""A section of ``chillfl list`` -> the config part whose registered entries it lists (``objective``: the loss terms)."""
-
 
 def cmd_list(args: argparse.Namespace) -> int:
     if args.what == "experiments":
@@ -470,24 +464,24 @@ def cmd_list(args: argparse.Namespace) -> int:
         from chillfl.temperature import policy_names
         from chillfl.training.terms import term_names
 
-    sections = {
-        "datasets": ("datasets", dataset_names),
-        "partitioners": ("partitioners", partitioner_names),
-        "models": ("models", model_names),
-        "temperatures": ("temperature policies", policy_names),
-        "algorithms": ("algorithms", algorithm_names),
-        "distillation": ("distillation methods", method_names),
-        "prototypes": ("prototype methods", prototype_method_names),
-        "terms": ("loss terms", term_names),
-        "attacks": ("attacks", kind_names),
-        "privacy": ("privacy mechanisms", mechanism_names),
+    sections = {  # WHAT -> (title, the names, the config part whose specs give their summaries; objective: the loss terms)
+        "datasets": ("datasets", dataset_names, "dataset"),
+        "partitioners": ("partitioners", partitioner_names, "partition"),
+        "models": ("models", model_names, "model"),
+        "temperatures": ("temperature policies", policy_names, "temperature"),
+        "algorithms": ("algorithms", algorithm_names, "algorithm"),
+        "distillation": ("distillation methods", method_names, "distillation"),
+        "prototypes": ("prototype methods", prototype_method_names, "prototypes"),
+        "terms": ("loss terms", term_names, "objective"),
+        "attacks": ("attacks", kind_names, "attack"),
+        "privacy": ("privacy mechanisms", mechanism_names, "privacy"),
     }
     if args.what:  # one kind: a name a line, with its summary
         with _signals_held():
             from chillfl.report.reference import summaries
 
         for key in LIST_SECTIONS[args.what]:
-            title, part = sections[key][0], PART_OF_SECTION[key]
+            title, _, part = sections[key]
             rows = summaries(part)
             width = max(len(name) for name, _ in rows)
             print(f"{title}:")
@@ -495,7 +489,7 @@ def cmd_list(args: argparse.Namespace) -> int:
                 line = f"  {name:<{width}}  {summary}".rstrip()
                 print(line if len(line) <= 100 else line[:96].rstrip() + " ...")
         return 0
-    for title, names in sections.values():
+    for title, names, _ in sections.values():
         print(textwrap.fill(f"{title}: {', '.join(names())}", width=100, subsequent_indent="    "))
     print("experiments (`chillfl list experiments`: paper, data, minutes):")
     groups: dict[str, list[str]] = {}

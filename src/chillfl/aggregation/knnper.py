@@ -81,6 +81,10 @@ MODEL = "model."
 """Prefix of the global model's entries in a client's own model (:class:`KNNPerModel`)."""
 
 
+Kernel = Literal["distance", "squared"]
+"""How the k neighbours are weighed (:attr:`KNNPerOptions.kernel`)."""
+
+
 @dataclass(frozen=True)
 class KNNPerOptions:
     """``k`` (neighbours), ``sigma`` (kernel scale), ``lam`` (unset: chosen per client on :data:`LAM_GRID`), ``weighting``
@@ -91,7 +95,7 @@ class KNNPerOptions:
     lam: float | None = None
     weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""
-    kernel: Literal["distance", "squared"] = "distance"
+    kernel: Kernel = "distance"
     """The neighbours' weights: ``distance``, exp(-d / sigma) (the paper's p_kNN); ``squared``, exp(-d^2 / (D sigma)) over
     the representation's dimension D (the authors' code)."""
 
@@ -100,9 +104,6 @@ class KNNPerOptions:
         require(math.isfinite(self.sigma) and self.sigma > 0, f"{section}.sigma", f"must be a finite number > 0, got {self.sigma}")
         if self.lam is not None:
             require(math.isfinite(self.lam) and 0 <= self.lam <= 1, f"{section}.lam", f"must be a number in [0, 1] (or unset), got {self.lam}")
-
-
-Kernel = Literal["distance", "squared"]
 
 
 def knn_probs(query: torch.Tensor, store_x: torch.Tensor, store_y: torch.Tensor, classes: int, k: int, sigma: float,

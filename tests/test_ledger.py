@@ -1,5 +1,6 @@
 """Communication ledger: byte helpers and per-round / cumulative accounting on hand-counted exchanges."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -13,7 +14,9 @@ from chillfl.engine.ledger import (
     tensor_bytes,
 )
 from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
 from chillfl.options import parse_options
+from chillfl.protocols.common import state_bytes
 
 
 def test_byte_helpers() -> None:
@@ -108,3 +111,42 @@ def test_ledger_options() -> None:
     assert parse_options(LedgerOptions, {"index_encoding": "packed"}, "communication").index_encoding == "packed"
     with pytest.raises(ConfigError, match="communication.index_encoding"):
         parse_options(LedgerOptions, {"index_encoding": "int8"}, "communication")
+
+
+def test_a_message_part_prices_its_scalars_as_they_travel() -> None:
+    """Every value a message part holds is sent, so every value costs bytes: a Python float or int as a
+    float64 / int64 (8), a bool 1, a numpy scalar its itemsize, a string its UTF-8 length, None nothing."""
+    part = {"a": 1.5, "b": [2, 3], "w": torch.zeros(3)}  # 3 floats of 8 + a 3-float32 tensor
+    assert state_bytes(part) == 8 * 3 + 12
+    assert state_bytes((True, None)) == 1
+    assert state_bytes({"x": np.float32(0.5), "y": np.int16(7), "z": np.zeros(2)}) == 4 + 2 + 16
+    assert state_bytes("héllo") == 6  # é is two bytes in UTF-8
+    assert state_bytes({}) == 0
+
+
+def test_a_value_the_ledger_cannot_price_is_refused_not_free() -> None:
+    with pytest.raises(TypeError, match="cannot price a object"):
+        state_bytes({"mystery": object()})
+
+
+def test_pa3feds_reported_floats_are_counted_in_each_uplinks_control_bytes() -> None:
+    """PA3Fed's clients report their score, gradient norm and alpha (three Python floats) beside the model: over
+    FedAvg the report is the uplink's whole control part, so each round's is clients x 3 x 8 bytes, and nothing else."""
+    from chillfl.engine.loop import run_rounds
+    from chillfl.experiment import build_protocol, make_executor
+    from chillfl.protocols.parameters import ParameterSharing
+    from methods_e2e import config
+
+    cfg = config(**{"algorithm.name": "pa3fed", "model.name": "mlp"})
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    try:
+        done = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=4, clients_per_round=3, rounds=2))
+    finally:
+        executor.close()
+    ledger = protocol.book.ledger
+    assert [ledger.round_totals(r).get("up.control") for r in ledger.rounds()] == [3 * 3 * 8, 3 * 3 * 8]
+    assert [ledger.round_totals(r).get("down.control", 0) for r in ledger.rounds()] == [0, 0]
+    assert [len(r["clients"]) for r in done] == [3, 3]

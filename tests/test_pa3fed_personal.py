@@ -60,7 +60,9 @@ def run(algorithm: dict[str, Any], data: FederatedData) -> tuple[list[dict[str, 
     return out.records, models, final
 
 
-LOCAL = ("local_acc", "local_loss", "bytes_down", "bytes_up")
+LOCAL = ("local_acc", "local_loss", "bytes_down")
+REPORT = 3 * 8
+"""PA3Fed's report beside the base's upload: its score, gradient norm and alpha, three Python floats of 8 bytes."""
 
 BASES = [("fedper", {}), ("fedbn", {}), ("lg_fedavg", {}), ("fedper", {"local_eval": "averaged"}), ("lg_fedavg", {"local_eval": "averaged"})]
 
@@ -78,6 +80,7 @@ def test_pa3fed_never_over_a_personalising_base_is_the_base_bitwise(data: Federa
         assert all(torch.equal(models[cid][k], v) for k, v in own.items()), f"client {cid}'s model differs from the base's"
     assert all(torch.equal(final[k], v) for k, v in plain_global.items())
     assert [[r[k] for k in LOCAL] for r in records] == [[r[k] for k in LOCAL] for r in plain_records]
+    assert [r["bytes_up"] for r in records] == [r["bytes_up"] + REPORT * len(r["clients"]) for r in plain_records]
 
 
 def test_pa3fed_adapting_over_fedper_keeps_each_clients_own_head(data: FederatedData) -> None:

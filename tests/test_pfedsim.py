@@ -261,8 +261,9 @@ def test_the_downlink_prices_the_whole_model_until_a_client_holds_its_head_then_
     whole = sum(v.numel() * v.element_size() for v in state.values())
     head = sum(state[k].numel() * state[k].element_size() for k in agg.head)
     got = [r["bytes_down"] for r in records(cfg)]
-    # round 0 warm-up and round 1 (no head of its own yet): the whole model to each of 4; round 2: the extractor only
-    assert got == [4 * whole, 4 * whole, 4 * (whole - head)]
+    # round 0 warm-up and round 1 (no head of its own yet): the whole model to each of 4; round 2: the extractor only.
+    # From round 1 each downlink also carries the personalised-round flag, a Python float: 8 bytes
+    assert got == [4 * whole, 4 * (whole + 8), 4 * (whole - head + 8)]
 
 
 @pytest.mark.slow  # three runs, one of them in a process pool

@@ -88,14 +88,15 @@ def expected(up: int, later: int | None = None, extra: int = 0) -> list[tuple[in
         ({"name": "lg_fedavg", "global_body": "keep"}, 32),  # the head only: the representation (body and BN) stays
         ({"name": "fedbn", "global_bn": "keep"}, NO_BN),
         ({"name": "fedbabu", "finetune_epochs": 0}, BODY),
-        # PA3Fed's report (score, grad_norm, alpha) is three Python floats: free, as before
-        ({"name": "pa3fed", "base": "fedper", "base_options": {"global_head": "keep"}}, BODY),
+        # PA3Fed's report (score, grad_norm, alpha): three Python floats, 8 bytes each, beside the body
+        ({"name": "pa3fed", "base": "fedper", "base_options": {"global_head": "keep"}}, BODY + 3 * 8),
         ({"name": "local_only"}, 0),  # the server reads nothing: after its first round a client is sent nothing either
     ],
     ids=["fedavg-whole", "fedper-keep-body", "fedrep-keep-body", "lg_fedavg-keep-head", "fedbn-keep-no-bn", "fedbabu-no-head", "pa3fed-over-fedper-keep", "local_only-nothing"],
 )
 def test_both_directions_price_the_entries_the_server_reads(algorithm: dict[str, Any], up: int, data: chillfl.TensorData) -> None:
-    assert traffic(algorithm, data) == expected(up)
+    down = BODY if algorithm["name"] == "pa3fed" else None  # the report goes up only
+    assert traffic(algorithm, data) == expected(up, down)
 
 
 @pytest.mark.parametrize(("algorithm", "later"), [({"name": "fedper"}, BODY), ({"name": "fedbn"}, NO_BN),

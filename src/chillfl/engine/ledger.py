@@ -17,7 +17,9 @@ Byte conventions (the helpers below):
 * indices: 4 bytes each (int32), or packed ``ceil(log2(universe))`` bits each,
   rounded up per message (``index_encoding="packed"``);
 * cache signals: 2 bits each (three values: NEWLY_CACHED / CACHED / EXPIRED),
-  rounded up per message.
+  rounded up per message;
+* a method's scalars (a report's or context's Python floats and ints): 8 bytes
+  each, as a float64 / int64 (``protocols.common.state_bytes``).
 
 Choices
 -------
@@ -25,7 +27,9 @@ Choices
   the wire and it overstates SCARLET's overhead rather than understating it.
   ``"packed"`` (ceil(log2 |P|) bits, 14 bits for |P| = 10,000) is the
   information-theoretic alternative.
-* Message headers, framing and the cluster ids COMET sends are not counted
+* Message headers, framing, the protocol's fixed fields every method sends
+  alike (round, lr, temperature, seeds, sample counts, training loss) and the
+  cluster ids COMET sends are not counted
   (SCARLET Appendix B counts COMET's assignment as free).
 """
 

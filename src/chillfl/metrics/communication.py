@@ -9,7 +9,7 @@ from the plots so that computing a run's summary never imports matplotlib.
 
 Units: bytes (8 bits) throughout, as :mod:`chillfl.engine.ledger` counts them
 (tensors at their dtype's size, quantised payloads in bits rounded up to
-whole bytes per message); the compare table's "cumulative MB" is bytes /
+whole bytes per message, a method's scalars 8 bytes each); the compare table's "cumulative MB" is bytes /
 10^6 (SI megabytes, not MiB).
 
 Checked against papers/scarlet.txt Sec. IV-A, "Evaluation Metrics" (the

@@ -33,14 +33,31 @@ def mean_or_none(values: Sequence[float]) -> float | None:
 
 
 def state_bytes(payload: Any) -> int:
-    """Bytes of the tensors in a message part (a tensor, or dicts/lists of them); other values are free."""
+    """Bytes a message part puts on the wire: every value in it, not only its tensors (dicts/lists/tuples of them).
+
+    A method's report or context may carry plain numbers (PA3Fed's score, alpha and gradient norm); they
+    travel too, so pricing them 0 would under-report the method's traffic. A tensor or numpy array costs its
+    dtype's size per element; a Python ``float`` or ``int`` 8 bytes (a float64 / int64, as Flower carries scalar
+    values); a ``bool`` 1; a numpy scalar its itemsize; a string its UTF-8 length; ``None`` nothing (no value
+    sent). Anything else is refused: a value this function cannot price would silently cost 0.
+    """
     if isinstance(payload, torch.Tensor):
         return tensor_bytes(payload)
     if isinstance(payload, Mapping):
         return sum(state_bytes(v) for v in payload.values())
     if isinstance(payload, (list, tuple)):
         return sum(state_bytes(v) for v in payload)
-    return 0
+    if isinstance(payload, (bool, np.bool_)):  # before int: a bool is an int in Python
+        return 1
+    if isinstance(payload, (int, float)):
+        return 8
+    if isinstance(payload, (np.generic, np.ndarray)):
+        return int(payload.nbytes)
+    if isinstance(payload, str):
+        return len(payload.encode("utf-8"))
+    if payload is None:
+        return 0
+    raise TypeError(f"cannot price a {type(payload).__name__} in a message; send tensors, numbers or strings")
 
 
 def record_message(ledger: CommunicationLedger, round: int, direction: str, message: Message, client_id: int) -> None:

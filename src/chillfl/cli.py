@@ -37,6 +37,7 @@ from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
 from chillfl.options import short_path, short_repr
 from chillfl.paths import shell_path
+from chillfl.stderr import say
 from chillfl.stop_signals import HeldSignals, stop_signals
 from chillfl.wording import counted
 from chillfl.tune import SELECT_RULES
@@ -89,7 +90,7 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
         what = "the defaults with the command line's settings" if overrides or flags else "every default"
-        print(f"chillfl: note: {config} sets nothing; running {what} (--dry-run lists them)", file=sys.stderr)
+        say(f"chillfl: note: {config} sets nothing; running {what} (--dry-run lists them)")
     with _signals_held():  # imports the registries (and torch, seconds of a command's start): not for --help
         from chillfl.resolve import resolved
 
@@ -157,8 +158,8 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         with _checking():
             complete = check_config(config)
     if not complete:
-        print(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
-              "names and options checked, not the shapes that need the data", file=sys.stderr)
+        say(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
+            "names and options checked, not the shapes that need the data")
     if planned:  # the runs --grid, --seeds and --tune make: opening comments, so the output stays the config's TOML
         print("# compare (not part of the config): " + planned[0])
         for line in planned[1:]:
@@ -185,9 +186,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if demo:
             if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
                 package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
-            print("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
-                  "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
-                  "3 seeds, each temperature at its own learning rate tuned on a validation split.", file=sys.stderr)
+            say("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
+                "training temperature T = 1 (standard softmax) vs logit chilling T = 0.25 and 0.05,\n"
+                "3 seeds, each temperature at its own learning rate tuned on a validation split.")
         with _signals_held():
             from chillfl.runner import run_experiment
     if demo:
@@ -283,7 +284,7 @@ def _compare(
         options = _compare_options(args) if args is not None else CompareOptions()
         shard = _shard(args) if args is not None else None
         check_out_dir(config.out_dir)
-    announce = None if said is None else (lambda: print(said, file=sys.stderr))
+    announce = None if said is None else (lambda: say(said))
     result = run_compare(config, grid, reference=reference, progress=progress, options=options, on_checked=announce, shard=shard)
     return _compare_result(result, config.strict, shard)
 
@@ -298,10 +299,9 @@ def _shard(args: argparse.Namespace) -> "Shard | None":
 def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None" = None) -> int:
     if result.pending:  # a shard whose comparison other shards have not finished: no table yet
         shared = "OUT/NAME-compare.partial" if result.folder is None else shell_path(result.folder)
-        print(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
-              f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
-              f"The last shard to end writes the table; if a shard failed, `chillfl resume {shared}` runs what is missing once the others ended",
-              file=sys.stderr)
+        say(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
+            f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
+            f"The last shard to end writes the table; if a shard failed, `chillfl resume {shared}` runs what is missing once the others ended")
         print(f"results: {result.folder}")
         return _failed_runs(result, strict)
     if result.table:  # empty for a shard that ended beside the one that wrote the table (it logs so)
@@ -315,10 +315,10 @@ def _failed_runs(result: "CompareResult", strict: bool) -> int:
     if result.failures:  # partly failed: exit 0 (3 with --strict), one line naming them; nothing compared: exit 3
         runs = ", ".join(f"{name} ({why})" for name, why in result.failures.items())
         failed = f"{len(result.failures)} of {counted(result.runs, 'run')}" if result.runs else counted(len(result.failures), "run")
-        print(f"chillfl: {failed} did not finish: {runs}", file=sys.stderr)
+        say(f"chillfl: {failed} did not finish: {runs}")
         nothing = result.no_comparison()
         if nothing is not None:
-            print(f"chillfl: every comparison failed: {nothing}", file=sys.stderr)
+            say(f"chillfl: every comparison failed: {nothing}")
             return DIVERGED_EXIT
         return DIVERGED_EXIT if strict else 0
     return 0
@@ -361,12 +361,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         exc.resume_command = again
         raise
     except KeyboardInterrupt as exc:  # between two runs: nothing was stopped half-way
-        print(f"chillfl: interrupted; resume with: {again}", file=sys.stderr)
+        say(f"chillfl: interrupted; resume with: {again}")
         return _signal_exit(exc)
     print(format_outcomes(outcomes))
     written = write_verdicts(args.paper, outcomes)
     if written is not None:
-        print(f"chillfl reproduce: verdicts and their evidence folders in {written}", file=sys.stderr)
+        say(f"chillfl reproduce: verdicts and their evidence folders in {written}")
     return 0
 
 
@@ -415,10 +415,10 @@ def cmd_data_download(args: argparse.Namespace) -> int:
             folder = download_dataset(name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=not args.quiet and sys.stderr.isatty(), force=args.force)
             print(f"{name}: {folder}")
     except DownloadError as exc:
-        print(f"chillfl: error: download {name}: {exc}", file=sys.stderr)
+        say(f"chillfl: error: download {name}: {exc}")
         return 2 if isinstance(exc, DownloadRequestError) else 1
     except KeyboardInterrupt:
-        print("chillfl: interrupted; the same command resumes the download", file=sys.stderr)
+        say("chillfl: interrupted; the same command resumes the download")
         return 130
     return 0
 
@@ -783,10 +783,10 @@ def _dispatch(args: argparse.Namespace) -> int:
     try:
         return _call(args)
     except MissingExtra as exc:  # an optional package is missing: one line naming the extra
-        print(f"chillfl: {exc}", file=sys.stderr)
+        say(f"chillfl: {exc}")
         return 2
     except ConfigError as exc:
-        print(f"chillfl: error: {exc}", file=sys.stderr)
+        say(f"chillfl: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
         return _said_interrupted(exc, args.command)
@@ -795,17 +795,17 @@ def _dispatch(args: argparse.Namespace) -> int:
             raise
         return BROKEN_PIPE_EXIT
     except SweepFailed as exc:
-        print(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""), file=sys.stderr)
+        say(f"chillfl: {exc}" + (f"; partial results in {exc.folder}" if exc.folder else ""))
         return DIVERGED_EXIT
     except StorageError as exc:  # disk full: one line saying which checkpoint is kept
-        print(f"chillfl: error: {exc}", file=sys.stderr)
+        say(f"chillfl: error: {exc}")
         return 1
     except Unreachable as exc:  # no network to the hub: not bad input, exit 1 as `chillfl data download`'s
-        print(f"chillfl: error: {exc}", file=sys.stderr)
+        say(f"chillfl: error: {exc}")
         return 1
     except Diverged as exc:
         folder = getattr(exc, "folder", None)
-        print(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""), file=sys.stderr)
+        say(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""))
         return DIVERGED_EXIT
     except Exception as exc:
         from chillfl.executors.processes import WorkerError
@@ -815,7 +815,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if signalled is not None:  # a signal's exception that a package wrapped (Python 3.11's __set_name__ RuntimeError)
             return _said_interrupted(signalled, args.command)
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated
-            print(f"chillfl: worker failed: {exc}", file=sys.stderr)
+            say(f"chillfl: worker failed: {exc}")
             return 1
         if not isinstance(exc, RunInterrupted):
             raise
@@ -836,7 +836,7 @@ def _said_interrupted(exc: KeyboardInterrupt, command: str | None) -> int:
         said = f"; the {exc.what} had not started: nothing was written, nothing to resume" if exc.what else "; nothing was written"
     else:
         said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
-    print("chillfl: interrupted" + said, file=sys.stderr)
+    say("chillfl: interrupted" + said)
     return _signal_exit(exc)
 
 
@@ -893,9 +893,9 @@ def _interrupted(exc: RunInterrupted) -> int:
     """The interrupted run's one line: the round it stopped at and how to resume."""
     if exc.folder is not None:
         kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
-        print(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {shell_path(exc.folder)}'}", file=sys.stderr)
+        say(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {shell_path(exc.folder)}'}")
     else:
-        print(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume", file=sys.stderr)
+        say(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume")
     return exc.exit_code
 
 

@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Se
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import torch
-from tqdm import tqdm
 
 from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config, read_config_file
@@ -66,6 +65,7 @@ from chillfl.metrics.stability import stability_summary
 from chillfl.models.assign import per_client_architectures, summarize as architectures
 from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.progress import Progress, make_bar
+from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
 from chillfl.stop_signals import made_held, stop_signals
@@ -224,7 +224,7 @@ class _Signals:
         if self.finishing:
             if self.late is None:
                 self.late = signum
-                tqdm.write(f"chillfl: {signal.Signals(signum).name}: the run has done its rounds; it stops once its results are written", file=sys.stderr)
+                say(f"chillfl: {signal.Signals(signum).name}: the run has done its rounds; it stops once its results are written")
             return
         if self.received is not None:
             if self.armed:
@@ -232,7 +232,7 @@ class _Signals:
                 raise RunInterrupted(signum, None, self.done, at_once=True)
             return
         self.received = signum
-        tqdm.write(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)", file=sys.stderr)  # a notice, not output
+        say(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")  # a notice, not output
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         for sig, handler in self._previous.items():

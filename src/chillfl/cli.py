@@ -96,7 +96,15 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
 
     # a comparison's swept keys: a switch swept there (--grid privacy.mechanism=none,dp-fedavg) lets the base hold its options
     swept = [item.split("=", 1)[0].strip() for item in [*(getattr(args, "grid", None) or []), *(getattr(args, "tune", None) or [])]]
-    return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept))
+    labels = getattr(args, "variant", None) or []
+    if not labels:
+        return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept))
+    with _signals_held():
+        from chillfl.sweeps.plan import chosen_variants, one_variant
+
+    if args is not None and args.command == "run" and args.seed is not None and len(labels) == 1:  # that row's run at one seed
+        return resolved(one_variant(load_config(path, flags, swept), labels[0], parse_overrides(list(overrides)), swept))
+    return resolved(chosen_variants(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), labels))
 
 
 def _report(out: "RunOutput") -> int:
@@ -592,6 +600,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         if not trains:
             return
         p.add_argument("--strict", action="store_true", default=None, help="warnings are errors (the config's `strict`): an exploding loss stops the run (exit 3); compare exits 3 if any run failed")
+        p.add_argument("--variant", action="append", metavar="LABEL",
+                       help="run only this variant of the config's [variants] (repeatable; its label as written, e.g. 'Per-FedAvg (FO)'); "
+                            "`run --variant LABEL --seed N`: that variant's one run at seed N, the overrides applied after it")
         p.add_argument("--shard", metavar="K/N", help="run the K-th of N shares of a comparison's runs into its shared folder OUT/NAME-compare.partial "
                                                       "(one per job of a cluster's array job); the last shard to end writes the table")
 

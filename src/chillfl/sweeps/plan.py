@@ -26,7 +26,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from chillfl.config import RunConfig, check_compare_option, check_sweep_switches, own_tune, parse_value, safe_name, typed_grid, variant_config
+from chillfl.config import (RunConfig, apply_overrides, check_compare_option, check_sweep_switches, config_from_dict, own_tune, parse_value, safe_name,
+                            typed_grid, variant_config)
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
@@ -230,6 +231,46 @@ def variants_from_config(config: RunConfig) -> list[Variant]:
             raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
         out.append(Variant(str(label), overrides, constant_temperature(temp) if isinstance(temp, dict) else None, tune=tune))
     return out
+
+
+def chosen_variants(config: RunConfig, labels: Sequence[str]) -> RunConfig:
+    """``config`` with only the ``[variants]`` that ``labels`` name (``--variant``, repeatable), in the config's own order.
+
+    Why: rerunning a few rows of a large comparison (35 variants in ``pfl/dirichlet-digits``) meant copying its
+    tables into a config of one's own. The kept config is what the comparison saves, so ``chillfl resume`` goes on
+    with the same rows. A ``[compare]`` baseline or reference left out is refused: the table would lose what its
+    differences and targets are measured against.
+    """
+    _check_labels(config, labels)
+    kept = {label: table for label, table in config.variants.items() if label in labels}
+    for key in ("baseline", "reference"):
+        named = config.compare.get(key)
+        if named is not None and named not in kept:
+            raise ConfigError("--variant", f"{config.name}'s [compare] {key} is {named!r}: choose it too (--variant {named!r}), or set compare.{key}")
+    return dataclasses.replace(config, variants=kept)
+
+
+def _check_labels(config: RunConfig, labels: Sequence[str]) -> None:
+    if not config.variants:
+        raise ConfigError("--variant", f"{config.name} defines no [variants] to choose from")
+    unknown = [label for label in labels if label not in config.variants]
+    if unknown:
+        raise ConfigError("--variant", f"no variant {unknown[0]!r} in {config.name}; its variants: {', '.join(map(repr, config.variants))}")
+
+
+def one_variant(config: RunConfig, label: str, overrides: Mapping[str, Any], swept: Iterable[str] = ()) -> RunConfig:
+    """Variant ``label`` of ``config`` as one run, named ``NAME-LABEL``, with the command line's ``overrides`` applied after it.
+
+    ``chillfl run CONFIG --variant LABEL --seed N``: the row's run at that seed; the comparison's seeds and tuning
+    grids are set aside, as ``--seed`` sets them aside for a config without variants. The overrides come last, so
+    that they can set the variant's own options (``algorithm.lam`` of a variant whose method has it).
+    """
+    _check_labels(config, [label])
+    table = config.variants[label]
+    data = variant_config(config, label, {k: v for k, v in table.items() if k != "tune"}).to_dict()
+    data["name"] = safe_name(f"{config.name}-{label}")
+    apply_overrides(data, overrides)
+    return config_from_dict(data, swept)
 
 
 def repeats(config: RunConfig) -> bool:

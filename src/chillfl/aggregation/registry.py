@@ -112,7 +112,7 @@ class AlgorithmSpec:
 
 
 _REGISTRY: Registry[AlgorithmSpec] = Registry("algorithm", package="chillfl.aggregation")
-"""The built-ins, each registered by its own module; every module of this package is imported on the first lookup."""
+"""The built-ins, each registered by its own module; a lookup imports the module of that name (:meth:`Registry.get`)."""
 
 
 def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
@@ -251,7 +251,7 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
 
     ``field`` names the key that chose it in errors (default ``<section>.name``; a wrapper's base: ``algorithm.base``).
     """
-    spec: AlgorithmSpec = look_up(name, field or f"{section}.name", registered_algorithms(), is_algorithm, algorithm_names, user_algorithm)
+    spec: AlgorithmSpec = look_up(name, field or f"{section}.name", _REGISTRY.view(), is_algorithm, algorithm_names, user_algorithm)
     return spec
 
 

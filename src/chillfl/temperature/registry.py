@@ -2,7 +2,7 @@
 
 The mechanism, not the catalogue: each built-in's spec lives next to its code and is named there
 with :func:`register_policy` (``base.py``: ``none`` and ``fixed``; ``fedchill.py``: ``fedchill``);
-the modules of this package are imported on the first lookup. A user's policy comes in by import
+a lookup imports the module of that name, or every module of this package (``fixed`` lives in ``base.py``). A user's policy comes in by import
 path or a ``chillfl.plugins`` entry point, as a policy class or a ``PolicySpec``, and becomes the
 same spec (:func:`user_policy`); a plugin may also call :func:`register_policy` itself.
 """
@@ -61,7 +61,7 @@ class PolicySpec:
 
 
 _REGISTRY: Registry[PolicySpec] = Registry("temperature policy", package="chillfl.temperature")
-"""The built-ins, each registered by its own module; every module of :mod:`chillfl.temperature` is imported on the first lookup."""
+"""The built-ins, each registered by its own module of :mod:`chillfl.temperature`; a lookup imports the module of that name (:meth:`Registry.get`)."""
 
 
 def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
@@ -134,7 +134,7 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
 
 def policy_spec(name: Any, section: str = "temperature") -> PolicySpec:
     """The registered policy ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
-    spec: PolicySpec = look_up(name, f"{section}.policy", registered_policies(), is_policy, policy_names, user_policy)
+    spec: PolicySpec = look_up(name, f"{section}.policy", _REGISTRY.view(), is_policy, policy_names, user_policy)
     return spec
 
 

@@ -294,7 +294,7 @@ def user_term(obj: Any, name: str, field: str) -> TermSpec:
 
 def term_spec(name: Any, field: str) -> TermSpec:
     """The registered term ``name``, or a user's (``"pkg.module:Name"``, a ``chillfl.plugins`` entry point)."""
-    spec: TermSpec = look_up(name, field, registered_terms(), is_term, term_names, user_term)
+    spec: TermSpec = look_up(name, field, _REGISTRY.view(), is_term, term_names, user_term)
     return spec
 
 

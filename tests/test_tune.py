@@ -283,6 +283,9 @@ def test_a_grid_of_lists_splits_at_the_commas_between_them() -> None:
     assert labels == ["model.hidden=[16, 16]", "model.hidden=[32]"]
     assert comma_items('"a,b",{x = 1, y = 2},3', "--grid", "") == ['"a,b"', "{x = 1, y = 2}", "3"]
     assert comma_items("0, 1,2", "--seeds", "") == ["0", "1", "2"]
+    # a quote opens a string only where a value starts: a bare word's apostrophe kept the rest as one item
+    assert comma_items("it's,b", "--grid", "") == ["it's", "b"]
+    assert comma_items("'a,b',c, \"d,e\"", "--grid", "") == ["'a,b'", "c", '"d,e"']
 
 
 def test_a_grid_value_given_twice_in_two_spellings_is_a_duplicate() -> None:

@@ -164,12 +164,14 @@ def comma_items(text: str, field: str, expected: str) -> list[str]:
 
 def _top_level_split(text: str) -> list[str]:
     """``text`` split at its commas outside brackets, braces and quotes: ``--grid model.hidden=[64,64],[128]`` sweeps
-    two lists (a comma inside a TOML list, inline table or string belongs to the value)."""
+    two lists (a comma inside a TOML list, inline table or string belongs to the value). A quote opens a string only
+    where a TOML value can start (after a comma, a bracket, a brace, ``=`` or the start): the apostrophe of a bare
+    word (``it's,b``) kept the rest of the line in one item."""
     items, start, depth, quote = [], 0, 0, ""
     for i, ch in enumerate(text):
         if quote:
             quote = "" if ch == quote else quote
-        elif ch in "\"'":
+        elif ch in "\"'" and text[:i].rstrip()[-1:] in ("", ",", "[", "{", "="):
             quote = ch
         elif ch in "[{":
             depth += 1

@@ -303,7 +303,9 @@ def machine() -> dict[str, Any]:
         pass
     try:
         rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE, timeout=10)
-        info["chillfl_commit"] = rev.stdout.strip() + " (+ uncommitted working tree)"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=HERE, timeout=10)
+        # said only when a tracked file differs from the commit (before, every result said so, clean or not)
+        info["chillfl_commit"] = rev.stdout.strip() + (" (+ uncommitted changes)" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         pass
     try:

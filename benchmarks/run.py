@@ -291,7 +291,9 @@ def machine() -> dict[str, Any]:
             key, _, value = line.partition(":")
             if key.strip() in ("Model name", "CPU(s)", "Thread(s) per core", "Flags"):
                 value = value.strip()
-                info[key.strip()] = ("avx2" in value.split() and "avx2" or "no avx2") if key.strip() == "Flags" else value
+                # the vector extensions torch's CPU kernels pick from (before: only whether avx2 was there, also on AVX-512 machines)
+                vector = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in value.split()]
+                info[key.strip()] = (" ".join(vector) or "no avx2") if key.strip() == "Flags" else value
     except (OSError, subprocess.SubprocessError):
         pass
     try:

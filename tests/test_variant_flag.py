@@ -8,28 +8,9 @@ from pathlib import Path
 import pytest
 
 from chillfl.cli import main
+from test_cli_late_signals import CONFIG as LATE
 
-CONFIG = """\
-name = "rows"
-seed = 0
-threads = 1
-device = "cpu"
-out_dir = "{out}"
-[dataset]
-name = "digits"
-[model]
-name = "mlp"
-hidden = [8]
-[federation]
-num_clients = 4
-clients_per_round = 2
-rounds = 2
-[client]
-epochs = 1
-batch_size = 32
-lr = 0.05
-[eval]
-client_split_size = 20
+VARIANTS = """
 [compare]
 seeds = [1, 2]
 baseline = "plain"
@@ -40,10 +21,11 @@ algorithm = {{ name = "fedprox", mu = 0.1 }}
 [variants.fast]
 client = {{ lr = 0.2 }}
 """
+CONFIG = LATE + VARIANTS  # a 4-round MLP run on digits, named "late", with three variants
 
 
 def _config(tmp_path: Path) -> str:
-    path = tmp_path / "rows.toml"
+    path = tmp_path / "late.toml"
     path.write_text(CONFIG.format(out=(tmp_path / "out").as_posix()))
     return str(path)
 
@@ -60,8 +42,8 @@ def test_compare_keeps_only_the_chosen_variants_in_the_configs_order(tmp_path: P
 
 
 @pytest.mark.parametrize(("labels", "said"), [
-    (["nope"], "--variant: no variant 'nope' in rows; its variants: 'plain', 'prox (mu=0.1)', 'fast'"),
-    (["fast"], "--variant: rows's [compare] baseline is 'plain': choose it too (--variant 'plain'), or set compare.baseline"),
+    (["nope"], "--variant: no variant 'nope' in late; its variants: 'plain', 'prox (mu=0.1)', 'fast'"),
+    (["fast"], "--variant: late's [compare] baseline is 'plain': choose it too (--variant 'plain'), or set compare.baseline"),
 ])
 def test_a_label_that_is_not_there_or_drops_the_baseline_is_one_line_and_exit_2(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], labels: list[str], said: str,
@@ -75,18 +57,18 @@ def test_a_label_that_is_not_there_or_drops_the_baseline_is_one_line_and_exit_2(
 
 def test_a_config_without_variants_has_none_to_choose(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "plain.toml"
-    path.write_text(CONFIG.split("[compare]")[0].format(out=(tmp_path / "out").as_posix()))
+    path.write_text(LATE.format(out=(tmp_path / "out").as_posix()))
     assert main(["run", str(path), "--variant", "plain", "--seed", "1"]) == 2
-    assert capsys.readouterr().err.strip() == "chillfl: error: --variant: rows defines no [variants] to choose from"
+    assert capsys.readouterr().err.strip() == "chillfl: error: --variant: late defines no [variants] to choose from"
 
 
 def test_run_variant_seed_is_that_rows_run_of_the_comparison_bit_for_bit(tmp_path: Path) -> None:
     config = _config(tmp_path)
     assert main(["compare", config, "-q", "--variant", "plain", "--variant", "prox (mu=0.1)"]) == 0
-    (compared,) = (tmp_path / "out").glob("rows-compare*")
+    (compared,) = (tmp_path / "out").glob("late-compare*")
     (row,) = [p for p in compared.iterdir() if p.is_dir() and p.name.startswith("prox") and p.name.endswith("s2")]
     assert main(["run", config, "-q", "--variant", "prox (mu=0.1)", "--seed", "2"]) == 0
-    (alone,) = (tmp_path / "out").glob("rows-prox*")
+    (alone,) = (tmp_path / "out").glob("late-prox*")
     saved = (alone / "config.toml").read_text()
     assert 'name = "fedprox"' in saved and "seed = 2" in saved
     assert _accuracies(alone) == _accuracies(row)

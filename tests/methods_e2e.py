@@ -17,7 +17,8 @@ import pytest
 from chillfl.config import RunConfig, load_config
 from chillfl.storage.checkpoint import read_state, write_state
 from chillfl.engine.loop import run_rounds
-from chillfl.experiment import build_experiment, build_protocol, make_executor
+from chillfl.experiment import Experiment, build_experiment, build_protocol, make_executor
+from chillfl.protocols.parameters import ParameterSharing
 from chillfl.runner import run_experiment
 from lent_pools import pools
 
@@ -40,6 +41,21 @@ TINY: dict[str, Any] = {
 
 def config(**over: Any) -> RunConfig:
     return load_config(None, {**TINY, **over})
+
+
+def protocol_rounds(cfg: RunConfig, rounds: int) -> tuple[Experiment, ParameterSharing, list[dict[str, Any]]]:
+    """``rounds`` rounds of ``cfg`` through the real round loop, with its built parts kept to inspect (its server's
+    aggregator and ledger), for a parameter-sharing method."""
+    exp = build_experiment(cfg)
+    protocol = build_protocol(exp)
+    assert isinstance(protocol, ParameterSharing)
+    executor = make_executor(exp, protocol)
+    try:
+        done = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=cfg.federation.num_clients,
+                               clients_per_round=cfg.federation.clients_per_round, rounds=rounds))
+    finally:
+        executor.close()
+    return exp, protocol, done
 
 
 def records(cfg: RunConfig) -> list[dict[str, Any]]:

@@ -14,7 +14,6 @@ from chillfl.engine.ledger import (
     tensor_bytes,
 )
 from chillfl.errors import ConfigError
-from chillfl.experiment import build_experiment
 from chillfl.options import parse_options
 from chillfl.protocols.common import state_bytes
 
@@ -132,20 +131,9 @@ def test_a_value_the_ledger_cannot_price_is_refused_not_free() -> None:
 def test_pa3feds_reported_floats_are_counted_in_each_uplinks_control_bytes() -> None:
     """PA3Fed's clients report their score, gradient norm and alpha (three Python floats) beside the model: over
     FedAvg the report is the uplink's whole control part, so each round's is clients x 3 x 8 bytes, and nothing else."""
-    from chillfl.engine.loop import run_rounds
-    from chillfl.experiment import build_protocol, make_executor
-    from chillfl.protocols.parameters import ParameterSharing
-    from methods_e2e import config
+    from methods_e2e import config, protocol_rounds
 
-    cfg = config(**{"algorithm.name": "pa3fed", "model.name": "mlp"})
-    exp = build_experiment(cfg)
-    protocol = build_protocol(exp)
-    assert isinstance(protocol, ParameterSharing)
-    executor = make_executor(exp, protocol)
-    try:
-        done = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=4, clients_per_round=3, rounds=2))
-    finally:
-        executor.close()
+    _, protocol, done = protocol_rounds(config(**{"algorithm.name": "pa3fed", "model.name": "mlp"}), rounds=2)  # 3 of 4 clients a round
     ledger = protocol.book.ledger
     assert [ledger.round_totals(r).get("up.control") for r in ledger.rounds()] == [3 * 3 * 8, 3 * 3 * 8]
     assert [ledger.round_totals(r).get("down.control", 0) for r in ledger.rounds()] == [0, 0]

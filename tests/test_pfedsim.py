@@ -30,7 +30,7 @@ from chillfl.aggregation.pfedsim import (
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.training.local import evaluate
-from methods_e2e import assert_executors_agree, cli_option_error, config, records, resumed_records
+from methods_e2e import assert_executors_agree, cli_option_error, config, protocol_rounds, records, resumed_records
 
 SQRT2 = math.sqrt(2)
 LOG_SELF = 9.210340371976182
@@ -212,19 +212,7 @@ PERSONALISED = {"algorithm.name": "pfedsim", "model.name": "mlp", "algorithm.war
 def test_a_run_replays_the_similarities_extractors_and_global_model_of_its_first_personalised_round() -> None:
     """After the warm-up round and the first personalised one (every client sampled), recompute the similarities, each
     client's next extractor and the global model with numpy loops, and compare with what the run's server holds and sends."""
-    from chillfl.engine.loop import run_rounds
-    from chillfl.experiment import build_protocol, make_executor
-    from chillfl.protocols.parameters import ParameterSharing
-
-    cfg = config(**PERSONALISED, **{"federation.clients_per_round": 4})
-    exp = build_experiment(cfg)
-    protocol = build_protocol(exp)
-    assert isinstance(protocol, ParameterSharing)
-    executor = make_executor(exp, protocol)
-    try:
-        done = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=4, clients_per_round=4, rounds=2))
-    finally:
-        executor.close()
+    exp, protocol, done = protocol_rounds(config(**PERSONALISED, **{"federation.clients_per_round": 4}), rounds=2)
     agg = exp.aggregator
     assert isinstance(agg, PFedSim) and agg.warmup == 1 and "agg_similarity" not in done[0]
     head = [k for k in agg.head if k.endswith("weight")][0]
@@ -268,24 +256,15 @@ def test_the_downlink_prices_the_whole_model_until_a_client_holds_its_head_then_
 
 @pytest.mark.slow  # three runs, one of them in a process pool
 def test_runs_agree_across_executors_and_local_accuracy_is_the_clients_trained_models() -> None:
-    from chillfl.engine.loop import run_rounds
-    from chillfl.experiment import build_protocol, make_executor
     from chillfl.protocols.common import mean_or_none
-    from chillfl.protocols.parameters import ParameterSharing
 
     cfg = config(**PERSONALISED)
     seq = assert_executors_agree(cfg)
     fedavg = records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))
     assert seq[0]["train_loss"] == fedavg[0]["train_loss"]  # the warm-up round is FedAvg's
     assert seq[-1]["local_loss"] != fedavg[-1]["local_loss"]
-    exp = build_experiment(cfg)
-    protocol = build_protocol(exp)
-    assert isinstance(protocol, ParameterSharing)
-    executor = make_executor(exp, protocol)
-    try:
-        last = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=exp.data.num_clients, clients_per_round=3, rounds=3))[-1]
-    finally:
-        executor.close()
+    exp, protocol, done = protocol_rounds(cfg, rounds=3)
+    last = done[-1]
     agg = exp.aggregator
     assert isinstance(agg, PFedSim)
     accs = []

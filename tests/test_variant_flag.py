@@ -43,6 +43,7 @@ def test_compare_keeps_only_the_chosen_variants_in_the_configs_order(tmp_path: P
 
 @pytest.mark.parametrize(("labels", "said"), [
     (["nope"], "--variant: no variant 'nope' in late; its variants: 'plain', 'prox (mu=0.1)', 'fast'"),
+    (["Plain"], "--variant: no variant 'Plain' in late (did you mean 'plain'?); its variants: 'plain', 'prox (mu=0.1)', 'fast'"),
     (["fast"], "--variant: late's [compare] baseline is 'plain': choose it too (--variant 'plain'), or set compare.baseline"),
 ])
 def test_a_label_that_is_not_there_or_drops_the_baseline_is_one_line_and_exit_2(

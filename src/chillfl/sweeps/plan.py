@@ -28,7 +28,7 @@ from typing import Any
 
 from chillfl.config import (RunConfig, apply_overrides, check_compare_option, check_sweep_switches, config_from_dict, own_tune, parse_value, safe_name,
                             typed_grid, variant_config)
-from chillfl.errors import ConfigError, MissingExtra
+from chillfl.errors import ConfigError, MissingExtra, did_you_mean
 from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options
@@ -255,7 +255,8 @@ def _check_labels(config: RunConfig, labels: Sequence[str]) -> None:
         raise ConfigError("--variant", f"{config.name} defines no [variants] to choose from")
     unknown = [label for label in labels if label not in config.variants]
     if unknown:
-        raise ConfigError("--variant", f"no variant {unknown[0]!r} in {config.name}; its variants: {', '.join(map(repr, config.variants))}")
+        raise ConfigError("--variant", f"no variant {unknown[0]!r} in {config.name}{did_you_mean(unknown[0], list(config.variants))}; "
+                                       f"its variants: {', '.join(map(repr, config.variants))}")
 
 
 def one_variant(config: RunConfig, label: str, overrides: Mapping[str, Any], swept: Iterable[str] = ()) -> RunConfig:

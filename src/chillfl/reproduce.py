@@ -49,7 +49,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +59,7 @@ from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiments import resolve_config
 from chillfl.numeric import is_real, is_whole
 from chillfl.progress import Progress
+from chillfl.stderr import say
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
 from chillfl.report.compare import CompareResult
@@ -258,10 +258,10 @@ def run_claim(
         planned = plan_runs(config, claim.grid, CompareOptions(seeds=list(seeds)))  # once: the folder to resume and the runs
         found = find_compare(config, planned) if resume and write else None
         if found is not None and not found.name.endswith(PARTIAL):
-            print(f"chillfl reproduce: read back {found} (finished before, same config and code)", file=sys.stderr)
+            say(f"chillfl reproduce: read back {found} (finished before, same config and code)")
             result = read_compare(found)
         elif found is not None:
-            print(f"chillfl reproduce: resuming {found}", file=sys.stderr)
+            say(f"chillfl reproduce: resuming {found}")
             result = resume_compare(found, progress=progress)
         else:
             result = run_plan(config, planned, progress=progress, write=write)
@@ -442,7 +442,7 @@ def reproduce(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, p
     outcomes: list[Outcome] = []
     cache: dict[str, CompareResult] = {}
     for claim in claims_of(paper):
-        print(f"chillfl reproduce: {claim.text} ...", file=sys.stderr)
+        say(f"chillfl reproduce: {claim.text} ...")
         outcomes.append(run_claim(claim, seeds, out_dir=out_dir, progress=progress, cache=cache, resume=resume))
     return outcomes
 

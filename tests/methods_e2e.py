@@ -52,7 +52,7 @@ def protocol_rounds(cfg: RunConfig, rounds: int) -> tuple[Experiment, ParameterS
     executor = make_executor(exp, protocol)
     try:
         done = list(run_rounds(protocol, executor, seed=cfg.seed, num_clients=cfg.federation.num_clients,
-                               clients_per_round=cfg.federation.clients_per_round, rounds=rounds))
+                               clients_per_round=cfg.federation.sample_size(), rounds=rounds))
     finally:
         executor.close()
     return exp, protocol, done

@@ -15,6 +15,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from test_cli_late_signals import CONFIG
 
 CHILD = textwrap.dedent(
@@ -60,3 +62,21 @@ def test_sigterm_with_stderr_gone_stops_a_comparison_at_its_first_run(tmp_path: 
     assert folder.name.endswith("-compare.partial")
     runs = sorted(p.name for p in folder.iterdir() if p.is_dir())
     assert len(runs) == 1 and runs[0].endswith(".partial"), runs  # stopped, resumable; the second run never started
+
+
+class _GoneStream:
+    """A stderr whose reader went away: every write fails as a closed pipe's does."""
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def test_a_config_error_with_stderr_gone_still_exits_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command's one line cannot be written; its exit status still says what happened (it was a traceback, exit 1)."""
+    from chillfl.cli import main
+
+    monkeypatch.setattr(sys, "stderr", _GoneStream())
+    assert main(["run", str(tmp_path / "missing.toml")]) == 2

@@ -211,6 +211,7 @@ def test_run_of_a_config_with_variants_runs_the_comparison(tmp_path, capsys):
     captured = capsys.readouterr()
     said = [line for line in captured.err.splitlines() if "variants" in line]
     assert len(said) == 1 and "running the comparison" in said[0] and "chillfl compare" in said[0]
+    assert said[0].endswith("; one of its runs: --variant LABEL --seed N)"), said  # the way to the one run a user may have meant
     assert "| a |" in captured.out and "| b |" in captured.out
     assert (tmp_path / "out" / "v-compare" / "table.md").is_file()
 

@@ -207,7 +207,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         else:  # seeds or a tuning grid, no variants: the method alone, over them
             asked = " and ".join(what for what, given in (("a [compare] table", bool(config.compare)), ("a [tune] grid", bool(config.tune))) if given)
             why = f"sets {asked}: running it as a comparison of one variant"
-        said = None if args.quiet else f"chillfl: {config.name} {why} (`chillfl compare {args.config}`)"
+        one_row = "; one of its runs: --variant LABEL --seed N" if config.variants else ""  # a user who meant a single run
+        said = None if args.quiet else f"chillfl: {config.name} {why} (`chillfl compare {args.config}`{one_row})"
         return _compare(config, [], None, _progress(args), args, said)
     if args.shard is not None:
         _shard(args)  # a malformed K/N is named first

@@ -85,7 +85,8 @@ def _is_override(text: str) -> bool:
         return True
 
 
-def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None) -> RunConfig:
+def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None, variants: Sequence[str] = ()) -> RunConfig:
+    """The config the command runs, checked and resolved; ``variants``: the ``--variant`` labels of ``run`` / ``compare``."""
     path = _config_path(config) if config is not None else None
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
@@ -96,15 +97,14 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
 
     # a comparison's swept keys: a switch swept there (--grid privacy.mechanism=none,dp-fedavg) lets the base hold its options
     swept = [item.split("=", 1)[0].strip() for item in [*(getattr(args, "grid", None) or []), *(getattr(args, "tune", None) or [])]]
-    labels = getattr(args, "variant", None) or []
-    if not labels:
+    if not variants:
         return resolved(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept))
     with _signals_held():
         from chillfl.sweeps.plan import chosen_variants, one_variant
 
-    if args is not None and args.command == "run" and args.seed is not None and len(labels) == 1:  # that row's run at one seed
-        return resolved(one_variant(load_config(path, flags, swept), labels[0], parse_overrides(list(overrides)), swept))
-    return resolved(chosen_variants(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), labels))
+    if args is not None and args.command == "run" and args.seed is not None and len(variants) == 1:  # that row's run at one seed
+        return resolved(one_variant(load_config(path, flags, swept), variants[0], parse_overrides(list(overrides)), swept))
+    return resolved(chosen_variants(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), variants))
 
 
 def _report(out: "RunOutput") -> int:
@@ -187,10 +187,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         _shard(args)
         demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args), DEMO_GRID if demo else (), args=args)
+            return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or ()), DEMO_GRID if demo else (), args=args)
     demo = args.config is None or args.config == DEMO
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
-        config = _load(DEMO if demo else args.config, args.overrides, args)
+        config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or ())
         if demo:
             if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
                 package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
@@ -337,9 +337,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         _shard(args)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            return _dry_run(_load(args.config, args.overrides, args), args.grid, args)
+            return _dry_run(_load(args.config, args.overrides, args, args.variant or ()), args.grid, args)
     with _before_writing("comparison"):
-        config = _load(args.config, args.overrides, args)
+        config = _load(args.config, args.overrides, args, args.variant or ())
     return _compare(config, args.grid, args.reference, _progress(args), args)
 
 

@@ -375,6 +375,8 @@ class DatasetEntry(NamedTuple):
     options: type
     build: Callable[[Any, Path], ArrayDataset]
     inputs: InputKind
+    summary: str = ""
+    """One line for ``chillfl list datasets`` and the reference (empty: its options' docstring's first line)."""
 
 
 def _real(name: str, reader: Callable[[Path, Any], RawSplit]) -> Callable[[Any, Path], ArrayDataset]:

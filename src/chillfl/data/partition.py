@@ -704,6 +704,8 @@ class PartitionerEntry(NamedTuple):
     """Set: whether, with these options over this many clients, it adds noise to the clients' inputs
     (``feature_noise``); a run asks it before the data are split (``--dry-run`` without the data's files too).
     None: it hands the inputs over as they are."""
+    summary: str = ""
+    """One line for ``chillfl list partitioners`` and the reference (empty: its options' docstring's first line)."""
 
 
 PARTITIONERS: dict[str, PartitionerEntry] = {

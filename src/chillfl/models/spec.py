@@ -25,3 +25,5 @@ class ModelSpec(NamedTuple):
     ``reads_indices(options, num_classes)``. A run then refuses inputs that are not such indices
     (a standardised float dataset) and partitioners that add noise to the inputs, before it starts.
     None: the model reads real-valued features."""
+    summary: str = ""
+    """One line for ``chillfl list models`` and the reference (empty: its options' docstring's first line)."""

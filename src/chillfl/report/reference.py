@@ -15,7 +15,7 @@ import textwrap
 import types
 import typing
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
 from chillfl.config import EXECUTORS, RunConfig
@@ -372,9 +372,19 @@ def summaries(section: str) -> list[tuple[str, str]]:
     return [(name, _summary(name, registry[name])) for name in sorted(registry)]
 
 
-def _summary(name: str, spec: Any) -> str:
+class _Summarised(Protocol):
+    """What every part's spec has (the listings read nothing else of it)."""
+
+    @property
+    def summary(self) -> str: ...
+
+    @property
+    def options(self) -> type: ...
+
+
+def _summary(name: str, spec: _Summarised) -> str:
     """A spec's one-line summary: its ``summary``, else its options' docstring's first line; none where that is its name."""
-    summary = getattr(spec, "summary", "") or _first_line(spec.options)
+    summary = spec.summary or _first_line(spec.options)
     return "" if summary == name else summary  # a plugin class without a spec of its own is summarised by its import path
 
 

@@ -267,8 +267,7 @@ def one_variant(config: RunConfig, label: str, overrides: Mapping[str, Any], swe
     that they can set the variant's own options (``algorithm.lam`` of a variant whose method has it).
     """
     _check_labels(config, [label])
-    table = config.variants[label]
-    data = variant_config(config, label, {k: v for k, v in table.items() if k != "tune"}).to_dict()
+    data = variant_config(config, label, config.variants[label]).to_dict()  # its own tuning grid checked, not applied
     data["name"] = safe_name(f"{config.name}-{label}")
     apply_overrides(data, overrides)
     return config_from_dict(data, swept)

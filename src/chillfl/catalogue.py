@@ -33,6 +33,7 @@ from typing import Sequence
 
 import hashlib
 import json
+import textwrap
 
 from chillfl.capabilities import Cost
 from chillfl.config import RunConfig, load_config, read_config_file, read_toml
@@ -476,20 +477,35 @@ def catalogue(computed: bool = False) -> list[Entry]:
     return [(computed_entry if computed else entry)(name) for name in bundled_experiments()]
 
 
-def format_catalogue(entries: list[Entry]) -> str:
-    """A markdown table, one experiment a row, then what the time columns mean."""
+def format_catalogue(entries: list[Entry], scale: float | None = None, scaled: str = "") -> str:
+    """A markdown table, one experiment a row, then what the time columns mean.
+
+    ``scale``: this machine's factor on the CPU minutes (:mod:`chillfl.machine_speed`), applied to every row, the
+    measured ones too (they were measured on another machine, so they become estimates); ``scaled``: the line that
+    says how it was found."""
+    head = "CPU minutes (2 cores)" if scale is None else "CPU minutes (this machine)"
     lines = [
-        "| experiment | paper | reruns | run or compare | data | CPU minutes (2 cores) | GPU minutes (H200) |",
+        f"| experiment | paper | reruns | run or compare | data | {head} | GPU minutes (H200) |",
         "|---|---|---|---|---|---|---|",
     ]
     for e in entries:
-        lines.append(f"| {e.name} | {e.paper} | {e.target} | {e.kind} | {e.data} | {_minutes(e.cpu_min, e.measured)} | {_gpu_minutes(e.gpu_min)} |")
+        cpu = _minutes(e.cpu_min, e.measured) if scale is None else _minutes(None if e.cpu_min is None else e.cpu_min * scale, False)
+        lines.append(f"| {e.name} | {e.paper} | {e.target} | {e.kind} | {e.data} | {cpu} | {_gpu_minutes(e.gpu_min)} |")
     lines += [
         "",
         "CPU minutes: measured on the 2-core Xeon development machine (executor \"sequential\", one thread), or",
         "'est.' = extrapolated from the config (steps x per-step overhead + FLOPs at the measured throughput of",
         "one core, with the extra passes each run's method declares; fitted on that machine: expect a factor of 2",
         "either way elsewhere; what it counts: docs/performance.md, \"Time estimates\").",
+    ]
+    if scale is None:
+        lines += ["`chillfl list experiments --calibrate` times a short run here (a few seconds) and scales that column to",
+                  "this machine."]
+    else:
+        said = f"{scaled[:1].upper()}{scaled[1:]}." if scaled else f"Scaled to this machine: the model's minutes x {scale:.2f}."
+        lines += [*textwrap.wrap(said, 105),
+                  "One small model's run sets that factor: a run bound by FLOPs (the full-size experiments) may scale otherwise."]
+    lines += [
         "GPU minutes (full-size experiments, `--device cuda`): none was timed on a GPU; 'est.' = the run's client",
         "steps x 0.064 ms plus its FLOPs at 19.8 TFLOP/s, both measured on an H200 (executor auto, fp32, 2026-12-04;",
         "docs/gpu.md), low end if a step of fewer clients than the measured 100 costs proportionally less, high",

@@ -450,11 +450,21 @@ LIST_SECTIONS = {
 
 
 def cmd_list(args: argparse.Namespace) -> int:
+    if args.calibrate and args.what != "experiments":
+        raise ConfigError("--calibrate", "scales the CPU minutes of `chillfl list experiments`; it goes with `experiments` only")
     if args.what == "experiments":
         with _signals_held():  # what the catalogue imports
             from chillfl.catalogue import catalogue, format_catalogue
 
-        print(format_catalogue(catalogue()))
+        if not args.calibrate:
+            print(format_catalogue(catalogue()))
+            return 0
+        with _signals_held():  # the probe runs chillfl: torch
+            from chillfl.machine_speed import PROBE_ROUNDS, calibrate
+        if not args.quiet:
+            say(f"chillfl: calibrating: timing a {PROBE_ROUNDS}-round FedAvg run of the demo's setting 3 times (a few seconds)")
+        found = calibrate()
+        print(format_catalogue(catalogue(), found.factor, found.describe()))
         return 0
     if args.options is not None:
         with _signals_held():  # the registries: torch
@@ -677,6 +687,9 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
                    help="experiments: a table of the bundled experiments (paper, run or compare, data, expected minutes); "
                         "any other: only those registered names (methods: algorithms, distillation and prototype methods); "
                         "none: every registered name and the experiments' names")
+    _verbosity(p, trains=False)
+    p.add_argument("--calibrate", action="store_true",
+                   help="with experiments: time a short run on this machine (a few seconds) and scale the CPU minutes to it")
     p.add_argument("--options", nargs="*", metavar="NAME",
                    help="print every part's options with types and defaults (markdown), the chillfl.plugins entry points' included; "
                         "NAME: only these: a part (ditto, dp-sgd), a table (client, privacy) or a plugin's 'pkg.module:Name' on sys.path")

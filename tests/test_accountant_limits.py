@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import signal
+import warnings
 from pathlib import Path
 from types import FrameType
 from typing import Any, Iterator
@@ -138,13 +139,53 @@ def test_a_prv_grid_too_large_for_memory_is_one_line_before_the_run(tmp_path: Pa
 
 
 def test_a_target_too_large_for_the_prv_accountant_is_one_line_on_target_epsilon(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # epsilon 1000 in one round at q = 1 needs sigma ~ 0.02, where the PRV discretisation fails: said on target_epsilon,
+    # epsilon 500 in one round at q = 1 needs sigma ~ 0.02, where the PRV discretisation fails: said on target_epsilon,
     # with the way out (a smaller target, or the RDP accountant), not "raise target_epsilon"
-    code, err = run(tmp_path, capsys, 'accountant = "prv"\ntarget_epsilon = 1000.0')
+    code, err = run(tmp_path, capsys, 'accountant = "prv"\ntarget_epsilon = 500.0')
     assert code == 2 and len(err) == 1, err
-    assert err[0].startswith("chillfl: error: privacy.target_epsilon: 1000.0 at delta = 1e-05 over the planned 1 rounds: the PRV accountant cannot account")
+    assert err[0].startswith("chillfl: error: privacy.target_epsilon: 500.0 at delta = 1e-05 over the planned 1 rounds: the PRV accountant cannot account")
     assert err[0].endswith("lower target_epsilon, or use accountant = 'rdp'")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_target_above_the_largest_prv_epsilon_is_one_line_at_once(tmp_path: Path, capsys: pytest.CaptureFixture[str], guard: Any) -> None:
+    # The PRV accountant's estimate takes e^epsilon: past log(float max) + eps_error = 709.79 it reports infinity, so no
+    # sigma spends 1,000. Opacus's search bisected for ever at q = 1 over 100 steps (the run hung before it started; the
+    # guard's alarm fails the test if that comes back); the old 1-round case failed in the discretisation instead.
+    assert accounting.PRV_MAX_EPSILON == pytest.approx(math.log(1.7976931348623157e308) + 0.01, abs=1e-12)  # 709.7927
+    assert math.isinf(epsilon_of(((0.29, 1.0, 100),), 1e-5, "prv")) and epsilon_of(((0.2975, 1.0, 100),), 1e-5, "prv") < accounting.PRV_MAX_EPSILON
+    with pytest.raises(AccountantError, match=r"reports no epsilon above 709\.79"):
+        noise_for(1000.0, 1e-5, 1.0, 100, "prv")
+    code, err = run(tmp_path, capsys, 'accountant = "prv"\ntarget_epsilon = 1000.0', rounds=100)
+    assert code == 2 and len(err) == 1, err
+    assert err[0] == ("chillfl: error: privacy.target_epsilon: 1000.0 at delta = 1e-05 over the planned 100 rounds: the PRV accountant reports no epsilon "
+                      "above 709.79 (e^epsilon overflows a float); lower target_epsilon, or use accountant = 'rdp'")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_prv_search_is_opacus_own_sigma(guard: Any) -> None:
+    # the PRV search is Opacus's bisection on the ledger's epsilon (Opacus's PRVAccountant's, bit for bit): the same sigma
+    from opacus.accountants.utils import get_noise_multiplier
+
+    for target, q, steps in ((3.25, 0.3, 7), (20.0, 1.0, 100)):
+        with warnings.catch_warnings():  # Opacus's own: "Optimal order", and log(1 - q) at q = 1
+            warnings.simplefilter("ignore")
+            theirs = get_noise_multiplier(target_epsilon=target, target_delta=1e-5, sample_rate=q, steps=steps, accountant="prv", epsilon_tolerance=0.01,
+                                          eps_error=0.01, delta_error=1e-8)
+        assert accounting._prv_search(target, 1e-5, q, steps, 0.01, 1e6) == theirs
+
+
+def test_the_prv_search_steps_over_a_grid_too_large_and_refuses_a_target_whose_own_grid_is(monkeypatch: pytest.MonkeyPatch, guard: Any) -> None:
+    # target 20 at q = 1 over 100 steps: Opacus's bisection tries sigma 20, 10, 5, 2.5, 3.75, 3.125, 2.8125, ... and ends at
+    # 2.9016 (a grid of 191,520 points); at 2.5 the grid has 226,854, at 2.8125 198,326 (the caps below sit between them).
+    ledger = Ledger(1e-5, "prv")
+    grids = [ledger.prv_domain(((s, 1.0, 100),)).size for s in (2.5, 2.8125, 2.901611328125)]
+    assert grids[0] > 200_000 > grids[1] > grids[2] > 185_000
+    monkeypatch.setattr(accounting, "PRV_MAX_POINTS", 200_000)  # 2.5's grid is refused: below the answer, so the search steps up from it
+    assert accounting._prv_search(20.0, 1e-5, 1.0, 100, 0.01, 1e6) == 2.901611328125  # Opacus's sigma (the test above)
+    monkeypatch.setattr(accounting, "PRV_MAX_POINTS", 185_000)  # the answer's own grid is refused: no sigma the accountant holds spends 20
+    with pytest.raises(AccountantError, match=r"cannot hold the noise this target needs: below 2\.9\d* at sample rate 1 over 100 steps"):
+        accounting._prv_search(20.0, 1e-5, 1.0, 100, 0.01, 1e6)
 
 
 def test_soft_label_uploads_too_many_for_the_prv_accountant_are_one_line_before_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

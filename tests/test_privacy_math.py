@@ -292,7 +292,7 @@ def test_a_target_epsilon_below_the_rdp_floor_is_refused_without_opacus_search(m
 
 
 def test_the_sigma_search_runs_once_per_question_in_a_process(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Opacus's search is a pure function of (target, delta, q, steps, accountant, orders); under PRV it takes seconds, and
+    # the search is a pure function of (target, delta, q, steps, accountant, orders); under PRV it takes seconds, and
     # every seed of a comparison under user-level DP (q = clients_per_round / num_clients) asked it again
     import opacus.accountants.utils as utils
 
@@ -300,6 +300,7 @@ def test_the_sigma_search_runs_once_per_question_in_a_process(monkeypatch: pytes
 
     asked: list[dict[str, Any]] = []
     monkeypatch.setattr(utils, "get_noise_multiplier", lambda **kwargs: asked.append(kwargs) or 1.0 + len(asked))
+    monkeypatch.setattr(accounting, "_prv_search", lambda target, delta, q, steps, tolerance, most: asked.append({"steps": steps, "accountant": "prv"}) or 1.0 + len(asked))
     accounting._searched.cache_clear()
     try:
         first = [accounting.noise_for(3.25, 1e-4, 0.3, 7, "prv") for _ in range(3)]

@@ -8,7 +8,8 @@ accountant (Gopi et al. 2021), tighter at large step counts, same interface. ``r
 orders the RDP accountant minimises over: Opacus's own (the default) or :data:`EXTENDED_ORDERS`, which
 reach 1024 and so give a smaller (still valid) epsilon where the best order is past 63. The two formulas
 written here, :func:`rdp_floor` and :func:`prv_floor`, only say which targets an accountant cannot reach,
-to refuse them before Opacus's search.
+to refuse them before Opacus's search. Under the PRV accountant that search is Opacus's bisection run on the
+ledger's epsilon (Opacus's, bit for bit), so that a grid too large for memory is refused before it is allocated.
 
 A run keeps one :class:`Ledger`: per privacy unit (the whole population for ``dp-fedavg``, each client
 for ``dp-sgd`` and ``local``, each client's soft-label rows), the accountant's history. The reported
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import warnings
 from typing import Any, Literal, Mapping, Sequence
 
@@ -71,6 +73,10 @@ class AccountantError(ValueError):
     """A history the accountant cannot turn into an epsilon here (the PRV accountant's grid too large for memory, or its
     discretisation failing at a noise too small): said before a run starts (the plan probes its whole planned history),
     never a traceback in a round."""
+
+
+class GridTooLarge(AccountantError):
+    """The PRV accountant's grid for a history past :data:`PRV_MAX_POINTS`, refused before it is allocated."""
 
 
 def _orders(orders: Orders) -> list[float] | None:
@@ -124,6 +130,12 @@ def prv_floor(delta: float) -> float:
     return PRV_EPS_ERROR + math.log1p(-(delta - delta / 1000))
 
 
+PRV_MAX_EPSILON = math.log(sys.float_info.max) + PRV_EPS_ERROR
+"""The largest epsilon the PRV accountant reports (709.79): its estimate takes e^epsilon, which overflows a float past
+log(float max), so a history whose epsilon is larger comes back as infinity. A target above it is reached by no sigma:
+Opacus's search halved its interval for ever there (target 1,000 at q = 1 over 100 steps hung the run before it started)."""
+
+
 def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str = "rdp", orders: Orders = "opacus") -> float:
     """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search).
 
@@ -131,6 +143,8 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
     is a ValueError at once: Opacus's search would double sigma up to 1e6 first, and at a large sample rate each try
     takes seconds (the RDP accountant's fractional-order series) to a minute (the PRV one's), minutes in all, before
     saying so."""
+    if kind == "prv" and target_epsilon > PRV_MAX_EPSILON:
+        raise AccountantError(f"the PRV accountant reports no epsilon above {PRV_MAX_EPSILON:.5g} (e^epsilon overflows a float)")
     floor = rdp_floor(delta, orders) if kind == "rdp" else prv_floor(delta)
     if target_epsilon <= floor:
         why = "" if kind == "rdp" else f" (its eps_error {PRV_EPS_ERROR} included)"
@@ -142,16 +156,76 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
 def _searched(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str, orders: Orders) -> float:
     """Opacus's search for sigma, once per process for each question: it is a pure function of them, and under the PRV
     accountant it takes seconds (11 s at q = 0.5 over 100 steps on a 2-core Xeon), paid again by every seed and tuning point of a
-    comparison that plans the same target at the same rate (user-level DP: q = clients_per_round / num_clients)."""
+    comparison that plans the same target at the same rate (user-level DP: q = clients_per_round / num_clients). The RDP
+    accountant's is Opacus's own; the PRV accountant's is its bisection on the ledger's epsilon (:func:`_prv_search`), whose
+    grid is bounded before it is allocated."""
     utils = need("opacus.accountants.utils", "privacy", "[privacy]")
+    tolerance = max(0.01, SEARCH_TOLERANCE * target_epsilon)
+    if kind == "prv":
+        return _prv_search(target_epsilon, delta, sample_rate, steps, tolerance, float(utils.MAX_SIGMA))
     with warnings.catch_warnings():  # see epsilon_of
         warnings.filterwarnings("ignore", message="Optimal order")
-        warnings.filterwarnings("ignore", category=RuntimeWarning)  # PRV at q = 1 takes log(1 - q) = -inf on its way: harmless
         try:
             return float(utils.get_noise_multiplier(target_epsilon=target_epsilon, target_delta=delta, sample_rate=sample_rate, steps=steps, accountant=kind,
-                                                    epsilon_tolerance=max(0.01, SEARCH_TOLERANCE * target_epsilon), **_options(kind, delta, orders)))
-        except (RuntimeError, MemoryError) as exc:  # the PRV accountant's discretisation at the small sigmas a large target asks for
+                                                    epsilon_tolerance=tolerance, **_options(kind, delta, orders)))
+        except (RuntimeError, MemoryError) as exc:  # not seen from the RDP accountant; said on the field all the same
             raise AccountantError(f"the {kind.upper()} accountant cannot account the small noise this target needs ({type(exc).__name__}: {exc})") from None
+
+
+CLOSED = 1e-3
+"""How near (relative to sigma) the PRV search's interval may close on a sigma whose grid is too large before it says the
+target's noise lies there: within 0.1 % of the smallest noise the accountant can hold, a larger sigma spends nearly the
+target anyway, and each try so near costs a grid of almost :data:`PRV_MAX_POINTS` points."""
+
+
+def _prv_search(target: float, delta: float, rate: float, steps: int, tolerance: float, max_sigma: float) -> float:
+    """Opacus's search for sigma (``get_noise_multiplier``: sigma doubled from 20 until epsilon falls under the target,
+    then the interval halved until it is within ``tolerance`` under it), on the :class:`Ledger`'s PRV epsilon: Opacus's
+    PRVAccountant's bit for bit, but a grid past :data:`PRV_MAX_POINTS` is refused before it is allocated. Opacus's own
+    search allocated it: at a large target (1,000 at q = 1 over 100 steps) its bisection asked for grids of gigabytes
+    and ran for minutes, or until the kernel killed the process.
+
+    The grid grows as sigma shrinks and epsilon falls as sigma grows, so a sigma whose grid is too large lies below the
+    answer wherever the answer's own grid fits: the search steps up from it, and finds Opacus's sigma. Where the interval
+    closes on such a sigma (within :data:`CLOSED`) with the epsilon still more than ``tolerance`` under the target, the
+    answer needs less noise than the accountant can hold: :class:`AccountantError`."""
+
+    def spent(sigma: float) -> float | None:  # None: a grid too large to lay (Opacus's discretisation failing: raised, as it was)
+        ledger = Ledger(delta, "prv")
+        ledger.spend("unit", sigma, rate, steps)
+        try:
+            with warnings.catch_warnings():  # see epsilon_of
+                warnings.filterwarnings("ignore", message="Optimal order")
+                warnings.filterwarnings("ignore", category=RuntimeWarning)
+                return ledger.epsilon()
+        except GridTooLarge:
+            return None
+
+    low, high, eps_high = 0.0, 10.0, math.inf
+    while eps_high > target:
+        high *= 2
+        eps_high = _or_inf(spent(high))
+        if high > max_sigma:
+            raise ValueError("The privacy budget is too low.")
+    too_small: float | None = None  # the largest sigma found whose grid is too large
+    while target - eps_high > tolerance:
+        if too_small is not None and high - too_small <= CLOSED * high:
+            raise AccountantError(f"the PRV accountant cannot hold the noise this target needs: below {high:.4g} at sample rate {rate:.4g} over {steps} steps "
+                                  f"its grid has more than {PRV_MAX_POINTS:.3g} points")
+        sigma = (low + high) / 2
+        if not low < sigma < high:  # the interval is down to adjacent floats: the epsilon jumps past the tolerance there
+            raise AccountantError(f"the PRV accountant's epsilon jumps from {eps_high:.6g} to above the target at noise multiplier {high:.6g}")
+        eps = spent(sigma)
+        if eps is not None and eps < target:
+            high, eps_high = sigma, eps
+        else:
+            low = sigma
+            too_small = sigma if eps is None else too_small
+    return high
+
+
+def _or_inf(eps: float | None) -> float:
+    return math.inf if eps is None else eps
 
 
 def add_steps(history: History, sigma: float, rate: float, steps: int) -> History:
@@ -266,7 +340,7 @@ class Ledger:
         mesh = eps_error / np.sqrt(total * np.log(12 / delta_error) / 2)
         points = 2 * half / mesh  # create_aligned's size, but for its rounding to the mesh (and an inf half: no grid at all)
         if not points <= PRV_MAX_POINTS:
-            raise AccountantError(f"the PRV accountant would discretise {_described(entries)} on {points:.3g} points, more than the "
+            raise GridTooLarge(f"the PRV accountant would discretise {_described(entries)} on {points:.3g} points, more than the "
                                   f"{PRV_MAX_POINTS:.3g} (about {PRV_MAX_POINTS * 160 / 2**30:.1f} GiB) it may take")
         try:
             return prv.Domain.create_aligned(-half, half, mesh)

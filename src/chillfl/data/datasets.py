@@ -449,22 +449,26 @@ def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Cal
 
 
 DATASETS: dict[str, DatasetEntry] = {
-    "digits": DatasetEntry(DigitsOptions, build_digits, "real"),
-    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d, "real"),
-    "synthetic": DatasetEntry(SyntheticOptions, build_synthetic, "real"),
-    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10), "real"),
-    "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100), "real"),
-    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn), "real"),
-    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist), "real"),
-    "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist), "real"),
-    "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har), "real"),
-    "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist), "real"),
-    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist, "real"),
-    "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet, "real"),
-    "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256, "real"),
-    "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf), "any"),  # a local Hugging Face dataset (chillfl.data.hf)
-    "flwr_femnist": DatasetEntry(leaf_hub.FemnistHubOptions, _grouped("flwr_femnist", leaf_hub.load_femnist), "real"),  # chillfl.data.leaf_hub
-    "flwr_shakespeare": DatasetEntry(leaf_hub.ShakespeareOptions, _grouped("flwr_shakespeare", leaf_hub.load_shakespeare), "indices"),
+    "digits": DatasetEntry(DigitsOptions, build_digits, "real", "scikit-learn's 8x8 handwritten digits: 1,797 images, 10 classes (offline)"),
+    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d, "real", "MNIST-1D (Greydanus 2020): 40-point 1-D signals, 10 classes (offline)"),
+    "synthetic": DatasetEntry(SyntheticOptions, build_synthetic, "real", "FedProx's Synthetic(alpha, beta): 60 features, 10 classes (offline)"),
+    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10), "real", "CIFAR-10: 50,000 + 10,000 32x32 colour images, 10 classes (download)"),
+    "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100), "real",
+                             "CIFAR-100: 50,000 + 10,000 32x32 colour images, 100 or 20 classes (download)"),
+    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn), "real", "SVHN: 73,257 + 26,032 32x32 house-number digits, 10 classes (download)"),
+    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist), "real", "MNIST: 60,000 + 10,000 28x28 handwritten digits, 10 classes (download)"),
+    "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist), "real",
+                                  "Fashion-MNIST: 60,000 + 10,000 28x28 clothing images, 10 classes (download)"),
+    "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har), "real", "UCI HAR: windows of 9 smartphone motion signals, 6 activities (download)"),
+    "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist), "real", "EMNIST: NIST's 28x28 handwritten characters, one of six splits (download)"),
+    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist, "real", "FEMNIST (LEAF): EMNIST by writer, 62 classes, a client a writer (download)"),
+    "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet, "real", "Tiny ImageNet: 100,000 + 10,000 64x64 images, 200 classes (download)"),
+    "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256, "real", "Caltech-256: photos of 256 object classes, cropped and resized (download)"),
+    "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf), "any", "a Hugging Face dataset saved on disk: its input and label columns"),  # a local Hugging Face dataset (chillfl.data.hf)
+    "flwr_femnist": DatasetEntry(leaf_hub.FemnistHubOptions, _grouped("flwr_femnist", leaf_hub.load_femnist), "real",
+                                 "FEMNIST as Flower's hub holds it (flwrlabs/femnist): a client a writer"),  # chillfl.data.leaf_hub
+    "flwr_shakespeare": DatasetEntry(leaf_hub.ShakespeareOptions, _grouped("flwr_shakespeare", leaf_hub.load_shakespeare), "indices",
+                                     "LEAF Shakespeare from Flower's hub: next character, a client a role"),
 }
 
 

@@ -709,16 +709,17 @@ class PartitionerEntry(NamedTuple):
 
 
 PARTITIONERS: dict[str, PartitionerEntry] = {
-    "iid": PartitionerEntry(NoOptions, _iid),
-    "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet),
-    "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced),
-    "shards": PartitionerEntry(ShardsOptions, _shards),
-    "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew),
-    "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise, adds_noise=_feature_noise_adds),
-    "natural": PartitionerEntry(NoOptions, _natural),
-    "flexchill_dirichlet": PartitionerEntry(FlexChillDirichletOptions, _flexchill_dirichlet),
-    "scarlet_dirichlet": PartitionerEntry(ScarletDirichletOptions, _scarlet_dirichlet),
-    "flwr": PartitionerEntry(FlwrOptions, _flwr),  # any flwr-datasets partitioner (chillfl.data.flwr_partition)
+    "iid": PartitionerEntry(NoOptions, _iid, summary="IID: a random permutation cut into equal shares"),
+    "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet, summary="label skew: each class split over the clients by Dir(alpha) (Hsu et al. 2019)"),
+    "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced, summary="Dir(alpha) label skew with no share for a full client (FedChill Sec. 4.2.2)"),
+    "shards": PartitionerEntry(ShardsOptions, _shards, summary="pathological label skew: label-sorted shards, a few a client (McMahan 2017)"),
+    "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew, summary="client sizes drawn by Dir(h), labels optionally skewed too (NIID-Bench)"),
+    "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise, adds_noise=_feature_noise_adds,
+                                      summary="feature skew: IID shares, each client's own Gaussian input noise (FedChill)"),
+    "natural": PartitionerEntry(NoOptions, _natural, summary="the dataset's own clients (FEMNIST's writers, Shakespeare's roles)"),
+    "flexchill_dirichlet": PartitionerEntry(FlexChillDirichletOptions, _flexchill_dirichlet, summary="FLex&Chill's own Dirichlet split, as its code draws it"),
+    "scarlet_dirichlet": PartitionerEntry(ScarletDirichletOptions, _scarlet_dirichlet, summary="SCARLET's split: Dir(alpha) over classes within each client, equal sizes"),
+    "flwr": PartitionerEntry(FlwrOptions, _flwr, summary="any flwr-datasets partitioner, by class name and options"),  # any flwr-datasets partitioner (chillfl.data.flwr_partition)
 }
 
 

@@ -139,5 +139,5 @@ def vocab_size(options: CharLSTMOptions, num_classes: int) -> int:
     return options.vocab or num_classes
 
 
-SPEC = ModelSpec(CharLSTMOptions, build_char_lstm, reads_indices=vocab_size)
+SPEC = ModelSpec(CharLSTMOptions, build_char_lstm, reads_indices=vocab_size, summary="LEAF's Shakespeare LSTM: next character from an index sequence")
 """``char_lstm`` in the model registry: it reads character indices below :func:`vocab_size`."""

@@ -9,6 +9,7 @@ Regenerate with ``chillfl list --options > docs/reference.md``.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import importlib
 import logging
 import textwrap
@@ -189,6 +190,14 @@ def _first_line(obj: Any) -> str:
     return doc.splitlines()[0] if doc else ""
 
 
+def _first_paragraph(obj: Any) -> str:
+    """The first paragraph of ``obj``'s docstring (its lines up to the first blank one, joined): a sentence of it may wrap."""
+    if not _first_line(obj):
+        return ""
+    lines = inspect.cleandoc(obj.__doc__).split("\n\n")[0].splitlines()
+    return " ".join(line.strip() for line in lines)
+
+
 PARAGRAPH_WIDTH = 100
 """Where the reference's prose lines wrap: ``chillfl list --options ditto`` printed the 57 algorithm names as one line of
 600 characters. Markdown joins a paragraph's lines, so the page renders as before; headings and table rows stay whole."""
@@ -350,9 +359,10 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
         if section in SHARED:
             lines += _shared(section, SHARED[section])
         for name in names:
-            summary = _summary(name, registry[name])
-            lines += ["", f"### `{name}`" + (f" — {summary}" if summary else "")]
-            lines += options_table(registry[name].options, f"{section}.{name}")
+            spec = registry[name]
+            summary = _summary(name, spec)
+            lines += ["", f"### `{name}`" + (f" — {summary}" if summary else ""), *_options_line(spec, summary)]
+            lines += options_table(spec.options, f"{section}.{name}")
     for section, options in SUBTABLES:
         if keep.section(section) or keep.section(section.split(".")[0]):
             lines += ["", f"## [{section}]", "", *_paragraph(_first_line(options)), *options_table(options, section)]
@@ -380,6 +390,14 @@ class _Summarised(Protocol):
 
     @property
     def options(self) -> type: ...
+
+
+def _options_line(spec: _Summarised, summary: str) -> list[str]:
+    """Under an entry's heading: its options' docstring's first line, where the spec's own summary took its place in the
+    heading and there are options for it to explain (a paragraph; none otherwise)."""
+    said = _first_paragraph(spec.options) if spec.summary else ""
+    has_options = dataclasses.is_dataclass(spec.options) and bool(dataclasses.fields(spec.options))
+    return ["", *_paragraph(said)] if said and said != summary and has_options else []
 
 
 def _summary(name: str, spec: _Summarised) -> str:

@@ -27,7 +27,7 @@ def test_a_scaled_listing_scales_every_cpu_figure_and_marks_it_an_estimate() -> 
     assert demo.measured and MEASURED_CPU_MIN["demo"] == 1.6 and full.cpu_min is not None and full.gpu_min is not None
     plain = format_catalogue([demo, full, tiny])
     scaled = format_catalogue([demo, full, tiny], 0.5, "calibrated here: x 0.50")
-    assert "| CPU minutes (2 cores) |" in plain and "| CPU minutes (this machine) |" in scaled
+    assert "| CPU minutes (dev. machine) |" in plain and "| CPU minutes (this machine) |" in scaled
     assert "| offline | 1.6 | - |" in plain  # measured on the development machine: no "est."
     assert "| offline | 0.8 est. | - |" in scaled  # 1.6 x 0.5, measured elsewhere: an estimate here
     plain_row = next(line for line in plain.splitlines() if line.startswith("| fedchill/table1-cifar10-10 "))

@@ -483,7 +483,7 @@ def format_catalogue(entries: list[Entry], scale: float | None = None, scaled: s
     ``scale``: this machine's factor on the CPU minutes (:mod:`chillfl.machine_speed`), applied to every row, the
     measured ones too (they were measured on another machine, so they become estimates); ``scaled``: the line that
     says how it was found."""
-    head = "CPU minutes (2 cores)" if scale is None else "CPU minutes (this machine)"
+    head = "CPU minutes (dev. machine)" if scale is None else "CPU minutes (this machine)"
     lines = [
         f"| experiment | paper | reruns | run or compare | data | {head} | GPU minutes (H200) |",
         "|---|---|---|---|---|---|---|",

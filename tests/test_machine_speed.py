@@ -76,3 +76,17 @@ def test_calibrate_with_anything_but_experiments_is_one_line_exit_2(capsys) -> N
     assert main(["list", "methods", "--calibrate"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--calibrate" in err[0] and "experiments" in err[0]
+
+
+def test_a_stop_signal_during_calibration_is_one_line_with_the_signals_exit(capsys, monkeypatch) -> None:
+    import signal
+
+    from chillfl.runner import RunInterrupted
+
+    def stopped() -> Calibration:
+        raise RunInterrupted(signal.SIGTERM, None, 2)
+
+    monkeypatch.setattr(machine_speed, "calibrate", stopped)
+    assert main(["list", "experiments", "--calibrate", "-q"]) == 128 + signal.SIGTERM
+    out, err = capsys.readouterr()
+    assert out == "" and err == "chillfl: calibration interrupted by SIGTERM after round 2 of its probe; nothing was written\n"

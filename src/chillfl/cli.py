@@ -461,9 +461,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             return 0
         with _signals_held():  # the probe runs chillfl: torch
             from chillfl.machine_speed import PROBE_ROUNDS, calibrate
+            from chillfl.runner import RunInterrupted
         if not args.quiet:
             say(f"chillfl: calibrating: timing a {PROBE_ROUNDS}-round FedAvg run of the demo's setting 3 times (a few seconds)")
-        found = calibrate()
+        try:
+            found = calibrate()
+        except RunInterrupted as exc:  # the probe writes nothing: no checkpoint or resume to speak of
+            say(f"chillfl: calibration {exc} of its probe; nothing was written")
+            return exc.exit_code
         print(format_catalogue(catalogue(), found.factor, found.describe()))
         return 0
     if args.options is not None:

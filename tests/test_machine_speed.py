@@ -90,3 +90,21 @@ def test_a_stop_signal_during_calibration_is_one_line_with_the_signals_exit(caps
     assert main(["list", "experiments", "--calibrate", "-q"]) == 128 + signal.SIGTERM
     out, err = capsys.readouterr()
     assert out == "" and err == "chillfl: calibration interrupted by SIGTERM after round 2 of its probe; nothing was written\n"
+
+
+def test_reproduce_dry_run_calibrate_scales_its_minutes(capsys, monkeypatch, tmp_path) -> None:
+    args = ["reproduce", "fedchill", "--dry-run", "--out", str(tmp_path / "r")]
+    assert main(args) == 0
+    plain = capsys.readouterr().out
+    monkeypatch.setattr(machine_speed, "calibrate", lambda: Calibration(1.0, 2.0, 10))
+    assert main([*args, "--calibrate", "-q"]) == 0
+    scaled = capsys.readouterr().out
+    minutes = [float(line.split(" | ")[6].split()[0]) for text in (plain, scaled) for line in text.splitlines() if line.startswith("| fedchill/")]
+    assert len(minutes) == 2 and minutes[1] == pytest.approx(minutes[0] * 0.5, abs=0.06)  # shown to 0.1 min
+    assert "--calibrate scales it to this machine" in plain and "x 0.50, this machine's factor" in scaled
+
+
+def test_reproduce_calibrate_without_dry_run_is_one_line_exit_2(capsys) -> None:
+    assert main(["reproduce", "fedchill", "--calibrate"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--calibrate" in err[0] and "--dry-run" in err[0]

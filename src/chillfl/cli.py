@@ -45,6 +45,7 @@ from chillfl.tune import SELECT_RULES
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from chillfl.machine_speed import Calibration
     from chillfl.progress import ProgressMode
     from chillfl.sweeps.shard import Shard
     from chillfl.report.compare import CompareResult
@@ -352,12 +353,17 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
         check_out_dir(args.out_dir)
+    if args.calibrate and not args.dry_run:
+        raise ConfigError("--calibrate", "scales the CPU minutes of `chillfl reproduce --dry-run`; it goes with --dry-run only")
     if args.dry_run:
         from chillfl.reproduce import format_plan, plan
 
         with _checking():
             planned = plan(args.paper, seeds, out_dir=args.out_dir, resume=args.resume)
-        print(format_plan(args.paper, seeds, planned))
+        found = _calibrated(args.quiet) if args.calibrate else None
+        if isinstance(found, int):
+            return found
+        print(format_plan(args.paper, seeds, planned, None if found is None else found.factor))
         return 0
     # finished claims read back, the stopped one resumed; from any folder: without --out, each config's relative out_dir is
     # found from this one (cd), and --out is made absolute
@@ -449,6 +455,21 @@ LIST_SECTIONS = {
 """``chillfl list WHAT`` -> the sections of the registered names it prints (``methods``: every family's methods)."""
 
 
+def _calibrated(quiet: bool) -> "Calibration | int":
+    """This machine's factor on the cost model's CPU minutes (``--calibrate``: a timed probe run), or the exit status of
+    a stop signal that ended the probe (said in one line: the probe writes nothing, so there is nothing to resume)."""
+    with _signals_held():  # the probe runs chillfl: torch
+        from chillfl.machine_speed import PROBE_ROUNDS, calibrate
+        from chillfl.runner import RunInterrupted
+    if not quiet:
+        say(f"chillfl: calibrating: timing a {PROBE_ROUNDS}-round FedAvg run of the demo's setting 3 times (a few seconds)")
+    try:
+        return calibrate()
+    except RunInterrupted as exc:
+        say(f"chillfl: calibration {exc} of its probe; nothing was written")
+        return exc.exit_code
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     if args.calibrate and args.what != "experiments":
         raise ConfigError("--calibrate", "scales the CPU minutes of `chillfl list experiments`; it goes with `experiments` only")
@@ -459,16 +480,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         if not args.calibrate:
             print(format_catalogue(catalogue()))
             return 0
-        with _signals_held():  # the probe runs chillfl: torch
-            from chillfl.machine_speed import PROBE_ROUNDS, calibrate
-            from chillfl.runner import RunInterrupted
-        if not args.quiet:
-            say(f"chillfl: calibrating: timing a {PROBE_ROUNDS}-round FedAvg run of the demo's setting 3 times (a few seconds)")
-        try:
-            found = calibrate()
-        except RunInterrupted as exc:  # the probe writes nothing: no checkpoint or resume to speak of
-            say(f"chillfl: calibration {exc} of its probe; nothing was written")
-            return exc.exit_code
+        found = _calibrated(bool(args.quiet))
+        if isinstance(found, int):
+            return found
         print(format_catalogue(catalogue(), found.factor, found.describe()))
         return 0
     if args.options is not None:
@@ -660,6 +674,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
                    help="read back the claims whose comparison this code finished before (same config, seeds, --out), resume an interrupted one, run the rest")
     p.add_argument("--dry-run", action="store_true",
                    help="check every claim's comparison and print what would run: variants, runs, estimated CPU minutes, and (with --resume) what is read back or resumed; nothing runs or is written")
+    p.add_argument("--calibrate", action="store_true", help="with --dry-run: time a short run on this machine (a few seconds) and scale the CPU minutes to it")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_reproduce)
 

@@ -407,21 +407,26 @@ def plan(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, resume
     return planned
 
 
-def format_plan(paper: str, seeds: Sequence[int], planned: Sequence[Planned]) -> str:
-    """The ``--dry-run`` table: per comparison its claims, variants, runs, estimated minutes and (``--resume``) action."""
+def format_plan(paper: str, seeds: Sequence[int], planned: Sequence[Planned], scale: float | None = None) -> str:
+    """The ``--dry-run`` table: per comparison its claims, variants, runs, estimated minutes and (``--resume``) action.
+
+    ``scale``: this machine's factor on the cost model's minutes (``--calibrate``, :mod:`chillfl.machine_speed`)."""
+    factor = 1.0 if scale is None else scale
     to_run = [p for p in planned if not p.action.startswith("read back")]
-    known = [p.cpu_minutes for p in to_run if p.cpu_minutes is not None]
+    known = [p.cpu_minutes * factor for p in to_run if p.cpu_minutes is not None]
     total = f"about {_minutes(sum(known))} of CPU time" + ("" if len(known) == len(to_run) else " (some comparisons not priced)")
+    model = ("the cost model of `chillfl list experiments`: a factor of 2 either way; --calibrate scales it to this machine" if scale is None else
+             f"the cost model of `chillfl list experiments` x {scale:.2f}, this machine's factor from a timed probe run")
     lines = [
         f"chillfl reproduce {paper} --seeds {','.join(map(str, seeds))}: {counted(len(planned), 'comparison')}, "
-        f"{counted(sum(p.runs for p in to_run), 'run')} to do, {total} (the cost model of `chillfl list experiments`: a factor of 2 either way)",
+        f"{counted(sum(p.runs for p in to_run), 'run')} to do, {total} ({model})",
         "",
         "| comparison | claims | variants | tuning points | seeds | runs | CPU (est.) | action |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for p in planned:
         claims = "; ".join(c.text for c in p.claims)
-        minutes = "-" if p.cpu_minutes is None else _minutes(p.cpu_minutes)
+        minutes = "-" if p.cpu_minutes is None else _minutes(p.cpu_minutes * factor)
         lines.append(f"| {p.claims[0].config} | {claims} | {', '.join(p.variants)} | {p.points} | {len(seeds)} | {p.runs} | {minutes} | {p.action} |")
     where = sorted({p.config.out_dir for p in planned})
     lines += ["", f"result folders under: {', '.join(where)}"]

@@ -54,7 +54,7 @@ def test_calibrate_refuses_no_tries() -> None:
 def test_the_probe_is_a_sequential_one_thread_run_of_the_demos_setting() -> None:
     config = config_from_dict(probe_config())
     demo = config_from_dict({k: v for k, v in read_config_file(resolve_config("demo")).items() if k not in ("compare", "tune")})
-    assert (config.executor, config.threads) == ("sequential", 1)  # what the cost model was fitted on
+    assert (config.executor, config.threads, config.device) == ("sequential", 1, "cpu")  # what the cost model was fitted on, also beside a GPU
     assert config.federation.rounds == machine_speed.PROBE_ROUNDS
     for part in ("dataset", "partition", "model"):
         assert getattr(config, part) == getattr(demo, part)

@@ -20,10 +20,10 @@ PROBE_ROUNDS = 10
 
 def probe_config(rounds: int = PROBE_ROUNDS) -> dict[str, Any]:
     """The probe: one FedAvg run of the demo's setting (8x8 digits, Dirichlet(0.1), the FLex&Chill CNN, 20 clients,
-    10 a round, 2 epochs at batch 16, the sampled clients evaluated on their splits), ``rounds`` rounds, executor
+    10 a round, 2 epochs at batch 16, the sampled clients evaluated on their splits), ``rounds`` rounds on the CPU, executor
     ``sequential`` at one thread (the defaults): the kind of run the cost model was fitted on."""
     return {
-        "name": "calibration-probe", "seed": 0,
+        "name": "calibration-probe", "seed": 0, "device": "cpu",  # the CPU minutes' machine, also where a GPU is found
         "dataset": {"name": "digits"}, "partition": {"name": "dirichlet", "alpha": 0.1}, "model": {"name": "flexchill_cnn"},
         "federation": {"num_clients": 20, "clients_per_round": 10, "rounds": rounds},
         "client": {"epochs": 2, "batch_size": 16, "lr": 0.05},

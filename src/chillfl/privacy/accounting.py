@@ -182,8 +182,10 @@ def _prv_search(target: float, delta: float, rate: float, steps: int, tolerance:
     """Opacus's search for sigma (``get_noise_multiplier``: sigma doubled from 20 until epsilon falls under the target,
     then the interval halved until it is within ``tolerance`` under it), on the :class:`Ledger`'s PRV epsilon: Opacus's
     PRVAccountant's bit for bit, but a grid past :data:`PRV_MAX_POINTS` is refused before it is allocated. Opacus's own
-    search allocated it: at a large target (1,000 at q = 1 over 100 steps) its bisection asked for grids of gigabytes
-    and ran for minutes, or until the kernel killed the process.
+    search allocates whatever grid its bisection meets: gigabytes at a small sigma over many steps, where the kernel may
+    kill the process before Python sees a MemoryError (the ledger's cap, for the same reason). A target past
+    :data:`PRV_MAX_EPSILON` is refused before the search (:func:`noise_for`), and an interval that closes on adjacent
+    floats without reaching the tolerance is one :class:`AccountantError`, not a loop without end.
 
     The grid grows as sigma shrinks and epsilon falls as sigma grows, so a sigma whose grid is too large lies below the
     answer wherever the answer's own grid fits: the search steps up from it, and finds Opacus's sigma. Where the interval

@@ -23,6 +23,7 @@ import contextlib
 import logging
 import os
 import re
+import shlex
 import signal
 import sys
 import textwrap
@@ -158,6 +159,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
+        _check_seed_flag(config, args, grid)
         with _checking():
             checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
         complete, planned = checked.complete, checked.planned
@@ -193,6 +195,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
         config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or ())
         if demo:
+            _check_seed_flag(config, args, DEMO_GRID)  # before the banner: a refusal stays its one line
             if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
                 package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
             say("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
@@ -282,6 +285,24 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     )
 
 
+def _check_seed_flag(config: RunConfig, args: argparse.Namespace, grid: Sequence[str]) -> None:
+    """``--seed N`` on a comparison whose seeds come from ``--seeds`` or its ``[compare] seeds``: one line on ``--seed``,
+    not a silent run of the other seeds (``chillfl run --seed 0`` ran the demo's 27 runs at seeds 0, 1 and 2). Where the
+    comparison has no seeds of its own, ``--seed`` is the one it runs at, as before."""
+    flagged = getattr(args, "seeds", None)  # `run` has no --seeds
+    seeds = flagged if flagged is not None else config.compare.get("seeds")
+    if args.seed is None or not seeds:
+        return
+    if flagged is not None:
+        raise ConfigError("--seed", f"--seeds {flagged} sets the comparison's seeds; drop --seed {args.seed}, or give --seeds {args.seed}")
+    shown = ", ".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
+    target = DEMO if args.config is None else shlex.quote(args.config)
+    grids = "".join(f" --grid {shlex.quote(g)}" for g in grid)
+    one_run = f"; one run: chillfl run {target} --variant LABEL --seed {args.seed}" if config.variants else ""
+    raise ConfigError("--seed", f"{config.name} compares at the seeds of its [compare] table ({shown}), which --seed does not change; "
+                                f"at seed {args.seed} alone: chillfl compare {target}{grids} --seeds {args.seed}{one_run}")
+
+
 def _compare(
     config: RunConfig, grid: Sequence[str], reference: str | None, progress: "ProgressMode", args: argparse.Namespace | None = None, said: str | None = None,
 ) -> int:
@@ -292,6 +313,8 @@ def _compare(
             from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args) if args is not None else CompareOptions()
+        if args is not None:
+            _check_seed_flag(config, args, grid)
         shard = _shard(args) if args is not None else None
         check_out_dir(config.out_dir)
     announce = None if said is None else (lambda: say(said))
@@ -622,7 +645,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         _verbosity(p, trains)
         if trains:  # the partition is drawn on the CPU, the same on every device: `data show` has no device to choose
             p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
-        p.add_argument("--seed", type=int, help="the run seed (the config's `seed`)" if trains else "the seed the partition is drawn with (the config's `seed`)")
+        seed_help = "the run seed (the config's `seed`; a comparison with seeds of its own: --seeds)" if trains else "the seed the partition is drawn with (the config's `seed`)"
+        p.add_argument("--seed", type=int, help=seed_help)
         out = "parent folder of the result folder" if trains else "the heat map goes to OUT_DIR/data-show/"  # data show writes no result folder
         p.add_argument("--out", dest="out_dir", help=f"{out} (the config's `out_dir`{'' if trains else '; -o names the file itself'})")
         p.add_argument("--data-dir", dest="data_dir", help="where datasets live (the config's `data_dir`)")

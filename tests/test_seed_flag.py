@@ -47,3 +47,13 @@ def test_seed_still_sets_the_seed_of_a_comparison_without_seeds_and_one_variants
     assert "3 runs: 3 variants x seeds 5" in capsys.readouterr().out  # its one seed is the config's, which --seed sets
     assert main(["run", _config(tmp_path), "--variant", "plain", "--seed", "5", "--dry-run"]) == 0  # one row's run at seed 5
     assert 'name = "late-plain"' in capsys.readouterr().out
+
+
+def test_the_python_api_refuses_seed_beside_the_comparisons_seeds(tmp_path: Path) -> None:
+    import chillfl
+    from chillfl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"^seed: the comparison runs at seeds \[1, 2\], which seed=5 does not change; pass seeds=\[5\]"):
+        chillfl.compare(config=_config(tmp_path), seed=5, progress=False, write=False)
+    with pytest.raises(ConfigError, match=r"^seed: the comparison runs at seeds \[3\]"):
+        chillfl.compare(config=_config(tmp_path), seeds=[3], seed=5, progress=False, write=False)

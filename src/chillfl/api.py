@@ -347,6 +347,7 @@ def compare(
         variants = None
     if seeds is not None:
         _check_seeds(seeds)
+    _check_seed_override(overrides, seeds if seeds is not None else cfg.compare.get("seeds"))
     if tune is not None:
         parse_tune(dict(tune), "tune")
     if write:
@@ -420,6 +421,14 @@ def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: st
     outcomes = reproduce_claims(paper, list(seeds), out_dir=None if out_dir is None else str(out_dir), progress=progress, resume=resume)
     write_verdicts(paper, outcomes)
     return outcomes
+
+
+def _check_seed_override(overrides: Mapping[str, Any], seeds: Any) -> None:
+    """``seed=N`` passed to a comparison whose seeds are set (``seeds=`` or ``[compare] seeds``): a ConfigError on
+    ``seed``, as ``--seed`` is on the command line, not a comparison that runs its other seeds and drops N."""
+    if "seed" in overrides and seeds:
+        raise ConfigError("seed", f"the comparison runs at seeds {list(seeds)}, which seed={overrides['seed']!r} does not change; "
+                                  f"pass seeds=[{overrides['seed']!r}] for that seed alone")
 
 
 def _check_seeds(seeds: Sequence[int]) -> None:

@@ -57,3 +57,12 @@ def test_the_python_api_refuses_seed_beside_the_comparisons_seeds(tmp_path: Path
         chillfl.compare(config=_config(tmp_path), seed=5, progress=False, write=False)
     with pytest.raises(ConfigError, match=r"^seed: the comparison runs at seeds \[3\]"):
         chillfl.compare(config=_config(tmp_path), seeds=[3], seed=5, progress=False, write=False)
+
+
+def test_a_seed_override_is_refused_as_the_flag_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = _config(tmp_path)
+    assert main(["compare", path, "seed=5"]) == 2
+    assert _one_line(capsys).startswith("chillfl: error: seed: late compares at the seeds of its [compare] table (1, 2), which seed does not change; "
+                                        f"at seed 5 alone: chillfl compare {path} --seeds 5")
+    assert main(["compare", path, "--seeds", "3", "seed=5", "--dry-run"]) == 2
+    assert _one_line(capsys) == "chillfl: error: seed: --seeds 3 sets the comparison's seeds; drop seed=5, or give --seeds 5"

@@ -286,21 +286,24 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
 
 
 def _check_seed_flag(config: RunConfig, args: argparse.Namespace, grid: Sequence[str]) -> None:
-    """``--seed N`` on a comparison whose seeds come from ``--seeds`` or its ``[compare] seeds``: one line on ``--seed``,
-    not a silent run of the other seeds (``chillfl run --seed 0`` ran the demo's 27 runs at seeds 0, 1 and 2). Where the
-    comparison has no seeds of its own, ``--seed`` is the one it runs at, as before."""
+    """``--seed N`` (or a ``seed=N`` override) on a comparison whose seeds come from ``--seeds`` or its ``[compare]
+    seeds``: one line on that field, not a silent run of the other seeds (``chillfl run --seed 0`` ran the demo's 27
+    runs at seeds 0, 1 and 2). Where the comparison has no seeds of its own, the seed is the one it runs at, as before."""
     flagged = getattr(args, "seeds", None)  # `run` has no --seeds
     seeds = flagged if flagged is not None else config.compare.get("seeds")
-    if args.seed is None or not seeds:
+    written = [item.split("=", 1)[1].strip() for item in args.overrides if item.split("=", 1)[0].strip() == "seed"]
+    field, seed = ("--seed", str(args.seed)) if args.seed is not None else ("seed", written[-1]) if written else ("", "")
+    if not field or not seeds:
         return
     if flagged is not None:
-        raise ConfigError("--seed", f"--seeds {flagged} sets the comparison's seeds; drop --seed {args.seed}, or give --seeds {args.seed}")
+        given = f"--seed {seed}" if field == "--seed" else f"seed={seed}"
+        raise ConfigError(field, f"--seeds {flagged} sets the comparison's seeds; drop {given}, or give --seeds {seed}")
     shown = ", ".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
     target = DEMO if args.config is None else shlex.quote(args.config)
     grids = "".join(f" --grid {shlex.quote(g)}" for g in grid)
-    one_run = f"; one run: chillfl run {target} --variant LABEL --seed {args.seed}" if config.variants else ""
-    raise ConfigError("--seed", f"{config.name} compares at the seeds of its [compare] table ({shown}), which --seed does not change; "
-                                f"at seed {args.seed} alone: chillfl compare {target}{grids} --seeds {args.seed}{one_run}")
+    one_run = f"; one run: chillfl run {target} --variant LABEL --seed {seed}" if config.variants else ""
+    raise ConfigError(field, f"{config.name} compares at the seeds of its [compare] table ({shown}), which {field} does not change; "
+                             f"at seed {seed} alone: chillfl compare {target}{grids} --seeds {seed}{one_run}")
 
 
 def _compare(

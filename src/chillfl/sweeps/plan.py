@@ -495,6 +495,9 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
         raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
     if tuned:
         check_selectable(config, select)
+    elif opts.select is not None:  # asked for by name, for a comparison with no tuning point to pick among: it would change nothing
+        raise ConfigError("--select", f"{opts.select!r} picks each variant's tuning point, and this comparison tunes nothing; "
+                                      "give a tuning grid (--tune KEY=V1,V2 or a [tune] table), or drop --select")
     checked, built = [], []
     for v in planned:  # validates every variant before running any; errors name the variant
         with naming(v, from_grid):

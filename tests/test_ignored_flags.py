@@ -1,7 +1,9 @@
-"""``--seed N`` on a comparison with seeds of its own is one line naming ``--seed``, not a silent run of those seeds.
+"""A flag a comparison would not use is one line naming it, not a silent run without it.
 
-Before: ``chillfl run --seed 0`` ran the demo's 27 runs at seeds 0, 1 and 2, and ``chillfl compare CONFIG --seed 5``
-ran the config's ``[compare] seeds``; ``--seed`` was the base config's seed, which a comparison's seeds replace."""
+``--seed N`` on a comparison with seeds of its own: before, ``chillfl run --seed 0`` ran the demo's 27 runs at seeds 0, 1
+and 2, and ``chillfl compare CONFIG --seed 5`` ran the config's ``[compare] seeds`` (``--seed`` is the base config's
+seed, which a comparison's seeds replace). ``--select RULE`` on a comparison that tunes nothing: it picks among tuning
+points, and there were none."""
 
 from __future__ import annotations
 
@@ -66,3 +68,16 @@ def test_a_seed_override_is_refused_as_the_flag_is(tmp_path: Path, capsys: pytes
                                         f"at seed 5 alone: chillfl compare {path} --seeds 5")
     assert main(["compare", path, "--seeds", "3", "seed=5", "--dry-run"]) == 2
     assert _one_line(capsys) == "chillfl: error: seed: --seeds 3 sets the comparison's seeds; drop seed=5, or give --seeds 5"
+
+
+def test_select_on_a_comparison_that_tunes_nothing_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import chillfl
+    from chillfl.errors import ConfigError
+
+    path = _config(tmp_path)  # variants and seeds, no [tune]
+    assert main(["compare", path, "--select", "best", "--dry-run"]) == 2
+    assert _one_line(capsys) == ("chillfl: error: --select: 'best' picks each variant's tuning point, and this comparison tunes nothing; "
+                                 "give a tuning grid (--tune KEY=V1,V2 or a [tune] table), or drop --select")
+    with pytest.raises(ConfigError, match="tunes nothing"):
+        chillfl.compare(config=path, select="best", progress=False, write=False)
+    assert main(["compare", path, "--select", "best", "--tune", "client.lr=0.1,0.2", "eval.validation=0.2", "--dry-run"]) == 0  # with a grid: used

@@ -48,7 +48,7 @@ from chillfl.progress import Progress
 from chillfl.plugins import CUSTOM, has_methods, is_custom
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.run_state import is_sweep
-from chillfl.sweeps.plan import CompareOptions, grid_variants, parse_grid, repeats
+from chillfl.sweeps.plan import CompareOptions, check_select_used, grid_variants, parse_grid, repeats
 from chillfl.sweeps.record import check_resumable
 from chillfl.sweeps.run import run_compare
 from chillfl.sweeps.shard import Shard
@@ -355,6 +355,7 @@ def compare(
     if model is not None:
         check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
     options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
+    check_select_used(cfg, options, "select")
     with _keyword_fields():
         return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model,
                            plugged=plugged or None, shard=parsed_shard)

@@ -156,10 +156,12 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         check_sinks(config)
     planned: list[str] = []
     if args is not None and (args.command == "compare" or bool(grid) or _compares(config, args)):  # `run` on a config with variants compares too
+        from chillfl.sweeps.plan import check_select_used
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
         _check_seed_flag(config, args, grid)
+        check_select_used(config, options)
         with _checking():
             checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
         complete, planned = checked.complete, checked.planned
@@ -312,12 +314,13 @@ def _compare(
     """Run the comparison; ``said``: an info line printed once every run is checked (a config error stays one line)."""
     with _before_writing("comparison"):  # run_compare says so too, up to its folder
         with _signals_held():  # torch, when `chillfl compare` starts
-            from chillfl.sweeps.plan import CompareOptions
+            from chillfl.sweeps.plan import CompareOptions, check_select_used
             from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args) if args is not None else CompareOptions()
         if args is not None:
             _check_seed_flag(config, args, grid)
+            check_select_used(config, options)
         shard = _shard(args) if args is not None else None
         check_out_dir(config.out_dir)
     announce = None if said is None else (lambda: say(said))

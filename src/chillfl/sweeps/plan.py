@@ -273,6 +273,16 @@ def one_variant(config: RunConfig, label: str, overrides: Mapping[str, Any], swe
     return config_from_dict(data, swept)
 
 
+def check_select_used(config: RunConfig, options: CompareOptions, field: str = "--select") -> None:
+    """A tuning rule asked for by name (``--select``, ``select=``) for a comparison with no tuning grid anywhere (``--tune``,
+    ``[tune]``, a variant's own): one ConfigError on ``--select``, where it was accepted and changed nothing. Called where
+    the user's options come in, not in the planning, which a resumed or sharded comparison's saved options reach too."""
+    if options.select is None or options.tune or config.tune or any(isinstance(t, Mapping) and t.get("tune") for t in config.variants.values()):
+        return
+    raise ConfigError(field, f"{options.select!r} picks each variant's tuning point, and this comparison tunes nothing; "
+                             f"give a tuning grid ({'--tune KEY=V1,V2' if field == '--select' else 'tune='} or a [tune] table), or drop {field}")
+
+
 def repeats(config: RunConfig) -> bool:
     """Whether a config with no ``[variants]`` is still a comparison's: it has a ``[compare]`` table (seeds, controls, ...) or a ``[tune]`` grid.
 
@@ -495,9 +505,6 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
         raise ConfigError("--select", f"unknown rule {select!r}; allowed: {', '.join(SELECT_RULES)}")
     if tuned:
         check_selectable(config, select)
-    elif opts.select is not None:  # asked for by name, for a comparison with no tuning point to pick among: it would change nothing
-        raise ConfigError("--select", f"{opts.select!r} picks each variant's tuning point, and this comparison tunes nothing; "
-                                      "give a tuning grid (--tune KEY=V1,V2 or a [tune] table), or drop --select")
     checked, built = [], []
     for v in planned:  # validates every variant before running any; errors name the variant
         with naming(v, from_grid):

@@ -24,7 +24,8 @@ def _one_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_the_demo_with_seed_is_refused_before_its_banner_with_the_command_that_runs_one_seed(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", "--seed", "0"]) == 2
     assert _one_line(capsys) == ("chillfl: error: --seed: demo compares at the seeds of its [compare] table (0, 1, 2), which --seed does not "
-                                 "change; at seed 0 alone: chillfl compare demo --grid temperature=1,0.25,0.05 --seeds 0")
+                                 "change; at seed 0 alone: chillfl compare demo --grid temperature=1,0.25,0.05 --seeds 0; "
+                                 "one run: chillfl run demo --variant LABEL --seed 0")
 
 
 @pytest.mark.parametrize("command", [["compare"], ["compare", "--dry-run"], ["run"], ["run", "--dry-run"]])

@@ -82,3 +82,23 @@ def test_run_variant_overrides_come_after_the_variant(tmp_path: Path) -> None:
     assert main(["run", config, "-q", "--variant", "prox (mu=0.1)", "--seed", "1", "algorithm.mu=0.5", "--out", str(tmp_path / "o")]) == 0
     (folder,) = (tmp_path / "o").iterdir()
     assert "mu = 0.5" in (folder / "config.toml").read_text()
+
+
+def _losses(folder: Path) -> list[dict[str, float]]:
+    """Each round's client training losses: every client's float, bit for bit."""
+    return [json.loads(line)["client_train_loss"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_the_demos_rows_are_chosen_by_label_and_one_row_at_one_seed_is_its_run_bit_for_bit(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # the demo's rows come from a grid (temperature=1,0.25,0.05), not [variants]: --variant chose nothing ("demo defines no
+    # [variants] to choose from"); now its labels are its rows'
+    assert main(["run", "--variant", "T=0.25", "--dry-run"]) == 0
+    assert "# compare (not part of the config): 9 runs: 1 variant x seeds 0, 1, 2 x tuning client.lr = 0.01, 0.05, 0.2" in capsys.readouterr().out
+    assert main(["run", "--variant", "T=2"]) == 2
+    assert "no variant 'T=2' in demo (did you mean 'T=1'?); its variants: 'T=1', 'T=0.25', 'T=0.05'" in capsys.readouterr().err
+    one_round = ["federation.rounds=1", "-q"]
+    assert main(["run", "--variant", "T=0.25", "--seed", "0", "--out", str(tmp_path / "one"), *one_round]) == 0
+    assert main(["compare", "demo", "--grid", "temperature=1,0.25,0.05", "--seeds", "0", "--tune", "client.lr=0.01", "--out", str(tmp_path / "all"), *one_round]) == 0
+    alone, row = tmp_path / "one" / "demo-T0.25", tmp_path / "all" / "demo-compare" / "T0.25-lr0.01-s0"
+    assert "value = 0.25" in (alone / "config.toml").read_text()
+    assert _losses(alone) == _losses(row) and _accuracies(alone) == _accuracies(row)

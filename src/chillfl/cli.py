@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -87,8 +88,10 @@ def _is_override(text: str) -> bool:
         return True
 
 
-def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None, variants: Sequence[str] = ()) -> RunConfig:
-    """The config the command runs, checked and resolved; ``variants``: the ``--variant`` labels of ``run`` / ``compare``."""
+def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace | None = None, variants: Sequence[str] = (),
+          grid: Sequence[str] = ()) -> RunConfig:
+    """The config the command runs, checked and resolved; ``variants``: the ``--variant`` labels of ``run`` / ``compare``,
+    chosen among the rows of ``grid`` where one is given (the demo's temperatures), else among the config's ``[variants]``."""
     path = _config_path(config) if config is not None else None
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
@@ -105,8 +108,18 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
         from chillfl.sweeps.plan import chosen_variants, one_variant
 
     if args is not None and args.command == "run" and args.seed is not None and len(variants) == 1:  # that row's run at one seed
-        return resolved(one_variant(load_config(path, flags, swept), variants[0], parse_overrides(list(overrides)), swept))
-    return resolved(chosen_variants(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), variants))
+        return resolved(one_variant(_grid_rows(load_config(path, flags, swept), grid), variants[0], parse_overrides(list(overrides)), swept))
+    return resolved(chosen_variants(_grid_rows(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), grid), variants))
+
+
+def _grid_rows(config: RunConfig, grid: Sequence[str]) -> RunConfig:
+    """``config`` with the rows of ``grid`` as its ``[variants]`` (the demo's temperatures, which no table of its config
+    holds), so that ``--variant T=0.25`` chooses among them as among a config's own; ``config`` itself without a grid."""
+    if not grid:
+        return config
+    from chillfl.sweeps.plan import parse_grid
+
+    return dataclasses.replace(config, variants={v.label: v.overrides for v in parse_grid(grid, config)})
 
 
 def _report(out: "RunOutput") -> int:
@@ -190,12 +203,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.config, args.overrides = None, [args.config, *args.overrides]
     if args.dry_run:
         _shard(args)
-        demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too
+        demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too (--variant: some of them)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            return _dry_run(_load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or ()), DEMO_GRID if demo else (), args=args)
+            config = _load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or (), DEMO_GRID if demo else ())
+            return _dry_run(config, DEMO_GRID if demo and not args.variant else (), args=args)
     demo = args.config is None or args.config == DEMO
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
-        config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or ())
+        config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or (), DEMO_GRID if demo else ())
+        if demo and args.variant and not config.variants:  # one of its rows at one seed (--variant T=0.25 --seed 0): a plain run
+            demo = False
         if demo:
             _check_seed_flag(config, args, DEMO_GRID)  # before the banner: a refusal stays its one line
             if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
@@ -206,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _signals_held():
             from chillfl.runner import run_experiment
     if demo:
-        return _compare(config, DEMO_GRID, None, _progress(args), args)
+        return _compare(config, [] if args.variant else DEMO_GRID, None, _progress(args), args)  # --variant: the rows kept as [variants]
     if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
         if config.variants:
             why = f"defines {len(config.variants)} variants: running the comparison"
@@ -303,7 +319,7 @@ def _check_seed_flag(config: RunConfig, args: argparse.Namespace, grid: Sequence
     shown = ", ".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
     target = DEMO if args.config is None else shlex.quote(args.config)
     grids = "".join(f" --grid {shlex.quote(g)}" for g in grid)
-    one_run = f"; one run: chillfl run {target} --variant LABEL --seed {seed}" if config.variants else ""
+    one_run = f"; one run: chillfl run {target} --variant LABEL --seed {seed}" if config.variants or grid else ""  # the demo's rows too
     raise ConfigError(field, f"{config.name} compares at the seeds of its [compare] table ({shown}), which {field} does not change; "
                              f"at seed {seed} alone: chillfl compare {target}{grids} --seeds {seed}{one_run}")
 

@@ -42,7 +42,7 @@ def test_calibrate_keeps_the_best_try_and_prices_the_probe() -> None:
     ticks = itertools.accumulate([0.0, 3.0, 0.0, 1.0, 0.0, 2.0])  # three tries: 3 s, 1 s, 2 s
     found = calibrate(rounds=1, tries=3, clock=lambda: next(ticks))
     assert found.seconds == 1.0 and found.rounds == 1
-    expected = (estimate_cpu_minutes(config_from_dict(probe_config(1))) or 0.0) * 60
+    expected = (estimate_cpu_minutes(probe_config(1)) or 0.0) * 60
     assert expected > 0 and math.isclose(found.estimate, expected, rel_tol=1e-12)
 
 
@@ -52,7 +52,7 @@ def test_calibrate_refuses_no_tries() -> None:
 
 
 def test_the_probe_is_a_sequential_one_thread_run_of_the_demos_setting() -> None:
-    config = config_from_dict(probe_config())
+    config = probe_config()
     demo = config_from_dict({k: v for k, v in read_config_file(resolve_config("demo")).items() if k not in ("compare", "tune")})
     assert (config.executor, config.threads, config.device) == ("sequential", 1, "cpu")  # what the cost model was fitted on, also beside a GPU
     assert config.federation.rounds == machine_speed.PROBE_ROUNDS

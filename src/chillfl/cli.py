@@ -173,7 +173,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         from chillfl.sweeps.run import run_compare
 
         options = _compare_options(args)
-        _check_seed_flag(config, args, grid)
+        _check_seed_flag(config, args, grid, options.seeds)
         check_select_used(config, options)
         with _checking():
             checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
@@ -303,19 +303,18 @@ def _compare_options(args: argparse.Namespace) -> "CompareOptions":
     )
 
 
-def _check_seed_flag(config: RunConfig, args: argparse.Namespace, grid: Sequence[str]) -> None:
-    """``--seed N`` (or a ``seed=N`` override) on a comparison whose seeds come from ``--seeds`` or its ``[compare]
-    seeds``: one line on that field, not a silent run of the other seeds (``chillfl run --seed 0`` ran the demo's 27
-    runs at seeds 0, 1 and 2). Where the comparison has no seeds of its own, the seed is the one it runs at, as before."""
-    flagged = getattr(args, "seeds", None)  # `run` has no --seeds
-    seeds = flagged if flagged is not None else config.compare.get("seeds")
+def _check_seed_flag(config: RunConfig, args: argparse.Namespace, grid: Sequence[str], asked: Sequence[int] | None = None) -> None:
+    """``--seed N`` (or a ``seed=N`` override) on a comparison whose seeds come from ``--seeds`` (``asked``) or its
+    ``[compare] seeds``: one line on that field, not a silent run of the other seeds (``chillfl run --seed 0`` ran the
+    demo's 27 runs at seeds 0, 1 and 2). Where the comparison has no seeds of its own, the seed is the one it runs at."""
+    seeds = asked if asked is not None else config.compare.get("seeds")
     written = [item.split("=", 1)[1].strip() for item in args.overrides if item.split("=", 1)[0].strip() == "seed"]
     field, seed = ("--seed", str(args.seed)) if args.seed is not None else ("seed", written[-1]) if written else ("", "")
     if not field or not seeds:
         return
-    if flagged is not None:
+    if asked is not None:
         given = f"--seed {seed}" if field == "--seed" else f"seed={seed}"
-        raise ConfigError(field, f"--seeds {flagged} sets the comparison's seeds; drop {given}, or give --seeds {seed}")
+        raise ConfigError(field, f"--seeds {','.join(map(str, asked))} sets the comparison's seeds; drop {given}, or give --seeds {seed}")
     shown = ", ".join(map(str, seeds)) if isinstance(seeds, list) else str(seeds)
     target = DEMO if args.config is None else shlex.quote(args.config)
     grids = "".join(f" --grid {shlex.quote(g)}" for g in grid)
@@ -335,7 +334,7 @@ def _compare(
 
         options = _compare_options(args) if args is not None else CompareOptions()
         if args is not None:
-            _check_seed_flag(config, args, grid)
+            _check_seed_flag(config, args, grid, options.seeds)
             check_select_used(config, options)
         shard = _shard(args) if args is not None else None
         check_out_dir(config.out_dir)

@@ -12,23 +12,25 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
+
+from chillfl.config import RunConfig, config_from_dict
 
 PROBE_ROUNDS = 10
 """Rounds of the timed probe: about a second on the development machine, long enough that start-up costs are noise."""
 
 
-def probe_config(rounds: int = PROBE_ROUNDS) -> dict[str, Any]:
+def probe_config(rounds: int = PROBE_ROUNDS) -> RunConfig:
     """The probe: one FedAvg run of the demo's setting (8x8 digits, Dirichlet(0.1), the FLex&Chill CNN, 20 clients,
     10 a round, 2 epochs at batch 16, the sampled clients evaluated on their splits), ``rounds`` rounds on the CPU, executor
     ``sequential`` at one thread (the defaults): the kind of run the cost model was fitted on."""
-    return {
+    return config_from_dict({
         "name": "calibration-probe", "seed": 0, "device": "cpu",  # the CPU minutes' machine, also where a GPU is found
         "dataset": {"name": "digits"}, "partition": {"name": "dirichlet", "alpha": 0.1}, "model": {"name": "flexchill_cnn"},
         "federation": {"num_clients": 20, "clients_per_round": 10, "rounds": rounds},
         "client": {"epochs": 2, "batch_size": 16, "lr": 0.05},
         "eval": {"clients": "sampled", "client_split": "proportional", "client_split_size": 50, "validation": 0.2},
-    }
+    })
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,6 @@ def calibrate(rounds: int = PROBE_ROUNDS, tries: int = 3, clock: Callable[[], fl
     the machine's speed, not its load. Nothing is written."""
     import chillfl
     from chillfl.catalogue import estimate_cpu_minutes
-    from chillfl.config import config_from_dict
 
     if rounds < 1 or tries < 1:
         raise ValueError(f"calibrate: rounds and tries must be at least 1 (got {rounds}, {tries})")
@@ -66,7 +67,7 @@ def calibrate(rounds: int = PROBE_ROUNDS, tries: int = 3, clock: Callable[[], fl
         start = clock()
         chillfl.run(config=probe_config(rounds), progress=False, write=False)
         best = min(best, clock() - start)
-    estimate = estimate_cpu_minutes(config_from_dict(probe_config(rounds)))
+    estimate = estimate_cpu_minutes(probe_config(rounds))
     if estimate is None:  # the probe's dataset and model are the catalogue's own: a change that drops them is a bug here
         raise RuntimeError("calibrate: the cost model cannot price the probe")
     return Calibration(best, estimate * 60, rounds)

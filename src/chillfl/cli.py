@@ -308,8 +308,8 @@ def _check_seed_flag(config: RunConfig, args: argparse.Namespace, grid: Sequence
     ``[compare] seeds``: one line on that field, not a silent run of the other seeds (``chillfl run --seed 0`` ran the
     demo's 27 runs at seeds 0, 1 and 2). Where the comparison has no seeds of its own, the seed is the one it runs at."""
     seeds = asked if asked is not None else config.compare.get("seeds")
-    written = [item.split("=", 1)[1].strip() for item in args.overrides if item.split("=", 1)[0].strip() == "seed"]
-    field, seed = ("--seed", str(args.seed)) if args.seed is not None else ("seed", written[-1]) if written else ("", "")
+    written = parse_overrides(list(args.overrides)).get("seed")  # a seed=N override, as _load applied it
+    field, seed = ("--seed", str(args.seed)) if args.seed is not None else ("seed", str(written)) if written is not None else ("", "")
     if not field or not seeds:
         return
     if asked is not None:

@@ -206,7 +206,8 @@ def _prv_search(target: float, delta: float, rate: float, steps: int, tolerance:
     low, high, eps_high = 0.0, 10.0, math.inf
     while eps_high > target:
         high *= 2
-        eps_high = _or_inf(spent(high))
+        eps = spent(high)
+        eps_high = math.inf if eps is None else eps
         if high > max_sigma:
             raise ValueError("The privacy budget is too low.")
     too_small: float | None = None  # the largest sigma found whose grid is too large
@@ -224,10 +225,6 @@ def _prv_search(target: float, delta: float, rate: float, steps: int, tolerance:
             low = sigma
             too_small = sigma if eps is None else too_small
     return high
-
-
-def _or_inf(eps: float | None) -> float:
-    return math.inf if eps is None else eps
 
 
 def add_steps(history: History, sigma: float, rate: float, steps: int) -> History:

@@ -3,7 +3,7 @@
 ``--seed N`` on a comparison with seeds of its own: before, ``chillfl run --seed 0`` ran the demo's 27 runs at seeds 0, 1
 and 2, and ``chillfl compare CONFIG --seed 5`` ran the config's ``[compare] seeds`` (``--seed`` is the base config's
 seed, which a comparison's seeds replace). ``--select RULE`` on a comparison that tunes nothing: it picks among tuning
-points, and there were none."""
+points, and there were none; ``select`` in a config's ``[compare]`` table likewise."""
 
 from __future__ import annotations
 
@@ -82,3 +82,19 @@ def test_select_on_a_comparison_that_tunes_nothing_is_refused(tmp_path: Path, ca
     with pytest.raises(ConfigError, match=r"^select: 'best' picks .* tunes nothing; give a tuning grid \(tune= or a \[tune\] table\), or drop select$"):
         chillfl.compare(config=path, select="best", progress=False, write=False)
     assert main(["compare", path, "--select", "best", "--tune", "client.lr=0.1,0.2", "eval.validation=0.2", "--dry-run"]) == 0  # with a grid: used
+
+
+@pytest.mark.parametrize("command", [["compare", "--dry-run"], ["run"]])
+def test_a_compare_select_in_the_config_with_nothing_to_tune_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: list[str]) -> None:
+    import chillfl
+    from chillfl.errors import ConfigError
+
+    path = Path(_config(tmp_path))
+    path.write_text(path.read_text().replace('baseline = "plain"\n', 'baseline = "plain"\nselect = "local_final"\n'))
+    assert main([command[0], str(path), *command[1:]]) == 2
+    assert _one_line(capsys) == ("chillfl: error: compare.select: 'local_final' picks each variant's tuning point, and this comparison tunes nothing; "
+                                 "give a tuning grid (a [tune] table or --tune KEY=V1,V2), or drop select from [compare]")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(ConfigError, match=r"^compare\.select: 'local_final' picks"):
+        chillfl.compare(config=str(path), progress=False, write=False)
+    assert main(["compare", str(path), "--tune", "client.lr=0.1,0.2", "eval.validation=0.2", "eval.client_split=proportional", "--dry-run"]) == 0  # with a grid: used

@@ -274,12 +274,17 @@ def one_variant(config: RunConfig, label: str, overrides: Mapping[str, Any], swe
 
 
 def check_select_used(config: RunConfig, options: CompareOptions, field: str = "--select") -> None:
-    """A tuning rule asked for by name (``--select``, ``select=``) for a comparison with no tuning grid anywhere (``--tune``,
-    ``[tune]``, a variant's own): one ConfigError on ``--select``, where it was accepted and changed nothing. Called where
-    the user's options come in, not in the planning, which a resumed or sharded comparison's saved options reach too."""
-    if options.select is None or options.tune or config.tune or any(isinstance(t, Mapping) and t.get("tune") for t in config.variants.values()):
+    """A tuning rule asked for by name (``--select``, ``select=``, ``[compare] select``) for a comparison with no tuning grid
+    anywhere (``--tune``, ``[tune]``, a variant's own): one ConfigError on the field that named it, where it was accepted and
+    changed nothing. Called where the user's options come in, not in the planning, which a resumed or sharded comparison's
+    saved options reach too."""
+    select = options.select if options.select is not None else config.compare.get("select")
+    if select is None or options.tune or config.tune or any(isinstance(t, Mapping) and t.get("tune") for t in config.variants.values()):
         return
-    raise ConfigError(field, f"{options.select!r} picks each variant's tuning point, and this comparison tunes nothing; "
+    if options.select is None:
+        raise ConfigError("compare.select", f"{select!r} picks each variant's tuning point, and this comparison tunes nothing; "
+                                            "give a tuning grid (a [tune] table or --tune KEY=V1,V2), or drop select from [compare]")
+    raise ConfigError(field, f"{select!r} picks each variant's tuning point, and this comparison tunes nothing; "
                              f"give a tuning grid ({'--tune KEY=V1,V2' if field == '--select' else 'tune='} or a [tune] table), or drop {field}")
 
 

@@ -84,12 +84,12 @@ def test_sweep_trains_each_client_alone_and_writes_fig1(tmp_path) -> None:
     folder = result.folder
     assert folder is not None and folder.name == "sweep-temperature-sweep"
     assert not list(tmp_path.glob("*.partial"))
-    for name in ("heatmap.png", "scatter.png", "correlation.md", "correlation.json", "sweep.json", "config.toml"):
+    for name in ("heatmap.png", "scatter.png", "correlation.md", "correlation.json", "temperature_sweep.json", "config.toml"):
         assert (folder / name).stat().st_size > 0, name
 
     # One accuracy per (client, T); the best T is the argmax (no ties resolved here unless equal).
     assert result.accuracy.shape == (4, 2)
-    sweep = json.loads((folder / "sweep.json").read_text())
+    sweep = json.loads((folder / "temperature_sweep.json").read_text())
     assert sweep["temperatures"] == grid and len(sweep["clients"]) == 4
     for cid, row in enumerate(sweep["clients"]):
         assert row["accuracy"] == pytest.approx(result.accuracy[cid].tolist())
@@ -167,3 +167,28 @@ def test_cli_parser_runs_the_sweep(tmp_path, capsys) -> None:
     bad = parser.parse_args(["temperature-sweep", str(cfg), "--temperatures", "0.25,x"])
     with pytest.raises(ConfigError):
         bad.func(bad)
+
+
+def test_its_folder_is_no_run_or_comparison_and_a_wrong_part_is_refused_first(tmp_path, capsys) -> None:
+    """Before, its ``sweep.json`` (a comparison's file name) made ``status`` fail on a KeyError, ``resume`` call it a finished
+    comparison and ``analyze`` ask for its run folders; and a config naming an unknown method ran the sweep."""
+    from chillfl.cli import main
+
+    cfg = tmp_path / "exp.toml"
+    cfg.write_text('name = "cli"\n[dataset]\nname = "digits"\n[federation]\nnum_clients = 3\n'
+                   "[client]\nepochs = 1\nbatch_size = 64\n[eval]\nclient_split_size = 30\n")
+    out = tmp_path / "out"
+    assert main(["analyze", "temperature-sweep", str(cfg), f"out_dir={out}", "algorithm.name=bogus", "-q"]) == 2
+    assert capsys.readouterr().err.startswith("chillfl: error: algorithm.name: unknown value 'bogus'") and not out.exists()
+    assert main(["analyze", "temperature-sweep", str(cfg), f"out_dir={out}", "--temperatures", "0.5,1", "-q"]) == 0
+    folder = out / "cli-temperature-sweep"
+    capsys.readouterr()
+    for legacy in (False, True):  # an older chillfl's folder named its table sweep.json
+        if legacy:
+            (folder / "temperature_sweep.json").rename(folder / "sweep.json")
+        for command in (["status", str(folder)], ["resume", str(folder)], ["analyze", "calibration", str(folder)], ["report", str(folder), "-o", str(tmp_path / "r.html")]):
+            assert main(command) == 2, command
+            err = capsys.readouterr().err.strip().splitlines()
+            assert len(err) == 1 and f"{folder} is a temperature sweep's folder (`chillfl analyze temperature-sweep`), not a run's or a comparison's" in err[0], (command, err)
+    assert sorted(p.name for p in folder.iterdir()) == ["config.toml", "correlation.json", "correlation.md", "heatmap.png", "scatter.png", "sweep.json"]
+    assert not (tmp_path / "r.html").exists()

@@ -14,7 +14,7 @@ from pathlib import Path
 from chillfl.errors import ConfigError
 from chillfl.plugins import reading_data
 from chillfl.storage.results import FAILED, PARTIAL
-from chillfl.storage.run_folder import SWEEP_FILE, lost_sweep
+from chillfl.storage.run_folder import SWEEP_FILE, lost_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
 from chillfl.wording import counted
 
@@ -44,6 +44,7 @@ def status_table(path: str | Path) -> str:
 def _status_table(folder: Path) -> str:
     if not folder.is_dir():
         raise ConfigError(FIELD, f"{folder} is not a folder (give a run's or a comparison's result folder)")
+    refuse_temperature_sweep(folder, FIELD)
     if is_sweep(folder):
         states = comparison_states(folder)
         counts: dict[str, int] = {}

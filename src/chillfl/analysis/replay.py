@@ -45,7 +45,7 @@ from chillfl.engine.loop import availability, draw_clients, releases_empty
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.model_file import read_model
 from chillfl.storage.results import PARTIAL, strict
-from chillfl.storage.run_folder import folder_named
+from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import AroundProtocol
 from chillfl.errors import ConfigError
@@ -62,8 +62,9 @@ STARTS = ("final", "initial")
 
 
 def check_not_comparison(path: Path, field: str) -> None:
-    """Refuse a comparison's folder in one line naming its runs. Why: it holds a ``config.toml`` too (the comparison's),
-    so it passed for a run folder, was rebuilt as one (its data set and all), and then failed as "not finished"."""
+    """Refuse a comparison's folder in one line naming its runs (and a temperature sweep's). Why: it holds a ``config.toml``
+    too (the comparison's), so it passed for a run folder, was rebuilt as one (its data set and all), and then failed as "not finished"."""
+    refuse_temperature_sweep(path, field)
     if is_sweep(path):
         runs = sorted(p.name for p in path.iterdir() if (p / "config.toml").is_file() and (p / MODEL).is_file())
         example = f" (e.g. {path / runs[0]})" if runs else ""

@@ -18,7 +18,7 @@ and evaluates the result at T = 1 on the client's validation split.
 
 Outputs (one folder ``<out_dir>/<name>-temperature-sweep``, written as
 ``.partial`` and renamed when complete): ``heatmap.png``, ``scatter.png``,
-``correlation.md``, ``correlation.json``, ``sweep.json``, ``config.toml``.
+``correlation.md``, ``correlation.json``, ``temperature_sweep.json``, ``config.toml``.
 
 Choices
 -------
@@ -70,8 +70,9 @@ from tqdm import tqdm
 
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.storage.results import claim_dir, to_toml
+from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
 from chillfl.errors import ConfigError, choice_error
-from chillfl.experiment import base_losses, build_data, build_initial_model
+from chillfl.experiment import base_losses, build_data, build_initial_model, check_parts
 from chillfl.experiments import resolve_config
 from chillfl.extras import need
 from chillfl.metrics.correlation import correlation_table
@@ -263,7 +264,7 @@ def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> N
         for cid in range(result.accuracy.shape[0])
     ]
     sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients}
-    (partial / "sweep.json").write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
+    (partial / TEMPERATURE_SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.json").write_text(json.dumps(result.correlation, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.md").write_text(result.correlation_markdown(), encoding="utf-8")
     plot_heatmap(result, partial / "heatmap.png", title=config.name)
@@ -349,6 +350,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
 def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     """``chillfl analyze temperature-sweep``: run the sweep, print the A.5 table and the folder."""
     config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
+    check_parts(config)  # the sweep trains without the method's parts, but a config it names wrongly is still a mistake
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
         need(module, "analysis", what)
     result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=not args.quiet)
@@ -364,7 +366,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "temperature-sweep",
         help="train each client alone at each temperature: FedChill Fig. 1 heat map, scatter and A.5 correlations",
         description="Train every client alone at every temperature of a grid, evaluate on its own validation split, "
-        "and write heatmap.png, scatter.png, correlation.md/.json and sweep.json (FedChill Fig. 1, App. A.5).",
+        "and write heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5).",
     )
     p.add_argument("config", help="TOML config file or bundled experiment name (its client settings are used)")
     p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.epochs=30")

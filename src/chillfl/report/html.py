@@ -49,6 +49,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import last_value, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
+from chillfl.storage.run_folder import refuse_temperature_sweep
 from chillfl.storage.run_state import folder_state, is_sweep
 from chillfl.errors import ConfigError, StorageError
 from chillfl.experiment import build_data
@@ -117,6 +118,7 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     """Run folders named by ``paths`` (a run folder, or a folder whose sub-folders are runs)."""
     found: list[Path] = []
     for p in map(Path, paths):
+        refuse_temperature_sweep(p, "RUN_DIR")
         if _is_run(p):
             found.append(p)
         elif p.is_dir() and (subs := sorted(s for s in p.iterdir() if s.is_dir() and _is_run(s) and not _unfinished(s))):

@@ -51,9 +51,28 @@ STARTED_IN: Final = "started_in"
 comparison was started in: a resume typed in another folder reads its relative paths from there (:func:`start_folder`)."""
 
 
+TEMPERATURE_SWEEP_FILE: Final = "temperature_sweep.json"
+"""What makes a folder ``chillfl analyze temperature-sweep``'s (:mod:`chillfl.analysis.temperature_sweep` writes it).
+Before 2026-12-04 it was ``sweep.json``, a comparison's name: such a folder also holds ``correlation.json``."""
+
+
 def is_sweep(folder: Path) -> bool:
     """Whether ``folder`` is a comparison's folder (``chillfl resume`` then resumes the sweep, not one run)."""
-    return (folder / SWEEP_FILE).is_file()
+    return (folder / SWEEP_FILE).is_file() and not is_temperature_sweep(folder)
+
+
+def is_temperature_sweep(folder: Path) -> bool:
+    """Whether ``folder`` is a temperature sweep's (also one an older chillfl wrote, whose table was ``sweep.json``)."""
+    return (folder / TEMPERATURE_SWEEP_FILE).is_file() or ((folder / SWEEP_FILE).is_file() and (folder / "correlation.json").is_file())
+
+
+def refuse_temperature_sweep(folder: Path, field: str = "run_dir") -> None:
+    """One line for a temperature sweep's folder given where a run's or a comparison's is read. Why: it holds a
+    ``config.toml`` (and, before its table was renamed, a ``sweep.json``), so it passed for a comparison: ``status`` failed
+    on a KeyError, ``resume`` called it a finished comparison, ``analyze`` asked for its run folders."""
+    if is_temperature_sweep(folder):
+        raise ConfigError(field, f"{folder} is a temperature sweep's folder (`chillfl analyze temperature-sweep`), not a run's or a "
+                                 f"comparison's: nothing in it resumes or replays; its results are correlation.md, {TEMPERATURE_SWEEP_FILE} and the figures")
 
 
 @dataclass
@@ -104,6 +123,7 @@ def folder_named(folder: str | Path) -> Path:
 def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
     """Lock and check ``folder`` for resuming; ConfigError (one line) for anything unfit. Release ``lock`` when done."""
     path = folder_named(folder)
+    refuse_temperature_sweep(path, FIELD)
     _refuse_finished(path)
     _refuse_diverged(path, force)
     lock = RunLock(path)

@@ -276,3 +276,36 @@ def test_a_plugin_wrapper_of_its_own_class_says_whom_it_exempts(caplog: pytest.L
         with caplog.at_level(logging.WARNING, logger="chillfl.experiment"):
             say_notes([idle_local_dp_note(config, aggregator)])
         assert len([r for r in caplog.records if r.getMessage().startswith(SKIP_IDLE)]) == notes
+
+
+@pytest.mark.parametrize("protocol", ["parameters", "softlabels"])
+def test_epsilon_is_the_honest_clients_when_an_attacker_skips_the_release(protocol: str) -> None:
+    """docs/attacks.md: under ``skip`` "``epsilon`` stays the honest clients' guarantee". Before, the attacker's releases were
+    charged: with the attacker drawn in more rounds than any honest client, the run reported the attacker's epsilon. Under
+    ``local`` (no amplification, replace neighbours: sensitivity 2C, so sigma / 2 per unit) round r's epsilon is that of k
+    Gaussian releases at q = 1, k = the most rounds any honest client took part in up to r."""
+    pytest.importorskip("opacus")
+    import chillfl
+    from chillfl.engine.loop import draw_clients
+    from chillfl.privacy.accounting import Ledger
+
+    seed, clients, per_round, rounds, sigma, delta = 3, 4, 2, 4, 2.0, 1e-3
+    draws = [draw_clients(seed, r, clients, per_round) for r in range(rounds)]
+    counts = [sum(c in d for d in draws) for c in range(clients)]
+    attacker = max(range(clients), key=lambda c: counts[c])
+    assert counts[attacker] > max(n for c, n in enumerate(counts) if c != attacker)  # the case the old code got wrong
+    config: dict[str, Any] = {
+        "seed": seed, "device": "cpu", "executor": "sequential", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
+        "federation": {"num_clients": clients, "clients_per_round": per_round, "rounds": rounds}, "client": {"batch_size": 32},
+        "privacy": {"mechanism": "local", "noise_multiplier": sigma, "delta": delta},
+        "attack": {"kind": "gaussian", "clients": [attacker], "sigma": 5.0, "local_dp": "skip"},
+    }
+    if protocol == "softlabels":
+        config["distillation"] = {"method": "dsfl", "public_size": 40, "subset_size": 20, "server_epochs": 1, "distill_batch_size": 32}
+    run = chillfl.run(config=config, write=False, progress=False)
+    for r, record in enumerate(run.records):
+        assert record["clients"] == draws[r]
+        honest = max(sum(c in d for d in draws[: r + 1]) for c in range(clients) if c != attacker)
+        ledger = Ledger(delta)
+        ledger.spend("client", sigma / 2, 1.0, honest)
+        assert record["epsilon"] == ledger.epsilon(), (r, honest)

@@ -659,7 +659,18 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
 def build_protocol(exp: Experiment) -> ServerProtocol:
     """The protocol the config names (:attr:`RunConfig.protocol`), built by its registry entry."""
     evaluation = Evaluation(exp.config, exp.data, exp.model, exp.device)
-    return with_attack(exp, with_privacy(exp, protocol_of(exp.config).build(exp, evaluation)))  # [privacy]: every round's epsilon; [attack]: its attackers, ASR
+    protocol = with_privacy(exp, protocol_of(exp.config).build(exp, evaluation), unaccounted=skipping_release(exp))  # [privacy]: every round's epsilon
+    return with_attack(exp, protocol)  # [attack]: its attackers, ASR
+
+
+def skipping_release(exp: Experiment) -> frozenset[int]:
+    """The attackers that upload what they forge past the clients' own release (``attack.local_dp = "skip"`` where it acts:
+    the models a client-side wrapper exempts them from, the soft-label rows they forge): their privacy is not accounted, so
+    ``epsilon`` is the honest clients' guarantee (docs/attacks.md). Before, their releases were charged, and a round in
+    which only an attacker had taken part three times reported its three releases' epsilon."""
+    config = exp.config
+    rows = forges_rows(config) and config.privacy.enabled and config.attack.local_dp == "skip"
+    return exempted(exp.aggregator) | (attacker_ids(config, exp.data.num_clients) if rows else frozenset())
 
 
 def make_executor(exp: Experiment, protocol: ServerProtocol, pools: WorkerPools | None = None) -> Executor:

@@ -280,14 +280,15 @@ def _undeclared_trainings(aggregator: Aggregator) -> str | None:
     return None
 
 
-def with_privacy(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
-    """The protocol, accounted (every round's ``epsilon``) when ``[privacy]`` is on."""
+def with_privacy(exp: Experiment, protocol: ServerProtocol, unaccounted: frozenset[int] = frozenset()) -> ServerProtocol:
+    """The protocol, accounted (every round's ``epsilon``) when ``[privacy]`` is on; ``unaccounted``: clients whose uploads
+    skip the release (attackers with ``attack.local_dp = "skip"``), whose rounds are not charged."""
     plan = plan_privacy(exp.config, exp.data)
     if plan is None:
         return protocol
     from chillfl.privacy.protocol import Accounted
 
-    return Accounted(protocol, plan, every_round=exp.config.federation.sampling == "poisson")
+    return Accounted(protocol, plan, every_round=exp.config.federation.sampling == "poisson", unaccounted=unaccounted)
 
 
 __all__: Sequence[str] = ("PrivacyPlan", "exempted", "plan_privacy", "private_aggregator", "private_steps", "with_privacy")

@@ -49,12 +49,15 @@ def completed(num_samples: int, batch_size: int, epochs: int, work: float) -> in
 class Accounted(AroundProtocol):
     """``protocol`` with an accountant: same rounds, same state, plus ``epsilon`` in every record and the ledger in checkpoints."""
 
-    OWN = frozenset({"plan", "ledger", "uploads", "every_round"})
+    OWN = frozenset({"plan", "ledger", "uploads", "every_round", "unaccounted"})
 
-    def __init__(self, protocol: ServerProtocol, plan: PrivacyPlan, every_round: bool = False) -> None:
+    def __init__(self, protocol: ServerProtocol, plan: PrivacyPlan, every_round: bool = False, unaccounted: frozenset[int] = frozenset()) -> None:
         super().__init__(protocol)
         self.plan = plan
         self.every_round = every_round
+        self.unaccounted = unaccounted
+        """Clients whose uploads pass unreleased (attackers that skip a client-side mechanism): never charged, and not
+        handed to the mechanism's ``charges`` hook, so ``epsilon`` is the honest clients' guarantee."""
         """Charge skipped rounds too (``federation.sampling = "poisson"``): what the mechanism charges for a round nobody
         took part in, so that round t's epsilon is the sampled Gaussian mechanism's over t rounds, as its bound needs.
         A round nobody reported that the aggregator releases (``dp-fedavg``'s noise alone,
@@ -92,8 +95,9 @@ class Accounted(AroundProtocol):
         return {**inner, "epsilon": finite(self.ledger.epsilon())}
 
     def spend(self, tasks: Sequence[ClientTask[Any, Any]]) -> None:
-        """One round's privacy cost on the ledger (see the module docstring)."""
+        """One round's privacy cost on the ledger (see the module docstring); the :attr:`unaccounted` clients' tasks charge nothing."""
         p = self.plan
+        tasks = [t for t in tasks if t.client_id not in self.unaccounted]
         if not self.rows:
             charges = p.spec.charges
             assert charges is not None, "a mechanism acting on the clients' models declares its charges"

@@ -309,3 +309,4 @@ def test_epsilon_is_the_honest_clients_when_an_attacker_skips_the_release(protoc
         ledger = Ledger(delta)
         ledger.spend("client", sigma / 2, 1.0, honest)
         assert record["epsilon"] == ledger.epsilon(), (r, honest)
+    assert run.summary["privacy"]["unaccounted_clients"] == [attacker]

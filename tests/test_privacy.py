@@ -440,6 +440,26 @@ def test_target_epsilon_spends_the_budget() -> None:
     assert 8.0 - 0.011 <= records[-1]["epsilon"] <= 8.0
 
 
+def test_the_summary_records_the_noise_the_run_used(tmp_path: Path) -> None:
+    """``target_epsilon``'s sigma is in ``summary.json`` (before: said on stderr alone, and ``config.toml`` keeps the
+    unused ``noise_multiplier``); the local mechanism's accounted sigma is half of it (replace-one, sensitivity 2C)."""
+    import json
+
+    from chillfl.privacy.build import plan_privacy
+
+    for over, sensitivity in (({"privacy.target_epsilon": 8.0}, 1.0), ({"privacy.mechanism": "local", "privacy.target_epsilon": 8.0}, 2.0)):
+        cfg = config(**over, out_dir=str(tmp_path))
+        plan = plan_privacy(cfg, build_experiment(cfg).data)
+        assert plan is not None and plan.noise_multiplier != cfg.privacy.noise_multiplier
+        out = run_experiment(cfg, progress=False)
+        assert out.folder is not None
+        said = json.loads((out.folder / "summary.json").read_text())["privacy"]
+        assert said == {"mechanism": cfg.privacy.mechanism, "noise_multiplier": plan.noise_multiplier, "accounted_sigma": plan.noise_multiplier / sensitivity,
+                        "clip_norm": 1.0, "delta": 1e-3, "accountant": "rdp"}
+    plain = run_experiment(load_config(None, {**{k: v for k, v in TINY.items() if not k.startswith("privacy.")}, "out_dir": str(tmp_path)}), progress=False)
+    assert plain.folder is not None and "privacy" not in json.loads((plain.folder / "summary.json").read_text())
+
+
 def test_compare_table_has_epsilon_column() -> None:
     row = {"variant": "dp", "final_acc": 0.5, "delta_acc": 0.0, "best_acc": 0.5, "final_loss": 1.0, "final_local_acc": None,
            "rounds_to_target": 1, "speedup": None, "target": 0.5, "epsilon": 3.25}

@@ -48,6 +48,7 @@ from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
 from chillfl.engine.protocol import ServerProtocol
 from chillfl.engine.record import round_number
+from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
@@ -672,6 +673,8 @@ def _finish(
     if stopped is not None:
         summary["stopped"] = stopped
     summary["wall_time_s"] = round(wall, 3)
+    if (private := privacy_summary(protocol)) is not None:
+        summary["privacy"] = private
     summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
     summary["device"] = str(exp.device)
     summary["environment"] = environment(exp.device)

@@ -68,6 +68,7 @@ from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.model_file import write_client_models
+from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
@@ -324,6 +325,8 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
             writer.append(record)
         summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
         summary["runtime"] = "flower"
+        if (private := privacy_summary(protocol)) is not None:
+            summary["privacy"] = private
         writer.write_json("summary.json", summary)
         if config.checkpoint.client_models:
             clients = client_models_from_nodes(protocol, executor)

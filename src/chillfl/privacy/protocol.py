@@ -127,3 +127,20 @@ class Accounted(AroundProtocol):
         saved = state.get(KEY, {})
         self.ledger.load_state_dict(saved.get("units", {}))
         self.uploads.load_state_dict(saved.get("uploads", {}))
+
+
+def privacy_summary(protocol: ServerProtocol) -> dict[str, Json] | None:
+    """What ``summary.json`` records of an accounted run's noise (None: ``[privacy]`` is off): the noise multiplier the
+    mechanism ran with (``target_epsilon``'s answer where the config gave one, which ``config.toml`` does not hold), the
+    sigma the accountant charged per unit of sensitivity, the clip norm, delta and the accountant, and the clients it did
+    not account (attackers that skipped the release). Why: under ``-q`` the chosen sigma was said nowhere."""
+    while not isinstance(protocol, Accounted):
+        if not isinstance(protocol, AroundProtocol):
+            return None
+        protocol = protocol.inner
+    plan = protocol.plan
+    out: dict[str, Json] = {"mechanism": plan.mechanism, "noise_multiplier": plan.noise_multiplier, "accounted_sigma": plan.accounted_sigma,
+                            "clip_norm": plan.clip_norm, "delta": plan.delta, "accountant": plan.accountant}
+    if protocol.unaccounted:
+        out["unaccounted_clients"] = sorted(protocol.unaccounted)
+    return out

@@ -57,6 +57,22 @@ def test_the_watch_warns_once_and_strict_raises(caplog):
     assert err.value.round == 3 and "1.2e+04 times round 1's 0.05" in err.value.what
 
 
+def test_a_local_loss_above_the_ceiling_warns_once_and_strict_raises(caplog):
+    """The clients' own models (a personal model trained beside the reply's: Ditto's v_k) can blow up while the training
+    loss stays healthy; before, nothing said so."""
+    watch = LossWatch(False)
+    with caplog.at_level(logging.WARNING, logger="chillfl"):
+        for rnd, local in enumerate([0.9, 1000.0, 2.5e5, 3e5], start=1):
+            watch.observe({"round": rnd, "train_loss": 0.5, "local_loss": local})
+    assert [r.getMessage() for r in caplog.records] == [
+        "round 3: local loss 2.5e+05 (the clients' own models on their own splits) is above 1000 (lower client.lr, or the method's step on its "
+        "personal models?); the run goes on (with strict = true, or --strict, it would stop here)"
+    ]
+    with pytest.raises(Diverged) as err:
+        LossWatch(True).observe({"round": 1, "train_loss": 0.5, "local_loss": 1000.5})
+    assert err.value.round == 1 and err.value.what.startswith("local loss 1e+03 ")
+
+
 def test_a_healthy_run_says_nothing(caplog):
     with caplog.at_level(logging.WARNING, logger="chillfl"):
         run_experiment(load_config(None, {**TINY, "client.lr": 0.05}), write=False, progress=False)

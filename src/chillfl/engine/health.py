@@ -58,19 +58,27 @@ class LossWatch:
         self.name = name
         self.first: float | None = next((float(r["train_loss"]) for r in records if r.get("train_loss") is not None), None)
         self.warned = False
+        self.warned_local = False
 
     def observe(self, record: Mapping[str, Any]) -> None:
-        """Warn (or raise :class:`Diverged` when strict) if this round's training loss explodes."""
+        """Warn (or raise :class:`Diverged` when strict) if this round's training loss explodes, or its local loss (the
+        clients' own models on their own splits) is above the ceiling: a personal model trained beside the one whose
+        loss ``train_loss`` is (Ditto's v_k) blew up there alone, with no word."""
         loss = record.get("train_loss")
-        if loss is None:  # a skipped round
-            return
-        why = loss_explosion(float(loss), self.first)
-        if self.first is None:
-            self.first = float(loss)
-        if why is None or self.warned:
-            return
-        what = f"training loss {float(loss):.3g} {why} (lower client.lr?)"
+        if loss is not None:  # None: a skipped round
+            why = loss_explosion(float(loss), self.first)
+            if self.first is None:
+                self.first = float(loss)
+            if why is not None and not self.warned:
+                self._report(record, f"training loss {float(loss):.3g} {why} (lower client.lr?)")
+                self.warned = True
+        local = record.get("local_loss")
+        if local is not None and float(local) > LOSS_CEILING and not self.warned_local:
+            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) is above {LOSS_CEILING:g} (lower client.lr, "
+                                 "or the method's step on its personal models?)")
+            self.warned_local = True
+
+    def _report(self, record: Mapping[str, Any], what: str) -> None:
         if self.strict:
             raise Diverged(int(record["round"]), what)
-        self.warned = True
         log.warning("%sround %d: %s; the run goes on (with strict = true, or --strict, it would stop here)", f"{self.name}: " if self.name else "", record["round"], what)

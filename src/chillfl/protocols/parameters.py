@@ -64,7 +64,7 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_finite_loss, check_client_state, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -196,6 +196,8 @@ class ParameterClient:
             seed = d.seed if i == 0 else derive_seed(d.seed, "personal", i)
             lr = d.lr if step.lr is None else step.lr
             outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp, carry=step.carry)
+            if i:  # the first is the reply's training loss, checked as it arrives; a further one (Ditto's v_k) was checked nowhere
+                check_finite_loss(task.round, task.client_id, f"the loss of {type(self.trainer).__name__}'s training {i + 1}", outcome.mean_loss)
         raise AssertionError("unreachable")
 
 

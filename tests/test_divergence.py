@@ -52,12 +52,16 @@ def test_result_files_are_strict_json(tmp_path: Path) -> None:
     assert json.loads((folder / "summary.json").read_text()) == {"z": [None, 1.0]}
 
 
-def test_a_personal_training_that_turns_non_finite_stops_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("executor", ["sequential", "processes", "vectorized"])
+def test_a_personal_training_that_turns_non_finite_stops_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], executor: str) -> None:
     """Ditto's v_k trained at lr x lam = 5e4 blows up while the global update is healthy. Before, only the first training's
-    loss was checked: the run ended with exit 0 (even with --strict), ``local_loss`` null and ``final_local_loss`` an earlier round's."""
+    loss was checked: the run ended with exit 0 (even with --strict), ``local_loss`` null and ``final_local_loss`` an earlier
+    round's. The client tells the server (its reply's ``nonfinite``), which stops the run: the same line whatever the executor
+    (a raise in a worker process was a crash, exit 1)."""
     config = tmp_path / "c.toml"
     config.write_text(f'name = "ditto"\nout_dir = "{tmp_path / "out"}"\n')
-    assert main(["run", str(config), "-q", *TINY, "client.lr=0.05", "algorithm.name=ditto", "algorithm.lam=1e6"]) == DIVERGED_EXIT
+    args = ["run", str(config), "-q", *TINY, "client.lr=0.05", "algorithm.name=ditto", "algorithm.lam=1e6", f"executor={executor}"]
+    assert main(args) == DIVERGED_EXIT
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("chillfl: diverged: round 1, client ") and any(f"the loss of DittoClient's training 2 is {v} " in err[-1] for v in ("nan", "inf")), err
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["ditto.failed"]

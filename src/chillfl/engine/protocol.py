@@ -133,6 +133,10 @@ class ClientReply(Generic[U, S]):
     """The temperature the client trained at when its own state chose it (FedChill's client half, under every runtime); None = the downlink's."""
     local_val_acc: float | None = None
     """Its own model's accuracy on its own validation split (:attr:`ClientData.x_val`); None: not measured."""
+    nonfinite: str | None = None
+    """What turned non-finite in the update besides the training loss its uplink carries (a further training's loss: Ditto's
+    v_k), for the server to stop the run on as it does on that loss; None: nothing. Told, not raised in the client: a worker
+    process, a Ray actor or a Flower node would report a raise as a crash, and a vectorized chunk would name another client."""
 
 
 ClientProgram = Generator[ClientJob | PredictJob, Any, ClientReply[Any, Any]]

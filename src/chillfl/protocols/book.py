@@ -16,6 +16,7 @@ import torch
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
+from chillfl.errors import Diverged
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message
 from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
 
@@ -36,6 +37,8 @@ class ServerBook:
     def receive(self, round: int, task: ClientTask[Any, Any], reply: ClientReply[Any, Any], train_loss: float, up: Message | None) -> None:
         """Check the reply's training loss; ledger both messages (``up`` None: the protocol prices its uplink itself); observe local accuracy."""
         check_finite_loss(round, task.client_id, "training loss", train_loss)
+        if reply.nonfinite is not None:
+            raise Diverged(round + 1, reply.nonfinite, task.client_id)
         record_message(self.ledger, round, "down", task.downlink, task.client_id)
         if up is not None:
             record_message(self.ledger, round, "up", up, task.client_id)

@@ -26,6 +26,7 @@ its ``Context.state``. Neither the aggregator nor the temperature policy holds i
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any, Callable, Collection, Generator, Mapping, Sequence
@@ -64,7 +65,7 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_finite_loss, check_client_state, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -144,10 +145,10 @@ class ParameterClient:
             self.half.prepare(state, d.start, d.context), f"{type(self.half).__name__}.prepare()", "(start, context)", "algorithm.name")
         if self.trainer is None:
             out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp)
-            done = Personal(out.params, out.num_steps, out.mean_loss)
+            done, nonfinite = Personal(out.params, out.num_steps, out.mean_loss), None
         else:
             assert self.spec is not None, "a personalising half needs the run's spec"
-            done = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
+            done, nonfinite = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
         template = personal_template(self.half, self.model) if done.personal is not None else self.model
         acc, loss = local_evaluation(template, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
         check_client_state(done.state, f"{type(self.trainer).__name__}.train()'s Personal.state", "algorithm.name")
@@ -171,14 +172,17 @@ class ParameterClient:
         uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
         forgot = bool(state) and not new_state  # it had a state and its half keeps none now: the next state is empty, not the last one
         return ClientReply(task.client_id, uplink, new_state if new_state or forgot else None, acc, loss, None if self.temperature is None else t,
-                           local_val_acc=val_acc)
+                           local_val_acc=val_acc, nonfinite=nonfinite)
 
-    def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, Personal]:
-        """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it."""
+    def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, tuple[Personal, str | None]]:
+        """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it.
+        With the :class:`Personal` it returns the first further training whose loss was non-finite (its reply's ``nonfinite``):
+        the first one's is the uplink's training loss, checked as it arrives; a further one (Ditto's v_k) was checked nowhere."""
         assert self.trainer is not None
         d = task.downlink
         program = self.trainer.train(local)
         outcome: LocalOutcome | None = None
+        nonfinite: str | None = None
         for i in count():
             try:
                 step = next(program) if outcome is None else program.send(outcome)
@@ -186,7 +190,7 @@ class ParameterClient:
                 if not isinstance(stop.value, Personal):
                     raise ConfigError("algorithm.name", f"{type(self.trainer).__name__}.train() returned {type(stop.value).__name__}, "
                                                         "not a Personal (chillfl.extend): return Personal(params, num_steps, mean_loss, ...)") from None
-                return stop.value
+                return stop.value, nonfinite
             if step.objective is not None and not 0 <= step.objective < len(self.objectives):
                 raise ConfigError("algorithm.name", f"{type(self.trainer).__name__}.train() asked Train(objective={step.objective}), but its "
                                                     f"objectives() returned {len(self.objectives)}: objective i is the i-th of them")
@@ -196,8 +200,8 @@ class ParameterClient:
             seed = d.seed if i == 0 else derive_seed(d.seed, "personal", i)
             lr = d.lr if step.lr is None else step.lr
             outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp, carry=step.carry)
-            if i:  # the first is the reply's training loss, checked as it arrives; a further one (Ditto's v_k) was checked nowhere
-                check_finite_loss(task.round, task.client_id, f"the loss of {type(self.trainer).__name__}'s training {i + 1}", outcome.mean_loss)
+            if i and nonfinite is None and not math.isfinite(outcome.mean_loss):
+                nonfinite = f"the loss of {type(self.trainer).__name__}'s training {i + 1} is {outcome.mean_loss} (lower client.lr?)"
         raise AssertionError("unreachable")
 
 

@@ -29,7 +29,7 @@ import signal
 import sys
 import textwrap
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, NoReturn, Sequence
+from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
 from chillfl._version import __version__
 from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
@@ -794,6 +794,19 @@ def _command(argv: Sequence[str] | None) -> str | None:
     return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
 
 
+def entry() -> NoReturn:
+    """The ``chillfl`` command (the console script and ``python -m chillfl``): :func:`main`, then its exit status.
+
+    The command has finished and said its one line: a late SIGINT/SIGTERM/SIGHUP (a second Ctrl-C, a supervisor's repeated
+    TERM, ``timeout -s INT`` just as it ends) must not turn the exit into a kill by signal, or a KeyboardInterrupt of
+    Python's own handler, while the interpreter tears down. Before, only ``python -m chillfl`` ignored them; the console
+    script, which called :func:`main` directly, exited 130 with nothing said after writing all its output."""
+    code = main()
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise SystemExit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     with _CommandSignals():
         try:
@@ -835,6 +848,11 @@ class HungUp(Terminated):
     signum = signal.SIGHUP
 
 
+RESEND_S = 0.05
+"""How long after a stop signal was dropped in a finaliser it is sent again (:meth:`_CommandSignals.unraisable`): a finaliser
+or a garbage collection's callbacks take far less."""
+
+
 class _CommandSignals:
     """SIGINT/SIGTERM/SIGHUP while a command runs and no run holds them: the first raises (KeyboardInterrupt, or
     :class:`Terminated` / :class:`HungUp`), later ones are ignored, so that the exception's one line is always said.
@@ -848,24 +866,47 @@ class _CommandSignals:
 
     def __init__(self) -> None:
         self.raised = False
+        self.signum: int | None = None
         self.previous: dict[int, object] = {}
+        self.hook: Callable[[sys.UnraisableHookArgs], object] | None = None
 
     def __enter__(self) -> _CommandSignals:
         import threading
 
         if threading.current_thread() is threading.main_thread():  # chillfl.cli.main called from a thread: Python refuses handlers
             self.previous = {sig: signal.signal(sig, self.handle) for sig in stop_signals()}
+            self.hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         return self
 
     def handle(self, signum: int, frame: object) -> None:
         if self.raised:
             return
-        self.raised = True
+        self.raised, self.signum = True, signum
         raise {signal.SIGTERM: Terminated, signal.SIGHUP: HungUp}.get(signal.Signals(signum), KeyboardInterrupt)()
+
+    def unraisable(self, info: sys.UnraisableHookArgs) -> None:
+        """A signal that landed in a finaliser or a garbage-collection callback (matplotlib's): Python drops the exception
+        there with an "Exception ignored in" traceback, and the command went on to exit 0 with the stop lost. Send it
+        again instead, from a thread a moment later: the main thread is back in the command's own code by then, where its
+        handler raises and the command says its one line (sent from here, the handler would run in this hook, and be
+        dropped again; should it land in another finaliser, this repeats). A command that ends first exits as it would."""
+        if isinstance(info.exc_value, KeyboardInterrupt) and self.raised and self.signum is not None:
+            import _thread
+            import threading
+
+            self.raised = False
+            resend = threading.Timer(RESEND_S, _thread.interrupt_main, (self.signum,))
+            resend.daemon = True
+            resend.start()
+            return
+        assert self.hook is not None
+        self.hook(info)
 
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)  # type: ignore[arg-type]
+        if self.hook is not None:
+            sys.unraisablehook = self.hook
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -16,7 +16,9 @@ fields that do not change what is computed (``name``, ``out_dir``,
 ``data_dir``, ``device``, ``executor``, ``threads``) form one group (its
 seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
 output): every finished run folder directly inside it is taken (``.partial``
-and ``.failed`` ones only when named themselves). A group of a comparison's
+and ``.failed`` ones only when named themselves; the others, and run folders cut short, are named as not
+included). A folder named twice, or named and inside a named folder (the same resolved path), is read once.
+Each group names its run folders. A group of a comparison's
 runs is labelled by that comparison's variant label (its ``sweep.json``
 records which run folder is which variant), where that label is the group's
 alone; other groups by the options that differ between groups.
@@ -49,12 +51,13 @@ from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import last_value, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
-from chillfl.storage.run_folder import refuse_temperature_sweep
+from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import folder_state, is_sweep
 from chillfl.errors import ConfigError, StorageError
 from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
+from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.run_names import comparison_labels
@@ -114,8 +117,26 @@ def _unfinished(folder: Path) -> bool:
     return ".partial" in folder.name or ".failed" in folder.name
 
 
+RUN_FILES = ("config.toml", "metrics.jsonl")
+"""What makes a folder a run's (:func:`_is_run`); a sub-folder with one of them, or a ``summary.json``, but not both is
+a run folder cut short (a file removed or never written), which the page names rather than drops."""
+
+
+def distinct(paths: Sequence[str | Path]) -> list[Path]:
+    """``paths`` without a folder given twice (the same resolved path), in first-given order: ``chillfl report r r``
+    counted ``r``'s run as two, its seed twice in a group's mean ± std; ``analyze`` reads a folder once the same way."""
+    seen: set[Path] = set()
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if (key := p.resolve()) not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
 def find_runs(paths: Sequence[str | Path]) -> list[Path]:
-    """Run folders named by ``paths`` (a run folder, or a folder whose sub-folders are runs)."""
+    """Run folders named by ``paths`` (a run folder, or a folder whose sub-folders are runs), each once: a folder named
+    twice, or named and inside a named folder of runs (``results results/chill``), is one run, not a seed counted twice."""
     found: list[Path] = []
     for p in map(Path, paths):
         refuse_temperature_sweep(p, "RUN_DIR")
@@ -126,19 +147,73 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
         elif p.is_dir() and (unfinished := sorted(s.name for s in p.iterdir() if s.is_dir() and _is_run(s))):
             raise ConfigError("RUN_DIR", f"{p} holds no finished run, only unfinished ones ({', '.join(unfinished)}): name one to report it")
         else:
-            raise ConfigError("RUN_DIR", f"{p} is not a chillfl run folder (config.toml + metrics.jsonl) nor a folder of them")
-    return found
+            raise ConfigError("RUN_DIR", _no_runs(p))
+    return distinct(found)
 
 
-def skipped_folders(paths: Sequence[str | Path]) -> list[Path]:
+def _no_runs(p: Path) -> str:
+    """Why ``p`` gives no run, and what to name instead: a folder holding only a comparison folder (``results/`` after
+    one ``chillfl compare``) said only "not a run folder nor a folder of them", though naming the comparison reports it."""
+    head = f"{p} is not a chillfl run folder (config.toml + metrics.jsonl) nor a folder of them"
+    if not p.is_dir():
+        return head
+    if why := _cut_short(p):
+        return f"{head}: it has {why}"
+    try:
+        subs = sorted(s for s in p.iterdir() if s.is_dir())
+    except OSError:
+        return head
+    if comparisons := [s for s in subs if is_sweep(s)]:
+        if len(comparisons) == 1:
+            return f"{head}; it holds the comparison {comparisons[0]}: name it (chillfl report {comparisons[0]})"
+        return f"{head}; it holds the comparisons {', '.join(map(str, comparisons))}: name them"
+    if cut := [f"{s.name} ({why})" for s in subs if (why := _cut_short(s))]:
+        return f"{head}; its run folders are incomplete: {', '.join(cut)}"
+    return head
+
+
+def _cut_short(folder: Path) -> str | None:
+    """What a run folder lacks (``config.toml but no metrics.jsonl``), where it has some of a run's files but is no run
+    (:func:`_is_run`); None for a run, a comparison's or a temperature sweep's folder (they have a ``config.toml`` of
+    their own), and a folder with none of a run's files."""
+    if _is_run(folder) or is_sweep(folder) or is_temperature_sweep(folder):
+        return None
+    present = [name for name in (*RUN_FILES, "summary.json") if (folder / name).is_file()]
+    missing = [name for name in RUN_FILES if name not in present]
+    return f"{' and '.join(present)} but no {' nor '.join(missing)}" if present else None
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A sub-folder of a named folder of runs that the page leaves out, and why (:func:`skipped_folders`)."""
+
+    folder: Path
+    why: str | None = None
+    """None: a comparison or an unfinished run, which naming it includes; else what the run folder lacks."""
+
+
+def skipped_folders(paths: Sequence[str | Path]) -> list[Skipped]:
     """Sub-folders of a named folder of runs that :func:`find_runs` leaves out: unfinished runs (``.partial``,
-    ``.failed``) and comparison folders (``NAME-compare``): the page lists them, so none is dropped silently."""
-    out: list[Path] = []
-    for p in map(Path, paths):
+    ``.failed``), comparison folders (``NAME-compare``), and run folders cut short (a ``metrics.jsonl`` removed): the
+    page lists them, so none is dropped silently (a comparison's table counted n = 2 where the page's group had 1 run)."""
+    out: list[Skipped] = []
+    for p in distinct(paths):
         if not _is_run(p) and p.is_dir():
             listed = (p / "table.md").is_file()  # a finished comparison's section lists its diverged runs itself
-            out += sorted(s for s in p.iterdir() if s.is_dir() and (is_sweep(s) or (_is_run(s) and _unfinished(s) and not (listed and ".failed" in s.name))))
+            for s in sorted(s for s in p.iterdir() if s.is_dir() and not (listed and ".failed" in s.name)):
+                if is_sweep(s) or (_is_run(s) and _unfinished(s)):
+                    out.append(Skipped(s))
+                elif why := _cut_short(s):
+                    out.append(Skipped(s, why))
     return out
+
+
+def _skipped_note(skipped: Sequence[Skipped]) -> str:
+    """The page's "not included" line: what naming includes, then the run folders cut short with what each lacks."""
+    named = ", ".join(str(s.folder) for s in skipped if s.why is None)
+    cut = ", ".join(f"{s.folder} ({s.why})" for s in skipped if s.why is not None)
+    text = "not included" + (f" (name a comparison folder or an unfinished run to include it): {named}" if named else "")
+    return text + (f"{'; ' if named else ': '}incomplete run folders: {cut}" if cut else "")
 
 
 ACCURACY_CURVES = (("global_acc", "global test accuracy"), ("local_acc", "local accuracy (own splits)"))
@@ -515,7 +590,7 @@ def _config_row(g: Group, other: Sequence[str] = ()) -> str:
     c = g.runs[0].config
     part = lambda table, key: ", ".join(f"{k}={_inline(v)}" if k != key else str(v) for k, v in table.items())  # noqa: E731
     cells = [
-        g.label, part(c.dataset, "name"), part(c.partition, "name"), part(c.model, "name"), part(c.algorithm, "name"),
+        g.label, part(c.dataset, "name"), part(c.partition, "name"), part(c.model, "name"), _method(c, part),
         part(c.temperature, "policy"), part(c.distillation, "method") if c.distillation else "–",
         f"{c.federation.rounds}", f"{c.federation.num_clients} / {c.federation.sample_size()}",
         f"lr {c.client.lr}, {c.client.epochs} ep, bs {c.client.batch_size}", ", ".join(map(str, g.seeds)),
@@ -524,6 +599,30 @@ def _config_row(g: Group, other: Sequence[str] = ()) -> str:
         flat = _flat(c)
         cells.append(", ".join(f"{k}={_inline(flat[k])}" for k in other if k in flat) or "–")
     return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
+
+
+def _folders_note(g: Group) -> str:
+    """``2 runs: chill (seed 0), chill-2 (seed 1) in results``: the folders a group's mean ± std is over, each parent once.
+    Why: the page said "7 runs in 3 groups" and each group's seeds, but not which folders went into which group."""
+    by_parent: dict[Path, list[str]] = {}
+    for r in g.runs:
+        by_parent.setdefault(r.folder.parent, []).append(f"{r.folder.name} (seed {r.config.seed})")
+    return f"{counted(len(g.runs), 'run')}: " + "; ".join(f"{', '.join(names)} in {parent}" for parent, names in by_parent.items())
+
+
+def _method(c: RunConfig, part: Callable[[Mapping[str, Any], str], str]) -> str:
+    """The configurations table's "algorithm" cell: the method that ran, as its protocol names it (a prototype or
+    soft-label run said ``fedavg, weighting=samples``, the ``[algorithm]`` table it never used), and the aggregator
+    where that protocol averages models too."""
+    kind = protocol_of(c)
+    if kind.method_table is None:
+        return part(c.algorithm, "name")
+    cell = f"{kind.method(c)} ({kind.title})"
+    try:
+        averaged = kind.uses_aggregator and kind.models_travel(c)
+    except ConfigError:  # a plugin's method, read as data: its settings are not parsed here
+        averaged = False
+    return f"{cell}; models averaged by {part(c.algorithm, 'name')}" if averaged else cell
 
 
 def _value(run: Run, key: str) -> Any:
@@ -685,6 +784,7 @@ def _unless_plugin(figure: Callable[[Run], str | None], run: Run, what: str, lef
 
 
 def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, partitions: bool, left_out: list[str]) -> str:
+    run_dirs = distinct(run_dirs)  # a folder named twice: one comparison section, one entry in the title
     folders = find_runs(run_dirs)
     labels = {parent: comparison_labels(parent) for parent in dict.fromkeys(p.parent for p in folders)}
     runs = [load_run(p, labels[p.parent]) for p in folders]
@@ -697,15 +797,15 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
         f'<p class="muted">{counted(len(runs), "run")} in {counted(len(groups), "group")}; runs equal but for the seed form a group '
         f"(numbers: mean ± sample std over its seeds; curves: mean over seeds, {SPREAD}).</p>",
         f'<p id="groups">groups: {_e(", ".join(g.label for g in groups))}</p>',
-        *([f'<p class="muted" id="skipped">not included (name a comparison folder or an unfinished run to include it): '
-           f'{_e(", ".join(str(s) for s in skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
+        *([f'<p class="muted" id="skipped">{_e(_skipped_note(skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
             "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds",
             *(["other"] if other else []))) + "</tr>",
         *(_config_row(g, other) for g in groups), "</table>",
     ]
     for g in groups:
-        parts.append(f"<details><summary>{_e(g.label)}: full config ({_e(g.runs[0].folder)})</summary><pre>{_e(to_toml(g.runs[0].config.to_dict()))}</pre></details>")
+        parts.append(f"<details><summary>{_e(g.label)}: full config ({_e(g.runs[0].folder)}); {_e(_folders_note(g))}</summary>"
+                     f"<pre>{_e(to_toml(g.runs[0].config.to_dict()))}</pre></details>")
     columns = _metrics_columns(groups)
     for path in map(Path, run_dirs):
         parts += _comparison_section(path)

@@ -343,6 +343,15 @@ def effective_capabilities(spec: AlgorithmSpec, options: Any, section: str = "al
     return spec.declared(options).wrapping(effective_capabilities(base, base_options, inner.section))
 
 
+def configured_capabilities(table: Mapping[str, Any]) -> Capabilities:
+    """What the ``[algorithm]`` table's algorithm declares with its options, the algorithm it wraps included; ConfigError
+    when its name is not registered (a class passed from Python: the caller asks the class)."""
+    name = str(table.get("name"))
+    spec = algorithm_spec(name, "algorithm")
+    options = algorithm_options(spec, name, {k: v for k, v in table.items() if k != "name"}, "algorithm", "algorithm.name")
+    return effective_capabilities(spec, options)
+
+
 def refuse_unused_options(table: Mapping[str, Any], name: str, why: str) -> None:
     """ConfigError on an ``[algorithm]`` option (of algorithm ``name``) set off its default where no aggregator reads it (``why``).
 

@@ -12,7 +12,13 @@ non-participating one. Reported per client and as the mean per group.
 ``aggregation-entropy`` (Fig. 10). The mean Shannon entropy (nats) of the
 predicted distribution softmax(z) (T = 1) on the global test set: "before"
 is the mean over the participating clients' local models, "after" is the
-aggregated model; the start model's entropy is reported too.
+aggregated model; the start model's entropy is reported too (``start_entropy``:
+``start`` is the replay's start, "final" or "initial", as in
+``aggregation-accuracy.json``).
+
+Both refuse a run of a method whose clients each keep a model of their own
+(capability ``personal_model``, :func:`chillfl.analysis.replay.refuse_personal_models`):
+the aggregate is not the model such a client goes on with.
 
 Checked (2026-12) against: FLex&Chill Sec. 4.4 / Fig. 9 (each client's
 accuracy with the pre- and post-aggregation model, participating clients'
@@ -67,7 +73,7 @@ def entropy_change(replay: Replay) -> dict[str, Any]:
         "round": replay.round,
         "before": float(np.mean(list(per_client.values()))),
         "after": float(entropy(predict(exp.model, replay.aggregated, x, bs)).mean()),
-        "start": float(entropy(predict(exp.model, replay.start, x, bs)).mean()),
+        "start_entropy": float(entropy(predict(exp.model, replay.start, x, bs)).mean()),  # "start" is the replay's mode
         "per_client_before": per_client,
         "max_entropy": float(np.log(exp.data.num_classes)),
     }

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import pickle
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -119,6 +120,15 @@ def example_soft_labels(kind: str, seed: int, n: int = 1000, num_classes: int = 
     return torch.softmax(scale * torch.randn((n, num_classes), generator=gen, dtype=torch.float64), dim=-1)
 
 
+def _short_reason(exc: BaseException) -> str:
+    """A loader's error in a few words. Why: torch's weights-only refusal is a paragraph with a link, and it filled the
+    one-line error (704 characters, literal ``\\n`` included)."""
+    if isinstance(exc, pickle.UnpicklingError):
+        return "torch.load (weights only) cannot read tensors from it"
+    first = " ".join(str(exc).split()).split(". ")[0] or type(exc).__name__
+    return first if len(first) <= 100 else first[:97] + "..."
+
+
 def load_soft_labels(path: str) -> torch.Tensor:
     """A ``.pt`` (tensor) or ``.npy`` file of soft-labels ``[n, C]`` or ``[K, n, C]``, non-negative."""
     p = Path(path)
@@ -127,7 +137,7 @@ def load_soft_labels(path: str) -> torch.Tensor:
     try:
         data = torch.from_numpy(np.load(p)) if p.suffix == ".npy" else torch.load(p, weights_only=True)
     except Exception as exc:  # noqa: BLE001 - any unreadable file is the user's error
-        raise ConfigError("--soft-labels", f"cannot read {p}: {exc}") from None
+        raise ConfigError("--soft-labels", f"{p} is not a soft-label file (.pt tensor / .npy array): {_short_reason(exc)}") from None
     if not isinstance(data, torch.Tensor) or data.dim() not in (2, 3) or not data.is_floating_point():
         raise ConfigError("--soft-labels", f"{p} must hold a float tensor [n, C] or [K, n, C]")
     if not bool(torch.isfinite(data).all()):

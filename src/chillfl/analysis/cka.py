@@ -27,7 +27,10 @@ run's ``config.toml`` and seed (bitwise the model round 1 started from), so
 the row says how far training moved each layer. (The run's own saved model
 as default compared it with itself: every layer read 1.0.) A run whose model
 came from Python cannot be rebuilt, with or without ``--reference``.
-Reference and run must share the model architecture.
+Reference and run must share the model architecture. A run of a method whose
+clients each keep a model of their own (capability ``personal_model``) is
+refused: its global model is not what its clients use (``local_only``'s is
+never trained: CKA 1.0 against its initial model at every layer).
 
 Checked (2026-12) against: FLex&Chill Sec. 4.6, Eq. 6 (linear CKA; centred by
 default, ``--uncentered`` for Eq. 6 as printed), Fig. 12 / Table 6 (layers
@@ -46,7 +49,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.analysis.replay import Params, build_run, load_model_state, out_folder, replay_round, run_label, write_json
+from chillfl.analysis.replay import Params, build_run, load_model_state, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
@@ -113,6 +116,7 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
     out: dict[str, Any] = {"analysis": "cka", "reference": reference or INITIAL, "samples": samples, "centered": center, "runs": {}}
     for run_dir in run_dirs:
         exp = build_run(run_dir)
+        refuse_personal_models(exp.config, run_dir)
         names = check_layers(exp.model, layers) if layers else default_layers(exp.model)
         x = exp.data.test()[0][:samples].to(exp.device)
         own = load_model_state(run_dir, exp.device)
@@ -184,9 +188,15 @@ def cmd_cka(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
     if args.samples < 2:
         raise ConfigError("--samples", f"CKA needs at least 2 inputs, got {args.samples}")
-    layers = comma_items(args.layers, "--layers", "comma-separated module names") if args.layers else None
+    if args.start is not None and not args.clients:  # it was ignored: the table compares the saved models, no round is replayed
+        raise ConfigError("--start", "applies with --clients only (where the replayed round starts); without it cka compares each run's saved global model")
+    layers = None
+    if args.layers is not None:
+        layers = comma_items(args.layers, "--layers", "comma-separated module names")
+        if not layers:  # '' ran the default layers without a word
+            raise ConfigError("--layers", "is empty; name modules (comma-separated) or leave --layers out for the default layers")
     result = analyze(args.run_dirs, args.reference, samples=args.samples, layers=layers, clients=args.clients,
-                     start=args.start, center=not args.uncentered)
+                     start=args.start or "final", center=not args.uncentered)
     folder = out_folder(args.run_dirs, args.out)
     plot_cka(result, folder / "cka.png")
     write_json(folder / "cka.json", result)  # last: the result is there only when the figure is
@@ -207,7 +217,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--samples", type=int, default=500, help="test inputs the features are computed on (default 500)")
     p.add_argument("--layers", help="comma-separated module names (default: every conv/linear module + representation)")
     p.add_argument("--clients", action="store_true", help="replay one round and compare the client models too (Fig. 13)")
-    p.add_argument("--start", default="final", choices=("final", "initial"), help="replay start with --clients (default: final)")
+    p.add_argument("--start", default=None, choices=("final", "initial"), help="replay start with --clients (default: final); only with --clients")
     p.add_argument("--uncentered", action="store_true", help="Eq. 6 literally, without centring the features")
     p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
     p.set_defaults(func=cmd_cka)

@@ -14,7 +14,11 @@ Choices: T defaults to the run's own training temperature (its fixed
 temperatures have no single value, so such runs need ``--temperature``).
 The paper uses the 50K training samples; ``--split train`` (default) takes
 the union of the clients' training data, ``--split test`` the global test
-set; ``--samples`` caps the count (first N). In eval mode the samples do not
+set; ``--samples`` caps the count with a uniform random subset, seeded from
+the run's seed (:func:`sample_subset`), so the same command gives the same
+numbers. (The first N in client order were the first clients' classes only
+under label skew.) The JSON records the samples used and whether they are a
+subset. In eval mode the samples do not
 interact (batch norm uses its running statistics), so one backward pass of
 the summed loss gives every per-sample gradient.
 
@@ -39,6 +43,7 @@ from chillfl.analysis.replay import build_run, load_model_state, out_folder, run
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment
+from chillfl.seeds import derive_seed
 from chillfl.temperature.base import ConstantTemperature
 from chillfl.training.local import split_state
 
@@ -71,6 +76,17 @@ def input_gradient_norms(model: torch.nn.Module, state: dict[str, torch.Tensor],
     return torch.cat(norms).numpy(), torch.cat(correct).numpy()
 
 
+def sample_subset(x: torch.Tensor, y: torch.Tensor, samples: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """At most ``samples`` rows of (x, y): all of them when they fit, else a uniform random subset drawn with ``seed``
+    (in their original order). Why random: the union of the clients' data is ordered client by client, so the first N
+    rows were the first clients' classes alone under label skew."""
+    if samples >= len(y):
+        return x, y
+    gen = torch.Generator().manual_seed(seed)
+    keep = torch.randperm(len(y), generator=gen)[:samples].sort().values
+    return x[keep], y[keep]
+
+
 def _stats(values: np.ndarray) -> dict[str, Any]:
     if len(values) == 0:
         return {"n": 0}
@@ -90,11 +106,14 @@ def analyze(run_dirs: Sequence[str], *, temperature: float | None = None, split:
             x, y = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
         else:
             x, y = exp.data.test()
-        x, y = x[:samples].to(exp.device), y[:samples].to(exp.device)
+        available = len(y)
+        x, y = sample_subset(x, y, samples, derive_seed(exp.config.seed, "grad-norms", split))
+        x, y = x.to(exp.device), y.to(exp.device)
         norms, correct = input_gradient_norms(exp.model, load_model_state(run_dir, exp.device), x, y, t, exp.config.eval.batch_size)
         label = run_label(run_dir, run_dirs)
         raw[label] = (norms, correct)
-        out["runs"][label] = {"run_dir": str(run_dir), "temperature": t, "correct": _stats(norms[correct]), "incorrect": _stats(norms[~correct])}
+        out["runs"][label] = {"run_dir": str(run_dir), "temperature": t, "samples": int(len(y)), "available": int(available),
+                              "random_subset": len(y) < available, "correct": _stats(norms[correct]), "incorrect": _stats(norms[~correct])}
     return out, raw
 
 
@@ -136,7 +155,8 @@ def cmd_grad_norms(args: argparse.Namespace) -> int:
     for label, run in result["runs"].items():
         c, w = run["correct"], run["incorrect"]
         print(f"{label} (T={run['temperature']:g}): median norm correct {c.get('median', float('nan')):.3g} (n={c['n']}), "
-              f"incorrect {w.get('median', float('nan')):.3g} (n={w['n']})")
+              f"incorrect {w.get('median', float('nan')):.3g} (n={w['n']})"
+              + (f"; a seeded random {run['samples']} of {run['available']} samples" if run["random_subset"] else ""))
     print(f"results: {folder / 'grad-norms.json'}, {folder / 'grad-norms.png'}")
     return 0
 
@@ -147,6 +167,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
     p.add_argument("--temperature", type=float, help="T in CE(z/T, y) (default: each run's training temperature)")
     p.add_argument("--split", default="train", choices=("train", "test"), help="clients' training data (default) or the test set")
-    p.add_argument("--samples", type=int, default=5000, help="at most this many samples (default 5000)")
+    p.add_argument("--samples", type=int, default=5000, help="at most this many samples, a seeded uniform random subset when the split has more (default 5000)")
     p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
     p.set_defaults(func=cmd_grad_norms)

@@ -20,7 +20,10 @@ only the model. For FedAvg with a fixed temperature that is exact; for
 stateful aggregators (SCAFFOLD's control variates, PA3Fed's score history,
 server optimisers' moments) and FedChill's per-client temperatures, the
 replayed round from the final model is "one round as if these restarted".
-Soft-label (distillation) runs are not replayed.
+Soft-label (distillation) runs are not replayed, nor runs of a method whose
+clients each keep a model of their own (its capability ``personal_model``,
+:func:`refuse_personal_models`): what such a client uses is its own model,
+not the global model or its aggregate, and the replay does not rebuild it.
 
 Checked (2026-12) against: FLex&Chill Sec. 4.4 (Fig. 9's pre-update model of
 a participating client is its freshly trained local model) and Fig. 13
@@ -40,11 +43,12 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, draw_clients, releases_empty
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.model_file import read_model
-from chillfl.storage.results import PARTIAL, strict
+from chillfl.storage.results import FAILED, FAILURE, PARTIAL, strict
 from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import AroundProtocol
@@ -61,9 +65,17 @@ MODEL = "model.safetensors"  # the runner's name for the saved global model
 STARTS = ("final", "initial")
 
 
+def check_exists(path: str | Path, field: str) -> None:
+    """Refuse a folder that is not there in one line saying so. Why: a mistyped path was reported as "has no
+    model.safetensors (the run is not finished ...)", which sent the user looking for a run that never was."""
+    if not Path(path).exists():
+        raise ConfigError(field, f"{path} does not exist")
+
+
 def check_not_comparison(path: Path, field: str) -> None:
     """Refuse a comparison's folder in one line naming its runs (and a temperature sweep's). Why: it holds a ``config.toml``
     too (the comparison's), so it passed for a run folder, was rebuilt as one (its data set and all), and then failed as "not finished"."""
+    check_exists(path, field)
     refuse_temperature_sweep(path, field)
     if is_sweep(path):
         runs = sorted(p.name for p in path.iterdir() if (p / "config.toml").is_file() and (p / MODEL).is_file())
@@ -72,12 +84,28 @@ def check_not_comparison(path: Path, field: str) -> None:
 
 
 def check_finished(run_dir: str | Path, field: str = "run_dir") -> None:
-    """Refuse an unfinished run (a ``.partial`` folder without ``summary.json``) in one line saying how to finish it. Why: one
-    killed while it wrote its results may hold ``model.safetensors`` already, and the analysis then wrote into the ``.partial``."""
+    """Refuse a folder that is not there, a diverged run (``NAME.failed``, :func:`diverged_at`) and an unfinished run (a
+    ``.partial`` folder without ``summary.json``), each in one line saying what it is (the unfinished one: how to finish it).
+    Why: one killed while it wrote its results may hold ``model.safetensors`` already, and the analysis then wrote into the
+    ``.partial``; the other two were called "not finished"."""
+    check_exists(run_dir, field)
     path = folder_named(run_dir)
+    if not (path / "summary.json").is_file() and (path.name.endswith(FAILED) or (path / FAILURE).is_file()):
+        raise ConfigError(field, f"{run_dir} diverged{diverged_at(path)}: it has no final model")
     if path.name.endswith(PARTIAL) and not (path / "summary.json").is_file() and not is_sweep(path):  # a comparison: its own line
         resume = path.parent if is_sweep(path.parent) else path  # one run of a comparison: the comparison resumes as a whole
         raise ConfigError(field, f"{run_dir} is a run that did not finish (a {PARTIAL} folder without summary.json); `chillfl resume {shell_path(resume)}` finishes it")
+
+
+def diverged_at(path: Path) -> str:
+    """`` (at round N; see its failure.json)`` from a diverged run's ``failure.json`` (without the round when it is unreadable).
+    Why: a diverged run (``NAME.failed``) was called "not finished", as if waiting for it would help."""
+    try:
+        record = json.loads((path / FAILURE).read_text(encoding="utf-8"))
+        where = f"at round {int(record['round'])}; "
+    except (OSError, ValueError, TypeError, KeyError):
+        where = ""
+    return f" ({where}see its {FAILURE})"
 
 
 def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
@@ -160,6 +188,7 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     kind = protocol_of(config)
     if kind.name != "parameters":
         raise ConfigError("run_dir", f"{run_dir} is a {kind.title} ({kind.method(config)}) run; this analysis replays parameter-sharing runs only")
+    refuse_personal_models(config, run_dir)
     protocol = build_protocol(exp)
     sharing = protocol
     while isinstance(sharing, AroundProtocol):  # [privacy] / [attack] wrap it: the round runs through them, as in the run
@@ -190,6 +219,25 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
         executor.close()
         protocol.close()
     return Replay(exp, rnd + 1, first, clients, dict(sharing.state), record)
+
+
+def method_capabilities(config: RunConfig) -> Capabilities:
+    """What the run's method declares (``[algorithm]``'s, wrapped base included, or the method ``[distillation]`` /
+    ``[prototypes]`` names), asked of its spec through the registries, never by its name."""
+    from chillfl.aggregation.registry import configured_capabilities
+
+    kind = protocol_of(config)
+    return kind.method_capabilities(config) if kind.method_capabilities is not None else configured_capabilities(config.algorithm)
+
+
+def refuse_personal_models(config: RunConfig, run_dir: str | Path, field: str = "run_dir") -> None:
+    """Refuse a run whose clients each keep a model of their own (``personal_model``) in one line naming its method.
+    Why: the analyses that read the global model and its aggregate measured something no client uses (``local_only``:
+    a never-trained global model, "-41.6 points across aggregation" and CKA 1.0 at every layer)."""
+    if method_capabilities(config).personal_model:
+        method = protocol_of(config).method(config)
+        raise ConfigError(field, f"{run_dir} is a run of {method}, whose clients each keep a model of their own (personal_model): "
+                                 "this analysis reads the global model and its aggregate, which are not the models its clients use")
 
 
 @torch.no_grad()

@@ -190,6 +190,14 @@ def machine(threads: int) -> str:
     return f"{platform.machine()}, {os.cpu_count()} logical CPUs, torch {torch.__version__}, {threads or 'default'} intra-op thread(s) per run"
 
 
+def distillation_method(table: Any) -> str:
+    """What a config's ``[distillation]`` names, in words. Why: a config without one was reported as "got None"."""
+    method = table.get("method") if table else None
+    if method is None:
+        return "a [distillation] table without a method" if table else "a run with no [distillation] table"
+    return f"method {method!r}"
+
+
 def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     seeds = _numbers(args.seeds, "--seeds", int)
     lengths = sorted(set(_numbers(args.rounds, "--rounds", int)))
@@ -211,7 +219,7 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     overrides["federation.rounds"] = max(lengths)
     config = load_config(resolve_config(args.config), overrides)
     if config.distillation.get("method") != "dsfl":
-        raise ConfigError("config", f"{args.config}: its [distillation] must be DS-FL's (the baseline), got {config.distillation.get('method')!r}")
+        raise ConfigError("config", f"{args.config}: its [distillation] must be DS-FL's (the baseline), got {distillation_method(config.distillation)}")
     n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
     if "ratio" in parts and not all(1 <= s <= n_pub for s in subsets):  # before any run, not as distillation.subset_size midway
         raise ConfigError("--subset-sizes", f"each |P^t| must be in 1..|P| = {n_pub}, got {subsets}")

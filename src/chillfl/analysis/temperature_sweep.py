@@ -59,6 +59,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -371,6 +372,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("config", help="TOML config file or bundled experiment name (its client settings are used)")
     p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.epochs=30")
     p.add_argument("--temperatures", default=None, metavar="T1,T2,...", help="temperature grid (default: 0.05,0.1,0.25,0.5,1)")
+    # "-1,1" is read as an unknown flag by Python < 3.13's argparse ("expected one argument"), so the range check never said
+    # what was wrong: a value that starts as a number does (as Python 3.13's matcher reads it; no option of this command does)
+    p._negative_number_matcher = re.compile(r"^-\.?\d")
     p.add_argument("--ties", default="mean", help="best temperature when several tie: mean (default, of the tied ones), lowest, highest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_temperature_sweep)

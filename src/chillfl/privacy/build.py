@@ -175,16 +175,14 @@ def _prv_refusal(delta: float, sigma: float, rate: float, steps: int) -> Account
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
     """What the configured algorithm declares, with what the algorithm it wraps declares (a class passed from
     Python: its own ``capabilities`` attribute)."""
-    from chillfl.aggregation.registry import algorithm_options, algorithm_spec, effective_capabilities
+    from chillfl.aggregation.registry import algorithm_spec, configured_capabilities
 
-    name = str(config.algorithm.get("name"))
     try:
-        spec = algorithm_spec(name, "algorithm")
+        algorithm_spec(str(config.algorithm.get("name")), "algorithm")
     except ConfigError:
         declared = vars(type(aggregator)).get("capabilities")
         return declared if isinstance(declared, Capabilities) else Capabilities()
-    options = algorithm_options(spec, name, {k: v for k, v in config.algorithm.items() if k != "name"}, "algorithm", "algorithm.name")
-    return effective_capabilities(spec, options)
+    return configured_capabilities(config.algorithm)
 
 
 def _refuse_reports(mechanism: str, noised: str, method: str, capabilities: Capabilities, instead: str = "an algorithm whose clients send only their model") -> None:

@@ -57,7 +57,7 @@ def test_a_sharded_comparison_shows_every_run_in_plan_order(tmp_path: Path, caps
     assert capsys.readouterr().out.splitlines()[::3] == [f"{partial / 'a-s0'}: one run", f"| a-s0 | finished | 2/2 | {100 * finished:.2f} |"]
 
 
-@pytest.mark.parametrize(("what", "words"), [("missing", "is not a folder"), ("empty", "is not a chillfl result folder (no config.toml)")])
+@pytest.mark.parametrize(("what", "words"), [("missing", "does not exist"), ("empty", "is not a chillfl result folder (no config.toml)")])
 def test_a_folder_that_is_no_result_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], what: str, words: str) -> None:
     folder = tmp_path / what
     if what == "empty":
@@ -165,3 +165,12 @@ def test_a_run_stopped_by_a_callback_is_stopped_not_finished(tmp_path: Path, cap
     capsys.readouterr()
     assert main(["status", str(stopped.folder)]) == 0
     assert capsys.readouterr().out.splitlines()[3].startswith("| run | finished | 3/3 |")
+
+
+@pytest.mark.parametrize("ended", ["x", "x.failed"])
+def test_a_partial_folder_that_ended_points_to_its_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str], ended: str) -> None:
+    """A ``.partial`` path typed from the progress line, once the run ended: before, "is not a folder"."""
+    (tmp_path / ended).mkdir()
+    assert main(["status", str(tmp_path / "x.partial")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"chillfl: error: run_dir: {tmp_path / 'x.partial'} does not exist: it ended, and its folder is {tmp_path / ended}; `chillfl status {tmp_path / ended}`"]

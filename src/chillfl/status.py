@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from chillfl.errors import ConfigError
+from chillfl.paths import shell_path
 from chillfl.plugins import reading_data
 from chillfl.storage.results import FAILED, PARTIAL
 from chillfl.storage.run_folder import SWEEP_FILE, lost_sweep, refuse_temperature_sweep
@@ -41,7 +42,19 @@ def status_table(path: str | Path) -> str:
         return _status_table(Path(path))
 
 
+def _not_there(folder: Path) -> str:
+    """The line for a folder that does not exist: where a ``.partial`` went once its run or comparison ended (renamed
+    ``NAME``, or ``NAME.failed`` for a run that diverged). Before: "is not a folder", for a path typed from the progress line."""
+    if folder.name.endswith(PARTIAL):
+        ended = [p for p in (folder.with_name(folder.name.removesuffix(PARTIAL) + end) for end in ("", FAILED)) if p.is_dir()]
+        if ended:
+            return f"{folder} does not exist: it ended, and its folder is {ended[0]}; `chillfl status {shell_path(ended[0])}`"
+    return f"{folder} does not exist (give a run's or a comparison's result folder)"
+
+
 def _status_table(folder: Path) -> str:
+    if not folder.exists():
+        raise ConfigError(FIELD, _not_there(folder))
     if not folder.is_dir():
         raise ConfigError(FIELD, f"{folder} is not a folder (give a run's or a comparison's result folder)")
     refuse_temperature_sweep(folder, FIELD)

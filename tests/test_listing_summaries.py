@@ -42,3 +42,14 @@ def test_the_reference_keeps_the_options_line_under_the_summary() -> None:
     assert "A dataset without options" not in cifar10 and "No options." in cifar10  # nothing to explain: no paragraph
     dnc = " ".join(text.split("### `dnc`")[1].split("###")[0].split())
     assert "``c``: filtering fraction (floor(c f) removed); ``subsample``:" in dnc  # a first paragraph wrapping over lines: whole
+
+
+@pytest.mark.parametrize(("argv", "example"), [(["list", "datasets", "--options"], "NAME"), (["list", "experiments", "--options", "fedavg"], "fedavg")])
+def test_options_with_a_kind_of_part_is_one_line_not_ignored(capsys: pytest.CaptureFixture[str], argv: list[str], example: str) -> None:
+    """``list datasets --options`` printed every part's options (the kind ignored); ``list experiments --options fedavg``
+    printed the catalogue (the flag ignored)."""
+    assert main(argv) == 2
+    out = capsys.readouterr()
+    assert out.out == "" and out.err.strip().splitlines() == [
+        f"chillfl: error: --options: lists options by part name, not with a kind of part ({argv[1]!r}): `chillfl list --options {example}` for one "
+        f"part's, `chillfl list --options` for all, `chillfl list {argv[1]}` for the names"]

@@ -517,6 +517,10 @@ def _calibrated(quiet: bool) -> "Calibration | int":
 def cmd_list(args: argparse.Namespace) -> int:
     if args.calibrate and args.what != "experiments":
         raise ConfigError("--calibrate", "scales the CPU minutes of `chillfl list experiments`; it goes with `experiments` only")
+    if args.options is not None and args.what:  # it printed every option of every part, or (experiments) the catalogue, ignoring one of the two
+        example = f"chillfl list --options {args.options[0]}" if args.options else "chillfl list --options NAME"
+        raise ConfigError("--options", f"lists options by part name, not with a kind of part ({args.what!r}): `{example}` for one "
+                                       f"part's, `chillfl list --options` for all, `chillfl list {args.what}` for the names")
     if args.what == "experiments":
         with _signals_held():  # what the catalogue imports
             from chillfl.catalogue import catalogue, format_catalogue

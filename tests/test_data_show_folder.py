@@ -42,3 +42,30 @@ def test_data_show_names_the_file_it_writes(tmp_path: Path, monkeypatch: pytest.
     assert sorted(p.name for p in tmp_path.iterdir()) == ["heat.png"]
     assert main(["data", "show", "demo", *TINY, "-o", "heat.svg"]) == 0  # another format matplotlib writes, by its suffix
     assert (tmp_path / "heat.svg").read_text().lstrip().startswith("<?xml")
+
+
+VARIED = ('name = "vp"\n[dataset]\nname = "digits"\n[partition]\nname = "dirichlet"\nalpha = 0.1\n[federation]\nnum_clients = 4\n'
+          'clients_per_round = 2\n[variants.iid]\npartition = { name = "iid" }\n[variants.same]\npartition = { name = "dirichlet", alpha = 0.1 }\n')
+
+
+def test_data_show_shows_a_variants_partition_and_says_when_variants_differ(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: the base config's partition, with no word that a variant partitions otherwise, and no way to see the
+    variant's; a result folder named as the config said only "is a folder"."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "vp.toml").write_text(VARIED)
+    assert main(["data", "show", "vp.toml", "-o", "base.png"]) == 0
+    base = capsys.readouterr()
+    assert base.err.strip().splitlines() == ["chillfl: note: this is the base config's partition; the variant 'iid' partitions otherwise "
+                                             "(`--variant LABEL` shows one)"]  # 'same' partitions as the base does
+    assert main(["data", "show", "vp.toml", "--variant", "iid", "-o", "iid.png"]) == 0
+    iid = capsys.readouterr()
+    assert iid.err == "" and iid.out.splitlines()[0] != base.out.splitlines()[0]  # the sizes line: the iid split's
+    assert main(["data", "show", "vp.toml", "--variant", "same", "-o", "same.png"]) == 0
+    assert capsys.readouterr().out.splitlines()[:-1] == base.out.splitlines()[:-1]  # all but the file's line
+    assert main(["data", "show", "vp.toml", "--variant", "nope"]) == 2
+    assert capsys.readouterr().err.strip() == "chillfl: error: --variant: no variant 'nope' in vp; its variants: 'iid', 'same'"
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "config.toml").write_text(VARIED)
+    assert main(["data", "show", "run"]) == 2
+    assert capsys.readouterr().err.strip() == f"chillfl: error: config: 'run' is a folder, not a config file; a result folder's config is {str(Path('run', 'config.toml'))!r}"

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
 from chillfl._version import __version__
-from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file
+from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file, variant_config
 from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
                             Unreachable, did_you_mean, one_line, signal_in, stopped_as)
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
@@ -66,7 +66,8 @@ def _config_path(config: str) -> Path:
     except (OSError, ValueError):  # too long, NUL: the same one line
         found = False
     if not found and is_folder(path):
-        raise ConfigError("config", f"{short_path(config)} is a folder, not a config file")
+        saved = f"; a result folder's config is {short_path(str(path / 'config.toml'))}" if (path / "config.toml").is_file() else ""
+        raise ConfigError("config", f"{short_path(config)} is a folder, not a config file{saved}")
     if not found and _is_override(config):
         raise ConfigError("config", f"{short_repr(config)} is an override (section.option=value): give the config file or bundled experiment first")
     if not found:
@@ -107,7 +108,7 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
     with _signals_held():
         from chillfl.sweeps.plan import chosen_variants, one_variant
 
-    if args is not None and args.command == "run" and args.seed is not None and len(variants) == 1:  # that row's run at one seed
+    if args is not None and (args.command == "data" or (args.command == "run" and args.seed is not None)) and len(variants) == 1:  # that row's one run
         return resolved(one_variant(_grid_rows(load_config(path, flags, swept), grid), variants[0], parse_overrides(list(overrides)), swept))
     return resolved(chosen_variants(_grid_rows(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), grid), variants))
 
@@ -439,9 +440,12 @@ def cmd_data_show(args: argparse.Namespace) -> int:
         with _signals_held():  # torch: most of the start
             from chillfl.data.show import describe, plot_class_heatmap
             from chillfl.experiment import build_data
-        config = _load(args.config, args.overrides, args)
+        config = _load(args.config, args.overrides, args, [args.variant] if args.variant else ())
     if args.dry_run:
         return _dry_run(config, writes=False)
+    if not args.variant and (other := _other_partitions(config)):
+        which = f"the variant {other[0]!r} partitions" if len(other) == 1 else f"the variants {', '.join(map(repr, other))} partition"
+        say(f"chillfl: note: this is the base config's partition; {which} otherwise (`--variant LABEL` shows one)")
     need("matplotlib", "plots", "heat maps")  # before any work: the heat map is this command's output
     from chillfl.plots.figure import figure_file
 
@@ -455,6 +459,16 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
     return 0
+
+
+def _other_partitions(config: RunConfig) -> list[str]:
+    """The ``[variants]`` whose data differ from the base config's (another partition, seed-free): ``data show`` showed the
+    base's without a word, for a comparison whose variants vary ``partition.alpha``."""
+    from chillfl.resolve import resolved
+    from chillfl.sweeps.plan import data_key
+
+    base = data_key(config)  # resolved by _load: every default written, as the variants' are here
+    return [label for label, table in config.variants.items() if data_key(resolved(variant_config(config, label, table))) != base]
 
 
 def cmd_data_download(args: argparse.Namespace) -> int:
@@ -733,6 +747,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     common(ds, True, trains=False)
     shown = "heat map PNG path; another image suffix (.pdf, .svg) writes that format, none adds .png"
     ds.add_argument("-o", "--output", help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
+    ds.add_argument("--variant", metavar="LABEL", help="the partition of this variant of the config's [variants] (its label as written); the overrides apply after it")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
     dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")

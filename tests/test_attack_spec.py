@@ -132,6 +132,20 @@ def test_an_off_table_holds_options_for_the_kind_a_variant_switches_on() -> None
     assert err.value.field == "attack.sigma" and "must be > 0" in err.value.message
 
 
+def test_a_variant_refused_an_option_the_base_table_holds_is_told_where_it_came_from() -> None:
+    """Before, ``variants.lie.attack.sigma: unknown option`` named an option the variant never wrote; now the line says the
+    base table holds it (and for a grid's variant, too). A variant that writes the option itself gets no such note."""
+    variants = {"clean": {}, "noise": {"attack": {"kind": "gaussian"}}, "lie": {"attack": {"kind": "lie"}}}
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"attack.sigma": 0.5, "variants": variants})
+    assert err.value.field == "variants.lie.attack.sigma"
+    assert err.value.message.endswith("'sigma' is an option of gaussian (set attack.kind); this variant takes attack.sigma from the base config's "
+                                      "[attack] table, which holds it for the variants that switch its owner on: set it in those variants' own tables instead")
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"variants": {"lie": {"attack": {"kind": "lie", "sigma": 0.5}}}})
+    assert err.value.field == "variants.lie.attack.sigma" and "base config" not in err.value.message
+
+
 # ---------------------------------------------------------------- its mistakes
 
 

@@ -954,7 +954,31 @@ def check_variant(base: RunConfig, label: str, table: Any) -> None:
     try:
         variant_config(base, label, table)
     except ConfigError as exc:
-        raise ConfigError(f"{field}.{exc.field}", exc.message) from None
+        raise ConfigError(f"{field}.{exc.field}", exc.message + inherited_note(exc.field, table)) from None
+
+
+def dotted_keys(tables: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The dotted keys of override tables: ``section.option`` as written, a nested ``{section: {option: ...}}`` flattened."""
+    keys: list[str] = []
+    for table in tables:
+        for key, value in table.items():
+            if isinstance(value, Mapping):
+                keys.extend(f"{key}.{sub}" for sub in value)
+            else:
+                keys.append(key)
+    return keys
+
+
+def inherited_note(field: str, overrides: Mapping[str, Any]) -> str:
+    """Where the variant's bad option came from when the variant does not write it but sets its table's switch: the base
+    config's table (a ``[attack]`` off, holding ``factor`` for its ``scaling`` variant, refused the ``gaussian`` one on
+    ``variants.gauss.attack.factor``, an option that variant never wrote). Empty for any other error."""
+    section, _, _ = field.partition(".")
+    written = set(dotted_keys([overrides]))
+    if not section or field in written or not any(k.startswith(section + ".") for k in written):
+        return ""
+    return (f"; this variant takes {field} from the base config's [{section}] table, which holds it for the variants that "
+            f"switch its owner on: set it in those variants' own tables instead")
 
 
 def set_dotted(data: dict[str, Any], key: str, value: Any) -> None:

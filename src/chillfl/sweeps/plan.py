@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from chillfl.config import (RunConfig, apply_overrides, check_compare_option, check_sweep_switches, config_from_dict, own_tune, parse_value, safe_name,
+from chillfl.config import (RunConfig, apply_overrides, dotted_keys, inherited_note, check_compare_option, check_sweep_switches, config_from_dict, own_tune, parse_value, safe_name,
                             typed_grid, variant_config)
 from chillfl.errors import ConfigError, MissingExtra, did_you_mean
 from chillfl.numeric import is_real, is_whole
@@ -334,11 +334,12 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     except ConfigError as exc:
         if variant.own:
             raise
+        message = exc.message + inherited_note(exc.field, variant.overrides)
         if from_grid:
-            raise ConfigError(exc.field, f"{exc.message} (grid variant {label})") from None
+            raise ConfigError(exc.field, f"{message} (grid variant {label})") from None
         if exc.field.startswith(f"variants.{label}."):
             raise
-        raise ConfigError(f"variants.{label}.{exc.field}", exc.message) from None
+        raise ConfigError(f"variants.{label}.{exc.field}", message) from None
 
 
 def parse_seeds(text: str) -> list[int]:
@@ -523,7 +524,7 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
     planned = checked
     tune_table = typed_tune(tune_table, built)  # --tune too, and a part's own option as the variants' parts hold it
     # a swept option of an off table ([privacy], [attack]) that no variant switches on changes no run: refused as in a file
-    check_sweep_switches(built, [*_dotted(v.overrides for v in planned), *tune_table, *_dotted(v.tune for v in planned)])
+    check_sweep_switches(built, [*dotted_keys(v.overrides for v in planned), *tune_table, *dotted_keys(v.tune for v in planned)])
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
         controlled = with_controls(config, planned, tune_table, built)
         if len(controlled) == len(planned):  # asked for, none added: the table would look controlled and is not
@@ -532,18 +533,6 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
                               "compare temperatures (e.g. --grid temperature=1,0.05) or leave the controls out")
         planned = controlled
     return planned, CompareOptions(seeds=list(seeds), tune=tune_table, controls=False, select=select), built  # the variants carry the controls
-
-
-def _dotted(tables: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The dotted keys of override tables: ``section.option`` as written, a nested ``{section: {option: ...}}`` flattened."""
-    keys: list[str] = []
-    for table in tables:
-        for key, value in table.items():
-            if isinstance(value, Mapping):
-                keys.extend(f"{key}.{sub}" for sub in value)
-            else:
-                keys.append(key)
-    return keys
 
 
 def check_selectable(config: RunConfig, select: str) -> None:

@@ -212,7 +212,7 @@ SKIP_ACTS = "; it acts under a [privacy] mechanism the clients run on what they 
         ({"privacy.mechanism": "dp-fedavg"}, "privacy.mechanism 'dp-fedavg' leaves an attacker nothing to skip (it clips at the server or inside local training)"),
         ({"privacy.mechanism": "dp-sgd"}, "privacy.mechanism 'dp-sgd' leaves an attacker nothing to skip (it clips at the server or inside local training)"),
         ({"privacy.mechanism": "local", "attack.kind": "label_flip"},
-         "attack 'label_flip' forges nothing its attackers upload under parameters sharing: they train and release as honest clients"),
+         "attack 'label_flip' forges nothing its attackers upload in a parameter-sharing run: they train and release as honest clients"),
         ({"privacy.mechanism": "local"}, None),  # scaling forges the model the local wrapper would clip and noise: skip acts
     ],
 )

@@ -419,3 +419,18 @@ def test_a_one_channel_trigger_keeps_the_largest_value() -> None:
     from chillfl.attacks.poison import channel_max
 
     assert channel_max(x) == (4.0,) and channel_max(x[:, 0]) == (4.0,)
+
+
+@pytest.mark.parametrize(("over", "line"), [
+    ({"attack.kind": "backdoor", "attack.trigger_size": 9},
+     "attack.trigger_size: 'backdoor' stamps a 9x9 pixel square, larger than the 8x8 images: set it to at most 8"),
+    ({"attack.kind": "dba", "attack.bar_length": 9},
+     "attack.bar_length: 'dba' stamps 1 bar of 9 pixels in a 1x9 corner, larger than the 8x8 images: set a shorter bar_length or a smaller gap"),
+])
+def test_a_trigger_too_large_for_the_images_says_its_size_once(over: dict[str, Any], line: str) -> None:
+    """It said "a 9x9 pixel square (9x9 pixels)" and "1 bars ... in a 1x9 corner (1x9 pixels)"."""
+    from chillfl.experiment import build_experiment
+
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 4, **over}))
+    assert str(err.value) == line

@@ -516,7 +516,12 @@ def test_skipped_mass_by_hand_and_its_warning(caplog: pytest.LogCaptureFixture) 
     assert skipped_mass(100, 99, 0.1, 2) == pytest.approx(100 * 99 * 0.1 * 0.9**98)  # N = 100, q = 0.1: 3.1e-2, far above delta = 1e-5
     with caplog.at_level("WARNING"):  # 4 clients at q = 1/2, min_clients 2: exactly 1 of the 3 others w.p. 3/8 a round
         build_experiment(config(**{"federation.clients_per_round": 2, "federation.min_clients": 2, "federation.sampling": "poisson"}))
-    assert sum("privacy.delta" in r.getMessage() for r in caplog.records) == 1
+    said = [r.getMessage() for r in caplog.records if "privacy.delta" in r.getMessage()]
+    assert len(said) == 1 and "; at least 2 x 1.12 >= 1, so it holds no guarantee at all (" in said[0]  # 3 rounds x 3/8
+    caplog.clear()
+    with caplog.at_level("WARNING"):  # 1 round, 99 others at q = 0.1: 3.1e-4, above delta = 1e-5 but a guarantee still
+        _warn_skips(1, 100, 10, 0.0, 2, 1e-5)
+    assert len(caplog.records) == 1 and "no guarantee" not in caplog.records[0].getMessage()
     caplog.clear()
     with caplog.at_level("WARNING"):  # fixed-size sampling: the approximation, no such term
         build_experiment(config(**{"federation.clients_per_round": 1}))
@@ -748,3 +753,11 @@ def test_a_plugins_own_trainings_are_refused_whether_declared_or_not(tmp_path: P
         build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-fedavg"}))  # only per-sample steps ask
     finally:
         sys.modules.pop("trainings_plugin", None)
+
+
+def test_an_unreachable_target_reads_as_one_sentence() -> None:
+    """The accountant's "The privacy budget is too low." sat mid-line with its capital and full stop."""
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"privacy.target_epsilon": 1e-4}))
+    assert err.value.field == "privacy.target_epsilon"
+    assert "over the planned 3 rounds (the privacy budget is too low: the RDP accountant reports epsilon > " in err.value.message

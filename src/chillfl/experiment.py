@@ -574,7 +574,7 @@ def idle_local_dp_note(config: RunConfig, aggregator: Aggregator | None) -> str 
     if not config.privacy.enabled:
         why = "[privacy] is off, so no client-side release of the uploads is there to skip"
     elif not (forges_models(config) or forges_rows(config)):
-        why = f"attack {attack.kind!r} forges nothing its attackers upload under {config.protocol} sharing: they train and release as honest clients"
+        why = f"attack {attack.kind!r} forges nothing its attackers upload in a {protocol_of(config).title} run: they train and release as honest clients"
     else:
         why = f"privacy.mechanism {config.privacy.mechanism!r} leaves an attacker nothing to skip (it clips at the server or inside local training)"
     return (f'note: attack.local_dp = "skip" changes nothing in this run: {why}; '

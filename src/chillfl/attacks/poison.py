@@ -128,6 +128,7 @@ def trigger_value(kind: str, what: str, height: int, width: int, target: int, da
     trigger; a ConfigError naming ``attack.kind`` (``what`` the kind stamps) where inputs are no images or are read
     anew each round, naming ``attack.target`` where ``target`` is no class.
 
+    ``what`` names the trigger's height x width (the refusal of one too large for the images says it once).
     ``layout``: (the option field that sizes the trigger, how to make it fit), named where the inputs are images but
     smaller than the trigger: the option is what to change, not the kind.
     """
@@ -136,7 +137,7 @@ def trigger_value(kind: str, what: str, height: int, width: int, target: int, da
         raise ConfigError("attack.kind", f"'{kind}' stamps {what}, and inputs of shape {list(shape)} are no images")
     if shape[-2] < height or shape[-1] < width:
         field, fix = layout
-        raise ConfigError(field, f"'{kind}' stamps {what} ({height}x{width} pixels), larger than the {shape[-2]}x{shape[-1]} images: {fix}")
+        raise ConfigError(field, f"'{kind}' stamps {what}, larger than the {shape[-2]}x{shape[-1]} images: {fix}")  # ``what`` gives its size
     if data.dataset.train_items is not None:
         raise ConfigError("attack.kind", f"'{kind}' stamps the stored training inputs, and this dataset reads its items anew each round (redraw)")
     if target >= data.num_classes:

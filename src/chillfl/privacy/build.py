@@ -137,7 +137,7 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
                                                            "lower target_epsilon, or use accountant = 'rdp'") from None
         except ValueError as exc:
             lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
-            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({exc}); "
+            raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({_lowered(exc)}); "
                                                            f"raise target_epsilon or delta{lower}") from None
         # the resolved config keeps noise_multiplier as written: this line is where the sigma that ran is said
         unused = f", in place of the written noise_multiplier = {p.noise_multiplier:g}" if p.noise_multiplier not in (0.0, DEFAULT_SIGMA) else ""
@@ -183,6 +183,12 @@ def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
         declared = vars(type(aggregator)).get("capabilities")
         return declared if isinstance(declared, Capabilities) else Capabilities()
     return configured_capabilities(config.algorithm)
+
+
+def _lowered(exc: Exception) -> str:
+    """An accountant's message as a clause inside the line: "The privacy budget is too low." read mid-sentence."""
+    text = str(exc).rstrip(".")
+    return text[:1].lower() + text[1:]
 
 
 def _refuse_reports(mechanism: str, noised: str, method: str, capabilities: Capabilities, instead: str = "an algorithm whose clients send only their model") -> None:

@@ -56,6 +56,7 @@ from typing import TYPE_CHECKING
 
 from chillfl.attacks.spec import AttackSpec
 from chillfl.options import require
+from chillfl.wording import counted
 
 if TYPE_CHECKING:
     import torch
@@ -143,7 +144,7 @@ def _value(options: DbaOptions, data: FederatedData) -> tuple[float, ...]:
     from chillfl.attacks.poison import trigger_value
 
     height, width = extent(options)
-    what = f"{part_count(options)} bars of {options.bar_length} pixels in a {height}x{width} corner"
+    what = f"{counted(part_count(options), 'bar')} of {options.bar_length} pixels in a {height}x{width} corner"
     return trigger_value("dba", what, height, width, options.target, data, layout_field(options, data.dataset.input_shape))
 
 

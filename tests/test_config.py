@@ -226,3 +226,13 @@ def test_a_count_that_overrides_a_different_fraction_is_noted_once(tmp_path, cap
     line = "federation.client_fraction = 0.3 is ignored: federation.clients_per_round = 5 sets the clients a round (the fraction would give 6 of 20)"
     assert err.count(line) == (1 if noted else 0), err
     assert "client_fraction" not in err or noted
+
+
+@pytest.mark.parametrize(("name", "section"), [("fedgh", "prototypes"), ("feddistill", "prototypes"), ("scarlet", "distillation")])
+def test_a_method_of_another_family_under_algorithm_says_where_it_goes(name: str, section: str) -> None:
+    """``algorithm.name = "fedgh"`` got "did you mean 'pfedhn'?", ``feddistill`` no hint: they are prototype methods."""
+    from chillfl.experiment import check_parts
+
+    with pytest.raises(ConfigError) as err:
+        check_parts(load_config(None, {"algorithm.name": name}))
+    assert (err.value.field, err.value.message) == ("algorithm.name", f"{name!r} is a {section} method, not an algorithm: set {section}.method = {name!r}")

@@ -251,8 +251,24 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
 
     ``field`` names the key that chose it in errors (default ``<section>.name``; a wrapper's base: ``algorithm.base``).
     """
-    spec: AlgorithmSpec = look_up(name, field or f"{section}.name", _REGISTRY.view(), is_algorithm, algorithm_names, user_algorithm)
+    try:
+        spec: AlgorithmSpec = look_up(name, field or f"{section}.name", _REGISTRY.view(), is_algorithm, algorithm_names, user_algorithm)
+    except ConfigError as exc:
+        raise ConfigError(exc.field, _other_family(name) or exc.message) from None
     return spec
+
+
+def _other_family(name: object) -> str | None:
+    """Where ``name`` is registered when it is no algorithm: a prototype or soft-label method under ``[algorithm]``
+    (docs/personalised.md lists FedGH beside the personalised algorithms) got a spelling hint (``fedgh``: "did you mean
+    'pfedhn'?") or none. None: registered nowhere else."""
+    from chillfl.settings.distillation import method_names as distillation_methods
+    from chillfl.settings.prototypes import method_names as prototype_methods
+
+    for section, names in (("prototypes", prototype_methods), ("distillation", distillation_methods)):
+        if name in names():
+            return f"{name!r} is a {section} method, not an algorithm: set {section}.method = {name!r}"
+    return None
 
 
 def algorithm_options(spec: AlgorithmSpec, name: str, options: Mapping[str, Any] | None, section: str = "algorithm", field: str | None = None) -> Any:

@@ -70,7 +70,7 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
     """
     owners = [(name, m) for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
     if len(owners) <= layers:
-        raise ConfigError(field, f"{type(model).__name__} has {len(owners)} parameterised modules; a head of {layers} leaves no shared base")
+        raise ConfigError(field, f"{type(model).__name__} has {len(owners)} parameterised modules; a head of its last {layers} leaves no body before it")
     end = len(owners)
     if isinstance(model, DeclaresHead):
         head = head_name(model)

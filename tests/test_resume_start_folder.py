@@ -207,3 +207,13 @@ def test_a_comparison_resumed_in_another_folder_reads_the_data_it_started_on(fol
     monkeypatch.chdir(b)
     assert main(["resume", str(partial), "-q"]) == 0
     assert _files(a / "cut" / "sw-compare") == expected
+
+
+def test_a_resume_typed_with_a_relative_path_names_its_results_absolute(folders: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl resume results/cut.partial`` said ``results: results/cut`` (the path as typed); ``chillfl run`` names the
+    folder absolute, and a resume's line now does too."""
+    a, _ = folders
+    _cut_run(a)
+    capsys.readouterr()
+    assert main(["resume", "results/cut.partial", "-q"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == f"results: {a / 'results' / 'cut'}"

@@ -135,8 +135,13 @@ def _print_summary(out: "RunOutput") -> int:
     s = out.summary
     parts = [f"{k}={s[k]:.4f}" for k in ("final_global_acc", "best_global_acc", "final_local_acc", "final_global_loss") if k in s]
     print(" ".join(parts))
-    print(f"results: {out.folder}")
+    print(f"results: {_absolute(out.folder)}")
     return 0
+
+
+def _absolute(folder: Path | None) -> Path | None:
+    """A result folder as the ``results:`` line names it: absolute, as a run's is (a resume's was the path as typed)."""
+    return None if folder is None else Path(os.path.abspath(folder))
 
 
 def _checking() -> "AbstractContextManager[None]":
@@ -357,11 +362,11 @@ def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None"
         say(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
             f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
             f"The last shard to end writes the table; if a shard failed, `chillfl resume {shared}` runs what is missing once the others ended")
-        print(f"results: {result.folder}")
+        print(f"results: {_absolute(result.folder)}")
         return _failed_runs(result, strict)
     if result.table:  # empty for a shard that ended beside the one that wrote the table (it logs so)
         print(result.table)
-    print(f"results: {result.folder}")
+    print(f"results: {_absolute(result.folder)}")
     return _failed_runs(result, strict)
 
 

@@ -289,6 +289,7 @@ def test_the_poisoned_row_count_rounds_the_written_fraction(n: int, fraction: fl
     ("table", "field"),
     [
         (attack("scaling", fraction=0.01), "attack.fraction"),  # round(0.01 * 10) = 0 attackers
+        (attack("scaling", fraction=0.95), "attack.fraction"),  # round(0.95 * 10) = 10: nobody honest (was accepted)
         (attack("scaling", clients=(3, 10)), "attack.clients"),
     ],
 )
@@ -296,6 +297,11 @@ def test_bad_attackers_are_refused(table: AttackConfig, field: str) -> None:
     with pytest.raises(ConfigError) as err:
         attackers(table, 10, 0)
     assert err.value.field == field
+
+
+def test_every_client_attacking_is_allowed_by_name_only() -> None:
+    assert len(attackers(attack("scaling", fraction=0.9), 10, 0)) == 9
+    assert attackers(attack("scaling", clients=tuple(range(10))), 10, 0) == frozenset(range(10))  # named: meant (a free-riding study)
 
 
 # ---------------------------------------------------------------- the config and the refusals

@@ -28,6 +28,9 @@ def attackers(attack: AttackConfig, num_clients: int, seed: int) -> frozenset[in
     count = rounded_share(attack.fraction, num_clients)
     if count < 1:
         raise ConfigError("attack.fraction", f"{attack.fraction} of {num_clients} clients rounds to no attacker; raise it or name attack.clients")
+    if count >= num_clients:  # the [0, 1) range is there to keep an honest client; 0.95 of 10 rounded to all 10
+        raise ConfigError("attack.fraction", f"{attack.fraction} of {num_clients} clients rounds to all {num_clients}: no honest client is left; "
+                                             "lower it, or name every client in attack.clients if that is meant")
     rng = np.random.default_rng(derive_seed(seed, "attack", "clients"))
     return frozenset(int(c) for c in rng.choice(num_clients, size=count, replace=False))
 

@@ -25,8 +25,11 @@ WIDTH, HEIGHT = 1280, 2400
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Two seeds of T = 0.1 and one run of T = 1: three folders, two groups."""
-    root = tmp_path_factory.mktemp("report")
+    return three_runs(tmp_path_factory.mktemp("report"))
+
+
+def three_runs(root: Path) -> Path:
+    """Two seeds of T = 0.1 and one run of T = 1 under ``root/out``: three folders (chill, chill-2, warm), two groups."""
     config = root / "exp.toml"
     config.write_text(f'name = "chill"\nout_dir = "{root / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
     for extra in (["--seed", "0"], ["--seed", "1"], ["temperature.value=1", "name=warm"]):

@@ -222,7 +222,7 @@ def test_a_head_that_leaves_no_body_is_one_line_naming_the_option(algorithm: str
     code = main(["run", "dataset.name=digits", "model.name=mlp", f"algorithm.name={algorithm}", f"algorithm.{field}=2", "federation.rounds=1",
                  "federation.num_clients=2", "federation.clients_per_round=2", f"out_dir={tmp_path}"])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 2 and err[-1].startswith(f"chillfl: error: algorithm.{field}: MLP has 2 parameterised modules; a head of its last 2 leaves no body before it")  # LG-FedAvg shares the head: "shared base" was FedPer's
+    assert code == 2 and err[-1].startswith(f"chillfl: error: algorithm.{field}: MLP has 2 parameterised modules; a head of its last 2 leaves no body before it")
     assert not any("Traceback" in line for line in err)
     assert not any(tmp_path.iterdir())
 

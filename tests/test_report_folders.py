@@ -18,19 +18,12 @@ from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.report.html import Group, Run, _config_row, find_runs, render
 
-TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp",
-        "eval.client_split_size=20", "eval.clients=none"]
+from test_html_report import three_runs
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """``chill`` at seeds 0 and 1 (folders ``chill``, ``chill-2``) and ``warm``: three folders, two groups."""
-    root = tmp_path_factory.mktemp("folders")
-    config = root / "exp.toml"
-    config.write_text(f'name = "chill"\nout_dir = "{root / "out"}"\n[temperature]\npolicy = "fixed"\nvalue = 0.1\n')
-    for extra in (["--seed", "0"], ["--seed", "1"], ["temperature.value=1", "name=warm"]):
-        assert main(["run", str(config), "-q", *TINY, *extra]) == 0
-    return root / "out"
+    return three_runs(tmp_path_factory.mktemp("folders"))
 
 
 def _counts(page: str) -> str:

@@ -144,6 +144,9 @@ def test_a_variant_refused_an_option_the_base_table_holds_is_told_where_it_came_
     with pytest.raises(ConfigError) as err:
         load_config(None, {"variants": {"lie": {"attack": {"kind": "lie", "sigma": 0.5}}}})
     assert err.value.field == "variants.lie.attack.sigma" and "base config" not in err.value.message
+    with pytest.raises(ConfigError) as err:  # a part's table in a variant replaces the base's whole: not the base's doing
+        load_config(None, {"algorithm.name": "fedprox", "variants": {"b": {"algorithm": {"mu": 0.0}}}})
+    assert err.value.field.startswith("variants.b.algorithm") and "base config" not in err.value.message
 
 
 # ---------------------------------------------------------------- its mistakes

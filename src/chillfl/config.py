@@ -972,10 +972,12 @@ def dotted_keys(tables: Iterable[Mapping[str, Any]]) -> list[str]:
 def inherited_note(field: str, overrides: Mapping[str, Any]) -> str:
     """Where the variant's bad option came from when the variant does not write it but sets its table's switch: the base
     config's table (a ``[attack]`` off, holding ``factor`` for its ``scaling`` variant, refused the ``gaussian`` one on
-    ``variants.gauss.attack.factor``, an option that variant never wrote). Empty for any other error."""
+    ``variants.gauss.attack.factor``, an option that variant never wrote). Empty for any other error, and for any other
+    table: a part's table in a variant replaces the base's whole (``algorithm = { mu = 0.0 }`` drops its ``name``)."""
     section, _, _ = field.partition(".")
+    switch = METHOD_TABLES.get(section, ("", object, None))
     written = set(dotted_keys([overrides]))
-    if not section or field in written or not any(k.startswith(section + ".") for k in written):
+    if switch[2] is None or field in written or f"{section}.{switch[0]}" not in written:
         return ""
     return (f"; this variant takes {field} from the base config's [{section}] table, which holds it for the variants that "
             f"switch its owner on: set it in those variants' own tables instead")

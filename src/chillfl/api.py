@@ -40,6 +40,7 @@ from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError
 from chillfl.experiment import (COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
                                 dataset_record, plugged_records, record_conflict)
+from chillfl.experiment import check_model_fits as check_fits
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.models.assign import refuse_with_user_model
@@ -676,36 +677,8 @@ def _from_datasets(data: DatasetData) -> TensorData:
 
 
 def check_model_fits(exp: Experiment) -> None:
-    """One forward pass of two training inputs through (a copy of) the model: it must give ``[2, num_classes]`` logits,
-    in eval mode, and in training mode logits that depend on its trainable parameters.
-
-    Catches a mismatched model before the result folder exists, where a
-    failure in round 1 would leave a half-written run behind.
-    """
-    model = copy.deepcopy(exp.model)
-    if not any(p.requires_grad for p in model.parameters()):
-        raise ConfigError("model", f"{type(model).__qualname__} has no trainable parameters")
-    x = exp.data.dataset.x_train[:2]
-    classes = exp.data.num_classes
-    model.eval()
-    try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
-            out = model(x)
-    except Exception as exc:  # noqa: BLE001 - the user's forward: any error is a mismatch with the data
-        raise ConfigError("model", f"{type(model).__qualname__} fails on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
-    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != len(x):
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        raise ConfigError("model", f"must return logits of shape [batch, num_classes] = [{len(x)}, {classes}], got {shape}")
-    if out.shape[1] != classes:
-        raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
-    model.train()  # as the clients run it: a forward that fails only in training, or logits cut off from the weights, failed in round 1
-    try:
-        with torch.enable_grad(), torch.random.fork_rng(devices=[]):  # enable_grad: whatever the caller's grad mode, as training runs
-            out = model(x)
-    except Exception as exc:  # noqa: BLE001 - the user's forward, as above
-        raise ConfigError("model", f"{type(model).__qualname__} fails in training mode on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
-    if not (isinstance(out, torch.Tensor) and out.requires_grad):
-        raise ConfigError("model", f"{type(model).__qualname__}'s logits in training mode do not depend on its trainable parameters (detached, or under torch.no_grad()): nothing can train")
+    """A user's ``nn.Module`` against the run's data (:func:`chillfl.experiment.check_model_fits`)."""
+    check_fits(exp.model, exp.data.dataset.x_train[:2], exp.data.num_classes)
 
 
 def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None) -> nn.Module | None:

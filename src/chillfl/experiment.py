@@ -39,7 +39,7 @@ from chillfl.models.assign import arch_section, base_table, plan_models, refuse_
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
-from chillfl.models.registry import model_options
+from chillfl.models.registry import MODELS, model_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
@@ -269,6 +269,38 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
     return model, model_state(model)
 
 
+def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str = "model") -> None:
+    """One forward pass of two training inputs ``x`` through (a copy of) the model: it must give ``[2, classes]`` logits,
+    in eval mode, and in training mode logits that depend on its trainable parameters. ``field``: what a mismatch names
+    (``model`` for a module passed from Python, ``model.name`` for a plugin's named in the config).
+
+    Catches a mismatched model before the result folder exists, where a
+    failure in round 1 would leave a half-written run behind.
+    """
+    model = copy.deepcopy(model)
+    if not any(p.requires_grad for p in model.parameters()):
+        raise ConfigError(field, f"{type(model).__qualname__} has no trainable parameters")
+    model.eval()
+    try:
+        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001 - the user's forward: any error is a mismatch with the data
+        raise ConfigError(field, f"{type(model).__qualname__} fails on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
+    if not isinstance(out, torch.Tensor) or out.dim() != 2 or out.shape[0] != len(x):
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        raise ConfigError(field, f"must return logits of shape [batch, num_classes] = [{len(x)}, {classes}], got {shape}")
+    if out.shape[1] != classes:
+        raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
+    model.train()  # as the clients run it: a forward that fails only in training, or logits cut off from the weights, failed in round 1
+    try:
+        with torch.enable_grad(), torch.random.fork_rng(devices=[]):  # enable_grad: whatever the caller's grad mode, as training runs
+            out = model(x)
+    except Exception as exc:  # noqa: BLE001 - the user's forward, as above
+        raise ConfigError(field, f"{type(model).__qualname__} fails in training mode on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        raise ConfigError(field, f"{type(model).__qualname__}'s logits in training mode do not depend on its trainable parameters (detached, or under torch.no_grad()): nothing can train")
+
+
 def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None,
                     client_sizes: Sequence[int] | None = None) -> tuple[Aggregator, list[Term]]:
     """The configured aggregator and its terms, or (a copy of) the one passed from Python.
@@ -382,6 +414,8 @@ def build_experiment(
     check_model_assignment(config, data.num_clients)
     if model is None:
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+        if RunConfig.component(base_table(config.model))[0] not in MODELS:  # a plugin's, named in the config: checked as one passed from Python is
+            check_model_fits(model, data.dataset.x_train[:2], data.num_classes, "model.name")
     else:
         model, state = user_initial_model(config, model)
     check_declared_head(model, data.num_classes)  # a head the model names exists and gives one logit a class

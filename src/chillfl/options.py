@@ -296,7 +296,12 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, c
     obj = cls(**kwargs)
     check = getattr(obj, "validate", None)
     if callable(check):
-        check(section)
+        try:
+            check(section)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError) as exc:  # a plugin's validate() raising as Python code does: one line on its table, not a traceback
+            raise ConfigError(section or type(obj).__qualname__, f"{type(obj).__qualname__}.validate(): {exc}") from None
     return obj
 
 

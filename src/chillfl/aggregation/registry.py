@@ -327,6 +327,18 @@ def check_personal_model(capabilities: Capabilities, aggregator: Aggregator, nam
     if personal != holds:
         said = "declares personal_model = True, but its client half implements no" if personal else "declares no personal_model, but its client half implements"
         raise ConfigError(field, f"{name} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
+    if capabilities.takes_weights and not takes_keyword(aggregator.aggregate, "weights"):  # a wrapper passes weights= (PA3Fed, [privacy]): a TypeError mid-run
+        raise ConfigError(field, f"{name} declares takes_weights = True, but its aggregate() takes no weights= argument; add "
+                                 "weights: Sequence[float] | None = None to it, or drop takes_weights")
+
+
+def takes_keyword(function: Callable[..., Any], name: str) -> bool:
+    """Whether ``function`` accepts the keyword argument ``name`` (by name, or through ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a builtin): trust the declaration
+        return True
+    return any(p.name == name and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD for p in parameters)
 
 
 @dataclass(frozen=True)

@@ -141,10 +141,18 @@ def build_model(
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
     if seed is None:
-        return with_projection_head(spec.build(shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
+        return with_projection_head(built(spec.build(shape, num_classes, parsed, section), name, section), projection, f"{section}.{PROJECTION_OPTION}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return with_projection_head(spec.build(shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
+        return with_projection_head(built(spec.build(shape, num_classes, parsed, section), name, section), projection, f"{section}.{PROJECTION_OPTION}")
+
+
+def built(model: object, name: str, section: str = "model") -> nn.Module:
+    """What a model's builder returned, if it is a module; else one line naming the model (a plugin's builder that
+    returned None failed as an AttributeError traceback, deep in the memory check)."""
+    if not isinstance(model, nn.Module):
+        raise ConfigError(f"{section}.name", f"the builder of {name!r} must return a torch.nn.Module, got {type(model).__name__}")
+    return model
 
 
 MODEL_COPIES = 4
@@ -185,8 +193,8 @@ def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options
     spec = model_spec(name, section)
     try:
         with torch.device("meta"), _ShapesOnly():
-            model = spec.build(input_shape, num_classes, options, section)
-    except ConfigError:  # the input does not fit the architecture: the user's error, as is
+            model = built(spec.build(input_shape, num_classes, options, section), name, section)
+    except ConfigError:  # the input does not fit the architecture (or the builder built no module): the user's error, as is
         raise
     except Exception as exc:  # noqa: BLE001 - a plugin's code: left to its real build
         if signal_in(exc) is not None:  # the command is stopped: neither a size nor the plugin's to report

@@ -282,6 +282,31 @@ def check_report(report: Mapping[Any, object], what: str, field: str, noun: str 
                                      "a tensor or a dict of str to tensors")
 
 
+def check_round_metrics(metrics: object, owner: object, field: str) -> Mapping[str, Json]:
+    """A method's ``round_metrics()``: str names to JSON values (numbers, str, bools, None, lists and dicts of them); else one
+    ConfigError on ``field``. Why: a tensor was a ``not JSON serializable`` traceback after the round, leaving a run folder
+    that could not resume; a float a ``'float' object has no attribute 'items'``."""
+    what = f"{type(owner).__name__}.round_metrics()"
+    if not isinstance(metrics, Mapping):
+        raise ConfigError(field, f"{what} returned {type(metrics).__name__}: it returns a dict of str names to numbers (or str, bools, lists of them)")
+    for key, value in metrics.items():
+        if not isinstance(key, str):
+            raise ConfigError(field, f"{what} returned the key {key!r}: its keys are str names")
+        if not _is_json(value):
+            hint = " (float(t) or t.tolist() makes it one)" if isinstance(value, torch.Tensor) else ""
+            raise ConfigError(field, f"{what} returned {key!r} as {type(value).__name__}: a metric is a number, str, bool, None, or a list or dict of them{hint}")
+    return metrics
+
+
+def _is_json(value: object) -> bool:
+    """Whether ``metrics.jsonl`` can hold ``value`` as it is."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return all(_is_json(v) for v in value)
+    return isinstance(value, Mapping) and all((k is None or isinstance(k, (str, int, float))) and _is_json(v) for k, v in value.items())  # JSON's own key rule
+
+
 def check_downlink(down: object, aggregator: object) -> Downlink:
     """The aggregator's :class:`Downlink` for one client, its context of wire values; else one ConfigError on ``algorithm.name``.
 

@@ -65,7 +65,9 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes
+from chillfl.protocols.common import (
+    Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes,
+)
 from chillfl.protocols.parts import Experiment
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
@@ -351,7 +353,7 @@ class ParameterSharing:
             train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()) if trained else None,
             temperature_mean=float(np.mean([r.temperature for r in results])) if trained else None,
             client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
-            method=self.aggregator.round_metrics(),
+            method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, "algorithm.name")),
         )
         record.metrics.update(self.book.traffic(round))
         record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))

@@ -166,11 +166,18 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context,
     A value that is not a scalar is one :class:`TermError` naming the term: added to the loss it broadcast (a
     vector term made the loss a vector) and failed far away, in autograd or a shape check, as a traceback.
     """
-    if is_batch_term(term):
-        assert step is not None, "a batch term needs the step's view"
-        value = cast(BatchTerm, term)(params, context, step)
-    else:
-        value = cast(LossTerm, term)(params, context)
+    try:
+        if is_batch_term(term):
+            assert step is not None, "a batch term needs the step's view"
+            value = cast(BatchTerm, term)(params, context, step)
+        else:
+            value = cast(LossTerm, term)(params, context)
+    except KeyError as exc:  # a key the term reads from the context without declaring it: a raw KeyError deep in training
+        key = exc.args[0] if exc.args else None
+        if not isinstance(key, str) or key in context or key in getattr(term, "reads", ()):
+            raise
+        raise TermError(f"{type(term).__qualname__} read the context key {key!r}, which it does not declare in its reads and the method "
+                        "does not send: declare it in reads (a key the method's context carries)") from None
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
             raise TermError(f"{type(term).__qualname__} returned a tensor of shape {tuple(value.shape)}; a loss term returns a scalar (a 0-d tensor)")

@@ -13,7 +13,7 @@ from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation
+from chillfl.protocols.common import Evaluation, check_round_metrics
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
@@ -228,7 +228,7 @@ class SoftLabelProtocol:
         m.update(self.book.local(record.clients))
         if self.book.due(rnd):
             m.update(self._evaluate(rnd))
-        m.update(self.method.round_metrics())
+        m.update(check_round_metrics(self.method.round_metrics(), self.method, "distillation.method"))
         return record
 
     def _evaluate(self, rnd: int) -> dict[str, Json]:

@@ -75,6 +75,23 @@ class Checked(FedAvg):
         super().__init__()
 
 
+@dataclass(frozen=True)
+class NormReporter:
+    def prepare(self, state, start, context):
+        return start, context
+
+    def finish(self, model, state, trained):
+        drift = sum(float(((trained.params[k] - trained.start[k]) ** 2).sum()) for k in trained.params)
+        return {}, {"drift": drift}  # computed from the raw update: declared nowhere
+
+
+class ReportsDrift(FedAvg):
+    capabilities = Capabilities(takes_weights=True)  # a weighted mean, as dp-fedavg needs; its report declared nowhere
+
+    def client_half(self):
+        return NormReporter()
+
+
 class ReadsUndeclared:
     reads = ()
 
@@ -97,6 +114,9 @@ TINY = ["dataset.name=digits", "model.name=mlp", "federation.num_clients=4", "fe
     (["algorithm.name=mine:CLAIMS_WEIGHTS"], "algorithm.name: 'mine:CLAIMS_WEIGHTS' declares takes_weights = True, but its aggregate() takes no "
                                              "weights= argument; add weights: Sequence[float] | None = None to it, or drop takes_weights"),
     (["algorithm.name=mine:Checked", "algorithm.beta=-1"], "algorithm: Checked.Options.validate(): beta must be >= 0"),
+    (["algorithm.name=mine:ReportsDrift", "privacy.mechanism=dp-fedavg", "privacy.delta=1e-3"],
+     "algorithm.name: client 0 sent, besides its model, a report ('drift') that its method does not declare (Capabilities.reports): under "
+     "[privacy] it reaches the server without noise, outside epsilon; declare it (every mechanism then refuses the method), or send the model alone"),
     (['objective.terms=["mine:ReadsUndeclared"]'], "terms: ReadsUndeclared read the context key 'global_params', which it does not declare in its "
                                                    "reads and the method does not send: declare it in reads (a key the method's context carries)"),
 ])
@@ -107,3 +127,4 @@ def test_a_plugin_mistake_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest
         assert main(["run", str(tmp_path / "c.toml"), "-q", *TINY, *overrides]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"chillfl: error: {line}"]
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())  # nothing half-written

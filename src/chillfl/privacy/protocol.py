@@ -32,6 +32,7 @@ from chillfl.options import short_repr
 from chillfl.privacy.accounting import Ledger, finite
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import SOFTLABELS, Charge, Participant, rate_and_count
+from chillfl.protocols.parameters import ParamUplink
 from chillfl.protocols.softlabels.client import SoftLabelClient
 from chillfl.protocols.softlabels.messages import SoftLabelRoundDownlink
 from chillfl.training.schedule import planned_steps
@@ -78,6 +79,8 @@ class Accounted(AroundProtocol):
         return self.plan.protocol == SOFTLABELS
 
     def server_update(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> RoundRecord:
+        if self.plan.spec.aggregator is not None:  # it noises the uploads: what else they carry is released as it is
+            refuse_undeclared_reports(replies)
         record = self.inner.server_update(round, tasks, replies)
         self.spend(tasks)
         record.metrics["epsilon"] = finite(self.ledger.epsilon())
@@ -127,6 +130,20 @@ class Accounted(AroundProtocol):
         saved = state.get(KEY, {})
         self.ledger.load_state_dict(saved.get("units", {}))
         self.uploads.load_state_dict(saved.get("uploads", {}))
+
+
+def refuse_undeclared_reports(replies: Sequence[ClientReply[Any, Any]]) -> None:
+    """One ConfigError on ``algorithm.name`` when a client's upload carries a report besides its model, under a mechanism that
+    noises the uploads (its ``aggregator`` hook: ``dp-fedavg``, ``local``). Why: a method that declares what its clients
+    report (``Capabilities.reports``) is refused by every mechanism before the run, but one that forgot to declare it sent
+    that report (a plugin's update norm) to the server unnoised and outside epsilon, with no word. Not under a mechanism on
+    the local steps (``dp-sgd``): what a client computes from its privately trained model is post-processing (SCAFFOLD's
+    control variates). The parameter protocol's uploads only: a soft-label upload is the rows the mechanism releases."""
+    for reply in replies:
+        if isinstance(reply.uplink, ParamUplink) and reply.uplink.report:
+            raise ConfigError("algorithm.name", f"client {reply.client_id} sent, besides its model, a report ({', '.join(map(repr, sorted(reply.uplink.report)))}) "
+                                                "that its method does not declare (Capabilities.reports): under [privacy] it reaches the server without noise, "
+                                                "outside epsilon; declare it (every mechanism then refuses the method), or send the model alone")
 
 
 def privacy_summary(protocol: ServerProtocol) -> dict[str, Json] | None:

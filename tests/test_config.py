@@ -236,3 +236,13 @@ def test_a_method_of_another_family_under_algorithm_says_where_it_goes(name: str
     with pytest.raises(ConfigError) as err:
         check_parts(load_config(None, {"algorithm.name": name}))
     assert (err.value.field, err.value.message) == ("algorithm.name", f"{name!r} is a {section} method, not an algorithm: set {section}.method = {name!r}")
+
+
+def test_a_variant_giving_one_key_both_ways_is_refused(tmp_path) -> None:
+    """``"client.lr" = 0.2`` beside ``client.lr = 0.3`` in one variant: the run took 0.3 and dropped 0.2 without a word
+    (``[tune]`` refused the same already)."""
+    path = tmp_path / "dup.toml"
+    path.write_text('name = "dup"\n[dataset]\nname = "digits"\n[variants."A"]\nclient.lr = 0.1\n[variants."B"]\n"client.lr" = 0.2\nclient.lr = 0.3\n')
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert (err.value.field, err.value.message) == ("variants.B.client.lr", "is given twice (as a dotted key and in a table); keep one")

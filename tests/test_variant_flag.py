@@ -102,3 +102,13 @@ def test_the_demos_rows_are_chosen_by_label_and_one_row_at_one_seed_is_its_run_b
     alone, row = tmp_path / "one" / "demo-T0.25", tmp_path / "all" / "demo-compare" / "T0.25-lr0.01-s0"
     assert "value = 0.25" in (alone / "config.toml").read_text()
     assert _losses(alone) == _losses(row) and _accuracies(alone) == _accuracies(row)
+
+
+def test_a_grid_says_it_sets_the_configs_variants_aside(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--grid`` ran its rows alone, without a word that the config's three variants were dropped."""
+    path = Path(_config(tmp_path))
+    path.write_text(path.read_text().replace('baseline = "plain"\n', ""))
+    main(["compare", str(path), "--grid", "client.lr=0.1,0.2", "--dry-run"])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == ("chillfl: note: --grid replaces the config's [variants] ('plain', 'prox (mu=0.1)', 'fast'): the comparison runs the grid's "
+                      "rows alone"), err

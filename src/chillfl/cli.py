@@ -388,10 +388,22 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.dry_run:
         _shard(args)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            return _dry_run(_load(args.config, args.overrides, args, args.variant or ()), args.grid, args)
+            config = _load(args.config, args.overrides, args, args.variant or ())
+            _say_grid_replaces(config, args.grid)
+            return _dry_run(config, args.grid, args)
     with _before_writing("comparison"):
         config = _load(args.config, args.overrides, args, args.variant or ())
+    _say_grid_replaces(config, args.grid)
     return _compare(config, args.grid, args.reference, _progress(args), args)
+
+
+def _say_grid_replaces(config: RunConfig, grid: Sequence[str]) -> None:
+    """A note when ``--grid`` sets aside the config's own ``[variants]``: the comparison ran the grid's rows alone, and a
+    ``controls = true`` of the config then said no variant was chilled, though the config has one."""
+    if grid and config.variants:
+        labels = list(config.variants)
+        shown = ", ".join(map(repr, labels[:4])) + (f" and {len(labels) - 4} more" if len(labels) > 4 else "")
+        say(f"chillfl: note: --grid replaces the config's [variants] ({shown}): the comparison runs the grid's rows alone")
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:

@@ -951,6 +951,10 @@ def check_variant(base: RunConfig, label: str, table: Any) -> None:
     field = f"variants.{label}"
     if not isinstance(table, dict):
         raise ConfigError(field, f"must be a table of overrides, got {short_repr(table)}")
+    written = dotted_keys([table])
+    twice = next((k for k in written if written.count(k) > 1), None)
+    if twice is not None:  # "client.lr" = 0.2 beside client.lr = 0.3: one of them was dropped without a word
+        raise ConfigError(f"{field}.{twice}", "is given twice (as a dotted key and in a table); keep one")
     try:
         variant_config(base, label, table)
     except ConfigError as exc:

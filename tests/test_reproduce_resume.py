@@ -78,6 +78,8 @@ def test_an_interrupted_reproduction_resumes_to_the_uninterrupted_verdicts(tmp_p
     assert expected.count("| flexchill |") == 2
     verdicts = whole.out / "reproduce-flexchill.md"  # the table and each claim's evidence folder
     assert f"in {verdicts}" in whole.err and expected in verdicts.read_text()
+    two = "warning: 2 seeds: the 95 % intervals are uninformative"  # as the claims' comparison tables say; the verdicts said nothing
+    assert f"chillfl: {two}" in whole.err and verdicts.read_text().splitlines()[2].startswith(two)
     assert f"- {CLAIMS[1].text}: `{whole.out / 'demo-compare-2'}`" in verdicts.read_text()
 
     out = tmp_path / "stopped"

@@ -62,7 +62,7 @@ from chillfl.progress import Progress
 from chillfl.stderr import say
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
-from chillfl.report.compare import CompareResult
+from chillfl.report.compare import MIN_SEEDS, CompareResult, few_seeds_warning
 from chillfl.sweeps.plan import CompareOptions, plan_runs
 from chillfl.sweeps.record import find_compare, read_compare
 from chillfl.sweeps.run import resume_compare, run_plan
@@ -200,7 +200,8 @@ def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None]
 
     Per seed the speed-up is rounds(baseline) / rounds(variant): > 1 faster, < 1 slower; reached against never is
     faster (or slower), never against never says nothing. **reproduces** when faster at every seed, **opposite**
-    when slower at every seed, otherwise **does not at this scale**."""
+    when slower at every seed, otherwise **does not at this scale**; at one seed always the last ("every seed" is then
+    one draw, as the accuracy part's one-seed difference has no interval; before, one seed's speed-up "reproduced")."""
     cells, faster, slower = [], 0, 0
     for v, b in zip(variant, baseline):
         if v is not None and b is not None:
@@ -216,9 +217,9 @@ def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None]
         else:
             cells.append("neither")
     n = len(cells)
-    verdict = "reproduces" if n and faster == n else "opposite" if n and slower == n else "does not at this scale"
+    verdict = "reproduces" if n > 1 and faster == n else "opposite" if n > 1 and slower == n else "does not at this scale"
     measured = f"rounds to target: speed-up {', '.join(cells) or '-'} per seed (paper: up to {paper_speedup:g}x)"
-    return measured, verdict
+    return measured + ("; one seed: no verdict beyond this" if n == 1 else ""), verdict
 
 
 def _per_seed(cell: Any) -> list[Any]:
@@ -479,7 +480,10 @@ def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
     seeds = ",".join(map(str, outcomes[0].seeds))
     path = folders[0].parent / f"reproduce-{paper}.md"
     figure = path.with_suffix(".png")
-    lines = [f"# chillfl reproduce {paper} --seeds {seeds}", "", format_outcomes(outcomes), ""]
+    lines = [f"# chillfl reproduce {paper} --seeds {seeds}", ""]
+    if len(outcomes[0].seeds) < MIN_SEEDS:  # as the comparisons' tables warn
+        lines += [few_seeds_warning(len(outcomes[0].seeds)), ""]
+    lines += [format_outcomes(outcomes), ""]
     points = verdict_points(outcomes)
     try:
         if points:  # every claim diverged: a table without a figure

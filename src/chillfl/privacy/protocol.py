@@ -56,14 +56,14 @@ class Accounted(AroundProtocol):
         super().__init__(protocol)
         self.plan = plan
         self.every_round = every_round
-        self.unaccounted = unaccounted
-        """Clients whose uploads pass unreleased (attackers that skip a client-side mechanism): never charged, and not
-        handed to the mechanism's ``charges`` hook, so ``epsilon`` is the honest clients' guarantee."""
         """Charge skipped rounds too (``federation.sampling = "poisson"``): what the mechanism charges for a round nobody
         took part in, so that round t's epsilon is the sampled Gaussian mechanism's over t rounds, as its bound needs.
         A round nobody reported that the aggregator releases (``dp-fedavg``'s noise alone,
         :class:`~chillfl.engine.protocol.ReleasesEmptyRounds`) is no skipped round: it goes through :meth:`server_update`
         with no task, and is charged there under either sampling (a release)."""
+        self.unaccounted = unaccounted
+        """Clients whose uploads pass unreleased (attackers that skip a client-side mechanism): never charged, and not
+        handed to the mechanism's ``charges`` hook, so ``epsilon`` is the honest clients' guarantee."""
         self.ledger = Ledger(plan.delta, plan.accountant, plan.rdp_orders)
         self.uploads = Ledger(plan.delta, plan.accountant, plan.rdp_orders)
         """Soft-label rows: each client's whole uploads (every row it released, composed): ``epsilon_upload``."""

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model, measured_after_average
-from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_personal_model, check_plain_sgd,
+from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_declarations, check_plain_sgd,
                                          declared_capabilities, largest_tolerated, make_aggregator, wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, forges_models, forges_rows, poisoned_data, skipping_local_dp, with_attack
@@ -318,7 +318,7 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         declared = declared_capabilities(type(plugged.aggregator), method, "aggregator")  # read as a class named in the config is
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
-        check_personal_model(declared, plugged.aggregator, method, "aggregator")
+        check_declarations(declared, plugged.aggregator, method, "aggregator")
         built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,

@@ -311,12 +311,13 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
-    check_personal_model(capabilities, built[0], repr(name), f"{section}.name")
+    check_declarations(capabilities, built[0], repr(name), f"{section}.name")
     return built
 
 
-def check_personal_model(capabilities: Capabilities, aggregator: Aggregator, name: str, field: str) -> None:
-    """A ConfigError on ``field`` when ``aggregator``'s client half and its declared ``personal_model`` disagree.
+def check_declarations(capabilities: Capabilities, aggregator: Aggregator, name: str, field: str) -> None:
+    """A ConfigError on ``field`` when ``aggregator``'s client half and its declared ``personal_model`` disagree, or when
+    it declares ``takes_weights`` and its ``aggregate()`` takes no ``weights=`` (a wrapper's call then failed mid-run).
 
     Why: ``checkpoint.client_models`` and the run's personal-model evaluation follow what the half implements
     (:class:`~chillfl.aggregation.base.HoldsPersonalModel`), the listings and docs what is declared; a rule named in a

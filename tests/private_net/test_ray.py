@@ -9,6 +9,7 @@
 * a worker process killed mid-round is restarted and the round gives the same replies; when the
   retries are spent the round raises one line and nothing is aggregated;
 * SIGTERM to a run that started its own local Ray leaves no Ray process behind after 5 s;
+* SIGTERM or SIGINT to the run's whole process group (a scheduler's scancel) stops it after the round (exit 143/130), as the driver alone;
 * without the ``ray`` package: one line naming the extra, exit 2, nothing written.
 """
 
@@ -330,6 +331,26 @@ def test_ray_options_are_checked() -> None:
         _config(ray={"colour": 1})
 
 
+def _write_toml(path: Path, table: dict[str, Any]) -> None:
+    """``table`` as a config file (TOML has no None: such keys are left out, their defaults apply)."""
+    import tomli_w
+
+    def plain(d: dict[str, Any]) -> dict[str, Any]:
+        return {k: plain(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
+
+    path.write_text(tomli_w.dumps(plain(table)))
+
+
+def _start_in_session(config: Path, prefix: str) -> tuple[subprocess.Popen[str], Path]:
+    """``chillfl run CONFIG -q`` in a session of its own, its local Ray's sessions in a fresh short folder (Ray's socket paths)."""
+    env = _ray_env()
+    ray_tmp = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    env["RAY_TMPDIR"] = str(ray_tmp)
+    proc = subprocess.Popen([sys.executable, "-m", "chillfl", "run", str(config), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env, start_new_session=True)
+    return proc, ray_tmp
+
+
 @pytest.mark.parametrize("signals", [1, 2])
 def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> None:
     """A run that started its own local Ray: SIGTERM (or two, the second stopping it at once) -> exit 143, one
@@ -337,17 +358,8 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
     line, and leave two Ray agents re-parented to PID 1 (issue 27)."""
     config = tmp_path / "run.toml"
     table = _config(executor="ray", federation={"rounds": 400}, out_dir=str(tmp_path / "out"), name="r", checkpoint={"every": 0}).to_dict()
-    import tomli_w
-
-    def plain(d: dict[str, Any]) -> dict[str, Any]:  # TOML has no None
-        return {k: plain(v) if isinstance(v, dict) else v for k, v in d.items() if v is not None}
-
-    config.write_text(tomli_w.dumps(plain(table)))
-    env = _ray_env()
-    ray_tmp = Path(tempfile.mkdtemp(prefix="r8t", dir="/tmp"))  # short: Ray's socket paths
-    env["RAY_TMPDIR"] = str(ray_tmp)
-    proc = subprocess.Popen([sys.executable, "-m", "chillfl", "run", str(config), "-q"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env, start_new_session=True)
+    _write_toml(config, table)
+    proc, ray_tmp = _start_in_session(config, "r8t")
     try:
         metrics = tmp_path / "out" / "r.partial" / "metrics.jsonl"
         deadline = time.monotonic() + 150
@@ -371,6 +383,39 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
         left = {pid: _name(pid) for pid in session_pids(proc.pid)}
         assert not left, f"Ray processes outlived the run by 5 s: {left}"
         assert [p.name for p in ray_tmp.iterdir()] == []  # the local Ray's sessions (logs, sockets) went with it
+    finally:
+        _stop_session(proc.pid)
+        subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_stop_signal_to_the_whole_process_group_stops_after_the_round(tmp_path: Path, sig: signal.Signals) -> None:
+    """A stop signal sent to every process of the run (``kill -TERM -PGID``, a cluster scheduler's scancel): the driver alone
+    handles it -> exit 128+signal and ``interrupted by ... after round N``, nothing of its session left after 5 s. SIGTERM used to
+    reach the local Ray's actors (Ray's handler: sys.exit mid-update) and raylet (drain, its agent's death): exit 1, "worker failed:
+    Ray worker 0 ... died and was restarted 3 time(s)". Scaffold, 3 of 4 clients, 3 epochs: more than one call per round."""
+    config = tmp_path / "run.toml"
+    table = _config(executor="ray", federation={"rounds": 20000, "clients_per_round": 3}, client={"epochs": 3}, algorithm={"name": "scaffold"},
+                    out_dir=str(tmp_path / "out"), name="g", checkpoint={"every": 0}).to_dict()
+    _write_toml(config, table)
+    proc, ray_tmp = _start_in_session(config, "r8g")
+    try:
+        metrics = tmp_path / "out" / "g.partial" / "metrics.jsonl"
+        deadline = time.monotonic() + 150
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 20):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no 20 rounds within 150 s"
+            time.sleep(0.2)
+        os.killpg(proc.pid, sig)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + sig, ("OUT", out[-2000:], "ERR", err[-3000:])
+        last = err.strip().splitlines()[-1]
+        assert last.startswith(f"chillfl: interrupted by {sig.name} after round ") and "Traceback" not in err, err
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and session_pids(proc.pid):
+            time.sleep(0.1)
+        left = {pid: _name(pid) for pid in session_pids(proc.pid)}
+        assert not left, f"processes outlived the run by 5 s: {left}"
     finally:
         _stop_session(proc.pid)
         subprocess.run(["rm", "-rf", str(ray_tmp)], check=False)

@@ -62,6 +62,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import warnings
 import weakref
 from dataclasses import dataclass
@@ -177,14 +178,48 @@ def adopt_import_path(driver: Sequence[str]) -> None:
     sys.path[:] = [*driver, *own]
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT/SIGTERM/SIGHUP in this (actor) process: the driver alone handles them, stops after the round and shuts Ray down.
+
+    Why: a local Ray's processes share the driver's process group, so a signal sent to every process of the job
+    (Ctrl-C in a terminal, ``kill -TERM -PGID``, a cluster scheduler's scancel) reached the actors too. Ray's workers take
+    SIGTERM (``sys.exit`` in the middle of a client update), Ray restarted them until their retries were spent, and the run
+    ended with "worker failed: ... died and was restarted" and exit 1 instead of the driver's "interrupted by SIGTERM
+    after round N" and exit 143 (tests/private_net/test_ray.py). The ``processes`` executor's workers ignore them in the
+    same way.
+
+    The actors still go with the local Ray: the raylet's SIGTERM at ``ray.shutdown`` is ignored now too, so a daemon
+    thread ends this process as soon as its parent (the raylet) is gone; without it they outlived the run by seconds.
+    """
+    if threading.current_thread() is not threading.main_thread():  # an actor's __init__ runs on its main thread; never fail over it
+        return
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+    parent = os.getppid()
+
+    def follow_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.1)
+        os._exit(1)
+
+    threading.Thread(target=follow_parent, name="chillfl-follow-raylet", daemon=True).start()
+
+
 class Worker:
     """The actor: runs client updates with a private sequential executor; keeps the data of the clients it served.
 
     ``import_path``: the driver's ``sys.path`` (:func:`adopt_import_path`), given to the actors of a local Ray the
     run started; empty on a cluster, whose nodes have their own files (a user's module is installed there).
+    ``local``: the actor is a process of a local Ray the driver started, so it ignores stop signals
+    (:func:`ignore_stop_signals`) and leaves them to the driver; on a cluster a node's own tools stop its workers.
     """
 
-    def __init__(self, threads: int, import_path: Sequence[str] = ()) -> None:
+    def __init__(self, threads: int, import_path: Sequence[str] = (), local: bool = False) -> None:
+        if local:
+            ignore_stop_signals()
         if import_path:
             adopt_import_path(import_path)
         if threads > 0:
@@ -256,6 +291,27 @@ def without_ray_tip() -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def stop_signals_blocked(started_local: bool) -> Iterator[None]:
+    """SIGTERM and SIGHUP blocked in this thread while it starts a local Ray (``started_local``), then restored.
+
+    Every process ``ray.init`` starts (GCS, raylet, its agents, and the workers the raylet starts) inherits the
+    blocked mask, as Ray itself does for SIGINT: a SIGTERM to the job's whole process group (``kill -TERM -PGID``,
+    a scheduler's scancel) then reaches the driver alone, which stops after the round and shuts Ray down (with
+    SIGKILL). Without it the raylet drained and its dashboard agent died on that SIGTERM, the raylet exited with
+    the agent, and the round in flight could be lost: "worker failed: ... died and was restarted", exit 1, instead
+    of exit 143 (tests/private_net/test_ray.py). A signal sent meanwhile waits and is handled once unblocked.
+    """
+    if not started_local:
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGHUP})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
 class RayWorkers:
     """The Ray connection and ``workers`` actors, with the ``[ray]`` table's resources each; see the module docstring.
 
@@ -282,7 +338,7 @@ class RayWorkers:
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:
-                with without_ray_tip():
+                with without_ray_tip(), stop_signals_blocked(started_local=address == "local"):
                     ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 if temp:
@@ -307,7 +363,8 @@ class RayWorkers:
             num_cpus=options.num_cpus, num_gpus=options.num_gpus, max_restarts=options.max_retries, max_task_retries=options.max_retries,
         )
         import_path = driver_import_path() if self.started_local else []  # the same files: a local Ray's workers import what the driver does
-        self.actors.extend(actor.remote(self.threads, import_path) for _ in range(self.workers))
+        # a local Ray's actors are in the driver's process group: they leave SIGINT/SIGTERM/SIGHUP to it (ignore_stop_signals)
+        self.actors.extend(actor.remote(self.threads, import_path, self.started_local) for _ in range(self.workers))
         try:
             ray.get([a.pid.remote() for a in self.actors], timeout=options.start_timeout)
         except ray.exceptions.GetTimeoutError:

@@ -54,6 +54,8 @@ import dataclasses
 import logging
 import shlex
 import shutil
+import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
@@ -69,20 +71,71 @@ from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.model_file import write_client_models
 from chillfl.privacy.protocol import privacy_summary
-from chillfl.storage.results import ResultWriter, summarize
+from chillfl.storage.results import ResultWriter, remove_tree, summarize
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import StatesRequest, decode, encode
 from chillfl.protocols.registry import protocol_of
-from chillfl.runner import CLIENT_MODELS
-from chillfl.stop_signals import made_held
+from chillfl.runner import CLIENT_MODELS, RunInterrupted
+from chillfl.stderr import say
+from chillfl.stop_signals import made_held, stop_signals
 from chillfl.temperature import policy_capabilities
 
 EXTRA = "pip install 'chillfl[flower]'"
 RUNTIME = "run it with chillfl's own runtime (chillfl run; executor = \"ray\" for a cluster)"
 NODE_TIMEOUT_S = 300.0
-"""How long the ServerApp waits for its SuperNodes to connect."""
+"""How long the ServerApp waits for its SuperNodes to connect, and for a round's replies."""
+NOT_CHECKPOINTED = "a Flower run is not checkpointed: nothing to resume, its partial result folder was removed"
+
+
+class SimulationStop:
+    """What :func:`run_simulation`'s stop signals asked of the ServerApp's thread, and whether the simulation has ended.
+
+    ``received``: the first SIGINT/SIGTERM/SIGHUP (the round loop stops after its round); ``at_once``: a second one (the
+    round in flight is abandoned); ``ended``: Flower's simulation returned, so no reply can come any more. The handlers
+    run in the main thread; the ServerApp runs in a thread of Flower's and polls these between its waits.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self.at_once = threading.Event()
+        self.ended = threading.Event()
+        self.done = 0
+        """The last round the ServerApp completed."""
+
+    def handle(self, signum: int, frame: Any) -> None:
+        if self.received is None:
+            self.received = signum
+            say(f"chillfl: {signal.Signals(signum).name}: stopping the Flower run after this round (a second one stops at once); {NOT_CHECKPOINTED}")
+        else:
+            self.at_once.set()
+
+    def check(self) -> None:
+        """Raise where the ServerApp must stop waiting now: a second signal, or a simulation that has ended."""
+        if self.at_once.is_set() and self.received is not None:
+            raise FlowerRunInterrupted(self.received, self.done, at_once=True)
+        if self.ended.is_set():
+            raise WorkerError("Flower's simulation ended while the ServerApp waited for its SuperNodes")
+
+    @contextlib.contextmanager
+    def handling(self) -> Iterator[None]:
+        """The stop signals routed to :meth:`handle` (main thread only), given back after."""
+        previous = {sig: signal.signal(sig, self.handle) for sig in stop_signals()}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+class FlowerRunInterrupted(RunInterrupted):
+    """A stop signal ended a Flower simulation: :class:`~chillfl.runner.RunInterrupted` with no folder (nothing to resume)."""
+
+    def __init__(self, signum: int, round: int, at_once: bool = False) -> None:
+        super().__init__(signum, None, round, at_once)
+        self.checkpoint = None
+        self.args = (f"{self.args[0]}; {NOT_CHECKPOINTED}",)
 
 
 def import_flwr() -> Any:
@@ -135,10 +188,28 @@ def check_node_computable(config: RunConfig) -> None:
 class FlowerExecutor:
     """An executor whose workers are SuperNodes: ``map(tasks)`` sends each node its clients' tasks (no data) and waits for every reply."""
 
-    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S) -> None:
+    def __init__(self, grid: Any, min_nodes: int = 1, timeout: float = NODE_TIMEOUT_S, stop: SimulationStop | None = None) -> None:
         self.grid = grid
         self.timeout = timeout
+        self.stop = stop
         self.partitions = self._discover(min_nodes)
+
+    def _send_and_receive(self, messages: list[Any]) -> list[Any]:
+        """``grid.send_and_receive(messages, timeout)``, which also ends when :attr:`stop` says so (a second signal, or
+        the simulation ended): without it the ServerApp's thread waited out the whole timeout after Flower had stopped."""
+        if self.stop is None:
+            return list(self.grid.send_and_receive(messages, timeout=self.timeout))
+        waiting = set(self.grid.push_messages(messages))
+        deadline = time.monotonic() + self.timeout
+        replies: list[Any] = []
+        while waiting and time.monotonic() < deadline:
+            self.stop.check()
+            got = list(self.grid.pull_messages(waiting))
+            replies.extend(got)
+            waiting.difference_update(m.metadata.reply_to_message_id for m in got)
+            if waiting:
+                time.sleep(getattr(self.grid, "pull_interval", 0.1))
+        return replies
 
     def _discover(self, min_nodes: int) -> dict[int, int]:
         """partition-id -> node id, asked of every connected node (waits for ``min_nodes``)."""
@@ -147,6 +218,8 @@ class FlowerExecutor:
         deadline = time.monotonic() + self.timeout
         nodes = list(self.grid.get_node_ids())
         while len(nodes) < min_nodes:
+            if self.stop is not None:
+                self.stop.check()
             if time.monotonic() > deadline:
                 raise WorkerError(f"only {len(nodes)} of {min_nodes} Flower SuperNode(s) connected within {self.timeout:g} s")
             time.sleep(0.5)
@@ -154,7 +227,7 @@ class FlowerExecutor:
         asks = [Message(content=RecordDict({"q": ConfigRecord({})}), dst_node_id=n, message_type="query.chillfl") for n in nodes]
         parts: dict[int, int] = {}
         sizes = set()
-        for reply in self.grid.send_and_receive(asks, timeout=self.timeout):
+        for reply in self._send_and_receive(asks):
             if reply.has_error():
                 raise WorkerError(f"SuperNode {reply.metadata.src_node_id} did not answer chillfl's query: {reply.error.reason}")
             info = reply.content.config_records["node"]
@@ -182,7 +255,7 @@ class FlowerExecutor:
         rnd = tasks[0].round if tasks else 0
         messages = [Message(content=encode(batch), dst_node_id=node, message_type="train", group_id=str(rnd)) for node, batch in by_node.items()]
         replies: dict[int, ClientReply[Any, Any]] = {}
-        for msg in self.grid.send_and_receive(messages, timeout=self.timeout):
+        for msg in self._send_and_receive(messages):
             node = msg.metadata.src_node_id
             if msg.has_error():
                 raise WorkerError(f"SuperNode {node} failed a client update: {msg.error.reason}; the round was not aggregated")
@@ -205,7 +278,7 @@ class FlowerExecutor:
             by_node.setdefault(on.node, []).append(cid)
         asks = [Message(content=encode(StatesRequest(sorted(ids))), dst_node_id=node, message_type="query.states") for node, ids in by_node.items()]
         states: dict[int, Any] = {}
-        for msg in self.grid.send_and_receive(asks, timeout=self.timeout):
+        for msg in self._send_and_receive(asks):
             if msg.has_error():
                 raise WorkerError(f"SuperNode {msg.metadata.src_node_id} did not send its clients' states: {msg.error.reason}")
             for cid in by_node.get(msg.metadata.src_node_id, []):
@@ -301,14 +374,20 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     return exp, protocol
 
 
-def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None) -> RunOutputLite:
+def run_server(
+    config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None, stop: SimulationStop | None = None,
+) -> RunOutputLite:
     """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does.
 
-    ``built``: the server's experiment and protocol from :func:`build_server` (None: built here).
+    ``built``: the server's experiment and protocol from :func:`build_server` (None: built here). ``stop``: the
+    simulation's stop signals (:func:`run_simulation`): the loop stops after the round in which the first came
+    (:class:`FlowerRunInterrupted`; the ``.partial`` folder is removed, since nothing in it can be resumed).
     """
     exp, protocol = built or build_server(config)
     try:
-        executor = FlowerExecutor(grid, min_nodes)
+        if stop is not None:
+            stop.check()
+        executor = FlowerExecutor(grid, min_nodes, stop=stop)
         writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name))  # released in the clean-up's try below
     except BaseException:
         protocol.close()
@@ -323,6 +402,10 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
         ):
             records.append(record)
             writer.append(record)
+            if stop is not None:
+                stop.done = len(records)
+                if stop.received is not None and len(records) < config.federation.rounds:
+                    raise FlowerRunInterrupted(stop.received, stop.done)
         summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
         summary["runtime"] = "flower"
         if (private := privacy_summary(protocol)) is not None:
@@ -333,6 +416,10 @@ def run_server(config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[An
             if clients:
                 write_client_models(writer.path / CLIENT_MODELS, clients)  # as the runner writes them
         return RunOutputLite(str(writer.finish()), records, summary)
+    except FlowerRunInterrupted:
+        writer.abort()
+        remove_tree(writer.path)  # no checkpoint in it: a .partial folder would promise a resume that cannot be
+        raise
     except BaseException:
         writer.abort()
         raise
@@ -450,62 +537,111 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     """``config`` under Flower's simulation engine (Ray backend), one SuperNode per client unless ``num_supernodes``.
 
     Returns the run's folder (written by the ServerApp, as ``chillfl run`` writes it), records and summary.
+
+    SIGINT, SIGTERM and SIGHUP (when called from the main thread) stop the run after its current round, a second one at
+    once, as under ``chillfl run``: one line names the signal, Flower and its Ray stop, and :class:`FlowerRunInterrupted`
+    (a :class:`~chillfl.runner.RunInterrupted` without folder) is raised. A Flower run is not checkpointed: its
+    ``.partial`` folder is removed. To keep these signals for chillfl, Flower's simulation runs in a thread of its own
+    (Ray, started from the main thread, would take SIGTERM and end the process with ``sys.exit``).
     """
     import_flwr()
-    from flwr.simulation import run_simulation as flwr_simulation
-
     from chillfl.executors.processes import default_workers
-    from chillfl.executors.ray_executor import local_ray_folder, without_ray_tip
+    from chillfl.executors.ray_executor import import_ray, local_ray_folder, without_ray_tip
+
+    import_ray()  # RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1 before flwr imports Ray (Ray's C++ handler aborted on SIGTERM: exit 134)
+    from flwr.simulation import run_simulation as flwr_simulation
 
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = num_supernodes or config.federation.num_clients
     out: list[RunOutputLite | BaseException] = []
-    server = server_app_capturing(config, out, min_nodes=nodes, built=built)
+    stop = SimulationStop()
+    server = server_app_capturing(config, out, min_nodes=nodes, built=built, stop=stop)
     temp = local_ray_folder()  # the simulation's Ray sessions, removed with it
     init = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init}
+
+    def simulate() -> None:
+        flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+
     try:
-        with without_ray_tip(), without_run_simulation_deprecation():
-            flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+        with without_ray_tip(), without_log_line("flwr", RUN_SIMULATION_DEPRECATED):
+            if threading.current_thread() is threading.main_thread():
+                with stop.handling(), without_log_line("ray._private.worker", RAY_THREAD_WARNING):
+                    in_thread(simulate)
+            else:
+                simulate()
     finally:
+        stop.ended.set()  # a ServerApp still waiting for replies gives up now, not after NODE_TIMEOUT_S
         shutil.rmtree(temp, ignore_errors=True)
     if not out:
         built[1].close()
         raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")
     if isinstance(out[0], BaseException):  # the ServerApp's error (e.g. a failed client update), raised here as chillfl run would
         raise out[0]
+    if stop.received is not None:  # it came once the rounds were done: the run completed; the signal goes where it would have
+        signal.raise_signal(stop.received)
     return out[0]
 
 
-RUN_SIMULATION_DEPRECATED = "The `run_simulation` function is deprecated"
-"""The start of the warning flwr 1.42 logs on every ``flwr.simulation.run_simulation`` call (through its ``flwr`` logger)."""
+def in_thread(work: Any) -> None:
+    """``work()`` in a new thread while this (main) thread waits for it, awake for signal handlers; its exception raised here."""
+    failed: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            work()
+        except BaseException as error:
+            failed.append(error)
+
+    thread = threading.Thread(target=body, name="chillfl-flower-simulation")
+    thread.start()
+    while thread.is_alive():
+        thread.join(0.2)
+    if failed:
+        raise failed[0]
 
 
-class _NotRunSimulationDeprecation(logging.Filter):
+class _WithoutLine(logging.Filter):
+    """Drops the records whose message contains ``text``; every other record passes."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return RUN_SIMULATION_DEPRECATED not in record.getMessage()
+        return self.text not in record.getMessage()
 
 
 @contextlib.contextmanager
-def without_run_simulation_deprecation() -> Iterator[None]:
-    """flwr 1.42's deprecation of ``run_simulation`` silenced while :func:`run_simulation` runs, and nothing else.
-
-    Why: Flower's replacement, ``flwr run`` with a simulation federation, runs the apps from an app folder in
-    processes a SuperLink starts, so the ServerApp cannot hand its run's output back to this process; flwr has no
-    other in-process entry point (``_run_simulation`` is private). The warning, five lines on every run, names
-    nothing a user of :func:`run_simulation` can change; docs/flower.md ("Choices and limits") says it instead.
-    Every other Flower log line, other deprecations included, still shows; the filter goes when the simulation ends.
-    """
-    flower = logging.getLogger("flwr")
-    quiet = _NotRunSimulationDeprecation()
-    flower.addFilter(quiet)
+def without_log_line(logger: str, text: str) -> Iterator[None]:
+    """``logger``'s records that contain ``text`` silenced while the block runs, and nothing else."""
+    log = logging.getLogger(logger)
+    quiet = _WithoutLine(text)
+    log.addFilter(quiet)
     try:
         yield
     finally:
-        flower.removeFilter(quiet)
+        log.removeFilter(quiet)
 
 
-def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int, built: tuple[Any, Any]) -> Any:
+RAY_THREAD_WARNING = "SIGTERM handler is not set"
+"""Ray's warning that ``ray.init`` outside the main thread sets no SIGTERM handler: silenced while :func:`run_simulation`
+runs Flower's simulation in a thread, which is the point of that thread (chillfl keeps SIGTERM)."""
+
+RUN_SIMULATION_DEPRECATED = "The `run_simulation` function is deprecated"
+"""The start of the warning flwr 1.42 logs on every ``flwr.simulation.run_simulation`` call (through its ``flwr`` logger).
+
+Silenced while :func:`run_simulation` runs, and nothing else. Why: Flower's replacement, ``flwr run`` with a simulation
+federation, runs the apps from an app folder in processes a SuperLink starts, so the ServerApp cannot hand its run's
+output back to this process; flwr has no other in-process entry point (``_run_simulation`` is private). The warning,
+five lines on every run, names nothing a user of :func:`run_simulation` can change; docs/flower.md ("Choices and limits")
+says it instead. Every other Flower log line, other deprecations included, still shows; the filter goes when the
+simulation ends."""
+
+
+def server_app_capturing(
+    config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int, built: tuple[Any, Any], stop: SimulationStop | None = None,
+) -> Any:
     """:func:`server_app` whose run output, or error, is appended to ``out`` (the simulation runs it in a thread of this process)."""
     from flwr.serverapp import ServerApp
 
@@ -514,7 +650,7 @@ def server_app_capturing(config: RunConfig, out: list[RunOutputLite | BaseExcept
     @app.main()
     def main(grid: Any, context: Any) -> None:
         try:
-            out.append(run_server(config, grid, min_nodes, built))
+            out.append(run_server(config, grid, min_nodes, built, stop))
         except Exception as error:
             out.append(error)
 

@@ -65,8 +65,8 @@ def test_a_local_loss_above_the_ceiling_warns_once_and_strict_raises(caplog):
         for rnd, local in enumerate([0.9, 1000.0, 2.5e5, 3e5], start=1):
             watch.observe({"round": rnd, "train_loss": 0.5, "local_loss": local})
     assert [r.getMessage() for r in caplog.records] == [
-        "round 3: local loss 2.5e+05 (the clients' own models on their own splits) is above 1000 (lower client.lr, or the method's step on its "
-        "personal models?); the run goes on (with strict = true, or --strict, it would stop here)"
+        "round 3: local loss 2.5e+05 (the clients' own models on their own splits) is above 1000 (lower client.lr?); the run goes on "
+        "(with strict = true, or --strict, it would stop here)"
     ]
     with pytest.raises(Diverged) as err:
         LossWatch(True).observe({"round": 1, "train_loss": 0.5, "local_loss": 1000.5})

@@ -74,8 +74,7 @@ class LossWatch:
                 self.warned = True
         local = record.get("local_loss")
         if local is not None and float(local) > LOSS_CEILING and not self.warned_local:
-            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) is above {LOSS_CEILING:g} (lower client.lr, "
-                                 "or the method's step on its personal models?)")
+            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) is above {LOSS_CEILING:g} (lower client.lr?)")
             self.warned_local = True
 
     def _report(self, record: Mapping[str, Any], what: str) -> None:

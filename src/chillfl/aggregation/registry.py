@@ -336,10 +336,12 @@ def check_declarations(capabilities: Capabilities, aggregator: Aggregator, name:
 def takes_keyword(function: Callable[..., Any], name: str) -> bool:
     """Whether ``function`` accepts the keyword argument ``name`` (by name, or through ``**kwargs``)."""
     try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):  # no signature to read (a builtin): trust the declaration
+        inspect.signature(function).bind_partial(**{name: None})
+    except ValueError:  # no signature to read (a builtin): trust the declaration
         return True
-    return any(p.name == name and p.kind is not p.POSITIONAL_ONLY or p.kind is p.VAR_KEYWORD for p in parameters)
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

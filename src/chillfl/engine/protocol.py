@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Generic, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Any, Callable, Generator, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
 
 import torch
 
@@ -306,6 +306,15 @@ def drive(programs: Sequence[ClientProgram], train: Trainer, predict: Predictor 
             for m, out in zip(members, results):
                 _advance(m, out)
     return [r.reply for r in runs if r.reply is not None]
+
+
+def protocol_layers(protocol: ServerProtocol) -> Iterator[ServerProtocol]:
+    """``protocol``, then each protocol it wraps (:class:`AroundProtocol`'s ``inner``), outermost first, the innermost last."""
+    while True:
+        yield protocol
+        if not isinstance(protocol, AroundProtocol):
+            return
+        protocol = protocol.inner
 
 
 class AroundProtocol:

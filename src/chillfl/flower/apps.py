@@ -86,6 +86,8 @@ EXTRA = "pip install 'chillfl[flower]'"
 RUNTIME = "run it with chillfl's own runtime (chillfl run; executor = \"ray\" for a cluster)"
 NODE_TIMEOUT_S = 300.0
 """How long the ServerApp waits for its SuperNodes to connect, and for a round's replies."""
+PULL_INTERVAL_S = 0.1
+"""How often the ServerApp asks the grid for replies while it also watches for a stop (:meth:`FlowerExecutor._send_and_receive`)."""
 NOT_CHECKPOINTED = "a Flower run is not checkpointed: nothing to resume, its partial result folder was removed"
 
 
@@ -208,7 +210,7 @@ class FlowerExecutor:
             replies.extend(got)
             waiting.difference_update(m.metadata.reply_to_message_id for m in got)
             if waiting:
-                time.sleep(getattr(self.grid, "pull_interval", 0.1))
+                time.sleep(PULL_INTERVAL_S)
         return replies
 
     def _discover(self, min_nodes: int) -> dict[int, int]:

@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
 
-from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ObservesSkippedRounds, ServerProtocol
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ObservesSkippedRounds, ServerProtocol, protocol_layers
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
@@ -151,13 +151,12 @@ def privacy_summary(protocol: ServerProtocol) -> dict[str, Json] | None:
     mechanism ran with (``target_epsilon``'s answer where the config gave one, which ``config.toml`` does not hold), the
     sigma the accountant charged per unit of sensitivity, the clip norm, delta and the accountant, and the clients it did
     not account (attackers that skipped the release). Why: under ``-q`` the chosen sigma was said nowhere."""
-    while not isinstance(protocol, Accounted):
-        if not isinstance(protocol, AroundProtocol):
-            return None
-        protocol = protocol.inner
-    plan = protocol.plan
+    accounted = next((p for p in protocol_layers(protocol) if isinstance(p, Accounted)), None)
+    if accounted is None:
+        return None
+    plan = accounted.plan
     out: dict[str, Json] = {"mechanism": plan.mechanism, "noise_multiplier": plan.noise_multiplier, "accounted_sigma": plan.accounted_sigma,
                             "clip_norm": plan.clip_norm, "delta": plan.delta, "accountant": plan.accountant}
-    if protocol.unaccounted:
-        out["unaccounted_clients"] = sorted(protocol.unaccounted)
+    if accounted.unaccounted:
+        out["unaccounted_clients"] = sorted(accounted.unaccounted)
     return out

@@ -174,7 +174,7 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context,
             value = cast(LossTerm, term)(params, context)
     except KeyError as exc:  # a key the term reads from the context without declaring it: a raw KeyError deep in training
         key = exc.args[0] if exc.args else None
-        if not isinstance(key, str) or key in context or key in getattr(term, "reads", ()):
+        if not isinstance(key, str) or key in context or key in term.reads:
             raise
         raise TermError(f"{type(term).__qualname__} read the context key {key!r}, which it does not declare in its reads and the method "
                         "does not send: declare it in reads (a key the method's context carries)") from None

@@ -69,7 +69,7 @@ def test_the_protocol_is_built_and_the_run_finished_under_the_runs_device_settin
 
     monkeypatch.setattr(runner, "device_settings", settings)
     monkeypatch.setattr(runner, "build_protocol", spy("build_protocol", runner.build_protocol))
-    monkeypatch.setattr(runner, "_finish", spy("finish", runner._finish))
+    monkeypatch.setattr(runner, "finish_run", spy("finish", runner.finish_run))
     over = {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 3, "federation.rounds": 1, "eval.clients": "none",
             "distillation.method": "fedmd", "distillation.public_size": 60, "distillation.subset_size": 20, "distillation.transfer_epochs": 1}
     runner.run_experiment(load_config(None, over), write=False, progress=False)

@@ -257,7 +257,7 @@ def test_a_server_that_cannot_write_its_config_closes_its_protocol_and_gives_its
                                                                                           server_identity: None) -> None:
     """The ServerApp wrote ``config.toml`` outside the ``try`` that closes the protocol and releases the run folder: a full
     disk there left the protocol's pools open and the folder locked (a resume in that process: "in use"). Now the folder
-    stays ``.partial`` with its lock given up, as ``chillfl run``'s does (runner ``_start_folder``)."""
+    stays ``.partial`` with its lock given up, as ``chillfl run``'s does (runner ``write_folder_start``)."""
     from chillfl.errors import StorageError
     from chillfl.storage.results import ResultWriter, RunLock
 

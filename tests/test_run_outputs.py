@@ -119,16 +119,16 @@ def _stopped_after_round_2(tmp_path: Path, executor: str = "sequential") -> Path
     )
     import chillfl.runner as runner
 
-    real_finish = runner._finish
+    real_finish = runner.finish_run
 
     def stop_after_round_2(*args: Any, **kwargs: Any) -> None:
         raise KeyboardInterrupt  # the run ends after its last checkpoint (round 2), as if killed
 
-    runner._finish = stop_after_round_2  # type: ignore[assignment]
+    runner.finish_run = stop_after_round_2  # type: ignore[assignment]
     try:
         assert main(["run", str(config), "-q"]) == 130
     finally:
-        runner._finish = real_finish  # type: ignore[assignment]
+        runner.finish_run = real_finish  # type: ignore[assignment]
     return tmp_path / "out" / "r.partial"
 
 

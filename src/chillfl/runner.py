@@ -280,7 +280,7 @@ def run_experiment(
             with stopped_as(RunNotStarted):  # the folder is removed again below: nothing to resume
                 held.release()  # a signal that came meanwhile lands here
                 if writer:
-                    _start_folder(writer, exp, config)
+                    write_folder_start(writer, exp, config)
             return _run(exp, config, writer, progress=progress, label=label, callbacks=callbacks, hooks=hooks, pools=pools)
         except (ConfigError, KeyboardInterrupt):  # a misfit found as it starts, or a Ctrl-C before the run's own handling:
             if writer is not None:  # nothing to resume, and the folder would push a rerun to NAME-2
@@ -288,7 +288,7 @@ def run_experiment(
             raise
 
 
-def _start_folder(writer: ResultWriter, exp: Experiment, config: RunConfig) -> None:
+def write_folder_start(writer: ResultWriter, exp: Experiment, config: RunConfig) -> None:
     """The new run folder's ``config.toml`` and ``partition.json``; a failure leaves it ``.partial`` with its lock given up
     (a ConfigError or a Ctrl-C: the caller removes it)."""
     try:
@@ -580,9 +580,9 @@ def _run_rounds(
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         signals.finishing = True  # a signal now waits until the run's results are complete
-        _close_sinks(sinks)  # before _finish renames the folder they write into
+        _close_sinks(sinks)  # before finish_run renames the folder they write into
         stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
-        output = _finish(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
+        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
         for cb in callbacks:
             cb.on_end(output)
         return output
@@ -658,12 +658,18 @@ def _close_sinks(sinks: list["Sink"]) -> None:
         close_sinks(done)
 
 
-def _finish(
+def finish_run(
     exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
-    stopped: dict[str, Any] | None = None,
+    stopped: dict[str, Any] | None = None, runtime: str | None = None,
 ) -> RunOutput:
-    """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``."""
+    """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``.
+
+    ``runtime``: the backend whose round loop ran, where it is not chillfl's own (the Flower ServerApp's ``"flower"``),
+    recorded in ``summary.json``; the Flower server finishes its folder here too, so that both write the same files.
+    """
     summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
+    if runtime is not None:
+        summary["runtime"] = runtime
     if records and all(r.get("skipped") for r in records) and stopped is None:  # Poisson sampling at a small q, or min_clients above what reports
         log.warning("no round trained: all %d were skipped (nobody, or too few, reported); the results are the initial model's "
                     "(raise federation.clients_per_round or lower federation.min_clients)", len(records))

@@ -30,7 +30,7 @@ server keeps only which node holds it (:class:`NodeStore`). The same method
 code runs here as under chillfl's runtime: nothing in this package knows a
 method. With ``checkpoint.client_models`` the nodes send the states to the
 server once, after the last round (``query.states``), and the server writes
-each client's model as chillfl's runtime does (:func:`client_models_from_nodes`).
+each client's model as chillfl's runtime does (:func:`fetch_client_states`).
 
 FedChill's temperature state (T, accuracy history, stagnation counter) is
 part of that client state: the temperature policy's client half keeps it
@@ -69,15 +69,14 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
-from chillfl.storage.model_file import write_client_models
-from chillfl.privacy.protocol import privacy_summary
-from chillfl.storage.results import ResultWriter, remove_tree, summarize
+from chillfl.storage.results import ResultWriter, remove_tree
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import StatesRequest, decode, encode
 from chillfl.protocols.registry import protocol_of
-from chillfl.runner import CLIENT_MODELS, RunInterrupted
+from chillfl.resolve import resolved
+from chillfl.runner import RunInterrupted, finish_run, write_folder_start
 from chillfl.stderr import say
 from chillfl.stop_signals import made_held, stop_signals
 from chillfl.temperature import policy_capabilities
@@ -386,9 +385,11 @@ def run_server(
     (:class:`FlowerRunInterrupted`; the ``.partial`` folder is removed, since nothing in it can be resumed).
     """
     exp, protocol = built or build_server(config)
+    start = time.perf_counter()
     try:
         if stop is not None:
             stop.check()
+        config = dataclasses.replace(resolved(config), device=str(exp.device))  # config.toml lists every default, as chillfl run's
         executor = FlowerExecutor(grid, min_nodes, stop=stop)
         writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name))  # released in the clean-up's try below
     except BaseException:
@@ -397,7 +398,7 @@ def run_server(
     records: list[dict[str, Any]] = []
     try:
         held.release()
-        writer.write_config(dataclasses.replace(config, device=str(exp.device)).to_saved_dict())  # a full disk: no folder left
+        write_folder_start(writer, exp, config)  # config.toml and partition.json; a full disk: .partial, its lock given up
         for record in run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
             rounds=config.federation.rounds, participation=config.federation, empty=exp.data.without_training_rows(),
@@ -408,16 +409,10 @@ def run_server(
                 stop.done = len(records)
                 if stop.received is not None and len(records) < config.federation.rounds:
                     raise FlowerRunInterrupted(stop.received, stop.done)
-        summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
-        summary["runtime"] = "flower"
-        if (private := privacy_summary(protocol)) is not None:
-            summary["privacy"] = private
-        writer.write_json("summary.json", summary)
-        if config.checkpoint.client_models:
-            clients = client_models_from_nodes(protocol, executor)
-            if clients:
-                write_client_models(writer.path / CLIENT_MODELS, clients)  # as the runner writes them
-        return RunOutputLite(str(writer.finish()), records, summary)
+        if config.checkpoint.client_models:  # the client states come back from the nodes before the protocol builds their models
+            fetch_client_states(protocol, executor)
+        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, runtime="flower")  # the files chillfl run writes
+        return RunOutputLite(str(output.folder), records, output.summary)
     except FlowerRunInterrupted:
         writer.abort()
         remove_tree(writer.path)  # no checkpoint in it: a .partial folder would promise a resume that cannot be
@@ -429,13 +424,12 @@ def run_server(
         protocol.close()
 
 
-def client_models_from_nodes(protocol: Any, executor: FlowerExecutor) -> dict[int, Any]:
-    """Every client's own model, built by the protocol (as under chillfl's runtime) from the states its nodes send back."""
+def fetch_client_states(protocol: Any, executor: FlowerExecutor) -> None:
+    """Bring every client's state back from its node into the server's store, so that the protocol builds each client's
+    own model from it (``client_states``) as under chillfl's runtime; a protocol that keeps no client state has none."""
     store = protocol.store if isinstance(protocol, KeepsClientStates) else None
-    if not isinstance(store, NodeStore):
-        return {}
-    store.hold_final(executor.fetch_states(store.where))
-    return {cid: dict(s) for cid, s in protocol.client_states().items()}
+    if isinstance(store, NodeStore):
+        store.hold_final(executor.fetch_states(store.where))
 
 
 @dataclass

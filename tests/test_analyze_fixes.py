@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from chillfl.capabilities import Capabilities
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
@@ -76,18 +77,49 @@ def test_methods_with_personal_models_are_refused(tmp_path: Path, capsys: pytest
 
 
 def test_the_refusal_asks_the_capability(tmp_path: Path) -> None:
-    """Ditto (a global model and a personal one) declares personal_model through its options' capabilities; FedAvg does not."""
+    """FedRep (its head stays home) declares personal_model through its spec's capabilities and is refused; Ditto declares
+    a personal model too, but also trains_global_model (its clients upload FedAvg's w), so it is let in; FedAvg declares neither."""
     from chillfl.analysis.replay import method_capabilities, refuse_personal_models
 
-    for name, personal in (("ditto", True), ("fedavg", False)):
+    for name, personal, refused in (("fedrep", True, True), ("ditto", True, False), ("fedavg", False, False)):
         (tmp_path / "c.toml").write_text(f'[algorithm]\nname = "{name}"\n')
         config = load_config(tmp_path / "c.toml")
         assert method_capabilities(config).personal_model is personal
-        if personal:
-            with pytest.raises(ConfigError, match="ditto, whose clients each keep a model of their own"):
+        if refused:
+            with pytest.raises(ConfigError, match="fedrep, whose clients each keep a model of their own"):
                 refuse_personal_models(config, "r")
         else:
             refuse_personal_models(config, "r")
+    wrapped = Capabilities().wrapping(Capabilities(personal_model=True, trains_global_model=True))  # a wrapper runs its base's clients
+    assert wrapped.personal_model and wrapped.trains_global_model
+
+
+@pytest.mark.parametrize("method", ["ditto", "apfl"])
+def test_a_method_that_trains_the_global_model_is_analysed_as_fedavg(method: str, tmp_path: Path) -> None:
+    """Ditto's and APFL's clients train and upload w as FedAvg's do (v_k stays home), so the analyses of the global model
+    and its aggregate read the run (both were refused with every personal-model method), and read FedAvg's numbers:
+    Ditto's bit for bit (w's training is FedAvg's), APFL's to float rounding (its one training steps w within the loss
+    over (w, v, alpha), whose sums round otherwise)."""
+    ours, fedavg = _run(tmp_path, method, f"algorithm.name={method}"), _run(tmp_path, "fedavg")
+    for analysis in ("aggregation-accuracy", "aggregation-entropy", "cka"):
+        results = []
+        for run in (ours, fedavg):
+            out = tmp_path / f"{run.name}-{analysis}"
+            assert main(["analyze", analysis, str(run), "-o", str(out)]) == 0
+            results.append(json.loads(next(out.glob("*.json")).read_text().replace(run.name, "RUN")))
+        if method == "ditto":
+            assert results[0] == results[1], analysis
+        elif analysis != "aggregation-accuracy":  # a count of right answers may flip on a rounding
+            assert _numbers(results[0]) == pytest.approx(_numbers(results[1]), rel=1e-6, abs=1e-9), analysis
+
+
+def _numbers(tree: object) -> list[float]:
+    """Every number in a JSON tree, in order."""
+    if isinstance(tree, dict):
+        return [x for v in tree.values() for x in _numbers(v)]
+    if isinstance(tree, list):
+        return [x for v in tree for x in _numbers(v)]
+    return [float(tree)] if isinstance(tree, (int, float)) and not isinstance(tree, bool) else []
 
 
 def test_a_missing_folder_and_a_diverged_run_say_so(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -43,8 +43,8 @@ def _folder(root: Path, monkeypatch: pytest.MonkeyPatch, on_flower: bool, parts:
     {},
     {"algorithm": {"name": "ditto", "lam": 0.1}, "checkpoint": {"every": 0, "client_models": True}},
 ], ids=["fedavg", "ditto-client-models"])
-def test_the_flower_server_writes_the_folder_chillfl_run_writes(parts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                server_identity: None) -> None:
+@pytest.mark.usefixtures("server_identity")
+def test_the_flower_server_writes_the_folder_chillfl_run_writes(parts: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     own = _folder(tmp_path / "own", monkeypatch, False, parts)
     flower = _folder(tmp_path / "flower", monkeypatch, True, parts)
     files = sorted(p.name for p in own.iterdir())

@@ -135,6 +135,12 @@ class Capabilities:
     personal_model: bool = False
     """Each client keeps a model of its own (``checkpoint.client_models`` saves them; the method
     implements :class:`~chillfl.aggregation.base.HoldsPersonalModel` or its family's equivalent)."""
+    trains_global_model: bool = False
+    """With :attr:`personal_model`: the clients still train and upload the global model itself, as FedAvg's clients do
+    (Ditto's and APFL's w, trained beside each client's personal model), so the analyses that read the global model and
+    its aggregate (``cka``, ``aggregation-accuracy``, ``aggregation-entropy``) take the run. A personal-model method that
+    does not declare it is refused there: what its clients upload is not a model they use (``local_only``'s global model
+    is never trained, FedRep's and FedPer's heads stay home, FedBN's norm layers are the client's own)."""
     reports: str | None = None
     """What the method's clients send besides their model, computed from their data without noise (FedGen's
     label counts, q-FFL's loss), e.g. "each client's label counts". No ``[privacy]`` mechanism noises it or
@@ -172,7 +178,7 @@ class Capabilities:
 
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
-        base's limits (plain SGD, Flower, a linear head), its personal model, its reports, its private-step limit and its cost are the wrapper's too
+        base's limits (plain SGD, Flower, a linear head), its personal model (and whether it trains the global model), its reports, its private-step limit and its cost are the wrapper's too
         (the wrapper's own cost added); whether the wrapper can itself
         be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
         return Capabilities(
@@ -181,6 +187,7 @@ class Capabilities:
             takes_weights=self.takes_weights,
             not_a_base=self.not_a_base,
             personal_model=self.personal_model or base.personal_model,
+            trains_global_model=self.trains_global_model or base.trains_global_model,
             reports=self.reports or base.reports,
             private_steps=self.private_steps or base.private_steps,
             linear_head=self.linear_head or base.linear_head,

@@ -275,6 +275,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="APFL's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            trains_global_model=True,  # w_i, stepped on f_i(w_i) alone, is what the server averages; v_i and alpha_i stay home
             cost=Cost(step_passes=2.0),  # each step's forward + backward of w (f_i(w)) and of v_bar (f_i(v_bar)): two models' passes
         ),
     ),

@@ -122,6 +122,7 @@ CAPABILITIES = Capabilities(
     takes_weights=True,
     not_a_base="Ditto's clients run their own local trainings, which PA3Fed's client half does not compose with",
     personal_model=True,
+    trains_global_model=True,  # w: each client uploads FedAvg's local model; v_k stays home
     cost=Cost(trainings=2.0, extra_pass_overhead=PARAMETER_TERM),
 )
 

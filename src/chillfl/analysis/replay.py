@@ -23,7 +23,9 @@ replayed round from the final model is "one round as if these restarted".
 Soft-label (distillation) runs are not replayed, nor runs of a method whose
 clients each keep a model of their own (its capability ``personal_model``,
 :func:`refuse_personal_models`): what such a client uses is its own model,
-not the global model or its aggregate, and the replay does not rebuild it.
+not the global model or its aggregate, and the replay does not rebuild it;
+unless its clients also train and upload the global model as FedAvg's do
+(``trains_global_model``: Ditto's and APFL's w), which is what is replayed.
 
 Checked (2026-12) against: FLex&Chill Sec. 4.4 (Fig. 9's pre-update model of
 a participating client is its freshly trained local model) and Fig. 13
@@ -231,10 +233,12 @@ def method_capabilities(config: RunConfig) -> Capabilities:
 
 
 def refuse_personal_models(config: RunConfig, run_dir: str | Path, field: str = "run_dir") -> None:
-    """Refuse a run whose clients each keep a model of their own (``personal_model``) in one line naming its method.
+    """Refuse a run whose clients each keep a model of their own (``personal_model``) in one line naming its method,
+    unless they also train and upload the global model as FedAvg's clients do (``trains_global_model``: Ditto, APFL).
     Why: the analyses that read the global model and its aggregate measured something no client uses (``local_only``:
     a never-trained global model, "-41.6 points across aggregation" and CKA 1.0 at every layer)."""
-    if method_capabilities(config).personal_model:
+    capabilities = method_capabilities(config)
+    if capabilities.personal_model and not capabilities.trains_global_model:
         method = protocol_of(config).method(config)
         raise ConfigError(field, f"{run_dir} is a run of {method}, whose clients each keep a model of their own (personal_model): "
                                  "this analysis reads the global model and its aggregate, which are not the models its clients use")

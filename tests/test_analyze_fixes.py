@@ -74,6 +74,11 @@ def test_methods_with_personal_models_are_refused(tmp_path: Path, capsys: pytest
         line = _one_line(capsys, "run_dir")
         assert "local_only" in line and "personal_model" in line
     assert not (tmp_path / "x").exists()
+    tiny = _run(tmp_path, "fa", "federation.rounds=1")
+    assert main(["analyze", "cka", str(tiny), "--reference", str(run), "-o", str(tmp_path / "x")]) == 2  # its global model is no reference
+    line = _one_line(capsys, "--reference")
+    assert "local_only" in line and "personal_model" in line
+    assert not (tmp_path / "x").exists()
 
 
 def test_the_refusal_asks_the_capability(tmp_path: Path) -> None:

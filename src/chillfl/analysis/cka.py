@@ -49,7 +49,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.analysis.replay import Params, build_run, load_model_state, out_folder, refuse_personal_models, replay_round, run_label, write_json
+from chillfl.analysis.replay import Params, build_run, check_finished, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
@@ -114,6 +114,9 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
             clients: bool = False, start: str = "final", center: bool = True) -> dict[str, Any]:
     """The CKA tables for every run (see module docstring)."""
     out: dict[str, Any] = {"analysis": "cka", "reference": reference or INITIAL, "samples": samples, "centered": center, "runs": {}}
+    if reference:  # its global model is the reference: one its clients do not use is no reference for theirs
+        check_finished(reference, "--reference")
+        refuse_personal_models(load_run(reference, "--reference"), reference, "--reference")
     for run_dir in run_dirs:
         exp = build_run(run_dir)
         refuse_personal_models(exp.config, run_dir)

@@ -713,3 +713,22 @@ def test_list_options_leaves_out_a_loss_term_entry_point_it_cannot_build(tmp_pat
     assert "## [objective] terms = [...]" in out and "### `proximal`" in out and "qa_bad_term" not in out
     said = [line for line in err.strip().splitlines() if "qa_bad_term" in line]
     assert len(said) == 1 and said[0].startswith("chillfl: plugin 'qa_bad_term' (qa_bad_term:Decay) is left out of [objective] terms: 'qa_bad_term' is built as Decay()"), err
+
+
+def test_a_bare_list_option_is_still_checked_as_a_list() -> None:
+    """A plugin's ``layers: list`` (no element type) took any value: ``algorithm.layers = 5`` reached the method as 5,
+    which failed inside its round as a TypeError. It is a list of anything now, and anything else one line on it."""
+    import dataclasses
+
+    from chillfl.options import parse_options
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        layers: list = dataclasses.field(default_factory=list)
+        pair: tuple = ()
+
+    for key, value in (("layers", 5), ("layers", "fc"), ("pair", 1.5)):
+        with pytest.raises(ConfigError) as err:
+            parse_options(Options, {key: value}, "algorithm")
+        assert err.value.field == f"algorithm.{key}" and "expected a list" in str(err.value)
+    assert parse_options(Options, {"layers": ["fc", 2], "pair": [1, "a"]}, "algorithm") == Options(["fc", 2], (1, "a"))

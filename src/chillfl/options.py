@@ -75,6 +75,8 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
         if value not in choices:
             raise ConfigError(field, f"unknown value {short_repr(value)}{did_you_mean(value, choices)}; allowed: {', '.join(map(str, choices))}")
         return value
+    if tp in (list, tuple):  # a bare ``list`` annotation: a list of anything, still a list (it has no origin to match below)
+        origin = tp
     if origin in (list, tuple):
         if isinstance(value, str) or not isinstance(value, (list, tuple)):
             raise ConfigError(field, f"expected a list, got {short_repr(value)}")

@@ -142,6 +142,18 @@ def test_a_finished_run_past_its_plan_says_so(tmp_path: Path, capsys: pytest.Cap
     assert run_state(tmp_path, "x", 5).cells() == ["x", "finished", "5/5", "50.00"]
 
 
+def test_a_damaged_summary_says_so(tmp_path: Path) -> None:
+    """A summary.json that is no JSON object (cut short, hand-edited) read "finished" with no rounds or accuracy, as if all
+    were well; the row now says it is unreadable, with the rounds that metrics.jsonl holds."""
+    from chillfl.storage.run_state import run_state
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "metrics.jsonl").write_text('{"round": 1}\n{"round": 2}\n')
+    for text in ('{"final_global_acc": 0.5, "rou', "[1, 2]"):
+        (tmp_path / "x" / "summary.json").write_text(text)
+        assert run_state(tmp_path, "x", 2).cells() == ["x", "finished (its summary.json is unreadable)", "2/2", "-"]
+
+
 def test_a_run_stopped_by_a_callback_is_stopped_not_finished(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """An early-stopped run writes its summary.json (with ``"stopped"``) and keeps its checkpoint, which ``chillfl resume``
     continues; ``status`` read the summary and called it finished (``2/3``), so nothing said it could go on."""

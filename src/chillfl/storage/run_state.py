@@ -125,9 +125,9 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         try:
             summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            summary = {}
-        if not isinstance(summary, dict):  # a hand-edited or foreign file: the row without its numbers, not a traceback
-            summary = {}
+            summary = None
+        if not isinstance(summary, dict):  # a damaged, hand-edited or foreign file: said so, the rounds from metrics.jsonl
+            return RunState(name, "finished", "its summary.json is unreadable", _rounds_written(folder), planned)
         accuracy, ran = summary.get("final_global_acc"), summary.get("rounds")
         stopped = summary.get("stopped")
         if isinstance(stopped, dict):  # stopped by a callback: complete results, and resumable to the planned rounds

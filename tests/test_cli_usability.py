@@ -67,6 +67,24 @@ def test_a_compare_dry_run_lists_the_runs_of_its_grid_seeds_and_tuning(tmp_path:
     assert not (tmp_path / "out").exists()
 
 
+def test_a_compare_dry_run_prints_the_tables_its_flags_set(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The TOML showed the file's ``[compare] seeds`` and ``[tune]`` while --seeds and --tune replaced them (only the
+    opening comment said so), and its ``[variants]`` under --grid: saved, it ran another comparison. Now it is the one
+    the flags ask for: compared again, the saved TOML plans the same runs."""
+    base = write(tmp_path, f'out_dir = "{(tmp_path / "out").as_posix()}"\n[eval]\nvalidation = 0.2\n[compare]\nseeds = [0, 1, 2]\n'
+                           '[tune]\n"client.lr" = [0.1, 0.2]\n[variants]\na = {}\nb = {"client.epochs" = 2}\n')
+    assert main(["compare", str(base), "--seeds", "5,6", "--tune", "client.lr=0.3", "--select", "final", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    table = tomllib.loads(out)
+    assert table["compare"]["seeds"] == [5, 6] and table["compare"]["select"] == "final" and table["tune"] == {"client.lr": [0.3]}
+    assert set(table["variants"]) == {"a", "b"}
+    saved = write(tmp_path, out, "saved.toml")
+    assert main(["compare", str(saved), "--dry-run"]) == 0
+    assert capsys.readouterr().out.splitlines()[:3] == out.splitlines()[:3]  # the same runs, by name
+    assert main(["compare", str(base), "--grid", "client.epochs=1,3", "--dry-run"]) == 0
+    assert not tomllib.loads(capsys.readouterr().out)["variants"]  # the grid's rows ran, not these
+
+
 def test_a_one_run_dry_run_says_1_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``chillfl compare CONFIG --seeds 2 --dry-run`` opened with "1 runs: 1 variant"."""
     assert main(["compare", str(write(tmp_path, "")), "--seeds", "2", "--dry-run"]) == 0

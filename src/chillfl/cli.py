@@ -184,6 +184,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         with _checking():
             checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
         complete, planned = checked.complete, checked.planned
+        config = _as_flags_ran(config, options, grid)
     else:
         from chillfl.experiment import check_config
 
@@ -202,6 +203,18 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     # one run: as its folder's config.toml will hold it (empty tables left out); a comparison's dry run keeps its tables
     print(to_toml(config.to_dict() if planned else config.to_saved_dict()), end="")
     return 0
+
+
+def _as_flags_ran(config: RunConfig, options: "CompareOptions", grid: Sequence[str]) -> RunConfig:
+    """The comparison's config with what its flags replaced put in: ``--seeds``, ``--tune``, ``--controls`` and ``--select``
+    in its ``[compare]`` and ``[tune]`` tables, and no ``[variants]`` under ``--grid`` (its rows are the opening comments),
+    so that the dry run's TOML, saved, is the comparison the flags ask for, not the file's."""
+    compare = dict(config.compare)
+    for key, value in (("seeds", options.seeds), ("controls", options.controls), ("select", options.select)):
+        if value is not None:
+            compare[key] = value
+    return dataclasses.replace(config, compare=compare, tune=options.tune if options.tune is not None else config.tune,
+                               variants={} if grid else config.variants)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -53,7 +53,7 @@ from chillfl.storage.model_file import read_model
 from chillfl.storage.results import FAILED, FAILURE, PARTIAL, strict
 from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
-from chillfl.engine.protocol import AroundProtocol
+from chillfl.engine.protocol import protocol_layers
 from chillfl.errors import ConfigError
 from chillfl.paths import shell_path
 from chillfl.data import FederatedData
@@ -192,9 +192,7 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
         raise ConfigError("run_dir", f"{run_dir} is a {kind.title} ({kind.method(config)}) run; this analysis replays parameter-sharing runs only")
     refuse_personal_models(config, run_dir)
     protocol = build_protocol(exp)
-    sharing = protocol
-    while isinstance(sharing, AroundProtocol):  # [privacy] / [attack] wrap it: the round runs through them, as in the run
-        sharing = sharing.inner
+    *_, sharing = protocol_layers(protocol)  # [privacy] / [attack] wrap it: the round runs through them, as in the run
     assert isinstance(sharing, ParameterSharing)
     rnd = 0
     if start == "final":

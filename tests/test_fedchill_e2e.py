@@ -201,3 +201,22 @@ def test_fedchill_run_keeps_each_clients_temperature_with_the_client(protocol_ta
         # every protocol records the T each client trained at (docs/fedchill.md); an `if` here hid that prototypes' did not
         assert got.temperature <= participations[-1]["temperatures"][str(cid)]  # T never grows
     protocol.close()
+
+
+@pytest.mark.parametrize("protocol", [[], ["distillation.method=scarlet", "distillation.public_size=400", "distillation.subset_size=100"]],
+                         ids=["parameters", "softlabels"])
+def test_decay_without_client_accuracy_is_refused_before_anything_trains(protocol: list[str], tmp_path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``eval.clients = "none"`` measures no client's accuracy, which the decay reads: the run trained a whole round first,
+    then said so in a line on ``temperature.decay`` that asked for ``eval.client_split`` (already set). Now one line on
+    ``eval.clients`` before anything trains, asked of the policy's declared ``steers_by_accuracy``, not of its name."""
+    from chillfl.cli import main
+
+    config = tmp_path / "c.toml"
+    config.write_text('[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 4\nclients_per_round = 2\nrounds = 1\n')
+    run = ["run", str(config), "-q", "--out", str(tmp_path / "out"), "temperature.policy=fedchill", "eval.clients=none", *protocol]
+    assert main(run) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("chillfl: error: eval.clients: FedChill's decay (temperature.decay = true) reads each client's accuracy") and "\n" not in err
+    assert not (tmp_path / "out").exists()
+    assert main([*run, "--dry-run"]) == 2  # a dry run checks it too
+    assert main([*run, "temperature.decay=false", "--dry-run"]) == 0  # off: nothing reads it

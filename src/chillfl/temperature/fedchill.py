@@ -197,11 +197,12 @@ def start_temperature(options: FedChillOptions, h: float) -> float:
 
 
 def no_accuracy_for_decay() -> ConfigError:
-    """The error of a decay step without the client's validation accuracy (the run has no client splits)."""
+    """The error of a decay step without the client's accuracy (a run built around :func:`check_policy`'s refusal of
+    ``eval.clients = "none"``, e.g. a protocol passed from Python that measures none)."""
     return ConfigError(
         "temperature.decay",
-        "FedChill's decay needs each client's validation accuracy, but the run has no client "
-        "splits; set eval.client_split or temperature.decay = false",
+        "FedChill's decay needs each client's accuracy after its training, but none was measured; "
+        "set eval.clients = 'sampled' or temperature.decay = false",
     )
 
 

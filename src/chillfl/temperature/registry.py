@@ -182,9 +182,17 @@ def constant_temperature(table: Mapping[str, Any]) -> float | None:
 
 
 def check_policy(config: RunConfig, section: str = "temperature") -> None:
-    """Parse ``config``'s policy table and run the spec's own ``check`` against the whole run."""
+    """Parse ``config``'s policy table and run the spec's own ``check`` against the whole run.
+
+    A policy that declares that the clients' accuracy steers it (``steers_by_accuracy``) in a run that measures no
+    client's accuracy (``eval.clients = "none"``) is refused here, before anything trains: its ``observe`` would first
+    meet the missing accuracy after round 1's local training (a whole round's work, at full scale an hour)."""
     spec, options = parse_policy(config.temperature, section)
     spec.check(options, config, section)
+    steers = declared(spec.capabilities(options), str(config.temperature.get("policy")), f"{section}.policy").steers_by_accuracy
+    if steers and config.eval.clients == "none":
+        raise ConfigError("eval.clients", f"{steers} reads each client's accuracy after its training, which eval.clients = 'none' "
+                                          "does not measure; set eval.clients = 'sampled', or switch that off")
 
 
 def steers_on_test_rows(config: RunConfig, policy: TemperaturePolicy | None = None) -> str | None:

@@ -386,6 +386,9 @@ class LogConfig:
     machine; ``wandb sync`` uploads it later). ``mlflow_tracking_uri``: where
     the MLflow run goes (``""``: MLflow's own choice, ``$MLFLOW_TRACKING_URI`` or
     its local default); ``mlflow_experiment``: its experiment name.
+    ``per_client``: every round's record also maps each client whose local accuracy it averages to that accuracy and loss
+    (``local_accs``, ``local_losses``, and ``local_val_accs`` where the clients measure one), so that what steers a
+    client (FedChill's decay reads its accuracy) can be checked from the run's files; off, the record keeps the means.
     """
 
     sinks: tuple[Literal["csv", "tensorboard", "wandb", "mlflow"], ...] = ()
@@ -393,6 +396,7 @@ class LogConfig:
     wandb_mode: Literal["auto", "online", "offline"] = "auto"
     mlflow_tracking_uri: str = ""
     mlflow_experiment: str = "chillfl"
+    per_client: bool = False
 
     def validate(self, section: str) -> None:
         seen = [s for i, s in enumerate(self.sinks) if s in self.sinks[:i]]

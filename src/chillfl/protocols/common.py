@@ -86,7 +86,9 @@ class LocalLog:
         if val is not None:
             self.val[client_id] = val
 
-    def metrics(self, sampled: Sequence[int], which: str) -> dict[str, Json]:
+    def metrics(self, sampled: Sequence[int], which: str, per_client: bool = False) -> dict[str, Json]:
+        """The means over the round's clients (``which = "sampled"``) or every client measured so far; ``per_client``
+        (``log.per_client``): each of those clients' own values too, by client id."""
         ids = list(sampled) if which == "sampled" else sorted(self.acc)
         out: dict[str, Json] = {
             "local_acc": mean_or_none([self.acc[c] for c in ids]),
@@ -95,6 +97,11 @@ class LocalLog:
         }
         if self.val:  # the same clients' own models on their own validation splits
             out["local_val_acc"] = mean_or_none([self.val[c] for c in ids if c in self.val])
+        if per_client:
+            out["local_accs"] = {str(c): self.acc[c] for c in ids}
+            out["local_losses"] = {str(c): self.loss[c] for c in ids}
+            if self.val:
+                out["local_val_accs"] = {str(c): self.val[c] for c in ids if c in self.val}
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -213,9 +213,9 @@ def test_numerically_equal_tune_flags_and_own_grids_are_one_comparison() -> None
     """The same for ``--tune`` (``chillfl.compare(tune=...)``) and a variant's own grid (``[variants.LABEL.tune]``)."""
     from chillfl.sweeps.plan import CompareOptions
 
-    own = {"variants": {"a": {"client.lr": 0.05, "tune": {"client.momentum": [0, 0.9]}}, "b": {"client.lr": 0.1}}}
+    own = {"variants": {"a": {"client.epochs": 2, "tune": {"client.momentum": [0, 0.9]}}, "b": {"client.epochs": 3}}}
     assert _identity({**_GRID_BASE, **own}, CompareOptions(tune={"client.lr": [1, 0.1]})) == _identity(
-        {**_GRID_BASE, "variants": {"a": {"client.lr": 0.05, "tune": {"client.momentum": [0.0, 0.9]}}, "b": {"client.lr": 0.1}}},
+        {**_GRID_BASE, "variants": {"a": {"client.epochs": 2, "tune": {"client.momentum": [0.0, 0.9]}}, "b": {"client.epochs": 3}}},
         CompareOptions(tune={"client.lr": [1.0, 0.1]}))
 
 

@@ -100,6 +100,23 @@ def test_a_command_line_grid_that_tunes_a_variants_own_key_is_refused(tmp_path: 
     assert err.value.field == "variants.FedProx.tune.algorithm.mu" and "(--tune)" in err.value.message
 
 
+@pytest.mark.parametrize("spelling", [{"client": {"lr": 0.1}}, {"client.lr": 0.1}], ids=["table", "dotted"])
+def test_a_variant_setting_a_key_the_shared_grid_sweeps_is_refused(tmp_path: Path, spelling: dict[str, Any]) -> None:
+    """The tuning point is applied after the variant: its lr never ran, and the table showed a row labelled with it
+    (a grid over client.lr with --tune client.lr gave rows "client.lr=0.1" and "=0.3" with the same numbers)."""
+    from chillfl.sweeps.plan import CompareOptions, parse_grid
+
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config_from_dict(_config(tmp_path, A={}, B=spelling)), [])
+    assert err.value.field == "variants.B.client.lr" and "swept by the shared tuning grid" in err.value.message
+    config = config_from_dict({**_config(tmp_path), "variants": {}})
+    with pytest.raises(ConfigError) as err:
+        plan_runs(config, ["client.lr=0.1,0.3"], options=CompareOptions(tune={"client.lr": [0.05, 0.2]}))
+    assert err.value.field == "client.lr" and err.value.message.endswith("(grid variant client.lr=0.1)")
+    plan_runs(config, ["client.epochs=1,2"])  # another key: fine
+    assert parse_grid(["client.lr=0.1,0.3"])  # and a grid over lr without tuning it
+
+
 def test_grids_written_with_toml_dotted_keys_unquoted_are_the_quoted_ones(tmp_path: Path) -> None:
     """TOML reads ``client.lr = [...]`` unquoted as a nested table: ``[tune]`` refused it ("tune.client: expected a non-empty
     list"), and a variant's ``tune.algorithm.mu = [...]`` the same way, unless the key was quoted."""
@@ -128,7 +145,7 @@ def test_a_grid_key_written_twice_is_refused(tmp_path: Path, tables: dict[str, A
 
 
 @pytest.mark.parametrize(("tables", "field"), [
-    ({"tune": {"temperature.value": [0.5, 0.25]}, "variants": {"A": {"temperature": {"policy": "fixed", "value": 0.5}}}}, "tune.temperature.value"),
+    ({"tune": {"temperature.value": [0.5, 0.25]}, "variants": {"A": {"temperature": {"policy": "fixed"}}}}, "tune.temperature.value"),
     ({"variants": {"A": {"temperature": {"policy": "fixed", "value": 0.5}, "tune": {"temperature.value": [0.5, 0.25]}}, "B": {}}}, "variants.A.tune.temperature.value"),
 ])
 def test_controls_of_a_variant_whose_temperature_is_tuned_are_refused(tmp_path: Path, tables: dict[str, Any], field: str) -> None:
@@ -196,11 +213,11 @@ def test_an_override_replaces_a_variants_grid_axis_and_finds_a_name_with_dots(tm
                     'rounds = 2\n[eval]\nvalidation = 0.2\n[tune]\n"client.lr" = [0.05, 0.2]\n[variants."lr 0.1"]\n'
                     '[variants."lr 0.1 b"]\n[variants.FedProx]\nalgorithm = { name = "fedprox" }\n[variants.FedProx.tune]\n'
                     '"algorithm.mu" = [0.001, 0.1]\n')
-    config = load_config(path, {"variants.FedProx.tune.algorithm.mu": [0.5], "variants.lr 0.1 b.client.lr": 0.3,
+    config = load_config(path, {"variants.FedProx.tune.algorithm.mu": [0.5], "variants.lr 0.1 b.client.momentum": 0.3,
                                 "variants.lr 0.1.client.epochs": 3, "variants.New.algorithm.name": "fedprox"})
     plan = plan_runs(config, [])
     points = {v.label: plan.points_of(v) for v in plan.variants}
     assert points["FedProx"] == [{"client.lr": 0.05, "algorithm.mu": 0.5}, {"client.lr": 0.2, "algorithm.mu": 0.5}]
     variants = config.variants
-    assert variants["lr 0.1 b"]["client"] == {"lr": 0.3} and variants["lr 0.1"]["client"] == {"epochs": 3}
+    assert variants["lr 0.1 b"]["client"] == {"momentum": 0.3} and variants["lr 0.1"]["client"] == {"epochs": 3}
     assert variants["New"]["algorithm"] == {"name": "fedprox"}

@@ -636,6 +636,11 @@ def plan_runs(
         both = sorted(set(v.tune) & set(tune_table))
         if both:
             raise ConfigError(f"variants.{v.label}.tune.{both[0]}", "is tuned by the shared grid (--tune) already; a variant's own grid adds other options")
+        fixed = sorted(set(dotted_keys([v.overrides])) & set(tune_table))
+        if fixed:  # the tuning point is applied after the variant: its value would never run, under its label
+            with naming(v, from_grid):
+                raise ConfigError(fixed[0], "is swept by the shared tuning grid ([tune] or --tune), which sets it in every run of the "
+                                            "variant, so this value would never run; set it in the variants or tune it, not both")
     multi = suffixed(planned, tune_table, seeds)  # as chillfl.run_names reads a finished comparison's names back
     per_variant = sum(len(variant_points(tune_table, v)) for v in planned)
     total = per_variant * len(seeds)

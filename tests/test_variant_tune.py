@@ -221,3 +221,15 @@ def test_an_override_replaces_a_variants_grid_axis_and_finds_a_name_with_dots(tm
     variants = config.variants
     assert variants["lr 0.1 b"]["client"] == {"momentum": 0.3} and variants["lr 0.1"]["client"] == {"epochs": 3}
     assert variants["New"]["algorithm"] == {"name": "fedprox"}
+
+
+@pytest.mark.parametrize("item", ['variants.T=0.25.client.momentum=0.5', 'variants."T=0.25".client.momentum=0.5'], ids=["bare", "quoted"])
+def test_an_override_finds_a_variant_whose_name_holds_an_equals_sign(item: str) -> None:
+    """The demo's and the bundled tables' names hold "=" (``T=0.25``): the override was split at that "=" and refused
+    ("variants.T: must be a table of overrides"), quoted as TOML quotes a key or not."""
+    from chillfl.config import load_config, parse_overrides
+    from chillfl.experiments import resolve_config
+
+    config = load_config(resolve_config("flexchill/table4-digits"), parse_overrides([item]))
+    assert config.variants["T=0.25"]["client"] == {"momentum": 0.5}
+    assert all("client" not in v for label, v in config.variants.items() if label != "T=0.25")

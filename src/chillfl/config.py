@@ -1025,15 +1025,28 @@ def parse_value(text: str, field: str = "value") -> Any:
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """``key=value`` items -> ``{key: value}``, split at the first ``=`` outside a quoted variant name
+    (``variants."T=0.25".client.lr=0.1``, :func:`quoted_variant`)."""
     out: dict[str, Any] = {}
     for item in items:
         if "=" not in item:
             raise ConfigError(item, "overrides look like section.option=value (e.g. client.lr=0.05)")
-        key, _, text = item.partition("=")
+        key, _, text = quoted_variant(item) or item.partition("=")
         if not key.strip():  # ``=1``: no field to name but the override itself
             raise ConfigError("overrides", f"{short_repr(item)} has no key; overrides look like section.option=value (e.g. client.lr=0.05)")
         out[key.strip()] = parse_value(text.strip(), key.strip())
     return out
+
+
+def quoted_variant(item: str) -> tuple[str, str, str] | None:
+    """``(key, "=", value)`` of an override whose variant name is quoted as TOML quotes a key (``variants."T=0.25".client.lr=0.1``:
+    a name may hold ``=``, as the demo's and the bundled tables' ``T=0.25`` do); None for any other item."""
+    prefix = VARIANTS_KEY + '"'
+    end = item.find('".', len(prefix))
+    if not item.startswith(prefix) or end < 0 or "=" not in item[end:]:
+        return None
+    option, _, text = item[end + 2 :].partition("=")
+    return f"{VARIANTS_KEY}{item[len(prefix):end]}.{option}", "=", text
 
 
 def is_folder(path: Path) -> bool:
@@ -1221,6 +1234,9 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
             set_tune_axis(data, key.removeprefix(TUNE_KEY), value)
         elif (named := variant_key(data, key)) is not None:
             set_variant_option(data, *named, value)
+        elif (named := variant_key(data, f"{key}={value}")) is not None and isinstance(value, str) and "=" in named[1]:
+            option, _, text = named[1].partition("=")  # a name holding "=" (T=0.25) unquoted: the first "=" was the name's
+            set_variant_option(data, named[0], option.strip(), parse_value(text.strip(), f"{key}={option.strip()}"))
         elif not key.startswith(TERM_KEY):
             set_dotted(data, key, value)
     for key, value in overrides.items():  # after the others: a term's option sets the term of the run's terms, as overridden

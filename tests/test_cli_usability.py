@@ -651,3 +651,17 @@ def test_a_bare_temperature_says_how_a_config_sets_one(tmp_path: Path, capsys: p
     assert err == [f"chillfl: error: {field}: {said}"], err
     assert main(["run", str(write(tmp_path, 'name = "x"\n')), "temperature.policy=fixed", "temperature.value=0.5", "--dry-run"]) == 0  # as it says
     assert tomllib.loads(capsys.readouterr().out)["temperature"] == {"policy": "fixed", "value": 0.5}
+
+
+def test_a_switch_of_algorithm_keeps_a_weighting_the_base_chose(tmp_path: Path) -> None:
+    """``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at "samples": a
+    confounded comparison, nothing said. The shared option is kept where the new method takes it; a value equal to the
+    old method's default is not (a resolved table holds every default, and some methods weight uniformly by default)."""
+    base = write(tmp_path, '[algorithm]\nname = "fedavg"\nweighting = "uniform"\n')
+    assert load_config(base, {"algorithm.name": "fedprox"}).algorithm == {"name": "fedprox", "weighting": "uniform"}
+    assert load_config(base, {"algorithm.name": "krum"}).algorithm == {"name": "krum"}  # takes no weighting
+    fedavg, fedprox = parse_grid(["algorithm.name=fedavg,fedprox"])
+    assert variant_config(load_config(base), fedprox.label, fedprox.overrides).algorithm["weighting"] == "uniform"
+    default = write(tmp_path, '[algorithm]\nname = "fedavg"\nweighting = "samples"\n', "default.toml")
+    switched = [name for name in ("fedavg", "fedprox", "scaffold", "fedexp") if "weighting" in load_config(default, {"algorithm.name": name}).algorithm]
+    assert switched == ["fedavg"]  # its own default, written: each other method keeps its own

@@ -29,7 +29,7 @@ from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
+from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
 from chillfl.training.objective import Term
 
 if TYPE_CHECKING:  # annotations only
@@ -256,6 +256,30 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
     except ConfigError as exc:
         raise ConfigError(exc.field, _other_family(name) or exc.message) from None
     return spec
+
+
+SHARED_OPTIONS = ("weighting",)
+"""Options that mean the same in every method that takes them (``weighting``: clients weighted by their samples or
+uniformly): a base config's choice of one outlives an override of ``algorithm.name`` (:func:`carried_options`)."""
+
+
+def carried_options(table: Mapping[str, Any], name: object) -> dict[str, Any]:
+    """What of ``table``, the ``[algorithm]`` table of another method, a switch to method ``name`` keeps: each of
+    :data:`SHARED_OPTIONS` that ``name`` takes and that ``table`` sets to other than its own method's default.
+
+    Why: ``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at ``"samples"``,
+    a confounded comparison with nothing said. A value equal to the old method's default is not carried: a resolved
+    table holds every default, and nine methods weight uniformly by default. Unknown names carry nothing (the run
+    names them in its own line)."""
+    old = table.get("name")
+    if not isinstance(old, str) or not isinstance(name, str) or is_custom(old) or is_custom(name):
+        return {}
+    try:
+        before = {f.name: f.default for f in dataclasses.fields(algorithm_spec(old).options)}
+        after = {f.name for f in dataclasses.fields(algorithm_spec(name).options)}
+    except ConfigError:
+        return {}
+    return {k: table[k] for k in SHARED_OPTIONS if k in table and k in after and k in before and table[k] != before[k]}
 
 
 def _other_family(name: object) -> str | None:

@@ -22,6 +22,7 @@ from chillfl.executors.sequential import ClientJob, SequentialExecutor
 from chillfl.engine.footprint import activation_bytes
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.runner import run_experiment
+from chillfl.errors import ConfigError
 from chillfl.training.batched_conv import batched_conv_mode, resolve_batched_conv
 from chillfl.training import conv_gemm
 from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm, window_index, window_sources, GatherWindows
@@ -471,3 +472,15 @@ def test_windows_are_not_kept_when_they_could_not_be_read_later(monkeypatch, whe
     assert made == {}
     conv_gemm.windows(*args)
     assert len(made) == 1  # an ordinary call afterwards keeps its own
+
+
+@pytest.mark.parametrize("executor", ["sequential", "processes", "ray"])
+@pytest.mark.parametrize(("option", "value"), [("batched_conv", "gemm"), ("cuda_graphs", True), ("compile", True)])
+def test_an_option_of_the_vectorised_step_under_another_executor_is_refused(executor: str, option: str, value: object) -> None:
+    """``compile`` was refused under an executor without the vectorised step, but ``cuda_graphs`` and ``batched_conv``
+    were accepted and did nothing, with nothing said (a run "with graphs" that had none)."""
+    with pytest.raises(ConfigError) as err:
+        load_config(None, {"executor": executor, option: value})
+    assert err.value.field == option and f"executor {executor!r} has none" in err.value.message
+    for fine in ("vectorized", "auto"):
+        assert getattr(load_config(None, {"executor": fine, option: value}), option) == value

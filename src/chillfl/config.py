@@ -492,13 +492,14 @@ class RunConfig:
     three are meant for GPUs, where cuDNN ran the grouped form one kernel per client. On an H200 workload 1's
     graphed bf16 round took 0.46 s with ``nhwc`` against 0.60 s ``grouped``, and 1.43 s with ``loop``; ``gemm`` (its windows
     gathered since 2026-12-04; the ``unfold`` form before took 5x as long) is slower on the CPU and not yet measured
-    on a GPU (docs/gpu.md). Same maths, other rounding; sequential training is unaffected."""
+    on a GPU (docs/gpu.md). Same maths, other rounding; a client trained alone is unaffected, and an executor without the
+    vectorised step (``sequential``, ``processes``, ``ray``) refuses any value but ``auto``."""
     cuda_graphs: bool = False
     """On a CUDA device, the vectorised executor records each chunk's step of all its clients once per batch shape as a
     CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`); later
     chunks (rounds) of the same structure replay the same graphs on their own values. It
-    applies to plain SGD (momentum, weight decay, clipping) at a constant local rate; other steps, other executors and
-    other devices run as without it. A replay runs the recorded step's very kernels, so it is meant to give the same bits
+    applies to plain SGD (momentum, weight decay, clipping) at a constant local rate; other steps and other devices run as
+    without it, and an executor without the vectorised step refuses it. A replay runs the recorded step's very kernels, so it is meant to give the same bits
     as without it on the same GPU (the CUDA suite compares them). Off by default: on an H200 (docs/gpu.md) it cut
     workload 1's launches from 75,647 a round to 1,354 but its round only by 5 %, and sped workload 2's round 1.4x,
     one run each."""
@@ -591,7 +592,10 @@ class RunConfig:
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said
             require(bool(path) and "\0" not in path, key, f"must be a non-empty path without NUL characters, got {short_repr(path)}")
-        require(not self.compile or self.executor in ("vectorized", "auto"), "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
+        vectorises = self.executor in ("vectorized", "auto")  # what compile, cuda_graphs and batched_conv act on: else they were silently nothing
+        require(not self.compile or vectorises, "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
+        require(not self.cuda_graphs or vectorises, "cuda_graphs", f"records the vectorised executor's step as CUDA graphs; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
+        require(self.batched_conv == "auto" or vectorises, "batched_conv", f"sets how the vectorised executor's step runs the clients' convolutions; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         check_name(self.name)
         for part, key in PART_KEYS.items():
             table = getattr(self, part)

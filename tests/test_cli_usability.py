@@ -82,7 +82,10 @@ def test_a_compare_dry_run_prints_the_tables_its_flags_set(tmp_path: Path, capsy
     assert main(["compare", str(saved), "--dry-run"]) == 0
     assert capsys.readouterr().out.splitlines()[:3] == out.splitlines()[:3]  # the same runs, by name
     assert main(["compare", str(base), "--grid", "client.epochs=1,3", "--dry-run"]) == 0
-    assert not tomllib.loads(capsys.readouterr().out)["variants"]  # the grid's rows ran, not these
+    gridded = capsys.readouterr().out
+    assert tomllib.loads(gridded)["variants"] == {"client.epochs=1": {"client.epochs": 1}, "client.epochs=3": {"client.epochs": 3}}
+    assert main(["compare", str(write(tmp_path, gridded, "gridded.toml")), "--dry-run"]) == 0  # the grid's rows, not the file's a and b
+    assert capsys.readouterr().out.splitlines()[0] == gridded.splitlines()[0]
 
 
 def test_a_one_run_dry_run_says_1_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -207,14 +207,18 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
 
 def _as_flags_ran(config: RunConfig, options: "CompareOptions", grid: Sequence[str]) -> RunConfig:
     """The comparison's config with what its flags replaced put in: ``--seeds``, ``--tune``, ``--controls`` and ``--select``
-    in its ``[compare]`` and ``[tune]`` tables, and no ``[variants]`` under ``--grid`` (its rows are the opening comments),
-    so that the dry run's TOML, saved, is the comparison the flags ask for, not the file's."""
+    in its ``[compare]`` and ``[tune]`` tables, and ``--grid``'s rows as its ``[variants]`` (they replace the file's), so that
+    the dry run's TOML, saved, is the comparison the flags ask for, not the file's."""
     compare = dict(config.compare)
     for key, value in (("seeds", options.seeds), ("controls", options.controls), ("select", options.select)):
         if value is not None:
             compare[key] = value
+    if grid:
+        from chillfl.sweeps.plan import parse_grid
+
+        variants = {v.label: v.overrides for v in parse_grid(grid, config)}
     return dataclasses.replace(config, compare=compare, tune=options.tune if options.tune is not None else config.tune,
-                               variants={} if grid else config.variants)
+                               variants=variants if grid else config.variants)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -589,10 +589,20 @@ def flexchill_split(
        client c (ascending) takes the next ``m + int(d[l, c] * (n_l - m * k))`` train
        samples and the next ``m * N_test // N_train + int(d[l, c] * (t_l - m * k * N_test // N_train))``
        test samples (n_l, t_l: the class's train/test counts; N: split sizes).
+
+    Where the authors' code fails, chillfl departs from it: a Dirichlet row that the legacy sampler returns as NaN
+    (tiny ``alpha``) becomes one-hot at ``rs.randint(k)``, drawn right after ``d`` (their code raises), and a negative
+    test share (a test class with fewer than ``m * k * N_test // N_train`` rows) takes no rows (their slice moves
+    back and gives clients overlapping test rows). Everywhere else the split is theirs, draw for draw.
     """
     n_train, n_test = len(train_labels), len(test_labels)
     rs = np.random.RandomState(seed)
     d = rs.dirichlet([alpha] * k, num_classes)
+    for row in np.flatnonzero(~np.all(np.isfinite(d), axis=1) | (d.sum(axis=1) <= 0)):
+        # a tiny alpha underflows every gamma draw of a row and the legacy sampler returns NaN (the authors' code then
+        # crashes): the row becomes one-hot, the alpha -> 0 limit, as dirichlet() does. Rows that drew fine are untouched.
+        d[row] = 0.0
+        d[row, rs.randint(k)] = 1.0
     train: list[list[np.ndarray]] = [[] for _ in range(k)]
     test: list[list[np.ndarray]] = [[] for _ in range(k)]
     min_test = min_samples * n_test // n_train
@@ -608,7 +618,9 @@ def flexchill_split(
             take = min_samples + int(d[label, c] * rest_tr)
             train[c].append(tr[at_tr : at_tr + take])
             at_tr += take
-            take = min_test + int(d[label, c] * rest_te)
+            # a test class with fewer than m * k * N_test // N_train rows makes rest_te negative and can make take
+            # negative: the authors' slice then moves back and hands rows to two clients; a client gets none there instead.
+            take = max(0, min_test + int(d[label, c] * rest_te))
             test[c].append(te[at_te : at_te + take])
             at_te += take
     return [np.concatenate(p) for p in train], [np.concatenate(p) for p in test]

@@ -10,7 +10,8 @@ Why it is built this way
   compared before anything is unpacked; a mismatch removes the file.
 * Atomic: archives are unpacked into a temporary folder beside the target,
   moved into place with one ``rename``, and the marker ``.chillfl-download``
-  is written last. A folder without the marker is never taken as complete.
+  is written last, listing every file installed. A folder without the marker is never taken as complete, and
+  a folder of ours that lost a listed file (deleted by hand) is fetched again whole, without ``--force``.
 * Safe: tar and zip members that would land outside the folder (absolute
   paths, ``..``, links, devices) are refused.
 * Overridable: ``CHILLFL_DATA_MIRROR`` (or ``mirror=``) replaces every URL by
@@ -322,11 +323,32 @@ def _unpack(path: Path, file: RemoteFile, dest: Path) -> None:
 
 
 def is_complete(data_dir: Path, source: Source) -> bool:
-    return (data_dir / source.folder / MARKER).is_file()
+    return (data_dir / source.folder / MARKER).is_file() and not missing_files(data_dir, source)
+
+
+def missing_files(data_dir: Path, source: Source) -> list[str]:
+    """The files the marker lists that are gone from the folder (a file deleted by hand after the download).
+
+    The marker lists every file it installed (after the dataset's name): without that list a deleted file
+    left the folder "already downloaded" and only ``--force`` brought it back. A marker written before the
+    list existed names no file, so nothing is known to be missing there."""
+    folder = data_dir / source.folder
+    try:
+        listed = (folder / MARKER).read_text(encoding="utf-8").splitlines()[1:]
+    except (OSError, UnicodeDecodeError):
+        return []
+    return [f for f in listed if f and not (folder / f).is_file()]
+
+
+def _marker_text(source: Source, target: Path) -> str:
+    """The marker: the dataset's name, then the path of every file installed under ``target``, one a line."""
+    files = sorted(p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file() and p.name != MARKER)
+    return "".join(f"{line}\n" for line in [source.name, *files] if "\n" not in line)
 
 
 def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
-    """(name, folder, download size, state) of every downloadable dataset; state: downloaded | present (not by us) | missing | manual."""
+    """(name, folder, download size, state) of every downloadable dataset; state: downloaded | incomplete (N files missing) |
+    present (not by us) | missing | manual."""
     root = Path(data_dir)
     rows = []
     for name in downloadable():
@@ -335,7 +357,13 @@ def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
             sizes = [f.size for f in source.files]
             size = f"{sum(s for s in sizes if s) / 1e6:.0f} MB" if all(sizes) else "see docs"
             folder = source.folder
-            state = "downloaded" if is_complete(root, source) else "present (not by us)" if (root / folder).exists() else "missing"
+            missing = len(missing_files(root, source))
+            state = (
+                f"incomplete ({missing} file{'s' if missing > 1 else ''} missing)" if missing
+                else "downloaded" if is_complete(root, source)
+                else "present (not by us)" if (root / folder).exists()
+                else "missing"
+            )
         else:
             folder, size = MANUAL[name].folder, "-"
             state = "present" if (root / folder).exists() else "manual (LEAF)"
@@ -356,7 +384,8 @@ def download_dataset(
 ) -> Path:
     """Fetch, check and unpack dataset ``name`` into ``data_dir/<folder>``; returns that folder.
 
-    Already complete (marker present): nothing is fetched. A folder without the
+    Already complete (marker present, every file it lists there): nothing is fetched. A folder of ours that
+    lost a file is fetched again whole. A folder without the
     marker (files placed by hand, or an old layout) is left alone unless ``force``.
     ``timeout`` bounds each connection and each read, in seconds; a dropped or
     stalled connection is resumed up to ``retries`` times.
@@ -364,11 +393,16 @@ def download_dataset(
     source = resolve_source(name, mirror, checksums)
     root = Path(data_dir)
     target = root / source.folder
-    if is_complete(root, source) and not force:
+    ours = (target / MARKER).is_file()
+    missing = missing_files(root, source) if ours else []
+    if ours and not missing and not force:
         log.info("%s is already in %s", name, target)
         return target
-    if target.exists() and not force:
+    if target.exists() and not ours and not force:
         raise DownloadRequestError(f"{target} exists but was not completed by `chillfl data download`; remove it or pass --force")
+    if missing and not force:  # the archive is gone after unpacking: the whole dataset is fetched and installed again
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        log.warning("%s in %s is incomplete (%s missing): fetching it again", name, target, shown)
     made = [p for p in (root, root / DOWNLOADS, root / DOWNLOADS / name) if not p.exists()]
     try:
         root.mkdir(parents=True, exist_ok=True)
@@ -412,7 +446,7 @@ def _install(source: Source, fetched: list[Path], root: Path, target: Path) -> N
         if target.exists():
             shutil.rmtree(target)
         made.replace(target)
-        (target / MARKER).write_text(f"{source.name}\n", encoding="utf-8")
+        (target / MARKER).write_text(_marker_text(source, target), encoding="utf-8")
     except OSError as exc:
         if exc.errno in (errno.ENOSPC, errno.EDQUOT):
             raise DownloadError(f"disk full while unpacking {source.name} into {root}; free space and rerun (the checked downloads are kept)") from exc

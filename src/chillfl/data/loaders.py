@@ -62,10 +62,15 @@ class RawSplit(NamedTuple):
     num_classes: int
 
 
-def _fetch_hint(key: str, data_dir: Path, url: str) -> str:
-    """How to get dataset ``key``: the one command that fetches it (or LEAF's recipe), and its source."""
+def _fetch_hint(key: str, data_dir: Path, url: str, again: bool = False) -> str:
+    """How to get dataset ``key``: the one command that fetches it (or LEAF's recipe), and its source.
+
+    ``again``: its folder is there but lacks a file; ``--force`` replaces a folder the downloader did not finish
+    (or one placed by hand), which it otherwise leaves alone."""
     if key in MANUAL:
         return MANUAL[key].instructions.replace("DATA_DIR", str(data_dir)) + f" (source: {url})"
+    if again:
+        return f"fetch it again with: {download_command(key, str(data_dir))} --force (source: {url})"
     return f"fetch it with: {download_command(key, str(data_dir))} (source: {url})"
 
 
@@ -80,10 +85,10 @@ def _find_dir(data_dir: Path, folders: tuple[str, ...], marker: tuple[str, ...],
     )
 
 
-def _need(path: Path, what: str, url: str, key: str = "", data_dir: Path | None = None) -> Path:
+def _need(path: Path, what: str, url: str, key: str, data_dir: Path) -> Path:
+    """``path``, a file of dataset ``key`` in the folder :func:`_find_dir` found: missing, the folder is incomplete."""
     if not path.is_file():
-        hint = _fetch_hint(key, data_dir, url) if key and data_dir is not None else f"download from {url}"
-        raise ConfigError(DATA_DIR_FIELD, f"{what} file not found at {path}; {hint}")
+        raise ConfigError(DATA_DIR_FIELD, f"{what} file not found at {path}; {_fetch_hint(key, data_dir, url, again=True)}")
     return path
 
 
@@ -190,8 +195,8 @@ def load_cifar10(data_dir: Path, opts: NoOptions) -> RawSplit:
     files = [f"data_batch_{i}" for i in range(1, 6)]
     expected = ", ".join(files + ["test_batch"])
     root = _find_dir(data_dir, ("cifar-10-batches-py",), ("data_batch_1",), "CIFAR-10", CIFAR10_URL, expected, "cifar10")
-    parts = [_read_pickle(_need(root / f, "CIFAR-10", CIFAR10_URL), b"labels") for f in files]
-    x_test, y_test = _read_pickle(_need(root / "test_batch", "CIFAR-10", CIFAR10_URL), b"labels")
+    parts = [_read_pickle(_need(root / f, "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels") for f in files]
+    x_test, y_test = _read_pickle(_need(root / "test_batch", "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels")
     return RawSplit(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), x_test, y_test, 10)
 
 
@@ -206,7 +211,7 @@ def load_cifar100(data_dir: Path, opts: Cifar100Options) -> RawSplit:
     root = _find_dir(data_dir, ("cifar-100-python",), ("train",), "CIFAR-100", CIFAR100_URL, "train, test", "cifar100")
     key = b"fine_labels" if opts.labels == "fine" else b"coarse_labels"
     x_train, y_train = _read_pickle(root / "train", key)
-    x_test, y_test = _read_pickle(_need(root / "test", "CIFAR-100", CIFAR100_URL), key)
+    x_test, y_test = _read_pickle(_need(root / "test", "CIFAR-100", CIFAR100_URL, "cifar100", data_dir), key)
     return RawSplit(x_train, y_train, x_test, y_test, 100 if opts.labels == "fine" else 20)
 
 
@@ -234,7 +239,7 @@ def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
 def load_svhn(data_dir: Path, opts: NoOptions) -> RawSplit:
     root = _find_dir(data_dir, ("svhn", "SVHN"), ("train_32x32.mat",), "SVHN", SVHN_URL, "train_32x32.mat, test_32x32.mat", "svhn")
     x_train, y_train = _read_svhn(root / "train_32x32.mat")
-    x_test, y_test = _read_svhn(_need(root / "test_32x32.mat", "SVHN", SVHN_URL))
+    x_test, y_test = _read_svhn(_need(root / "test_32x32.mat", "SVHN", SVHN_URL, "svhn", data_dir))
     return RawSplit(x_train, y_train, x_test, y_test, 10)
 
 
@@ -270,7 +275,7 @@ def _idx_file(root: Path, name: str) -> Path:
 def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str, key: str) -> RawSplit:
     marker = (IDX_FILES[0], IDX_FILES[0] + ".gz")
     root = _find_dir(data_dir, folders, marker, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES), key)
-    arrays = [read_idx(_need(_idx_file(root, f), what, url)) for f in IDX_FILES]
+    arrays = [read_idx(_need(_idx_file(root, f), what, url, key, data_dir)) for f in IDX_FILES]
     x_train, y_train, x_test, y_test = arrays
     for x, y, f in ((x_train, y_train, IDX_FILES[0]), (x_test, y_test, IDX_FILES[2])):
         if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
@@ -293,7 +298,7 @@ HAR_URL = "https://archive.ics.uci.edu/dataset/240/human+activity+recognition+us
 HAR_SIGNALS = tuple(f"{kind}_{axis}" for kind in ("body_acc", "body_gyro", "total_acc") for axis in "xyz")
 
 
-def _read_har(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+def _read_har(root: Path, split: str, data_dir: Path) -> tuple[np.ndarray, np.ndarray]:
     def read(path: Path, dtype: type, ndmin: Literal[1, 2]) -> np.ndarray:
         try:
             with warnings.catch_warnings():  # an empty file: refused below in one line, without numpy's warning first
@@ -302,8 +307,8 @@ def _read_har(root: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
         except ValueError as exc:
             raise _corrupt(path, exc) from exc
 
-    channels = [read(_need(root / split / "Inertial Signals" / f"{s}_{split}.txt", "UCI HAR", HAR_URL), np.float32, 2) for s in HAR_SIGNALS]
-    y = read(_need(root / split / f"y_{split}.txt", "UCI HAR", HAR_URL), np.int64, 1)
+    channels = [read(_need(root / split / "Inertial Signals" / f"{s}_{split}.txt", "UCI HAR", HAR_URL, "uci_har", data_dir), np.float32, 2) for s in HAR_SIGNALS]
+    y = read(_need(root / split / f"y_{split}.txt", "UCI HAR", HAR_URL, "uci_har", data_dir), np.int64, 1)
     shapes = {c.shape for c in channels}
     if len(shapes) != 1 or channels[0].shape != (len(y), 128) or y.min() < 1 or y.max() > 6:
         raise _corrupt(root / split, f"signals {sorted(shapes)} with {len(y)} labels in 1..6 expected N x 128")
@@ -314,8 +319,8 @@ def load_uci_har(data_dir: Path, opts: NoOptions) -> RawSplit:
     marker = ("train/y_train.txt",)
     expected = "{train,test}/Inertial Signals/<9 signals>_{train,test}.txt and {train,test}/y_{train,test}.txt"
     root = _find_dir(data_dir, ("UCI HAR Dataset",), marker, "UCI HAR", HAR_URL, expected, "uci_har")
-    x_train, y_train = _read_har(root, "train")
-    x_test, y_test = _read_har(root, "test")
+    x_train, y_train = _read_har(root, "train", data_dir)
+    x_test, y_test = _read_har(root, "test", data_dir)
     return RawSplit(x_train, y_train, x_test, y_test, 6)
 
 
@@ -335,7 +340,7 @@ class EmnistOptions:
 def load_emnist(data_dir: Path, opts: EmnistOptions) -> RawSplit:
     names = [f"emnist-{opts.split}-{part}-ubyte.gz" for part in ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")]
     root = _find_dir(data_dir, ("emnist/gzip", "EMNIST/raw", "gzip"), (names[0],), "EMNIST", EMNIST_URL, ", ".join(names), "emnist")
-    x_train, y_train, x_test, y_test = (read_idx(_need(root / n, "EMNIST", EMNIST_URL)) for n in names)
+    x_train, y_train, x_test, y_test = (read_idx(_need(root / n, "EMNIST", EMNIST_URL, "emnist", data_dir)) for n in names)
     offset = 1 if opts.split == "letters" else 0  # letters are labelled 1..26
     out = []
     for x, y, n in ((x_train, y_train, names[0]), (x_test, y_test, names[2])):
@@ -428,7 +433,7 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
             raise ConfigError(DATA_DIR_FIELD, f"Tiny-ImageNet class {w} has no images in {root / 'train' / w / 'images'}")
         train_paths += files
         train_labels += [index[w]] * len(files)
-    annotations = _need(root / "val" / "val_annotations.txt", "Tiny-ImageNet", TINY_URL)
+    annotations = _need(root / "val" / "val_annotations.txt", "Tiny-ImageNet", TINY_URL, "tiny_imagenet", data_dir)
     test_paths: list[Path] = []
     test_labels: list[int] = []
     for number, line in enumerate(_text(annotations).splitlines(), 1):
@@ -437,7 +442,7 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
         fields = line.split("\t")
         if len(fields) < 2 or fields[1] not in index or not _inside_name(fields[0]):
             raise _corrupt(annotations, f"line {number}: expected '<file>\\t<wnid from wnids.txt>...'")
-        test_paths.append(_need(root / "val" / "images" / fields[0], "Tiny-ImageNet", TINY_URL))
+        test_paths.append(_need(root / "val" / "images" / fields[0], "Tiny-ImageNet", TINY_URL, "tiny_imagenet", data_dir))
         test_labels.append(index[fields[1]])
     x_train = _decode_all(train_paths, opts.size, crop=False)
     x_test = _decode_all(test_paths, opts.size, crop=False)

@@ -527,7 +527,7 @@ class FemnistOptions:
     writers with fewer samples are dropped. ``train_fraction``: LEAF's ``--tf`` with ``-t sample``: each
     writer's own train/test split, max(1, floor(tf * n)) train samples; writers with fewer than 2
     samples are dropped, as LEAF does (only for ``all_data``; LEAF's own ``train``/``test`` folders are
-    kept as they are). ``max_writers``: keep the first N selected writers (0: all; FLex&Chill uses 36).
+    kept as they are). ``max_writers``: keep the first N selected writers that are not dropped (0: all; FLex&Chill uses 36).
     """
 
     sample_fraction: float = 1.0
@@ -591,8 +591,11 @@ def femnist_root(data_dir: Path) -> Path:
     raise ConfigError(DATA_DIR_FIELD, f"FEMNIST not found at {data_dir / 'femnist'}; expected LEAF's all_data/*.json or train/ and test/ *.json; {_fetch_hint('femnist', data_dir, FEMNIST_URL)}")
 
 
-def select_writers(counts: list[int], opts: FemnistOptions) -> list[int]:
-    """Indices of the writers kept, in their original order (see :class:`FemnistOptions`)."""
+def select_writers(counts: list[int], opts: FemnistOptions, at_least: int = 1) -> list[int]:
+    """Indices of the writers kept, in their original order (see :class:`FemnistOptions`).
+
+    ``at_least``: writers with fewer samples are dropped before ``max_writers`` cuts, so that the cut keeps N
+    writers where there are N usable ones (2 for ``all_data``: a writer needs a train and a test sample)."""
     rng = np.random.default_rng(opts.split_seed)
     order = rng.permutation(len(counts))
     target = opts.sample_fraction * sum(counts)
@@ -603,11 +606,11 @@ def select_writers(counts: list[int], opts: FemnistOptions) -> list[int]:
             break
         chosen.append(int(i))
         total += counts[i]
-    kept = sorted(i for i in chosen if counts[i] >= opts.min_samples and counts[i] > 0)
+    kept = sorted(i for i in chosen if counts[i] >= max(opts.min_samples, at_least, 1))
     return kept[: opts.max_writers] if opts.max_writers else kept
 
 
-FEMNIST_OUTPUT = 1
+FEMNIST_OUTPUT = 2
 """Output version of the FEMNIST loader and its stacking (``datasets.build_femnist``), in its cache key: bump it when what they produce changes."""
 
 
@@ -624,13 +627,11 @@ def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tup
         return [train[names[i]] for i in kept], [test.get(names[i], empty) for i in kept]
     writers = read_leaf_json(root / "all_data")
     names = list(writers)
-    kept = select_writers([len(writers[u][1]) for u in names], opts)
+    kept = select_writers([len(writers[u][1]) for u in names], opts, at_least=2)  # LEAF's split_data drops writers of 1 sample
     trains, tests = [], []
     for i in kept:
         x, y = writers[names[i]]
         n = len(y)
-        if n < 2:  # LEAF's split_data drops them: a writer needs a train and a test sample
-            continue
         rng = np.random.default_rng(np.random.SeedSequence(opts.split_seed, spawn_key=(i,)))
         n_train = max(1, int(np.floor(opts.train_fraction * n)))
         perm = rng.permutation(n)

@@ -24,7 +24,7 @@ from chillfl.data import ArrayDataset, FederatedData, build_federated_data, data
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
 from chillfl.data.datasets import dataset_options, dataset_spec
 from chillfl.data.loaders import data_absent
-from chillfl.data.partition import partitioner_options, partitioner_spec
+from chillfl.data.partition import UNUSED_NOTE_SHARE, partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.compiled import check_toolchain
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
@@ -633,6 +633,26 @@ def ignored_fraction_note(config: RunConfig) -> str | None:
             f"sets the clients a round (the fraction would give {by_fraction} of {fed.num_clients}); set only one of them")
 
 
+def unused_rows_note(config: RunConfig, data: FederatedData) -> str | None:
+    """The note (said once a process, :func:`say_notes`) when the run's partitioner declares that its split can leave
+    training rows to no client unasked (:attr:`~chillfl.data.partition.PartitionerEntry.leaves_unused`) and its clients
+    hold under :data:`~chillfl.data.partition.UNUSED_NOTE_SHARE` of the rows it split (the public pool is not counted).
+
+    Why: ``dirichlet`` with ``scheme = "client"`` gave 5 clients on digits half of the training rows, silently; a
+    reader comparing it with another split should know. A note, not an error: that is the split asked for.
+    """
+    name, options = RunConfig.component(config.partition)
+    if name == FROM_FILE:
+        return None
+    leaves_unused = partitioner_spec(name).leaves_unused
+    why = None if leaves_unused is None else leaves_unused(partitioner_options(name, options))
+    rows = len(data.dataset.y_train) - len(data.public_indices)
+    held = sum(len(ix) for ix in data.train_indices)
+    if why is None or rows <= 0 or held >= UNUSED_NOTE_SHARE * rows:
+        return None
+    return f"note: the clients hold {held} of the {rows} training rows ({held / rows:.0%}): {why} (docs/data.md)"
+
+
 def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     """What a run says on stderr before it trains, in notes, not errors: its results stand, but a reader should know.
 
@@ -643,7 +663,7 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     """
     notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), fewer_attackers_note(config)]
     if exp is not None:
-        notes.append(idle_local_dp_note(config, exp.aggregator))
+        notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data)]
     return [note for note in notes if note is not None]
 
 

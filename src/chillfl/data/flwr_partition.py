@@ -31,6 +31,12 @@ Choices
 * The library's ``UserWarning`` s (``DirichletPartitioner`` warns once per
   failed draw) become log warnings naming ``partition.options``, one per
   distinct message with a count, instead of Python's ``file:line`` warnings.
+  A deprecation (``DeprecationWarning``, ``FutureWarning``) raised below
+  flwr-datasets (pyarrow's ``null_placement``, met inside ``datasets``' sort
+  under ``ShardPartitioner``) concerns the libraries' code, not the user's
+  options: it is logged at debug level only. flwr-datasets' own deprecations
+  (of a partitioner's arguments, which the options are) still name
+  ``partition.options``.
 * ``NaturalIdPartitioner`` and ``GroupedNaturalIdPartitioner`` partition by
   the dataset's own client ids (``flwr_femnist``'s writers,
   ``flwr_shakespeare``'s speakers, ``synthetic``'s clients): chillfl supplies
@@ -158,6 +164,15 @@ def library_error(exc: Exception, opts: FlwrOptions, section: str) -> ConfigErro
     return ConfigError(f"{section}.options.{named[0]}" if len(named) == 1 else f"{section}.options", f"{opts.partitioner}: {text}")
 
 
+DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+"""Warnings that a library's code calls a deprecated API: the code's concern, not the user's, unless it is flwr-datasets'."""
+
+
+def _flwr_datasets_file(filename: str) -> bool:
+    """Whether a warning was raised in flwr-datasets' own code (where the partitioner's arguments are read)."""
+    return "flwr_datasets" in re.split(r"[\\/]", filename)
+
+
 @contextmanager
 def library_warnings(partitioner: str, section: str) -> Iterator[None]:
     """The library's warnings while it builds or splits, logged once per distinct message (the values in it aside)
@@ -168,6 +183,9 @@ def library_warnings(partitioner: str, section: str) -> Iterator[None]:
     counts: dict[str, tuple[str, int]] = {}
     for w in caught:
         text = " ".join(str(w.message).split())
+        if issubclass(w.category, DEPRECATIONS) and not _flwr_datasets_file(w.filename):
+            log.debug("%s: %s from %s (a library's, not the options'): %s", partitioner, w.category.__name__, w.filename, text)
+            continue
         key = " ".join(w for w in text.split() if not re.search(r"[\d()\[\]]", w))  # its words, the values in it aside
         first, n = counts.get(key, (text, 0))
         counts[key] = (first, n + 1)

@@ -104,7 +104,11 @@ Choices
   order, as in the authors' code. ``flexchill_dirichlet`` refuses a class with
   fewer than ``min_samples * num_clients`` training samples, for which the
   authors' slicing would give clients overlapping samples. Their per-client
-  test splits are used with ``eval.client_split = "partition"``.
+  test splits are used with ``eval.client_split = "partition"``; a test class
+  too small for the per-client test minimum is not refused (the split is used
+  only with that setting): a client whose test share comes out negative gets
+  none of it, where the authors' slice moved back over another client's rows.
+  A NaN Dirichlet row (tiny ``alpha``, where their code raises) is one-hot.
 * ``shards``: shards are cut from the label-sorted order as in McMahan et al.,
   so a shard can straddle two classes when class sizes are not multiples of
   ``shard_size``; samples beyond ``num_shards * shard_size`` are unused.

@@ -646,9 +646,11 @@ def unused_rows_note(config: RunConfig, data: FederatedData) -> str | None:
         return None
     leaves_unused = partitioner_spec(name).leaves_unused
     why = None if leaves_unused is None else leaves_unused(partitioner_options(name, options))
+    if why is None:
+        return None
     rows = len(data.dataset.y_train) - len(data.public_indices)
     held = sum(len(ix) for ix in data.train_indices)
-    if why is None or rows <= 0 or held >= UNUSED_NOTE_SHARE * rows:
+    if rows <= 0 or held >= UNUSED_NOTE_SHARE * rows:
         return None
     return f"note: the clients hold {held} of the {rows} training rows ({held / rows:.0%}): {why} (docs/data.md)"
 

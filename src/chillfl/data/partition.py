@@ -756,9 +756,9 @@ class PartitionerEntry(NamedTuple):
 PARTITIONERS: dict[str, PartitionerEntry] = {
     "iid": PartitionerEntry(NoOptions, _iid, summary="IID: a random permutation cut into equal shares"),
     "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet, leaves_unused=_dirichlet_leaves_unused,
-                                  summary='per-class Dir(alpha) label skew, uncapped (Wang et al. 2020); scheme = "client": per client (Hsu et al. 2019)'),
+                                  summary='Dir(alpha) label skew per class, uncapped; scheme="client": per client (Hsu)'),
     "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced,
-                                           summary="per-class Dir(alpha), no share for a full client: FedMA's / NIID-Bench's code (FedChill Sec. 4.2.2)"),
+                                           summary="Dir(alpha) per class, capped at N/K: FedMA and NIID-Bench code (FedChill)"),
     "shards": PartitionerEntry(ShardsOptions, _shards, summary="pathological label skew: label-sorted shards, a few a client (McMahan 2017)"),
     "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew, summary="client sizes drawn by Dir(h), labels optionally skewed too (NIID-Bench)"),
     "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise, adds_noise=_feature_noise_adds,

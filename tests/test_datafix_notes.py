@@ -52,3 +52,10 @@ def test_a_dry_run_says_it_once_on_stderr(tmp_path: Path, capsys: pytest.Capture
     assert main(["run", str(_config(tmp_path)), "--dry-run", "partition.scheme=client"]) == 0
     err = [line for line in capsys.readouterr().err.splitlines() if "training rows" in line]
     assert len(err) == 1 and err[0].startswith("chillfl: note: the clients hold ")
+
+
+def test_data_show_says_it_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl data show`` is where a split is looked at: it says what the run would."""
+    assert main(["data", "show", str(_config(tmp_path)), "partition.scheme=client", "-o", str(tmp_path / "h.png")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "training rows" in line]
+    assert len(err) == 1 and err[0].startswith("chillfl: note: the clients hold ")

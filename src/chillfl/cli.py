@@ -476,7 +476,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     with _before_writing(None):
         with _signals_held():  # torch: most of the start
             from chillfl.data.show import describe, plot_class_heatmap
-            from chillfl.experiment import build_data
+            from chillfl.experiment import build_data, say_notes, unused_rows_note
         config = _load(args.config, args.overrides, args, [args.variant] if args.variant else ())
     if args.dry_run:
         return _dry_run(config, writes=False)
@@ -491,6 +491,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     if out.is_dir():  # the default path, taken by a folder
         raise ConfigError("output", f"{out} is a folder; give a PNG file path")
     data = build_data(config)
+    say_notes([unused_rows_note(config, data)])  # what the run would say of the split: this command shows it
     out.parent.mkdir(parents=True, exist_ok=True)
     print(describe(data))
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")

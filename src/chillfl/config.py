@@ -595,7 +595,8 @@ class RunConfig:
         vectorises = self.executor in ("vectorized", "auto")  # what compile, cuda_graphs and batched_conv act on: else they were silently nothing
         require(not self.compile or vectorises, "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         require(not self.cuda_graphs or vectorises, "cuda_graphs", f"records the vectorised executor's step as CUDA graphs; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
-        require(self.batched_conv == "auto" or vectorises, "batched_conv", f"sets how the vectorised executor's step runs the clients' convolutions; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
+        require(self.batched_conv == "auto" or vectorises, "batched_conv",
+                f"sets how the vectorised executor's step runs the clients' convolutions; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         check_name(self.name)
         for part, key in PART_KEYS.items():
             table = getattr(self, part)

@@ -32,13 +32,16 @@ Choices
 * Defaults follow Reddi et al.'s typical setting: eta = 0.01, beta1 = 0.9,
   beta2 = 0.99, tau = 1e-3.
 * Checked against Flower's ``src/py/flwr/server/strategy/fedadam.py`` (and
-  its FedYogi/FedAdagrad siblings): the same m_t, v_t and step on the
+  its FedYogi sibling): the same m_t, v_t and step on the
   sample-weighted ``Delta_t``, but ``v_{-1} = 0`` (here tau^2, which Algorithm 2
   asks for; the two differ by tau^2 = 1e-6 in the first round), Flower's
   defaults ``eta = 0.1``, ``tau = 1e-9``, and every array moved, buffers
   included. Flower's FedAdam also scales eta by Adam's bias correction, one
   round late (``bias_correction = "flower"``); Algorithm 2 has none, nor has
-  chillfl's default.
+  chillfl's default. Flower's FedAdagrad passes ``beta_1 = 0`` to its parent
+  (m_t = Delta_t, no momentum), where Algorithm 2 keeps beta1 for all three:
+  ``beta1 = 0`` gives Flower's. Its ``tau = 1e-9`` is the legacy
+  ``flwr.server.strategy``'s; ``flwr.serverapp.strategy`` defaults to 1e-3.
 """
 
 from __future__ import annotations

@@ -30,7 +30,11 @@ Choices
   ``flearn/utils/tf_utils.py`` ``norm_grad`` (a squared norm).
 * ``q = 1.0`` by default (the paper tunes q per data set in {0.001, ..., 15};
   its code's default 0 is FedAvg). ``lipschitz`` unset: L = 1/lr of the
-  round, the paper's estimate; set it to fix L.
+  round, the paper's estimate; set it to fix L. That estimate reads the
+  client's displacement as plain SGD steps at lr: with momentum or Adam the
+  displacement is another (momentum 0.9: about 10x), Delta_k and h_k with it,
+  and the server step collapsed (chance accuracy, nothing said); unset, such
+  a client optimiser is refused (:func:`_check`).
 * ``||Delta_k||^2`` and the step cover the trainable parameters (the paper's
   model variables); buffers (batch-norm statistics) take the sample-weighted
   average, integer buffers the max. Sums in float64.
@@ -42,7 +46,7 @@ import math
 import sys
 
 from dataclasses import dataclass
-from typing import Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -51,8 +55,12 @@ from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, C
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.training.local import evaluate
+
+if TYPE_CHECKING:
+    from chillfl.config import RunConfig
 
 LOSS = "qffl_loss"
 """The report key of F_k, the client's loss of the model it was sent."""
@@ -151,6 +159,18 @@ class Qffl(AggregatorBase):
         return dict(self._metrics)
 
 
+def _check(options: QfflOptions, config: "RunConfig", section: str) -> None:
+    """L = 1/lr (``lipschitz`` unset) with a client optimiser other than plain SGD at momentum 0: one line on that option."""
+    if options.lipschitz is not None:
+        return
+    client = config.client
+    why = "q-FFL's L = 1/lr (algorithm.lipschitz unset) reads each client's displacement as plain SGD steps at lr"
+    if client.optimizer != "sgd":
+        raise ConfigError("client.optimizer", f"{why}; with {client.optimizer!r} it is another: use optimizer = 'sgd' or set algorithm.lipschitz")
+    if client.momentum != 0:
+        raise ConfigError("client.momentum", f"{why}; momentum {client.momentum} scales it by about 1 / (1 - momentum): use momentum = 0 or set algorithm.lipschitz")
+
+
 SPEC = register_algorithm(
     "qffl",
     AlgorithmSpec(
@@ -161,5 +181,6 @@ SPEC = register_algorithm(
             reports="each client's loss F_k on its training data, which sets its weight",
             cost=Cost(epochs=FORWARD),  # F_k: the received model's forward over the client's training rows, before it trains
         ),
+        check=_check,
     ),
 )

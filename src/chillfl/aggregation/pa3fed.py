@@ -56,6 +56,15 @@ Choices
   FedChill); ``"one"`` takes it at T = 1, the log-likelihood of the FIM
   (Eqs. 2-3). Method terms (FedProx's proximal term, SCAFFOLD's correction)
   are not data losses and are left out.
+* FGN weights (Eq. 5): the paper defines m_i = n_i / sum_j n_j, "the
+  proportion of the total data held by client C_i". Default
+  (``fgn_weights = "sampled"``): the sum runs over the round's reporting
+  clients, so the weights of FGN(t) sum to 1 every round. ``"total"``: over
+  all clients' training rows (the literal reading), so a round's weights sum
+  to its clients' share of the data and FGN(t) also moves with which clients
+  were sampled (recomputed from a pa3fed/table2-h0.1 run's gradient norms,
+  12 of its 30 CLP verdicts flip). The aggregation weights inside a CLP are
+  renormalised either way (Alg. 1, line 20).
 * Scores and gradient norms are computed in every mode, so ``mode = "never"``
   is the base method with FGN / CLP measured (Fig. 5's FedAvg side).
 * The score history is updated every round the client participates, inside
@@ -93,7 +102,7 @@ from chillfl.aggregation.base import (
     check_state_keys,
     combine,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, weighted_bases
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, require_client_sizes, weighted_bases
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
@@ -120,6 +129,7 @@ class PA3FedOptions:
     mode: PA3Mode = "clp"
     signed: bool = False
     fgn_scale_by_lr: bool = True
+    fgn_weights: Literal["sampled", "total"] = "sampled"
     first_round_clp: bool = False
     grad_norm: Literal["full", "per_sample"] = "full"
     grad_temperature: Literal["train", "one"] = "train"
@@ -298,9 +308,13 @@ class PA3FedClient:
 class PA3Fed:
     """Period-aware adaptive aggregation around ``base``; keeps FGN(t-1) and each client's last score."""
 
-    def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions()) -> None:
+    def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions(), total_samples: int | None = None) -> None:
+        """``total_samples``: all clients' training rows, the denominator of m_i under ``fgn_weights = "total"`` (needed then)."""
+        if options.fgn_weights == "total" and total_samples is None:
+            raise ValueError("PA3Fed fgn_weights = 'total' needs total_samples, every client's training rows summed")
         self.base = _with_weights(base)
         self.options = options
+        self.total_samples = total_samples if options.fgn_weights == "total" else None
         self.previous_fgn: float | None = None
         self._metrics: dict[str, Json] = {}
 
@@ -330,6 +344,7 @@ class PA3Fed:
             [r.num_samples for r in results],
             [r.lr for r in results],
             scale_by_lr=self.options.fgn_scale_by_lr,
+            total=self.total_samples,
         )
 
     def _alphas(self, results: Sequence[ClientResult]) -> dict[int, float]:
@@ -453,7 +468,10 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its server makes part of each client's model "
                                                  "(client_model), which PA3Fed does not pass on, so the clients' models it saves and measures would "
                                                  f"lack it; use another base, allowed: {', '.join(weighted_bases())}")
-    return PA3Fed(base, options), terms
+    total = None
+    if options.fgn_weights == "total":
+        total = sum(require_client_sizes(ctx, f"{ctx.section}.fgn_weights", "'total' divides each m_i by all clients' training rows"))
+    return PA3Fed(base, options, total), terms
 
 
 def _check(options: PA3FedOptions, config: RunConfig, section: str) -> None:

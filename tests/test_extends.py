@@ -10,7 +10,10 @@ augmentation (``[dataset.augment]``: random crop with padding 4 and flip),
 and the full-size configs (datasets that need a download) run ``executor = "auto"``;
 and SCARLET's CIFAR-10 configs and FLex&Chill's Dirichlet ones (Table 7) use
 the authors' splitters (``scarlet_dirichlet`` / ``flexchill_dirichlet`` with
-``eval.client_split = "partition"``), where they had ``dirichlet``.
+``eval.client_split = "partition"``), where they had ``dirichlet``; and
+FLex&Chill's full-size FedProx and SCAFFOLD Table 7 configs take 5 clients a
+round, 5 local epochs and batch 32, the hyper-parameters its earlier version
+states for those runs (flexchill-short Appendix C.2, Table 6).
 Each rewritten config must resolve to the very same dict and the very same
 RunConfig as its old file.
 """

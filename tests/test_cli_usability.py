@@ -117,7 +117,7 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
          "target_epsilon; 'target_quantile' is an option of dp-fedavg (set privacy.mechanism)"),
         # A wrapper's: where the wrapped method's option goes (it named only algorithm.name, which would drop the wrapper).
         (["run", "{base}", "algorithm.name=pa3fed", "algorithm.base=fedprox", "algorithm.mu=0.01"],
-         "algorithm.mu: unknown option; allowed: base, base_options, beta, delta, eval_batch_size, fgn_scale_by_lr, first_round_clp, grad_norm, "
+         "algorithm.mu: unknown option; allowed: base, base_options, beta, delta, eval_batch_size, fgn_scale_by_lr, fgn_weights, first_round_clp, grad_norm, "
          "grad_temperature, mode, signed; 'mu' is an option of apple, fedalign, fedphp, fedprox, moon (set algorithm.name, or, for the method it wraps, "
          "algorithm.base_options.mu)"),
         # A term the wrapped method adds: the wrapped one's options are named (it said "its own options": PA3Fed's, which have no mu).

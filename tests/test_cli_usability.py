@@ -656,15 +656,15 @@ def test_a_bare_temperature_says_how_a_config_sets_one(tmp_path: Path, capsys: p
     assert tomllib.loads(capsys.readouterr().out)["temperature"] == {"policy": "fixed", "value": 0.5}
 
 
-def test_a_switch_of_algorithm_keeps_a_weighting_the_base_chose(tmp_path: Path) -> None:
-    """``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at "samples": a
-    confounded comparison, nothing said. The shared option is kept where the new method takes it; a value equal to the
-    old method's default is not (a resolved table holds every default, and some methods weight uniformly by default)."""
-    base = write(tmp_path, '[algorithm]\nname = "fedavg"\nweighting = "uniform"\n')
-    assert load_config(base, {"algorithm.name": "fedprox"}).algorithm == {"name": "fedprox", "weighting": "uniform"}
-    assert load_config(base, {"algorithm.name": "krum"}).algorithm == {"name": "krum"}  # takes no weighting
-    fedavg, fedprox = parse_grid(["algorithm.name=fedavg,fedprox"])
-    assert variant_config(load_config(base), fedprox.label, fedprox.overrides).algorithm["weighting"] == "uniform"
-    default = write(tmp_path, '[algorithm]\nname = "fedavg"\nweighting = "samples"\n', "default.toml")
-    switched = [name for name in ("fedavg", "fedprox", "scaffold", "fedexp") if "weighting" in load_config(default, {"algorithm.name": name}).algorithm]
-    assert switched == ["fedavg"]  # its own default, written: each other method keeps its own
+def test_a_comparison_notes_a_variant_that_switches_method_and_so_its_weighting(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at "samples" (the
+    switch starts its table afresh): a confounded comparison, nothing said. A note names it; a variant that sets the
+    option, or a method that takes none (Krum), or one whose own default matches, is not noted."""
+    base = write(tmp_path, f'out_dir = "{(tmp_path / "out").as_posix()}"\n[algorithm]\nname = "fedavg"\nweighting = "uniform"\n')
+    assert main(["compare", str(base), "--grid", "algorithm.name=fedavg,fedprox,krum,scaffold", "--dry-run"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "switches algorithm.name" in line]
+    assert notes == ["chillfl: note: variant 'algorithm.name=fedprox' switches algorithm.name, so it runs fedprox at its own algorithm.weighting = "
+                     "'samples', not the base's 'uniform': the comparison differs in it too (set algorithm.weighting in the variant, or grid "
+                     "it, to compare at one setting)"]  # SCAFFOLD weights uniformly by default
+    assert main(["compare", str(base), "--grid", "algorithm.name=fedavg,fedprox", "--grid", "algorithm.weighting=uniform", "--dry-run"]) == 0
+    assert "switches algorithm.name" not in capsys.readouterr().err

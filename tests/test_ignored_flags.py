@@ -81,7 +81,7 @@ def test_select_on_a_comparison_that_tunes_nothing_is_refused(tmp_path: Path, ca
                                  "give a tuning grid (--tune KEY=V1,V2 or a [tune] table), or drop --select")
     with pytest.raises(ConfigError, match=r"^select: 'best' picks .* tunes nothing; give a tuning grid \(tune= or a \[tune\] table\), or drop select$"):
         chillfl.compare(config=path, select="best", progress=False, write=False)
-    assert main(["compare", path, "--select", "best", "--tune", "client.lr=0.1,0.2", "eval.validation=0.2", "--dry-run"]) == 0  # with a grid: used
+    assert main(["compare", path, "--select", "best", "--tune", "client.momentum=0,0.5", "eval.validation=0.2", "--dry-run"]) == 0  # with a grid: used
 
 
 @pytest.mark.parametrize("command", [["compare", "--dry-run"], ["run"]])
@@ -97,4 +97,4 @@ def test_a_compare_select_in_the_config_with_nothing_to_tune_is_refused(tmp_path
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match=r"^compare\.select: 'local_final' picks"):
         chillfl.compare(config=str(path), progress=False, write=False)
-    assert main(["compare", str(path), "--tune", "client.lr=0.1,0.2", "eval.validation=0.2", "eval.client_split=proportional", "--dry-run"]) == 0  # with a grid: used
+    assert main(["compare", str(path), "--tune", "client.momentum=0,0.5", "eval.validation=0.2", "eval.client_split=proportional", "--dry-run"]) == 0  # with a grid: used

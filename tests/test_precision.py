@@ -287,7 +287,7 @@ def test_soft_label_phases_use_the_runs_compute_settings(method: str) -> None:
     from chillfl.experiment import build_experiment, build_protocol
 
     precision = "bf16" if BF16 else "fp32"
-    over = {**BASE, "memory_format": "channels_last", "precision": precision, "batched_conv": "gemm",
+    over = {**BASE, "memory_format": "channels_last", "precision": precision, "batched_conv": "gemm", "executor": "vectorized",
             "distillation.method": method, "distillation.public_size": 60, "distillation.subset_size": 20}
     if method == "fedmd":
         over["distillation.transfer_epochs"] = 1

@@ -1210,9 +1210,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     means the default partitioner with alpha 0.1. An override that picks
     another implementation (``partition.name=iid`` on a Dirichlet base)
     starts that part from an empty table instead: the old table's options
-    belong to the old name, except, for ``algorithm.name``, an option every method
-    that takes it reads alike set to other than its default (``weighting``:
-    :func:`~chillfl.aggregation.registry.carried_options`). In ``[distillation]`` and ``[prototypes]``, another
+    belong to the old name (a comparison notes where that drops a choice every method
+    reads alike: :func:`chillfl.sweeps.run.dropped_choice_notes`). In ``[distillation]`` and ``[prototypes]``, another
     ``method`` keeps the options every method shares and drops the old method's own
     (a resolved table holds the old method's defaults, which are not the new one's);
     in ``[attack]``, another ``kind`` does the same (switched on from ``"none"``, it keeps the
@@ -1231,10 +1230,6 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         fallback = "file" if part == "partition" and "partition.from" in overrides else table.get(key)  # from a file: not the old split
         picked = overrides.get(f"{part}.{key}", fallback)
         data[part] = copy.deepcopy(dict(table)) if picked == table.get(key) else {}
-        if part == "algorithm" and picked != table.get(key):
-            from chillfl.aggregation.registry import carried_options  # the algorithm registry imports torch: only on a switch
-
-            data[part] = copy.deepcopy(carried_options(table, picked))
     for part, (name_key, shared, off) in METHOD_TABLES.items():
         table = data.get(part)
         key = f"{part}.{name_key}"

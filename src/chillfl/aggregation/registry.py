@@ -260,26 +260,23 @@ def algorithm_spec(name: str, section: str = "algorithm", field: str | None = No
 
 SHARED_OPTIONS = ("weighting",)
 """Options that mean the same in every method that takes them (``weighting``: clients weighted by their samples or
-uniformly): a base config's choice of one outlives an override of ``algorithm.name`` (:func:`carried_options`)."""
+uniformly), so that a comparison across methods is confounded where they differ (:func:`dropped_choices`)."""
 
 
-def carried_options(table: Mapping[str, Any], name: object) -> dict[str, Any]:
-    """What of ``table``, the ``[algorithm]`` table of another method, a switch to method ``name`` keeps: each of
-    :data:`SHARED_OPTIONS` that ``name`` takes and that ``table`` sets to other than its own method's default.
-
-    Why: ``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at ``"samples"``,
-    a confounded comparison with nothing said. A value equal to the old method's default is not carried: a resolved
-    table holds every default, and nine methods weight uniformly by default. Unknown names carry nothing (the run
-    names them in its own line)."""
-    old = table.get("name")
-    if not isinstance(old, str) or not isinstance(name, str) or is_custom(old) or is_custom(name):
-        return {}
+def dropped_choices(base: Mapping[str, Any], table: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """``(option, base's value, value run)`` for each of :data:`SHARED_OPTIONS` that ``base``, an ``[algorithm]`` table,
+    sets and that ``table``, a variant's of another method, runs otherwise: the switch of ``algorithm.name`` started the
+    variant's table afresh, so the new method took its own default. Custom or unknown methods: none (the run names
+    an unknown one in its own line)."""
+    old, new = base.get("name"), table.get("name")
+    if old == new or not isinstance(new, str) or is_custom(new):
+        return []
     try:
-        before = {f.name: f.default for f in dataclasses.fields(algorithm_spec(old).options)}
-        after = {f.name for f in dataclasses.fields(algorithm_spec(name).options)}
+        defaults = {f.name: f.default for f in dataclasses.fields(algorithm_spec(new).options)}
     except ConfigError:
-        return {}
-    return {k: table[k] for k in SHARED_OPTIONS if k in table and k in after and k in before and table[k] != before[k]}
+        return []
+    return [(k, base[k], table.get(k, defaults[k])) for k in SHARED_OPTIONS
+            if k in base and k in defaults and table.get(k, defaults[k]) != base[k]]
 
 
 def _other_family(name: object) -> str | None:

@@ -28,6 +28,7 @@ else:  # pragma: no cover - Python 3.10
     import tomli as tomllib
 
 from chillfl import runner
+from chillfl.aggregation.registry import dropped_choices
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
@@ -178,6 +179,23 @@ def check_runs(
                 notes += run_notes(here, exp)
     say_notes(notes)
     return datasets
+
+
+def dropped_choice_notes(config: RunConfig, plan: Plan) -> list[str]:
+    """A note for each variant that switches ``algorithm.name`` and so runs a choice every method reads alike
+    (``weighting``: :data:`~chillfl.aggregation.registry.SHARED_OPTIONS`) otherwise than the base config sets it.
+
+    Why: an override that picks another method starts its table afresh (the old method's options are its own), so
+    ``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at "samples", a
+    confounded comparison with nothing said. A note, not an error: the variant may mean it; setting the option in the
+    variant (or on the grid) says so and silences it."""
+    notes = []
+    for variant, run in zip(plan.variants, plan.configs):
+        for option, set_, ran in dropped_choices(config.algorithm, run.algorithm):
+            notes.append(f"note: variant {variant.label!r} switches algorithm.name, so it runs {run.algorithm.get('name')} at its own "
+                         f"algorithm.{option} = {ran!r}, not the base's {set_!r}: the comparison differs in it too (set algorithm.{option} "
+                         "in the variant, or grid it, to compare at one setting)")
+    return notes
 
 
 def unstarted(resume: Path | None) -> "contextlib.AbstractContextManager[None]":
@@ -449,6 +467,7 @@ def run_plan(
     with unstarted(resume):
         started_in = sweep_started_in(resume) if resume is not None else None
         datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
+        say_notes(dropped_choice_notes(config, plan))
         if datasets is None:
             return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
         if dry_run:

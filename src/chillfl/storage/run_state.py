@@ -52,14 +52,19 @@ def _regular(path: Path) -> bool:
 
 
 def _rounds_written(folder: Path) -> int:
-    """The distinct rounds ``metrics.jsonl`` records (0 without it, or where it is no regular file).
+    """The distinct rounds ``metrics.jsonl`` records (0 without it, or where it is no regular file)."""
+    return _rounds_recorded(folder) or 0
+
+
+def _rounds_recorded(folder: Path) -> int | None:
+    """The distinct rounds ``metrics.jsonl`` records (None without it, or where it is no regular file or unreadable).
 
     Distinct round numbers, not lines: a round written twice (a run resumed by an older chillfl, which appended) counted
     twice, and ``status`` showed ``4/2`` for a run of two rounds. A line that is no round's record (garbled, no integer
     ``round`` >= 1) counts none; a last line without its newline is a round's record cut short by a kill (``chillfl
     resume`` drops it), not a round."""
     if not _regular(folder / "metrics.jsonl"):
-        return 0
+        return None
     rounds: set[int] = set()
     try:
         with (folder / "metrics.jsonl").open("rb") as fh:
@@ -74,7 +79,7 @@ def _rounds_written(folder: Path) -> int:
                 if is_whole(number) and number >= 1:
                     rounds.add(number)
     except OSError:
-        return 0
+        return None
     return len(rounds)
 
 
@@ -134,7 +139,11 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
             how = "early, by a callback" + (f": {stopped['reason']}" if isinstance(stopped.get("reason"), str) else "")
             how += "; `chillfl resume` continues it" if (folder / CHECKPOINT).is_file() else ""
             return RunState(name, "stopped", how, ran if type(ran) is int else None, planned, accuracy if is_real(accuracy) else None)
-        return RunState(name, "finished", "", ran if type(ran) is int else None, planned,
-                        accuracy if is_real(accuracy) else None)
+        ran = ran if type(ran) is int else None
+        recorded = _rounds_recorded(folder)
+        if ran is not None and recorded is not None and recorded < ran:  # cut (a `resume --force` over a cut file): said, not shown whole
+            return RunState(name, "finished", f"metrics.jsonl lacks {ran - recorded} of its rounds", recorded, planned,
+                            accuracy if is_real(accuracy) else None)
+        return RunState(name, "finished", "", ran, planned, accuracy if is_real(accuracy) else None)
     # a finished folder without its summary: a run stopped early by a callback
     return RunState(name, "stopped", "early, by a callback", _rounds_written(folder), planned)

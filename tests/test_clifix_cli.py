@@ -1,0 +1,74 @@
+"""The config system and CLI as a review found them: ``status`` of a finished run whose metrics.jsonl lost rounds, a
+dry run's ``--shard`` of one run, a comparison folder without its plan, ``projection_dim`` in the resolved config,
+the docs' full example and the README's quickstart, too many threads, and a late signal's folder."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import chillfl
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.models.projection import PROJECTION_OPTION
+
+from docs_pages import blocks
+from test_readme import _quickstart
+
+ROOT = Path(__file__).resolve().parents[1]
+
+ONE_RUN = """[dataset]
+name = "digits"
+[partition]
+name = "dirichlet"
+alpha = 0.3
+[federation]
+num_clients = 6
+rounds = 3
+clients_per_round = 3
+"""
+
+
+def _error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """The command's stderr, which must be one error line."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: "), err
+    return err[0]
+
+
+# ---------------------------------------------------------------- A: status of a finished run with a cut metrics.jsonl
+
+
+@pytest.mark.parametrize(("rounds", "cells"), [
+    ([7, 8], ["finished (metrics.jsonl lacks 6 of its rounds)", "2/8"]),  # `resume --force` over a cut metrics.jsonl
+    (list(range(1, 9)), ["finished", "8/8"]),
+    ([1, 2, 3, 4, 5, 6, 7, 8, 8], ["finished", "8/8"]),  # a round written twice is still one
+])
+def test_a_finished_run_whose_metrics_lack_rounds_says_so(tmp_path: Path, rounds: list[int], cells: list[str]) -> None:
+    """The rounds column is the distinct rounds metrics.jsonl records (docs/usage.md); a finished run showed its
+    summary's ``8/8`` though metrics.jsonl held two of them."""
+    from chillfl.storage.run_state import run_state
+
+    (tmp_path / "x").mkdir()
+    (tmp_path / "x" / "summary.json").write_text(json.dumps({"final_global_acc": 0.5, "rounds": 8}))
+    (tmp_path / "x" / "metrics.jsonl").write_text("".join(json.dumps({"round": r}) + "\n" for r in rounds))
+    assert run_state(tmp_path, "x", 8).cells() == ["x", *cells, "50.00"]
+
+
+# ---------------------------------------------------------------- C: a comparison folder without its sweep.json
+
+
+def test_a_comparison_without_its_plan_is_run_again_by_its_compare_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said to `chillfl run .../config.toml`: that file has no [variants], seeds or grid (the flags gave them),
+    so the command made one run, not the comparison."""
+    folder = tmp_path / "gg" / "s-compare.partial"
+    (folder / "T1-s0").mkdir(parents=True)
+    (folder / "config.toml").write_text(ONE_RUN)
+    (folder / "T1-s0" / "config.toml").write_text(ONE_RUN)
+    assert main(["resume", str(folder)]) == 2
+    line = _error_line(capsys)
+    assert "sweep.json" in line and "its plan is gone" in line and "`chillfl compare` command that made it" in line, line
+    assert "chillfl run" not in line, line

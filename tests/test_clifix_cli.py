@@ -58,6 +58,28 @@ def test_a_finished_run_whose_metrics_lack_rounds_says_so(tmp_path: Path, rounds
     assert run_state(tmp_path, "x", 8).cells() == ["x", *cells, "50.00"]
 
 
+# ---------------------------------------------------------------- B: --shard on one run, dry or not
+
+
+@pytest.mark.parametrize("how", [["q.toml"], ["--variant", "T=1", "--seed", "0"]])
+def test_a_dry_run_refuses_shard_of_one_run_as_the_run_does(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                            monkeypatch: pytest.MonkeyPatch, how: list[str]) -> None:
+    """``chillfl run q.toml --shard 1/2 --dry-run`` said 0, the run itself 2: the dry run returned before the check."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "q.toml").write_text(ONE_RUN)
+    name = "q" if how == ["q.toml"] else "demo-T1"
+    for dry in (["--dry-run"], []):
+        assert main(["run", *how, "--shard", "1/2", *dry, f"out_dir={tmp_path / 'out'}"]) == 2
+        assert _error_line(capsys) == (f"chillfl: error: shard: {name} is one run: --shard splits a comparison's runs "
+                                       "(its variants, seeds, tuning grid) over several processes")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_dry_run_of_a_comparisons_shard_is_still_a_dry_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "c.toml").write_text(ONE_RUN + "[compare]\nseeds = [0, 1]\n")
+    assert main(["run", str(tmp_path / "c.toml"), "--shard", "1/2", "--dry-run", "-q"]) == 0
+
+
 # ---------------------------------------------------------------- C: a comparison folder without its sweep.json
 
 
@@ -72,3 +94,17 @@ def test_a_comparison_without_its_plan_is_run_again_by_its_compare_command(tmp_p
     line = _error_line(capsys)
     assert "sweep.json" in line and "its plan is gone" in line and "`chillfl compare` command that made it" in line, line
     assert "chillfl run" not in line, line
+
+
+# ---------------------------------------------------------------- I: a signal after the last round names the folder
+
+
+def test_a_signal_after_the_last_round_names_the_folder_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "its results are in out/s" (as typed), where every other lifecycle line names it absolute."""
+    from chillfl.cli import _said_interrupted
+    from chillfl.errors import InterruptedAfterRun
+
+    monkeypatch.chdir(tmp_path)
+    assert _said_interrupted(InterruptedAfterRun(Path("out") / "s"), "run") == 130
+    assert capsys.readouterr().err.strip().splitlines() == [f"chillfl: interrupted; the run had completed: its results are in {tmp_path / 'out' / 's'}"]

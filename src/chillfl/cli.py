@@ -229,6 +229,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too (--variant: some of them)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
             config = _load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or (), DEMO_GRID if demo else ())
+            if not (demo and (config.variants or not args.variant)) and not _compares(config, args):  # one run, as below
+                _refuse_shard(config, args)
             return _dry_run(config, DEMO_GRID if demo and not args.variant else (), args=args)
     demo = args.config is None or args.config == DEMO
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
@@ -255,11 +257,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         one_row = "; one of its runs: --variant LABEL --seed N" if config.variants else ""  # a user who meant a single run
         said = None if args.quiet else f"chillfl: {config.name} {why} (`chillfl compare {args.config}`{one_row})"
         return _compare(config, [], None, _progress(args), args, said)
+    _refuse_shard(config, args)
+    check_out_dir(config.out_dir)
+    return _report(run_experiment(config, progress=_progress(args)))
+
+
+def _refuse_shard(config: RunConfig, args: argparse.Namespace) -> None:
+    """``--shard`` on what runs as one run is refused, by ``chillfl run`` and its dry run alike (the dry run said 0)."""
     if args.shard is not None:
         _shard(args)  # a malformed K/N is named first
         raise ConfigError("shard", f"{config.name} is one run: --shard splits a comparison's runs (its variants, seeds, tuning grid) over several processes")
-    check_out_dir(config.out_dir)
-    return _report(run_experiment(config, progress=_progress(args)))
 
 
 @contextlib.contextmanager
@@ -1019,7 +1026,7 @@ def _said_interrupted(exc: KeyboardInterrupt, command: str | None) -> int:
     if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
         said = f"; resume with: chillfl resume {shell_path(exc.folder)}"
     elif isinstance(exc, InterruptedAfterRun):  # one run, stopped once its results were written: nothing is partial
-        said = "; the run had completed" + (f": its results are in {exc.folder}" if exc.folder is not None else "")
+        said = "; the run had completed" + (f": its results are in {_absolute(exc.folder)}" if exc.folder is not None else "")  # as `results:` says it
     elif isinstance(exc, RunNotStarted):  # its folder, if made, was removed again; a report, an analysis: nothing written yet
         said = f"; the {exc.what} had not started: nothing was written, nothing to resume" if exc.what else "; nothing was written"
     else:

@@ -96,6 +96,18 @@ def test_a_comparison_without_its_plan_is_run_again_by_its_compare_command(tmp_p
     assert "chillfl run" not in line, line
 
 
+# ---------------------------------------------------------------- D: every model's option in the resolved config
+
+
+def test_the_resolved_config_holds_every_models_projection_dim(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``model.projection_dim`` (any model's, docs/reference.md) was in no resolved config unless set."""
+    assert chillfl.make_config().to_dict()["model"][PROJECTION_OPTION] == 0
+    assert chillfl.make_config(overrides={"model.projection_dim": 8}).to_dict()["model"][PROJECTION_OPTION] == 8
+    (tmp_path / "q.toml").write_text(ONE_RUN)
+    assert main(["run", str(tmp_path / "q.toml"), "--dry-run", "-q"]) == 0
+    assert re.search(r"^\[model\]\n(?:\w+ = .*\n)*projection_dim = 0\n", capsys.readouterr().out, flags=re.M)
+
+
 # ---------------------------------------------------------------- I: a signal after the last round names the folder
 
 

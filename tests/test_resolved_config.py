@@ -23,6 +23,7 @@ from chillfl.config import OPTIONAL_TABLES, config_from_dict, load_config
 from chillfl.data.datasets import DATASETS
 from chillfl.data.partition import PARTITIONERS
 from chillfl.errors import ConfigError
+from chillfl.models.projection import PROJECTION_OPTION
 from chillfl.models.registry import MODELS
 from chillfl.options import parse_options
 from chillfl.resolve import algorithm_table, dataset_table, model_table, partition_table, resolved, temperature_table
@@ -79,7 +80,7 @@ def test_make_config_lists_every_option_of_every_part() -> None:
     data = config.to_dict()
     assert set(data["temperature"]) == {"policy"} | fields(policy_spec("fedchill").options)
     assert set(data["algorithm"]) == {"name"} | fields(algorithm_spec("fedavg").options)
-    assert set(data["model"]) == {"name"} | fields(MODELS["flexchill_cnn"].options)
+    assert set(data["model"]) == {"name", PROJECTION_OPTION} | fields(MODELS["flexchill_cnn"].options)  # and every model's
     assert set(data["distillation"]) == fields(DistillationOptions) | fields(method_settings("dsfl").options)
     assert data["distillation"]["subset_size"] == 20 and data["distillation"]["server_lr"] is None  # None: derived at run time
     assert "server_lr" not in tomllib.loads(to_toml(data))["distillation"]
@@ -136,7 +137,7 @@ def _same_options(cls: type, resolve: Any, table: dict[str, Any], section: str, 
 
 def test_every_registered_parts_resolved_defaults_parse_to_the_unset_options() -> None:
     checked = sum(_same_options(entry.options, partition_table, {"name": name}, "partition") for name, entry in PARTITIONERS.items())
-    checked += sum(_same_options(spec.options, model_table, {"name": name}, "model") for name, spec in MODELS.items())
+    checked += sum(_same_options(spec.options, model_table, {"name": name}, "model", ("name", PROJECTION_OPTION)) for name, spec in MODELS.items())
     checked += sum(_same_options(entry.options, dataset_table, {"name": name}, "dataset", ("name", "augment")) for name, entry in DATASETS.items())
     checked += sum(_same_options(policy_spec(name).options, temperature_table, {"policy": name}, "temperature", ("policy",)) for name in policy_names())
     assert checked >= len(PARTITIONERS) + len(MODELS) + len(policy_names())

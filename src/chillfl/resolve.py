@@ -36,7 +36,7 @@ from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.plugins import is_custom
 from chillfl.models.assign import HETERO_KEYS
-from chillfl.models.projection import PROJECTION_OPTION
+from chillfl.models.projection import PROJECTION_OPTION, EveryModelOptions
 from chillfl.models.registry import model_options
 from chillfl.numeric import is_real
 from chillfl.settings.distillation import DistillationSetup
@@ -84,8 +84,9 @@ def model_table(table: Mapping[str, Any]) -> dict[str, Any]:
     if is_custom(name) or any(key in table for key in HETERO_KEYS):
         return dict(table)
     own = {k: v for k, v in options.items() if k != PROJECTION_OPTION}
-    extra = {PROJECTION_OPTION: options[PROJECTION_OPTION]} if PROJECTION_OPTION in options else {}
-    return {"name": name, **option_table(model_options(name, own)), **extra}
+    # every model's option, not its own: filled in here with its default, as the model's are (it was left out unless set)
+    projection = options.get(PROJECTION_OPTION, EveryModelOptions.projection_dim)
+    return {"name": name, **option_table(model_options(name, own)), PROJECTION_OPTION: projection}
 
 
 def temperature_table(table: Mapping[str, Any]) -> dict[str, Any]:

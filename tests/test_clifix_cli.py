@@ -108,6 +108,36 @@ def test_the_resolved_config_holds_every_models_projection_dim(tmp_path: Path, c
     assert re.search(r"^\[model\]\n(?:\w+ = .*\n)*projection_dim = 0\n", capsys.readouterr().out, flags=re.M)
 
 
+# ---------------------------------------------------------------- E: docs/configuration.md's full example
+
+
+def test_the_full_example_of_the_configuration_page_dry_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Its [tune] selects on eval.validation, which the block set to 0.0: the dry run exited 2."""
+    toml = [b for b in blocks((ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")) if b.language == "toml"]
+    assert len(toml) == 1 and "[tune]" in toml[0].source
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "full.toml").write_text(toml[0].source)
+    assert main(["run", "full.toml", "--dry-run"]) == 0, capsys.readouterr().err
+    assert not (tmp_path / "results").exists()
+
+
+# ---------------------------------------------------------------- G: more threads than cores
+
+
+def test_more_threads_than_usable_cores_is_a_note(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``threads = 64`` on 2 cores ran ~100x slower with nothing said."""
+    from chillfl import experiment
+
+    monkeypatch.setattr(experiment, "usable_cores", lambda: 2)
+    (tmp_path / "q.toml").write_text("threads = 64\n" + ONE_RUN)
+    notes = experiment.run_notes(load_config(tmp_path / "q.toml"), None)
+    assert notes == ["note: threads = 64 is more than the 2 cores this process may use: its threads contend for them "
+                     "and the run is much slower; set threads = 0 (torch's default) or at most 2"]
+    for threads in (0, 1, 2):
+        assert experiment.run_notes(load_config(tmp_path / "q.toml", {"threads": threads}), None) == []
+
+
 # ---------------------------------------------------------------- I: a signal after the last round names the folder
 
 

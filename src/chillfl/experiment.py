@@ -32,6 +32,7 @@ from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, Unreachable, choice_error
+from chillfl.environment import usable_cores
 from chillfl.once import warn_once
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
@@ -655,6 +656,16 @@ def unused_rows_note(config: RunConfig, data: FederatedData) -> str | None:
     return f"note: the clients hold {held} of the {rows} training rows ({held / rows:.0%}): {why} (docs/data.md)"
 
 
+def oversubscribed_threads_note(config: RunConfig) -> str | None:
+    """The note when ``threads`` exceeds the cores this process may use (its affinity: a job's allocation, ``taskset``):
+    the threads then take turns on the cores, and ``threads = 64`` on 2 cores ran ~100x slower, with nothing said."""
+    cores = usable_cores()
+    if config.threads <= cores:
+        return None
+    return (f"note: threads = {config.threads} is more than the {cores} cores this process may use: its threads contend for them "
+            f"and the run is much slower; set threads = 0 (torch's default) or at most {cores}")
+
+
 def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     """What a run says on stderr before it trains, in notes, not errors: its results stand, but a reader should know.
 
@@ -663,7 +674,8 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     bad value still ends in its one error line. A dry run says what the run would: ``--dry-run`` said only the
     ignored fraction, so a config checked with it hid Krum's ``f`` below the attackers and an idle ``local_dp``.
     """
-    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), fewer_attackers_note(config)]
+    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), fewer_attackers_note(config),
+             oversubscribed_threads_note(config)]
     if exp is not None:
         notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data)]
     return [note for note in notes if note is not None]

@@ -122,6 +122,17 @@ def test_the_full_example_of_the_configuration_page_dry_runs(tmp_path: Path, mon
     assert not (tmp_path / "results").exists()
 
 
+# ---------------------------------------------------------------- F: the README's quickstart
+
+
+def test_the_quickstart_runs_without_a_note(tmp_path: Path) -> None:
+    """A newcomer's first run said FedChill's test rows steer training: the quickstart holds a validation split."""
+    from chillfl.experiment import run_notes
+
+    (tmp_path / "quickstart.toml").write_text(_quickstart())
+    assert run_notes(load_config(tmp_path / "quickstart.toml"), None) == []
+
+
 # ---------------------------------------------------------------- G: more threads than cores
 
 

@@ -81,8 +81,9 @@ def user_models(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pat
 
 
 def test_the_resolved_table_keeps_the_name_as_written_with_every_default(user_models: Path) -> None:
-    assert model_table({"name": "my_fl_models:Net", "hidden": 5}) == {"name": "my_fl_models:Net", "hidden": 5, "bias": True}
-    assert model_table({"name": "my_fl_models:linear"}) == {"name": "my_fl_models:linear"}
+    # projection_dim: every model's option, a plugin's too (build_model adds its head to any)
+    assert model_table({"name": "my_fl_models:Net", "hidden": 5}) == {"name": "my_fl_models:Net", "hidden": 5, "bias": True, "projection_dim": 0}
+    assert model_table({"name": "my_fl_models:linear"}) == {"name": "my_fl_models:linear", "projection_dim": 0}
     model = build_model("my_fl_models:Net", (1, 8, 8), 10, {"hidden": 5}, seed=0)
     assert type(model).__name__ == "Net" and model.body.out_features == 5 and model.fc.out_features == 10  # type: ignore[union-attr]
 

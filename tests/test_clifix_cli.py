@@ -161,3 +161,12 @@ def test_a_signal_after_the_last_round_names_the_folder_absolute(tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     assert _said_interrupted(InterruptedAfterRun(Path("out") / "s"), "run") == 130
     assert capsys.readouterr().err.strip().splitlines() == [f"chillfl: interrupted; the run had completed: its results are in {tmp_path / 'out' / 's'}"]
+
+
+@pytest.mark.parametrize(("typo", "hint"), [("clinet", " (did you mean 'client'?)"), ("nne", ""), ("fedchil", " (did you mean 'fedchill'?)")])
+def test_list_options_suggests_tables_and_parts_not_none(typo: str, hint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl list --options nonexist`` asked "did you mean 'none'?" (each part's off value), and ``clinet`` 'lie' (an
+    attack), not the table ``client``: the tables are suggested too, ``none`` never."""
+
+    assert main(["list", "--options", typo]) == 2
+    assert capsys.readouterr().err.startswith(f"chillfl: error: list.options: {typo!r}{hint} is no ")

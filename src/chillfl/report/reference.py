@@ -108,7 +108,7 @@ def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Ite
                 why = refusals(path, {**refused[path], **_term_refusal(path)})
             else:  # a name no part knows: the first part's "allowed: <its names>" read as if only those were
                 why = "give a plugin's import path 'pkg.module:Name' or a chillfl.plugins entry point's name; `chillfl list` names every part's"
-                hint = did_you_mean(path, known)
+                hint = did_you_mean(path, _suggestible(known))
             raise ConfigError("list.options", f"{path!r}{hint} is no {kinds} ({why})")
 
 
@@ -424,6 +424,12 @@ class _Keep:
 
     def entry(self, section: str, name: str) -> bool:
         return self.section(section) or name in self.names
+
+
+def _suggestible(names: Iterable[str]) -> list[str]:
+    """What a typo in ``list --options NAME`` may be suggested: the parts' names and the tables (``clinet`` -> ``client``,
+    not ``lie``), less ``none``: the name of each part's "off" value (``nonexist`` was asked if it meant ``none``)."""
+    return sorted((set(names) | _section_names()) - {"none"})
 
 
 def _section_names() -> set[str]:

@@ -18,6 +18,7 @@ periodic checkpoint.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import errno
 import json
@@ -560,11 +561,11 @@ def _run_rounds(
                     done = signals.done = round_number(record)
                     if writer:
                         writer.append(record)
-                    for cb in callbacks:
-                        cb.on_round(record)
+                    for cb in callbacks:  # each its own copy: a callback that edits it (accuracy in %) edited the run's records and summary
+                        cb.on_round(copy.deepcopy(record))
                     view.round = done
                     for hook in hooks:
-                        hook(record, view)
+                        hook(copy.deepcopy(record), view)
                     bar.set_postfix(_postfix(record), refresh=False)
                     bar.update(1)
                     if view.stop_reason is not None and done < rounds:  # a hook stopped the run: resumable from here

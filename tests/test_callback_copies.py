@@ -46,3 +46,17 @@ def test_a_callback_that_edits_its_record_changes_nothing(tmp_path: Path) -> Non
     assert written == plain.records
     assert json.loads((tmp_path / "edited" / "summary.json").read_text())["best_global_acc"] == plain.summary["best_global_acc"]
     assert len(seen) == 2 and all(r == {} for r in seen)  # it cleared its own copies, and the run went on as before
+
+
+def test_a_comparison_on_the_users_model_saves_every_option_of_a_switched_part(tmp_path: Path) -> None:
+    """A comparison's run on the user's own model (an Experiment built already) saved its config.toml unresolved: a
+    variant that switched to FedProx and FedChill said only their names, where one on a registered model lists every
+    option (and a resume then said those options were "added since this run started")."""
+    import tomllib
+
+    grid = {"algorithm.name": ["fedavg", "fedprox"], "temperature.policy": ["none", "fedchill"]}
+    chillfl.compare(model=_model(), data=_data(), config={**CONFIG, "federation": {"num_clients": 4, "rounds": 1}}, grid=grid,
+                    out_dir=str(tmp_path), name="own", progress=False)
+    saved = tomllib.loads(next(tmp_path.glob("own*/fedprox-fedchill/config.toml")).read_text())
+    assert saved["algorithm"]["mu"] == 0.01 and saved["algorithm"]["weighting"] == "samples"
+    assert {"patience", "gamma", "t_min"} <= set(saved["temperature"])

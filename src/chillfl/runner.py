@@ -268,8 +268,7 @@ def run_experiment(
     """
     with ExitStack() as threads:
         with stopped_as(RunNotStarted):  # a stop signal, or its exception that a package wrapped, before the folder is made
-            if experiment is None:  # the saved config.toml lists every default, however the config was made
-                config = resolved(config)
+            config = resolved(config)  # the saved config.toml lists every default, however the config was made (a comparison's variant on the user's own model too)
             threads.enter_context(intra_op_threads(config.threads))
             exp = experiment or build_experiment(config.paths_from(started_in), data=data)  # the config as given is what is saved
             say_notes(run_notes(config, exp))  # built: every check has passed, so a note cannot precede an error line

@@ -668,3 +668,17 @@ def test_a_comparison_notes_a_variant_that_switches_method_and_so_its_weighting(
                      "it, to compare at one setting)"]  # SCAFFOLD weights uniformly by default
     assert main(["compare", str(base), "--grid", "algorithm.name=fedavg,fedprox", "--grid", "algorithm.weighting=uniform", "--dry-run"]) == 0
     assert "switches algorithm.name" not in capsys.readouterr().err
+
+
+def test_a_table_valued_override_merges_key_by_key_as_from_python(tmp_path: Path) -> None:
+    """``'federation={rounds=3}'`` on the command line replaced the file's [federation] whole (its num_clients and
+    clients_per_round back to their defaults, other numbers, nothing said); from Python the same override merged."""
+    from chillfl.config import parse_overrides
+
+    base = write(tmp_path, "[federation]\nnum_clients = 6\nclients_per_round = 3\nrounds = 10\n")
+    cli = load_config(base, parse_overrides(["federation={rounds=3}"]))
+    api = chillfl.make_config(base, {"federation": {"rounds": 3}})
+    assert (cli.federation.num_clients, cli.federation.clients_per_round, cli.federation.rounds) == (6, 3, 3)
+    assert cli.federation == api.federation
+    switched = load_config(base, parse_overrides(['temperature={policy="fixed",value=0.5}']))
+    assert switched.temperature == {"policy": "fixed", "value": 0.5}

@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
-from chillfl.config import SWITCHED, RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, read_config_file, set_dotted
+from chillfl.config import SWITCHED, RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, dotted_overrides, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
@@ -518,7 +518,7 @@ def _natural_client_split(raw: dict[str, Any], overrides: Mapping[str, Any]) -> 
     table does, where keeping it ignored the client test sets without a word. ``"none"`` (no client evaluation) is
     never a default and stays, and so does a split a keyword asks for (``**{"eval.client_split": ...}``), as a
     ``compare`` grid over it does: those are choices."""
-    if "eval.client_split" in _dotted(overrides):
+    if "eval.client_split" in dotted_overrides(overrides):
         return
     evaluation = raw.get("eval")
     if not (isinstance(evaluation, Mapping) and evaluation.get("client_split") == "none"):
@@ -529,7 +529,7 @@ def _refuse_record_overrides(overrides: Mapping[str, Any], record: Mapping[str, 
     """A keyword that sets a key of the user's data record (``dataset.num_classes=5``) to what the data do not hold is one
     line: the record replaces a config's ``[dataset]`` table (a saved run's config carries one), but an explicit keyword
     that contradicts the data was dropped without a word."""
-    for key, value in _dotted(overrides).items():
+    for key, value in dotted_overrides(overrides).items():
         name = str(key).removeprefix("dataset.")
         if str(key).startswith("dataset.") and name in record and value != record[name]:
             raise record_conflict(str(key), record[name], value)
@@ -552,7 +552,7 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
 
 def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """:func:`make_config`'s dict before validation (the API adds its records of the user's parts to it)."""
-    overrides = _dotted(overrides or {})
+    overrides = dotted_overrides(overrides or {})
     if config is None:
         data: dict[str, Any] = {}
     elif isinstance(config, RunConfig):
@@ -570,17 +570,6 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     apply_overrides(data, overrides)
     return data
 
-
-def _dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """A table-valued override (``federation={"rounds": 1}``) as its dotted keys, so it merges key by key as the docs say;
-    set whole, it replaced the config's table and dropped its other options (``num_clients``) silently."""
-    out: dict[str, Any] = {}
-    for key, value in overrides.items():
-        if isinstance(value, Mapping) and value and "." not in str(key):  # a part's table; a dotted key's table (algorithm.base_options) is set whole
-            out.update({f"{key}.{k}": v for k, v in value.items()})
-        else:
-            out[key] = value
-    return out
 
 
 def _as_written(config: RunConfig) -> dict[str, Any]:

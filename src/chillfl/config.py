@@ -1040,6 +1040,19 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not key.strip():  # ``=1``: no field to name but the override itself
             raise ConfigError("overrides", f"{short_repr(item)} has no key; overrides look like section.option=value (e.g. client.lr=0.05)")
         out[key.strip()] = parse_value(text.strip(), key.strip())
+    return dotted_overrides(out)
+
+
+def dotted_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """A table-valued override (``federation={"rounds": 1}``, ``'federation={rounds=1}'`` on the command line) as its
+    dotted keys, so it merges key by key as the docs say; set whole, it replaced the config's table and dropped its
+    other options (``num_clients``) silently. One path for the Python API and the CLI."""
+    out: dict[str, Any] = {}
+    for key, value in overrides.items():
+        if isinstance(value, Mapping) and value and "." not in str(key):  # a part's table; a dotted key's table (algorithm.base_options) is set whole
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
     return out
 
 

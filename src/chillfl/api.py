@@ -350,6 +350,8 @@ def compare(
         _check_seeds(seeds)
     _check_seed_override(overrides, seeds if seeds is not None else cfg.compare.get("seeds"))
     if tune is not None:
+        if not isinstance(tune, Mapping):  # the CLI's 'client.lr=0.1,0.2' strings (grid takes them): ValueError from dict()
+            raise ConfigError("tune", f"expected a dict {{'section.option': [values]}}, got {type(tune).__name__} {short_repr(tune)}")
         parse_tune(dict(tune), "tune")
     if write:
         check_out_dir(cfg.out_dir)
@@ -552,6 +554,9 @@ def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None =
 
 def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dict[str, Any]:
     """:func:`make_config`'s dict before validation (the API adds its records of the user's parts to it)."""
+    if overrides is not None and not isinstance(overrides, Mapping):  # a list of "key=value" strings: AttributeError 'items'
+        raise ConfigError("overrides", f"expected a dict {{'section.option': value}}, got {type(overrides).__name__} {short_repr(overrides)}"
+                                       " (the command line's 'key=value' strings: chillfl.config.parse_overrides turns them into one)")
     overrides = dotted_overrides(overrides or {})
     if config is None:
         data: dict[str, Any] = {}
@@ -591,6 +596,9 @@ def _as_written(config: RunConfig) -> dict[str, Any]:
 def model_record(model: nn.Module) -> dict[str, Any]:
     """The ``[model]`` table a run on ``model`` saves: not rebuildable from a file, but says what ran."""
     cls = type(model)
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # torch's ValueError from numel()
+        raise ConfigError("model", f"{cls.__qualname__} has lazy parameters not yet shaped (nn.LazyLinear, ...): run one forward "
+                                   "pass on a batch of your data before handing it over, so that every client starts from the same weights")
     return {
         "name": CUSTOM,
         "class": f"{cls.__module__}.{cls.__qualname__}",

@@ -1,0 +1,39 @@
+"""Mistakes made from Python that ended in a raw traceback from deep inside (a ValueError from ``dict()``, an
+AttributeError on ``.items``, torch's ValueError on a lazy parameter) are one ConfigError naming the keyword."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.errors import ConfigError
+
+CONFIG = {"federation": {"num_clients": 2, "rounds": 1}}
+
+
+def _data() -> chillfl.TensorData:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(100, 8, generator=g), torch.randint(0, 3, (100,), generator=g)
+    return chillfl.TensorData(x[:80], y[:80], x[80:], y[80:], num_classes=3)
+
+
+def _compare(tune: Any) -> Callable[[], Any]:
+    return lambda: chillfl.compare(model=nn.Linear(8, 3), data=_data(), config=CONFIG, grid={"client.lr": [0.1, 0.2]}, tune=tune,
+                                   write=False, progress=False)
+
+
+@pytest.mark.parametrize(("call", "field", "words"), [
+    (_compare("client.lr=0.1,0.2"), "tune", "expected a dict {'section.option': [values]}, got str"),
+    (_compare(["client.lr=0.1,0.2"]), "tune", "expected a dict {'section.option': [values]}, got list"),
+    (lambda: chillfl.make_config(None, ["client.lr=0.1"]), "overrides", "expected a dict {'section.option': value}, got list"),  # type: ignore[arg-type]
+    (lambda: chillfl.run(model=nn.Sequential(nn.Linear(8, 16), nn.LazyLinear(3)), data=_data(), config=CONFIG, write=False, progress=False),
+     "model", "lazy parameters not yet shaped"),
+], ids=["tune-string", "tune-list", "make-config-list", "lazy-model"])
+def test_a_python_mistake_is_one_config_error(call: Callable[[], Any], field: str, words: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        call()
+    assert err.value.field == field and words in err.value.message

@@ -37,3 +37,12 @@ def test_a_python_mistake_is_one_config_error(call: Callable[[], Any], field: st
     with pytest.raises(ConfigError) as err:
         call()
     assert err.value.field == field and words in err.value.message
+
+
+def test_progress_lines_from_python_are_said(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """``progress="lines"`` from Python printed nothing: its lines went to the log at INFO, which nothing had set up."""
+    import logging
+
+    monkeypatch.setattr(logging.getLogger("chillfl"), "level", logging.WARNING)  # as in a fresh interpreter: INFO goes nowhere
+    chillfl.run(model=nn.Linear(8, 3), data=_data(), config=CONFIG, write=False, progress="lines")
+    assert "round 1/1" in capsys.readouterr().err

@@ -15,6 +15,8 @@ from typing import Any, Literal, Union
 
 from tqdm import tqdm
 
+from chillfl.stderr import say
+
 ProgressMode = Literal["bar", "lines", "off"]
 Progress = Union[bool, ProgressMode]
 """What run functions take: True = ``"bar"``, False = ``"off"``."""
@@ -64,7 +66,10 @@ class Lines:
         due = now - self.last >= self.every_s or self.n >= self.total or log.isEnabledFor(logging.DEBUG)
         if due:
             self.last = now
-            log.info("%s", self.line(now))
+            if log.isEnabledFor(logging.INFO):  # the command line's log (its -q turns progress off altogether)
+                log.info("%s", self.line(now))
+            else:  # from Python, where nothing set logging up and INFO goes nowhere: "lines" was asked for, so said
+                say(self.line(now))
 
     def line(self, now: float) -> str:
         elapsed = now - self.start

@@ -65,14 +65,22 @@ class Labelled(Protocol):
 
 @dataclass
 class CompareResult:
+    """What a comparison returns (``chillfl.Comparison``): its table as text (``str()`` of it) and as rows, its folder,
+    and each variant's selected run's output; :meth:`report` writes the HTML report."""
+
     folder: Path | None
+    """The ``NAME-compare`` folder (one run folder per variant, seed and tuning point); None when nothing was written."""
     rows: list[dict[str, Any]]
+    """The table's numbers as data, one row per variant (what ``table.json`` holds)."""
     table: str
+    """The table as the command line prints it."""
     outputs: dict[str, RunOutput] = field(default_factory=dict)
+    """Each variant's selected run (its tuning point on validation), by variant label, or by ``"LABEL, seed N"`` with
+    several seeds; runs that failed are in :attr:`failures` instead."""
     complete: bool = True
     """False after a ``dry_run`` without the dataset's files: only names and options were checked."""
     failures: dict[str, str] = field(default_factory=dict)
-    """Run name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
+    """Run folder name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
     runs: int = 0
     """How many runs the comparison ran (every variant, tuning point and seed): the denominator of ``failures``."""
     pending: int = 0

@@ -46,3 +46,16 @@ def test_progress_lines_from_python_are_said(capsys: pytest.CaptureFixture[str],
     monkeypatch.setattr(logging.getLogger("chillfl"), "level", logging.WARNING)  # as in a fresh interpreter: INFO goes nowhere
     chillfl.run(model=nn.Linear(8, 3), data=_data(), config=CONFIG, write=False, progress="lines")
     assert "round 1/1" in capsys.readouterr().err
+
+
+def test_numpy_numbers_are_the_numbers_they_hold() -> None:
+    """A notebook's loop over a NumPy array hands over ``np.int64`` / ``np.float32`` / arrays: each was refused
+    ("seed: expected an integer, got np.int64(1)"), a message that contradicts itself."""
+    import numpy as np
+
+    config = chillfl.make_config(None, {"seed": np.int64(1), "federation.rounds": np.int64(2), "client.lr": np.float64(0.1)})
+    assert (config.seed, config.federation.rounds, config.client.lr) == (1, 2, 0.1)
+    assert type(config.seed) is int and type(config.client.lr) is float
+    result = chillfl.compare(model=nn.Linear(8, 3), data=_data(), config=CONFIG, grid={"client.lr": np.array([0.1, 0.2])},
+                             seeds=np.arange(2), write=False, progress=False)
+    assert sorted(result.outputs) == ["client.lr=0.1, seed 0", "client.lr=0.1, seed 1", "client.lr=0.2, seed 0", "client.lr=0.2, seed 1"]

@@ -44,7 +44,7 @@ from chillfl.experiment import check_model_fits as check_fits
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.models.assign import refuse_with_user_model
-from chillfl.options import short_repr
+from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
 from chillfl.plugins import CUSTOM, has_methods, is_custom
 from chillfl.report.compare import CompareResult as Comparison
@@ -335,6 +335,7 @@ def compare(
         swept += [str(item).split("=", 1)[0].strip() for item in grid]
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged, swept)
     if isinstance(grid, Mapping):
+        grid = {key: plain(values) for key, values in grid.items()}  # a NumPy array of values: a list
         for key, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
@@ -357,7 +358,7 @@ def compare(
         check_out_dir(cfg.out_dir)
     if model is not None:
         check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
-    options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
+    options = CompareOptions(seeds=[plain(s) for s in seeds] if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
     check_select_used(cfg, options, "select")
     with _keyword_fields():
         return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model,
@@ -440,7 +441,7 @@ def _check_seeds(seeds: Sequence[int]) -> None:
     if isinstance(seeds, (str, bytes)):  # a string is a sequence too: '0,1' read as ['0', ',', '1']
         raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got the string {seeds!r}")
     try:
-        check_compare_option("seeds", list(seeds))
+        check_compare_option("seeds", [plain(s) for s in seeds])  # np.arange(3) too
     except ConfigError as exc:
         raise ConfigError("seeds", exc.message) from None
 

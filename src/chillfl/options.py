@@ -51,8 +51,16 @@ class OwnTable:
         raise NotImplementedError
 
 
+def plain(value: Any) -> Any:
+    """A NumPy scalar or array as the Python value it holds (``np.int64(1)`` -> 1, ``np.arange(2)`` -> [0, 1]), else
+    ``value``: a notebook's loop over a NumPy array hands those over, and ``seed: expected an integer, got np.int64(1)``
+    refused the integer it was."""
+    return value.tolist() if type(value).__module__ == "numpy" and callable(value.tolist) else value
+
+
 def coerce(value: Any, tp: Any, field: str) -> Any:
     """Check ``value`` against annotation ``tp`` (basic types, Optional, unions, tuples, lists, dicts)."""
+    value = plain(value)
     origin = typing.get_origin(tp)
     if tp is Any:
         return value

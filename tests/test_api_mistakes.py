@@ -3,6 +3,7 @@ AttributeError on ``.items``, torch's ValueError on a lazy parameter) are one Co
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Callable
 
 import pytest
@@ -59,3 +60,16 @@ def test_numpy_numbers_are_the_numbers_they_hold() -> None:
     result = chillfl.compare(model=nn.Linear(8, 3), data=_data(), config=CONFIG, grid={"client.lr": np.array([0.1, 0.2])},
                              seeds=np.arange(2), write=False, progress=False)
     assert sorted(result.outputs) == ["client.lr=0.1, seed 0", "client.lr=0.1, seed 1", "client.lr=0.2, seed 0", "client.lr=0.2, seed 1"]
+
+
+def test_a_python_run_stopped_before_its_checkpoint_is_started_again_from_python(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its resume line said "start it again with `chillfl run .../config.toml`", which refuses a run on the user's own
+    model ("model.name: 'custom' records a run on the user's own nn.Module")."""
+    from chillfl.cli import main
+
+    folder = tmp_path / "run.partial"
+    folder.mkdir()
+    (folder / "config.toml").write_text('name = "run"\n[model]\nname = "custom"\nclass = "x.M"\n[dataset]\nname = "digits"\n')
+    assert main(["resume", str(folder)]) == 2
+    err = capsys.readouterr().err
+    assert "it ran on your own model from Python: start it again with chillfl.run(...)" in err and "chillfl run " not in err

@@ -200,7 +200,21 @@ def _no_checkpoint(path: Path) -> str:
     where = Path(os.path.abspath(path))
     if is_sweep(path.parent):
         return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
+    if (own := _from_python(where)) is not None:  # `chillfl run` of its config.toml refuses a user's own part
+        return f"{said}; it ran on your own {own} from Python: start it again with chillfl.run(...) as before (into a new folder); {path} holds no trained state"
     return f"{said}; start it again with `{_run_again(path)}` (into a new folder); {path} holds no trained state: remove it once that run has started"
+
+
+def _from_python(folder: Path) -> str | None:
+    """What of the run in ``folder`` came from Python (``model``, ``data``), which no config file rebuilds; None: none,
+    or an unreadable config.toml."""
+    try:
+        saved = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    own = [what for what, table in (("model", "model"), ("data", "dataset"))
+           if isinstance(part := saved.get(table), Mapping) and str(part.get("name", "")).startswith("custom")]
+    return " and ".join(own) or None
 
 
 def _run_again(path: Path) -> str:

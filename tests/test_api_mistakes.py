@@ -73,3 +73,12 @@ def test_a_python_run_stopped_before_its_checkpoint_is_started_again_from_python
     assert main(["resume", str(folder)]) == 2
     err = capsys.readouterr().err
     assert "it ran on your own model from Python: start it again with chillfl.run(...)" in err and "chillfl run " not in err
+
+
+def test_a_large_float_in_a_run_name_does_not_read_as_its_reciprocal() -> None:
+    """``client.lr = 1e6`` was named ``lr1e_06`` (the "+" of 1e+06 made "_"), beside 1e-6's ``lr1e-06``."""
+    from chillfl.config import safe_name
+    from chillfl.run_names import short_setting
+
+    assert [safe_name(short_setting("client.lr", v)) for v in (1e6, 1e-6, 2.5e10)] == ["lr1e06", "lr1e-06", "lr2.5e10"]
+    assert safe_name("client.lr=1e+06, seed 0") == "client.lr1e06_seed_0" and safe_name("FedAvg+FT") == "FedAvg_FT"

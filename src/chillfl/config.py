@@ -436,6 +436,7 @@ def check_name(name: str, field: str = "name") -> None:
 def safe_name(label: str) -> str:
     """A folder name for a variant label ("FedChill*" -> "FedChill_star", "T=0.5" -> "T0.5"), always a valid name."""
     label = label.replace("=", "").replace(", ", "_").replace("*", "_star")
+    label = re.sub(r"(\d)e\+(\d)", r"\1e\2", label)  # 1e+06 -> 1e06: its "+" made "_" read 1e_06, like 1e-06
     keep = [c if ((c.isalnum() and c.isprintable()) or c in "-_.") else "_" for c in label]
     name = "".join(keep).strip("_.").lstrip("-.")[:MAX_NAME_BYTES]
     while len(name.encode("utf-8")) > MAX_NAME_BYTES:

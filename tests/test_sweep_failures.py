@@ -28,11 +28,11 @@ def test_a_diverging_lr_does_not_lose_the_other_results(tmp_path: Path, capsys: 
     assert "| algorithm.name=fedavg, client.lr=0.05 | " in captured.out
     folder = tmp_path / "out" / "sweep-compare"
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == [
-        "fedavg-lr0.05", "fedavg-lr1e_30.failed", "fedprox-lr0.05", "fedprox-lr1e_30.failed",
+        "fedavg-lr0.05", "fedavg-lr1e30.failed", "fedprox-lr0.05", "fedprox-lr1e30.failed",
     ]
     rows = json.loads((folder / "table.json").read_text())
     assert [r.get("failed") for r in rows] == [None, "diverged at round 1", None, "diverged at round 1"]
-    assert "run 4 of 4: fedprox-lr1e_30, ETA" in captured.err  # overall progress
+    assert "run 4 of 4: fedprox-lr1e30, ETA" in captured.err  # overall progress
     assert "2 of 4 runs did not finish" in captured.err
 
 
@@ -42,7 +42,7 @@ def test_over_seeds_every_table_names_the_failed_seeds(tmp_path: Path, capsys: p
     out = capsys.readouterr().out
     assert "| client.lr=1e+30 (seed 0: diverged at round 1; seed 1: diverged at round 1) |" in out
     folder = tmp_path / "out" / "sweep-compare"
-    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["lr0.05-s0", "lr0.05-s1", "lr1e_30-s0.failed", "lr1e_30-s1.failed"]
+    assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["lr0.05-s0", "lr0.05-s1", "lr1e30-s0.failed", "lr1e30-s1.failed"]
     assert main([*argv, "--strict"]) == DIVERGED_EXIT  # --strict: any failed run is an error
 
 

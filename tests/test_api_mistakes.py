@@ -82,3 +82,10 @@ def test_a_large_float_in_a_run_name_does_not_read_as_its_reciprocal() -> None:
 
     assert [safe_name(short_setting("client.lr", v)) for v in (1e6, 1e-6, 2.5e10)] == ["lr1e06", "lr1e-06", "lr2.5e10"]
     assert safe_name("client.lr=1e+06, seed 0") == "client.lr1e06_seed_0" and safe_name("FedAvg+FT") == "FedAvg_FT"
+
+
+def test_a_value_given_twice_in_a_python_grid_names_the_keyword() -> None:
+    """It was named ``--grid``, a flag of the command line the caller never used."""
+    with pytest.raises(ConfigError) as err:
+        chillfl.compare(model=nn.Linear(8, 3), data=_data(), config=CONFIG, grid={"client.lr": [0.1, 0.1]}, write=False, progress=False)
+    assert err.value.field == "grid" and "duplicate values" in err.value.message

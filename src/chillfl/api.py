@@ -339,7 +339,8 @@ def compare(
         for key, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
-        variants = grid_variants([(str(k), list(v)) for k, v in grid.items()], cfg)
+        with _keyword_fields():  # a value given twice: named as the keyword, not the command line's --grid
+            variants = grid_variants([(str(k), list(v)) for k, v in grid.items()], cfg)
     elif grid is not None:
         if isinstance(grid, str):
             raise ConfigError("grid", "expected a dict {key: [values]} or a list of 'key=v1,v2' strings, got a string")

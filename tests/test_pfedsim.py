@@ -343,3 +343,18 @@ def test_start_warmup_runs_and_resumes(tmp_path: Path) -> None:
     plain = records(config(**base))
     assert [r["clients"] for r in got] == [[0, 1, 2], [0, 1, 2], [1, 2, 3], [0, 1, 3]]
     assert got[:3] == plain[:3] and got[3] != plain[3]
+
+
+@pytest.mark.parametrize(("warmup", "refused"), [(1.0, True), (0.99, False), (0.67, False), (2.0, False), (3.0, True)])
+def test_a_warmup_that_leaves_no_personalised_round_is_refused(warmup: float, refused: bool) -> None:
+    """``warmup = 1`` is a share (the whole run): every round was warm-up, a run of FedAvg with nothing said, while a count
+    of rounds as large was refused. Both are now refused alike (3 rounds: a share of 0.99 leaves int(2.97) = 2)."""
+    from chillfl.experiment import check_config
+
+    cfg = config(**{**PERSONALISED, "federation.rounds": 3, "algorithm.warmup": warmup})
+    if refused:
+        with pytest.raises(ConfigError) as err:
+            check_config(cfg)
+        assert err.value.field == "algorithm.warmup"
+    else:
+        check_config(cfg)

@@ -333,9 +333,13 @@ def _build(options: PFedSimOptions, ctx: BuildContext) -> Built:
 
 
 def _check(options: PFedSimOptions, config: RunConfig, section: str) -> None:
-    """A warm-up given as a count of rounds leaves at least one personalised round (FL-bench: 1 < warmup < rounds)."""
+    """A warm-up leaves at least one personalised round, given as a count of rounds (FL-bench: 1 < warmup < rounds) or as a
+    share (``warmup = 1``, read as the whole run, was a run of FedAvg with nothing said)."""
     rounds = config.federation.rounds
     require(options.warmup <= 1 or options.warmup < rounds, f"{section}.warmup", f"must be < federation.rounds ({rounds}) as a count of rounds, got {options.warmup}")
+    require(options.warmup > 1 or warmup_rounds(options.warmup, rounds) < rounds, f"{section}.warmup",
+            f"a share <= 1 of the run's {rounds} rounds: {options.warmup} leaves no personalised round (every round is warm-up, FedAvg); "
+            "give a smaller share, or a count of rounds > 1")
 
 
 SPEC = register_algorithm(

@@ -349,7 +349,7 @@ def compare(
     else:
         variants = None
     if seeds is not None:
-        _check_seeds(seeds)
+        seeds = _check_seeds(seeds)
     _check_seed_override(overrides, seeds if seeds is not None else cfg.compare.get("seeds"))
     if tune is not None:
         if not isinstance(tune, Mapping):  # the CLI's 'client.lr=0.1,0.2' strings (grid takes them): ValueError from dict()
@@ -359,7 +359,7 @@ def compare(
         check_out_dir(cfg.out_dir)
     if model is not None:
         check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
-    options = CompareOptions(seeds=[plain(s) for s in seeds] if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
+    options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
     check_select_used(cfg, options, "select")
     with _keyword_fields():
         return run_compare(cfg, [], reference=reference, progress=progress, write=write, options=options, variants=variants, dataset=dataset, model=model,
@@ -421,10 +421,10 @@ def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: st
     resume an interrupted one (as ``--resume``; a ``KeyboardInterrupt`` leaves that state behind).
     """
     out_dir, progress, resume = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(resume, "resume")
-    _check_seeds(seeds)
+    seeds = _check_seeds(seeds)
     if out_dir is not None:
         check_out_dir(str(out_dir))
-    outcomes = reproduce_claims(paper, list(seeds), out_dir=None if out_dir is None else str(out_dir), progress=progress, resume=resume)
+    outcomes = reproduce_claims(paper, seeds, out_dir=None if out_dir is None else str(out_dir), progress=progress, resume=resume)
     write_verdicts(paper, outcomes)
     return outcomes
 
@@ -437,14 +437,17 @@ def _check_seed_override(overrides: Mapping[str, Any], seeds: Any) -> None:
                                   f"pass seeds=[{overrides['seed']!r}] for that seed alone")
 
 
-def _check_seeds(seeds: Sequence[int]) -> None:
-    """``[compare] seeds``' rules, the error naming the Python argument ``seeds``."""
+def _check_seeds(seeds: Sequence[int]) -> list[int]:
+    """``seeds`` as plain ints (``np.arange(3)`` too), checked by ``[compare] seeds``' rules, the error naming the Python
+    argument ``seeds``."""
     if isinstance(seeds, (str, bytes)):  # a string is a sequence too: '0,1' read as ['0', ',', '1']
         raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got the string {seeds!r}")
+    plain_seeds = [plain(s) for s in seeds]
     try:
-        check_compare_option("seeds", [plain(s) for s in seeds])  # np.arange(3) too
+        check_compare_option("seeds", plain_seeds)
     except ConfigError as exc:
         raise ConfigError("seeds", exc.message) from None
+    return plain_seeds
 
 
 def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:

@@ -55,6 +55,7 @@ from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, with_client_momentum
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
+from chillfl.training.terms import entry_name
 
 if TYPE_CHECKING:
     from chillfl.config import RunConfig
@@ -127,7 +128,7 @@ def _check(options: FedNovaOptions, config: "RunConfig", section: str) -> None:
     """A proximal term on the clients is refused: it shrinks each local step towards w^t, so a_i is no longer the
     step count (the reference code's ``etamu`` branch normalises by sum_k (1 - lr mu)^k: 23.56 for tau = 25 at lr 0.05,
     mu 0.1, where this a_i says 25), and the run went on silently with the plain-SGD a_i."""
-    terms = [t if isinstance(t, str) else t.get("name") for t in config.objective.terms]
+    terms = [entry_name(t) for t in config.objective.terms]
     field = "objective.proximal_mu" if config.objective.proximal_mu > 0 else "objective.terms" if "proximal" in terms else None
     if field is not None:
         raise ConfigError(field, "FedNova's a_i counts plain (or heavy-ball) SGD steps; a proximal term's normaliser, "

@@ -165,6 +165,11 @@ def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: st
 def policy_capabilities(table: Mapping[str, Any], section: str = "temperature") -> Capabilities:
     """What the configured policy declares for its options (e.g. whether it runs on Flower)."""
     spec, options = parse_policy(table, section)
+    return _declared(spec, options, table, section)
+
+
+def _declared(spec: PolicySpec, options: Any, table: Mapping[str, Any], section: str) -> Capabilities:
+    """What ``spec`` declares under its parsed ``options``, a plugin's declaration checked (:func:`declared`)."""
     return declared(spec.capabilities(options), str(table.get("policy")), f"{section}.policy")
 
 
@@ -189,7 +194,7 @@ def check_policy(config: RunConfig, section: str = "temperature") -> None:
     meet the missing accuracy after round 1's local training (a whole round's work, at full scale an hour)."""
     spec, options = parse_policy(config.temperature, section)
     spec.check(options, config, section)
-    steers = declared(spec.capabilities(options), str(config.temperature.get("policy")), f"{section}.policy").steers_by_accuracy
+    steers = _declared(spec, options, config.temperature, section).steers_by_accuracy
     if steers and config.eval.clients == "none":
         raise ConfigError("eval.clients", f"{steers} reads each client's accuracy after its training, which eval.clients = 'none' "
                                           "does not measure; set eval.clients = 'sampled', or switch that off")

@@ -323,7 +323,8 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
-                               rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes)
+                               rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes,
+                               objective_terms=configured_terms(config.objective))
         check_algorithm(name, options, config)
     check_client_half(built[0], "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name")
     warn_no_client_models(config, built[0])

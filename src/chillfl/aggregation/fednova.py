@@ -21,6 +21,21 @@ Choices
   carry it). Built from a config, it is left unset and filled from
   ``client.momentum``; a different explicit value is a ConfigError. Weight
   decay is ignored in ``a_i``, as in the paper's main formula.
+* A proximal term on the clients (``objective.proximal_mu``, or a ``proximal``
+  entry of ``objective.terms``: FedProx's ``mu/2 ||w - x||^2``) shrinks each
+  local step towards ``x``, so ``a_i`` is no longer the step count: with plain
+  SGD it is ``sum_{k<tau_i} (1 - lr mu)^k`` (Wang et al., Sec. 4, FedProx's
+  case; the reference code's ``etamu`` recursion ``a <- a (1 - lr mu) + 1``).
+  In general ``a_i`` is what ``x - y_i`` is in units of ``lr`` when every
+  gradient is 1 (the local steps are linear in the gradients with scalar
+  coefficients), so :func:`effective_steps` runs the local optimiser's scalar
+  recursion; with momentum the proximal gradient goes through the momentum
+  buffer, as chillfl's term (in the loss) does. ``proximal_mu`` is filled from
+  the run's term like ``momentum``.
+* ``tau_eff``: ``"normaliser"`` (default) is the paper's ``sum_i p_i a_i``,
+  under which equal local work gives FedAvg's (or FedProx's) step exactly;
+  ``"steps"`` is ``sum_i p_i tau_i``, what JYWa/FedNova's code uses when its
+  ``mu != 0`` (it is ``sum_i p_i a_i`` without one only for plain SGD).
 * Only trainable parameters are normalised; buffers (BN statistics) are
   averaged with ``p_i`` (a normalised step could make a running variance
   negative); integer buffers take the max.
@@ -28,17 +43,15 @@ Choices
   ``local_counter = local_counter * momentum + 1; local_normalizing_vec +=
   local_counter`` is a_i above, and ``average``'s ``tau_eff = sum ratio *
   local_normalizing_vec``, ``cum_grad * weight * tau_eff / a_i`` is the server
-  step. Not carried over: its proximal variant (``mu != 0``: a_i shrinks by
-  ``1 - lr mu`` a step and tau_eff uses the plain step counts), so a run's
-  proximal term (``objective.proximal_mu``, a ``proximal`` term) is refused
-  rather than normalised as plain SGD; and its server momentum ``gmf`` (0 in
-  the paper's main runs).
+  step. Not carried over: its proximal term added after the momentum buffer
+  (with both, its normaliser adds each step's counter and then 1 again), and
+  its server momentum ``gmf`` (0 in the paper's main runs).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
@@ -55,29 +68,45 @@ from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, with_client_momentum
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
-from chillfl.training.terms import entry_name
-
-if TYPE_CHECKING:
-    from chillfl.config import RunConfig
+from chillfl.training.objective import PROXIMAL
+from chillfl.training.terms import ObjectiveTerm
 
 
 @dataclass(frozen=True)
 class FedNovaOptions:
-    """``momentum``: the clients' SGD momentum rho in [0, 1); unset = ``client.momentum`` (0 outside a config)."""
+    """``momentum``: the clients' SGD momentum rho in [0, 1); unset = ``client.momentum`` (0 outside a config).
+    ``proximal_mu``: the mu of the clients' proximal term; unset = the run's (``objective.proximal_mu`` or a
+    ``proximal`` term; 0 without one or outside a config). ``tau_eff``: ``"normaliser"`` (sum_i p_i a_i, the paper's)
+    or ``"steps"`` (sum_i p_i tau_i, the reference code's with a proximal term)."""
 
     momentum: float | None = None
+    proximal_mu: float | None = None
+    tau_eff: str = "normaliser"
 
     def validate(self, section: str) -> None:
         if self.momentum is not None:
             require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
+        if self.proximal_mu is not None:
+            require(0 <= self.proximal_mu <= 1e6, f"{section}.proximal_mu", f"must be in [0, 1e6], got {self.proximal_mu}")
+        require(self.tau_eff in TAU_EFF, f"{section}.tau_eff", f"must be one of {', '.join(map(repr, TAU_EFF))}, got {self.tau_eff!r}")
 
 
-def effective_steps(num_steps: int, momentum: float = 0.0) -> float:
-    """a_i: ``tau`` for plain SGD, ``(tau - rho(1 - rho^tau)/(1 - rho)) / (1 - rho)`` with momentum."""
-    if momentum == 0:
-        return float(num_steps)
-    rho = momentum
-    return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+TAU_EFF = ("normaliser", "steps")
+
+
+def effective_steps(num_steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:
+    """a_i: ``tau`` for plain SGD, ``(tau - rho(1 - rho^tau)/(1 - rho)) / (1 - rho)`` with momentum; with a proximal
+    term (``lr_mu = lr * mu``) the local optimiser's recursion on unit gradients, ``x - y_i`` over ``lr``."""
+    if lr_mu == 0:
+        if momentum == 0:
+            return float(num_steps)
+        rho = momentum
+        return (num_steps - rho * (1 - rho**num_steps) / (1 - rho)) / (1 - rho)
+    a = buffer = 0.0  # a = (x - w_k) / lr; the proximal gradient mu (w_k - x) = -lr mu a joins the unit gradient
+    for _ in range(num_steps):
+        buffer = momentum * buffer + 1 - lr_mu * a
+        a += buffer
+    return a
 
 
 class FedNova(AggregatorBase):
@@ -86,6 +115,7 @@ class FedNova(AggregatorBase):
     def __init__(self, options: FedNovaOptions = FedNovaOptions(), param_keys: Collection[str] | None = None) -> None:
         self.options = options
         self.momentum = options.momentum or 0.0
+        self.proximal_mu = options.proximal_mu or 0.0
         self.param_keys = None if param_keys is None else list(param_keys)
         self._tau_eff = float("nan")
 
@@ -97,10 +127,11 @@ class FedNova(AggregatorBase):
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None
     ) -> Params:
         w = (self.default_weights(results) if weights is None else weights).tolist()
-        a = [effective_steps(r.num_steps, self.momentum) for r in results]
+        a = [effective_steps(r.num_steps, self.momentum, r.lr * self.proximal_mu) for r in results]
         if min(a) <= 0:
-            raise ValueError("FedNova needs num_steps >= 1 for every client")
-        tau_eff = sum(p * ai for p, ai in zip(w, a))
+            raise ValueError("FedNova needs num_steps >= 1 for every client (and lr * proximal_mu < 1)")
+        work = a if self.options.tau_eff == "normaliser" else [float(r.num_steps) for r in results]
+        tau_eff = sum(p * ai for p, ai in zip(w, work))
         out = weighted_average([r.params for r in results], torch.tensor(w, dtype=torch.float64))
         keys = self.param_keys if self.param_keys is not None else list(global_params)
         for k in keys:
@@ -124,19 +155,25 @@ class FedNova(AggregatorBase):
         self._tau_eff = float(state["tau_eff"])
 
 
-def _check(options: FedNovaOptions, config: "RunConfig", section: str) -> None:
-    """A proximal term on the clients is refused: it shrinks each local step towards w^t, so a_i is no longer the
-    step count (the reference code's ``etamu`` branch normalises by sum_k (1 - lr mu)^k: 23.56 for tau = 25 at lr 0.05,
-    mu 0.1, where this a_i says 25), and the run went on silently with the plain-SGD a_i."""
-    terms = [entry_name(t) for t in config.objective.terms]
-    field = "objective.proximal_mu" if config.objective.proximal_mu > 0 else "objective.terms" if "proximal" in terms else None
-    if field is not None:
-        raise ConfigError(field, "FedNova's a_i counts plain (or heavy-ball) SGD steps; a proximal term's normaliser, "
-                                 "sum_k (1 - lr mu)^k, is not implemented: drop the term")
+def proximal_mu(terms: Sequence[ObjectiveTerm]) -> float:
+    """The mu of the run's proximal term (its context carries one at most: :func:`~chillfl.training.terms.check_context`)."""
+    return sum(t.options.mu for t in terms if t.spec is PROXIMAL)
+
+
+def _with_run(options: FedNovaOptions, ctx: BuildContext) -> FedNovaOptions:
+    """``momentum`` and ``proximal_mu`` filled from the run; an explicit different ``proximal_mu`` is a ConfigError."""
+    options = with_client_momentum(options, ctx, "FedNova's a_i")
+    if ctx.objective_terms is None:  # built outside a config: the options say it
+        return options if options.proximal_mu is not None else replace(options, proximal_mu=0.0)
+    mu = proximal_mu(ctx.objective_terms)
+    if options.proximal_mu is not None and options.proximal_mu != mu:
+        raise ConfigError(f"{ctx.section}.proximal_mu", f"must equal the run's proximal term's mu = {mu} (FedNova's a_i depends on it), "
+                                                        f"got {options.proximal_mu}; leave it unset")
+    return options if options.proximal_mu is not None else replace(options, proximal_mu=mu)
 
 
 def _build(options: FedNovaOptions, ctx: BuildContext) -> Built:
-    return FedNova(with_client_momentum(options, ctx, "FedNova's a_i"), ctx.param_keys()), []
+    return FedNova(_with_run(options, ctx), ctx.param_keys()), []
 
 
 SPEC = register_algorithm(
@@ -146,6 +183,5 @@ SPEC = register_algorithm(
         _build,
         "normalised averaging (Wang et al. 2020)",
         capabilities=Capabilities(plain_sgd="FedNova's normalised update (x - y_i) / (a_i lr)", takes_weights=True),
-        check=_check,
     ),
 )

@@ -458,6 +458,7 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         rounds=ctx.rounds,
         clients_per_round=ctx.clients_per_round,
         client_sizes=ctx.client_sizes,
+        objective_terms=ctx.objective_terms,
     )
     half = base.client_half()
     if isinstance(half, Personalising):  # combine() runs prepare/finish only: the base's own trainings would be dropped silently

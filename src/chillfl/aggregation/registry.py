@@ -31,6 +31,7 @@ from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options
 from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
 from chillfl.training.objective import Term
+from chillfl.training.terms import ObjectiveTerm
 
 if TYPE_CHECKING:  # annotations only
     from chillfl.config import RunConfig
@@ -58,6 +59,9 @@ class BuildContext:
     size; the run fills it from its partition once the data are split (None: unknown, built outside a run; a ``--dry-run``
     without the data's files checks options only and builds nothing). A method that needs it refuses None
     (:func:`require_client_sizes`)."""
+    objective_terms: tuple[ObjectiveTerm, ...] | None = None
+    """The run's ``[objective]`` terms, parsed (None: unknown, built outside a config), for a server that normalises the
+    local displacement by what shaped each local step (FedNova reads the proximal term's mu, as it reads the momentum)."""
 
     def param_keys(self) -> list[str]:
         return [name for name, _ in self.model.named_parameters()]
@@ -310,13 +314,15 @@ def make_aggregator(
     rounds: int | None = None,
     clients_per_round: int | None = None,
     client_sizes: Sequence[int] | None = None,
+    objective_terms: Sequence[ObjectiveTerm] | None = None,
 ) -> Built:
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.
     ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`) and ``clients_per_round`` the clients it
     samples a round (:attr:`BuildContext.clients_per_round`); None: unknown. ``client_sizes``: each client's training
-    rows (:attr:`BuildContext.client_sizes`), ``num_clients`` of them; None: unknown.
+    rows (:attr:`BuildContext.client_sizes`), ``num_clients`` of them; None: unknown. ``objective_terms``: the run's
+    ``[objective]`` terms (:attr:`BuildContext.objective_terms`); None: unknown.
     What the built aggregator's client half keeps must agree with its declared ``personal_model``, and a method
     that declares ``linear_head`` needs a model whose head is an ``nn.Linear`` (a ConfigError on ``model``).
     """
@@ -326,7 +332,7 @@ def make_aggregator(
     if sizes is not None and len(sizes) != num_clients:
         raise ValueError(f"client_sizes holds {len(sizes)} sizes for {num_clients} clients")
     ctx = BuildContext(num_clients=num_clients, model=model, seed=seed, section=section, client_momentum=client_momentum, rounds=rounds,
-                       clients_per_round=clients_per_round, client_sizes=sizes)
+                       clients_per_round=clients_per_round, client_sizes=sizes, objective_terms=None if objective_terms is None else tuple(objective_terms))
     capabilities = effective_capabilities(spec, parsed, section)
     refuse_nonlinear_head(model, capabilities.linear_head, name)  # before its build reads the head
     built = spec.build(parsed, ctx)

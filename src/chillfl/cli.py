@@ -76,7 +76,7 @@ def _config_path(config: str) -> Path:
     return path
 
 
-_OVERRIDE = re.compile(r"[A-Za-z_][\w.]*=")
+_OVERRIDE = re.compile(r'[A-Za-z_][\w.]*("[^"]*"[\w.]*)?=')  # a quoted variant name may hold "=": variants."T=1".client.lr=0.1
 
 
 def _is_override(text: str) -> bool:
@@ -94,6 +94,7 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
     """The config the command runs, checked and resolved; ``variants``: the ``--variant`` labels of ``run`` / ``compare``,
     chosen among the rows of ``grid`` where one is given (the demo's temperatures), else among the config's ``[variants]``."""
     path = _config_path(config) if config is not None else None
+    _refuse_variant_overrides(overrides, grid)
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
         what = "the defaults with the command line's settings" if overrides or flags else "every default"
@@ -111,6 +112,16 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
     if args is not None and (args.command == "data" or (args.command == "run" and args.seed is not None)) and len(variants) == 1:  # that row's one run
         return resolved(one_variant(_grid_rows(load_config(path, flags, swept), grid), variants[0], parse_overrides(list(overrides)), swept))
     return resolved(chosen_variants(_grid_rows(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), grid), variants))
+
+
+def _refuse_variant_overrides(overrides: Sequence[str], grid: Sequence[str]) -> None:
+    """The demo's variants are its temperature grid's rows, made after the overrides: ``variants."T=1".client.lr=0.1``
+    made a variant of its own that the grid then replaced without a word (the bare ``variants.T=1...`` was refused as
+    a string), so an override of ``[variants]`` beside a grid is refused, saying what does work."""
+    if grid and any(item.strip().startswith(("variants.", "variants=")) for item in overrides):
+        raise ConfigError("variants", "the demo's variants are its temperatures (T=1, T=0.25, T=0.05), made after the overrides: "
+                                      "an override without 'variants.' sets every one of them; to change one, save "
+                                      "`chillfl run --dry-run > demo.toml`, edit its [variants] and run that file")
 
 
 def _grid_rows(config: RunConfig, grid: Sequence[str]) -> RunConfig:

@@ -956,11 +956,20 @@ def own_tune(shared: Mapping[str, Any], table: Any) -> dict[str, list[Any]]:
     return {str(k): list(v) for k, v in table.items()}
 
 
+def _quote_hint(label: str, value: Any) -> str:
+    """How to write ``variants.T=1.client.lr=0.1`` (split at its first ``=``, so a variant ``T`` set to a string): the
+    name quoted, as the command line reads it (:func:`quoted_variant`)."""
+    name_end, dot, rest = value.partition(".") if isinstance(value, str) else ("", "", "")
+    if not (dot and "=" in rest):
+        return ""
+    return f"; a variant name holding '=' is quoted: 'variants.\"{label}={name_end}\".{rest}'"
+
+
 def check_variant(base: RunConfig, label: str, table: Any) -> None:
     """Validate ``[variants.LABEL]`` against ``base``; errors name the variant (``variants.x.client.lr``)."""
     field = f"variants.{label}"
     if not isinstance(table, dict):
-        raise ConfigError(field, f"must be a table of overrides, got {short_repr(table)}")
+        raise ConfigError(field, f"must be a table of overrides, got {short_repr(table)}{_quote_hint(label, table)}")
     written = dotted_keys([table])
     twice = next((k for k in written if written.count(k) > 1), None)
     if twice is not None:  # "client.lr" = 0.2 beside client.lr = 0.3: one of them was dropped without a word

@@ -23,6 +23,7 @@ import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -32,7 +33,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypeVar
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import torch
@@ -361,8 +362,8 @@ def resume_experiment(
             if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
             writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config, origin)
-            return _run(exp, config, writer, progress=progress, label=label or config.name, callbacks=callbacks, hooks=hooks, resume=(point.done, state["protocol"], point.records),
-                        pools=pools)
+            resumed = Resumed(point.done, state["protocol"], point.records, _wall_time(state))
+            return _run(exp, config, writer, progress=progress, label=label or config.name, callbacks=callbacks, hooks=hooks, resume=resumed, pools=pools)
     finally:
         if writer is None:
             point.lock.release()
@@ -407,15 +408,33 @@ STATE_OWNERS = (("protocol.aggregator", "algorithm.name"), ("protocol.policy", "
 """Where a part's own ``state_dict()`` sits in a checkpoint's state tree, and the field that chose the part (a plugin's)."""
 
 
-def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device) -> None:
-    """The run state after round ``done`` (and the setup it ran on), with the checksums of the config and metrics it goes with.
+class Resumed(NamedTuple):
+    """Where a resumed run starts: its checkpoint's round, protocol state and the records before it, and the seconds
+    its earlier commands ran up to that checkpoint (``summary.json``'s ``wall_time_s`` counts the whole run)."""
+
+    done: int
+    protocol: Mapping[str, Any]
+    records: list[dict[str, Any]]
+    wall_time_s: float
+
+
+def _wall_time(state: Mapping[str, Any]) -> float:
+    """The seconds a checkpoint's run had taken (0.0 for a checkpoint written before it recorded them)."""
+    value = state.get("wall_time_s", 0.0)
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else 0.0
+
+
+def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device, wall_time_s: float) -> None:
+    """The run state after round ``done`` (and the setup it ran on, and the seconds the run has taken), with the checksums
+    of the config and metrics it goes with.
 
     A part's ``state_dict()`` that holds what a checkpoint cannot (a plugin's int-keyed dict) is one ConfigError on the
     field that chose the part, not a TypeError traceback from the encoder."""
     if writer is not None:
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
         try:
-            write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device)}, run)
+            write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device),
+                                                  "wall_time_s": wall_time_s}, run)
         except UnstorableState as exc:
             field = next((f for prefix, f in STATE_OWNERS if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
             if field is None:
@@ -496,7 +515,7 @@ def _run(
     label: str | None,
     callbacks: Sequence[Callback],
     hooks: Sequence[RoundHook] = (),
-    resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None = None,
+    resume: Resumed | None = None,
     pools: WorkerPools | None = None,
 ) -> RunOutput:
     # device_settings from the protocol's build on (FedMD trains its server model there): every cuBLAS call of the run
@@ -522,10 +541,10 @@ def _run_rounds(
     label: str | None,
     callbacks: Sequence[Callback],
     hooks: Sequence[RoundHook],
-    resume: tuple[int, Mapping[str, Any], list[dict[str, Any]]] | None,
+    resume: Resumed | None,
     pools: WorkerPools | None,
 ) -> RunOutput:
-    start = time.perf_counter()
+    start = time.perf_counter() - (resume.wall_time_s if resume is not None else 0.0)  # a resumed run's time counts its earlier commands
     rounds, every = config.federation.rounds, config.checkpoint.every
     protocol = build_protocol(exp)
     view = RunView(protocol, exp.model)
@@ -534,7 +553,7 @@ def _run_rounds(
     sinks: list[Sink] = []
     try:
         if resume is not None:
-            done, state, records = resume
+            done, state, records, _ = resume
             _restore(protocol, state, exp, writer)  # before anything is written: a checkpoint that does not fit leaves the folder as it was
             if writer is not None:  # no checksum of the checkpoint covers partition.json, and it follows from config.toml: a damaged one is made whole
                 writer.resume()
@@ -569,14 +588,14 @@ def _run_rounds(
                     bar.update(1)
                     if view.stop_reason is not None and done < rounds:  # a hook stopped the run: resumable from here
                         signals.armed = False  # the checkpoint below must not be cut short
-                        _checkpoint(writer, protocol, done, exp.device)
+                        _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
                         break
                     if signals.received is not None:
                         signals.armed = False  # the checkpoint below must not be cut short
-                        _checkpoint(writer, protocol, done, exp.device)
+                        _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
                         raise RunInterrupted(signals.received, writer.path if writer else None, done)
                     if every and done % every == 0 and done < rounds:
-                        _checkpoint(writer, protocol, done, exp.device)
+                        _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         signals.finishing = True  # a signal now waits until the run's results are complete

@@ -13,8 +13,8 @@ URIs, no script or font from the network. It shows
 
 Grouping: runs whose saved configs are equal except for ``seed`` and the
 fields that do not change what is computed (``name``, ``out_dir``,
-``data_dir``, ``device``, ``executor``, ``threads``) form one group (its
-seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
+``data_dir``, ``device``, ``executor``, ``threads``, ``checkpoint.*``,
+``log.*``) form one group (its seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
 output): every finished run folder directly inside it is taken (``.partial``
 and ``.failed`` ones only when named themselves; the others, and run folders cut short, are named as not
 included). A folder named twice, or named and inside a named folder (the same resolved path), is read once.
@@ -52,14 +52,16 @@ from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import last_value, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
-from chillfl.storage.run_state import folder_state, is_sweep
+from chillfl.storage.run_state import folder_state, is_sweep, run_state
 from chillfl.errors import ConfigError, StorageError
 from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
+from chillfl.paths import shell_path
 from chillfl.metrics.spread import SPREAD, seed_band
+from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import comparison_labels
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
@@ -69,7 +71,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads")
+IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads", "checkpoint", "log")
+"""Top-level config keys (a whole table for ``checkpoint`` and ``log``) that do not change what a run computes: runs that
+differ only in them are seeds of one group. ``checkpoint.every`` split byte-identical metrics into two groups."""
 TABLE_METRICS = (
     ("final_global_acc", "final acc", True),
     ("best_global_acc", "best acc", True),
@@ -221,6 +225,10 @@ LOSS_CURVES = (("global_loss", "global test loss (T = 1)"), ("train_loss", "loca
 CALIBRATION_CURVES = (("global_ece", "ECE"), ("global_nll", "NLL"), ("global_brier", "Brier"))
 CURVES = tuple(key for key, _ in (*ACCURACY_CURVES, *LOSS_CURVES, *CALIBRATION_CURVES))
 """The per-round metrics the page draws (:func:`render`'s figures): each must be a number where a record has it."""
+Y_AXES = {"global_acc": ("accuracy %", 100.0), "local_acc": ("accuracy %", 100.0), "global_loss": ("cross-entropy (T = 1)", 1.0),
+          "train_loss": ("training loss (at T)", 1.0), "global_ece": ("ECE", 1.0), "global_nll": ("NLL (T = 1)", 1.0), "global_brier": ("Brier score", 1.0)}
+"""Each curve's y-axis label and scale: accuracies in %, as the results table prints them (the curves drew 0-1 under
+"accuracies in %", on an unlabelled axis)."""
 
 
 def load_run(folder: Path, labels: Mapping[str, str] | None = None) -> Run:
@@ -229,12 +237,36 @@ def load_run(folder: Path, labels: Mapping[str, str] | None = None) -> Run:
     summary_path = folder / "summary.json"
     try:
         summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError("RUN_DIR", f"{folder}: unreadable result files: summary.json line {exc.lineno}: not JSON ({exc.msg})") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError("RUN_DIR", f"{folder}: unreadable result files ({exc})") from None
+    try:
         records = read_metrics(folder, torn_tail=_unfinished(folder))  # a killed run's cut last line, dropped as resume drops it
+    except json.JSONDecodeError as exc:  # its message counts within the line: the file's line is looked up
+        raise ConfigError("RUN_DIR", f"{folder}: unreadable result files: {_not_json(folder / 'metrics.jsonl', exc)}") from None
     except (OSError, ValueError) as exc:
         raise ConfigError("RUN_DIR", f"{folder}: unreadable result files ({exc})") from None
     _check_shapes(folder, summary, records)
     config = load_config(folder / "config.toml")
     return Run(folder, config, records, summary, (comparison_labels(folder.parent) if labels is None else labels).get(config.name))
+
+
+def _not_json(path: Path, exc: json.JSONDecodeError) -> str:
+    """``metrics.jsonl line 3: not JSON (...): 'garbled'``: the line of ``path`` that :func:`load_run` could not read.
+    :func:`~chillfl.storage.results.read_metrics` parses line by line, so ``exc`` says "line 1" of whichever line it
+    was: the file's line is the first that does not parse."""
+    try:
+        with path.open("rb") as fh:
+            for number, line in enumerate(fh, 1):
+                try:
+                    json.loads(line) if line.strip() else None
+                except ValueError:
+                    shown = line[:60].decode("utf-8", "replace").strip()
+                    return f"{path.name} line {number}: not JSON ({exc.msg}, column {exc.colno}): {shown!r}"
+    except OSError:
+        pass
+    return f"{path.name}: not JSON ({exc.msg})"
 
 
 def _check_shapes(folder: Path, summary: Any, records: list[Any]) -> None:
@@ -398,6 +430,26 @@ def _fmt(key: str, mean: float, std: float, n: int, pct: bool) -> str:
     return f"{scale * mean:.{digits}f}" + (f" ± {scale * std:.{digits}f}" if n > 1 else "")
 
 
+def _spelled(value: float) -> str:
+    """``nan``, ``inf`` or ``-inf``, as ``metrics.jsonl``'s ``"nonfinite"`` entry spells a non-finite value."""
+    return "nan" if math.isnan(value) else "inf" if value > 0 else "-inf"
+
+
+def _with_nonfinite(text: str, values: Sequence[float | None]) -> str:
+    """A results cell (``text``: the finite values' mean ± std, :func:`mean_std`) that says which runs' values are
+    non-finite and so left out of it (``2.2830 (inf in 1 of 2 runs, left out)``; ``inf`` for one run): the mean alone
+    read as every seed's, and one run's dash as "not measured", the compare table's loss caveat's case."""
+    bad = [float(v) for v in values if v is not None and not math.isfinite(float(v))]
+    if not bad:
+        return text
+    spelled = ", ".join(sorted({_spelled(v) for v in bad}))
+    if len(values) == 1:
+        return spelled
+    if text == "–":
+        return f"{spelled} ({len(bad)} of {len(values)} runs)"
+    return f"{text} ({spelled} in {len(bad)} of {len(values)} runs, left out)"
+
+
 # ----------------------------------------------------------------------------- figures
 
 
@@ -454,12 +506,15 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
     fig = _figure(5.2 * len(present), 3.8 + 0.3 + LEGEND_LINE * legend_rows(list(labels.values()), columns))
     fig.set_layout_engine("constrained")
     entries: dict[str, Artist] = {}  # a group's label -> its line, from the first panel that drew the group
+    banded = any(len(g.runs) > 1 for g in groups)  # every group one run: no band, and the titles name none
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
+        ylabel, scale = Y_AXES.get(key, (key, 1.0))
         for index, g in enumerate(groups):
             rounds, mean, std = band([r.records for r in g.runs], key)
             if len(rounds) == 0:
                 continue
+            mean, std = scale * mean, scale * std
             # a group keeps its colour in every panel and figure, also where a group before it has no such metric
             colour, style = variant_style(index)
             (line,) = ax.plot(rounds, mean, lw=1.5, color=colour, ls=style, label=labels[g.label])
@@ -469,7 +524,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
         if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable
             ax.set_yscale("log")
             title = f"{title} (log scale)"
-        ax.set(xlabel="round", title=f"{title}\n(mean over seeds, {SPREAD})")
+        ax.set(xlabel="round", ylabel=ylabel, title=f"{title}\n(mean over seeds, {SPREAD})" if banded else title)
         integer_rounds(ax)
         ax.grid(alpha=0.3)
     ordered = [g.label for g in groups if g.label in entries]  # the groups' order, whichever panel drew a group first
@@ -626,7 +681,14 @@ def _method(c: RunConfig, part: Callable[[Mapping[str, Any], str], str]) -> str:
 
 
 def _value(run: Run, key: str) -> Any:
-    """A results-table column's value for one run: from its summary, or its final record (:data:`FROM_RECORDS`)."""
+    """A results-table column's value for one run: from its summary, or its final record (:data:`FROM_RECORDS`).
+
+    A summary's ``null`` final value is a non-finite one (strict JSON: a finite value is a number, an unmeasured one
+    absent): the final record that measured it says which (``"nonfinite"``, read back as the float), else NaN. Read as
+    "not measured", a group's loss cell was the other seeds' mean, and one run's a dash."""
+    if key in run.summary and run.summary[key] is None and key.startswith("final_"):
+        _, values = series(run.records, key.removeprefix("final_"))
+        return values[-1] if values and not math.isfinite(values[-1]) else math.nan
     if key in run.summary or key not in FROM_RECORDS:
         return run.summary.get(key)
     return last_value(run.records, FROM_RECORDS[key])  # a summary written before it had the key (a skipped last round has none)
@@ -643,11 +705,12 @@ def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ..
 
 
 def _unfinished_note(g: Group) -> str:
-    """`` (div: diverged (at round 1), 0/2 rounds)`` for a group's runs without a summary (a named ``.partial`` or
-    ``.failed`` folder): their curves are drawn, but the table has no final numbers of them, and should say why."""
+    """`` (div: diverged (at round 1), 0/2 rounds)`` for a group's runs in a named ``.partial`` or ``.failed`` folder,
+    or without a summary: their curves are drawn, but the table has no final numbers of them, or numbers of a run that
+    did not end (killed after it wrote its ``summary.json``, before the rename), and should say why."""
     notes = []
     for r in g.runs:
-        if not r.summary:
+        if not r.summary or _unfinished(r.folder):
             name, state, rounds, _ = folder_state(r.folder, r.config.name, r.config.federation.rounds).cells()
             notes.append(f"{name}: {state}, {rounds} rounds")
     return f" ({'; '.join(notes)})" if notes else ""
@@ -657,7 +720,7 @@ def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METR
     cells = [f'<td class="l">{_e(g.label + _unfinished_note(g))}</td>', f"<td>{len(g.runs)}</td>"]
     for key, _, pct in columns:
         values = [_value(r, key) for r in g.runs]
-        text = _fmt(key, *mean_std(values), pct)
+        text = _with_nonfinite(_fmt(key, *mean_std(values), pct), values)
         if key == "rounds_to_target" and any("target_accuracy" in r.summary for r in g.runs):
             reached = sum(v is not None for v in values)
             text = f"{text} ({reached}/{len(values)} reached)" if reached < len(values) else text  # the mean is over those that did
@@ -741,6 +804,38 @@ def _comparison_section(folder: Path) -> list[str]:
     return parts
 
 
+def _missing_runs(run_dirs: Sequence[Path], taken: Sequence[Path]) -> list[str]:
+    """One line per named comparison folder without its table (``NAME-compare.partial``: interrupted, or a shard's
+    shared folder) whose planned runs are not all on the page: how many, and each one's state as ``chillfl status``
+    reads it (its ``sweep.json``'s run names, :func:`~chillfl.run_names.comparison_labels`, and each run's folder,
+    :func:`~chillfl.storage.run_state.run_state`). The page said "1 run in 1 group" of a comparison of 4."""
+    lines = []
+    for folder in run_dirs:
+        if not is_sweep(folder) or (folder / "table.md").is_file():
+            continue
+        planned = list(comparison_labels(folder))
+        here = {p.name for p in taken if p.parent.resolve() == folder.resolve()}
+        missing = [run_state(folder, name) for name in planned if name not in here]
+        if missing:
+            states = ", ".join(f"{s.name} ({s.cells()[1]})" for s in missing)
+            lines.append(f"{folder} is an unfinished comparison: {len(missing)} of its {counted(len(planned), 'planned run')} "
+                         f"{'is' if len(missing) == 1 else 'are'} not on this page: {states}; chillfl status {shell_path(folder)} says where each "
+                         f"stands, chillfl resume {shell_path(folder)} runs them")
+    return lines
+
+
+def _epsilon_caveat(groups: Sequence[Group], columns: Sequence[tuple[str, str, bool]]) -> str | None:
+    """The compare table's epsilon caveat (:func:`~chillfl.report.caveats.epsilon_caveat`: what each group's epsilon
+    bounds) under a results table with an epsilon column: it was on the page only in a named comparison's own table,
+    not for private runs given one by one, whose client- and sample-level epsilons then read as one scale."""
+    if not any(key == "final_epsilon" for key, _, _ in columns):
+        return None
+    try:
+        return epsilon_caveat([(g.label, g.runs[0].config) for g in groups])
+    except ConfigError:  # a plugin's mechanism, read as data: its guarantee is not known here
+        return None
+
+
 TITLE_MAX = 80
 """The default title's length bound: a tab or heading, not the list of groups (that follows the heading)."""
 
@@ -797,6 +892,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
         f'<p class="muted">{counted(len(runs), "run")} in {counted(len(groups), "group")}; runs equal but for the seed form a group '
         f"(numbers: mean ± sample std over its seeds; curves: mean over seeds, {SPREAD}).</p>",
         f'<p id="groups">groups: {_e(", ".join(g.label for g in groups))}</p>',
+        *(f'<p id="missing">{_e(line)}</p>' for line in _missing_runs(run_dirs, folders)),
         *([f'<p class="muted" id="skipped">{_e(_skipped_note(skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
             "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds",
@@ -809,10 +905,13 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
     columns = _metrics_columns(groups)
     for path in map(Path, run_dirs):
         parts += _comparison_section(path)
+    caveat = _epsilon_caveat(groups, columns)
+    caveat = None if caveat is None or any(_e(caveat) in part for part in parts) else caveat  # a named comparison's table says it already
     parts += [
         "<h2>Results</h2>", "<table id=\"metrics\"><tr><th class=\"l\">group</th><th>runs</th>" + "".join(f"<th>{_e(t)}</th>" for _, t, _ in columns) + "</tr>",
         *(_metrics_row(g, columns) for g in groups), "</table>",
         '<p class="muted">accuracies in %; loss and NLL: cross-entropy at T = 1 on the global test set; ECE: equal-width confidence bins (<code>eval.ece_bins</code>).</p>',
+        *([f'<p class="muted" id="epsilon-caveat">{_e(caveat)}</p>'] if caveat else []),
         "<h2>Curves</h2>",
     ]
     for uri in (curves_figure(groups, ACCURACY_CURVES), curves_figure(groups, LOSS_CURVES)):

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.spread import SPREAD, seed_band
-from chillfl.plots.figure import Figure
+from chillfl.plots.figure import Figure, fit_title
 from chillfl.plots.run import axis_label, finish_panels, no_finished_run
 from chillfl.plots.styles import variant_style
 
@@ -25,6 +25,9 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
             rounds, mean, std = seed_band(runs, k)
             (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})", color=colour, ls=style)
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)
-    ax_acc.set(xlabel="round", ylabel=axis_label(key), title=(title or "Accuracy") + f": mean over seeds, {SPREAD}")
+    banded = any(len(runs) > 1 for runs in curves.values())  # one seed each (a tuning grid at one seed): no band to name
+    ax_acc.set(xlabel="round", ylabel=axis_label(key), title=f"Accuracy: mean over seeds, {SPREAD}" if banded else "Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
+    if title:  # the comparison's name over both panels, as :func:`~chillfl.plots.run.plot_curves` has it
+        fit_title(fig, title)
     finish_panels(fig, (ax_acc, ax_loss), path)

@@ -78,7 +78,7 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
 
 
 def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
-    """One accuracy curve per variant (``compare``), plus the loss panel."""
+    """One accuracy curve per variant (``compare``), plus the loss panel; ``title`` over both."""
     fig = Figure(figsize=(12, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
@@ -91,8 +91,10 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
         ax_acc.plot(rounds, values, label=label, color=colour, ls=style)
         rounds, values = series(records, loss_key)
         ax_loss.plot(rounds, values, label=label, color=colour, ls=style)
-    ax_acc.set(xlabel="round", ylabel=axis_label(key), title=title or "Accuracy")
+    ax_acc.set(xlabel="round", ylabel=axis_label(key), title="Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
+    if title:  # the comparison's name over both panels: as the accuracy panel's title, it read as what that panel plots
+        fit_title(fig, title)
     finish_panels(fig, (ax_acc, ax_loss), path)
 
 

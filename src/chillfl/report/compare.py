@@ -480,7 +480,7 @@ def write_band_figures(
     rows: Sequence[Mapping[str, Any]] = (), baseline: str = "", local: bool = False, units: Mapping[str, str] | None = None,
 ) -> None:
     """Over seeds: curves with ± 1 std bands (``local_curves.png`` too with ``local``), the paired differences from
-    ``baseline`` in ``rows`` (``differences.png``), accuracy vs bytes at the first seed, and ``privacy_utility.png`` when
+    ``baseline`` in ``rows`` (``differences.png``), accuracy vs bytes at one seed (:func:`one_seed`), and ``privacy_utility.png`` when
     a row spent a privacy budget (``units`` as in :func:`write_compare_figures`); skipped without matplotlib."""
     try:
         from chillfl.plots.bands import plot_band_curves
@@ -495,6 +495,35 @@ def write_band_figures(
         plot_band_curves(bands, folder / "local_curves.png", key="local_acc", title=f"{title}, local models")
     if rows:
         plot_differences(rows, baseline, folder / "differences.png", title=title, local=local)
-    first = {label: runs[0] for label, runs in bands.items() if runs}
-    plot_compare_accuracy_vs_bytes(first, folder / "accuracy_vs_bytes.png", title=f"{title} (seed {first_seed})")
+    one, seed = one_seed(bands, first_seed, rows)
+    plot_compare_accuracy_vs_bytes(one, folder / "accuracy_vs_bytes.png", title=f"{title} (seed {seed})")
     plot_privacy_utility(rows, folder / "privacy_utility.png", title=title, units=units)
+
+
+def one_seed(
+    bands: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], first_seed: int, rows: Sequence[Mapping[str, Any]] = (),
+) -> tuple[dict[str, Sequence[Mapping[str, Any]]], int]:
+    """One run per variant for a figure of one seed, and that seed: the first seed at which every variant with a
+    finished run finished. Where there is none, each variant's first finished run, its label naming its seed where it
+    is not the returned one. ``bands[label]``: the finished seeds' records in seed order, as ``rows`` (the seed table's:
+    ``seeds``, ``diverged_seeds``) tell which; a variant without a row counts as finished at every seed from ``first_seed``.
+
+    The figure drew ``runs[0]`` under "seed 0": a variant whose seed-0 run diverged was drawn at another seed, unsaid."""
+    finished: dict[str, list[int]] = {}
+    for label, runs in bands.items():
+        row = next((r for r in rows if r.get("variant") == label), None)
+        seeds = [first_seed + i for i in range(len(runs))] if row is None else [s for s in row["seeds"] if s not in row["diverged_seeds"]]
+        finished[label] = seeds[: len(runs)]
+    order = next((list(r["seeds"]) for r in rows if r.get("seeds")), [first_seed])
+    common = [s for s in order if all(s in seeds for seeds in finished.values() if seeds)]
+    seed = common[0] if common else first_seed
+    out: dict[str, Sequence[Mapping[str, Any]]] = {}
+    for label, runs in bands.items():
+        seeds = finished[label]
+        if not runs:  # no line; kept so that every other variant has its colour of curves.png
+            out[label] = []
+        elif seed in seeds:
+            out[label] = runs[seeds.index(seed)]
+        else:
+            out[f"{label} (seed {seeds[0]})"] = runs[0]
+    return out, seed

@@ -56,6 +56,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,6 +64,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from bench_cli import OneLineParser  # noqa: E402
 from peers import ensure_peers  # noqa: E402
 from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, write_data  # noqa: E402
 
@@ -219,6 +221,13 @@ def round_times(clock: dict[str, Any]) -> list[float]:
     return [b - a for a, b in zip(stamps[:-1], stamps[1:])]
 
 
+def steady_times(clock: dict[str, Any]) -> list[float]:
+    """The rounds that count: all but the warm-up round 1 when a run has more than one (the table's, the JSON's and the
+    progress line's s/round are all over these; the progress line once counted round 1 too)."""
+    times = round_times(clock)
+    return times[1:] if len(times) > 1 else times
+
+
 def failure(m: Measured) -> str | None:
     """Why a run gives no timing, or None if it is usable."""
     if "error" in m.clock:
@@ -232,8 +241,7 @@ def failure(m: Measured) -> str | None:
 def summarize(runs: list[Measured]) -> dict[str, Any]:
     steady: list[float] = []
     for m in runs:
-        times = round_times(m.clock)
-        steady += times[1:] if len(times) > 1 else times
+        steady += steady_times(m.clock)
     first = [m.clock["round_end"][0] - m.t_launch for m in runs]
     return {
         "s_per_round_min": min(steady),
@@ -376,7 +384,7 @@ def run_workload(
             runs[mode.name].append(m)
             results[mode.name] = {"status": "ok", **summarize(runs[mode.name])}
             rates()
-            print(f" {statistics.median(round_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
+            print(f" {statistics.median(steady_times(m.clock)):.3f} s/round, {m.peak_mb:.0f} MB")
     for mode in modes:
         if mode.name not in results:  # never launched: its peer is missing (not setdefault: its default is evaluated for every mode)
             results[mode.name] = {"status": dead[mode.name]}
@@ -514,21 +522,46 @@ def markdown_table(report: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def modes_help() -> str:
+    """``--help``'s list of the modes each device runs (README: "``--help`` lists the modes each device runs")."""
+    return "\n\n".join(f"modes with --device {device}:\n  " + ", ".join(m.name for m in all_modes(device)) for device in ("cpu", "cuda"))
+
+
+THREADS_REACH = ("OMP_NUM_THREADS / MKL_NUM_THREADS reach the compute bound, BlazeFL and Flower (torch's intra-op threads there); "
+                 "chillfl's modes set their own (config threads = 1 on each of auto's worker threads)")
+"""What ``--threads`` (or an inherited ``OMP_NUM_THREADS``) changes: chillfl calls ``torch.set_num_threads(cfg.threads)``,
+which overrides the variable; the peers and the plain loop leave torch at the variable's value."""
+
+
+def threads_setting(threads: int | None, environ: Mapping[str, str]) -> str:
+    """The workers' OMP_NUM_THREADS as the JSON and the header record it: ``--threads``, else what this process inherited
+    (the workers inherit it too; it was once recorded as "default" even when set)."""
+    if threads:
+        return f"OMP_NUM_THREADS={threads} (--threads)"
+    inherited = environ.get("OMP_NUM_THREADS")
+    return f"OMP_NUM_THREADS={inherited} (inherited)" if inherited else "default (OMP_NUM_THREADS unset: torch's own)"
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="run.py", description=__doc__.split("\n\n")[0], epilog=modes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
     p.add_argument("--repeats", type=int, default=3, help="fresh processes per mode (>= 3 for min/median)")
     p.add_argument("--rounds", type=int, default=3, help="rounds per process; round 1 is a warm-up and not counted when > 1")
-    p.add_argument("--scale", type=float, default=1.0, help="workload 1 only: fraction of its 100 clients (each keeps 500 samples)")
-    p.add_argument("--quick", action="store_true", help="--scale 0.02 and 2 rounds on workload 1 (10-15 min on 2 idle cores)")
-    p.add_argument("--modes", default="", help="comma-separated substrings of mode names to run, in that order (default: all)")
+    p.add_argument("--scale", type=float, default=None, help="workload 1 only: fraction of its 100 clients (each keeps 500 samples; default 1)")
+    p.add_argument("--quick", action="store_true", help="--scale 0.02 and 2 rounds on workload 1; workloads 2-4 at full size, with every peer "
+                   "(not re-timed since workloads 3 and 4 were added); not with --scale")
+    p.add_argument("--modes", default="", help="comma-separated substrings of mode names to run, in that order (default: all; "
+                   "each must match a mode, listed below)")
     p.add_argument("--no-peers", action="store_true", help="skip BlazeFL and Flower")
     p.add_argument("--no-install", action="store_true", help="use the peer venv as it is, install nothing")
     p.add_argument("--no-ops", action="store_true", help="skip counting each chillfl mode's aten ops per client step (one more process per mode)")
     p.add_argument("--ops-modes", default="", help="comma-separated chillfl mode names (exact) whose ops are counted (default: every chillfl mode)")
     p.add_argument("--no-bound", action="store_true", help="skip the compute bound (the plain loop): no 'x bound' ratios, one process less a repeat")
     p.add_argument("--timeout", type=float, default=900, help="seconds before a single run is killed")
-    p.add_argument("--threads", type=int, default=0, help="OMP_NUM_THREADS for every worker (default: unset, torch's own default)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="N >= 1: OMP_NUM_THREADS and MKL_NUM_THREADS for every worker, which sets the intra-op threads of the compute "
+                   "bound, BlazeFL and Flower only: chillfl's modes set their own (config threads = 1). Default: the variables "
+                   "this shell passes on (the JSON's \"threads\" records them)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/<timestamp>.json)")
@@ -537,12 +570,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--peak-gflops-tf32", type=float, default=None, help="peak GFLOP/s of TF32 (tensor cores, dense), for +tf32 modes")
     p.add_argument("--peak-gflops-bf16", type=float, default=None, help="peak GFLOP/s of bf16 (tensor cores, dense), for +bf16 modes")
     args = p.parse_args(argv)
-    if args.repeats < 1 or args.rounds < 1 or not 0 < args.scale <= 1:
+    if args.repeats < 1 or args.rounds < 1 or (args.scale is not None and not 0 < args.scale <= 1):
         p.error("--repeats and --rounds must be >= 1, --scale in (0, 1]")
+    if args.timeout <= 0:
+        p.error(f"--timeout must be > 0 seconds (got {args.timeout:g})")
+    if args.threads is not None and args.threads < 1:
+        p.error(f"--threads must be >= 1 (got {args.threads}); leave it out for the inherited OMP_NUM_THREADS")
+    if args.quick and args.scale is not None:
+        p.error("--quick sets --scale 0.02: give one of them, not both")
+    if missing := unmatched(all_modes(args.device), args.modes):
+        p.error(f"--modes: {missing[0]!r} matches no mode with --device {args.device}; its modes: {', '.join(m.name for m in all_modes(args.device))}")
     if any(v is not None and v <= 0 for v in (args.peak_gflops, args.peak_gflops_tf32, args.peak_gflops_bf16)):
         p.error("--peak-gflops(-tf32, -bf16) must be > 0")
-    if args.quick:
-        args.scale = 0.02
+    args.scale = 0.02 if args.quick else 1.0 if args.scale is None else args.scale
     args.rounds_for = {key: args.rounds for key in WORKLOADS}
     args.rounds_for["1"] = 2 if args.quick else args.rounds
     return args
@@ -564,6 +604,31 @@ def select_modes(modes: list[Mode], names: str) -> list[Mode]:
     wanted = [s.strip() for s in names.split(",") if s.strip()]
     chosen = [m for m in modes if m.name == "compute_bound" or any(s in m.name for s in wanted)]
     return sorted(chosen, key=lambda m: -1 if m.name == "compute_bound" else next(i for i, s in enumerate(wanted) if s in m.name))
+
+
+def unmatched(modes: list[Mode], names: str) -> list[str]:
+    """The comma-separated ``names`` that are a substring of no mode's name (a typo once ran the bound alone and exited 0)."""
+    return [s for s in (s.strip() for s in names.split(",")) if s and not any(s in m.name for m in modes)]
+
+
+def out_problem(out: Path) -> str | None:
+    """Why the report cannot be written to ``out`` (and its table to ``out.md``), or None: checked before anything is
+    measured, since a bad ``--out`` was found only after the whole benchmark had run, and it was lost."""
+    if out.suffix == ".md":
+        return f"{out} ends in .md: the table is written next to the JSON as <out>.md"
+    for path in (out, out.with_suffix(".md")):
+        if path.is_dir():
+            return f"{path} is a folder"
+        if path.exists() and not os.access(path, os.W_OK):
+            return f"{path} is not writable"
+    folder = out.parent
+    while not folder.exists():  # the folders that do not exist yet are made; the first one that does must take them
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is not a folder"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"{folder} is not writable"
+    return None
 
 
 def modes_for(args: argparse.Namespace) -> list[Mode]:
@@ -605,7 +670,12 @@ def main(argv: list[str] | None = None) -> int:
     started = time.time()
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = args.out or HERE / "results" / f"{stamp}.json"
+    if why := out_problem(out):
+        print(f"run.py: --out: {why}", file=sys.stderr)
+        return 2
     out.parent.mkdir(parents=True, exist_ok=True)
+    threads = threads_setting(args.threads, os.environ)
+    print(f"workers' threads: {threads}; {THREADS_REACH}", flush=True)
     modes = modes_for(args)
     peers: dict[str, dict[str, Any]] = {}
     if any(m.peer for m in modes):
@@ -623,7 +693,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine(),
         "load_average_start": os.getloadavg(),
         "scale_workload_1": args.scale,
-        "threads": args.threads or "default",
+        "threads": threads,
+        "threads_reach": THREADS_REACH,
         "device": args.device,
         "peak_gflops": args.peak_gflops,
         "repeats": args.repeats,
@@ -648,11 +719,16 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
     report["load_average_end"] = os.getloadavg()
     report["total_s"] = round(time.time() - started, 1)
-    out.write_text(json.dumps(report, indent=2))
-    out.with_suffix(".md").write_text(markdown_table(report) + "\n")
-    print(fmt_table(report))
+    print(fmt_table(report))  # before the files: what was measured is on the screen even if writing them fails
     print(f"\n{report['machine'].get('Model name', '?')}, {report['machine'].get('CPU(s)', '?')} CPUs; "
-          f"load average {report['load_average_start'][0]:.2f} -> {report['load_average_end'][0]:.2f}; total {report['total_s']:.0f} s")
+          f"load average {report['load_average_start'][0]:.2f} -> {report['load_average_end'][0]:.2f}; total {report['total_s']:.0f} s; "
+          f"workers' threads: {threads}")
+    try:
+        out.write_text(json.dumps(report, indent=2))
+        out.with_suffix(".md").write_text(markdown_table(report) + "\n")
+    except OSError as exc:  # e.g. the folder went away during the run: the table above is what is left
+        print(f"run.py: --out: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
+        return 1
     print(f"results: {out}")
     return 0
 

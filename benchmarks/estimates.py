@@ -15,7 +15,6 @@ change one option against the plain entry, to fit the constant that option scale
 
 from __future__ import annotations
 
-import argparse
 import copy
 import time
 from typing import Any
@@ -25,6 +24,8 @@ import torch
 import chillfl
 from chillfl.catalogue import estimate_cpu_minutes
 from chillfl.config import config_from_dict
+
+from bench_cli import OneLineParser  # benchmarks/ is on the path: this script's folder
 
 BASE: dict[str, Any] = {
     "name": "estimates", "seed": 0,
@@ -90,14 +91,19 @@ def config(method: str, rounds: int) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    parser = OneLineParser(prog="estimates.py", description=__doc__.splitlines()[0])
     parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated, from: " + ", ".join(METHODS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.methods.split(",") if n.strip()]
+    unknown = [n for n in names if n not in METHODS]  # once a KeyError, after the warm-up run
+    if unknown or not names:
+        parser.error(f"--methods: {f'unknown method {unknown[0]!r}' if unknown else 'names no method'}; known: {', '.join(METHODS)}")
+    if args.repeats < 1 or args.rounds < 1:
+        parser.error(f"--repeats and --rounds must be >= 1 (got {args.repeats} and {args.rounds})")
     torch.set_num_threads(1)
-    names = args.methods.split(",")
     chillfl.run(config=config("fedavg", 1), progress=False, write=False)  # warm-up: imports and first calls
     best: dict[str, tuple[float, float]] = {}
     for _ in range(args.repeats):

@@ -208,6 +208,7 @@ fi
 export ROOT OUT PY SMOKE
 export -f setup environment cuda_suite
 echo "gpu-check: $ROOT -> $OUT (device $DEVICE, setup $SETUP, budget $BUDGET s)" | tee -a "$SUMMARY"
+TARGETS=("$PY" benchmarks/gpu_targets.py); [ "$SMOKE" = 1 ] && TARGETS+=(--any-device)  # the smoke run's reports are CPU ones
 SLOW=1; [ "$SMOKE" = 1 ] && SLOW=4  # the CPU smoke run's tiny steps still take minutes on 2 cores
 [ "$SETUP" = 1 ] && step setup 30 setup
 step environment 30 environment
@@ -219,11 +220,11 @@ step bench-w2 $((120 * SLOW)) "${BENCH[@]}" "${W2[@]}" --out "$OUT/bench-w2.json
 step bench-w4 $((75 * SLOW)) "${BENCH[@]}" "${W4[@]}" --out "$OUT/bench-w4.json"
 step bench-w3 $((50 * SLOW)) "${BENCH[@]}" "${W3[@]}" --out "$OUT/bench-w3.json"
 # shellcheck disable=SC2046
-step targets 20 "$PY" benchmarks/gpu_targets.py $(ls "$OUT"/bench-w*.json 2>/dev/null)
+step targets 20 "${TARGETS[@]}" $(ls "$OUT"/bench-w*.json 2>/dev/null)
 # W1's accuracy curves (the issue's condition on its bf16 and other fast modes), then the table again with them
 step w1-curves $((170 * SLOW)) "$PY" benchmarks/w1_curves.py "${CURVES[@]}" --out "$OUT"
 # shellcheck disable=SC2046
-step targets-curves 20 "$PY" benchmarks/gpu_targets.py $(ls "$OUT"/bench-w*.json "$OUT"/curves-w1.json 2>/dev/null)
+step targets-curves 20 "${TARGETS[@]}" $(ls "$OUT"/bench-w*.json "$OUT"/curves-w1.json 2>/dev/null)
 # where workload 1's 20 ms a vmapped step go: its convolutions op by op, grouped (today) / per client / on streams /
 # as GEMMs, fp32 and bf16, NCHW and channels-last, deterministic or not, with each one's kernel count
 step conv-kernels $((60 * SLOW)) "$PY" benchmarks/conv_kernels.py "${KERNELS[@]}" --out "$OUT"

@@ -1,6 +1,6 @@
 """Issue 39's GPU speed targets (after issue 26's), met or missed, from ``benchmarks/run.py`` result files.
 
-    python benchmarks/gpu_targets.py RESULT.json [RESULT.json ...]
+    python benchmarks/gpu_targets.py [--any-device] RESULT.json [RESULT.json ...]
 
 Each file is one ``run.py`` report (``--out``); later files' workloads replace
 earlier ones'. Targets (measured with ``--device cuda``, BlazeFL in the same run):
@@ -23,7 +23,11 @@ earlier ones'. Targets (measured with ``--device cuda``, BlazeFL in the same run
   files; without it, "not measured").
 
 s/round is the median over the measured rounds. A missing measurement is
-"not measured", never met. Nothing here is imported by the package.
+"not measured", never met. A ``--device cpu`` report is not judged (its
+targets are a GPU's; ``--any-device`` judges it anyway, as gpu-check.sh's
+``--smoke`` does to check the table); a file that cannot be read, or no GPU report at all,
+makes the exit status 1 (the table still lists what was judged). Nothing here
+is imported by the package.
 """
 
 from __future__ import annotations
@@ -102,31 +106,48 @@ LAUNCHES_W1 = 7565
 """Kernel launches a round of workload 1: a tenth of the 75,647 the H200 profile counted before issue 39."""
 
 
+def report_device(report: dict[str, Any]) -> str:
+    """The device a ``run.py`` report measured on (reports before ``--device`` existed: a GPU's if the machine named one)."""
+    return str(report.get("device") or ("cuda" if "gpu" in report.get("machine", {}) else "cpu"))
+
+
 def main(argv: list[str]) -> int:
+    any_device = "--any-device" in argv
+    argv = [a for a in argv if a != "--any-device"]
     if not argv:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
     workloads: dict[str, Any] = {}
     machine: dict[str, Any] = {}
     curves: dict[str, Any] | None = None
+    unread = 0  # a file that could not be read was once skipped with exit 0: a check would read "all judged"
     for path in argv:
         try:
             report = json.loads(Path(path).read_text())
+            if not isinstance(report, dict):
+                raise ValueError("not a run.py or w1_curves.py report (no JSON object)")
         except (OSError, ValueError) as exc:
             print(f"gpu_targets.py: {path}: {exc}", file=sys.stderr)
+            unread += 1
             continue
         if "reference" in report and "seeds" in report:  # w1_curves.py's report
             curves = report
             continue
+        if report_device(report) != "cuda" and not any_device:  # a CPU run's s/round against the GPU thresholds would read as MISSED
+            print(f"gpu_targets.py: {path}: a --device {report_device(report)} run: not judged", file=sys.stderr)
+            continue
         workloads.update(report.get("workloads", {}))
         machine = report.get("machine", machine)
+    if not workloads:
+        kind = "run.py report" if any_device else "run.py report made with --device cuda"
+        print(f"gpu_targets.py: judged no GPU run: none of the files is a {kind}", file=sys.stderr)
     print(f"issue 39 targets on {machine.get('gpu', 'no GPU named')} (torch {machine.get('torch', '?')})")
     rows = targets(workloads, curves)
     width = max(len(r[0]) for r in rows) + 2
     print(f"{'target':<{width}}{'measured':>28}{'threshold':>14}  verdict")
     for target, measured, limit, verdict in rows:
         print(f"{target:<{width}}{measured:>28}{limit:>14}  {verdict}")
-    return 0
+    return 1 if unread or not workloads else 0
 
 
 if __name__ == "__main__":

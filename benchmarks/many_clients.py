@@ -16,36 +16,47 @@ only ratios within one sitting mean anything on a shared machine.
 
 from __future__ import annotations
 
-import argparse
 import resource
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from bench_cli import OneLineParser
 from mode_chillfl import overrides
 from workloads import NUM_CLASSES, data_dir, load_data, workload, write_data
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--clients", type=int, default=100_000)
-    parser.add_argument("--rounds", type=int, default=6)
+def main(argv: list[str] | None = None) -> int:
+    parser = OneLineParser(prog="many_clients.py", description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=100_000, help=">= 1")
+    parser.add_argument("--rounds", type=int, default=6, help=">= 2 (round 1 is a warm-up)")
     parser.add_argument("--executor", default="auto")
     parser.add_argument("--lists", action="store_true", help="one index array per client (the older form)")
     parser.add_argument("--data-dir", type=Path, default=Path("/tmp/chillfl-bench-data"))
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.clients < 1 or args.rounds < 2:
+        parser.error(f"--clients must be >= 1 and --rounds >= 2 (got {args.clients} and {args.rounds})")
 
     from chillfl.config import load_config
     from chillfl.data.client_rows import ClientRows
     from chillfl.data.datasets import ArrayDataset
     from chillfl.data.federated import FederatedData
+    from chillfl.errors import ConfigError
     from chillfl.experiment import build_experiment
     from chillfl.runner import intra_op_threads, rounds_for
 
     w = workload("2")
+    settings = overrides(w, args.executor, args.rounds, args.seed)
+    settings["federation.num_clients"] = args.clients
+    try:  # before the data are written: a bad --executor is one line, and nothing is left half-done
+        cfg = load_config(None, settings)
+    except ConfigError as exc:
+        print(f"many_clients.py: {exc}", file=sys.stderr)
+        return 2
     folder = data_dir(args.data_dir, w.num_samples, args.seed)
     write_data(folder, w.num_samples, args.seed)
     arrays = load_data(folder, mmap=True)
@@ -58,9 +69,6 @@ def main() -> None:
     train = [rows[c] for c in range(args.clients)] if args.lists else rows
     evals = [np.zeros(0, dtype=np.int64) for _ in range(args.clients)] if args.lists else ClientRows.empty(args.clients)
     data = FederatedData(dataset, train, evals, None, np.zeros(0, dtype=np.int64), seed=args.seed)
-    settings = overrides(w, args.executor, args.rounds, args.seed)
-    settings["federation.num_clients"] = args.clients
-    cfg = load_config(None, settings)
     with intra_op_threads(cfg.threads):
         exp = build_experiment(cfg, data=data)
         built = time.perf_counter() - start
@@ -75,7 +83,8 @@ def main() -> None:
         f"{args.clients} clients ({form}): build {built:.2f} s; rounds 2..{args.rounds}: "
         f"wall median {np.median(dw):.3f} s (min {dw.min():.3f}), CPU median {np.median(dc):.3f} s; peak RSS {peak:.0f} MB"
     )
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

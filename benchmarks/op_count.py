@@ -29,7 +29,6 @@ Nothing here is imported by the ``chillfl`` package.
 
 from __future__ import annotations
 
-import argparse
 import collections
 import contextlib
 import json
@@ -40,6 +39,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+
+from bench_cli import OneLineParser  # benchmarks/ is on the path: this script's folder
 
 HOST_READ = "aten._local_scalar_dense"
 METADATA_OPS = frozenset({"aten._unsafe_view"})
@@ -225,16 +226,29 @@ def vectorized_step_ops(
     )
 
 
+def batched_conv_choices() -> tuple[str, ...]:
+    """The config's ``batched_conv`` values (a name outside them once ran vmap's grouped convolutions, labelled as asked)."""
+    import typing
+
+    from chillfl.config import RunConfig
+
+    return typing.get_args(typing.get_type_hints(RunConfig)["batched_conv"])
+
+
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--clients", type=int, default=2)
-    p.add_argument("--device", default="cpu")
-    p.add_argument("--model", default="mcmahan_cnn", help="mcmahan_cnn (workload 1) or mlp (hidden 64: workloads 2-4)")
-    p.add_argument("--batch-size", type=int, default=50)
-    p.add_argument("--batched-conv", default="auto", help="the vmapped step's convolutions: auto, grouped, gemm, nhwc or loop (LocalSpec.batched_conv)")
+    p = OneLineParser(prog="op_count.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--clients", type=int, default=2, help=">= 1")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    p.add_argument("--model", choices=["mcmahan_cnn", "mlp"], default="mcmahan_cnn", help="mcmahan_cnn (workload 1) or mlp (hidden 64: workloads 2-4)")
+    p.add_argument("--batch-size", type=int, default=50, help=">= 1")
+    p.add_argument("--batched-conv", choices=batched_conv_choices(), default="auto", help="the vmapped step's convolutions (LocalSpec.batched_conv)")
     p.add_argument("--top", type=int, default=40)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
+    if args.clients < 1 or args.batch_size < 1:
+        p.error(f"--clients and --batch-size must be >= 1 (got {args.clients} and {args.batch_size})")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error(f"--device cuda: torch {torch.__version__} sees no CUDA GPU on this machine")
     torch.set_num_threads(1)
     shape = (3, 32, 32)
     options = {"hidden": [64]} if args.model == "mlp" else None

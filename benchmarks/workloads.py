@@ -240,12 +240,18 @@ PEAK_GFLOPS = {
     "H100 SXM, BF16 tensor cores (dense)": 989_400,
     "H100 PCIe, FP32": 51_200,
     "H100 PCIe, TF32 (dense)": 378_000,
+    "H100 PCIe, BF16 (dense)": 756_000,
     "H200 SXM, FP32": 67_000,
     "H200 SXM, TF32 (dense)": 494_700,
+    "H200 SXM, BF16 (dense)": 989_400,
+    "A100, FP32": 19_500,
+    "A100, TF32 (dense)": 156_000,
+    "A100, BF16 (dense)": 312_000,
 }
-"""NVIDIA's datasheet peaks (GFLOP/s, dense: the datasheets' tensor-core figures with sparsity are twice these).
-Pass the one that applies with ``run.py --peak-gflops``: PyTorch runs fp32 matmuls without TF32 unless
-``torch.backends.cuda.matmul.allow_tf32`` is set, cuDNN convolutions with TF32 by default."""
+"""NVIDIA's datasheet peaks (GFLOP/s, dense: the datasheets' tensor-core figures with sparsity are twice these), as
+benchmarks/README.md's table lists them. ``run.py`` takes the FP32 one as ``--peak-gflops`` and the others as
+``--peak-gflops-tf32`` / ``--peak-gflops-bf16`` (gpu-check.sh passes all three): PyTorch runs fp32 matmuls without TF32
+unless ``torch.backends.cuda.matmul.allow_tf32`` is set, cuDNN convolutions with TF32 by default."""
 
 
 # ---------------------------------------------------------------- worker protocol

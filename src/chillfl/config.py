@@ -41,6 +41,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr
 from chillfl.paths import check_writable_dir
 from chillfl.plugins import PluginNotImported
+from chillfl.settings.distillation import METHOD_DEFAULTED as DISTILLATION_METHOD_DEFAULTED
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
 from chillfl.settings.prototypes import PrototypeOptions, PrototypeSettings, parse_prototypes
 from chillfl.settings.privacy import OFF as PRIVACY_OFF
@@ -1237,6 +1238,7 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
     reads alike: :func:`chillfl.sweeps.run.dropped_choice_notes`). In ``[distillation]`` and ``[prototypes]``, another
     ``method`` keeps the options every method shares and drops the old method's own
     (a resolved table holds the old method's defaults, which are not the new one's);
+    ``[distillation]`` drops ``cache_duration`` too, whose default is the method's (:data:`METHOD_DEFAULTED`);
     in ``[attack]``, another ``kind`` does the same (switched on from ``"none"``, it keeps the
     options the table held for it).
     """
@@ -1257,7 +1259,8 @@ def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any]) -> None:
         table = data.get(part)
         key = f"{part}.{name_key}"
         if key in overrides and isinstance(table, Mapping) and overrides[key] != table.get(name_key) and (off is None or table.get(name_key, off) != off):
-            data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in _fields(shared)}  # the old method's own options belong to it
+            kept = _fields(shared) - METHOD_DEFAULTED.get(part, frozenset())  # the old method's own options belong to it, and so do defaults it chose
+            data[part] = {k: copy.deepcopy(v) for k, v in table.items() if k in kept}
     for key, value in overrides.items():
         if key.startswith(TUNE_KEY) and isinstance(data.get("tune", {}), Mapping):
             set_tune_axis(data, key.removeprefix(TUNE_KEY), value)
@@ -1360,6 +1363,10 @@ METHOD_TABLES: dict[str, tuple[str, type, str | None]] = {
 }
 """Parts chosen by one key (``method``, ``kind``) whose table mixes options every choice shares (this dataclass) with the
 chosen one's own; the value that turns the part off, if it has one (an off table holds options for the choice to come)."""
+
+METHOD_DEFAULTED: dict[str, frozenset[str]] = {"distillation": DISTILLATION_METHOD_DEFAULTED}
+"""Of a :data:`METHOD_TABLES` part's shared options, those whose default is the choice's own: a switch of the choice drops
+them too (the same overrides may set them again), so the new choice runs at its own default, not the old one's value."""
 
 
 def _name_from_path(path: Path) -> str:

@@ -209,6 +209,28 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
+METHOD_DEFAULTED = frozenset({"cache_duration"})
+"""Shared options whose default is the method's (``cache_duration``: the spec's ``default_cache_duration``, SCARLET's
+50, the others' 0). Why: an override that switches ``method`` kept every shared option, so ``--grid
+distillation.method=dsfl,scarlet`` on a SCARLET file with D = 2 ran DS-FL with SCARLET's cache, silently; a switch
+drops these as it drops the old method's own options (:func:`chillfl.config.apply_overrides`), and the same
+overrides may set them again."""
+
+
+def method_defaulted(setup: DistillationSetup) -> dict[str, Any]:
+    """The value each of :data:`METHOD_DEFAULTED` runs at under ``setup`` (its default resolved for the method)."""
+    return {"cache_duration": setup.cache_duration}
+
+
+def dropped_method_defaults(base: Mapping[str, Any], run: DistillationSetup | None) -> list[tuple[str, Any, Any]]:
+    """``(option, base's value, value run)`` for each of :data:`METHOD_DEFAULTED` that ``base``, a ``[distillation]``
+    table, sets and that ``run``, a variant's setup of another method, runs otherwise (the switch dropped it)."""
+    if run is None or base.get("method") in (None, run.common.method):
+        return []
+    ran = method_defaulted(run)
+    return [(k, base[k], ran[k]) for k in sorted(METHOD_DEFAULTED) if base.get(k) is not None and ran[k] != base[k]]
+
+
 def _fields(cls: type) -> set[str]:
     return {f.name for f in dataclasses.fields(cls) if f.init}
 

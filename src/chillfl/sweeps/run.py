@@ -49,6 +49,7 @@ from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describ
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
+from chillfl.settings.distillation import dropped_method_defaults
 from chillfl.tune import Point, is_local, point_scores, select_point
 from chillfl.temperature.policy import TemperaturePolicy
 
@@ -183,7 +184,9 @@ def check_runs(
 
 def dropped_choice_notes(config: RunConfig, plan: Plan) -> list[str]:
     """A note for each variant that switches ``algorithm.name`` and so runs a choice every method reads alike
-    (``weighting``: :data:`~chillfl.aggregation.registry.SHARED_OPTIONS`) otherwise than the base config sets it.
+    (``weighting``: :data:`~chillfl.aggregation.registry.SHARED_OPTIONS`) otherwise than the base config sets it, and
+    for each that switches ``distillation.method`` and so runs an option whose default is the method's
+    (``cache_duration``: :data:`~chillfl.settings.distillation.METHOD_DEFAULTED`) otherwise.
 
     Why: an override that picks another method starts its table afresh (the old method's options are its own), so
     ``--grid algorithm.name=fedavg,fedprox`` on a base with ``weighting = "uniform"`` ran FedProx at "samples", a
@@ -195,6 +198,10 @@ def dropped_choice_notes(config: RunConfig, plan: Plan) -> list[str]:
             notes.append(f"note: variant {variant.label!r} switches algorithm.name, so it runs {run.algorithm.get('name')} at its own "
                          f"algorithm.{option} = {ran!r}, not the base's {set_!r}: the comparison differs in it too (set algorithm.{option} "
                          "in the variant, or grid it, to compare at one setting)")
+        for option, set_, ran in dropped_method_defaults(config.distillation, run.distillation_setup):  # its default is the method's
+            notes.append(f"note: variant {variant.label!r} switches distillation.method, so it runs {run.distillation.get('method')} at its own "
+                         f"distillation.{option} = {ran!r}, not the base's {set_!r}: the comparison differs in it too (set "
+                         f"distillation.{option} in the variant, or grid it, to compare at one setting)")
     return notes
 
 

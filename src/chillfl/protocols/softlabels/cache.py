@@ -144,6 +144,9 @@ class CacheUpdate:
     soft_labels: torch.Tensor
     downlink: SoftLabelDownlink
     cached_age: float | None = None
+    num_cached: int = 0
+    """Rows of I^t served from the cache (signalled CACHED): under ``request="authors"`` the edge rows too, which
+    were requested as well, so ``|I^t| - |I_req^t|`` undercounts them."""
 
 
 def _rows_state(values: list[torch.Tensor]) -> torch.Tensor | list[torch.Tensor]:
@@ -297,7 +300,7 @@ class ServerCache:
             keep[unused] = False
             sent = fresh[keep].clone()
         downlink = SoftLabelDownlink(round=round, indices=idx.clone(), signals=signals, soft_labels=sent)
-        return CacheUpdate(soft_labels=full, downlink=downlink, cached_age=age_sum / num_cached if num_cached else None)
+        return CacheUpdate(soft_labels=full, downlink=downlink, cached_age=age_sum / num_cached if num_cached else None, num_cached=num_cached)
 
     def _num_classes(self, index_list: list[int], fresh: torch.Tensor) -> int:
         for i in index_list:

@@ -262,9 +262,10 @@ class SoftLabelProtocol:
         else:
             fresh = agg.rows.to(torch.float32)
         cached_age: float | None = None
+        num_cached = 0
         if self.cache is not None:
             upd = self.cache.update(t, used, fresh)
-            rows_full, downlink, cached_age = upd.soft_labels, upd.downlink, upd.cached_age
+            rows_full, downlink, cached_age, num_cached = upd.soft_labels, upd.downlink, upd.cached_age, upd.num_cached
         else:
             rows_full = fresh
             downlink = SoftLabelDownlink(round=t, indices=used, signals=torch.zeros(0, dtype=torch.uint8), soft_labels=rows_full)
@@ -278,7 +279,9 @@ class SoftLabelProtocol:
             "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() and not method.uses_logits else None,
         }
         if self.cache is not None:
-            metrics["cache_hit_ratio"] = 1.0 - requested.numel() / max(drawn.numel(), 1)
+            # the share of P^t served from the cache: not 1 - |I_req^t| / |P^t|, as "authors" requests its edge rows and serves
+            # them cached; written as 1 - (not served) / |P^t| so that under "valid" it is the same float as that was
+            metrics["cache_hit_ratio"] = 1.0 - (drawn.numel() - num_cached) / max(drawn.numel(), 1)
             metrics["cache_size"] = len(self.cache)
             metrics["cache_age_mean"] = cached_age
         metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})

@@ -21,7 +21,7 @@ from chillfl.training.local import train_client
 
 from .client import PublicPretraining
 from .method import SoftLabelClientHalf, SoftLabelMethod, spec_of
-from .public import public_inputs, public_labels
+from .public import public_inputs, public_labels, refuse_own_rows
 from .server import SoftLabelProtocol
 
 Params = dict[str, torch.Tensor]
@@ -80,6 +80,7 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
         check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if spec.collaborative:
         pool = public_inputs(setup, data, config.seed, config.data_dir)
+        refuse_own_rows(setup.common, pool, data.dataset)
         if setup.common.public_dataset is not None:  # a pool carved from the data was checked with its training rows
             check_index_rows(config.model, data, pool, f"the public inputs of {setup.common.public_dataset!r}")
     asked = spec.pretraining(setup.options)

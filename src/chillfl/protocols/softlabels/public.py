@@ -71,6 +71,27 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     return in_private_scale(ds.x_train[torch.from_numpy(rows)], ds, data.dataset)
 
 
+def refuse_own_rows(c: DistillationOptions, pool: torch.Tensor, private: Any) -> None:
+    """Refuse a pool drawn from the run's own dataset that holds rows of its training or test data.
+
+    Why: ``public_dataset = "digits"`` on a digits run drew the pool from digits' train split again, which is the
+    clients' private data (and, with another ``split_seed`` or ``test_fraction``, the test set): an overlap nothing
+    said. Leaving ``public_dataset`` unset carves a disjoint pool. Another draw of a generated dataset (mnist1d with
+    another generator ``seed``) shares no rows and runs. ``pool`` is in the private scale (:func:`in_private_scale`), so
+    a shared image is the private row up to rounding; rows are compared at 1e-2 of a standard deviation."""
+    if c.public_dataset != private.name or pool.numel() == 0:
+        return
+
+    def rows(x: torch.Tensor) -> set[bytes]:
+        keys = torch.round(x.reshape(len(x), -1).to(torch.float64) * 100).to(torch.int64).numpy()
+        return {row.tobytes() for row in keys}
+
+    shared = len(rows(pool) & (rows(private.x_train) | rows(private.x_test)))
+    require(shared == 0, f"{SECTION}.public_dataset",
+            f"{c.public_dataset!r} is the run's own dataset: the pool would hold {shared} of its training or test rows; "
+            "leave public_dataset unset to carve a disjoint pool from the training split")
+
+
 def in_private_scale(x: torch.Tensor, public: Any, private: Any) -> torch.Tensor:
     """Public inputs ``x`` re-standardised with the private data's per-channel (mean, std) instead of their own.
 

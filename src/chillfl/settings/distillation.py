@@ -97,6 +97,10 @@ class DistillationOptions:
                 f"{section}.public_size",
                 f"must be >= subset_size={self.subset_size} (|P| >= |P^t|) for method {self.method!r}, got {self.public_size}",
             )
+        # Why: the options are read only with a public_dataset, so without one they (bogus keys too) did nothing, silently
+        require(self.public_dataset is not None or not self.public_dataset_options, f"{section}.public_dataset_options",
+                f"apply to public_dataset, which is unset (the pool is carved from the run's training split): set public_dataset "
+                f"or leave them out, got {self.public_dataset_options}")
         for name in ("distill_epochs", "max_clients_in_memory"):
             require(getattr(self, name) >= 1, f"{section}.{name}", f"must be >= 1, got {getattr(self, name)}")
         for name in ("distill_batch_size", "server_epochs", "server_batch_size"):

@@ -63,6 +63,9 @@ Choices
   keeps the lifetimes of dropped entries until every known client has synced
   past them). Delta bytes:
   indices of all items + soft-labels of stored items (kind ``"sync"``).
+  Eager: the whole catch-up, drawn again or not (the authors' ``cache_update_by_client`` updates only the round's
+  public indices, from a server copy of every client's cache); at low participation it can cost more bytes than
+  no cache (docs/scarlet.md), and the change log is kept back to the oldest round a client that took part synced to.
 * **Quantised downlinks.** The cache stores what ``update`` is given; if the
   downlink is quantised, pass the *dequantised* values so that both caches
   hold identical numbers.

@@ -211,7 +211,7 @@ def test_server_selector_keeps_strictly_below_the_threshold() -> None:
 
 
 def test_cache_hit_ratio_is_over_the_drawn_subset_when_a_selector_drops_rows() -> None:
-    # Fig. 3: the cache ratio is the share of P^t served from the cache: 1 - |I_req^t| / |P^t|, over the *drawn*
+    # Fig. 3: the cache ratio is the share of P^t served from the cache (under "valid" 1 - |I_req^t| / |P^t|), over the *drawn*
     # subset, whatever Selective-FD's server selector (tau_server = 1.6: ambiguous rows dropped) keeps of the fresh rows.
     cfg = load_config(None, {
         "dataset.name": "digits", "partition.name": "dirichlet", "partition.alpha": 0.3, "model.name": "flexchill_cnn",

@@ -138,3 +138,17 @@ def test_public_dataset_options_without_a_public_dataset_are_refused(tmp_path: P
         load_config(None, {"distillation.method": "dsfl", "distillation.public_size": 40, "distillation.subset_size": 20,
                            "distillation.public_dataset_options": {"seed": 3}})
     assert info.value.field == "distillation.public_dataset_options"
+
+
+# ---------------------------------------------------------------- 5. public_size's stated range is the one refused
+
+
+def test_the_stated_public_size_range_is_the_one_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """digits has 1438 training rows; with 4 clients the pool may take 1434 of them. 1437 (inside the range the old
+    message stated, [0, 1437]) was refused on federation.num_clients."""
+    path = base(tmp_path)
+    assert main(["run", str(path), "--dry-run", "federation.num_clients=4", "federation.clients_per_round=4", "distillation.public_size=1434"]) == 0
+    capsys.readouterr()
+    assert main(["run", str(path), "--dry-run", "federation.num_clients=4", "federation.clients_per_round=4", "distillation.public_size=1437"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: distillation.public_size: must be in [0, 1434]"), err

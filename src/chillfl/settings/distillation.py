@@ -221,7 +221,7 @@ drops these as it drops the old method's own options (:func:`chillfl.config.appl
 overrides may set them again."""
 
 
-def method_defaulted(setup: DistillationSetup) -> dict[str, Any]:
+def method_defaulted(setup: DistillationSetup) -> dict[str, int]:
     """The value each of :data:`METHOD_DEFAULTED` runs at under ``setup`` (its default resolved for the method)."""
     return {"cache_duration": setup.cache_duration}
 

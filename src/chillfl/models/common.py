@@ -95,6 +95,16 @@ def flat_features(features: nn.Module, input_shape: Shape) -> int:
     return int(out.flatten(1).shape[1])
 
 
+def variance_buffers(model: nn.Module) -> frozenset[str]:
+    """State-dict names of the model's running variances: every norm layer's ``running_var`` (BatchNorm, InstanceNorm
+    with ``track_running_stats``), found by the modules that keep one, whatever the model names them.
+
+    Why: a variance below 0 makes the layer's output NaN (sqrt of a negative), so what writes these entries from
+    noised values (DP noise on the global model) keeps them at 0 or above."""
+    return frozenset(f"{name}.running_var" if name else "running_var" for name, module in model.named_modules()
+                     if isinstance(module, nn.modules.batchnorm._NormBase) and module.running_var is not None)
+
+
 def torchvision_conv_init(model: ModuleT) -> ModuleT:
     """Every conv weight from ``kaiming_normal_(mode="fan_out", nonlinearity="relu")``, as torchvision's ResNet does.
 

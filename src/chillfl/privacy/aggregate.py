@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Collection, Mapping, Protocol, Sequence
 
 import torch
 
@@ -124,6 +124,7 @@ class PrivateAggregation(AroundAggregator):
     def __init__(
         self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None,
         weights: Sequence[float] | None = None, w_min_share: float | None = None, exempt: frozenset[int] = frozenset(), per_layer: bool = False,
+        nonnegative: Collection[str] = frozenset(),
     ) -> None:
         super().__init__(base)
         self.client_noise = client_noise
@@ -150,6 +151,11 @@ class PrivateAggregation(AroundAggregator):
         """``client_noise`` only: clients whose uploads pass as sent, neither clipped nor noised (attackers that skip the
         client-side mechanism, ``attack.local_dp = "skip"``): given when the wrapper is built (the mechanism's hook passes
         :attr:`~chillfl.privacy.spec.Noise.exempt`), so the wrapper is whole once made, not changed by the attack's builder."""
+        self.nonnegative = frozenset(nonnegative)
+        """Entries that are variances (the model's norm layers' ``running_var``, :attr:`~chillfl.privacy.spec.Noise.nonnegative`):
+        clamped at 0 in the new global model. Noise takes a variance near 0 below it, and a BatchNorm layer's output is then
+        NaN (sqrt of a negative): every later evaluation would be NaN. The clamp reads nothing but the released model,
+        so it is post-processing and costs no privacy."""
         self._metrics: dict[str, Json] = {}
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
@@ -203,7 +209,9 @@ class PrivateAggregation(AroundAggregator):
             below = (centred + float(torch.randn((), generator=gen, dtype=torch.float64)) * self.adaptive.count_noise) / self.expected + 0.5
             self.clip_norm = self.adaptive.next_clip(clip, below)
             self._metrics["clip_norm"] = clip
-        return self.base.aggregate(global_params, private, round, weights=weights)
+        new = self.base.aggregate(global_params, private, round, weights=weights)
+        clamped = {k: new[k].clamp(min=0) for k in self.nonnegative if k in new and new[k].is_floating_point()}
+        return {**new, **clamped} if clamped else new
 
     def aggregates_nobody(self) -> bool:
         """Server noise releases a round nobody reported (:class:`~chillfl.aggregation.base.AggregatesNobody`): the noise

@@ -21,6 +21,7 @@ from torch import nn
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.extras import need
+from chillfl.models.common import variance_buffers
 from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import AccountantError, Ledger, noise_for
 from chillfl.privacy.plan import PrivacyPlan
@@ -201,11 +202,13 @@ MODELS = "what the clients' models reveal"
 """What a mechanism acting on the clients' updates or local steps noises under the parameter protocol."""
 
 
-def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator, exempt: frozenset[int] = frozenset()) -> Aggregator:
+def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator, exempt: frozenset[int] = frozenset(),
+                       model: nn.Module | None = None) -> Aggregator:
     """The aggregator wrapped by the mechanism's ``aggregator`` hook, where it has one; else as it is.
 
     ``exempt``: the clients that skip a client-side mechanism (:func:`chillfl.attacks.build.skipping_local_dp`), handed to
-    the hook in its :class:`~chillfl.privacy.spec.Noise`.
+    the hook in its :class:`~chillfl.privacy.spec.Noise`. ``model``: the run's model, whose variances (its norm layers'
+    ``running_var``) the hook is handed as :attr:`~chillfl.privacy.spec.Noise.nonnegative`, to keep them at 0 or above.
 
     The base must be a weighted mean (``takes_weights``) whose server maths reads nothing but the models
     (no ``plain_sgd`` normalisation by step counts, no control variates): anything else is refused.
@@ -224,7 +227,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     from chillfl.privacy.aggregate import PrivateAggregation
 
     base: Any = aggregator  # a weighted mean, as its capabilities declare
-    noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt)) if exempt else plan.noise
+    noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt), nonnegative=frozenset() if model is None else variance_buffers(model))
     private = plan.spec.aggregator(plan.options, noise, base)
     if private is base:  # nothing would be clipped or noised, and the run would report an epsilon for it
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook returned the run's aggregator itself, which clips and noises nothing; "

@@ -131,6 +131,11 @@ class Noise:
     :func:`chillfl.attacks.build.skipping_local_dp`): an ``aggregator`` hook that noises on the clients' side passes them to
     :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``exempt=``); a server-side one has nothing for them to skip.
     A hook that returns an aggregator of its own class exposes them as its ``exempt`` (:class:`ExemptsClients`)."""
+    nonnegative: frozenset[str] = frozenset()
+    """The model's entries that are variances (its norm layers' ``running_var``, :func:`chillfl.models.common.variance_buffers`):
+    noise can take them below 0, where the layer's output is NaN, so an ``aggregator`` hook passes them to
+    :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``nonnegative=``), which clamps them at 0 after the noised mean
+    (post-processing: no privacy cost). Empty: a model without them, or built without the model."""
 
 
 @runtime_checkable

@@ -737,6 +737,9 @@ def evaluate(
     Always fp32 on contiguous tensors, whatever the run's ``memory_format`` and
     ``precision``: those are training-speed choices, and metrics of one state
     must not depend on them (a state given channels-last is read contiguously).
+
+    Logits that are not all finite give a NaN accuracy, as they give a NaN loss: the argmax of NaN logits is
+    index 0 or whichever is NaN first, and counting it as a prediction reports chance-like accuracy for a broken model.
     """
     if len(y) == 0:
         return float("nan"), float("nan")
@@ -744,11 +747,13 @@ def evaluate(
     params, buffers = split_state(model, to_memory_format(state, "contiguous"))
     correct = torch.zeros((), dtype=torch.int64, device=y.device)
     loss = torch.zeros((), dtype=torch.float64, device=y.device)  # tensors: one host sync per call, not per batch
+    finite = torch.ones((), dtype=torch.bool, device=y.device)
     for i in range(0, len(y), batch_size):
         logits = functional_call(model, (params, buffers), (x[i : i + batch_size],))
         yb = y[i : i + batch_size]
         loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
         correct += (logits.argmax(1) == yb).sum()
+        finite &= torch.isfinite(logits).all()
         if observe is not None:
             observe(logits, yb)
-    return int(correct) / len(y), float(loss) / len(y)
+    return (int(correct) / len(y) if bool(finite) else float("nan")), float(loss) / len(y)

@@ -65,6 +65,7 @@ from chillfl.extras import need
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.metrics.communication import communication_summary
 from chillfl.metrics.stability import stability_summary
+from chillfl.models import count_parameters
 from chillfl.models.assign import per_client_architectures, summarize as architectures
 from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.progress import Progress, make_bar
@@ -700,7 +701,7 @@ def finish_run(
     summary["wall_time_s"] = round(wall, 3)
     if (private := privacy_summary(protocol)) is not None:
         summary["privacy"] = private
-    summary["num_parameters"] = sum(v.numel() for k, v in exp.initial_state.items() if v.is_floating_point())
+    summary["num_parameters"] = count_parameters(exp.model)  # trainable parameters, as architectures.*.parameters counts them (no BatchNorm statistics)
     summary["device"] = str(exp.device)
     summary["environment"] = environment(exp.device)
     if per_client_architectures(config.model):  # heterogeneous clients: parameters per architecture

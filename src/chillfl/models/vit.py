@@ -21,7 +21,9 @@ Choices
 * Dropout (0.1) is applied to the attention output and inside the MLP; by
   default not to the attention weights, which ``TransformerEncoderLayer`` also
   drops at the same rate: ``attn_dropout = 0.1`` does that too.
-* The number of positional embeddings follows the input: (H/p)*(W/p) + 1.
+* The number of positional embeddings follows the input: (H/p)*(W/p) + 1; a
+  patch that does not divide H and W is refused (the patch conv would drop the
+  last rows and columns without a word).
 
 Checked against: FLex&Chill Table 8 (every width, depth, head count and
 dropout rate) and torch's ``TransformerEncoderLayer`` (layout of each sublayer).
@@ -29,12 +31,14 @@ dropout rate) and torch's ``TransformerEncoderLayer`` (layout of each sublayer).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from chillfl.errors import ConfigError
 from chillfl.models.common import (
     MAX_LAYERS,
     MAX_WIDTH,
@@ -144,4 +148,8 @@ def build_vit(input_shape: Shape, num_classes: int, options: ViTOptions, section
     """FLex&Chill Table 8 ViT; needs inputs of at least one patch."""
     _, h, w = require_image("vit", input_shape, section)
     require_min_size("vit", (h, w), lambda s: conv_out(s, options.patch, stride=options.patch), section)
+    if h % options.patch or w % options.patch:  # the stride-p patch conv would drop the last rows/columns unseen
+        fits = [p for p in range(1, math.gcd(h, w) + 1) if math.gcd(h, w) % p == 0]
+        raise ConfigError(f"{section}.patch", f"must divide the {h}x{w} image (patches that do not fit would leave its last pixels unseen), "
+                                              f"got {options.patch}; patches that divide it: {', '.join(map(str, fits))}")
     return ViT(input_shape, num_classes, options)

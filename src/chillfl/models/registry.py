@@ -141,10 +141,25 @@ def build_model(
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
     if seed is None:
-        return with_projection_head(built(spec.build(shape, num_classes, parsed, section), name, section), projection, f"{section}.{PROJECTION_OPTION}")
+        return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        return with_projection_head(built(spec.build(shape, num_classes, parsed, section), name, section), projection, f"{section}.{PROJECTION_OPTION}")
+        return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
+
+
+def _build(spec: ModelSpec, name: str, shape: tuple[int, ...], num_classes: int, options: Any, section: str) -> nn.Module:
+    """``spec``'s builder called as the built-ins' are; a user's model (import path, entry point) whose constructor
+    raises is one line on ``<section>.name`` (as a failing forward is, :func:`chillfl.experiment.check_model_fits`),
+    not a traceback: its code, or a class that is not built that way (``torch.nn:Linear``), failed on this input."""
+    try:
+        return built(spec.build(shape, num_classes, options, section), name, section)
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's constructor: any error is its refusal of this input
+        if name in MODELS or signal_in(exc) is not None:  # a built-in's slip is ours to see; a stop signal is not the model's
+            raise
+        raise ConfigError(f"{section}.name", f"{name!r} fails to build for inputs of shape {shape} and {num_classes} classes "
+                                             f"(called as build(input_shape, num_classes, options, section)): {type(exc).__name__}: {exc}") from None
 
 
 def built(model: object, name: str, section: str = "model") -> nn.Module:

@@ -58,6 +58,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
+from chillfl.models.parts import SwitchesBatchNorm
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,11 @@ def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
     """FedBN over the model's batch-norm entries; a model without batch norm is refused, since FedBN would silently be FedAvg."""
     keys = batchnorm_keys(ctx.model)
     if not keys:
+        setting = ctx.model.batch_norm_setting() if isinstance(ctx.model, SwitchesBatchNorm) else None
+        if setting is not None:  # the model at hand has an option for it: name that one
+            option, value = setting
+            raise ConfigError(f"model.{option}", "FedBN keeps each client's batch-norm layers local, and this model has none, so it would run as "
+                                                 f"plain FedAvg: set model.{option} = {value}")
         raise ConfigError(
             "model.name",
             "FedBN keeps each client's batch-norm layers local, and this model has none, so it would run as plain FedAvg: "

@@ -73,8 +73,10 @@ class TwoConvCNN(nn.Module):
         hidden: int,
         padding: int,
         batch_norm: bool = False,
+        batch_norm_option: str | None = None,
     ) -> None:
         super().__init__()
+        self.batch_norm_option = batch_norm_option  # the builder's option that adds the BN (mcmahan_cnn has none)
         c1, c2 = channels
         layers: list[nn.Module] = []
         for cin, cout in ((input_shape[0], c1), (c1, c2)):
@@ -89,6 +91,10 @@ class TwoConvCNN(nn.Module):
     def head_name(self) -> str:
         """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
         return "fc2"
+
+    def batch_norm_setting(self) -> tuple[str, str] | None:
+        """``batch_norm = true`` where the builder has that option (:class:`~chillfl.models.parts.SwitchesBatchNorm`)."""
+        return None if self.batch_norm_option is None else (self.batch_norm_option, "true")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.features(x).flatten(1)
@@ -151,10 +157,11 @@ def _build(
     padding: int,
     batch_norm: bool,
     section: str,
+    batch_norm_option: str | None = None,
 ) -> TwoConvCNN:
     _, h, w = input_shape
     require_min_size(name, (h, w), _spatial_out(padding), section)
-    return TwoConvCNN(input_shape, num_classes, channels, hidden, padding, batch_norm)
+    return TwoConvCNN(input_shape, num_classes, channels, hidden, padding, batch_norm, batch_norm_option)
 
 
 def build_flexchill_cnn(
@@ -164,7 +171,7 @@ def build_flexchill_cnn(
     _, h, w = require_image("flexchill_cnn", input_shape, section)
     return _build(
         "flexchill_cnn", input_shape, num_classes, (10, 20), 256,
-        resolve_padding(options.padding, (h, w)), options.batch_norm, section,
+        resolve_padding(options.padding, (h, w)), options.batch_norm, section, "batch_norm",
     )
 
 

@@ -51,6 +51,18 @@ class DeclaresHead(Protocol):
     def head_name(self) -> str: ...
 
 
+@runtime_checkable
+class SwitchesBatchNorm(Protocol):
+    """A model whose options choose whether it has batch norm: ``batch_norm_setting()`` is the ``[model]`` option and its
+    TOML value that give it batch norm (``("norm", '"batch"')``), None where this architecture has no such option.
+
+    Why: a method that needs batch norm (FedBN) refuses a model built without it, and names the option of the model at
+    hand (a ResNet-18's ``norm``, the FLex&Chill CNN's ``batch_norm``), not one of another model.
+    """
+
+    def batch_norm_setting(self) -> tuple[str, str] | None: ...
+
+
 class NoHeadError(ValueError):
     """The model declares no head and has no ``nn.Linear`` layer, so it has no classifier head to split at."""
 

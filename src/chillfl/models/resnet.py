@@ -108,6 +108,10 @@ class ResNet18(nn.Module):
         """The classifier head (:class:`~chillfl.models.parts.DeclaresHead`)."""
         return "fc"
 
+    def batch_norm_setting(self) -> tuple[str, str]:
+        """``norm = "batch"`` (:class:`~chillfl.models.parts.SwitchesBatchNorm`)."""
+        return "norm", '"batch"'
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(self.pool(self.blocks(self.stem(x))).flatten(1))
 

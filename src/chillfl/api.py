@@ -123,7 +123,9 @@ class Result:
 
     ``model``: a fresh copy of the given module (else of the config's model)
     holding the trained global weights (the server model for soft-label
-    methods); None when the protocol has no global model (``individual``).
+    methods); None when the run has no global model (``individual``, and the
+    prototype methods whose models never travel: FedProto, FedGH, FedDistill,
+    FedTGP, FedHKD with ``share_model = false``).
     ``state``: the same weights as a name -> tensor dict. ``folder``: the
     result folder (None with ``write=False``). ``config``: the config that
     ran, as saved in ``folder/config.toml``.

@@ -124,7 +124,8 @@ class ViT(nn.Module):
 
 @dataclass(frozen=True)
 class ViTOptions:
-    """Defaults are FLex&Chill Table 8: patch 4, dim 256, depth 3, 4 heads, MLP 1024, dropout 0.1; ``attn_dropout`` on the attention weights (0: none)."""
+    """Defaults are FLex&Chill Table 8: patch 4, dim 256, depth 3, 4 heads, MLP 1024, dropout 0.1; ``attn_dropout`` on the attention weights (0: none);
+    ``patch`` must divide the image's height and width."""
 
     patch: int = 4
     dim: int = 256

@@ -292,3 +292,24 @@ def test_groups_that_do_not_pay_run_the_reference_loop_bitwise_on_worker_threads
         predictor.close()
     for g, w in zip(got, predict_each(jobs)):
         assert torch.equal(g.values, w.values)
+
+
+def test_batched_evaluation_of_nan_logits_gives_a_nan_accuracy_as_the_reference_does():
+    """A client whose state evaluates to NaN logits (a batch-norm variance below 0) had its argmax counted as predictions
+    on the stacked path; evaluate() (the reference) gives NaN, and so does the stacked path now, for that client alone."""
+    model = bn_cnn()
+    states = client_states(model, 3)
+    var = next(k for k in states[1] if k.endswith("running_var"))
+    states[1] = {**states[1], var: -torch.ones_like(states[1][var])}
+    gen = torch.Generator().manual_seed(2)
+    x, y = torch.randn(9, 1, 8, 8, generator=gen), torch.zeros(9, dtype=torch.long)
+    jobs = [PredictJob(c, model, s, x, "evaluate", y, batch_size=4) for c, s in enumerate(states)]
+    predictor = BatchedPredictor()
+    assert all(predictor.pays(j) for j in jobs)
+    try:
+        got = predictor(jobs)
+    finally:
+        predictor.close()
+    want = predict_each(jobs)
+    assert math.isnan(got[1].acc) and math.isnan(want[1].acc)
+    assert got[0].acc == want[0].acc and got[2].acc == want[2].acc and not math.isnan(got[0].acc)

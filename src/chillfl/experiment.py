@@ -429,7 +429,7 @@ def build_experiment(
     sizes = tuple(int(n) for n in data.train_sizes())  # the rows each client trains on (after [attack]'s rewrite)
     aggregator, terms = build_algorithm(config, model, plugged, sizes) if kind.uses_aggregator else (None, [])
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
-        aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data))  # built with the attackers that skip local DP
+        aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances
         aggregator = attacked_aggregator(config, data, aggregator)  # [attack]: the attackers' uploads, before aggregation (and clipping)
     terms = [*terms, *objective_terms(config, terms)]
     policy = build_policy(config, data, plugged)

@@ -28,6 +28,7 @@ Choices
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any, Iterable, Mapping
 
 from chillfl.errors import Diverged
@@ -59,10 +60,12 @@ class LossWatch:
         self.first: float | None = next((float(r["train_loss"]) for r in records if r.get("train_loss") is not None), None)
         self.warned = False
         self.warned_local = False
+        self.warned_global = False
 
     def observe(self, record: Mapping[str, Any]) -> None:
-        """Warn (or raise :class:`Diverged` when strict) if this round's training loss explodes, or its local loss (the
-        clients' own models on their own splits) is above the ceiling: a personal model trained beside the one whose
+        """Warn (or raise :class:`Diverged` when strict) if this round's training loss explodes, its global test loss is
+        not finite (the model evaluates to NaN logits), or its local loss (the clients' own models on their own splits)
+        is above the ceiling: a personal model trained beside the one whose
         loss ``train_loss`` is (Ditto's v_k) blew up there alone, with no word."""
         loss = record.get("train_loss")
         if loss is not None:  # None: a skipped round
@@ -72,6 +75,11 @@ class LossWatch:
             if why is not None and not self.warned:
                 self._report(record, f"training loss {float(loss):.3g} {why} (lower client.lr?)")
                 self.warned = True
+        evaluated = record.get("global_loss")  # NaN logits (a variance below 0, weights blown up): the accuracy is NaN too
+        if evaluated is not None and not math.isfinite(float(evaluated)) and not self.warned_global:
+            self._report(record, f"the global model's test loss is {float(evaluated)} (its logits are not finite: weights blown up, or a "
+                                 "batch-norm variance below 0)")
+            self.warned_global = True
         local = record.get("local_loss")
         if local is not None and float(local) > LOSS_CEILING and not self.warned_local:
             self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) is above {LOSS_CEILING:g} (lower client.lr?)")

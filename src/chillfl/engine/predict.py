@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import logging
+import math
 import os
 import queue
 from collections import Counter
@@ -323,6 +324,7 @@ class BatchedPredictor:
             y_all = torch.stack([j.y for j in jobs if j.y is not None])
             correct = torch.zeros(len(jobs), dtype=torch.int64, device=y_all.device)
             loss = torch.zeros(len(jobs), dtype=torch.float64, device=y_all.device)
+            finite = torch.ones(len(jobs), dtype=torch.bool, device=y_all.device)  # NaN logits: a NaN accuracy, as evaluate() gives
             for lo in range(0, n, step):
                 xb = x_all[lo : lo + step] if shared else x_all[:, lo : lo + step]
                 z = batched(*stacked, xb)  # [C, b, classes]
@@ -331,7 +333,9 @@ class BatchedPredictor:
                 # is nll_loss2d, which CUDA refuses under deterministic algorithms (tests/test_deterministic_alerts.py)
                 loss -= F.log_softmax(z, dim=-1).gather(-1, yb.unsqueeze(-1)).squeeze(-1).sum(dim=1)
                 correct += (z.argmax(-1) == yb).sum(dim=1)
-            return [Prediction(acc=int(c) / n, loss=float(s) / n) for c, s in zip(correct.tolist(), loss.tolist())]
+                finite &= torch.isfinite(z).flatten(1).all(dim=1)
+            right = torch.where(finite, correct, -1).tolist()
+            return [Prediction(acc=c / n if c >= 0 else math.nan, loss=float(s) / n) for c, s in zip(right, loss.tolist())]
         parts = []
         for lo in range(0, n, step):
             z = batched(*stacked, x_all[lo : lo + step] if shared else x_all[:, lo : lo + step])

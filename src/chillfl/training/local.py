@@ -756,4 +756,5 @@ def evaluate(
         finite &= torch.isfinite(logits).all()
         if observe is not None:
             observe(logits, yb)
-    return (int(correct) / len(y) if bool(finite) else float("nan")), float(loss) / len(y)
+    right = int(torch.where(finite, correct, -1))  # -1: not finite (one host read for both)
+    return (right / len(y) if right >= 0 else float("nan")), float(loss) / len(y)

@@ -140,15 +140,17 @@ def test_public_dataset_options_without_a_public_dataset_are_refused(tmp_path: P
     assert info.value.field == "distillation.public_dataset_options"
 
 
-# ---------------------------------------------------------------- 5. public_size's stated range is the one refused
+# ---------------------------------------------------------------- 5. a public_size that leaves a client no row says so
 
 
-def test_the_stated_public_size_range_is_the_one_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """digits has 1438 training rows; with 4 clients the pool may take 1434 of them. 1437 (inside the range the old
-    message stated, [0, 1437]) was refused on federation.num_clients."""
+def test_a_public_size_that_leaves_a_client_no_row_names_the_bound_it_may_take(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """digits has 1438 training rows; with 4 clients the pool may take 1434 of them. 1437 (inside public_size's range,
+    [0, 1437]) was refused on federation.num_clients with no word of public_size."""
     path = base(tmp_path)
-    assert main(["run", str(path), "--dry-run", "federation.num_clients=4", "federation.clients_per_round=4", "distillation.public_size=1434"]) == 0
+    over = ["federation.num_clients=4", "federation.clients_per_round=4"]
+    assert main(["run", str(path), "--dry-run", *over, "distillation.public_size=1434"]) == 0
     capsys.readouterr()
-    assert main(["run", str(path), "--dry-run", "federation.num_clients=4", "federation.clients_per_round=4", "distillation.public_size=1437"]) == 2
+    assert main(["run", str(path), "--dry-run", *over, "distillation.public_size=1437"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("chillfl: error: distillation.public_size: must be in [0, 1434]"), err
+    assert len(err) == 1 and err[0].startswith("chillfl: error: federation.num_clients: must be <= the 1 training samples left after the public pool of 1437 rows"), err
+    assert err[0].endswith("(or lower distillation.public_size to at most 1434)"), err

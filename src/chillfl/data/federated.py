@@ -350,15 +350,14 @@ def build_federated_data(
     if eval_proportions not in EVAL_PROPORTIONS:
         raise choice_error(EVAL_PROPORTIONS_FIELD, eval_proportions, EVAL_PROPORTIONS)
     require(client_eval_size >= 1, CLIENT_EVAL_SIZE_FIELD, f"must be >= 1, got {client_eval_size}")
+    require(0 <= public_size < n, PUBLIC_SIZE_FIELD, f"must be in [0, {n - 1}] (train set has {n} samples), got {public_size}")
     require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
-    require(num_clients <= n, NUM_CLIENTS_FIELD, f"must be <= the {n} training samples, got {num_clients}")
-    # the pool leaves every client one row at least: the range said is the one refused, on the option that broke it
-    require(0 <= public_size <= n - num_clients, PUBLIC_SIZE_FIELD,
-            f"must be in [0, {n - num_clients}] (train set has {n} samples, one at least for each of federation.num_clients = {num_clients}), got {public_size}")
-    require(
-        num_clients <= n - max(public_size, dataset.public_rows),
+    pool = max(public_size, dataset.public_rows)
+    require(  # the two options together: the message names the other, which a smaller value of frees rows too
+        num_clients <= n - pool,
         NUM_CLIENTS_FIELD,
-        f"must be <= the {n - public_size} training samples left after the public pool, got {num_clients}",
+        f"must be <= the {n - pool} training samples left after the public pool of {pool} rows, got {num_clients}"
+        + (f" (or lower distillation.public_size to at most {n - num_clients})" if public_size > 0 and num_clients <= n - dataset.public_rows else ""),
     )
     require(seed >= 0, "seed", f"must be >= 0, got {seed}")
     held_out = validation_split(len(dataset.y_test), validation, seed)

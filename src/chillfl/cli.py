@@ -1014,14 +1014,20 @@ def _dispatch(args: argparse.Namespace) -> int:
         say(f"chillfl: diverged: {exc}" + (f"; partial results in {folder}" if folder else ""))
         return DIVERGED_EXIT
     except Exception as exc:
-        from chillfl.executors.processes import WorkerError
+        from chillfl.executors.processes import ClientCodeError, WorkerError
         from chillfl.runner import RunInterrupted
 
         signalled = signal_in(exc)
         if signalled is not None:  # a signal's exception that a package wrapped (Python 3.11's __set_name__ RuntimeError)
             return _said_interrupted(signalled, args.command)
-        if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated
-            say(f"chillfl: worker failed: {exc}")
+        if isinstance(exc, ClientCodeError):  # the client's own code raised in a worker: its error, with the worker's traceback
+            say(f"chillfl: error: the client's code raised (in a worker process): {exc}")
+            return 1
+        if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated, the last checkpoint kept
+            run = f"run {exc.run}: " if exc.run else ""
+            said = (f"; resume with: chillfl resume {shell_path(exc.folder)}" if exc.folder is not None
+                    else "; unfinished results are left in the run's .partial folder (`chillfl resume FOLDER` goes on from its last checkpoint)")
+            say(f"chillfl: worker failed: {run}{exc}{said}")
             return 1
         if not isinstance(exc, RunInterrupted):
             raise

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import itertools
 import contextlib
 import logging
@@ -79,6 +80,7 @@ import time
 import traceback
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Callable, Iterator, Sequence
 
@@ -189,7 +191,28 @@ class _Results(mp_queues.Queue):  # type: ignore[type-arg]
 
 
 class WorkerError(RuntimeError):
-    """A job failed (or a worker died) in the process pool."""
+    """A worker was lost (it died, ran out of memory, could not be reached): the round was not aggregated.
+
+    Not the run's result: the run's last checkpoint resumes it (a comparison stops, resumable, rather than
+    mark the run failed). ``folder``: what ``chillfl resume`` goes on with, where the raiser's caller knows it.
+    """
+
+    folder: Path | None = None
+    run: str | None = None
+    """The lost run's name where it was one of several (a comparison's)."""
+
+
+class ClientCodeError(WorkerError):
+    """A client's own code (a loss term, a client update) raised in a worker: the run's failure, as it would be in-process."""
+
+
+OUT_OF_MEMORY_EXIT = 75
+"""A worker's exit status when it could not allocate memory (MemoryError, ENOMEM): the parent's one line says so."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation failure: MemoryError, ENOMEM, or torch's "Cannot allocate memory" (an mmap of shared memory)."""
+    return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM) or "Cannot allocate memory" in str(exc)
 
 
 @dataclass(frozen=True)
@@ -371,8 +394,12 @@ def _next_task(tasks: Any, parent: int) -> Any:
         except queue.Empty:
             if os.getppid() != parent:
                 return PARENT_GONE
-        except (EOFError, OSError):  # the parent's end of the queue closed: it is gone (or going)
-            return PARENT_GONE
+        except Exception as exc:
+            if out_of_memory(exc):  # the task's tensors could not be mapped: one line in the parent, no traceback per worker
+                sys.exit(OUT_OF_MEMORY_EXIT)
+            if isinstance(exc, (EOFError, OSError)):  # the parent's end of the queue closed: it is gone (or going)
+                return PARENT_GONE
+            raise
 
 
 def _orphaned(parent: int, wait: float = 2.0) -> bool:
@@ -411,6 +438,37 @@ def _quiet_once_orphaned(parent: int, wait: float = 1.0) -> None:
 
     def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
         if _orphaned(parent, wait):
+            return
+        printed(kind, value, tb)
+
+    sys.excepthook = hook
+
+
+_sharer_quiet = False
+
+
+def _from_resource_sharer(tb: TracebackType | None) -> bool:
+    """Whether a traceback is of multiprocessing's resource-sharer server (``_serve``, which hands file descriptors over)."""
+    from multiprocessing import resource_sharer
+
+    return any(f.f_code.co_name == "_serve" and f.f_code.co_filename == resource_sharer.__file__ for f, _ in traceback.walk_tb(tb))
+
+
+def _quiet_resource_sharer() -> None:
+    """Install (once) a ``sys.excepthook`` that says nothing of a connection error in this process's resource sharer.
+
+    A worker killed (kill -9, the OOM killer) while it fetched a task's tensors from the parent resets that connection:
+    the sharer's server thread printed a ConnectionResetError traceback before the pool's own one line. The dead worker
+    is the pool's error to report (:class:`WorkerError`); every other error is printed as before.
+    """
+    global _sharer_quiet
+    if _sharer_quiet:
+        return
+    _sharer_quiet = True
+    printed = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if issubclass(kind, (ConnectionError, EOFError)) and _from_resource_sharer(tb):
             return
         printed(kind, value, tb)
 
@@ -457,6 +515,8 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
         except ConfigError as exc:  # bad input found in the client (a context key a term reads): the parent raises it as it is
             results.put((task.index, False, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
+            if out_of_memory(exc):  # the machine's limit, not the client's code: the parent says so in one line
+                sys.exit(OUT_OF_MEMORY_EXIT)
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
             results.put((task.index, False, text))
 
@@ -537,6 +597,7 @@ class WorkerPool:
         self.threads_per_worker = threads_per_worker
         ctx = tmp.get_context("spawn")
         _tracker_keeps_sighup_blocked()  # before the queues, which would start it
+        _quiet_resource_sharer()
         temp = short_socket_folder()
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)
@@ -595,7 +656,7 @@ class WorkerPool:
             first = min(errors, key=lambda e: e[0])[1]  # the lowest job's: the one a sequential run would have raised
             if isinstance(first, ConfigError):
                 raise first
-            raise WorkerError(first)
+            raise ClientCodeError(first)
         return [done[i] for i in range(len(items))]
 
     def close(self) -> None:
@@ -612,14 +673,29 @@ class WorkerPool:
             try:
                 return self._results.get(timeout=_POLL_S)
             except queue.Empty:
-                dead = [p for p in self._processes if not p.is_alive()]
-                if dead:
-                    self._broken = f"worker {dead[0].name} died with exit code {dead[0].exitcode}"
-                elif self._tasks.unsent is not None:
-                    self._broken = f"could not send a task to the workers: {self._tasks.unsent}"
-                if self._broken:
-                    self.close()
-                    raise WorkerError(self._broken) from None
+                self._broken = self._lost()
+            except (EOFError, OSError) as exc:  # a result whose tensors' sender died as they were fetched (its socket reset)
+                self._broken = self._lost(wait=_JOIN_S) or f"could not receive a result from the workers: {type(exc).__name__}: {exc}"
+            if self._broken:
+                self.close()
+                raise WorkerError(self._broken) from None
+
+    def _lost(self, wait: float = 0.0) -> str | None:
+        """Why the pool is broken (a dead worker, a task that could not be sent), or None. ``wait``: up to that long
+        for a worker to be seen dead (a reset connection comes from a worker whose exit may not be reaped yet)."""
+        end = time.monotonic() + wait
+        while True:
+            dead = [p for p in self._processes if not p.is_alive()]
+            if dead:
+                p = dead[0]
+                if p.exitcode == OUT_OF_MEMORY_EXIT:
+                    return f"worker {p.name} ran out of memory (MemoryError: Cannot allocate memory); fewer workers or smaller rounds need less"
+                return f"worker {p.name} died with exit code {p.exitcode}"
+            if self._tasks.unsent is not None:
+                return f"could not send a task to the workers: {self._tasks.unsent}"
+            if time.monotonic() >= end:
+                return None
+            time.sleep(0.05)
 
 
 class ProcessExecutor:

@@ -73,7 +73,7 @@ from torch import nn
 
 from chillfl.config import RayConfig
 from chillfl.executors.sequential import SequentialExecutor
-from chillfl.executors.processes import AF_UNIX_PATH_MAX, WorkerError, _is_state, default_workers, map_leaves
+from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -547,7 +547,7 @@ class RayExecutor:
             self.pool.lost = self.pool.lost or self._broken
             if isinstance(first, ConfigError) and not died:
                 raise first
-            raise WorkerError(str(first))
+            raise WorkerError(str(first)) if died else ClientCodeError(str(first))  # a client's own exception: the run's failure
         return results
 
     def close(self) -> None:

@@ -41,6 +41,7 @@ from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
+from chillfl.executors.processes import ClientCodeError, WorkerError
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.stop_signals import made_held
@@ -122,7 +123,10 @@ class Sweep:
             raise
         except ConfigError:
             raise
-        except Exception as exc:  # noqa: BLE001 - one failed run (a lost worker, out of memory) must not lose the others
+        except Exception as exc:  # noqa: BLE001 - one failed run (its code raised, out of memory) must not lose the others
+            if isinstance(exc, WorkerError) and not isinstance(exc, ClientCodeError):  # a lost worker is no result: stop, resumable
+                exc.run, exc.folder = cfg.name, partial  # its checkpoint is kept; resuming the comparison finishes the run
+                raise
             self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
             log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
         finally:

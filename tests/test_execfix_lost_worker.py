@@ -54,3 +54,17 @@ def test_a_clients_own_error_in_a_worker_fails_only_that_run(tmp_path: Path, mon
     main(["compare", str(config), "-q", *TINY, "--grid", "client.lr=0.05,0.1"])
     assert "lr0.1 failed (ClientCodeError" in capsys.readouterr().err
     assert (tmp_path / "out" / "sweep-compare" / "lr0.1.partial").is_dir()
+
+
+@pytest.mark.parametrize(("error", "line"), [
+    (WorkerError, "chillfl: worker failed: worker chillfl-worker-0 died with exit code -9; unfinished results are left in the run's .partial folder"),
+    (ClientCodeError, "chillfl: error: the client's code raised (in a worker process): worker chillfl-worker-0 died"),
+])
+def test_a_runs_one_line_says_what_failed(error: type[WorkerError], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A client's exception is not a "worker failed"; a lost worker's line says how to go on."""
+    config = tmp_path / "one.toml"
+    config.write_text(f'out_dir = "{tmp_path / "out"}"\n', encoding="utf-8")
+    _lose_a_worker_at(2, error, monkeypatch)
+    assert main(["run", str(config), "-q", *TINY]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)

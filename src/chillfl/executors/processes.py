@@ -42,9 +42,14 @@ Choices
   races a sibling's removal of that folder) and prints no error of its own
   once orphaned (a fetch of its result cut by the kill resets its resource
   sharer's socket), so the killed run's terminal shows no traceback.
-* A failing job raises :class:`WorkerError` in the parent (with the worker's
-  traceback) after the round's other jobs have been drained, so the pool stays
-  usable; a worker that dies breaks the pool, which is then shut down. A
+* A failing job (the client's own code raised) raises :class:`ClientCodeError` in the parent
+  (with the worker's traceback) after the round's other jobs have been drained, so the pool stays
+  usable; a worker that dies breaks the pool, which is then shut down, with one
+  :class:`WorkerError` line whatever the worker was doing: a result whose fetch its death cut
+  (a reset socket) is that dead worker, the parent's resource sharer is quiet about a fetch of
+  a task cut short (:func:`_quiet_resource_sharer`), and a worker that cannot allocate memory
+  (a task's tensors it cannot map, a MemoryError) exits with :data:`OUT_OF_MEMORY_EXIT`, no
+  traceback, and the line says it ran out of memory. A
   :class:`~chillfl.errors.ConfigError` (bad input only a client can see, such as
   a context key a loss term reads and the client lacks) is raised as itself, so
   the command line still ends with one line and exit 2.

@@ -58,7 +58,7 @@ def test_a_clients_own_error_in_a_worker_fails_only_that_run(tmp_path: Path, mon
 
 @pytest.mark.parametrize(("error", "line"), [
     (WorkerError, "chillfl: worker failed: worker chillfl-worker-0 died with exit code -9; unfinished results are left in the run's .partial folder"),
-    (ClientCodeError, "chillfl: error: the client's code raised (in a worker process): worker chillfl-worker-0 died"),
+    (ClientCodeError, "chillfl: error: the client's code raised in a worker process (no worker was lost): worker chillfl-worker-0 died"),
 ])
 def test_a_runs_one_line_says_what_failed(error: type[WorkerError], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:

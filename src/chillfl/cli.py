@@ -1021,7 +1021,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if signalled is not None:  # a signal's exception that a package wrapped (Python 3.11's __set_name__ RuntimeError)
             return _said_interrupted(signalled, args.command)
         if isinstance(exc, ClientCodeError):  # the client's own code raised in a worker: its error, with the worker's traceback
-            say(f"chillfl: error: the client's code raised (in a worker process): {exc}")
+            say(f"chillfl: error: the client's code raised in a worker process (no worker was lost): {exc}")
             return 1
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated, the last checkpoint kept
             run = f"run {exc.run}: " if exc.run else ""

@@ -50,7 +50,9 @@ Choices
   or any later step raises (an op without a batching rule, dropout,
   ``.item()`` in the model, ...), the executor logs ONE warning and runs this
   and every later round with its fallback (the sequential executor unless
-  given another, e.g. ``auto``'s process pool).
+  given another, e.g. ``auto``'s process pool). The fallback runs the round
+  first: a step that raises there too (a loss term's own exception) is not
+  vmap's fault, and that exception propagates with no fallback line.
 * Linear layers' weight gradients stay factored (:mod:`chillfl.training.linear_factors`):
   the update applies ``dz^T x`` with one batched in-place matmul per layer
   instead of writing a [C, out, in] gradient and subtracting it (on the
@@ -429,16 +431,22 @@ class VectorizedExecutor:
             return self.for_spec(jobs[0].spec).run(jobs)
         for job in jobs:  # before any step, in every executor: a term's missing context key is one clear error
             check_reads(self.spec.terms, job.context, job.client_id)
-        if self.fallback_reason is None:
-            try:
-                return self._run_vectorized(jobs)
-            except NotVectorizable as exc:
-                refuse_fallback("the vectorized executor", str(exc))
-                self.fallback_reason = str(exc)
-                self._fallback = self._make_fallback()
-                log.warning("vectorized executor: %s; falling back to the %s for the rest of the run", exc, _describe(self._fallback))
-        assert self._fallback is not None
-        return self._fallback.run(jobs)
+        if self.fallback_reason is not None:
+            assert self._fallback is not None
+            return self._fallback.run(jobs)
+        try:
+            return self._run_vectorized(jobs)
+        except NotVectorizable as exc:
+            failed = exc
+        # The fallback runs the round before anything is said: a step that raises unvmapped too (a loss term's own
+        # exception) is the user's error, not vmap's, and propagates as it is (outside the except: no vmap context).
+        if self._fallback is None:
+            self._fallback = self._make_fallback()
+        outcomes = self._fallback.run(jobs)
+        refuse_fallback("the vectorized executor", str(failed))
+        self.fallback_reason = str(failed)
+        log.warning("vectorized executor: %s; falling back to the %s for the rest of the run", failed, _describe(self._fallback))
+        return outcomes
 
     def close(self) -> None:
         self.predict.close()

@@ -8,7 +8,11 @@ config and the metrics up to the checkpoint's round are the ones the
 checkpoint was written with (the SHA-256 and length it recorded). An edit
 is named (``config.toml: client.lr: 0.05 -> 0.5``); ``force`` accepts it and
 resumes with the files as they now are. A torn last line after the
-checkpoint's rounds is no edit: those rounds run again anyway.
+checkpoint's rounds is no edit: those rounds run again anyway. An edit of
+``executor`` alone between executors of one float path (sequential,
+processes, Ray: :data:`BITWISE_EXECUTORS`) needs no ``force``: not a bit of
+the rest of the run changes (one note line); with ``force``, a move to
+another float path (vectorized, auto) is said not to be bitwise.
 
 What ``force`` may override is what the user changes on purpose: config.toml,
 metrics.jsonl, a diverged run's ``failure.json``. It never overrides the
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shlex
 import stat
@@ -39,6 +44,8 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
     import tomli as tomllib
+
+log = logging.getLogger(__name__)
 
 CHECKPOINT = "checkpoint.safetensors"
 MODEL = "model.safetensors"
@@ -142,6 +149,13 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         done = _round_of(state, path / CHECKPOINT)
         config = (path / "config.toml").read_bytes()
         edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
+        move = executor_move(run.get("config_toml", ""), config) if edited else None
+        if move is not None and move.only and move.bitwise:  # the same float path: no bit of the rest of the run changes
+            log.info("config.toml: executor %r -> %r since the checkpoint of round %d: the same float path, the run goes on bitwise", move.before, move.after, done)
+            edited = False
+        elif move is not None and force:  # what reproducibility.md promises for any part that can move bits
+            log.warning("config.toml: executor %r -> %r since the checkpoint of round %d: another float path, not bitwise what an uninterrupted run gives",
+                        move.before, move.after, done)
         if edited and not force:
             changes = config_changes(run.get("config_toml", ""), config)
             raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
@@ -299,6 +313,37 @@ def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+BITWISE_EXECUTORS = frozenset({"sequential", "processes", "ray"})
+"""Executors that train client by client on one float path (at the run's ``threads``, not 0): bitwise equal to each other."""
+
+
+@dataclass(frozen=True)
+class ExecutorMove:
+    """``executor`` edited in a run's config.toml since its checkpoint: from ``before`` to ``after``."""
+
+    before: str
+    after: str
+    only: bool
+    """Nothing else changed."""
+    bitwise: bool
+    """Both are :data:`BITWISE_EXECUTORS` at a fixed thread count: the rest of the run is bitwise what it would have been."""
+
+
+def executor_move(saved: str, current: bytes) -> ExecutorMove | None:
+    """The edit of ``executor`` between a checkpoint's config (``saved``) and config.toml now; None: it did not change
+    (or the files do not parse: the edit is then named by :func:`config_changes`)."""
+    try:
+        before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8")))
+    except (ValueError, UnicodeDecodeError):
+        return None
+    was, now = str(before.get("executor", "sequential")), str(after.get("executor", "sequential"))  # unset: the default
+    if was == now:
+        return None
+    changed = {k for k in set(before) | set(after) if before.get(k, "unset") != after.get(k, "unset")}
+    bitwise = {was, now} <= BITWISE_EXECUTORS and after.get("threads", 1) != 0  # threads = 0: the workers' count is not the run's
+    return ExecutorMove(was, now, changed == {"executor"}, bitwise)
 
 
 def config_changes(saved: str, current: bytes) -> str:

@@ -56,15 +56,17 @@ def test_a_clients_own_error_in_a_worker_fails_only_that_run(tmp_path: Path, mon
     assert (tmp_path / "out" / "sweep-compare" / "lr0.1.partial").is_dir()
 
 
-@pytest.mark.parametrize(("error", "line"), [
-    (WorkerError, "chillfl: worker failed: worker chillfl-worker-0 died with exit code -9; unfinished results are left in the run's .partial folder"),
-    (ClientCodeError, "chillfl: error: the client's code raised in a worker process (no worker was lost): worker chillfl-worker-0 died"),
+@pytest.mark.parametrize(("error", "call", "line"), [
+    (WorkerError, 2, "chillfl: worker failed: worker chillfl-worker-0 died with exit code -9; resume with: chillfl resume {folder}"),
+    (WorkerError, 1, "chillfl: worker failed: worker chillfl-worker-0 died with exit code -9; it stopped before its first checkpoint"),
+    (ClientCodeError, 2, "chillfl: error: the client's code raised in a worker process (no worker was lost): worker chillfl-worker-0 died"),
 ])
-def test_a_runs_one_line_says_what_failed(error: type[WorkerError], line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+def test_a_runs_one_line_says_what_failed(error: type[WorkerError], call: int, line: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    """A client's exception is not a "worker failed"; a lost worker's line says how to go on."""
+    """A client's exception is not a "worker failed"; a lost worker's line says how to go on: the run's folder, from the
+    checkpoint of round 1 (a loss in round 2), or that there is none yet (a loss in round 1)."""
     config = tmp_path / "one.toml"
     config.write_text(f'out_dir = "{tmp_path / "out"}"\n', encoding="utf-8")
-    _lose_a_worker_at(2, error, monkeypatch)
+    _lose_a_worker_at(call, error, monkeypatch)
     assert main(["run", str(config), "-q", *TINY]) == 1
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line)
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line.format(folder=tmp_path / "out" / "one.partial"))

@@ -1026,7 +1026,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated, the last checkpoint kept
             run = f"run {exc.run}: " if exc.run else ""
             said = (f"; resume with: chillfl resume {shell_path(exc.folder)}" if exc.folder is not None
-                    else "; unfinished results are left in the run's .partial folder (`chillfl resume FOLDER` goes on from its last checkpoint)")
+                    else "; it stopped before its first checkpoint: nothing to resume, run it again")
             say(f"chillfl: worker failed: {run}{exc}{said}")
             return 1
         if not isinstance(exc, RunInterrupted):

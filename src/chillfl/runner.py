@@ -59,6 +59,7 @@ from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingEx
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import follows_cores
 from chillfl.executors.pools import WorkerPools
+from chillfl.executors.processes import WorkerError
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, run_notes, say_notes
 from chillfl.plugins import is_custom
 from chillfl.extras import need
@@ -625,9 +626,11 @@ def _run_rounds(
         if exc.folder is None and writer is not None and (writer.path / CHECKPOINT).is_file():
             exc.folder, exc.checkpoint = writer.path, _checkpoint_round(writer)
         raise
-    except BaseException:
+    except BaseException as exc:
         if writer:
             writer.abort()
+            if isinstance(exc, WorkerError) and exc.folder is None and (writer.path / CHECKPOINT).is_file():  # a lost worker: resumable
+                exc.folder = writer.path
         raise
     finally:
         _close_sinks(sinks)

@@ -61,6 +61,7 @@ import json
 import math
 import re
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -108,6 +109,16 @@ class SweepResult:
     gain: np.ndarray
     correlation: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     folder: Path | None = None
+    clients: list[int] = field(default_factory=list)
+    """The client id of each row (empty: rows 0..n-1); clients without training rows have none."""
+
+    def client_ids(self) -> list[int]:
+        return self.clients or list(range(self.accuracy.shape[0]))
+
+    def non_finite(self) -> dict[int, list[float]]:
+        """Client id -> the temperatures whose cell is not finite (its training diverged there); only clients with some."""
+        cells = {cid: [t for t, a in zip(self.temperatures, row) if not math.isfinite(a)] for cid, row in zip(self.client_ids(), self.accuracy)}
+        return {cid: temps for cid, temps in cells.items() if temps}
 
     def correlation_markdown(self) -> str:
         """A.5's table: each measure vs the best temperature (and vs the gain), Pearson r and p."""
@@ -118,7 +129,13 @@ class SweepResult:
                 lines.append(f"| {row['measure']} | {_fmt(row['r'])} | {_fmt(row['p'])} | {row['n']} |")
             lines += ["", *(f"nan: no r, {why}." for why in undefined_notes(self.correlation[target]))]
             lines.append("")
+        lines += [f"Not finite (training diverged; the best is taken over the other cells): {cells}." for cells in [describe_cells(self.non_finite())] if cells]
         return "\n".join(lines)
+
+
+def describe_cells(cells: dict[int, list[float]]) -> str:
+    """``client 1 at T = 1; client 2 at T = 0.5, 1`` ("" when none)."""
+    return "; ".join(f"client {cid} at T = {', '.join(f'{t:g}' for t in temps)}" for cid, temps in cells.items())
 
 
 def _fmt(x: float) -> str:
@@ -146,16 +163,27 @@ def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
 
 
 def best_temperatures(accuracy: np.ndarray, temperatures: Sequence[float], ties: str = "mean") -> np.ndarray:
-    """Per row of ``accuracy`` [clients, temps]: the temperature of the highest accuracy (ties: see Choices)."""
+    """Per row of ``accuracy`` [clients, temps]: the temperature of the highest accuracy (ties: see Choices).
+
+    Only finite cells compete: a training that diverged at one T gives a NaN cell, and NaN as the row's maximum
+    matched no cell (NaN for the client, then for every correlation). A row with no finite cell gives NaN."""
     if ties not in TIES:
         raise choice_error(TIES_FIELD, ties, TIES)
     acc = np.asarray(accuracy, dtype=np.float64)
     temps = np.asarray(temperatures, dtype=np.float64)
-    out = np.empty(acc.shape[0])
-    for i, row in enumerate(acc):
-        tied = temps[np.isclose(row, row.max(), rtol=0.0, atol=1e-12)]
+    out = np.full(acc.shape[0], math.nan)
+    for i, (row, top) in enumerate(zip(acc, best_accuracies(acc))):
+        if math.isnan(top):
+            continue
+        tied = temps[np.isclose(row, top, rtol=0.0, atol=1e-12)]  # a NaN cell is close to nothing
         out[i] = tied.mean() if ties == "mean" else (tied.min() if ties == "lowest" else tied.max())
     return out
+
+
+def best_accuracies(accuracy: np.ndarray) -> np.ndarray:
+    """Per row: the highest finite accuracy (NaN when no cell is finite), without numpy's all-NaN warning."""
+    acc = np.asarray(accuracy, dtype=np.float64)
+    return np.array([row[np.isfinite(row)].max() if np.isfinite(row).any() else math.nan for row in acc])
 
 
 def plot_score(config: RunConfig, counts: np.ndarray) -> np.ndarray:
@@ -193,43 +221,79 @@ def run_temperature_sweep(
     grid = parse_temperatures(temperatures)
     if ties not in TIES:
         raise choice_error(TIES_FIELD, ties, TIES)
-    if config.eval.clients == "none":
-        raise ConfigError("eval.clients", "the sweep evaluates every client on its own split; set eval.clients = 'sampled' or 'all'")
+    check_sweep(config)
     data = build_data(config)
-    if data.num_clients < 2:
-        raise ConfigError("federation.num_clients", f"the correlations need at least 2 clients, got {data.num_clients}")
-    empty = [cid for cid in range(data.num_clients) if len(data.client_eval(cid)[1]) == 0]
+    all_counts = data.class_counts()
+    clients = [cid for cid in range(data.num_clients) if all_counts[cid].sum() > 0]
+    if len(clients) < data.num_clients:  # as a run does: it lists them under no_data and never trains them
+        idle = [cid for cid in range(data.num_clients) if cid not in clients]
+        print(f"temperature sweep: clients {idle} have no training rows (a run lists them under no_data); skipped", file=sys.stderr, flush=True)
+    if len(clients) < 2:
+        raise ConfigError("federation.num_clients", f"the correlations need at least 2 clients with training rows, got {len(clients)}")
+    empty = [cid for cid in clients if len(data.client_eval(cid)[1]) == 0]
     if empty:
         raise ConfigError("eval.client_split", f"clients {empty} have no validation samples; the sweep needs a split for every client")
     model, initial = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     spec = local_spec(config)
-    counts = data.class_counts()
+    counts = all_counts[clients]
     h = plot_score(config, counts)
     p_g = config.temperature.get("p_g") if config.temperature.get("policy") == "fedchill" else None
 
-    acc = np.zeros((data.num_clients, len(grid)))
+    acc = np.zeros((len(clients), len(grid)))
     loss = np.zeros_like(acc)
-    bar = tqdm(range(data.num_clients), desc="temperature sweep", unit="client", disable=not progress, dynamic_ncols=True)
-    for cid in bar:
+    bar = tqdm(list(enumerate(clients)), desc="temperature sweep", unit="client", disable=not progress, dynamic_ncols=True)
+    for i, cid in bar:
         x, y = data.client_train(cid)
         xe, ye = data.client_eval(cid)
         seed = derive_seed(config.seed, "sweep", cid)
         for j, t in enumerate(grid):
             out = train_client(model, initial, x, y, spec=spec, lr=config.client.lr, temperature=t, context={}, generator=torch.Generator().manual_seed(seed))
-            acc[cid, j], loss[cid, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
-        bar.set_postfix({"best T": f"{grid[int(np.argmax(acc[cid]))]:g}"}, refresh=False)
+            acc[i, j], loss[i, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
+        bar.set_postfix({"best T": f"{best_temperatures(acc[i : i + 1], grid, ties)[0]:g}"}, refresh=False)
 
     best_t = best_temperatures(acc, grid, ties)
-    best_acc = acc.max(axis=1)
+    best_acc = best_accuracies(acc)
     gain = best_acc - acc[:, -1]
     measures = measure_table(counts, p_g)
-    result = SweepResult(
-        grid, acc, loss, counts, h, best_t, best_acc, gain,
-        {"best_temperature": correlation_table(measures, best_t), "gain": correlation_table(measures, gain)},
-    )
+    result = SweepResult(grid, acc, loss, counts, h, best_t, best_acc, gain, clients=clients)
+    left_out(result)
+    result.correlation = {"best_temperature": finite_correlation(measures, best_t), "gain": finite_correlation(measures, gain)}
     if write:
         result.folder = _write(config, result, ties)
     return result
+
+
+def check_sweep(config: RunConfig) -> None:
+    """The sweep's own requirements of the config, checked before the run's (:func:`check_parts`): a run's reason, such as
+    FedChill's decay needing each client's accuracy, is not why the sweep, which runs no decay, refuses it."""
+    if config.eval.clients == "none":
+        raise ConfigError("eval.clients", "the sweep evaluates every client on its own split; set eval.clients = 'sampled' or 'all'")
+
+
+def finite_correlation(measures: dict[str, np.ndarray], target: np.ndarray) -> list[dict[str, Any]]:
+    """:func:`correlation_table` over the clients whose ``target`` is finite: one client whose training diverged made
+    every r NaN. Fewer than 2 such clients: every row NaN, saying why."""
+    keep = np.isfinite(target)
+    if keep.sum() < 2:
+        why = f"only {int(keep.sum())} client(s) have a finite value (training diverged)"
+        return [{"measure": name, "r": math.nan, "p": math.nan, "n": int(keep.sum()), "undefined": why} for name in measures]
+    return correlation_table({name: values[keep] for name, values in measures.items()}, target[keep])
+
+
+def left_out(result: SweepResult) -> None:
+    """Name, once on stderr, each client a correlation leaves out; refuse when fewer than 2 have a best temperature."""
+    ids = result.client_ids()
+    dead = [ids[i] for i in np.flatnonzero(np.isnan(result.best_accuracy))]
+    if len(ids) - len(dead) < 2:
+        raise ConfigError("client.lr", f"the sweep's training diverged at every temperature for clients {dead}, leaving "
+                                       f"{len(ids) - len(dead)} client(s) to correlate; lower client.lr or drop the lowest temperatures")
+    if dead:
+        print(f"temperature sweep: clients {dead} have no finite accuracy at any temperature (training diverged); "
+              "left out of the correlations", file=sys.stderr, flush=True)
+    no_gain = [ids[i] for i in np.flatnonzero(np.isfinite(result.best_accuracy) & ~np.isfinite(result.gain))]
+    if no_gain:
+        print(f"temperature sweep: clients {no_gain} have no finite accuracy at the largest temperature; "
+              "left out of the gain correlation", file=sys.stderr, flush=True)
 
 
 def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
@@ -250,21 +314,24 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
 def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> None:
     """The sweep's files: its config, the per-client table, the correlations and the two figures."""
     (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
+    non_finite = result.non_finite()
     clients = [
         {
             "client": cid,
-            "size": int(result.class_counts[cid].sum()),
-            "class_counts": [int(c) for c in result.class_counts[cid]],
-            "heterogeneity": float(result.heterogeneity[cid]),
-            "accuracy": [float(a) for a in result.accuracy[cid]],
-            "loss": [float(v) for v in result.loss[cid]],
-            "best_temperature": float(result.best_temperature[cid]),
-            "best_accuracy": float(result.best_accuracy[cid]),
-            "gain": float(result.gain[cid]),
+            "size": int(result.class_counts[i].sum()),
+            "class_counts": [int(c) for c in result.class_counts[i]],
+            "heterogeneity": float(result.heterogeneity[i]),
+            "accuracy": [float(a) for a in result.accuracy[i]],
+            "loss": [float(v) for v in result.loss[i]],
+            "non_finite_temperatures": non_finite.get(cid, []),  # cells left out of the best: training diverged there
+            "best_temperature": float(result.best_temperature[i]),
+            "best_accuracy": float(result.best_accuracy[i]),
+            "gain": float(result.gain[i]),
         }
-        for cid in range(result.accuracy.shape[0])
+        for i, cid in enumerate(result.client_ids())
     ]
-    sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients}
+    skipped = sorted(set(range(max(result.client_ids()) + 1)) - set(result.client_ids()))  # no training rows (a run's no_data)
+    sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients, "skipped_no_training_rows": skipped}
     (partial / TEMPERATURE_SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.json").write_text(json.dumps(result.correlation, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.md").write_text(result.correlation_markdown(), encoding="utf-8")
@@ -291,11 +358,12 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
     image = ax.imshow(100 * grid, aspect="auto", cmap="viridis", interpolation="nearest")
     fig.colorbar(image, ax=ax, label="validation accuracy (%)")
     ax.set_xticks(range(m), [f"{t:g}" for t in result.temperatures])
-    ax.set_yticks(range(n), [f"client {c} (h={result.heterogeneity[c]:.2f})" for c in order], fontsize=7 if n > 20 else 9)
+    ids = result.client_ids()
+    ax.set_yticks(range(n), [f"client {ids[c]} (h={result.heterogeneity[c]:.2f})" for c in order], fontsize=7 if n > 20 else 9)
     ax.set_xlabel("training temperature T")
     ax.set_title(f"{title}: accuracy per client and temperature" if title else "accuracy per client and temperature", fontsize=10)
-    for i, row in enumerate(grid):
-        for j in np.flatnonzero(np.isclose(row, row.max(), rtol=0.0, atol=1e-12)):
+    for i, (row, top) in enumerate(zip(grid, result.best_accuracy[order])):
+        for j in np.flatnonzero(np.isclose(row, top, rtol=0.0, atol=1e-12)):  # the finite best: a NaN cell (blank) never is
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
         if n * m <= 400:
             lo, hi = image.get_clim()
@@ -328,9 +396,10 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     ax.legend(fontsize=8)
     ax_best.scatter(result.heterogeneity, result.best_temperature, color="tab:blue", s=30)
     rows = {row["measure"]: row for row in result.correlation.get("best_temperature", [])}
-    if np.ptp(result.heterogeneity) > 0:
-        slope, intercept = np.polyfit(result.heterogeneity, result.best_temperature, 1)
-        xs = np.linspace(result.heterogeneity.min(), result.heterogeneity.max(), 2)
+    fit = np.isfinite(result.best_temperature)  # a client whose training diverged at every T has no best one
+    if fit.sum() >= 2 and np.ptp(result.heterogeneity[fit]) > 0:
+        slope, intercept = np.polyfit(result.heterogeneity[fit], result.best_temperature[fit], 1)
+        xs = np.linspace(result.heterogeneity[fit].min(), result.heterogeneity[fit].max(), 2)
         ratio = rows.get("ratio", {})
         r = ratio.get("r", math.nan)
         said = f"Pearson r = {_fmt(r)} for the ratio score" if not math.isnan(r) else f"no Pearson r: {ratio.get('undefined', 'undefined')}"
@@ -351,11 +420,14 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
 def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     """``chillfl analyze temperature-sweep``: run the sweep, print the A.5 table and the folder."""
     config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
+    check_sweep(config)  # first: a run's reason to refuse the config (e.g. FedChill's decay) is not the sweep's
     check_parts(config)  # the sweep trains without the method's parts, but a config it names wrongly is still a mistake
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
         need(module, "analysis", what)
     result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=not args.quiet)
-    print("best temperature per client: " + ", ".join(f"{c}: {t:g}" for c, t in enumerate(result.best_temperature)))
+    print("best temperature per client: " + ", ".join(f"{c}: {t:g}" if math.isfinite(t) else f"{c}: none" for c, t in zip(result.client_ids(), result.best_temperature)))
+    if cells := describe_cells(result.non_finite()):
+        print(f"not finite (training diverged; the best is over the other cells): {cells}")
     print(format_correlation(result.correlation["best_temperature"]))
     print(f"results: {result.folder}")
     return 0

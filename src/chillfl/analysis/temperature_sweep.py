@@ -35,6 +35,12 @@ Choices
   (likely with a 100-sample split) are resolved by ``ties``: ``"mean"``
   (default; the arithmetic mean of the tied temperatures, so neither end of
   the grid is favoured), ``"lowest"`` or ``"highest"``.
+* Diverged cells: a training that diverges at some T evaluates to NaN; the
+  best T and accuracy are over the finite cells (the output names the others),
+  and a client without a finite value is left out of that correlation (one
+  stderr line), as one NaN made every r NaN.
+* Clients without training rows are skipped (one stderr line), as a run
+  never trains them (``no_data``); the rows keep each client's id.
 * Gain (A.5's "performance gains"): best accuracy minus the accuracy at the
   largest temperature of the grid (T = 1, the standard softmax, by default).
 * Correlations use every measure of :mod:`chillfl.temperature.heterogeneity`

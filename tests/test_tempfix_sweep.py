@@ -13,18 +13,11 @@ from chillfl.analysis.temperature_sweep import best_temperatures, run_temperatur
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_data
+from test_temperature_sweep import TINY as SWEEP_TINY
 
-TINY = {
-    "name": "tf",
-    "dataset.name": "digits",
-    "partition.name": "dirichlet_balanced",
-    "partition.alpha": 0.5,
-    "model.name": "flexchill_cnn",
-    "federation.num_clients": 4,
-    "client.epochs": 1,
-    "client.batch_size": 64,
-    "eval.client_split_size": 40,
-}
+TINY = {**{k: v for k, v in SWEEP_TINY.items() if k != "client.lr"}, "name": "tf"}  # test_temperature_sweep's, at the default lr
+
+
 GRID = [0.25, 0.5, 1.0]
 
 

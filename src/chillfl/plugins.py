@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
 from chillfl.capabilities import declared
-from chillfl.errors import ConfigError, choice_error, closest_name
+from chillfl.errors import ConfigError, choice_error, closest_name, signal_in
 from chillfl.once import warn_once
 from chillfl.options import short_repr
 
@@ -245,6 +245,22 @@ def check_constructor(cls: type, with_options: bool, name: str, field: str) -> N
 
 Hook = tuple[str, object, tuple[str, ...]]
 """One hook of a spec: (its field, the hook or None when absent, the parameters the runtime calls it with)."""
+
+
+@contextmanager
+def building(name: object, field: str, built_in: bool, called: str = "") -> Iterator[None]:
+    """Build a part of family ``field`` inside the block: a plugin's (import path, entry point) constructor or builder
+    that raises is one line on ``field`` -- its code refused this input -- not a traceback. A built-in's error is
+    raised as it is (a slip of ours to see), and so is a stop signal (:func:`~chillfl.errors.signal_in`): neither is
+    the plugin's. ``called``: how the plugin was called, said in the line (e.g. " for inputs of shape (1, 8, 8)")."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a plugin's constructor: any error is its refusal of this input
+        if built_in or signal_in(exc) is not None:
+            raise
+        raise ConfigError(field, f"{name!r} fails to build{called}: {type(exc).__name__}: {exc}") from None
 
 
 def check_hooks(name: object, hooks: Sequence[Hook], field: str) -> None:

@@ -55,7 +55,7 @@ from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, as_comment, differences, environment
-from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, stopped_as
+from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import follows_cores
 from chillfl.executors.pools import WorkerPools
@@ -804,7 +804,14 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
         if spec is None:
             log.warning("figure %r is declared but no module registers it (chillfl.plots.registry.register_figure); skipped", name)
             continue
-        spec.render(records, folder / spec.file, config)
+        try:
+            spec.render(records, folder / spec.file, config)
+        except OSError:  # disk full: the caller's StorageError
+            raise
+        except Exception as exc:  # noqa: BLE001 - a (plugin's) draw: the finished run must not be lost for a figure
+            if signal_in(exc) is not None:
+                raise
+            log.warning("figure %r (%s) failed and is skipped: %s: %s", name, spec.file, type(exc).__name__, exc)
 
 
 def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any]]]:

@@ -64,7 +64,7 @@ from chillfl.data.values import InputValues, input_values
 from chillfl.errors import ConfigError
 from chillfl.extras import need, package_file
 from chillfl.options import Chosen, NoOptions, blame, parse_options, require, require_memory, require_range, short_repr
-from chillfl.plugins import check_hooks, look_up, plugin_names
+from chillfl.plugins import building, check_hooks, look_up, plugin_names
 
 MAX_SEED = 2**63 - 1
 MAX_NUMPY_LEGACY_SEED = 2**32 - 1
@@ -520,7 +520,8 @@ def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
 
 def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, options: Any, data_dir: Path) -> ArrayDataset:
     """What a user's builder returns, checked and held as the built-ins hold theirs (CPU tensors, float32 inputs, int64 labels)."""
-    built = build(options, data_dir)
+    with building(name, field, False, " (called as build(options, data_dir))"):  # only a user's builder is wrapped here
+        built = build(options, data_dir)
     if not isinstance(built, ArrayDataset):
         raise ConfigError(field, f"{name!r} must return a chillfl.ArrayDataset, got {short_repr(built)}")
     try:

@@ -154,7 +154,7 @@ import numpy as np
 from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, parse_options, require, short_repr
-from chillfl.plugins import check_hooks, look_up, plugin_names
+from chillfl.plugins import building, check_hooks, look_up, plugin_names
 
 if TYPE_CHECKING:
     from chillfl.data.datasets import ArrayDataset
@@ -852,8 +852,39 @@ def partition(
         NUM_CLIENTS_FIELD,
         f"must be <= the number of training samples ({len(labels)}), got {num_clients}",
     )
-    part = entry.split(labels, num_clients, rng, opts, section, dataset)
-    part.client_indices = [np.sort(ix.astype(np.int64)) for ix in part.client_indices]
+    with building(name, f"{section}.name", name in PARTITIONERS, f" for {len(labels)} rows over {num_clients} clients"):
+        part = entry.split(labels, num_clients, rng, opts, section, dataset)
+    part.client_indices = checked_indices(part, name, num_clients, len(labels), f"{section}.name")
     if part.client_test_indices is not None:
         part.client_test_indices = [np.sort(ix.astype(np.int64)) for ix in part.client_test_indices]
     return part
+
+
+def checked_indices(part: object, name: str, num_clients: int, rows: int, field: str) -> list[np.ndarray]:
+    """A split's per-client indices, sorted, if they are what every later step assumes: a :class:`Partition` with one
+    array of integer indices in ``[0, rows)`` per client, no row given to two clients (or twice to one). Else one line
+    on ``field``: a plugin's wrong split otherwise ran on as an IndexError, an AttributeError, or a misleading error
+    from aggregation (a wrong client count), and overlapping clients silently trained on the same rows."""
+    if not isinstance(part, Partition):
+        raise ConfigError(field, f"{name!r} must return a chillfl Partition, got {short_repr(part)}")
+    clients = part.client_indices
+    if not isinstance(clients, (list, tuple)) or len(clients) != num_clients:
+        got = len(clients) if isinstance(clients, (list, tuple)) else short_repr(clients)
+        raise ConfigError(field, f"{name!r} must give one index array per client ({num_clients}, federation.num_clients), got {got}")
+    out = []
+    for i, ix in enumerate(clients):
+        arr = np.asarray(ix)
+        if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
+            raise ConfigError(field, f"{name!r} gave client {i} {short_repr(ix)}, not a 1-D array of integer row indices")
+        if arr.size and (arr.min() < 0 or arr.max() >= rows):
+            raise ConfigError(field, f"{name!r} gave client {i} row indices outside [0, {rows - 1}] (the training set has {rows} rows)")
+        out.append(np.sort(arr.astype(np.int64)))
+    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    if has_repeats(flat):
+        raise ConfigError(field, f"{name!r} gives some training row to two clients (or twice to one)")
+    return out
+
+
+def has_repeats(indices: np.ndarray) -> bool:
+    """Whether some index occurs twice: a row given to two clients, or twice to one (a partition file is checked so too)."""
+    return len(np.unique(indices)) != len(indices)

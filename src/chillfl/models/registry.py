@@ -36,7 +36,7 @@ from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.models.spec import Builder, ModelSpec
 from chillfl.options import Chosen, NoOptions, blame, parse_options, require_memory, short_repr, total_memory_bytes
-from chillfl.plugins import check_hooks, look_up, plugin_names
+from chillfl.plugins import building, check_hooks, look_up, plugin_names
 
 __all__ = ["Builder", "MODELS", "ModelSpec", "build_model", "count_parameters", "model_names", "model_spec"]
 
@@ -151,15 +151,9 @@ def _build(spec: ModelSpec, name: str, shape: tuple[int, ...], num_classes: int,
     """``spec``'s builder called as the built-ins' are; a user's model (import path, entry point) whose constructor
     raises is one line on ``<section>.name`` (as a failing forward is, :func:`chillfl.experiment.check_model_fits`),
     not a traceback: its code, or a class that is not built that way (``torch.nn:Linear``), failed on this input."""
-    try:
+    with building(name, f"{section}.name", name in MODELS,
+                  f" for inputs of shape {shape} and {num_classes} classes (called as build(input_shape, num_classes, options, section))"):
         return built(spec.build(shape, num_classes, options, section), name, section)
-    except ConfigError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a plugin's constructor: any error is its refusal of this input
-        if name in MODELS or signal_in(exc) is not None:  # a built-in's slip is ours to see; a stop signal is not the model's
-            raise
-        raise ConfigError(f"{section}.name", f"{name!r} fails to build for inputs of shape {shape} and {num_classes} classes "
-                                             f"(called as build(input_shape, num_classes, options, section)): {type(exc).__name__}: {exc}") from None
 
 
 def built(model: object, name: str, section: str = "model") -> nn.Module:

@@ -60,7 +60,8 @@ from chillfl.protocols.common import Evaluation, check_aggregated, check_client_
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, check_knowledge
-from chillfl.settings.prototypes import SECTION, PrototypeSettings
+from chillfl.settings.prototypes import SECTION, PrototypeSettings, built_in_names
+from chillfl.plugins import building
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
 from chillfl.seeds import derive_seed
@@ -404,7 +405,8 @@ def prototype_parts(exp: Experiment, *, warn: bool = True) -> PrototypeParts:
         refuse_unused_options(cfg.algorithm, default, f"[prototypes] method {settings.method!r} shares no models")
     if spec.check is not None:
         spec.check(settings.options, cfg)
-    hooks = spec.build(settings.options, exp.data.num_classes, cfg.seed)
+    with building(settings.method, f"{SECTION}.method", settings.method in built_in_names(), " (called as build(options, num_classes, seed))"):
+        hooks = spec.build(settings.options, exp.data.num_classes, cfg.seed)
     cm = build_client_models(exp)
     specs, dims, heads = [], [], []
     for i, model in enumerate(cm.models):

@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
+from chillfl.plugins import Hook, Registry, building, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -155,7 +155,9 @@ def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: st
     ``class_counts``: the [clients, classes] matrix, or a function computing it, called only by a policy that must read it.
     """
     spec, options = parse_policy(table, section)
-    policy = spec.build(options, class_counts)
+    name = table.get("policy")
+    with building(name, f"{section}.policy", isinstance(name, str) and name in _REGISTRY.view(), " (called as build(options, class_counts))"):
+        policy = spec.build(options, class_counts)
     if not has_methods(type(policy), POLICY_METHODS):  # a plugin's builder: its mistake is one line, not an AttributeError mid-run
         raise ConfigError(f"{section}.policy", f"{table.get('policy')!r}: its PolicySpec's build must return a temperature policy "
                                                f"(see chillfl.extend.TemperaturePolicy), got {type(policy).__name__}")

@@ -30,7 +30,7 @@ from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.numeric import is_real
 from chillfl.options import NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, look_up, plugin_names
+from chillfl.plugins import Hook, Registry, building, check_constructor, check_hooks, has_methods, look_up, plugin_names
 
 Params = dict[str, torch.Tensor]
 
@@ -312,9 +312,13 @@ class ObjectiveTerm:
     spec: TermSpec
     options: Any
     field: str
+    name: object = ""
+    """As the config names it: a plugin's constructor that raises is one line naming it (:func:`~chillfl.plugins.building`)."""
 
     def build(self) -> Term:
-        return self.spec.build(self.options)
+        built_in = any(self.spec is spec for spec in _REGISTRY.view().values())
+        with building(self.name, self.field, built_in, " (called as build(options))"):
+            return self.spec.build(self.options)
 
 
 class ObjectiveTable(Protocol):
@@ -334,11 +338,12 @@ def configured_terms(objective: ObjectiveTable, section: str = "objective") -> l
         field = f"{section}.proximal_mu"
         proximal = term_spec("proximal", field)
         out.append(ObjectiveTerm(proximal, parse_options(proximal.options, {"mu": objective.proximal_mu}, field), field))
-    for entry in objective.terms:
-        field = f"{section}.terms"
+    for i, entry in enumerate(objective.terms):
+        # of several entries, the field names the entry (two of one term gave two alike lines), as other list fields do
+        field = f"{section}.terms" + (f"[{i}]" if len(objective.terms) > 1 else "")
         name, table = (entry, {}) if isinstance(entry, str) else (entry.get("name"), {k: v for k, v in entry.items() if k != "name"})
         spec = term_spec(name, field)
-        out.append(ObjectiveTerm(spec, parse_options(spec.options, table, field), field))
+        out.append(ObjectiveTerm(spec, parse_options(spec.options, table, field), field, name))
     check_context(out)
     return out
 

@@ -15,6 +15,7 @@ nodes, and back through :meth:`SoftLabelClientHalf.restore`).
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Mapping, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
@@ -26,8 +27,8 @@ from chillfl.engine.ledger import IndexEncoding
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
-from chillfl.plugins import Hook
-from chillfl.settings.distillation import SECTION, DistillationSetup
+from chillfl.plugins import Hook, building
+from chillfl.settings.distillation import SECTION, DistillationSetup, built_in_names, method_settings
 
 from .labels import masked_mean, mean_soft_labels, soft_target_kl, weighted_kl
 from .messages import SoftLabelUplink
@@ -336,11 +337,18 @@ class SoftLabelSpec(Generic[Opt]):
 
     def build(self, options: Opt, num_classes: int, seed: int, index_encoding: IndexEncoding, universe: int) -> SoftLabelMethod[Opt]:
         """The server half for one run."""
-        return self.server(options, num_classes, seed, index_encoding, universe)
+        with self._building(" (its server half, called as server(options, num_classes, seed, index_encoding, universe))"):
+            return self.server(options, num_classes, seed, index_encoding, universe)
 
     def client_half(self, options: Opt, num_classes: int, seed: int) -> SoftLabelClientHalf[Opt, Any]:
         """The client half every client runs (the options only, none of the server's state)."""
-        return self.client(options, num_classes, seed)
+        with self._building(" (its client half, called as client(options, num_classes, seed))"):
+            return self.client(options, num_classes, seed)
+
+    def _building(self, called: str) -> AbstractContextManager[None]:
+        """A plugin's half whose constructor raises: one line on ``distillation.method`` (:func:`~chillfl.plugins.building`)."""
+        built_in = self.name in built_in_names() and method_settings(self.name) is self
+        return building(self.name, f"{SECTION}.method", built_in, called)
 
 
 def spec_of(setup: DistillationSetup) -> SoftLabelSpec[Any]:

@@ -25,8 +25,8 @@ import numpy as np
 
 from chillfl.data.partition import Partition
 from chillfl.plots.registry import registered_figures
-from chillfl.extend import (AlgorithmSpec, FedAvg, FigureSpec, PrototypeHooks, PrototypeSpec, SoftLabelMethod, SoftLabelSpec,
-                            register_figure, require)
+from chillfl.extend import (AlgorithmSpec, ClassRows, FedAvg, FigureSpec, PrototypeHooks, PrototypeSpec, SoftLabelClientHooks,
+                            SoftLabelMethod, SoftLabelSpec, SoftLabelUplink, TermSpec, register_figure, require)
 
 
 @dataclass(frozen=True)
@@ -114,6 +114,28 @@ PROTO = PrototypeSpec("pf_proto", NoOptions, RaisingHooks)
 SOFT = SoftLabelSpec("pf_soft", NoOptions, RaisingSoft)
 
 
+class NarrowRelease(PrototypeHooks):
+    def release(self, cid, round, features, logits, y):
+        rows = super().release(cid, round, features, logits, y)
+        return ClassRows(rows.means[:, :3], rows.counts, rows.extra)
+
+
+class NumberLoss(PrototypeHooks):
+    def loss(self, head):
+        return 3.0
+
+
+class NarrowUpload(SoftLabelClientHooks):
+    def upload(self, cid, round, indices, probs, state):
+        return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=probs[:, :3])
+
+
+PROTO_NARROW = PrototypeSpec("pf_narrow", NoOptions, NarrowRelease)
+PROTO_NUMBER = PrototypeSpec("pf_number", NoOptions, NumberLoss)
+SOFT_NARROW = SoftLabelSpec("pf_soft_narrow", NoOptions, SoftLabelMethod, NarrowUpload)
+TERM_NUMBER = TermSpec(NoOptions, lambda o: 5, "builds a number")
+
+
 def bad_draw(records, path, title):
     raise RuntimeError("draw boom")
 
@@ -196,3 +218,20 @@ def test_a_plugin_figure_that_raises_is_a_warning_and_the_run_finishes(plugin: P
     assert out.folder is not None and (out.folder / "summary.json").exists() and not out.folder.name.endswith(".partial")
     assert [r.getMessage() for r in caplog.records if "pf_bad_fig" in r.getMessage()] == [
         "figure 'pf_bad_fig' (pf_bad.png) failed and is skipped: RuntimeError: draw boom"]
+
+
+SOFT_TABLE: dict[str, Any] = {"public_size": 200, "subset_size": 100}
+
+
+@pytest.mark.parametrize("table,field,words", [
+    ({"prototypes": {"method": "pf_plugins:PROTO_NARROW"}}, "prototypes.method", "NarrowRelease.release() returned means of shape (10, 3)"),
+    ({"prototypes": {"method": "pf_plugins:PROTO_NUMBER"}}, "prototypes.method", "NumberLoss.loss() returned a float, not a loss"),
+    ({"distillation": {"method": "pf_plugins:SOFT_NARROW", **SOFT_TABLE}}, "distillation.method", "sent soft-labels of shape (100, 3) for 100 rows"),
+    ({"objective": {"terms": ["pf_plugins:TERM_NUMBER"]}}, "objective.terms", "build must return a loss term"),
+])
+def test_a_plugins_wrong_shape_or_kind_is_one_line_on_its_field(plugin: Path, table: dict[str, Any], field: str, words: str) -> None:
+    from chillfl.runner import run_experiment
+
+    with pytest.raises(ConfigError) as err:
+        run_experiment(load_config(None, {**BASE, **table}), write=False, progress=False)
+    assert err.value.field == field and words in err.value.message

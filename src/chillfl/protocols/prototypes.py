@@ -182,6 +182,9 @@ class KnowledgeClient:
         rows = self.hooks.release(cid, task.round, feats, logits, data.y)
         if not isinstance(rows, ClassRows):  # a plugin's slip: one line, not an AttributeError from the client's evaluation
             raise ConfigError("prototypes.method", f"{type(self.hooks).__name__}.release() returned a {type(rows).__name__}, not a chillfl.extend.ClassRows")
+        if rows.means.shape != d.knowledge.protos.shape:  # a plugin's slip: one line, not a RuntimeError in torch.where or the server
+            raise ConfigError("prototypes.method", f"{type(self.hooks).__name__}.release() returned means of shape {tuple(rows.means.shape)}; "
+                                                   f"they must be {list(d.knowledge.protos.shape)} (a row per class, a column per prototype entry)")
         acc, loss = local_evaluation(model, out.params, data, self.eval_batch_size)
         p_acc = None
         if data.x_eval is not None and data.y_eval is not None:
@@ -419,6 +422,8 @@ def prototype_parts(exp: Experiment, *, warn: bool = True) -> PrototypeParts:
         bias = f"{head}.bias" if head_has_bias(model, head) else None
         heads.append(Head(f"{head}.weight", bias, frozen=not all(p.requires_grad for p in model.get_submodule(head).parameters())))
         loss = hooks.loss(heads[-1])
+        if not callable(loss):  # a plugin's slip: one line now, not a TypeError at the first training step
+            raise ConfigError(f"{SECTION}.method", f"{type(hooks).__name__}.loss() returned a {type(loss).__name__}, not a loss (see chillfl.extend.PrototypeLoss)")
         specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
     if hooks.space == "features" and len(set(dims)) > 1:  # prototypes among the logits have C entries whatever the body
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))

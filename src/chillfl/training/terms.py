@@ -29,7 +29,7 @@ from torch.func import functional_call
 from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.numeric import is_real
-from chillfl.options import NoOptions, parse_options
+from chillfl.options import NoOptions, parse_options, short_repr
 from chillfl.plugins import Hook, Registry, building, check_constructor, check_hooks, has_methods, look_up, plugin_names
 
 Params = dict[str, torch.Tensor]
@@ -318,7 +318,11 @@ class ObjectiveTerm:
     def build(self) -> Term:
         built_in = any(self.spec is spec for spec in _REGISTRY.view().values())
         with building(self.name, self.field, built_in, " (called as build(options))"):
-            return self.spec.build(self.options)
+            term = self.spec.build(self.options)
+        if not (has_methods(type(term), TERM_METHODS) and isinstance(term.reads if hasattr(term, "reads") else None, tuple)):
+            raise ConfigError(self.field, f"{self.name!r}: its TermSpec's build must return a loss term (a `reads` tuple and __call__; "
+                                          f"see chillfl.extend.LossTerm), got {short_repr(term)}")  # not an AttributeError mid-training
+        return term
 
 
 class ObjectiveTable(Protocol):

@@ -281,6 +281,9 @@ def stack_uplinks(indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink], num
     stack = torch.zeros((len(uplinks), n, num_classes), dtype=torch.float32)
     keep = torch.zeros((len(uplinks), n), dtype=torch.bool)
     for k, up in enumerate(uplinks):
+        if tuple(up.soft_labels.shape) != (up.indices.numel(), num_classes):  # a plugin's upload(): one line, not a copy's RuntimeError
+            raise ConfigError(f"{SECTION}.method", f"client {up.client_id}'s upload() sent soft-labels of shape {tuple(up.soft_labels.shape)} "
+                                                   f"for {up.indices.numel()} rows; they must be [{up.indices.numel()}, {num_classes}] (a row per index, a column per class)")
         if up.indices.numel() == 0:
             continue
         if torch.equal(up.indices, indices):  # the usual case: the client sent every requested row, in order

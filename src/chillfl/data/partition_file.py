@@ -33,6 +33,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from chillfl.data.augment import AUGMENT_KEY
+from chillfl.data.partition import has_repeats
 from chillfl.errors import ConfigError
 from chillfl.numeric import is_whole
 from chillfl.options import short_path, short_repr
@@ -127,7 +128,7 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
     flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
     if not len(flat):
         raise ConfigError(FIELD, f"{short_path(path)} gives no client any training sample")
-    if len(np.unique(flat)) != len(flat):
+    if has_repeats(flat):
         raise ConfigError(FIELD, f"{short_path(path)} gives some training sample to two clients (or twice to one)")
     if len(public) and np.isin(flat, public).any():
         raise ConfigError(FIELD, f"{short_path(path)} gives clients samples of the public pool (distillation.public_size draws it first)")

@@ -123,6 +123,7 @@ def test_fgn_on_a_log_axis_is_labelled_in_plain_numbers_also_within_a_decade(tmp
         ax_fgn = fig.axes[1]
         labels = tick_texts(ax_fgn)
         assert ax_fgn.get_yscale() == "log" and expected <= set(labels) and not any("10^" in t for t in labels), labels
+        assert ax_fgn.get_ylabel() == "FGN (log scale)"  # as the loss panels say theirs: a dip reads deeper on a log axis
         assert list(ax_fgn.get_lines()[0].get_ydata()) == [r["agg_fgn"] for r in (wide if expected == {"0.05", "0.1"} else narrow)]
 
 

@@ -58,9 +58,10 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy (CLP shaded)")
     shade_clp(ax_fgn, spans)
     ax_fgn.plot(fgn_rounds, fgn, marker=".", color="C1", label="FGN(t), Eq. 5")
-    if min(fgn) > 0:  # labelled 0.05, 0.1, ...: matplotlib's 6x10^-2 and 10^-1 left most of a decade's values unlabelled
+    logged = min(fgn) > 0
+    if logged:  # labelled 0.05, 0.1, ...: matplotlib's 6x10^-2 and 10^-1 left most of a decade's values unlabelled
         log_scale(ax_fgn, "y")
-    ax_fgn.set(xlabel="round", ylabel="FGN", title="Federated gradient norm")
+    ax_fgn.set(xlabel="round", ylabel="FGN (log scale)" if logged else "FGN", title="Federated gradient norm")  # a dip reads deeper on a log axis
     for ax in (ax_acc, ax_fgn):
         integer_rounds(ax)
     finish_figure(fig, (ax_acc, ax_fgn), path, title)

@@ -52,7 +52,7 @@ docs/architecture.md the reference of the seams they plug into):
   :class:`Head`);
 * **a model** (any ``nn.Module``; passed to ``chillfl.run(model=...)``, or named in ``[model] name`` by import path
   or entry point: a class or function called as ``build(input_shape, num_classes, options, section)``, or a
-  :class:`~chillfl.models.spec.ModelSpec`): one that names its classifier
+  :class:`ModelSpec`): one that names its classifier
   head (:class:`DeclaresHead`, a ``head_name()`` method) is split there by every method that reads the
   representation or personalises the head (MOON, the prototype family, FedRoD, FedDBE, FedGen, CKA);
   one that does not gets its last ``nn.Linear``, with a warning;
@@ -128,7 +128,9 @@ from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, register_a
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
-from chillfl.data import FederatedData
+from chillfl.data import ArrayDataset, FederatedData
+from chillfl.data.datasets import DatasetEntry
+from chillfl.data.partition import Partition, PartitionerEntry
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import (
     Aggregate,
@@ -143,6 +145,7 @@ from chillfl.protocols.softlabels.method import (
 )
 from chillfl.errors import ConfigError
 from chillfl.models.parts import DeclaresHead
+from chillfl.models.spec import ModelSpec
 from chillfl.options import require
 from chillfl.privacy.aggregate import AdaptiveClip, PrivateAggregation, WeightedMean
 from chillfl.privacy.spec import Accounting, Charge, ExemptsClients, MechanismSpec, Noise, Participant, RunSizes
@@ -163,6 +166,7 @@ __all__ = [
     "AdaptiveClip",
     "Aggregate",
     "Aggregator",
+    "ArrayDataset",
     "AggregatorBase",
     "AggregatesPart",
     "AlgorithmSpec",
@@ -181,6 +185,7 @@ __all__ = [
     "Context",
     "ContextError",
     "Cost",
+    "DatasetEntry",
     "DeclaresHead",
     "FORWARD",
     "ONE_BATCH_JOB",
@@ -207,11 +212,14 @@ __all__ = [
     "MethodSettings",
     "MethodState",
     "ModelRound",
+    "ModelSpec",
     "NoState",
     "Noise",
     "OwnArchitecture",
     "Params",
     "Participant",
+    "Partition",
+    "PartitionerEntry",
     "Personal",
     "Personalising",
     "PolicySpec",

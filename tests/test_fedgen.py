@@ -251,3 +251,16 @@ def test_pa3fed_over_fedgen_gets_both_client_reports() -> None:
     last = records(cfg)[-1]
     assert "agg_generator_loss" in last and math.isfinite(last["agg_generator_loss"])  # FedGen trained on the counts
     assert set(last["agg_alphas"]) == set(last["clients"])  # PA3Fed got every client's alpha
+
+
+@pytest.mark.parametrize("beta", [0.0, 1.0])
+def test_round_0_sends_no_generated_features_only_the_zero_weight(beta: float) -> None:
+    """Before the first generator a client gets zeros its term never reads: they cost no bytes; the term's weight (0,
+    one float64 scalar: 8 bytes, and beta's too) is what tells it so. From round 1 the features are on the wire."""
+    cfg = config(**FAST, **{"algorithm.beta": beta})
+    fedgen = records(cfg)
+    fedavg = records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))
+    scalars = 2 if beta else 1  # alpha's weight, and beta's with the latent term
+    assert fedgen[0]["bytes_down"] - fedavg[0]["bytes_down"] == 8 * scalars * len(fedavg[0]["clients"])
+    samples = FedGenOptions().samples
+    assert fedgen[1]["bytes_down"] - fedavg[1]["bytes_down"] >= 8 * samples * len(fedavg[1]["clients"])  # features and labels sent

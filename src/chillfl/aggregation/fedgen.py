@@ -224,7 +224,9 @@ class FedGen(FedAvg):
         context: dict[str, Wire] = {"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight}
         if o.beta > 0:
             context.update(fedgen_class_z=class_z.to(device), fedgen_beta=latent)
-        return Downlink(context=context)
+        # before the first generator the features are zeros the term never reads (its weight 0 is sent): no bytes on the wire
+        unsent = () if weight or latent else tuple(k for k in ("fedgen_z", "fedgen_y", "fedgen_class_z") if k in context)
+        return Downlink(context=context, local=unsent)
 
     # -- server side --------------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, holds_personal_model, measured_after_average
+from chillfl.aggregation.base import Aggregator, holds_personal_model, measured_after_average, with_run_model
 from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_declarations, check_plain_sgd,
                                          declared_capabilities, largest_tolerated, make_aggregator, wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
@@ -320,7 +320,7 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
         check_declarations(declared, plugged.aggregator, method, "aggregator")
-        built = copy.deepcopy(plugged.aggregator), list(copy.deepcopy(plugged.terms))
+        built = with_run_model(copy.deepcopy(plugged.aggregator), model), list(copy.deepcopy(plugged.terms))  # its parameters, as a builder passes them
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
                                rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes,

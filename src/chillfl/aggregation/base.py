@@ -20,6 +20,7 @@ the runtime keeps it with the client (:class:`ClientState`).
 
 from __future__ import annotations
 
+import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -29,11 +30,14 @@ import torch
 from torch import nn
 
 from chillfl.engine.record import Json
+from chillfl.once import warn_once
 from chillfl.training.objective import Context, LossTerm, Wire
 from chillfl.training.optim import Carried
 
 if TYPE_CHECKING:  # annotations only: the aggregators stay importable without the training loop
     from chillfl.training.local import LocalOutcome, LocalSpec
+
+log = logging.getLogger(__name__)
 
 Params = dict[str, torch.Tensor]
 """A model's state as a flat name -> tensor dict (parameters and buffers)."""
@@ -512,6 +516,56 @@ def aggregated_keys(aggregator: object, global_params: Params) -> tuple[str, ...
     if isinstance(aggregator, AggregatesPart):
         return aggregator.aggregated_keys(global_params)
     return tuple(global_params)
+
+
+@runtime_checkable
+class LearnsParameters(Protocol):
+    """An aggregator whose server rule acts on the model's parameters and averages its buffers (FedOpt's moments,
+    FedAvgM's momentum, SCAFFOLD's control): a state dict does not tell the two apart, the model does.
+
+    A method named in a config is built with the names (:class:`~chillfl.aggregation.registry.BuildContext`); an
+    instance passed from Python (``chillfl.run(aggregator=FedOpt("adam"))``) without them learns them from the run's
+    model when the run is built (:func:`with_run_model`), so that it treats buffers as the config's method does.
+    """
+
+    def learn_parameters(self, model: nn.Module) -> None:
+        """Take ``model``'s parameter names as the entries the rule acts on, unless it was built with its own."""
+        ...
+
+
+def with_run_model(aggregator: Aggregator, model: nn.Module) -> Aggregator:
+    """``aggregator``, told the run's ``model`` where it asks (:class:`LearnsParameters`)."""
+    if isinstance(aggregator, LearnsParameters):
+        aggregator.learn_parameters(model)
+    return aggregator
+
+
+class OnParameters:
+    """:class:`LearnsParameters` for a rule that keeps its parameter names in ``param_keys`` (None: not known yet).
+
+    ``trainable_only``: the names of the parameters local training updates (a frozen weight, ``requires_grad = False``,
+    never moves, so per-parameter server state on it would only be zeros), as :meth:`BuildContext.trainable_keys`;
+    False: every parameter, as :meth:`BuildContext.param_keys`. Either way what the config's builder passes.
+    """
+
+    param_keys: list[str] | None
+    trainable_only = True
+
+    def learn_parameters(self, model: nn.Module) -> None:
+        if self.param_keys is None:  # names given at construction are the caller's choice
+            self.param_keys = [name for name, p in model.named_parameters() if p.requires_grad or not self.trainable_only]
+
+    def rule_keys(self, state: Params) -> list[str]:
+        """The floating entries of ``state`` the rule acts on: its parameters, or, where nobody told it them (an
+        aggregator used outside a run, or inside a wrapper built in Python), every floating entry, buffers included,
+        said once in a warning rather than silently (a batch-norm variance stepped by momentum or Adam goes negative)."""
+        if self.param_keys is None:
+            name = type(self).__name__
+            warn_once(log, f"{name} was built without param_keys and not told the run's model, so its server rule acts on every floating "
+                           "entry of the state, buffers (batch-norm statistics) included: pass param_keys=[the model's parameter names]",
+                      key=f"rule_keys:{name}")
+        keys = self.param_keys if self.param_keys is not None else list(state)
+        return [k for k in keys if torch.is_floating_point(state[k])]
 
 
 def check_state_keys(state: Mapping[str, Any], keys: Collection[str], owner: str) -> None:

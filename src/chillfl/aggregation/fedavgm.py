@@ -34,7 +34,7 @@ from typing import Any, Collection, Mapping, Sequence
 
 import torch
 
-from chillfl.aggregation.base import AggregatorBase, ClientResult, Params, check_state_keys, load_params, params_state, sample_weights, weighted_average
+from chillfl.aggregation.base import AggregatorBase, ClientResult, OnParameters, Params, check_state_keys, load_params, params_state, sample_weights, weighted_average
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
@@ -52,7 +52,7 @@ class FedAvgMOptions:
         require(self.server_lr > 0, f"{section}.server_lr", f"must be > 0, got {self.server_lr}")
 
 
-class FedAvgM(AggregatorBase):
+class FedAvgM(OnParameters, AggregatorBase):
     """Server heavy-ball momentum over the FedAvg pseudo-gradient; keeps ``v`` per trainable key."""
 
     def __init__(self, options: FedAvgMOptions = FedAvgMOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -69,11 +69,8 @@ class FedAvgM(AggregatorBase):
         o = self.options
         w = self.default_weights(results) if weights is None else weights
         out = weighted_average([r.params for r in results], w)
-        keys = self.param_keys if self.param_keys is not None else list(global_params)
-        for k in keys:
+        for k in self.rule_keys(global_params):
             x = global_params[k]
-            if not torch.is_floating_point(x):
-                continue
             delta = x.double() - out[k].double()
             v = o.beta * self.v[k] + delta if k in self.v else delta
             self.v[k] = v

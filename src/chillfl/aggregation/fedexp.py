@@ -54,6 +54,7 @@ from chillfl.aggregation.base import (
     AggregatorBase,
     ClientResult,
     Downlink,
+    OnParameters,
     Params,
     check_state_keys,
     client_weights,
@@ -101,8 +102,10 @@ def fedexp_step(
     return {k: (global_params[k].double() - eta * mean[k]).to(global_params[k].dtype) for k in keys}, eta
 
 
-class FedExP(AggregatorBase):
+class FedExP(OnParameters, AggregatorBase):
     """FedAvg's mean of the updates, stepped by the adaptive eta_g; optionally reports the last two iterates' average."""
+
+    trainable_only = False  # as its builder
 
     def __init__(self, options: FedExPOptions = FedExPOptions(), param_keys: Collection[str] | None = None) -> None:
         self.options = options
@@ -119,7 +122,7 @@ class FedExP(AggregatorBase):
         o = self.options
         w = client_weights(results, o.weighting)
         out = weighted_average([r.params for r in results], w)
-        keys = [k for k in (self.param_keys if self.param_keys is not None else list(current)) if torch.is_floating_point(current[k])]
+        keys = self.rule_keys(current)
         eps = o.eps * o.eps_decay**round * (len(results) if o.eps_times_clients else 1)
         step, self._eta = fedexp_step(current, [r.params for r in results], eps, keys, w.tolist())
         out.update(step)

@@ -59,6 +59,7 @@ from chillfl.aggregation.base import (
     AggregatorBase,
     ClientResult,
     Json,
+    OnParameters,
     Params,
     check_state_keys,
     sample_weights,
@@ -109,8 +110,10 @@ def effective_steps(num_steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -
     return a
 
 
-class FedNova(AggregatorBase):
+class FedNova(OnParameters, AggregatorBase):
     """FedNova server (stateless between rounds)."""
+
+    trainable_only = False  # as its builder: every parameter (a frozen one is normalised to itself)
 
     def __init__(self, options: FedNovaOptions = FedNovaOptions(), param_keys: Collection[str] | None = None) -> None:
         self.options = options
@@ -133,11 +136,8 @@ class FedNova(AggregatorBase):
         work = a if self.options.tau_eff == "normaliser" else [float(r.num_steps) for r in results]
         tau_eff = sum(p * ai for p, ai in zip(w, work))
         out = weighted_average([r.params for r in results], torch.tensor(w, dtype=torch.float64))
-        keys = self.param_keys if self.param_keys is not None else list(global_params)
-        for k in keys:
+        for k in self.rule_keys(global_params):
             x = global_params[k]
-            if not torch.is_floating_point(x):
-                continue
             d = sum(p / ai * (x.double() - r.params[k].double()) for p, ai, r in zip(w, a, results))
             out[k] = (x.double() - tau_eff * d).to(x.dtype)
         self._tau_eff = tau_eff

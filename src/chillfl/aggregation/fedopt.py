@@ -55,6 +55,7 @@ import torch
 from chillfl.aggregation.base import (
     AggregatorBase,
     ClientResult,
+    OnParameters,
     Params,
     check_state_keys,
     load_params,
@@ -100,7 +101,7 @@ class FedAdamOptions(FedOptOptions):
         require(self.bias_correction in ("none", "adam", "flower"), f"{section}.bias_correction", f"must be none, adam or flower, got {self.bias_correction!r}")
 
 
-class FedOpt(AggregatorBase):
+class FedOpt(OnParameters, AggregatorBase):
     """Adaptive server optimiser over the pseudo-gradient; keeps ``m`` and ``v`` per key."""
 
     def __init__(self, optimizer: ServerOptimizer, options: FedOptOptions = FedOptOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -141,11 +142,8 @@ class FedOpt(AggregatorBase):
         eta = self.step_size(round)
         w = self.default_weights(results) if weights is None else weights
         out = weighted_average([r.params for r in results], w)
-        keys = self.param_keys if self.param_keys is not None else list(global_params)
-        for k in keys:
+        for k in self.rule_keys(global_params):
             x = global_params[k]
-            if not torch.is_floating_point(x):
-                continue
             delta = out[k].double() - x.double()
             m = self.m.get(k, torch.zeros_like(delta))
             v = self.v.get(k, torch.full_like(delta, o.tau**2))

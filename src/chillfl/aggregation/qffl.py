@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, ClientState, Params, Report, Stateless, Trained, sample_weights, weighted_average
+from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, ClientState, OnParameters, Params, Report, Stateless, Trained, sample_weights, weighted_average
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
@@ -133,8 +133,10 @@ def qffl_step(
     return step, math.exp(log_h) if log_h <= LOG_FLOAT_MAX else math.inf  # a NaN reads as inf too
 
 
-class Qffl(AggregatorBase):
+class Qffl(OnParameters, AggregatorBase):
     """q-FedAvg's server step from the uploaded models and the reported losses F_k."""
+
+    trainable_only = False  # as its builder
 
     def __init__(self, options: QfflOptions = QfflOptions(), param_keys: Collection[str] | None = None) -> None:
         self.options = options
@@ -146,7 +148,7 @@ class Qffl(AggregatorBase):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         out = weighted_average([r.params for r in results], sample_weights(results))  # the buffers' values
-        keys = [k for k in (self.param_keys if self.param_keys is not None else list(global_params)) if torch.is_floating_point(global_params[k])]
+        keys = self.rule_keys(global_params)
         losses = [reported(r, LOSS) for r in results]
         lipschitz = [self.options.lipschitz if self.options.lipschitz is not None else 1.0 / r.lr for r in results]
         step, h_sum = qffl_step(global_params, [r.params for r in results], losses, lipschitz, self.options.q, keys)

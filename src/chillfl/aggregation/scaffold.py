@@ -76,6 +76,7 @@ from chillfl.aggregation.base import (
     ClientState,
     Context,
     Downlink,
+    OnParameters,
     Params,
     Report,
     Trained,
@@ -202,8 +203,10 @@ def _table(value: Wire) -> Params:
     return value
 
 
-class Scaffold(AggregatorBase):
+class Scaffold(OnParameters, AggregatorBase):
     """SCAFFOLD server: owns ``c``; each client's ``c_i`` is the client's own (:class:`ScaffoldClient`)."""
+
+    trainable_only = False  # as its builder
 
     def __init__(self, num_clients: int, options: ScaffoldOptions = ScaffoldOptions(), param_keys: Collection[str] | None = None) -> None:
         if num_clients < 1:
@@ -213,13 +216,9 @@ class Scaffold(AggregatorBase):
         self.param_keys = None if param_keys is None else list(param_keys)
         self.control: Params = {}
 
-    def _keys(self, state: Params) -> list[str]:
-        keys = self.param_keys if self.param_keys is not None else list(state)
-        return [k for k in keys if torch.is_floating_point(state[k])]
-
     def _control(self, state: Params) -> Params:
         if not self.control:
-            self.control = {k: torch.zeros_like(state[k]) for k in self._keys(state)}
+            self.control = {k: torch.zeros_like(state[k]) for k in self.rule_keys(state)}
         return self.control
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:

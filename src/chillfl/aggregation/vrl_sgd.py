@@ -66,6 +66,7 @@ from chillfl.aggregation.base import (
     AggregatorBase,
     ClientResult,
     Downlink,
+    OnParameters,
     Params,
     check_state_keys,
     client_params_state,
@@ -92,7 +93,7 @@ class VRLSGDOptions:
             require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
 
 
-class VRLSGD(AggregatorBase):
+class VRLSGD(OnParameters, AggregatorBase):
     """Server side of VRL-SGD: averages models and keeps every client's ``Delta_i``."""
 
     def __init__(self, options: VRLSGDOptions = VRLSGDOptions(), param_keys: Collection[str] | None = None) -> None:
@@ -100,16 +101,12 @@ class VRLSGD(AggregatorBase):
         self.param_keys = None if param_keys is None else list(param_keys)
         self.deltas = ClientParams()  # Delta_i of the clients sampled so far, flat on the CPU
 
-    def _keys(self, state: Params) -> list[str]:
-        keys = self.param_keys if self.param_keys is not None else list(state)
-        return [k for k in keys if torch.is_floating_point(state[k])]
-
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
         return sample_weights(results)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         own = self.deltas.get(client_id)
-        correction = {k: -own[k] if own is not None else torch.zeros_like(global_params[k]) for k in self._keys(global_params)}
+        correction = {k: -own[k] if own is not None else torch.zeros_like(global_params[k]) for k in self.rule_keys(global_params)}
         return Downlink(context={"correction": correction})
 
     def aggregate(
@@ -117,7 +114,7 @@ class VRLSGD(AggregatorBase):
     ) -> Params:
         w = self.default_weights(results) if weights is None else weights
         out = weighted_average([r.params for r in results], w)
-        keys = self._keys(global_params)
+        keys = self.rule_keys(global_params)
         for r in results:
             if r.num_steps < 1 or r.lr <= 0:
                 raise ValueError(f"VRL-SGD needs num_steps >= 1 and lr > 0 (client {r.client_id})")

@@ -34,7 +34,8 @@ Choices
   client's displacement as plain SGD steps at lr: with momentum or Adam the
   displacement is another (momentum 0.9: about 10x), Delta_k and h_k with it,
   and the server step collapsed (chance accuracy, nothing said); unset, such
-  a client optimiser is refused (:func:`_check`).
+  a client optimiser is refused (:func:`_check`), as is an lr schedule over a round's
+  local steps (the round's lr is then their peak, not their rate).
 * ``||Delta_k||^2`` and the step cover the trainable parameters (the paper's
   model variables); buffers (batch-norm statistics) take the sample-weighted
   average, integer buffers the max. Sums in float64.
@@ -162,7 +163,8 @@ class Qffl(OnParameters, AggregatorBase):
 
 
 def _check(options: QfflOptions, config: "RunConfig", section: str) -> None:
-    """L = 1/lr (``lipschitz`` unset) with a client optimiser other than plain SGD at momentum 0: one line on that option."""
+    """L = 1/lr (``lipschitz`` unset) with a client optimiser other than plain SGD at momentum 0, or with one lr per round no more
+    (a schedule over local steps): one line on that option."""
     if options.lipschitz is not None:
         return
     client = config.client
@@ -171,6 +173,9 @@ def _check(options: QfflOptions, config: "RunConfig", section: str) -> None:
         raise ConfigError("client.optimizer", f"{why}; with {client.optimizer!r} it is another: use optimizer = 'sgd' or set algorithm.lipschitz")
     if client.momentum != 0:
         raise ConfigError("client.momentum", f"{why}; momentum {client.momentum} scales it by about 1 / (1 - momentum): use momentum = 0 or set algorithm.lipschitz")
+    if client.lr_schedule != "constant" and client.lr_schedule_over == "steps":  # the round's lr is then its steps' peak, not their rate
+        raise ConfigError("client.lr_schedule_over", f"{why}; under lr_schedule = {client.lr_schedule!r} over 'steps' the steps run below lr, "
+                                                     "the round's peak: use lr_schedule_over = 'rounds' or set algorithm.lipschitz")
 
 
 SPEC = register_algorithm(

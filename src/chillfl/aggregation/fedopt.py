@@ -46,6 +46,7 @@ Choices
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, Collection, Literal, Mapping, Sequence
@@ -63,16 +64,20 @@ from chillfl.aggregation.base import (
     client_weights,
     weighted_average,
 )
+from chillfl.once import warn_once
 from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
+
+log = logging.getLogger(__name__)
 
 ServerOptimizer = Literal["adam", "yogi", "adagrad"]
 
 
 @dataclass(frozen=True)
 class FedOptOptions:
-    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1``, ``beta2``, ``tau`` (epsilon); ``weighting`` of Delta_t."""
+    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1``, ``beta2`` (FedAdam's and FedYogi's: FedAdagrad
+    reads none, and a value set says so in a warning), ``tau`` (epsilon); ``weighting`` of Delta_t."""
 
     server_lr: float = 0.01
     beta1: float = 0.9
@@ -164,7 +169,13 @@ class FedOpt(OnParameters, AggregatorBase):
 
 
 def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
-    return lambda o, ctx: (FedOpt(kind, o, ctx.trainable_keys()), [])
+    def build(o: FedOptOptions, ctx: BuildContext) -> Built:
+        if kind == "adagrad" and o.beta2 != FedOptOptions.beta2:  # one options class for the three: refused, a grid over algorithm.name broke
+            warn_once(log, f"{ctx.section}.beta2 = {o.beta2!r} is not read by FedAdagrad (v_t sums every Delta_t^2; beta2 is FedAdam's "
+                           "and FedYogi's): this run ignores it")
+        return FedOpt(kind, o, ctx.trainable_keys()), []
+
+    return build
 
 
 ADAM = register_algorithm("fedadam", AlgorithmSpec(FedAdamOptions, _fedopt("adam"), "server Adam (Reddi et al. 2021)", capabilities=Capabilities(takes_weights=True)))

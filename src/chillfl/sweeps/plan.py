@@ -462,6 +462,11 @@ class Cell:
         return (self.variant.label, self.point, self.seed)
 
 
+def _nested(field: str, key: str) -> bool:
+    """Whether ``field`` is ``key`` or an entry under it (``objective.terms.ntd.beta`` under ``objective.terms.ntd``)."""
+    return field == key or field.startswith(key + ".")
+
+
 def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], seed: int, suffix: bool, long: bool = False,
                 applied: RunConfig | None = None) -> RunConfig:
     """The variant's config at a tuning point and seed, named by :func:`run_name` (with the point and seed when ``suffix``).
@@ -473,7 +478,11 @@ def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], s
     try:
         cfg = cfg.with_overrides({**point, "seed": seed, "name": name})
     except ConfigError as exc:
-        raise ConfigError(exc.field if exc.field.startswith("tune") else f"tune.{exc.field}", exc.message) from None
+        if exc.field.startswith("tune") or any(_nested(exc.field, k) or _nested(k, exc.field) for k in point):  # a tuned key: [tune]'s
+            raise ConfigError(exc.field if exc.field.startswith("tune") else f"tune.{exc.field}", exc.message) from None
+        # another field, which this point's value made wrong (lr_min >= a tuned lr): named as it is, with the point
+        where = ", ".join(f"{k}={v}" for k, v in point.items())
+        raise ConfigError(exc.field, f"{exc.message} (tuning point {where})") from None
     if variant.lr_scale != 1.0:
         cfg = cfg.with_overrides({"client.lr": cfg.client.lr * variant.lr_scale})
     return cfg

@@ -70,3 +70,20 @@ def test_an_instance_never_told_its_parameters_says_so(caplog: pytest.LogCapture
     with caplog.at_level(logging.WARNING, "chillfl"):
         FedOpt("adam").aggregate(state, results, 0)
     assert sum("FedOpt was built without param_keys" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_fedmut_learns_every_parameter_as_its_builder() -> None:
+    from chillfl.aggregation.fedmut import FedMut
+
+    model = _model()
+    model[0].bias.requires_grad_(False)
+    keys = with_run_model(FedMut(seed=0), model).param_keys
+    assert keys is not None and "0.bias" in keys and "1.running_var" not in keys  # its mutation leaves the statistics alone
+
+
+def test_pa3fed_built_in_python_tells_its_base_the_run_model() -> None:
+    from chillfl.aggregation.pa3fed import PA3Fed
+
+    base = FedOpt("adam", FedAdamOptions(server_lr=0.1))
+    wrapped = with_run_model(PA3Fed(base), _model())
+    assert wrapped.base.param_keys is not None and "1.running_var" not in wrapped.base.param_keys

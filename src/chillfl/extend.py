@@ -24,7 +24,8 @@ docs/architecture.md the reference of the seams they plug into):
   downlink does not carry them; with :class:`HoldsKeptEntries` a resumed run checks that each such client holds them), and one whose client holds state before its first participation
   (FML's independently initialised local model) implements :class:`StartsOwnState`, and one whose local accuracy is taken
   on the server after the average (FedPer's ``local_eval = "averaged"``) is :class:`MeasuredAfterAverage`; one that runs the client's trainings itself
-  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. An aggregator that makes part of each
+  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. A server rule that acts on the
+  parameters and averages the buffers implements :class:`LearnsParameters`, told the run's model. An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
   built on it (for every client that took part, even one whose half keeps no state). A half whose client's own model
   is not the run's architecture (FedCP's policy-split head) implements :class:`OwnArchitecture`: local accuracy runs it
@@ -99,6 +100,7 @@ from chillfl.aggregation.base import (
     HoldsPersonalModel,
     HoldsKeptEntries,
     KeepsEntries,
+    LearnsParameters,
     Local,
     MakesClientModels,
     MeasuredAfterAverage,
@@ -198,6 +200,7 @@ __all__ = [
     "HoldsPersonalModel",
     "HoldsKeptEntries",
     "KeepsEntries",
+    "LearnsParameters",
     "Knowledge",
     "LinearCorrectionTerm",
     "Local",

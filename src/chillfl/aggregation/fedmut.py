@@ -57,6 +57,7 @@ from chillfl.aggregation.base import (
     AggregatorBase,
     ClientResult,
     Downlink,
+    OnParameters,
     Params,
     check_state_keys,
     load_params,
@@ -94,8 +95,10 @@ def balanced_signs(num_clients: int, generator: torch.Generator) -> torch.Tensor
     return signs[torch.randperm(num_clients, generator=generator)]
 
 
-class FedMut(AggregatorBase):
+class FedMut(OnParameters, AggregatorBase):
     """FedAvg aggregation plus per-client mutated start models."""
+
+    trainable_only = False  # as its builder: every parameter mutates
 
     def __init__(self, seed: int, options: FedMutOptions = FedMutOptions(), param_keys: Collection[str] | None = None) -> None:
         self.seed = seed
@@ -103,10 +106,6 @@ class FedMut(AggregatorBase):
         self.param_keys = None if param_keys is None else list(param_keys)
         self.previous: Params | None = None
         self._round_ids: tuple[int | None, list[int]] = (None, [])
-
-    def _keys(self, state: Params) -> list[str]:
-        keys = self.param_keys if self.param_keys is not None else list(state)
-        return [k for k in keys if torch.is_floating_point(state[k])]
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         """Announce the round's clients so that their mutation signs can be balanced."""
@@ -134,7 +133,7 @@ class FedMut(AggregatorBase):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         if self.previous is None or self.options.alpha == 0:
             return Downlink()
-        keys = self._keys(global_params)
+        keys = self.rule_keys(global_params)
         signs = self.client_signs(client_id, round, keys)
         alpha, acc_rate, acc_bound = self.options.alpha, self.options.acc_rate, self.options.acc_bound
         rate = acc_rate * (1 - min((round - 1) / acc_bound, 1.0))  # g came from round - 1's aggregation

@@ -84,6 +84,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from chillfl.aggregation.base import (
+    with_run_model,
     Json,
     Aggregator,
     ClientHalf,
@@ -320,6 +321,11 @@ class PA3Fed:
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         self.base.begin_round(round, client_ids)
+
+    def learn_parameters(self, model: nn.Module) -> None:
+        """Tells the base the run's model (:class:`~chillfl.aggregation.base.LearnsParameters`): built in Python,
+        ``PA3Fed(FedOpt("adam"))``'s base would otherwise step batch-norm statistics with the server's Adam."""
+        with_run_model(self.base, model)
 
     def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
         """The base's: PA3Fed changes the weights of its mean, not which entries it averages."""

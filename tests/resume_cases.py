@@ -62,6 +62,7 @@ NEEDS: dict[str, dict[str, Any]] = {
     "algorithm.fedbn": {"model": {"name": "flexchill_cnn", "batch_norm": True}},  # local batch-norm entries
     "algorithm.pa3fed": {"algorithm": {"name": "pa3fed", "mode": "always"}},
     "algorithm.qffl": {"client.momentum": 0.0},  # its L = 1/lr reads plain SGD steps: momentum is refused with lipschitz unset
+    "algorithm.perfedavg": {"client.momentum": 0.0},  # its meta steps are plain gradient steps: momentum is refused
     "algorithm.krum": {"federation.clients_per_round": 3},  # Krum needs more than 2f + 2 clients a round
     "algorithm.bulyan": {"algorithm": {"name": "bulyan", "f": 1}, "federation.clients_per_round": 7},  # n >= 4f + 3, f = 1: the rule, not the mean
     "algorithm.centered_clip": {"algorithm": {"name": "centered_clip", "tau": 0.3}},  # below the updates' norms (0.3-0.8): v is state that matters

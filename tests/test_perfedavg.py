@@ -17,11 +17,13 @@ from chillfl.aggregation.base import ClientHalf, ClientState, Local, Personal, P
 from chillfl.aggregation.perfedavg import PerFedAvg, PerFedAvgOptions
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientTask, drive
 from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
 from chillfl.executors.sequential import train_job
 from chillfl.options import parse_options
 from chillfl.protocols.parameters import ParamDownlink, ParameterClient
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order, evaluate
+from methods_e2e import config
 
 
 def half_mse(logits: torch.Tensor, y: torch.Tensor, temperature: Any) -> torch.Tensor:
@@ -251,3 +253,22 @@ def test_under_every_executor(variant: str) -> None:
     seq = assert_executors_agree(cfg)
     assert all(r["local_acc"] is not None for r in seq)
     assert seq[-1]["local_loss"] != records(cfg.with_overrides({"algorithm": {"name": "fedavg"}}))[-1]["local_loss"]
+
+
+@pytest.mark.parametrize(("override", "field"), [
+    ({"client.optimizer": "adam"}, "client.optimizer"),
+    ({"client.momentum": 0.9}, "client.momentum"),
+    ({"client.momentum": 0.9, "client.nesterov": True}, "client.momentum"),
+    ({"client.clip_norm": 0.5}, "client.clip_norm"),
+    ({"client.sam_rho": 0.05}, "client.sam_rho"),
+    ({"client.lr_schedule": "cosine", "client.lr_schedule_over": "steps"}, "client.lr_schedule_over"),
+])
+def test_client_optimiser_settings_the_meta_steps_never_run_are_refused(override: dict, field: str) -> None:
+    """They were accepted and ignored: the six runs' models were bitwise the plain SGD run's."""
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config(**{"algorithm.name": "perfedavg", **override}))
+    assert err.value.field == field
+
+
+def test_a_schedule_over_rounds_and_weight_decay_are_taken() -> None:
+    build_experiment(config(**{"algorithm.name": "perfedavg", "client.lr_schedule": "step", "client.lr_gamma": 0.5, "client.weight_decay": 1e-3}))

@@ -42,9 +42,10 @@ Choices
   batch a request); a step takes 2 (FO) or 3 (HF) consecutive batches, so a
   round has R = max(1, batches // 2 or 3) steps, wrapping round to the first
   batches when a client has fewer (FL-bench: len(loader) // (2 or 3) per epoch).
-* The steps are plain gradient steps whatever the run's local optimiser
-  (momentum, Nesterov, Adam, clipping, lr schedule do not apply; weight decay
-  does, as part of f_i). A straggler (``work`` < 1) still runs all R steps.
+* The steps are plain gradient steps: another client optimiser, momentum,
+  Nesterov, clipping, SAM or an lr schedule over steps is refused (:func:`_check`);
+  weight decay applies, as part of f_i, and a schedule over rounds sets alpha
+  (unset: the round's lr). A straggler (``work`` < 1) still runs all R steps.
 * Batch-norm statistics after a step are those of the D and D' forwards (the
   parameters are reset to w before the outer step, the buffers are not:
   PFLlib); the HF probes' statistics are dropped. ``train_loss`` is the mean of
@@ -55,7 +56,7 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 from torch import nn
@@ -76,10 +77,14 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import ONE_BATCH_JOB, Capabilities, Cost
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order
 from chillfl.training.schedule import SGD
+
+if TYPE_CHECKING:
+    from chillfl.config import RunConfig
 
 
 @dataclass(frozen=True)
@@ -194,6 +199,27 @@ def capabilities(options: PerFedAvgOptions) -> Capabilities:
     return replace(CAPABILITIES, cost=Cost(step_passes=passes, pass_overhead=ONE_BATCH_JOB, steps=float(options.adapt_steps)))
 
 
+def _check(options: PerFedAvgOptions, config: "RunConfig", section: str) -> None:
+    """One line on a client-optimiser setting the meta steps never run. Why: they are plain gradient steps at alpha and
+    beta, so Adam, momentum, Nesterov, clipping, SAM or a per-step schedule were accepted, saved in config.toml, and
+    ignored (a comparison "every method with Adam" ran Per-FedAvg on SGD without a word). A schedule over rounds is
+    read: alpha, unset, is the round's lr."""
+    c = config.client
+    why = "Per-FedAvg's meta steps are plain gradient steps (alpha, beta)"
+    refused = [
+        ("client.optimizer", c.optimizer != "sgd", f"{why}, so optimizer = {c.optimizer!r} would not run: use 'sgd'"),
+        ("client.momentum", c.momentum != 0, f"{why}, so momentum {c.momentum} would not run: use 0"),
+        ("client.nesterov", c.nesterov, f"{why}, so nesterov would not run: use false"),
+        ("client.clip_norm", c.clip_norm != 0, f"{why}, so clip_norm {c.clip_norm} would not run: use 0"),
+        ("client.sam_rho", c.sam_rho != 0, f"{why}, so sharpness-aware steps (sam_rho {c.sam_rho}) would not run: use 0"),
+        ("client.lr_schedule_over", c.lr_schedule != "constant" and c.lr_schedule_over == "steps",
+         f"{why}, so a schedule over local steps would not run: use lr_schedule_over = 'rounds' (alpha, unset, is the round's lr)"),
+    ]
+    for field, wrong, message in refused:
+        if wrong:
+            raise ConfigError(field, message)
+
+
 SPEC = register_algorithm(
     "perfedavg",
     AlgorithmSpec(
@@ -202,5 +228,6 @@ SPEC = register_algorithm(
         "FedAvg on the MAML objective, personalised by one local step (Fallah et al. 2020)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        check=_check,
     ),
 )

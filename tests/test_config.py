@@ -246,3 +246,14 @@ def test_a_variant_giving_one_key_both_ways_is_refused(tmp_path) -> None:
     with pytest.raises(ConfigError) as err:
         load_config(path)
     assert (err.value.field, err.value.message) == ("variants.B.client.lr", "is given twice (as a dotted key and in a table); keep one")
+
+
+@pytest.mark.parametrize("text", ["[privacy]\nnoise_multiplier = 1.1\n", "[attack]\nfactor = 3.0\n"])
+def test_the_switch_refusal_suggests_only_values_that_switch_the_table_on(tmp_path, text):
+    """Its hint listed 'none' first: taken, the options were kept and did nothing, the no-op the refusal is there for."""
+    path = tmp_path / "exp.toml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    suggested = err.value.message.split("set it to one of ", 1)[1]
+    assert "'none'" not in suggested and suggested.count("'") >= 2

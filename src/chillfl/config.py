@@ -779,7 +779,7 @@ def check_switches(data: Mapping[str, Any], swept: Iterable[str] = ()) -> None:
 
 def _switch_error(section: str, cls: type[Switched], written: Iterable[str]) -> ConfigError:
     """The refusal of ``written`` options of ``section`` while nothing sets its switch."""
-    allowed = ", ".join(repr(v) for v in cls.switch_values())
+    allowed = ", ".join(repr(v) for v in cls.switch_values() if v != "none")  # 'none' is the off it is now: no way out
     return ConfigError(
         f"{section}.{cls.SWITCH}",
         f"is not set, so {', '.join(f'{section}.{k}' for k in sorted(written))} would change nothing ([{section}] is off by default): set it to one of {allowed}",

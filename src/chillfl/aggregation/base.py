@@ -751,6 +751,40 @@ class AggregatorBase:
         check_state_keys(state, (), type(self).__name__)
 
 
+class SentStarts:
+    """The models a round's downlinks told their clients to start from, kept from :meth:`Aggregator.downlink` to that
+    round's ``aggregate``, for a wrapper that reads client i's update as w_i - start_i.
+
+    Why: a method that sends each client a model of its own (``Downlink.params``: cluster models, pFedHN's generated
+    ones, FedMut's mutations) has no one global model its clients' updates start from; ``global_params`` would count
+    the gap between the client's start and the global model as the client's update. Read from what the downlink
+    actually sent, so no method is named. The round loop calls every downlink of a round before its ``aggregate``, in
+    the driver; nothing is kept across rounds (a checkpoint holds none of it).
+    """
+
+    def __init__(self) -> None:
+        self.round = -1
+        self.sent: dict[int, Params] = {}
+
+    def record(self, client_id: int, round: int, down: Downlink) -> Downlink:
+        """Keep what ``down`` tells ``client_id`` to start from this round; ``down`` returned as it is."""
+        if round != self.round:
+            self.round, self.sent = round, {}
+        if down.params is None:
+            self.sent.pop(client_id, None)
+        else:
+            self.sent[client_id] = down.params
+        return down
+
+    def starts(self, round: int, global_params: Params, client_ids: Collection[int]) -> dict[int, Params]:
+        """Each of ``client_ids`` sent a model of its own this round -> that model (``global_params`` where an entry is
+        absent, as the client completes it); a client left out started from ``global_params``."""
+        if round != self.round:
+            return {}
+        made: dict[int, Params] = {}  # one start per model sent: the clients of one cluster share it (and one forged model)
+        return {cid: made.setdefault(id(self.sent[cid]), {**global_params, **self.sent[cid]}) for cid in client_ids if cid in self.sent}
+
+
 class AroundAggregator:
     """An aggregator around another (privacy's clipped updates, an attack's forged uploads): each part is the base's.
 

@@ -8,6 +8,10 @@ hook computes it in the driver, from the round's models and streams derived from
 client), so every executor sends the aggregator the same models, and the wrapper keeps no state of its
 own: its checkpoint is its base's, and a resumed run is bitwise the uninterrupted one.
 
+An attacker's update is taken from the model it started from: the global model, or the one its downlink sent it
+(``Downlink.params``: IFCA-style cluster models, pFedHN's generated ones, FedMut's mutations), which the wrapper reads
+as the downlink passes through it (:class:`~chillfl.aggregation.base.SentStarts`).
+
 It wraps whatever ``[algorithm]`` built (FedAvg, the robust rules ``median``, ``trimmed_mean``, ``krum``,
 a ``[privacy]`` wrapper, which then clips the attackers' uploads as anyone's).
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
-from chillfl.aggregation.base import AggregatesNobody, Aggregator, AroundAggregator, ClientResult, Params
+from chillfl.aggregation.base import AggregatesNobody, Aggregator, AroundAggregator, ClientResult, Downlink, Params, SentStarts
 from chillfl.attacks.spec import ModelRound, as_mapping as _as_mapping, check_forged, spec_of
 from chillfl.errors import ConfigError
 from chillfl.settings.attack import AttackConfig
@@ -26,12 +30,14 @@ ModelForge = Callable[[Any, ModelRound], Mapping[int, Params]]
 """A kind's ``forge_models`` hook: (its options, the round) -> attacker id -> the model it sends."""
 
 
-def forged(forge: ModelForge | None, options: Any, global_params: Params, results: Sequence[ClientResult], ids: frozenset[int], round: int, seed: int) -> list[ClientResult]:
+def forged(forge: ModelForge | None, options: Any, global_params: Params, results: Sequence[ClientResult], ids: frozenset[int], round: int, seed: int,
+           starts: Mapping[int, Params] | None = None) -> list[ClientResult]:
     """The round's results with each attacker's model replaced by what ``forge`` says it sends, in the same order
-    (no hook, or no attacker in the round: the results as they are)."""
+    (no hook, or no attacker in the round: the results as they are). ``starts``: the clients sent a model of their own
+    this round -> that model (:attr:`ModelRound.starts`)."""
     if forge is None or not any(r.client_id in ids for r in results):
         return list(results)
-    sent = forge(options, ModelRound(global_params, results, ids, round, seed))
+    sent = forge(options, ModelRound(global_params, results, ids, round, seed, dict(starts or {})))
     if not isinstance(sent, Mapping):  # a list's `client_id in sent` was False: every attacker sent its honest model, silently
         raise ConfigError("attack.kind", f"the attack's forge_models returned a {type(sent).__name__}, not a mapping of attacker id -> the model it sends")
     strangers = sorted((k for k in sent if k not in ids), key=repr)
@@ -44,10 +50,11 @@ def forged(forge: ModelForge | None, options: Any, global_params: Params, result
     return [dataclasses.replace(r, params=sent[r.client_id]) if r.client_id in ids and r.client_id in sent else r for r in results]
 
 
-def malicious(attack: AttackConfig, global_params: Params, results: Sequence[ClientResult], ids: frozenset[int], round: int, seed: int) -> list[ClientResult]:
+def malicious(attack: AttackConfig, global_params: Params, results: Sequence[ClientResult], ids: frozenset[int], round: int, seed: int,
+              starts: Mapping[int, Params] | None = None) -> list[ClientResult]:
     """The round's results with each attacker's model replaced by what ``[attack]``'s kind sends (module docstring), in the same order."""
     forge = spec_of(attack).forge_models if attack.enabled else None
-    return forged(forge, attack.options, global_params, results, ids, round, seed)
+    return forged(forge, attack.options, global_params, results, ids, round, seed, starts)
 
 
 class AttackedAggregation(AroundAggregator):
@@ -59,9 +66,15 @@ class AttackedAggregation(AroundAggregator):
         self.forge = spec_of(attack).forge_models  # looked up once: a plugin's entry point is not searched for every round
         self.ids = ids
         self.seed = seed
+        self.sent = SentStarts()
+        """What this round's downlinks told each client to start from: an update is w_i - start_i (:class:`ModelRound`)."""
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return self.sent.record(client_id, round, self.base.downlink(client_id, round, global_params))
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        return self.base.aggregate(global_params, forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed), round)
+        starts = self.sent.starts(round, global_params, [r.client_id for r in results])
+        return self.base.aggregate(global_params, forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed, starts), round)
 
     def aggregates_nobody(self) -> bool:
         """The base's (:class:`~chillfl.aggregation.base.AggregatesNobody`): with nobody reporting there is no upload to forge."""

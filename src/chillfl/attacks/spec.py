@@ -63,7 +63,7 @@ class ModelRound:
     """One round under parameter sharing, as :attr:`AttackSpec.forge_models` sees it (the attackers collude and see every upload)."""
 
     global_params: Params
-    """The round's global model w (what every client started from)."""
+    """The round's global model w (what every client started from, unless :attr:`starts` says otherwise)."""
     results: Sequence[ClientResult]
     """Every upload of the round, honest ones included, in client order."""
     attackers: frozenset[int]
@@ -71,6 +71,37 @@ class ModelRound:
     round: int
     seed: int
     """The run's seed: derive a draw from it (:func:`chillfl.seeds.derive_seed`) with the round and the client."""
+    starts: Mapping[int, Params] = dataclasses.field(default_factory=dict)
+    """Client id -> the model it started from, for each client the method sent a model of its own (cluster models,
+    pFedHN's generated ones, FedMut's mutations: ``Downlink.params``); a client not in it started from
+    :attr:`global_params`. Client i's update is w_i - :meth:`start` (i), never w_i - w under such a method."""
+
+    def start(self, client_id: int) -> Params:
+        """The model ``client_id`` started from this round: the one it was sent, or :attr:`global_params`."""
+        return self.starts.get(client_id, self.global_params)
+
+    def by_start(self, results: Sequence[ClientResult]) -> list[tuple[Params, list[ClientResult]]]:
+        """``results`` grouped by the model they started from, in order of first appearance: one group, the global
+        model's, under a method with one model; an attack that forges one model for all its attackers forges one a group."""
+        groups: dict[int, tuple[Params, list[ClientResult]]] = {}
+        for r in results:
+            start = self.start(r.client_id)
+            groups.setdefault(id(start), (start, []))[1].append(r)
+        return list(groups.values())
+
+    def onto(self, start: Params, results: Sequence[ClientResult]) -> list[Params]:
+        """``results``' models as their updates taken from ``start``: start + (w_j - start_j) on every float entry; a model
+        that started from ``start`` itself as it is (so a method with one model reads the very models it uploaded)."""
+        import torch
+
+        out: list[Params] = []
+        for r in results:
+            own = self.start(r.client_id)
+            if own is start:
+                out.append(r.params)
+            else:
+                out.append({**r.params, **{k: start[k] + (v - own[k]) for k, v in r.params.items() if k in start and torch.is_floating_point(v)}})
+        return out
 
     @property
     def bad(self) -> list[ClientResult]:

@@ -31,6 +31,13 @@ keeps the client's personal part from shrinking its shared update (no noise is d
 server) the client keeps them, and the base gets the global model's own values in their place, so that
 nothing the server holds comes from a client unprivatised.
 
+A client the method sent a model of its own to start from (``Downlink.params``: FedMut's mutated models) has the
+update u_i = w_i - s_i from that start s_i, not from w: clipping w_i - w would clip the server's mutation, which is
+not the client's data. Its model is rebuilt as ``s_i + (w_i clip(u_i) + z/n) n/(qW)``, so the base's mean is
+``mean_i s_i + (sum_i w_i clip(u_i) + z) / (qW)``: the starts' mean (FedMut's balanced mutations cancel in it, as
+without privacy) plus the noised mean update. The starts are the server's own, made from models already released,
+so they add nothing to the sensitivity.
+
 Clipping and noise are computed where the server receives the models, in the driver: in a simulation
 that is the same arithmetic as on the client (``local``'s noise comes from the client's own stream,
 derived from (seed, round, client)); the uploaded bytes are the same either way (the entries the base aggregates).
@@ -60,7 +67,7 @@ from typing import Any, Collection, Mapping, Protocol, Sequence
 
 import torch
 
-from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, aggregated_keys, check_state_keys
+from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, SentStarts, aggregated_keys, check_state_keys
 from chillfl.engine.record import Json
 from chillfl.clipping import clip_per_layer, clip_update, float_keys, gaussian_like
 from chillfl.seeds import derive_seed
@@ -157,6 +164,11 @@ class PrivateAggregation(AroundAggregator):
         NaN (sqrt of a negative): every later evaluation would be NaN. The clamp reads nothing but the released model,
         so it is post-processing and costs no privacy."""
         self._metrics: dict[str, Json] = {}
+        self.sent = SentStarts()
+        """What this round's downlinks told each client to start from (FedMut's mutated models): its update is taken from that."""
+
+    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        return self.sent.record(client_id, round, self.base.downlink(client_id, round, global_params))
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         read = set(aggregated_keys(self.base, global_params))  # what the base averages: the sum whose sensitivity is C
@@ -174,16 +186,18 @@ class PrivateAggregation(AroundAggregator):
         server_noise = None if self.client_noise else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
         private: list[ClientResult] = []
         clipped = 0
+        starts = self.sent.starts(round, global_params, [r.client_id for r in results])
         for r in results:
+            start = starts.get(r.client_id, global_params)  # a model of its own (FedMut's mutation): the update is the client's training alone
             if self.client_noise and r.client_id in self.exempt:  # its own device: it sends what it forged, unprivatised
                 kept = {k: global_params[k] for k in r.params if k in global_params and k not in read}  # as an honest client's
                 private.append(replace(r, params={**r.params, **kept}))
                 continue
             if self.per_layer:
-                update, scaled = clip_per_layer({k: r.params[k] - global_params[k] for k in keys}, clip)
+                update, scaled = clip_per_layer({k: r.params[k] - start[k] for k in keys}, clip)
                 clipped += scaled
             else:
-                update, norm = clip_update({k: r.params[k] - global_params[k] for k in keys}, clip)
+                update, norm = clip_update({k: r.params[k] - start[k] for k in keys}, clip)
                 clipped += norm > clip
             if w is not None and not self.client_noise:  # w_i <= 1: the weighted update stays within C
                 update = {k: v * w[r.client_id] for k, v in update.items()}
@@ -196,7 +210,7 @@ class PrivateAggregation(AroundAggregator):
             # local: an untrusted server gets no entry of its own that was not privatised; what it does not aggregate,
             # the client keeps (the global model's value stands in for it)
             sent = {**r.params, **{k: global_params[k] for k in r.params if k in global_params and k not in read}} if self.client_noise else r.params
-            model = {**sent, **{k: global_params[k] + share[k] * (n / denominator) for k in keys}}
+            model = {**sent, **{k: start[k] + share[k] * (n / denominator) for k in keys}}
             private.append(replace(r, params=model))
         weights = torch.full((n,), 1.0 / n, dtype=torch.float64) if n else torch.ones(1, dtype=torch.float64)
         if not n:  # nobody reported: the noise alone, w + z / (qW) (f_c: z / (q W_min)), as the base's one model of weight 1

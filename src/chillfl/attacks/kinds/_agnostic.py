@@ -38,12 +38,12 @@ def forge(options: AgnosticOptions, round: ModelRound, condition: Callable[[Spre
     """
     from chillfl.attacks import updates
 
-    bad = round.bad
-    reference = [r.params for r in round.benign]
-    if len(reference) < 2:
-        reference = [r.params for r in round.results]
-    if len(reference) < 2:
+    whose = round.benign if len(round.benign) >= 2 else round.results
+    if len(whose) < 2:
         return {}
-    sent, _ = updates.agnostic(round.global_params, reference, bad[0].params, options.perturbation, condition, options.gamma_init, options.tol)
     keys = updates.float_keys(round.global_params)
-    return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}
+    out = {}
+    for start, bad in round.by_start(round.bad):  # one group under a method with one model; else the updates from each start
+        sent, _ = updates.agnostic(start, round.onto(start, whose), bad[0].params, options.perturbation, condition, options.gamma_init, options.tol)
+        out.update({r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad})
+    return out

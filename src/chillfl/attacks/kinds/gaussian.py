@@ -47,7 +47,7 @@ def forge_models(options: GaussianOptions, round: ModelRound) -> dict[int, Param
     from chillfl.attacks import updates
 
     return {
-        r.client_id: updates.gaussian(round.global_params, r.params, options.sigma, derive_seed(round.seed, "attack", "gaussian", round.round, r.client_id))
+        r.client_id: updates.gaussian(round.start(r.client_id), r.params, options.sigma, derive_seed(round.seed, "attack", "gaussian", round.round, r.client_id))
         for r in round.bad
     }
 

@@ -51,11 +51,13 @@ class IpmOptions:
 def forge_models(options: IpmOptions, round: ModelRound) -> dict[int, Params]:
     from chillfl.attacks import updates
 
-    bad = round.bad
-    benign = [r.params for r in round.benign] or [r.params for r in bad]
-    sent = updates.ipm(round.global_params, benign, bad[0].params, options.epsilon)
     keys = updates.float_keys(round.global_params)
-    return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}
+    out = {}
+    for start, bad in round.by_start(round.bad):  # one group under a method with one model; else the updates from each start
+        benign = round.onto(start, round.benign or round.bad)
+        sent = updates.ipm(start, benign, bad[0].params, options.epsilon)
+        out.update({r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad})
+    return out
 
 
 SPEC = AttackSpec(

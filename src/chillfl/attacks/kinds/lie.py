@@ -59,13 +59,14 @@ class LieOptions:
 def forge_models(options: LieOptions, round: ModelRound) -> dict[int, Params]:
     from chillfl.attacks import updates
 
-    bad = round.bad
-    own = [r.params for r in bad]
-    reference = own if options.reference == "own" else [r.params for r in round.benign] or own
-    z = options.z or updates.z_max(len(round.results), len(bad), options.z_among)
-    sent = updates.lie(reference, bad[0].params, z if options.sign == "plus" else -z)
+    z = options.z or updates.z_max(len(round.results), len(round.bad), options.z_among)
     keys = updates.float_keys(round.global_params)
-    return {r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad}
+    whose = round.bad if options.reference == "own" else round.benign or round.bad
+    out = {}
+    for start, bad in round.by_start(round.bad):  # one group under a method with one model; else mean and std of the updates, from each start
+        sent = updates.lie(round.onto(start, whose), bad[0].params, z if options.sign == "plus" else -z)
+        out.update({r.client_id: {**r.params, **{k: sent[k] for k in keys}} for r in bad})
+    return out
 
 
 SPEC = AttackSpec("lie", LieOptions, summary="the attackers all send mean + z std of the round's benign (or their own) models (A Little Is Enough)", forge_models=forge_models)

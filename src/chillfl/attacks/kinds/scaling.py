@@ -55,7 +55,7 @@ def forge_models(options: ScalingOptions, round: ModelRound) -> dict[int, Params
     from chillfl.attacks import updates
 
     gamma = options.factor or default_gamma(options, round)
-    return {r.client_id: updates.scaling(round.global_params, r.params, gamma) for r in round.bad}
+    return {r.client_id: updates.scaling(round.start(r.client_id), r.params, gamma) for r in round.bad}
 
 
 SPEC = AttackSpec("scaling", ScalingOptions, summary="the attackers send their updates boosted (factor, or n / m: model replacement)", forge_models=forge_models)

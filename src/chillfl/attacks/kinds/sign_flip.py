@@ -36,7 +36,7 @@ class SignFlipOptions:
 def forge_models(options: SignFlipOptions, round: ModelRound) -> dict[int, Params]:
     from chillfl.attacks import updates
 
-    return {r.client_id: updates.sign_flip(round.global_params, r.params, options.factor or 1.0) for r in round.bad}
+    return {r.client_id: updates.sign_flip(round.start(r.client_id), r.params, options.factor or 1.0) for r in round.bad}
 
 
 SPEC = AttackSpec("sign_flip", SignFlipOptions, summary="the attackers send their updates negated (times factor)", forge_models=forge_models)

@@ -107,3 +107,27 @@ def test_dp_fedavg_clips_the_update_from_the_start_the_client_was_sent() -> None
     new = private.aggregate(g, [result(0, t(5.0, 0.5)), result(1, t(-5.0, 0.5))], 0)
     assert private.round_metrics()["clipped"] == 0.0  # updates (0, 0.5): within C; before, the mutations (+-5, 0.5) were clipped
     assert torch.allclose(new["w"], t(0.0, 0.5))  # the starts' mean (g) plus the mean update, as without privacy
+
+
+class ChoosesCluster(FedAvg):
+    """Sends two cluster models in the context (none as ``params``); each client reports which it trained, as IFCA's do."""
+
+    def __init__(self, clusters: list[Params]) -> None:
+        super().__init__()
+        self.clusters = clusters
+
+    def client_start(self, result: ClientResult, global_params: Params) -> Params | None:
+        return self.clusters[int(result.report["chosen"])]
+
+
+def test_the_attack_wrapper_asks_an_aggregator_whose_clients_choose_their_start() -> None:
+    w = {"w": t(0.0, 0.0)}
+    base = ChoosesCluster([w, {"w": t(10.0, 0.0)}])
+    wrapper = AttackedAggregation(base, AttackConfig.from_table({"kind": "sign_flip"}, "attack"), frozenset({0}), 0)
+    for cid in (0, 1):
+        wrapper.downlink(cid, 0, w)
+    got: list[Params] = []
+    base.aggregate = lambda g, results, round, weights=None: got.extend(r.params for r in results) or dict(g)  # type: ignore[method-assign]
+    chose = [ClientResult(0, {"w": t(11.0, 0.0)}, 10, 1, 0.1, 1.0, 0.0, {"chosen": 1.0}), ClientResult(1, {"w": t(1.0, 0.0)}, 10, 1, 0.1, 1.0, 0.0, {"chosen": 0.0})]
+    wrapper.aggregate(w, chose, 0)
+    assert torch.equal(got[0]["w"], t(9.0, 0.0))  # cluster 1's model minus its update (1, 0); from the global model: (-11, 0)

@@ -751,6 +751,17 @@ class AggregatorBase:
         check_state_keys(state, (), type(self).__name__)
 
 
+@runtime_checkable
+class ChoosesStart(Protocol):
+    """An aggregator whose clients each choose the model they start from among several it sends, and report the choice
+    (IFCA-style cluster models sent in the downlink's context): the server knows a client's start from its result,
+    where :class:`SentStarts` finds no ``Downlink.params``. Asked before the round's ``aggregate`` runs."""
+
+    def client_start(self, result: ClientResult, global_params: Params) -> Params | None:
+        """The model ``result``'s client started from this round (None: ``global_params``)."""
+        ...
+
+
 class SentStarts:
     """The models a round's downlinks told their clients to start from, kept from :meth:`Aggregator.downlink` to that
     round's ``aggregate``, for a wrapper that reads client i's update as w_i - start_i.
@@ -776,13 +787,18 @@ class SentStarts:
             self.sent[client_id] = down.params
         return down
 
-    def starts(self, round: int, global_params: Params, client_ids: Collection[int]) -> dict[int, Params]:
-        """Each of ``client_ids`` sent a model of its own this round -> that model (``global_params`` where an entry is
-        absent, as the client completes it); a client left out started from ``global_params``."""
-        if round != self.round:
-            return {}
+    def starts(self, round: int, global_params: Params, results: Sequence[ClientResult], base: object = None) -> dict[int, Params]:
+        """Each client of ``results`` that started from a model of its own this round -> that model (``global_params``
+        where an entry is absent, as the client completes it): the one its downlink sent, or the one ``base`` says it
+        chose (:class:`ChoosesStart`); a client left out started from ``global_params``."""
+        own = dict(self.sent) if round == self.round else {}
+        if isinstance(base, ChoosesStart):
+            for r in results:
+                start = base.client_start(r, global_params)
+                if start is not None:
+                    own[r.client_id] = start
         made: dict[int, Params] = {}  # one start per model sent: the clients of one cluster share it (and one forged model)
-        return {cid: made.setdefault(id(self.sent[cid]), {**global_params, **self.sent[cid]}) for cid in client_ids if cid in self.sent}
+        return {r.client_id: made.setdefault(id(p), {**global_params, **p}) for r in results if (p := own.get(r.client_id)) is not None}
 
 
 class AroundAggregator:

@@ -73,7 +73,7 @@ class AttackedAggregation(AroundAggregator):
         return self.sent.record(client_id, round, self.base.downlink(client_id, round, global_params))
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
-        starts = self.sent.starts(round, global_params, [r.client_id for r in results])
+        starts = self.sent.starts(round, global_params, results, self.base)
         return self.base.aggregate(global_params, forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed, starts), round)
 
     def aggregates_nobody(self) -> bool:

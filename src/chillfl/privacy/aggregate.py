@@ -186,7 +186,7 @@ class PrivateAggregation(AroundAggregator):
         server_noise = None if self.client_noise else gaussian_like({k: global_params[k] for k in keys}, std, derive_seed(self.seed, "privacy", "server", round))
         private: list[ClientResult] = []
         clipped = 0
-        starts = self.sent.starts(round, global_params, [r.client_id for r in results])
+        starts = self.sent.starts(round, global_params, results, self.base)
         for r in results:
             start = starts.get(r.client_id, global_params)  # a model of its own (FedMut's mutation): the update is the client's training alone
             if self.client_noise and r.client_id in self.exempt:  # its own device: it sends what it forged, unprivatised

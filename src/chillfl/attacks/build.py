@@ -30,15 +30,32 @@ def kinds_under(protocol: str) -> list[str]:
     return [name for name in kind_names() if spec_of(AttackConfig(name)).runs_under(protocol)]
 
 
-def refusal(spec: AttackSpec[object], protocol: str, name: str) -> str:
+def refusal(spec: AttackSpec[object], protocol: str, name: str, method_models: str | None = None) -> str:
     """Why ``spec`` cannot run under ``protocol``, from its hooks: what it rewrites, what the protocol sends, what runs there instead.
 
     ``name``: the kind as the config wrote it (a plugin's import path or entry point), which the line names beside the
-    kinds that run there: the spec's own ``name`` may be neither.
+    kinds that run there: the spec's own ``name`` may be neither. ``method_models``: the run's method, where its clients
+    upload their models beside what the protocol shares (a prototype method's, FedHKD's): those models travel, but no
+    forging hook reaches them under that protocol, so the line says that rather than that there are none.
     """
     what = " or ".join(spec.rewrites().values())
+    if method_models is not None and PARAMETERS in spec.rewrites():
+        why = f"{UPLOADS.get(protocol, 'it shares none of them')}, and under {method_models} their models too, which reach the server honest: models are forged under the {PARAMETERS} protocol only"
+        return f"{name!r} rewrites {what}, which the {protocol} protocol does not forge ({why}); attacks that run under {protocol}: {', '.join(kinds_under(protocol))}"
     why = UPLOADS.get(protocol, "it shares none of them")
     return f"{name!r} rewrites {what}, and the {protocol} protocol has none ({why}); attacks that run under {protocol}: {', '.join(kinds_under(protocol))}"
+
+
+def data_attacks() -> list[str]:
+    """The listed kinds that poison the attackers' training data (imports each one's module: for a refusal only)."""
+    return [name for name in kind_names() if spec_of(AttackConfig(name)).poison is not None]
+
+
+def sends_nothing(spec: AttackSpec[object], protocol: str, name: str, what: str, why: str) -> str:
+    """Why an attack that only forges uploads cannot run where the clients upload nothing: it would change nothing, and the
+    run would report an attack that never happened."""
+    return (f"{name!r} rewrites {spec.rewrites()[protocol]}, and {what} uploads none ({why}): the attack would change nothing; "
+            f"attacks that act there (on the attackers' training data): {', '.join(data_attacks())}")
 
 
 def check_attack(config: RunConfig) -> None:
@@ -51,7 +68,11 @@ def check_attack(config: RunConfig) -> None:
         return
     spec = spec_of(config.attack)
     if not spec.runs_under(config.protocol):
-        raise ConfigError(FIELD, refusal(spec, config.protocol, config.attack.kind))
+        protos = config.prototype_settings if config.protocol == PROTOTYPES else None
+        raise ConfigError(FIELD, refusal(spec, config.protocol, config.attack.kind, f"prototypes.method {protos.method!r}" if protos is not None and protos.share_model else None))
+    setup = config.distillation_setup
+    if config.protocol == SOFTLABELS and spec.poison is None and setup is not None and not setup.spec.collaborative:
+        raise ConfigError(FIELD, sends_nothing(spec, SOFTLABELS, config.attack.kind, f"distillation method {config.distillation.get('method')!r}", "no collaboration"))
     if spec.check is not None:
         spec.check(resolved(config.attack, attacker_ids(config, config.federation.num_clients)).options, config)
 
@@ -108,6 +129,7 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     with the attackers' soft-label rows or prototypes forged where the kind has that hook and the run shares them."""
     if not exp.config.attack.enabled:
         return protocol
+    check_uploads(exp)
     from chillfl.attacks.protocol import Attacked
 
     ids = attacker_ids(exp.config, exp.data.num_clients)
@@ -131,6 +153,18 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
 
         forge = ForgedPrototypes(ids, spec.forge_prototypes, attack.options, exp.config.seed)
     return Attacked(protocol, ids, exp.model, probe, exp.config.eval.batch_size, client, forge)
+
+
+def check_uploads(exp: Experiment) -> None:
+    """Refuse an attack that only forges models under an aggregator that reads no entry of them (its ``aggregated_keys``
+    empty: ``local_only``'s clients keep their whole model), one line on ``attack.kind``: the forged models would go
+    nowhere, and the run's records would be the clean run's. Asked of the built aggregator, before anything is written."""
+    from chillfl.aggregation.base import aggregated_keys
+
+    spec = spec_of(exp.config.attack)
+    if spec.poison is None and forges_models(exp.config) and exp.aggregator is not None and not aggregated_keys(exp.aggregator, exp.initial_state):
+        name = exp.config.algorithm.get("name")
+        raise ConfigError(FIELD, sends_nothing(spec, PARAMETERS, exp.config.attack.kind, f"algorithm {name!r}", "its server reads no entry of the clients' models"))
 
 
 def checked_probe(probe: object) -> tuple[Any, Any]:

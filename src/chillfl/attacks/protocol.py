@@ -3,7 +3,8 @@
 A wrapper, as :class:`chillfl.privacy.protocol.Accounted` is, so no protocol changes: after the inner
 protocol's ``server_update`` it adds
 
-* ``attackers``: the ids of the round's clients that attack (sorted; empty when none was sampled);
+* ``attackers``: the ids of the round's clients that attack (sorted; empty when none was sampled, and in a round the
+  loop skipped, where nobody's upload was read);
 * ``attack_success_rate`` (a kind with a ``probe`` hook, where the protocol has a global model): the new
   global model's accuracy on the probe's inputs and labels; ``backdoor``'s are the global test set's
   inputs whose true label is not ``target``, stamped with the trigger and labelled ``target``
@@ -19,8 +20,8 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, ServerProtocol
-from chillfl.engine.record import RoundRecord
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, ObservesSkippedRounds, ServerProtocol
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import evaluate
 
 Forge = Callable[[int, Sequence[ClientReply[Any, Any]]], Sequence[ClientReply[Any, Any]]]
@@ -61,3 +62,10 @@ class Attacked(AroundProtocol):
                 x, y = self.probe
                 record.metrics["attack_success_rate"] = evaluate(self.model, state, x, y, self.eval_batch_size)[0]
         return record
+
+    def skipped_round(self, round: int) -> dict[str, Json]:
+        """A round the loop skipped: ``attackers`` empty (no upload was read, so nobody attacked), beside what the inner
+        protocol's own ``skipped_round`` returns (the accountant's ``epsilon``, a last round's evaluation), so that every
+        record has the key."""
+        inner = dict(self.inner.skipped_round(round)) if isinstance(self.inner, ObservesSkippedRounds) else {}
+        return {**inner, "attackers": []}

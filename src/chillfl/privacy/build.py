@@ -222,7 +222,9 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     if not capabilities.takes_weights or capabilities.plain_sgd:
         why = capabilities.plain_sgd or "its aggregate() takes no client weights; a plugin's that does declares takes_weights"
         instead = _hint(_mechanisms_where(lambda m: m.aggregator is None), "that leaves the aggregate alone")
-        raise ConfigError(FIELD, f"{plan.mechanism!r} adds noise to a weighted mean of the clients' clipped updates, which algorithm {name!r} is not ({why}); "
+        # one line for every mechanism with an aggregator hook: true of server noise (dp-fedavg) and client noise (local) alike
+        raise ConfigError(FIELD, f"{plan.mechanism!r} clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
+                                 f"which algorithm {name!r} does not take ({why}); "
                                  f"use an algorithm whose server takes a weighted mean of the models{instead}")
     from chillfl.privacy.aggregate import PrivateAggregation
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
@@ -9,8 +10,10 @@ import torch
 from chillfl.aggregation.registry import refuse_unused_options
 from chillfl.capabilities import FORWARD, Cost
 from chillfl.config import RunConfig
+from chillfl.errors import ConfigError
 from chillfl.models.assign import per_client_architectures
 from chillfl.models.inputs import check_index_rows
+from chillfl.once import warn_once
 from chillfl.paths import check_writable_dir
 from chillfl.options import require
 from chillfl.protocols.common import Evaluation
@@ -25,6 +28,7 @@ from .public import public_inputs, public_labels, refuse_own_rows
 from .server import SoftLabelProtocol
 
 Params = dict[str, torch.Tensor]
+log = logging.getLogger(__name__)
 
 
 def default_algorithm() -> str:
@@ -76,6 +80,11 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
     refuse_unused_options(config.algorithm, default, "the soft-label protocol builds no aggregator")
     if spec.check is not None:
         spec.check(setup.options, config)
+    if spec.notes is not None:  # before anything is written: a dry run says them too
+        for note in spec.notes(setup.options, config):
+            if not isinstance(note, str):  # a plugin's hook: one line, not a log record of a list
+                raise ConfigError(f"{SECTION}.method", f"{setup.common.method!r}: its notes hook must return strings, got {type(note).__name__}")
+            warn_once(log, note)
     if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
         check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if spec.collaborative:

@@ -317,6 +317,8 @@ class SoftLabelSpec(Generic[Opt]):
     (False: no public set, no server model). ``pretraining``: the public-set pretraining its
     options ask for (None: none). ``check``: its options against the rest of the run, before
     anything is built (a :class:`~chillfl.errors.ConfigError` naming the field).
+    ``notes``: what its options say about the rest of the run that is not an error, one warning line each on stderr,
+    once a process (a pitfall its options fall into: the run stands, but a reader should know).
     ``figures``: the run figures its round metrics feed besides the protocol's (as an
     aggregator's spec declares them). Its wire messages are the protocol's (:mod:`.messages`):
     a client half uploads a :class:`~.messages.SoftLabelUplink`, whatever it puts in it.
@@ -333,10 +335,11 @@ class SoftLabelSpec(Generic[Opt]):
     pretraining: Callable[[Opt], Pretraining | None] = _no_pretraining
     check: Callable[[Opt, RunConfig], None] | None = None
     figures: tuple[str, ...] = ()
+    notes: Callable[[Opt, RunConfig], Sequence[str]] | None = None
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
-        return [("pretraining", self.pretraining, ("options",)), ("check", self.check, ("options", "config"))]
+        return [("pretraining", self.pretraining, ("options",)), ("check", self.check, ("options", "config")), ("notes", self.notes, ("options", "config"))]
 
     def build(self, options: Opt, num_classes: int, seed: int, index_encoding: IndexEncoding, universe: int) -> SoftLabelMethod[Opt]:
         """The server half for one run."""

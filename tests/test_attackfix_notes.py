@@ -1,0 +1,41 @@
+"""A soft-label method's ``notes`` hook: its pitfalls said once on stderr before the run is built (CFD's 1-bit uniform
+thresholding under chilled clients is one such note)."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+import pytest
+
+from chillfl.config import RunConfig, load_config
+from chillfl.errors import ConfigError
+from chillfl.protocols.softlabels import build
+from chillfl.protocols.softlabels.method import SoftLabelSpec, spec_of
+
+
+def with_notes(monkeypatch: pytest.MonkeyPatch, notes: Any) -> RunConfig:
+    config = load_config(None, {}).with_overrides({"distillation": {"method": "individual"}})
+    setup = config.distillation_setup
+    assert setup is not None
+    spec: SoftLabelSpec[Any] = dataclasses.replace(spec_of(setup), notes=notes)
+    monkeypatch.setattr(build, "spec_of", lambda setup: spec)
+    return config
+
+
+def test_a_methods_notes_are_said_once_as_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    config = with_notes(monkeypatch, lambda options, config: [f"T is {config.temperature.get('policy')}: mind the thresholds"])
+    with caplog.at_level(logging.WARNING):
+        build.check_distillation(config, None)
+        build.check_distillation(config, None)  # a comparison builds each run: said once
+    said = [r.getMessage() for r in caplog.records if "mind the thresholds" in r.getMessage()]
+    assert said == [f"T is {config.temperature.get('policy')}: mind the thresholds"]
+
+
+def test_a_notes_hook_that_returns_no_strings_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = with_notes(monkeypatch, lambda options, config: [["nested"]])
+    with pytest.raises(ConfigError) as err:
+        build.check_distillation(config, None)
+    assert err.value.field == "distillation.method"
+    assert "notes hook must return strings, got list" in err.value.message

@@ -1,6 +1,7 @@
 """What an attacker uploads in place of its honest model (model poisoning), as pure functions of the round's models.
 
-With the round's global model w, attacker i's honestly trained model w_i and its update u_i = w_i - w,
+With the model w attacker i started from (the round's global model, or the one its downlink sent it:
+:meth:`chillfl.attacks.spec.ModelRound.start`), its honestly trained model w_i and its update u_i = w_i - w,
 on every floating-point entry (integer buffers, e.g. batch norm's counter, travel as trained):
 
 * ``sign_flip``: ``w - factor * u_i`` (factor 1: the negated update);

@@ -67,4 +67,4 @@ def test_the_privacy_refusal_of_a_non_mean_says_what_local_does() -> None:
     assert err.field == "privacy.mechanism"
     assert "adds noise to a weighted mean" not in err.message  # local noises each client's own update, not a mean
     assert err.message.startswith("'local' clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
-                                  "which algorithm 'median' does not take")
+                                  "which algorithm 'median' is not (")

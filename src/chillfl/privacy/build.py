@@ -224,7 +224,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         instead = _hint(_mechanisms_where(lambda m: m.aggregator is None), "that leaves the aggregate alone")
         # one line for every mechanism with an aggregator hook: true of server noise (dp-fedavg) and client noise (local) alike
         raise ConfigError(FIELD, f"{plan.mechanism!r} clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
-                                 f"which algorithm {name!r} does not take ({why}); "
+                                 f"which algorithm {name!r} is not ({why}); "
                                  f"use an algorithm whose server takes a weighted mean of the models{instead}")
     from chillfl.privacy.aggregate import PrivateAggregation
 

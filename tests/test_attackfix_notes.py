@@ -39,3 +39,21 @@ def test_a_notes_hook_that_returns_no_strings_is_one_line(monkeypatch: pytest.Mo
         build.check_distillation(config, None)
     assert err.value.field == "distillation.method"
     assert "notes hook must return strings, got list" in err.value.message
+
+
+@pytest.mark.parametrize(("overrides", "warned"), [
+    ({"temperature": {"policy": "fixed", "value": 0.5}}, True),
+    ({"temperature": {"policy": "fedchill"}}, True),
+    ({"temperature": {"policy": "none"}}, False),
+    ({"temperature": {"policy": "fixed", "value": 0.5}, "distillation.one_bit": "argmax"}, False),
+])
+def test_cfd_warns_of_uniform_thresholding_under_chilled_clients(overrides: dict[str, Any], warned: bool) -> None:
+    """Chilled clients' T = 1 softmax is near uniform: the 0.5 threshold zeroed 99 % of the rows and the server model froze."""
+    from chillfl.distillation.methods.cfd import CFDMethodOptions, notes
+
+    config = load_config(None, {}).with_overrides({"distillation": {"method": "cfd", "public_size": 400, "subset_size": 100}}).with_overrides(overrides)
+    one_bit = overrides.get("distillation.one_bit", "uniform")
+    said = notes(CFDMethodOptions(one_bit=one_bit), config)
+    assert bool(said) == warned
+    if warned:
+        assert "distillation.one_bit = 'argmax'" in said[0]

@@ -131,3 +131,34 @@ def test_the_attack_wrapper_asks_an_aggregator_whose_clients_choose_their_start(
     chose = [ClientResult(0, {"w": t(11.0, 0.0)}, 10, 1, 0.1, 1.0, 0.0, {"chosen": 1.0}), ClientResult(1, {"w": t(1.0, 0.0)}, 10, 1, 0.1, 1.0, 0.0, {"chosen": 0.0})]
     wrapper.aggregate(w, chose, 0)
     assert torch.equal(got[0]["w"], t(9.0, 0.0))  # cluster 1's model minus its update (1, 0); from the global model: (-11, 0)
+
+
+def test_sign_flip_under_ifca_negates_the_update_from_the_cluster_model_the_client_chose(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every client attacks; each round, an upload's distance from the cluster model its client chose equals the
+    honest model's (sign_flip at factor 1 negates the update, keeping its norm). Before, under a client that chose a
+    cluster other than the global model's, the update was taken from the global model: many times as far."""
+    import chillfl.aggregation.ifca as ifca
+
+    honest: dict[tuple[int, int], Params] = {}
+    pairs: list[tuple[float, float, bool]] = []
+    wrapper, aggregate = AttackedAggregation.aggregate, ifca.Ifca.aggregate
+
+    def before(self: Any, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        honest.update({(round, r.client_id): r.params for r in results})
+        return wrapper(self, global_params, results, round)
+
+    def after(self: Any, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+        self._ensure(global_params)
+        for r in results:
+            j = int(ifca.reported(r, ifca.CHOSEN))
+            pairs.append((distance(r.params, self.models[j]), distance(honest[(round, r.client_id)], self.models[j]), j != self.best))
+        return aggregate(self, global_params, results, round)
+
+    monkeypatch.setattr(AttackedAggregation, "aggregate", before)
+    monkeypatch.setattr(ifca.Ifca, "aggregate", after)
+    config = {**TINY, "federation": {"num_clients": 6, "clients_per_round": 6, "rounds": 3}, "algorithm": {"name": "ifca", "clusters": 2},
+              "attack": {"kind": "sign_flip", "clients": [0, 1, 2, 3, 4, 5]}}
+    chillfl.run(config=config, write=False, progress=False)
+    assert any(other for _, _, other in pairs)  # some client started from a cluster model that was not the global one
+    for sent, trained, _ in pairs:
+        assert sent == pytest.approx(trained, rel=1e-4)

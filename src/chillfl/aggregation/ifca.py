@@ -198,6 +198,12 @@ class Ifca(AggregatorBase):
         self._ensure(global_params)
         return Downlink(context={f"{MODEL}{j}": m for j, m in enumerate(self.models) if j != self.best})
 
+    def client_start(self, result: ClientResult, global_params: Params) -> Params | None:
+        """The cluster model the client chose and trained (its report), before this round's aggregate updates it
+        (:class:`~chillfl.aggregation.base.ChoosesStart`): an attack or a clip reads the client's update from it."""
+        self._ensure(global_params)
+        return self.models[int(reported(result, CHOSEN))]
+
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         self._ensure(global_params)
         chosen = [int(reported(r, CHOSEN)) for r in results]

@@ -139,7 +139,7 @@ def test_gaussian_prototypes_change_the_run(tmp_path: Path) -> None:
     clean, noised = lines("clean", "none"), lines("noised", "gaussian")
     assert [r["attackers"] for r in noised] == [[0, 1, 2]] * 2
     assert lines("again", "gaussian") == noised  # same seed, same noise
-    assert noised[-1]["global_proto_acc"] < clean[-1]["global_proto_acc"] - 0.2  # about 0.29 against 0.77: nearest-prototype accuracy falls
+    assert noised[-1]["global_proto_acc"] < clean[-1]["global_proto_acc"] - 0.2  # about 0.17 against 0.77: nearest-prototype accuracy falls
 
 
 def test_update_attack_under_soft_labels_is_one_line(tmp_path: Path) -> None:

@@ -243,15 +243,11 @@ def clipped(grads: Params, clip_norm: float) -> Params:
     return {k: g * scale for k, g in grads.items()}
 
 
-def mean_gradient(grads: Sequence[Mapping[str, torch.Tensor]]) -> Params:
-    """(1/|S|) sum_i g_i, summed in client order."""
-    out: Params = {}
-    for k in grads[0]:
-        acc = grads[0][k]
-        for g in grads[1:]:
-            acc = acc + g[k]
-        out[k] = acc / len(grads)
-    return out
+def accumulate(total: Params, g: Mapping[str, torch.Tensor]) -> Params:
+    """``total + g`` entry by entry (``g`` itself first): a running sum in client order, the same bits as summing a list."""
+    if not total:
+        return dict(g)
+    return {k: total[k] + g[k] for k in total}
 
 
 @dataclass(frozen=True)
@@ -338,14 +334,20 @@ class PFedHN(AggregatorBase):
         if not results:  # no client reported: nothing to step on
             self._metrics = {}
             return dict(global_params)
-        sent = dict(self.hyper)  # phi_t: every theta_i of the round was generated from it
-        grads = [chain_rule_gradient(sent, r.client_id, self.shapes, r.params, o.sign) for r in results]
-        norms = [total_norm(g) for g in grads]
-        if o.server_steps == "each":
-            for g in grads:
+        sent = dict(self.hyper)  # phi_t: every theta_i of the round was generated from it (a step makes new tensors)
+        # one client's gradient at a time, each a tensor the size of the hypernetwork (the embedding table's included):
+        # held all at once they were 97 MB a sampled client at 10,000 clients. Same order, same operations, same bits.
+        norms: list[float] = []
+        total: Params = {}
+        for r in results:
+            g = chain_rule_gradient(sent, r.client_id, self.shapes, r.params, o.sign)
+            norms.append(total_norm(g))
+            if o.server_steps == "each":
                 self.step(clipped(g, o.clip_norm))
-        else:
-            self.step(clipped(mean_gradient(grads), o.clip_norm))
+            else:
+                total = accumulate(total, g)
+        if o.server_steps == "mean":
+            self.step(clipped({k: v / len(results) for k, v in total.items()}, o.clip_norm))
         self._metrics = {"hn_grad_norm": sum(norms) / len(norms)}
         out = dict(global_params)
         rest = [k for k in global_params if k not in self.shapes and k not in self.head]  # buffers: FedAvg's

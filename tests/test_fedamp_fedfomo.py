@@ -121,7 +121,7 @@ def test_fedfomo_combination_clips_and_normalises() -> None:
 
 
 def test_fedfomo_ranking_and_validation_split() -> None:
-    row = t(0.0, 0.5, 0.5, -1.0, 2.0)
+    row = {1: 0.5, 2: 0.5, 3: -1.0, 4: 2.0}
     assert ranked(row, [1, 2, 3, 4], 2) == [4, 1]  # 2.0 first, then the 0.5 tie to the lower id
     assert ranked(row, [1, 2, 3], 5) == [1, 2, 3]
     assert validation_rows(10, 0.2) == 2 and validation_rows(4, 0.2) == 0 and validation_rows(1, 0.5) == 0
@@ -139,11 +139,11 @@ def test_fedfomo_server_sends_the_best_rated_models_and_adds_the_reported_weight
     # client 0 reports w = (-0.5, 0.25) for (1, 2), then (0.5) for 3: P[0] = (0, -0.5, 0.25, 0) + (0, 0, 0, 0.5)
     fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([1, 2]), WEIGHTS: t(-0.5, 0.25).double()})], 1)
     fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([3]), WEIGHTS: t(0.5).double()})], 2)
-    torch.testing.assert_close(fomo.affinity[0], t(0.0, -0.5, 0.25, 0.5).double())
+    assert fomo.affinity[0] == {1: -0.5, 2: 0.25, 3: 0.5}
     assert fomo.downlink(0, 3, glob).context[IDS].tolist() == [3, 2]  # type: ignore[union-attr]
     again = FedFomo(4, ["w"], FedFomoOptions(m=2))
     again.load_state_dict(fomo.state_dict())
-    assert torch.equal(again.affinity, fomo.affinity) and again.downlink(0, 3, glob).context[IDS].tolist() == [3, 2]  # type: ignore[union-attr]
+    assert again.affinity == fomo.affinity and again.downlink(0, 3, glob).context[IDS].tolist() == [3, 2]  # type: ignore[union-attr]
 
 
 def test_fedfomo_client_weights_on_its_validation_split_and_trains_on_the_rest() -> None:
@@ -191,7 +191,7 @@ def test_fedfomo_affinity_accumulates_and_the_global_model_is_weighted_by_sample
     # client 0 rates client 1 twice, -0.5 then 0.25: P[0, 1] = -0.5 + 0.25 = -0.25 (the sum, not the last)
     fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([1]), WEIGHTS: t(-0.5).double()})], 1)
     fomo.aggregate(glob, [result(0, 0.0, **{IDS: torch.tensor([1]), WEIGHTS: t(0.25).double()})], 2)
-    torch.testing.assert_close(fomo.affinity[0], t(0.0, -0.25, 0.0).double())
+    assert fomo.affinity[0] == {1: -0.25}
 
 
 def test_fedfomo_epsilon_decays_from_round_0() -> None:
@@ -202,7 +202,7 @@ def test_fedfomo_epsilon_decays_from_round_0() -> None:
     def choose(seed: int, decay: float, round: int) -> list[int]:
         fomo = FedFomo(6, ["w"], FedFomoOptions(m=2, epsilon=1.0, epsilon_decay=decay), seed=seed)
         fomo.aggregate(glob, uploads, 0)
-        fomo.affinity[0] = t(0.0, 5.0, 4.0, 0.0, 0.0, 0.0).double()
+        fomo.affinity[0] = {1: 5.0, 2: 4.0}
         return fomo.choose(0, round)
 
     assert all(choose(s, 1.0, 0) == choose(s, 0.0, 0) for s in range(10)) and any(choose(s, 1.0, 0) != [1, 2] for s in range(10))
@@ -343,7 +343,7 @@ def test_fedfomo_l1_distance_by_hand() -> None:
 def test_fedfomo_epsilon_greedy_choice() -> None:
     from chillfl.aggregation.fedfomo import epsilon_greedy
 
-    row = t(0.0, 3.0, 2.0, 1.0, -1.0)
+    row = {1: 3.0, 2: 2.0, 3: 1.0, 4: -1.0}
     gen = torch.Generator().manual_seed(0)
     # epsilon 0: the ranking, nothing drawn
     assert epsilon_greedy(row, [1, 2, 3, 4], 2, 0.0, gen) == [1, 2]
@@ -364,7 +364,7 @@ def test_fedfomo_server_explores_with_epsilon_and_decays_it() -> None:
     uploads = [result(c, float(c)) for c in range(6)]
     fomo = FedFomo(6, ["w"], FedFomoOptions(m=2, epsilon=1.0, epsilon_decay=0.5), seed=3)
     fomo.aggregate(glob, uploads, 0)
-    fomo.affinity[0] = t(0.0, 5.0, 4.0, 0.0, 0.0, 0.0).double()
+    fomo.affinity[0] = {1: 5.0, 2: 4.0}
     # round 2: epsilon = 1 - 2 * 0.5 = 0: the two best-rated
     assert fomo.downlink(0, 2, glob).context[IDS].tolist() == [1, 2]  # type: ignore[union-attr]
     # round 0: epsilon 1, drawn from (seed, round, client): reproducible, and not always the best two

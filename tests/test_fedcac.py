@@ -118,8 +118,8 @@ def test_customised_models_of_three_clients_by_hand() -> None:
     agg, glob = three_clients(beta=100)
     assert glob["w"].tolist() == [2.25, 2.5, 2.75, 2.5]
     assert [agg.masks[c]["w"].tolist() for c in range(3)] == [[True, True, False, False], [True, True, True, False], [False, False, True, True]]
-    # shared counts c_ij = |M_i and M_j|: 1100/1110 -> 2, 1100/0011 -> 0, 1110/0011 -> 1; n = 2, 3, 2; client 3 none
-    assert agg.shared.tolist() == [[2, 2, 0, 0], [2, 3, 1, 0], [0, 1, 2, 0], [0, 0, 0, 0]]
+    # shared counts c_ij = |M_i and M_j|: 1100/1110 -> 2, 1100/0011 -> 0, 1110/0011 -> 1; n = 2, 3, 2; client 3 none (no row)
+    assert agg.held == [0, 1, 2] and agg.shared.tolist() == [[2, 2, 0], [2, 3, 1], [0, 1, 2]]
     # O_01 = 1 - (2 + 3 - 4) / 4 = 0.75, O_10 = 1 - 1/6 = 5/6, O_02 = O_20 = 0, O_12 = 1 - 3/6 = 0.5, O_21 = 1 - 3/4 = 0.25
     # one round done, beta 100: eps = 7/18 + (1/100)(5/6 - 7/18) = 0.3933...
     # C_0 = {1} (0.75), C_1 = {0, 2} (5/6, 0.5), C_2 = {} (0, 0.25)
@@ -216,7 +216,7 @@ def test_the_server_measures_the_mask_against_the_start_it_sent() -> None:
     out = agg.aggregate(glob, [result(1, t(3.5, 4.0, 2.5, 1.5))], 1)
     assert agg.masks[1]["w"].tolist() == [False, True, False, True]
     # c_10 = |0101 and 1100| = 1, c_12 = |0101 and 0011| = 1, c_11 = 2; the others' counts unchanged
-    assert agg.shared.tolist() == [[2, 1, 0, 0], [1, 2, 1, 0], [0, 1, 2, 0], [0, 0, 0, 0]]
+    assert agg.shared.tolist() == [[2, 1, 0], [1, 2, 1], [0, 1, 2]]
     torch.testing.assert_close(agg.models[1]["w"], t(3.5, 4.0, 2.5, 1.5))
     torch.testing.assert_close(out["w"], t(3.5, 4.0, 2.5, 1.5))  # one upload: the global model is it
     assert agg.round_metrics() == {"collaborators": 1.0, "threshold": pytest.approx(11 / 18)}  # C_1 = {0} when it was sent

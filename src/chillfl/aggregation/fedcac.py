@@ -112,6 +112,7 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
+    load_params,
     own_entries,
     weighted_average,
     with_prefix,
@@ -252,8 +253,11 @@ class FedCAC(AggregatorBase):
         """client id -> its latest upload's parameters (theta_j)."""
         self.masks = ClientParams()
         """client id -> its latest critical mask M_j (bool)."""
-        self.shared = torch.zeros(num_clients, num_clients, dtype=torch.int64)
-        """c_ij = |M_i and M_j| for the clients held (c_ii = n_i): the overlaps' integer counts."""
+        self.held: list[int] = []
+        """The clients held (those with a mask), in id order: the rows and columns of :attr:`shared`."""
+        self.shared = torch.zeros(0, 0, dtype=torch.int64)
+        """c_ij = |M_i and M_j| for the clients held (c_ii = n_i): the overlaps' integer counts. Only theirs: an N x N
+        matrix was 800 MB at 10,000 clients, in memory and in every checkpoint."""
         self._metrics: dict[str, Json] = {}
 
     def client_half(self) -> ClientHalf:
@@ -261,10 +265,10 @@ class FedCAC(AggregatorBase):
 
     def collaborators(self, client_id: int, rounds_done: int) -> tuple[list[int], float | None]:
         """C_i among the clients held, and eps_t (None: fewer than two clients held)."""
-        held = sorted(self.masks)
+        held = self.held
         if len(held) < 2:
             return [], None
-        rates = overlap_rates(self.shared[held][:, held])
+        rates = overlap_rates(self.shared)
         eps = threshold(rates, rounds_done, self.options.beta)
         row = rates[held.index(client_id)]
         return [j for idx, j in enumerate(held) if j != client_id and float(row[idx]) >= eps], eps
@@ -298,12 +302,19 @@ class FedCAC(AggregatorBase):
         return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
 
     def _count_shared(self, updated: Sequence[int]) -> None:
-        """c_ij for every updated client i against every client held (both ways)."""
+        """c_ij for every updated client i against every client held (both ways); a row and a column for each newcomer."""
         held = sorted(self.masks)
+        if held != self.held:  # newcomers: the counts so far, moved to the rows of their clients
+            grown = torch.zeros(len(held), len(held), dtype=torch.int64)
+            at = {j: k for k, j in enumerate(held)}
+            old = torch.tensor([at[j] for j in self.held], dtype=torch.int64)
+            grown[old[:, None], old[None, :]] = self.shared
+            self.shared, self.held = grown, held
+        at = {j: k for k, j in enumerate(held)}
         flat = {j: torch.cat([m.reshape(-1) for m in self.masks[j].values()]).cpu() for j in held}
         for i in updated:
             for j in held:
-                self.shared[i, j] = self.shared[j, i] = int((flat[i] & flat[j]).sum())
+                self.shared[at[i], at[j]] = self.shared[at[j], at[i]] = int((flat[i] & flat[j]).sum())
 
     def round_metrics(self) -> Mapping[str, Json]:
         """The mean |C_i| of the round's clients that had a mask, and the threshold eps_t they were sent with."""
@@ -314,17 +325,23 @@ class FedCAC(AggregatorBase):
         return {
             "models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}),
             "masks": client_params_state({cid: self.masks[cid] for cid in sorted(self.masks)}),
-            "shared": self.shared,
+            "shared": {"ids": torch.tensor(self.held, dtype=torch.int64), "counts": self.shared},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("models", "masks", "shared"), "FedCAC")
         shared = state["shared"]
-        if not isinstance(shared, torch.Tensor) or shared.shape != self.shared.shape:
-            raise ValueError(f"FedCAC shared counts must be a {tuple(self.shared.shape)} tensor")
+        if isinstance(shared, torch.Tensor):
+            raise ValueError("FedCAC shared counts are an N x N matrix, the layout of checkpoints before 2026-12-05: resume it with that version")
+        table = load_params(shared)
+        check_state_keys(table, ("ids", "counts"), "FedCAC shared counts")
         self.models = ClientParams.of(load_client_params(state["models"]))
         self.masks = ClientParams.of(load_client_params(state["masks"]))
-        self.shared = shared.to("cpu", torch.int64).clone()  # server bookkeeping, on the host
+        held = [int(j) for j in table["ids"].tolist()]
+        if held != sorted(self.masks) or table["counts"].shape != (len(held), len(held)):
+            raise ValueError("FedCAC shared counts must be those of the clients with a mask, in id order")
+        self.held = held
+        self.shared = table["counts"].to("cpu", torch.int64).clone()  # server bookkeeping, on the host
 
 
 class FedCACAveraged(FedCAC):

@@ -88,6 +88,7 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
+    load_params,
     own_entries,
     weighted_average,
     with_prefix,
@@ -226,12 +227,12 @@ def received(context: Context) -> tuple[torch.Tensor, list[Params]]:
     return ids, models
 
 
-def ranked(row: torch.Tensor, candidates: Sequence[int], m: int) -> list[int]:
-    """The ``m`` candidates of highest affinity in ``row``, ties to the lower id."""
-    return sorted(candidates, key=lambda j: (-float(row[j]), j))[:m]
+def ranked(row: Mapping[int, float], candidates: Sequence[int], m: int) -> list[int]:
+    """The ``m`` candidates of highest affinity in ``row`` (absent: 0), ties to the lower id."""
+    return sorted(candidates, key=lambda j: (-row.get(j, 0.0), j))[:m]
 
 
-def epsilon_greedy(row: torch.Tensor, candidates: Sequence[int], m: int, epsilon: float, generator: torch.Generator) -> list[int]:
+def epsilon_greedy(row: Mapping[int, float], candidates: Sequence[int], m: int, epsilon: float, generator: torch.Generator) -> list[int]:
     """``m`` candidates, each slot with probability ``epsilon`` a uniform draw among those left, else the best-rated left.
 
     The authors' ``get_federating_clients``; ``epsilon = 0`` is :func:`ranked` (and draws nothing).
@@ -259,7 +260,9 @@ class FedFomo(AggregatorBase):
         self.model = model if model is not None else nn.Identity()
         self.eval_batch_size = eval_batch_size
         self.models = ClientParams()
-        self.affinity = torch.zeros(num_clients, num_clients, dtype=torch.float64)
+        self.affinity: dict[int, dict[int, float]] = {}
+        """P[i][n], for the n client i was sent (absent: 0). Only those: a dense N x N matrix was 800 MB at 10,000 clients,
+        in memory and in every checkpoint."""
 
     def client_half(self) -> ClientHalf:
         return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance, self.seed)
@@ -270,9 +273,9 @@ class FedFomo(AggregatorBase):
         candidates = [j for j in sorted(self.models) if j != client_id]
         epsilon = max(o.epsilon - round * o.epsilon_decay, 0.0)
         if epsilon <= 0:
-            return ranked(self.affinity[client_id], candidates, o.m)
+            return ranked(self.affinity.get(client_id, {}), candidates, o.m)
         generator = torch.Generator().manual_seed(derive_seed(self.seed, "fedfomo", round, client_id))
-        return epsilon_greedy(self.affinity[client_id], candidates, o.m, epsilon, generator)
+        return epsilon_greedy(self.affinity.get(client_id, {}), candidates, o.m, epsilon, generator)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         chosen = self.choose(client_id, round)
@@ -288,20 +291,32 @@ class FedFomo(AggregatorBase):
             self.models[r.client_id] = r.params  # a copy, flat on the CPU until it is read
             ids, w = r.report.get(IDS), r.report.get(WEIGHTS)
             if isinstance(ids, torch.Tensor) and isinstance(w, torch.Tensor):
-                self.affinity[r.client_id].index_add_(0, ids.cpu(), w.cpu().double())
+                row = self.affinity.setdefault(r.client_id, {})
+                for n, wn in zip(ids.tolist(), w.cpu().double().tolist()):  # float64 adds, as index_add_ into a float64 row
+                    row[n] = row.get(n, 0.0) + wn
         return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
 
     def state_dict(self) -> dict[str, Any]:
         """Every client's latest model and the affinity matrix P."""
-        return {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "affinity": self.affinity}
+        entries = sorted((i, n) for i, row in self.affinity.items() for n in row)
+        affinity = {"pairs": torch.tensor(entries, dtype=torch.int64).reshape(-1, 2),
+                    "values": torch.tensor([self.affinity[i][n] for i, n in entries], dtype=torch.float64)}
+        return {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "affinity": affinity}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("models", "affinity"), "FedFomo")
         self.models = ClientParams.of(load_client_params(state["models"]))
         affinity = state["affinity"]
-        if not isinstance(affinity, torch.Tensor) or affinity.shape != self.affinity.shape:
-            raise ValueError(f"FedFomo affinity must be a {tuple(self.affinity.shape)} tensor")
-        self.affinity = affinity.to("cpu", torch.float64).clone()  # server bookkeeping, on the host whatever device the checkpoint was loaded to
+        if isinstance(affinity, torch.Tensor):
+            raise ValueError("FedFomo affinity is an N x N matrix, the layout of checkpoints before 2026-12-05: resume it with that version")
+        table = load_params(affinity)
+        check_state_keys(table, ("pairs", "values"), "FedFomo affinity")
+        pairs, values = table["pairs"], table["values"]
+        if pairs.dim() != 2 or pairs.shape[1:] != (2,) or values.shape != pairs.shape[:1]:
+            raise ValueError("FedFomo affinity must be (P, 2) (client, sent client) pairs and their P values")
+        self.affinity = {}
+        for (i, n), v in zip(pairs.tolist(), values.to(torch.float64).tolist()):  # on the host whatever device the checkpoint was loaded to
+            self.affinity.setdefault(int(i), {})[int(n)] = float(v)
 
 
 CAPABILITIES = Capabilities(

@@ -237,8 +237,9 @@ class PFedSim(AggregatorBase):
         self.options = options
         self.models = ClientParams()
         """client id -> its latest personalised-phase upload (every entry)."""
-        self.sim = torch.zeros(num_clients, num_clients, dtype=torch.float64)
-        """s_ij for the pairs trained in one personalised round (0: never compared; the diagonal is unused)."""
+        self.sim: dict[tuple[int, int], float] = {}
+        """s_ij for the pairs trained in one personalised round, keyed (min, max) (absent: never compared, 0). Only the
+        pairs compared: a dense N x N matrix was 800 MB at 10,000 clients, in memory and in every checkpoint."""
         self.warm: Params | None = None
         """``start = "warmup"``: the global model at the first personalised round (on the CPU), every newcomer's start."""
         self._metrics: dict[str, Json] = {}
@@ -256,7 +257,11 @@ class PFedSim(AggregatorBase):
         """The clients held (i first) and p_ij for each."""
         held = [client_id, *(j for j in sorted(self.models) if j != client_id)]
         o = self.options
-        return held, weights([float(self.sim[client_id, j]) for j in held[1:]], o.self_similarity, o.transform)
+        return held, weights([self.similarity_of(client_id, j) for j in held[1:]], o.self_similarity, o.transform)
+
+    def similarity_of(self, i: int, j: int) -> float:
+        """s_ij = s_ji as last measured (0: never trained in one personalised round)."""
+        return self.sim.get(pair(i, j), 0.0)
 
     def personalised(self, client_id: int, global_params: Params) -> Params:
         """theta_i over the clients held (i's model must be held)."""
@@ -282,7 +287,7 @@ class PFedSim(AggregatorBase):
             for a, ra in enumerate(results):
                 for rb in results[a + 1:]:
                     s = similarity({k: ra.params[k] for k in self.head}, {k: rb.params[k] for k in self.head}, self.weight_key, self.options.similarity)
-                    self.sim[ra.client_id, rb.client_id] = self.sim[rb.client_id, ra.client_id] = s
+                    self.sim[pair(ra.client_id, rb.client_id)] = s
                     sims.append(s)
             self._metrics = {"similarity": math.fsum(sims) / len(sims)} if sims else {}
         return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
@@ -293,7 +298,9 @@ class PFedSim(AggregatorBase):
 
     def state_dict(self) -> dict[str, Any]:
         """Every client's latest personalised upload, the similarity matrix (and, once kept, the warm-up's model)."""
-        state: dict[str, Any] = {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "sim": self.sim}
+        pairs = sorted(self.sim)
+        sim = {"pairs": torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2), "values": torch.tensor([self.sim[p] for p in pairs], dtype=torch.float64)}
+        state: dict[str, Any] = {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "sim": sim}
         if self.warm is not None:
             state["warm"] = params_state(self.warm)
         return state
@@ -302,10 +309,20 @@ class PFedSim(AggregatorBase):
         check_state_keys(state, ("models", "sim", "warm") if "warm" in state else ("models", "sim"), "pFedSim")
         self.warm = load_params(state["warm"]) if "warm" in state else None
         sim = state["sim"]
-        if not isinstance(sim, torch.Tensor) or sim.shape != self.sim.shape:
-            raise ValueError(f"pFedSim similarities must be a {tuple(self.sim.shape)} tensor")
+        if isinstance(sim, torch.Tensor):
+            raise ValueError("pFedSim similarities are an N x N matrix, the layout of checkpoints before 2026-12-05: resume it with that version")
+        table = load_params(sim)
+        check_state_keys(table, ("pairs", "values"), "pFedSim similarities")
+        pairs, values = table["pairs"], table["values"]
+        if pairs.dim() != 2 or pairs.shape[1:] != (2,) or values.shape != pairs.shape[:1]:
+            raise ValueError("pFedSim similarities must be (P, 2) client pairs and their P values")
         self.models = ClientParams.of(load_client_params(state["models"]))
-        self.sim = sim.to("cpu", torch.float64).clone()
+        self.sim = {(int(i), int(j)): float(v) for (i, j), v in zip(pairs.tolist(), values.to(torch.float64).tolist())}
+
+
+def pair(i: int, j: int) -> tuple[int, int]:
+    """The key of s_ij = s_ji."""
+    return (i, j) if i < j else (j, i)
 
 
 def _on(params: Params, like: Params) -> Params:

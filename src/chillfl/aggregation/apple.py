@@ -160,7 +160,8 @@ class APPLEOptions:
 IDS, MODEL, PROX, P0, P = "apple_ids", "apple_model_", "apple_prox", "apple_p0", "apple_p"
 """Context keys: the ids and tables of the core models sent, lambda(r) mu, p^0; and the report of p_i."""
 CORE, BANK, RELATION, HELD, OWN = "apple.core.", "apple.bank.", "apple.p", "apple.held", "apple.own"
-"""Where theta_i, the copies (one (N, ...) stack per parameter), p_i, which copies are held, and i's one-hot live in the state."""
+"""Where theta_i, the copies it holds (one (K, ...) stack per parameter, K the copies held), p_i, the ids of those copies
+(int64, ascending) and i's one-hot live in the state."""
 FLOOR = 0.001
 """The exponential scheduler's value at r = L (the authors' ``epsilon``)."""
 
@@ -256,9 +257,7 @@ class APPLEClient:
         core = {k: v.to(device) for k, v in own_entries(local.state, CORE).items()} or g
         start_p = read_tensor(local.context, P0)
         p = local.state[RELATION].to(device) if RELATION in local.state else start_p.to(device, g[names[0]].dtype)
-        held = local.state[HELD].to(device).clone() if HELD in local.state else torch.zeros(self.num_clients, device=device)  # a copy: marked below
-        stored = own_entries(local.state, BANK)
-        bank = {n: stored[n].to(device).clone() if n in stored else g[n].new_zeros((self.num_clients, *g[n].shape)) for n in names}
+        bank, held = unpacked(local.state, self.num_clients, g, names)
         ids, models = received(local.context)
         for j, table in zip(ids.tolist(), models):
             for n in names:
@@ -272,7 +271,8 @@ class APPLEClient:
         out = yield Train(start, context, objective=0)
         new_core = own_entries(out.params, "core.")
         new_p = out.params["p"]
-        state = {**with_prefix(new_core, CORE), **with_prefix(bank, BANK), RELATION: new_p, HELD: held, OWN: own}
+        slots = torch.nonzero(held > 0).reshape(-1)  # the copies held: only they are kept (the others are the global model's)
+        state = {**with_prefix(new_core, CORE), **with_prefix({n: stack[slots] for n, stack in bank.items()}, BANK), RELATION: new_p, HELD: slots, OWN: own}
         report: Report = {IDS: ids, P: new_p.detach().to(torch.float64)}
         return Personal(new_core, out.num_steps, out.mean_loss, personalised(new_core, filled, new_p, own), state, report)
 
@@ -285,9 +285,29 @@ class APPLEClient:
         core = {k: v.to(device) for k, v in own_entries(state, CORE).items()}
         if not core:  # never trained: no model of its own yet
             return {}
-        bank = {k: v.to(device) for k, v in own_entries(state, BANK).items()}
-        filled = fill(bank, state[HELD].to(device), global_model)
+        bank, held = unpacked(state, self.num_clients, global_model, [n for n, _ in self.model.named_parameters()])
+        filled = fill(bank, held, global_model)
         return personalised(core, filled, state[RELATION].to(device), state[OWN].to(device))
+
+
+def unpacked(state: ClientState, num_clients: int, like: Params, names: Sequence[str]) -> tuple[Params, torch.Tensor]:
+    """The (N, ...) stacks of parameters ``names``' copies a client holds (zeros in the slots it does not) and its 0/1 ``held`` vector, on
+    ``like``'s device, from its state: the copies it holds and their ids. A state of a checkpoint before 2026-12-05
+    holds every (N, ...) stack and a 0/1 ``held`` vector (floating): read as it is."""
+    device = next(iter(like.values())).device
+    held = torch.zeros(num_clients, device=device)
+    stored = own_entries(state, BANK)
+    if HELD in state and torch.is_floating_point(state[HELD]):  # the dense layout
+        held = state[HELD].to(device).clone()
+        return {n: stored[n].to(device).clone() if n in stored else like[n].new_zeros((num_clients, *like[n].shape)) for n in names}, held
+    bank: Params = {}
+    slots = state[HELD].to(device) if HELD in state else torch.zeros(0, dtype=torch.int64, device=device)
+    for n in names:
+        bank[n] = like[n].new_zeros((num_clients, *like[n].shape))
+        if len(slots):
+            bank[n][slots] = stored[n].to(device)
+    held[slots] = 1.0
+    return bank, held
 
 
 def fill(bank: Mapping[str, torch.Tensor], held: torch.Tensor, global_model: Params) -> Params:
@@ -363,8 +383,9 @@ class APPLE(AggregatorBase):
         """client id -> its latest uploaded core model."""
         self.relations: dict[int, torch.Tensor] = {}
         """client id -> its latest p_i (float64, on the CPU)."""
-        self.sent = torch.zeros(num_clients, num_clients, dtype=torch.bool)
-        """sent[i, j]: client j's core model was sent to client i at least once."""
+        self.sent: dict[int, set[int]] = {}
+        """sent[i]: the clients whose core models were sent to client i at least once (absent: none). Only those: an N x N
+        matrix was 100 MB at 10,000 clients, in memory and in every checkpoint."""
 
     def client_half(self) -> ClientHalf:
         return APPLEClient(self.model, self.num_clients, self.options.p_lr, self.options.p_momentum)
@@ -384,7 +405,8 @@ class APPLE(AggregatorBase):
         """The clients whose core models ``client_id`` is sent this round (:func:`choose_downloads`)."""
         o = self.options
         candidates = [j for j in sorted(self.models) if j != client_id]
-        never = {j for j in candidates if not bool(self.sent[client_id, j])}
+        got = self.sent.get(client_id, set())
+        never = {j for j in candidates if j not in got}
         relations = self.relations.get(client_id, self.start_relations())
         base = download_base(round, o.downloads or 0, self.num_clients, o.threshold, o.growth)
         generator = torch.Generator().manual_seed(derive_seed(self.seed, "apple", round, client_id))
@@ -404,17 +426,17 @@ class APPLE(AggregatorBase):
             self.models[r.client_id] = r.params  # a copy, flat on the CPU until it is read
             ids, p = r.report.get(IDS), r.report.get(P)
             if isinstance(ids, torch.Tensor) and len(ids):
-                self.sent[r.client_id, ids.cpu()] = True
+                self.sent.setdefault(r.client_id, set()).update(int(j) for j in ids.tolist())
             if isinstance(p, torch.Tensor):
                 self.relations[r.client_id] = p.detach().to("cpu", torch.float64).clone()
         return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
 
     def state_dict(self) -> dict[str, Any]:
-        """Every client's latest core model and DR vector, and which models each client was sent."""
+        """Every client's latest core model and DR vector, and which models each client was sent ((client, sent) pairs)."""
         return {
             "models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}),
             "relations": {str(cid): self.relations[cid] for cid in sorted(self.relations)},
-            "sent": self.sent,
+            "sent": torch.tensor(sorted((i, j) for i, got in self.sent.items() for j in got), dtype=torch.int64).reshape(-1, 2),
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -425,9 +447,12 @@ class APPLE(AggregatorBase):
             raise ValueError(f"APPLE relations must map client ids to ({self.num_clients},) tensors")
         self.relations = {int(cid): v.to("cpu", torch.float64).clone() for cid, v in relations.items()}
         sent = state["sent"]
-        if not isinstance(sent, torch.Tensor) or sent.shape != self.sent.shape:
-            raise ValueError(f"APPLE sent must be a {tuple(self.sent.shape)} tensor")
-        self.sent = sent.to("cpu", torch.bool).clone()
+        if not isinstance(sent, torch.Tensor) or sent.dim() != 2 or sent.shape[1] != 2 or sent.dtype != torch.int64:
+            # a checkpoint before 2026-12-05 held an N x N bool matrix
+            raise ValueError("APPLE sent must be a (P, 2) int64 tensor of (client, client sent) pairs (an N x N matrix is the layout of checkpoints before 2026-12-05: resume it with that version)")
+        self.sent = {}
+        for i, j in sent.tolist():
+            self.sent.setdefault(int(i), set()).add(int(j))
 
 
 def build(options: APPLEOptions, ctx: BuildContext) -> Built:

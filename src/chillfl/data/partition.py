@@ -145,6 +145,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
@@ -158,6 +159,8 @@ from chillfl.plugins import building, check_hooks, look_up, plugin_names
 
 if TYPE_CHECKING:
     from chillfl.data.datasets import ArrayDataset
+
+log = logging.getLogger(__name__)
 
 NUM_CLIENTS_FIELD = "federation.num_clients"
 
@@ -356,6 +359,10 @@ UNUSED_NOTE_SHARE = 0.9
 """Under this share of the training rows in the clients' hands, a partitioner that declares ``leaves_unused`` is noted."""
 
 
+REDRAW_NOTE_AFTER = 20
+"""Failed draws after which :func:`_redraw` notes, once, that it is still drawing."""
+
+
 def _redraw(
     draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str, concentration: str = "alpha"
 ) -> Partition:
@@ -363,10 +370,19 @@ def _redraw(
 
     ``concentration``: the option that spreads the sizes (``alpha``; ``h`` for ``quantity_skew``), named in that line."""
     require(min_size * k <= n, f"{section}.min_size", f"min_size * num_clients = {min_size * k} exceeds the {n} training samples")
-    for _ in range(max_retries):
+    closest = 0
+    for tries in range(max_retries):
         part = draw()
-        if part.sizes.min() >= min_size:
+        smallest = int(part.sizes.min())
+        if smallest >= min_size:
             return part
+        closest = max(closest, smallest)
+        if tries + 1 == REDRAW_NOTE_AFTER and max_retries > REDRAW_NOTE_AFTER:
+            # no cheap test tells a bound that no draw will meet (at 10,000 clients each draw took 0.13 s, 2 min in all):
+            # say what the loop is doing, once
+            log.info("%s.min_size: %d draws left a client under %d samples (the closest: %d); drawing up to %d more"
+                     " (lower min_size, raise %s, or lower max_retries to stop sooner)", section, tries + 1, min_size, closest,
+                     max_retries - tries - 1, concentration)
     raise ConfigError(
         f"{section}.min_size",
         f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise {concentration}",

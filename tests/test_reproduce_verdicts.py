@@ -40,16 +40,17 @@ def test_an_effect_near_the_papers_reproduces() -> None:
 
 
 def test_the_excess_bound_on_either_side() -> None:
-    # paper 5 points -> bound 3 x 5 = 15 points: one seed at 14 has no interval (no verdict), at 16 is flagged.
+    # paper 5 points -> bound 3 x 5 = 15 points: one seed has no interval (no verdict) either side; 3 seeds at mean 16 are flagged.
     assert accuracy_verdict([0.14], paper_points=5.0)[1] == "does not at this scale"
-    assert accuracy_verdict([0.16], paper_points=5.0)[1] == ARTEFACT
+    assert accuracy_verdict([0.16], paper_points=5.0)[1] == "does not at this scale"
+    assert accuracy_verdict([0.15, 0.16, 0.17], paper_points=5.0)[1] == ARTEFACT
     assert accuracy_verdict([0.16])[1] == "does not at this scale"  # no paper number: nothing to compare with
     assert accuracy_verdict([0.13, 0.14, 0.15], paper_points=5.0)[1] == "reproduces"  # 3 seeds within the bound: the interval decides
     assert accuracy_verdict([-0.60, -0.62, -0.58], paper_points=3.37)[1] == "opposite"  # a large loss is no artefact of a gain
 
 
 @pytest.mark.parametrize(("variant", "baseline", "cells", "verdict"), [
-    ([2, 3, 4], [6, 6, 6], "3.00x, 2.00x, 1.50x", "reproduces"),  # 6/2, 6/3, 6/4: faster at every seed
+    ([1, 2, 3], [6, 6, 6], "6.00x, 3.00x, 2.00x", "reproduces"),  # 6/1, 6/2, 6/3: faster at every seed, mean 3.67x
     ([6, None], [3, 3], "0.50x, variant never", "opposite"),  # 3/6 = 0.5, and never reached: slower at both
     ([3, 2], [3, 4], "1.00x, 2.00x", "does not at this scale"),  # 3/3 = 1: not faster at seed 0
     ([2, None], [None, None], "baseline never, neither", "does not at this scale"),
@@ -75,12 +76,13 @@ def _outcome(claim: Claim, rows: list[dict[str, Any]], seeds: list[int]) -> repr
 def test_flexchill_claim_1_judges_its_rounds_part_and_flags_plus_61_points() -> None:
     claim = CLAIMS[0]
     assert claim.paper == "flexchill" and "6x fewer rounds" in claim.text and (claim.paper_points, claim.paper_speedup) == (3.37, 6.0)
-    rows = [_seed_row("T=1", [0.0, 0.0, 0.0], [9, 8, 10]), _seed_row("T=0.05", [0.60, 0.62, 0.61], [3, 4, 5])]
+    rows = [_seed_row("T=1", [0.0, 0.0, 0.0], [9, 8, 10]), _seed_row("T=0.05", [0.60, 0.62, 0.61], [2, 2, 2])]
     o = _outcome(claim, rows, [0, 1, 2])
-    # mean (60 + 62 + 61) / 3 = 61.00 points = 18.1x the paper's 3.37; rounds 9/3, 8/4, 10/5 = 3x, 2x, 2x: faster at every seed
-    assert o.verdict == ARTEFACT and o.rounds_verdict == "reproduces"
-    assert "18.1x the paper's +3.37" in o.measured and "speed-up 3.00x, 2.00x, 2.00x per seed (paper: up to 6x)" in o.measured
-    assert "accuracy: **likely a step-size artefact**; rounds: **reproduces** |" in format_outcomes([o])
+    # mean (60 + 62 + 61) / 3 = 61.00 points = 18.1x the paper's 3.37; rounds 9/2, 8/2, 10/2 = 4.5x, 4x, 5x: faster at every
+    # seed, in the same runs at one shared lr: the rounds part is qualified as the accuracy part is
+    assert o.verdict == ARTEFACT and o.rounds_verdict == "reproduces; likely a step-size artefact too (the accuracy part's runs)"
+    assert "18.1x the paper's +3.37" in o.measured and "speed-up 4.50x, 4.00x, 5.00x per seed (paper: up to 6x)" in o.measured
+    assert "accuracy: **likely a step-size artefact**; rounds: **reproduces; likely a step-size artefact too (the accuracy part's runs)** |" in format_outcomes([o])
 
 
 def test_a_one_seed_untuned_claim_reads_table_4_rows() -> None:

@@ -11,13 +11,19 @@ explain it. The verdict reads the paired per-seed difference:
   **does not at this scale** (no difference distinguishable from 0 over
   these seeds; the paper's size is printed next to it), also at one seed,
   which has no interval (a sign alone is not a reproduction);
-* an accuracy effect more than :data:`EXCESS` times the paper's (``paper_points``) is not
-  read as reproducing it: its verdict is **likely a step-size artefact** (the baseline's step
-  size may be mistuned: a shared lr with T < 1 takes 1/T times larger steps), whatever its interval;
+* an interval above 0 around a mean more than :data:`EXCESS` times the paper's effect (``paper_points``)
+  is not read as reproducing it: its verdict is **likely a step-size artefact** (the baseline's step
+  size may be mistuned: a shared lr with T < 1 takes 1/T times larger steps); one under 1/EXCESS of
+  it is **same sign, much smaller** (with its fraction of the paper's). An interval that contains 0,
+  or none (one seed), is no artefact either: the rules above decide;
 * a claim that names a rounds part (``paper_speedup``: "up to 6x fewer rounds") has it judged on
   its own, from the rounds each run needs to reach the target (the baseline's best accuracy at the
   same seed): **reproduces** when the variant gets there in fewer rounds at every seed, **opposite**
-  when in more at every seed, otherwise **does not at this scale**;
+  when in more at every seed, otherwise **does not at this scale**; faster at every seed but with a
+  mean gain (speed-up - 1) under 1/EXCESS of the paper's is **same sign, much smaller**; and where
+  the accuracy part is a likely step-size artefact, a positive rounds verdict says so too (the same runs);
+* a verdict reads the seeds where the variant and the baseline both finished: the measured cell says
+  how many of the seeds that is and how each other seed failed, with the few-seeds warning under 3;
 * communication claims (a byte ratio): **reproduces** when the mean ratio
   variant/baseline is at most the paper's bound in every seed, **opposite**
   when it is above 1, otherwise **does not at this scale**.
@@ -102,9 +108,11 @@ class Claim:
 
 
 EXCESS = 3.0
-"""A measured accuracy effect beyond this many times the paper's is not "reproduces": at CPU scale a gain
-of 18x the paper's is far likelier a mistuned baseline step size than the paper's effect."""
+"""A measured effect beyond this many times the paper's is not "reproduces": at CPU scale a gain of 18x the paper's
+is far likelier a mistuned baseline step size than the paper's effect. Below 1/EXCESS of it, it is not "reproduces"
+either (:data:`SMALLER`): +0.8 points with an interval above 0 is no reproduction of "up to +8.35"."""
 ARTEFACT = "likely a step-size artefact"
+SMALLER = "same sign, much smaller"
 
 SCARLET_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
 SCARLET_ROUNDS = {"federation.rounds": 20}
@@ -150,6 +158,8 @@ class Outcome:
     """Accuracy claims: variant - baseline in points per seed; bytes claims: the ratio per seed (the figure's dots)."""
     rounds_verdict: str | None = None
     """The claim's rounds part (``Claim.paper_speedup``), judged on its own; None when the claim names none."""
+    rests_on: tuple[int, ...] | None = None
+    """The seeds the verdict rests on: those where the variant and the baseline both finished (None: every seed)."""
 
 
 def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> RunConfig:
@@ -174,8 +184,9 @@ def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> Run
 def accuracy_verdict(diffs: Sequence[float], paper_points: float | None = None, tuned: bool = False) -> tuple[str, str]:
     """(measured, verdict) of paired accuracy differences (fractions), one per seed.
 
-    ``paper_points``: the paper's effect; a mean above :data:`EXCESS` times it is :data:`ARTEFACT`, not "reproduces"
-    (``tuned``: each side's lr was tuned, so the note points at the grid rather than at a shared lr). The interval is shown
+    ``paper_points``: the paper's effect; an interval above 0 around a mean above :data:`EXCESS` times it is :data:`ARTEFACT`,
+    under 1/EXCESS of it :data:`SMALLER`, not "reproduces"; an interval that contains 0, or none (one seed), stays the verdict
+    it is (``tuned``: each side's lr was tuned, so the note points at the grid rather than at a shared lr). The interval is shown
     clipped to +-100 points and marked (:func:`~chillfl.metrics.stats.format_interval`); the verdict reads it as computed
     (clipping never moves an end across 0)."""
     p = paired_difference(diffs, [0.0] * len(diffs), FRACTION)  # a difference of accuracies: shown within +-100 points
@@ -188,11 +199,20 @@ def accuracy_verdict(diffs: Sequence[float], paper_points: float | None = None, 
     else:  # one seed (or one left where the others failed): no interval, so no difference distinguishable from 0
         measured += " points (one seed: no interval, so no verdict beyond this)"
         verdict = "does not at this scale"
-    if paper_points is not None and paper_points > 0 and 100 * s.mean > EXCESS * paper_points:
-        why = "check whether its tuned lr sits at the grid's edge" if tuned else "both share one lr, and T < 1 steps 1/T times larger"
-        measured += (f"; {100 * s.mean / paper_points:.1f}x the paper's {paper_points:+.2f}: the baseline's step size may be mistuned ({why})")
-        verdict = ARTEFACT
+    if verdict == "reproduces" and paper_points is not None and paper_points > 0:  # an interval above 0: its size against the paper's
+        times = 100 * s.mean / paper_points
+        if times > EXCESS:
+            why = "check whether its tuned lr sits at the grid's edge" if tuned else "both share one lr, and T < 1 steps 1/T times larger"
+            measured += f"; {times:.1f}x the paper's {paper_points:+.2f}: the baseline's step size may be mistuned ({why})"
+            verdict = ARTEFACT
+        elif times < 1 / EXCESS:
+            verdict = much_smaller(f"{times:.2f}x the paper's {paper_points:+.2f}")
     return measured, verdict
+
+
+def much_smaller(size: str) -> str:
+    """The verdict of an effect whose interval excludes 0 on the paper's side but that is under 1/:data:`EXCESS` of the paper's."""
+    return f"{SMALLER} ({size})"
 
 
 def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None], paper_speedup: float) -> tuple[str, str]:
@@ -201,12 +221,15 @@ def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None]
     Per seed the speed-up is rounds(baseline) / rounds(variant): > 1 faster, < 1 slower; reached against never is
     faster (or slower), never against never says nothing. **reproduces** when faster at every seed, **opposite**
     when slower at every seed, otherwise **does not at this scale**; at one seed always the last ("every seed" is then
-    one draw, as the accuracy part's one-seed difference has no interval; before, one seed's speed-up "reproduced")."""
-    cells, faster, slower = [], 0, 0
+    one draw, as the accuracy part's one-seed difference has no interval; before, one seed's speed-up "reproduced").
+    Faster at every seed but with a gain (mean speed-up - 1, over the seeds where both reached the target) under
+    1/:data:`EXCESS` of the paper's (``paper_speedup`` - 1) is :data:`SMALLER`: 1.05x is no reproduction of "up to 6x"."""
+    cells, faster, slower, speedups = [], 0, 0, []
     for v, b in zip(variant, baseline):
         if v is not None and b is not None:
             speedup = b / v
             cells.append(f"{speedup:.2f}x")
+            speedups.append(speedup)
             faster, slower = faster + (speedup > 1), slower + (speedup < 1)
         elif v is not None:
             cells.append("baseline never")
@@ -218,6 +241,9 @@ def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None]
             cells.append("neither")
     n = len(cells)
     verdict = "reproduces" if n > 1 and faster == n else "opposite" if n > 1 and slower == n else "does not at this scale"
+    mean = sum(speedups) / len(speedups) if speedups else None
+    if verdict == "reproduces" and mean is not None and paper_speedup > 1 and mean - 1 < (paper_speedup - 1) / EXCESS:
+        verdict = much_smaller(f"mean {mean:.2f}x against the paper's up to {paper_speedup:g}x")  # its gain under a third of the paper's
     measured = f"rounds to target: speed-up {', '.join(cells) or '-'} per seed (paper: up to {paper_speedup:g}x)"
     return measured + ("; one seed: no verdict beyond this" if n == 1 else ""), verdict
 
@@ -280,22 +306,51 @@ def run_claim(
     a, b = row.get("cumulative_mb"), base.get("cumulative_mb")
     ratios = [x / y for x, y in zip(_per_seed(a), _per_seed(b)) if x is not None and y] if a and b else []
     ratio = sum(ratios) / len(ratios) if ratios else None
+    used, dropped = _rests_on(row, base, seeds)
     if claim.metric == "bytes":
         if not ratios:
             raise ConfigError("reproduce", f"{claim.config}: no byte counts in the records")
         measured, verdict = bytes_verdict(ratios, claim.bound)
-        return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(ratios))
+        return Outcome(claim, list(seeds), measured + _fewer(used, dropped, seeds) + tuned, verdict, ratio, compared.folder, tuple(ratios), rests_on=used)
     else:
         delta = row["delta_acc"]
         if delta is None:
-            return Outcome(claim, list(seeds), "diverged", "does not at this scale", ratio, compared.folder)
+            return Outcome(claim, list(seeds), "diverged" + _fewer(used, dropped, seeds), "does not at this scale", ratio, compared.folder, rests_on=used)
         per_seed = _per_seed(delta)
         measured, verdict = accuracy_verdict(per_seed, claim.paper_points, bool(claim.tune))
+        measured += _fewer(used, dropped, seeds)
     rounds = None
     if claim.paper_speedup is not None:
         said, rounds = rounds_verdict(_rounds_of(row), _rounds_of(base), claim.paper_speedup)
         measured += f"; {said}"
-    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in per_seed), rounds)
+        if verdict == ARTEFACT and (rounds == "reproduces" or rounds.startswith(SMALLER)):  # the same runs, at the same step sizes
+            rounds += f"; {ARTEFACT} too (the accuracy part's runs)"
+    return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in per_seed), rounds, used)
+
+
+def _rests_on(row: Mapping[str, Any], base: Mapping[str, Any], seeds: Sequence[int]) -> tuple[tuple[int, ...], list[str]]:
+    """(the seeds where the variant and the baseline both finished, how each other seed failed: ``seed 0: T=0.02 diverged
+    at round 1``). A verdict reads the paired seeds alone, so one that says "sign holds 2/2" must say a seed is missing."""
+    dropped: dict[int, list[str]] = {}
+    for r in (row, base):
+        failed = r.get("failed")
+        if isinstance(failed, Mapping):  # over seeds: seed -> how (a one-seed row's is a string; it has no numbers then)
+            for seed in seeds:
+                if str(seed) in failed:
+                    dropped.setdefault(seed, []).append(f"{r['variant']} {failed[str(seed)]}")
+    used = tuple(s for s in seeds if s not in dropped)
+    return used, [f"seed {s}: {', '.join(how)}" for s, how in dropped.items()]
+
+
+def _fewer(used: Sequence[int], dropped: Sequence[str], seeds: Sequence[int]) -> str:
+    """What the measured cell adds where seeds failed: how many the verdict rests on, which failed, and, under
+    :data:`~chillfl.report.compare.MIN_SEEDS` left (more than one: one seed says so already), the few-seeds warning."""
+    if not dropped:
+        return ""
+    said = f"; rests on {len(used)} of {counted(len(seeds), 'seed')} ({'; '.join(dropped)})"
+    if 1 < len(used) < MIN_SEEDS:
+        said += f": {few_seeds_warning(len(used)).removeprefix('warning: ')}"
+    return said
 
 
 def _is_number(value: Any, whole: bool = False) -> bool:
@@ -483,6 +538,10 @@ def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
     lines = [f"# chillfl reproduce {paper} --seeds {seeds}", ""]
     if len(outcomes[0].seeds) < MIN_SEEDS:  # as the comparisons' tables warn
         lines += [few_seeds_warning(len(outcomes[0].seeds)), ""]
+    else:  # enough seeds asked for, but a claim whose runs failed at some rests on fewer
+        fewer = [f"{few_seeds_warning(len(o.rests_on))} ({o.claim.text}: {len(o.rests_on)} of its seeds finished)" for o in outcomes
+                 if o.rests_on is not None and 0 < len(o.rests_on) < MIN_SEEDS]
+        lines += [*fewer, ""] if fewer else []
     lines += [format_outcomes(outcomes), ""]
     points = verdict_points(outcomes)
     try:

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.config import RunConfig
+from chillfl.numeric import is_real
 from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.temperature.registry import constant_temperature, steers_on_test_rows
 
@@ -54,19 +55,81 @@ def _temperature(config: RunConfig) -> str:
     return "1" if value == 1.0 else f"T={value:g}"
 
 
-def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[Any]], controls: bool) -> str | None:
-    """One paragraph when the variants compare temperatures at one shared ``client.lr``; None otherwise."""
+def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[Any]], controls: bool, uncontrolled: Sequence[str] = ()) -> str | None:
+    """One paragraph when the variants compare temperatures at one shared ``client.lr``; None otherwise.
+
+    ``controls``: the comparison has step-size controls; they cover the variants at one fixed T, so the caveat then
+    stays for ``uncontrolled`` alone (labels of chilled variants whose policy sets T per client or round: no one T to
+    scale the lr by), naming them, and is None when there are none."""
     temperatures = {_temperature(c) for c in configs}
     lrs = {c.client.lr for c in configs}
-    if len(temperatures) < 2 or len(lrs) != 1 or "client.lr" in tune or controls:
+    if len(temperatures) < 2 or len(lrs) != 1 or "client.lr" in tune or (controls and not uncontrolled):
         return None
     lr = lrs.pop()
+    tuned = f"--seeds 0,1,2 eval.validation=0.2 --tune client.lr={lr:g},{5 * lr:g},{20 * lr:g} (docs/comparisons.md)."
+    if controls:  # labels quoted, as the other caveats': a label may hold commas itself
+        return (f"step-size caveat: the controls cover the variants at one fixed T; {', '.join(repr(label) for label in uncontrolled)} "
+                f"set{'s' if len(uncontrolled) == 1 else ''} T per client or round, so {'it has' if len(uncontrolled) == 1 else 'they have'} none, "
+                f"and {'trains' if len(uncontrolled) == 1 else 'train'} at the shared client.lr = {lr:g}, where the gradient of CE(z / T) "
+                f"scales with 1/T: a gain there may be the step size alone. Tuned: {tuned}")
     return (
         f"step-size caveat: every variant trains at one shared client.lr = {lr:g}, and the gradient of CE(z / T) "
         "scales with 1/T, so a T < 1 row also takes larger steps: a gain here may be the step size alone. "
         "Controlled: rerun with --controls (adds T = 1 at lr x 1/T and magnitude-/direction-only ablations); "
-        f"tuned: --seeds 0,1,2 eval.validation=0.2 --tune client.lr={lr:g},{5 * lr:g},{20 * lr:g} (docs/comparisons.md)."
+        f"tuned: {tuned}"
     )
+
+
+def _identity_breakers(config: RunConfig) -> list[str]:
+    """What in ``config``'s local training breaks "magnitude only at lr = T = 1 at lr x 1/T", each as ``field = value (why)``.
+
+    The identity is ``lr * (g / T) = (lr / T) * g`` step for step: it holds for SGD with momentum (Nesterov too) and
+    lr decay or a schedule of factors, since each is linear in the gradient and the lr."""
+    c = config.client
+    out = []
+    if c.optimizer != "sgd":
+        out.append(f"client.optimizer = {c.optimizer!r} (it divides the gradient's scale out, so 1/T barely changes its steps while lr x 1/T does)")
+    if c.weight_decay > 0:
+        out.append(f"client.weight_decay = {c.weight_decay:g} (lr x 1/T scales the decay too, a gradient x 1/T does not)")
+    if c.clip_norm > 0:
+        out.append(f"client.clip_norm = {c.clip_norm:g} (it clips the gradient x 1/T to one norm, not the step)")
+    if c.lr_schedule == "cosine" and c.lr_min > 0:
+        out.append(f"client.lr_min = {c.lr_min:g} (cosine anneals to it, unscaled by lr x 1/T)")
+    return out
+
+
+def controls_caveat(controlled: Sequence[RunConfig]) -> str | None:
+    """One line when the step-size controls ran where their identity fails (:func:`_identity_breakers`); None otherwise.
+
+    ``controlled``: the configs of the variants that got controls (the controls share their local training). Under
+    Adam, clipping, weight decay or a cosine floor, "T = 1 at lr x 1/T" no longer takes the chilled run's step, so its
+    rows would read as step-size matches that they are not."""
+    breakers = list(dict.fromkeys(b for c in controlled for b in _identity_breakers(c)))
+    if not breakers:
+        return None
+    return ("controls caveat: the step-size controls rest on magnitude only at lr taking the steps of T = 1 at lr x 1/T, "
+            f"which holds for plain SGD (momentum included), not with {'; '.join(breakers)}: read the control rows as ablations "
+            "at another step size, not as step-size matches (docs/comparisons.md).")
+
+
+def grid_edge_caveat(chosen: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Sequence[Any]]]]) -> str | None:
+    """One line naming each variant whose chosen value of a numeric tuned key is its grid's smallest or largest; None otherwise.
+
+    ``chosen``: (label, its chosen point, its grid: the shared one and its own) of each variant that chose a point. A key
+    with 2 values or fewer has no inside to choose, so only grids of more than 2 are read: there a chosen edge says the
+    best value may lie beyond the grid (the README demo's T = 1 took the top lr, T = 0.05 the bottom)."""
+    edges = []
+    for label, point, grid in chosen:
+        for key, values in grid.items():
+            numbers = {float(v) for v in values if is_real(v)}
+            value = point.get(key)
+            if len(numbers) < 3 or len(numbers) != len(values) or not is_real(value):
+                continue
+            if value in (min(numbers), max(numbers)):
+                edges.append(f"{label!r} chose {key} = {value:g}, the {'largest' if value == max(numbers) else 'smallest'} of its grid")
+    if not edges:
+        return None
+    return f"grid-edge caveat: {'; '.join(edges)}: the best value may lie outside the grid; widen the grid to see (docs/comparisons.md)."
 
 
 TEST_SET_FIELDS = ("dataset", "data_dir", "eval.validation")

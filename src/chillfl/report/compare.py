@@ -350,6 +350,19 @@ def few_seeds_warning(n: int) -> str:
             f"run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4)")
 
 
+def fewer_pairs_warnings(rows: Sequence[Mapping[str, Any]], seeds: int) -> list[str]:
+    """:func:`few_seeds_warning` for the rows whose paired difference rests on fewer than :data:`MIN_SEEDS` of the
+    ``seeds`` (the others failed, the variant's run or the baseline's): one line per count, naming the rows (quoted).
+    The table's own warning counts the seeds asked for; a "sign holds 2/2" over 3 seeds said nothing of its width."""
+    fewer: dict[int, list[str]] = {}
+    for r in rows:
+        delta = r.get("delta_acc")
+        if isinstance(delta, Mapping) and delta["n"] < MIN_SEEDS:
+            fewer.setdefault(delta["n"], []).append(repr(r["variant"]))
+    return [f"{few_seeds_warning(n)} (the diff of {', '.join(labels)} pairs {n} of the {seeds} seeds: the others failed)"
+            for n, labels in sorted(fewer.items())]
+
+
 def _differences(row: Mapping[str, Any], base_label: str) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
     """A seed row's paired differences as the table prints them: the baseline's (none recorded) are its own values paired
     with themselves (+0.00 ± 0.00 over the seeds it finished), so the printed table reads as it always has."""
@@ -378,6 +391,8 @@ def format_seed_table(
     ]
     if seeds and len(seeds) < MIN_SEEDS:
         lines.append(few_seeds_warning(len(seeds)))
+    else:
+        lines += fewer_pairs_warnings(rows, len(seeds))
     local_rule = is_local(select)
     grid = "; ".join([f"{k} in {{{', '.join(map(str, v))}}}" for k, v in (tune or {}).items()]
                      + [f"{label} also {k} in {{{', '.join(map(str, v))}}}" for label, table in own.items() for k, v in table.items()])

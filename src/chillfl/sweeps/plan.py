@@ -398,7 +398,7 @@ def with_controls(config: RunConfig, variants: Sequence[Variant], shared: Mappin
     labels = {v.label for v in variants}
     for i, v in enumerate(variants):
         t = v.temperature
-        if t is None or t == 1.0 or (built[i] if i < len(built) else apply_variant(config, v)).client.loss != "standard":
+        if t is None or not gets_controls(v, built[i] if i < len(built) else apply_variant(config, v)):
             continue
         _refuse_tuned_temperature(v, shared or {})
         rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
@@ -412,6 +412,18 @@ def with_controls(config: RunConfig, variants: Sequence[Variant], shared: Mappin
                 out.append(control)
                 labels.add(control.label)
     return out
+
+
+def gets_controls(variant: Variant, config: RunConfig) -> bool:
+    """Whether :func:`with_controls` gives ``variant`` (built: ``config``) its step-size controls: one fixed T != 1, the standard loss."""
+    return variant.temperature is not None and variant.temperature != 1.0 and config.client.loss == "standard"
+
+
+def left_without_controls(variants: Sequence[Variant], configs: Sequence[RunConfig]) -> list[str]:
+    """The labels of the chilled variants that :func:`with_controls` cannot control: the standard loss under a policy
+    that sets T per client or round (FedChill's decay), or one passed from Python, so there is no one T to scale the lr
+    by. Their step-size caveat stays under a controlled table (:func:`~chillfl.report.caveats.step_size_caveat`)."""
+    return [v.label for v, c in zip(variants, configs) if c.client.loss == "standard" and constant_temperature(c.temperature) is None]
 
 
 def _refuse_tuned_temperature(variant: Variant, shared: Mapping[str, Any]) -> None:

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import logging
+import math
 import os
 import shutil
 import sys
@@ -38,7 +39,8 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, local_mix_warning, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat
+from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat, local_mix_warning, nonfinite_loss_caveat,
+                                    other_test_rows_caveat, steering_caveat, step_size_caveat)
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.executors.processes import ClientCodeError, WorkerError
@@ -46,7 +48,7 @@ from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.stop_signals import made_held
 from chillfl.storage.run_folder import folder_named
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, naming, plan_runs
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
@@ -363,11 +365,26 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
     labelled = [(v.label, c) for v, c in zip(plan.variants, configs)]
-    for caveat in (step_size_caveat(configs, tuned, any(v.lr_scale != 1.0 for v in plan.variants)), other_test_rows_caveat(configs),
-                   nonfinite_loss_caveat(nonfinite), epsilon_caveat(labelled), steering_caveat(labelled, policy)):
+    controls = any(v.lr_scale != 1.0 for v in plan.variants)  # the lr control's x 1/T: with_controls added them
+    uncontrolled = left_without_controls(plan.variants, configs) if controls else []
+    controlled = [c for v, c in zip(plan.variants, configs) if controls and gets_controls(v, c)]
+    for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),
+                   other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), epsilon_caveat(labelled), steering_caveat(labelled, policy)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)
+
+
+def chosen_points(plan: Plan, picked: Picked) -> list[tuple[str, Point, dict[str, list[Any]]]]:
+    """(label, chosen point, its grid: the shared one and its own) of each tuned variant that chose one (a variant whose
+    every point failed at a seed chose none: its row shows the first point), for the grid-edge caveat."""
+    out = []
+    for v in plan.variants:
+        if v.label in picked.chosen:
+            point, scores = picked.chosen[v.label]
+            if any(not math.isinf(x) for x in scores):
+                out.append((v.label, point, {**plan.tune_table, **v.tune}))
+    return out
 
 
 def nonfinite_runs(plan: Plan, sweep: Sweep) -> list[str]:

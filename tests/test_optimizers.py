@@ -252,7 +252,8 @@ def test_defaults_keep_the_sgd_spec() -> None:
     ({"client.beta1": 0.8}, "client.beta1"),
     ({"client.optimizer": "adam", "client.beta2": 1.0}, "client.beta2"),
     ({"client.optimizer": "rmsprop"}, "client.optimizer"),
-    ({"client.lr_min": 0.5}, "client.lr_min"),
+    ({"client.lr_schedule": "cosine", "client.lr_min": 0.5}, "client.lr_min"),
+    ({"client.lr_min": -0.1}, "client.lr_min"),
     ({"client.clip_norm": -1.0}, "client.clip_norm"),
 ])
 def test_bad_optimizer_settings_name_the_field(overrides: dict[str, Any], field: str) -> None:
@@ -284,3 +285,9 @@ def test_cli_reports_an_optimizer_mismatch_in_one_line(capsys: pytest.CaptureFix
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "client.optimizer" in err[0] and "SGD" in err[0]
     assert not any(tmp_path.iterdir())
+
+
+def test_lr_min_above_lr_is_no_clash_where_the_schedule_never_reads_it() -> None:
+    """Only cosine anneals to lr_min: under another schedule a tuned lr below it was refused though nothing reads it."""
+    cfg = load_config(None, {"client.lr": 0.001, "client.lr_min": 0.005, "client.lr_schedule": "step"})
+    assert cfg.client.lr_min == 0.005

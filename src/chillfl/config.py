@@ -203,7 +203,10 @@ class ClientConfig:
             require(0 < self.eps <= 1, f"{section}.eps", f"must be in (0, 1], got {self.eps}")
         require_range(self.lr_step_size, 1, MAX_ROUNDS * MAX_EPOCHS, f"{section}.lr_step_size")
         require(0 < self.lr_gamma <= 1, f"{section}.lr_gamma", f"must be in (0, 1], got {self.lr_gamma}")
-        require(0 <= self.lr_min < self.lr, f"{section}.lr_min", f"must be in [0, lr = {self.lr}), got {self.lr_min}")
+        # below lr where cosine anneals to it; another schedule never reads it (the warning below), so a tuned lr under
+        # lr_min there is no clash
+        require(math.isfinite(self.lr_min) and 0 <= self.lr_min and (self.lr_schedule != "cosine" or self.lr_min < self.lr), f"{section}.lr_min",
+                f"must be in [0, lr = {self.lr}), got {self.lr_min}")
         require(math.isfinite(self.sam_rho) and 0 <= self.sam_rho <= 1e3, f"{section}.sam_rho", f"must be in [0, 1e3] (0 = off), got {self.sam_rho}")
         if self.sam_adaptive:
             require(self.sam_rho > 0, f"{section}.sam_adaptive", "scales the sharpness-aware perturbation: set sam_rho > 0 too")

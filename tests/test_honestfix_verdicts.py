@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from chillfl.report.compare import CompareResult
 from chillfl.reproduce import ARTEFACT, CLAIMS, Claim, Outcome, accuracy_verdict, format_outcomes, rounds_verdict, run_claim, write_verdicts
 import chillfl.reproduce as reproduce
@@ -83,3 +85,17 @@ def test_a_verdict_says_it_rests_on_the_seeds_that_finished(tmp_path: Path) -> N
     # every seed finished: nothing added, no warning
     full = _outcome(claim, [rows[0], _row("T=0.02", [-0.08, -0.09, -0.10], [None] * 3)], [0, 1, 2])
     assert full.rests_on == (0, 1, 2) and "rests on" not in full.measured
+
+
+def test_the_command_line_warns_of_a_claim_resting_on_fewer_seeds(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """stderr said the few-seeds warning from the seeds asked for only: 3 asked, 2 finished, nothing said there."""
+    import chillfl.reproduce as rp
+    from chillfl.cli import main
+
+    claim = Claim("flexchill", "probe", "demo", "T=0.02", "T=1", grid=("temperature=1,0.02",), paper_points=3.37)
+    rows = [_row("T=1", [0.0] * 3, [3, 3, 3]), _row("T=0.02", [None, -0.0836, -0.0976], [None, None, None], {"0": "diverged at round 1"})]
+    o = _outcome(claim, rows, [0, 1, 2])
+    monkeypatch.setattr(rp, "reproduce", lambda *args, **kwargs: [o])
+    monkeypatch.setattr(rp, "write_verdicts", lambda *args, **kwargs: None)
+    assert main(["reproduce", "flexchill", "--seeds", "0,1,2", "--out", str(tmp_path)]) == 0
+    assert "2 seeds: the 95 % intervals are uninformative" in capsys.readouterr().err

@@ -444,8 +444,7 @@ def _say_grid_replaces(config: RunConfig, grid: Sequence[str]) -> None:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     with _before_writing(None), _signals_held():  # torch: most of the start
         from chillfl.sweeps.plan import parse_seeds
-        from chillfl.report.compare import MIN_SEEDS, few_seeds_warning
-        from chillfl.reproduce import format_outcomes, reproduce, write_verdicts
+        from chillfl.reproduce import format_outcomes, reproduce, seed_warnings, write_verdicts
         from chillfl.runner import RunInterrupted
 
     seeds = parse_seeds(args.seeds)
@@ -477,8 +476,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         say(f"chillfl: interrupted; resume with: {again}")
         return _signal_exit(exc)
     print(format_outcomes(outcomes))
-    if len(seeds) < MIN_SEEDS:  # the comparisons' tables say so; the verdicts drawn from them said nothing
-        say(f"chillfl: {few_seeds_warning(len(seeds))}")
+    for warning in seed_warnings(outcomes):  # the comparisons' tables say so; the verdicts drawn from them said nothing
+        say(f"chillfl: {warning}")
     written = write_verdicts(args.paper, outcomes)
     if written is not None:
         say(f"chillfl reproduce: verdicts and their evidence folders in {written}")

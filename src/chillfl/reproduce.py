@@ -525,6 +525,17 @@ def verdict_points(outcomes: Sequence[Outcome]) -> list[VerdictPoint]:
     return points
 
 
+def seed_warnings(outcomes: Sequence[Outcome]) -> list[str]:
+    """The few-seeds warnings of a set of verdicts: the seeds asked for, when under :data:`MIN_SEEDS` (as the comparisons'
+    tables warn); else one per claim whose runs failed at some seeds and whose verdict rests on fewer."""
+    if not outcomes:
+        return []
+    if len(outcomes[0].seeds) < MIN_SEEDS:
+        return [few_seeds_warning(len(outcomes[0].seeds))]
+    return [f"{few_seeds_warning(len(o.rests_on))} ({o.claim.text}: {len(o.rests_on)} of its seeds finished)" for o in outcomes
+            if o.rests_on is not None and 0 < len(o.rests_on) < MIN_SEEDS]
+
+
 def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
     """``reproduce-PAPER.md`` beside the claims' comparison folders: the verdict table, its figure
     (``reproduce-PAPER.png``, with the ``plots`` extra) and, per claim, the folder that holds its evidence.
@@ -536,12 +547,8 @@ def write_verdicts(paper: str, outcomes: Sequence[Outcome]) -> Path | None:
     path = folders[0].parent / f"reproduce-{paper}.md"
     figure = path.with_suffix(".png")
     lines = [f"# chillfl reproduce {paper} --seeds {seeds}", ""]
-    if len(outcomes[0].seeds) < MIN_SEEDS:  # as the comparisons' tables warn
-        lines += [few_seeds_warning(len(outcomes[0].seeds)), ""]
-    else:  # enough seeds asked for, but a claim whose runs failed at some rests on fewer
-        fewer = [f"{few_seeds_warning(len(o.rests_on))} ({o.claim.text}: {len(o.rests_on)} of its seeds finished)" for o in outcomes
-                 if o.rests_on is not None and 0 < len(o.rests_on) < MIN_SEEDS]
-        lines += [*fewer, ""] if fewer else []
+    warnings = seed_warnings(outcomes)
+    lines += [*warnings, ""] if warnings else []
     lines += [format_outcomes(outcomes), ""]
     points = verdict_points(outcomes)
     try:

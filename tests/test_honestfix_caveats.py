@@ -110,3 +110,12 @@ def test_a_row_whose_difference_rests_on_two_seeds_warns() -> None:
     assert "warning:" not in format_seed_table(_rows([0, 1, 2], {}), "T=1", "T=1", None, "final", 0.0)
     one = format_seed_table(_rows([0, 1, 2], {"0": "diverged at round 1", "1": "diverged at round 2"}), "T=1", "T=1", None, "final", 0.0)
     assert f"{few_seeds_warning(1)} (the diff of 'T=0.02' pairs 1 of the 3 seeds: the others failed)" in one
+
+
+def test_a_diverging_loss_is_written_in_exponent_form() -> None:
+    """A loss of 2.7e+17 was printed as '272821941800835168.000 ± 472541461671592704.000'."""
+    from chillfl.report.compare import _pm, fixed
+
+    assert _pm({"mean": 2.728e17, "std": 4.725e17}, 1.0, 3) == "2.728e+17 ± 4.725e+17"
+    assert _pm({"mean": 0.279, "std": 0.044}, 1.0, 3) == "0.279 ± 0.044"  # ordinary cells as before
+    assert fixed(-1.5e7, 2, "+") == "-1.50e+07" and fixed(999999.0, 1) == "999999.0"

@@ -191,7 +191,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
     for r in rows:
         rounds = "-" if r.get("failed") else "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
-        loss = "-" if r["final_loss"] is None else f"{r['final_loss']:.3f}"
+        loss = "-" if r["final_loss"] is None else fixed(r["final_loss"], 3)
         name = r["variant"] + (f" ({r['failed']})" if r.get("failed") else "")
         delta = 0.0 if r["variant"] == base_label else r["delta_acc"]  # the baseline's own difference: none recorded, 0 printed
         acc = "-" if r["final_acc"] is None else f"{pct(r['final_acc'])} ({pct(delta, True)})"
@@ -313,13 +313,22 @@ def build_seed_rows(
     return rows
 
 
+LARGE = 1e6
+"""From here a cell's number is written in exponent form: a diverging loss of 2.7e+17 printed as 18 digits and a
+point filled the row (its std too), and its digits past the third said nothing."""
+
+
+def fixed(value: float, digits: int, sign: str = "") -> str:
+    """``value`` with ``digits`` decimals, or in exponent form with as many significant digits when it is huge."""
+    return f"{value:{sign}.{digits}e}" if abs(value) >= LARGE else f"{value:{sign}.{digits}f}"
+
+
 def _pm(stat: Mapping[str, Any] | None, scale: float = 100.0, digits: int = 2, signed: bool = False) -> str:
     if stat is None:
         return "-"
-    sign = "+" if signed else ""
-    text = f"{scale * stat['mean']:{sign}.{digits}f}"
+    text = fixed(scale * stat["mean"], digits, "+" if signed else "")
     if stat["std"] is not None:
-        text += f" ± {scale * stat['std']:.{digits}f}"
+        text += f" ± {fixed(scale * stat['std'], digits)}"
     return text
 
 

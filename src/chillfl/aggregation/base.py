@@ -574,6 +574,30 @@ def check_state_keys(state: Mapping[str, Any], keys: Collection[str], owner: str
         raise ValueError(f"{owner} state must have keys {sorted(keys)}, got {sorted(state)}")
 
 
+PairValues = dict[tuple[int, int], float]
+"""A value per pair of clients that met (pFedSim's similarities, FedFomo's affinities): only the pairs that did, so a
+federation of 10,000 clients does not hold, or checkpoint, an N x N matrix of zeros."""
+
+
+def pair_values_state(values: Mapping[tuple[int, int], float]) -> dict[str, torch.Tensor]:
+    """``values`` as state: the pairs, sorted, as a (P, 2) integer tensor and their values as a float64 one."""
+    pairs = sorted(values)
+    return {"pairs": torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2), "values": torch.tensor([values[p] for p in pairs], dtype=torch.float64)}
+
+
+def load_pair_values(state: Any, owner: str) -> PairValues:
+    """:func:`pair_values_state` read back; a ValueError naming ``owner`` for another layout (the dense N x N matrix of
+    checkpoints before 2026-12-05 included: that version resumes them)."""
+    if isinstance(state, torch.Tensor):
+        raise ValueError(f"{owner} is an N x N matrix, the layout of checkpoints before 2026-12-05: resume it with that version")
+    table = load_params(state)
+    check_state_keys(table, ("pairs", "values"), owner)
+    pairs, values = table["pairs"], table["values"]
+    if pairs.dim() != 2 or pairs.shape[1:] != (2,) or values.shape != pairs.shape[:1]:
+        raise ValueError(f"{owner} must be (P, 2) client pairs and their P values")
+    return {(int(i), int(j)): float(v) for (i, j), v in zip(pairs.tolist(), values.to(torch.float64).tolist())}  # on the host
+
+
 def params_state(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A name -> tensor dict as state (a shallow copy: the aggregators never update their tensors in place)."""
     return dict(params)

@@ -88,8 +88,9 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
-    load_params,
+    load_pair_values,
     own_entries,
+    pair_values_state,
     weighted_average,
     with_prefix,
 )
@@ -298,25 +299,15 @@ class FedFomo(AggregatorBase):
 
     def state_dict(self) -> dict[str, Any]:
         """Every client's latest model and the affinity matrix P."""
-        entries = sorted((i, n) for i, row in self.affinity.items() for n in row)
-        affinity = {"pairs": torch.tensor(entries, dtype=torch.int64).reshape(-1, 2),
-                    "values": torch.tensor([self.affinity[i][n] for i, n in entries], dtype=torch.float64)}
+        affinity = pair_values_state({(i, n): value for i, row in self.affinity.items() for n, value in row.items()})
         return {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "affinity": affinity}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("models", "affinity"), "FedFomo")
         self.models = ClientParams.of(load_client_params(state["models"]))
-        affinity = state["affinity"]
-        if isinstance(affinity, torch.Tensor):
-            raise ValueError("FedFomo affinity is an N x N matrix, the layout of checkpoints before 2026-12-05: resume it with that version")
-        table = load_params(affinity)
-        check_state_keys(table, ("pairs", "values"), "FedFomo affinity")
-        pairs, values = table["pairs"], table["values"]
-        if pairs.dim() != 2 or pairs.shape[1:] != (2,) or values.shape != pairs.shape[:1]:
-            raise ValueError("FedFomo affinity must be (P, 2) (client, sent client) pairs and their P values")
         self.affinity = {}
-        for (i, n), v in zip(pairs.tolist(), values.to(torch.float64).tolist()):  # on the host whatever device the checkpoint was loaded to
-            self.affinity.setdefault(int(i), {})[int(n)] = float(v)
+        for (i, n), v in load_pair_values(state["affinity"], "FedFomo affinity").items():  # (client, sent client): its row
+            self.affinity.setdefault(i, {})[n] = v
 
 
 CAPABILITIES = Capabilities(

@@ -97,6 +97,7 @@ from chillfl.aggregation.base import (
     ClientState,
     Context,
     Downlink,
+    PairValues,
     Params,
     Report,
     Trained,
@@ -105,8 +106,10 @@ from chillfl.aggregation.base import (
     client_params_state,
     client_weights,
     load_client_params,
+    load_pair_values,
     load_params,
     own_entries,
+    pair_values_state,
     params_state,
     weighted_average,
     with_prefix,
@@ -237,7 +240,7 @@ class PFedSim(AggregatorBase):
         self.options = options
         self.models = ClientParams()
         """client id -> its latest personalised-phase upload (every entry)."""
-        self.sim: dict[tuple[int, int], float] = {}
+        self.sim: PairValues = {}
         """s_ij for the pairs trained in one personalised round, keyed (min, max) (absent: never compared, 0). Only the
         pairs compared: a dense N x N matrix was 800 MB at 10,000 clients, in memory and in every checkpoint."""
         self.warm: Params | None = None
@@ -298,9 +301,7 @@ class PFedSim(AggregatorBase):
 
     def state_dict(self) -> dict[str, Any]:
         """Every client's latest personalised upload, the similarity matrix (and, once kept, the warm-up's model)."""
-        pairs = sorted(self.sim)
-        sim = {"pairs": torch.tensor(pairs, dtype=torch.int64).reshape(-1, 2), "values": torch.tensor([self.sim[p] for p in pairs], dtype=torch.float64)}
-        state: dict[str, Any] = {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "sim": sim}
+        state: dict[str, Any] = {"models": client_params_state({cid: self.models[cid] for cid in sorted(self.models)}), "sim": pair_values_state(self.sim)}
         if self.warm is not None:
             state["warm"] = params_state(self.warm)
         return state
@@ -308,16 +309,8 @@ class PFedSim(AggregatorBase):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         check_state_keys(state, ("models", "sim", "warm") if "warm" in state else ("models", "sim"), "pFedSim")
         self.warm = load_params(state["warm"]) if "warm" in state else None
-        sim = state["sim"]
-        if isinstance(sim, torch.Tensor):
-            raise ValueError("pFedSim similarities are an N x N matrix, the layout of checkpoints before 2026-12-05: resume it with that version")
-        table = load_params(sim)
-        check_state_keys(table, ("pairs", "values"), "pFedSim similarities")
-        pairs, values = table["pairs"], table["values"]
-        if pairs.dim() != 2 or pairs.shape[1:] != (2,) or values.shape != pairs.shape[:1]:
-            raise ValueError("pFedSim similarities must be (P, 2) client pairs and their P values")
+        self.sim = load_pair_values(state["sim"], "pFedSim similarities")
         self.models = ClientParams.of(load_client_params(state["models"]))
-        self.sim = {(int(i), int(j)): float(v) for (i, j), v in zip(pairs.tolist(), values.to(torch.float64).tolist())}
 
 
 def pair(i: int, j: int) -> tuple[int, int]:

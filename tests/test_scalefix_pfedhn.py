@@ -1,7 +1,7 @@
 """pFedHN's server step holds one client's chain-rule gradient at a time, not one per sampled client.
 
 Each gradient is as large as the hypernetwork, the whole embedding table included (97 MB a client at 10,000 clients);
-kept in a list, a round of 40 clients held 4.9 GB. The bits are the list's: ``tests/test_scalefix_bitwise.py``.
+kept in a list, a round of 40 clients held 4.9 GB. The bits are the list's (a running sum in the same order).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 At 10,000 clients the dense matrices were 800 MB (float64, int64) or 100 MB (bool) from the first round, in memory
 and written whole into every checkpoint; APPLE's clients each kept N stacked core models. A few clients of a 3,000-client
 federation take part here: the state (what a checkpoint writes) must be a few kilobytes. The results stay bitwise the
-dense code's (``tests/test_scalefix_bitwise.py``); an older checkpoint's dense layout is refused with one line.
+dense code's (checked against digests of the dense code on one machine when it changed); an older checkpoint's dense layout is refused with one line.
 """
 
 from __future__ import annotations

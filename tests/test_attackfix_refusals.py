@@ -68,3 +68,18 @@ def test_the_privacy_refusal_of_a_non_mean_says_what_local_does() -> None:
     assert "adds noise to a weighted mean" not in err.message  # local noises each client's own update, not a mean
     assert err.message.startswith("'local' clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
                                   "which algorithm 'median' is not (")
+
+
+def test_a_comparison_refuses_the_variant_before_any_run_is_written(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """The check ran where each run's protocol was built: `--grid algorithm.name=fedavg,local_only` ran fedavg to the
+    end and left a .partial folder before refusing local_only, without naming the variant."""
+    from chillfl.cli import main
+
+    config = tmp_path / "att.toml"
+    config.write_text('name = "att"\n[attack]\nkind = "sign_flip"\nclients = [0, 1]\n')
+    args = [f"{k}={v}" for k, v in {"seed": 0, "executor": "sequential", "device": "cpu", "dataset.name": "digits", "model.name": "mlp",
+                                     "model.hidden": "[8]", "federation.num_clients": 4, "federation.clients_per_round": 4, "federation.rounds": 1,
+                                     "eval.clients": "none", "out_dir": str(tmp_path / "out")}.items()]
+    assert main(["compare", str(config), "-q", *args, "--grid", "algorithm.name=fedavg,local_only"]) == 2
+    assert "(grid variant algorithm.name=local_only)" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

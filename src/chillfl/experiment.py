@@ -430,7 +430,7 @@ def build_experiment(
     aggregator, terms = build_algorithm(config, model, plugged, sizes) if kind.uses_aggregator else (None, [])
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances
-        aggregator = attacked_aggregator(config, data, aggregator)  # [attack]: the attackers' uploads, before aggregation (and clipping)
+        aggregator = attacked_aggregator(config, data, aggregator, state)  # [attack]: the attackers' uploads, before aggregation (and clipping)
     terms = [*terms, *objective_terms(config, terms)]
     policy = build_policy(config, data, plugged)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written

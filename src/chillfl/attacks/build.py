@@ -16,7 +16,7 @@ from chillfl.errors import ConfigError
 from chillfl.settings.attack import AttackConfig, kind_names
 
 if TYPE_CHECKING:
-    from chillfl.aggregation.base import Aggregator
+    from chillfl.aggregation.base import Aggregator, Params
     from chillfl.config import RunConfig
     from chillfl.data import FederatedData
     from chillfl.engine.protocol import ServerProtocol
@@ -110,14 +110,18 @@ def skipping_local_dp(config: RunConfig, data: FederatedData) -> frozenset[int]:
     return attacker_ids(config, data.num_clients)
 
 
-def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator) -> Aggregator:
+def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggregator, state: Params | None = None) -> Aggregator:
     """The aggregator wrapped so the attackers' uploads are rewritten before it aggregates (see :func:`forges_models`).
 
     The attack wrapper is outermost, so a ``[privacy]`` wrapper inside it clips (and, ``local``, noises) the forged
     uploads as anyone's; under ``local`` with ``attack.local_dp = "skip"`` that wrapper was built with the attackers
-    exempt (:func:`skipping_local_dp`): nothing here changes it."""
+    exempt (:func:`skipping_local_dp`): nothing here changes it. ``state``: the run's initial model, whose entries the
+    aggregator is asked whether it reads any (:func:`check_uploads`): built with the run, so a comparison refuses a
+    variant before any of its runs is written."""
     if not forges_models(config):
         return aggregator
+    if state is not None:
+        check_uploads(config, aggregator, state)
     from chillfl.attacks.aggregate import AttackedAggregation
 
     ids = attacker_ids(config, data.num_clients)
@@ -129,7 +133,6 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     with the attackers' soft-label rows or prototypes forged where the kind has that hook and the run shares them."""
     if not exp.config.attack.enabled:
         return protocol
-    check_uploads(exp)
     from chillfl.attacks.protocol import Attacked
 
     ids = attacker_ids(exp.config, exp.data.num_clients)
@@ -155,16 +158,16 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
     return Attacked(protocol, ids, exp.model, probe, exp.config.eval.batch_size, client, forge)
 
 
-def check_uploads(exp: Experiment) -> None:
+def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> None:
     """Refuse an attack that only forges models under an aggregator that reads no entry of them (its ``aggregated_keys``
     empty: ``local_only``'s clients keep their whole model), one line on ``attack.kind``: the forged models would go
     nowhere, and the run's records would be the clean run's. Asked of the built aggregator, before anything is written."""
     from chillfl.aggregation.base import aggregated_keys
 
-    spec = spec_of(exp.config.attack)
-    if spec.poison is None and forges_models(exp.config) and exp.aggregator is not None and not aggregated_keys(exp.aggregator, exp.initial_state):
-        name = exp.config.algorithm.get("name")
-        raise ConfigError(FIELD, sends_nothing(spec, PARAMETERS, exp.config.attack.kind, f"algorithm {name!r}", "its server reads no entry of the clients' models"))
+    spec = spec_of(config.attack)
+    if spec.poison is None and forges_models(config) and not aggregated_keys(aggregator, state):
+        name = config.algorithm.get("name")
+        raise ConfigError(FIELD, sends_nothing(spec, PARAMETERS, config.attack.kind, f"algorithm {name!r}", "its server reads no entry of the clients' models"))
 
 
 def checked_probe(probe: object) -> tuple[Any, Any]:

@@ -99,3 +99,21 @@ def test_the_command_line_warns_of_a_claim_resting_on_fewer_seeds(monkeypatch: p
     monkeypatch.setattr(rp, "write_verdicts", lambda *args, **kwargs: None)
     assert main(["reproduce", "flexchill", "--seeds", "0,1,2", "--out", str(tmp_path)]) == 0
     assert "2 seeds: the 95 % intervals are uninformative" in capsys.readouterr().err
+
+
+def test_the_rounds_part_reads_the_seeds_both_finished_only() -> None:
+    """The baseline diverged at seed 1: its 'baseline never' counted as the variant's win there (reproduces, with the
+    accuracy part resting on seed 0 alone); at the one seed both finished there is no verdict beyond its number."""
+    claim = Claim("flexchill", "probe", "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), paper_points=3.37, paper_speedup=2.0)
+    rows = [_row("T=1", [0.0, None], [10, None], {"1": "diverged at round 4"}), _row("T=0.05", [0.02, 0.03], [6, 8])]
+    o = _outcome(claim, rows, [0, 1])
+    assert o.rests_on == (0,)
+    assert o.rounds_verdict == "does not at this scale" and "baseline never" not in o.measured
+
+
+def test_the_seeds_a_verdict_dropped_are_listed_in_seed_order() -> None:
+    claim = Claim("flexchill", "probe", "demo", "T=0.02", "T=1", grid=("temperature=1,0.02",), paper_points=3.37)
+    rows = [_row("T=1", [None, 0.0, 0.0, 0.0], [3] * 4, {"0": "diverged at round 2"}),  # the baseline's, read after the variant's
+            _row("T=0.02", [-0.08, -0.09, None, -0.1], [None] * 4, {"2": "diverged at round 1"})]
+    o = _outcome(claim, rows, [0, 1, 2, 3])
+    assert o.measured.index("seed 0:") < o.measured.index("seed 2:")

@@ -262,6 +262,16 @@ def _rounds_of(row: Mapping[str, Any]) -> list[int | None]:
     return [None if str(s) in failed else r for s, r in zip(row.get("seeds") or [], rounds)]
 
 
+def _paired_rounds(row: Mapping[str, Any], base: Mapping[str, Any], used: Sequence[int]) -> tuple[list[int | None], list[int | None]]:
+    """The variant's and the baseline's rounds to the target at the seeds both finished (``used``): a seed where the
+    baseline diverged read as "baseline never", a win the verdict it stood beside did not count."""
+    variant, baseline, seeds = _rounds_of(row), _rounds_of(base), row.get("seeds") or []
+    if len(seeds) != len(variant) or len(seeds) != len(baseline):  # one seed's row: nothing to pair off
+        return variant, baseline
+    keep = [i for i, s in enumerate(seeds) if s in used]
+    return [variant[i] for i in keep], [baseline[i] for i in keep]
+
+
 def bytes_verdict(ratios: Sequence[float], bound: float) -> tuple[str, str]:
     mean = sum(ratios) / len(ratios)
     measured = f"bytes ratio {mean:.3f} (per seed {', '.join(f'{r:.3f}' for r in ratios)}; paper: <= {bound:g})"
@@ -321,7 +331,7 @@ def run_claim(
         measured += _fewer(used, dropped, seeds)
     rounds = None
     if claim.paper_speedup is not None:
-        said, rounds = rounds_verdict(_rounds_of(row), _rounds_of(base), claim.paper_speedup)
+        said, rounds = rounds_verdict(*_paired_rounds(row, base, used), claim.paper_speedup)
         measured += f"; {said}"
         if verdict == ARTEFACT and (rounds == "reproduces" or rounds.startswith(SMALLER)):  # the same runs, at the same step sizes
             rounds += f"; {ARTEFACT} too (the accuracy part's runs)"
@@ -339,7 +349,7 @@ def _rests_on(row: Mapping[str, Any], base: Mapping[str, Any], seeds: Sequence[i
                 if str(seed) in failed:
                     dropped.setdefault(seed, []).append(f"{r['variant']} {failed[str(seed)]}")
     used = tuple(s for s in seeds if s not in dropped)
-    return used, [f"seed {s}: {', '.join(how)}" for s, how in dropped.items()]
+    return used, [f"seed {s}: {', '.join(dropped[s])}" for s in sorted(dropped)]
 
 
 def _fewer(used: Sequence[int], dropped: Sequence[str], seeds: Sequence[int]) -> str:

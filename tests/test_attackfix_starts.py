@@ -162,3 +162,18 @@ def test_sign_flip_under_ifca_negates_the_update_from_the_cluster_model_the_clie
     assert any(other for _, _, other in pairs)  # some client started from a cluster model that was not the global one
     for sent, trained, _ in pairs:
         assert sent == pytest.approx(trained, rel=1e-4)
+
+
+def test_a_wrapper_between_the_attack_and_such_an_aggregator_passes_its_choice_on() -> None:
+    """AttackedAggregation(PrivateAggregation(base)), as a run builds them: the privacy layer hid the base's choice,
+    and the attacker's update was taken from the global model again."""
+    from chillfl.aggregation.base import AroundAggregator, ChoosesStart
+    from chillfl.aggregation.pa3fed import PA3Fed
+
+    base = ChoosesCluster([{"w": t(0.0, 0.0)}, {"w": t(10.0, 0.0)}])
+    chose = ClientResult(0, {"w": t(11.0, 0.0)}, 10, 1, 0.1, 1.0, 0.0, {"chosen": 1.0})
+    for wrapped in (AroundAggregator(base), PA3Fed(base)):
+        assert isinstance(wrapped, ChoosesStart)
+        start = wrapped.client_start(chose, {"w": t(0.0, 0.0)})
+        assert start is not None and torch.equal(start["w"], t(10.0, 0.0))
+    assert AroundAggregator(FedAvg()).client_start(chose, {"w": t(0.0, 0.0)}) is None  # a base that chooses none

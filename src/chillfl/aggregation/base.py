@@ -847,6 +847,11 @@ class AroundAggregator:
         """The base's: the wrapper changes the uploads, not which entries the base reads."""
         return aggregated_keys(self.base, global_params)
 
+    def client_start(self, result: ClientResult, global_params: Params) -> Params | None:
+        """The base's (:class:`ChoosesStart`; None where it chooses none): an attack around a ``[privacy]`` wrapper
+        asks through it, as it would ask the base."""
+        return self.base.client_start(result, global_params) if isinstance(self.base, ChoosesStart) else None
+
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         return self.base.aggregate(global_params, results, round)
 

@@ -84,6 +84,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from chillfl.aggregation.base import (
+    ChoosesStart,
     with_run_model,
     Json,
     Aggregator,
@@ -321,6 +322,10 @@ class PA3Fed:
 
     def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
         self.base.begin_round(round, client_ids)
+
+    def client_start(self, result: ClientResult, global_params: Params) -> Params | None:
+        """The base's (:class:`~chillfl.aggregation.base.ChoosesStart`; None where it chooses none)."""
+        return self.base.client_start(result, global_params) if isinstance(self.base, ChoosesStart) else None
 
     def learn_parameters(self, model: nn.Module) -> None:
         """Tells the base the run's model (:class:`~chillfl.aggregation.base.LearnsParameters`): built in Python,

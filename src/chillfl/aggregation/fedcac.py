@@ -304,13 +304,12 @@ class FedCAC(AggregatorBase):
     def _count_shared(self, updated: Sequence[int]) -> None:
         """c_ij for every updated client i against every client held (both ways); a row and a column for each newcomer."""
         held = sorted(self.masks)
+        at = {j: k for k, j in enumerate(held)}  # client id -> its row and column
         if held != self.held:  # newcomers: the counts so far, moved to the rows of their clients
             grown = torch.zeros(len(held), len(held), dtype=torch.int64)
-            at = {j: k for k, j in enumerate(held)}
             old = torch.tensor([at[j] for j in self.held], dtype=torch.int64)
             grown[old[:, None], old[None, :]] = self.shared
             self.shared, self.held = grown, held
-        at = {j: k for k, j in enumerate(held)}
         flat = {j: torch.cat([m.reshape(-1) for m in self.masks[j].values()]).cpu() for j in held}
         for i in updated:
             for j in held:

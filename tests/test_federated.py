@@ -184,6 +184,21 @@ def test_describe_and_heatmap(tmp_path: Path) -> None:
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_describe_lists_the_first_and_last_clients_past_its_limit() -> None:
+    """10,000 clients printed 10,001 rows: past ``max_clients`` the table keeps the first and last rows, says how many
+    it left out, and its totals still count every client."""
+    fd = build(num_clients=50, partitioner="iid", partition_options=None)
+    lines = describe(fd, max_clients=6).splitlines()
+    ids = [line.split()[0] for line in lines[2:]]
+    assert ids == ["0", "1", "2", "...", "47", "48", "49", "total"]
+    assert "44 clients not shown" in lines[5]
+    assert int(lines[-1].split()[1]) == sum(len(t) for t in fd.train_indices)
+    every = describe(fd, max_clients=None).splitlines()
+    assert [line.split()[0] for line in every[2:-1]] == [str(c) for c in range(50)] and every[-1] == lines[-1]
+    assert len(describe(fd).splitlines()) == 2 + 40 + 1 + 1  # the default: 40 rows, the "..." line, the totals
+    assert describe(build(), max_clients=6) == describe(build(), max_clients=None)  # 6 clients: none left out
+
+
 # ---------------------------------------------------------------- errors
 
 ERRORS: list[tuple[dict[str, Any], str]] = [

@@ -492,7 +492,7 @@ def data_show_path(config: RunConfig) -> Path:
 def cmd_data_show(args: argparse.Namespace) -> int:
     with _before_writing(None):
         with _signals_held():  # torch: most of the start
-            from chillfl.data.show import describe, plot_class_heatmap
+            from chillfl.data.show import DESCRIBE_MAX_CLIENTS, describe, plot_class_heatmap
             from chillfl.experiment import build_data, say_notes, unused_rows_note
         config = _load(args.config, args.overrides, args, [args.variant] if args.variant else ())
     if args.dry_run:
@@ -510,7 +510,7 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     data = build_data(config)
     say_notes([unused_rows_note(config, data)])  # what the run would say of the split: this command shows it
     out.parent.mkdir(parents=True, exist_ok=True)
-    print(describe(data))
+    print(describe(data, None if args.all else DESCRIBE_MAX_CLIENTS))
     plot_class_heatmap(data.class_counts(), out, title=f"{config.name}: class counts per client")
     print(f"heat map: {out}")
     return 0
@@ -803,6 +803,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     shown = "heat map PNG path; another image suffix (.pdf, .svg) writes that format, none adds .png"
     ds.add_argument("-o", "--output", help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.add_argument("--variant", metavar="LABEL", help="the partition of this variant of the config's [variants] (its label as written); the overrides apply after it")
+    ds.add_argument("--all", action="store_true", help="print every client's row (default: the first and last 20 past 40 clients; the totals count all)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")
     dd.add_argument("names", nargs="*", metavar="NAME", help="dataset names, e.g. cifar10 (see docs/datasets.md); fetched in turn; none: list them and what data_dir holds")

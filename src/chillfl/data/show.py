@@ -15,13 +15,24 @@ from chillfl.data.federated import FederatedData
 from chillfl.extras import need
 
 
-def describe(fd: FederatedData) -> str:
-    """Per-client table (train size, eval size, noise sigma, class counts) plus totals."""
+DESCRIBE_MAX_CLIENTS = 40
+"""``describe`` lists at most this many clients' rows (the first half and the last half) unless asked for all: 10,000
+clients printed 10,001 lines before the summary a reader looks for scrolled away; the totals cover every client."""
+
+
+def describe(fd: FederatedData, max_clients: int | None = DESCRIBE_MAX_CLIENTS) -> str:
+    """Per-client table (train size, eval size, noise sigma, class counts) plus totals; ``max_clients`` rows at most
+    (``None``: every client), a ``...`` line saying how many were left out."""
     counts = fd.class_counts()
     classes = [f"c{c}" for c in range(fd.num_classes)]
     header = ["client", "train", "eval"] + (["sigma"] if fd.noise is not None else []) + classes
+    shown = list(range(fd.num_clients))
+    head = len(shown)  # the rows before the "..." line
+    if max_clients is not None and fd.num_clients > max_clients:
+        head = (max_clients + 1) // 2
+        shown = shown[:head] + shown[fd.num_clients - (max_clients - head):]
     rows = []
-    for cid in range(fd.num_clients):
+    for cid in shown:
         row = [str(cid), str(len(fd.train_indices[cid])), str(len(fd.eval_indices[cid]))]
         if fd.noise is not None:
             row.append(f"{fd.noise[cid]:.3f}")
@@ -35,6 +46,10 @@ def describe(fd: FederatedData) -> str:
     def line(cells: list[str]) -> str:
         return "  ".join(cell.rjust(w) for cell, w in zip(cells, widths))
 
+    lines = [line(r) for r in rows]
+    if len(shown) < fd.num_clients:
+        lines.insert(head, f"... {fd.num_clients - len(shown):,} clients not shown (`data show --all` prints every row; the totals below count them)")
+
     sizes = counts.sum(axis=1)
     held_out = fd.validation_indices
     n_val = 0 if held_out is None else len(held_out)
@@ -44,7 +59,7 @@ def describe(fd: FederatedData) -> str:
         f"public pool {len(fd.public_indices)}, test set {len(fd.dataset.y_test) - n_val}"  # what the test metrics score
         + (f", validation {n_val}" if held_out is not None else "")
     )
-    return "\n".join([summary, line(header), *(line(r) for r in rows)])
+    return "\n".join([summary, line(header), *lines])
 
 
 HEATMAP_MAX_WIDTH = 16.0

@@ -15,6 +15,7 @@ Found by looking at the figures of tiny runs and comparisons (2-5 rounds of digi
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -366,3 +367,22 @@ def test_aggregation_accuracy_names_its_mean_bars(tmp_path: Path, drawn: list[Fi
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["participating", "non-participating", "mean of the group"]
     means = [segments[0][0][1] for segments in (c.get_segments() for c in ax.collections if hasattr(c, "get_segments")) if segments]
     assert means[:2] == [pytest.approx(-3.0), pytest.approx(49 / 3)]
+
+
+
+def test_temperature_line_breaks_where_a_client_sat_out(tmp_path: Path, drawn: list[Figure]) -> None:
+    """Under partial participation a client's T is recorded only in the rounds it trained: the line joined round 1 to
+    round 4 through rounds it never trained at. NaN in the rounds it sat out breaks the line there, and a dot marks
+    each round it took part in (a round alone between gaps draws no line)."""
+    from chillfl.plots.run import plot_temperatures
+
+    records = [{"round": 1, "temperatures": {"0": 0.5, "1": 0.9}}, {"round": 2, "temperatures": {"1": 0.8}},
+               {"round": 3, "temperatures": {"1": 0.7}}, {"round": 4, "temperatures": {"0": 0.25, "1": 0.6}}]
+    assert plot_temperatures(records, tmp_path / "t.png")
+    (ax,) = drawn[0].axes
+    sat_out, every = ax.get_lines()
+    assert list(sat_out.get_xdata()) == [1, 2, 3, 4] and list(every.get_xdata()) == [1, 2, 3, 4]
+    y = [float(v) for v in sat_out.get_ydata()]
+    assert y[0] == 0.5 and math.isnan(y[1]) and math.isnan(y[2]) and y[3] == 0.25
+    assert sat_out.get_marker() == "." and every.get_marker() in ("None", None, "")
+    assert [float(v) for v in every.get_ydata()] == [0.9, 0.8, 0.7, 0.6]

@@ -53,6 +53,12 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     save_png(fig, path, dpi=110)
 
 
+def temperature_series(per_round: Sequence[tuple[int, Mapping[str, float]]], client: str) -> tuple[list[int], list[float]]:
+    """Client ``client``'s temperature in each recorded round, NaN where it did not take part: matplotlib breaks the line
+    there (a line joined across the rounds it sat out drew a temperature it never trained at)."""
+    return [rnd for rnd, _ in per_round], [float(temps.get(client, math.nan)) for _, temps in per_round]
+
+
 def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) -> bool:
     """One line per client: its temperature over rounds. Returns False when there is nothing per-client."""
     per_round = [(r["round"], r["temperatures"]) for r in records if r.get("temperatures")]
@@ -63,9 +69,10 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
     ax = fig.subplots()
     drawn: list[float] = []
     for c in clients:
-        pts = [(rnd, temps[c]) for rnd, temps in per_round if c in temps]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], lw=1, label=f"client {c}" if len(clients) <= 10 else None)
-        drawn += [p[1] for p in pts]
+        rounds, temps_c = temperature_series(per_round, c)
+        gaps = any(math.isnan(t) for t in temps_c)  # a dot per round it took part in: a round alone between gaps has no line
+        ax.plot(rounds, temps_c, lw=1, marker="." if gaps else None, ms=3, label=f"client {c}" if len(clients) <= 10 else None)
+        drawn += [t for t in temps_c if not math.isnan(t)]
     ax.set(xlabel="round", ylabel="temperature T", title=f"Per-client temperatures ({len(clients)} clients)")
     if spans_decades(drawn):  # FedChill's T from 0.05 to 1: a log axis; within a decade a linear one reads better
         log_scale(ax, "y")

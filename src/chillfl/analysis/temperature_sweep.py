@@ -83,7 +83,7 @@ from chillfl.errors import ConfigError, choice_error
 from chillfl.experiment import base_losses, build_data, build_initial_model, check_parts
 from chillfl.experiments import resolve_config
 from chillfl.extras import need
-from chillfl.metrics.correlation import correlation_table
+from chillfl.metrics.correlation import CorrelationRow, correlation_table, undefined_row
 from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
@@ -113,7 +113,7 @@ class SweepResult:
     best_temperature: np.ndarray
     best_accuracy: np.ndarray
     gain: np.ndarray
-    correlation: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    correlation: dict[str, list[CorrelationRow]] = field(default_factory=dict)
     folder: Path | None = None
     clients: list[int] = field(default_factory=list)
     """The client id of each row (empty: rows 0..n-1); clients without training rows have none."""
@@ -276,13 +276,13 @@ def check_sweep(config: RunConfig) -> None:
         raise ConfigError("eval.clients", "the sweep evaluates every client on its own split; set eval.clients = 'sampled' or 'all'")
 
 
-def finite_correlation(measures: dict[str, np.ndarray], target: np.ndarray) -> list[dict[str, Any]]:
+def finite_correlation(measures: dict[str, np.ndarray], target: np.ndarray) -> list[CorrelationRow]:
     """:func:`correlation_table` over the clients whose ``target`` is finite: one client whose training diverged made
     every r NaN. Fewer than 2 such clients: every row NaN, saying why."""
     keep = np.isfinite(target)
     if keep.sum() < 2:
         why = f"only {int(keep.sum())} client(s) have a finite value (training diverged)"
-        return [{"measure": name, "r": math.nan, "p": math.nan, "n": int(keep.sum()), "undefined": why} for name in measures]
+        return [undefined_row(name, int(keep.sum()), why) for name in measures]
     return correlation_table({name: values[keep] for name, values in measures.items()}, target[keep])
 
 
@@ -406,9 +406,10 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     if fit.sum() >= 2 and np.ptp(result.heterogeneity[fit]) > 0:
         slope, intercept = np.polyfit(result.heterogeneity[fit], result.best_temperature[fit], 1)
         xs = np.linspace(result.heterogeneity[fit].min(), result.heterogeneity[fit].max(), 2)
-        ratio = rows.get("ratio", {})
-        r = ratio.get("r", math.nan)
-        said = f"Pearson r = {_fmt(r)} for the ratio score" if not math.isnan(r) else f"no Pearson r: {ratio.get('undefined', 'undefined')}"
+        ratio = rows.get("ratio")
+        r = math.nan if ratio is None else ratio["r"]
+        why = "undefined" if ratio is None else ratio.get("undefined", "undefined")
+        said = f"Pearson r = {_fmt(r)} for the ratio score" if not math.isnan(r) else f"no Pearson r: {why}"
         ax_best.plot(xs, slope * xs + intercept, color="tab:red", lw=1, label=f"trend ({said})")  # not "r = nan" in a legend
         ax_best.legend(fontsize=8)
     ax_best.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="best temperature", title="best temperature vs heterogeneity (A.5)")

@@ -26,45 +26,63 @@ distribution of r), 2026-12-02.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Mapping, TypedDict
 
 import numpy as np
 
 from chillfl.extras import need
 
 
-def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.ndarray) -> list[dict[str, Any]]:
-    """One row per measure: ``{"measure", "r", "p", "n"}`` (Pearson r, two-sided p-value)."""
+class _Correlation(TypedDict):
+    measure: str
+    r: float
+    p: float
+    n: int
+
+
+class CorrelationRow(_Correlation, total=False):
+    """One measure's correlation, as ``correlation.json`` writes it: Pearson ``r``, its two-sided ``p``, over ``n`` clients;
+    ``undefined`` (present only when r is NaN) says why there is no r."""
+
+    undefined: str
+
+
+def undefined_row(measure: str, n: int, why: str) -> CorrelationRow:
+    """The row of a measure with no r: NaN r and p, and why."""
+    return {"measure": measure, "r": math.nan, "p": math.nan, "n": n, "undefined": why}
+
+
+def correlation_table(measures: Mapping[str, np.ndarray], best_temperature: np.ndarray) -> list[CorrelationRow]:
+    """One row per measure (Pearson r, two-sided p-value; :class:`CorrelationRow`)."""
     t = np.asarray(best_temperature, dtype=np.float64)
     if t.ndim != 1 or t.size < 2:
         raise ValueError(f"best_temperature must be a vector of at least 2 clients, got shape {t.shape}")
-    rows: list[dict[str, Any]] = []
+    rows: list[CorrelationRow] = []
     for name, values in measures.items():
         x = np.asarray(values, dtype=np.float64)
         if x.shape != t.shape:
             raise ValueError(f"measure {name!r} has shape {x.shape}, best_temperature has {t.shape}")
-        row: dict[str, Any] = {"measure": name, "n": int(t.size)}
+        n = int(t.size)
         if not np.isfinite(t).all():
-            row.update(r=math.nan, p=math.nan, undefined="a client's value is not finite (nan or inf)")
+            rows.append(undefined_row(name, n, "a client's value is not finite (nan or inf)"))
         elif not np.isfinite(x).all():
-            row.update(r=math.nan, p=math.nan, undefined=f"{name} is not finite (nan or inf) for some client")
+            rows.append(undefined_row(name, n, f"{name} is not finite (nan or inf) for some client"))
         elif np.ptp(t) == 0:
-            row.update(r=math.nan, p=math.nan, undefined=f"every client's value is {t[0]:g}: nothing to correlate with")
+            rows.append(undefined_row(name, n, f"every client's value is {t[0]:g}: nothing to correlate with"))
         elif np.ptp(x) == 0:
-            row.update(r=math.nan, p=math.nan, undefined=f"{name} is {x[0]:g} for every client")
+            rows.append(undefined_row(name, n, f"{name} is {x[0]:g} for every client"))
         else:
             result = need("scipy.stats", "analysis", "correlations").pearsonr(x, t)
-            row.update(r=float(result.statistic), p=float(result.pvalue))
-        rows.append(row)
+            rows.append({"measure": name, "r": float(result.statistic), "p": float(result.pvalue), "n": n})
     return rows
 
 
-def undefined_notes(rows: list[dict[str, Any]]) -> list[str]:
+def undefined_notes(rows: list[CorrelationRow]) -> list[str]:
     """Why some rows have no r (``nan``), each reason once, in row order."""
     return list(dict.fromkeys(row["undefined"] for row in rows if "undefined" in row))
 
 
-def format_table(rows: list[dict[str, Any]]) -> str:
+def format_table(rows: list[CorrelationRow]) -> str:
     """Plain-text table: measure, r, p, n (r and p to 3 decimals), then why any r is nan."""
     width = max([len("measure")] + [len(str(row["measure"])) for row in rows])
     lines = [f"{'measure':<{width}}  {'r':>7}  {'p':>6}  {'n':>4}"]

@@ -69,3 +69,30 @@ def test_a_grid_over_the_schedule_and_the_server_optimiser_still_runs(tmp_path: 
     assert any(s.startswith("client.lr_min = 0.005 is not read by client.lr_schedule = 'constant'") for s in said)
     assert any(s.startswith("algorithm.beta2 = 0.9 is not read by FedAdagrad") for s in said)
     assert (tmp_path / "out" / "unread-compare").is_dir()
+
+
+@pytest.mark.parametrize(("over", "named"), [
+    ({"temperature.init": False, "temperature.s": 3.0, "temperature.measure": "gini"},
+     ["temperature.s = 3.0 and temperature.measure = 'gini' are not read with temperature.init = false"]),
+    ({"temperature.t_start": 0.5}, ["temperature.t_start = 0.5 is not read with temperature.init = true"]),
+    ({"temperature.decay": False, "temperature.gamma": 0.9, "temperature.patience": 4},
+     ["temperature.patience = 4 and temperature.gamma = 0.9 are not read with temperature.decay = false"]),
+])
+def test_a_fedchill_option_its_switches_leave_unread_is_said(over: dict[str, Any], named: list[str], caplog: pytest.LogCaptureFixture) -> None:
+    """FedChill's init = false read no s, measure, normalisation or p_g, init = true no t_start, decay = false no
+    patience, gamma or compare: a setting that did nothing was accepted without a word."""
+    with caplog.at_level(logging.WARNING, "chillfl"):
+        build_experiment(load_config(None, {**TINY, "temperature.policy": "fedchill", **over}))
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "not read with" in r.getMessage()]
+    assert [s.split(" (")[0] for s in said] == named
+
+
+@pytest.mark.parametrize("over", [
+    {"temperature.init": False, "temperature.t_start": 0.5, "temperature.gamma": 0.9},
+    {"temperature.s": 3.0, "temperature.measure": "gini", "temperature.patience": 4},
+    {"temperature.init": False, "temperature.s": 2.0, "temperature.decay": False, "temperature.compare": "previous"},  # defaults spelt out
+])
+def test_fedchill_options_read_or_at_their_defaults_say_nothing(over: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, "chillfl"):
+        build_experiment(load_config(None, {**TINY, "temperature.policy": "fedchill", **over}))
+    assert [r.getMessage() for r in caplog.records if "not read" in r.getMessage()] == []

@@ -24,7 +24,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
-import logging
 import math
 import os
 import re
@@ -39,8 +38,7 @@ from typing import Any, Literal
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
-from chillfl.once import warn_once
-from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr
+from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr, warn_unread
 from chillfl.paths import check_writable_dir
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import METHOD_DEFAULTED as DISTILLATION_METHOD_DEFAULTED
@@ -217,14 +215,8 @@ class ClientConfig:
         # `--grid client.lr_schedule=constant,cosine` over a file that sets lr_min reads it in one variant only;
         # accepted silently, a schedule left at constant hid that lr_min did nothing.
         reads = {"constant": (), "step": ("lr_schedule_over", "lr_step_size", "lr_gamma"), "cosine": ("lr_schedule_over", "lr_min")}[self.lr_schedule]
-        default = ClientConfig()
-        unread = [f"{section}.{name} = {value!r}" for name, value, unset in (
-            ("lr_schedule_over", self.lr_schedule_over, default.lr_schedule_over), ("lr_step_size", self.lr_step_size, default.lr_step_size),
-            ("lr_gamma", self.lr_gamma, default.lr_gamma), ("lr_min", self.lr_min, default.lr_min)) if name not in reads and value != unset]
-        if unread:
-            verb, them = ("is", "it") if len(unread) == 1 else ("are", "them")
-            warn_once(logging.getLogger(__name__), f"{' and '.join(unread)} {verb} not read by {section}.lr_schedule = {self.lr_schedule!r} "
-                                                   f"(lr_min is cosine's, lr_gamma and lr_step_size step's): this run ignores {them}")
+        warn_unread(self, [n for n in ("lr_schedule_over", "lr_step_size", "lr_gamma", "lr_min") if n not in reads], section,
+                    f"by {section}.lr_schedule = {self.lr_schedule!r} (lr_min is cosine's, lr_gamma and lr_step_size step's)")
 
     def schedule(self) -> LrSchedule:
         """The ``lr_schedule`` as factors of a position (the round, or the local step)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import math
 import os
 import types
@@ -20,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.numeric import is_real, is_whole
+from chillfl.once import warn_once
 
 T = TypeVar("T")
 Table = TypeVar("Table", bound="OwnTable")
@@ -324,6 +326,19 @@ def require(condition: bool, field: str, message: str) -> None:
 def require_range(value: float, lo: float, hi: float, field: str) -> None:
     """Raise ConfigError unless lo <= value <= hi (bounds that keep sizes and loops sane)."""
     require(lo <= value <= hi, field, f"must be in [{lo}, {hi}], got {value}")
+
+
+def warn_unread(options: Any, names: Sequence[str], field: str, because: str) -> None:
+    """One warning naming each of ``names`` (fields of the dataclass ``options``) set away from its default, which
+    ``because`` says this run does not read. A warning, not a refusal: a grid over the option that decides
+    (``--grid temperature.init=true,false``) reads them in one variant only; accepted silently, a setting that did
+    nothing hid that it did nothing. ``field``: the options' section, e.g. ``temperature``."""
+    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    values = vars(options)
+    unread = [f"{field}.{name} = {values[name]!r}" for name in names if values[name] != defaults[name]]
+    if unread:
+        verb, them = ("is", "it") if len(unread) == 1 else ("are", "them")
+        warn_once(logging.getLogger(__name__), f"{' and '.join(unread)} {verb} not read {because}: this run ignores {them}")
 
 
 def total_memory_bytes() -> int | None:

@@ -64,8 +64,7 @@ from chillfl.aggregation.base import (
     client_weights,
     weighted_average,
 )
-from chillfl.once import warn_once
-from chillfl.options import require
+from chillfl.options import require, warn_unread
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
 
@@ -170,9 +169,8 @@ class FedOpt(OnParameters, AggregatorBase):
 
 def _fedopt(kind: ServerOptimizer) -> Callable[[Any, BuildContext], Built]:
     def build(o: FedOptOptions, ctx: BuildContext) -> Built:
-        if kind == "adagrad" and o.beta2 != FedOptOptions.beta2:  # one options class for the three: refused, a grid over algorithm.name broke
-            warn_once(log, f"{ctx.section}.beta2 = {o.beta2!r} is not read by FedAdagrad (v_t sums every Delta_t^2; beta2 is FedAdam's "
-                           "and FedYogi's): this run ignores it")
+        if kind == "adagrad":  # one options class for the three: refused, a grid over algorithm.name broke
+            warn_unread(o, ("beta2",), ctx.section, "by FedAdagrad (v_t sums every Delta_t^2; beta2 is FedAdam's and FedYogi's)")
         return FedOpt(kind, o, ctx.trainable_keys()), []
 
     return build

@@ -71,7 +71,7 @@ import torch
 
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
-from chillfl.options import require, require_range
+from chillfl.options import require, require_range, warn_unread
 from chillfl.temperature.base import TemperatureState
 from chillfl.temperature.registry import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.heterogeneity import FEDERATION_MEASURES, MEASURES, client_heterogeneity, heterogeneity, reference_distribution
@@ -187,6 +187,12 @@ class FedChillOptions:
             f"{section}.compare",
             f"unknown value {self.compare!r}; allowed: previous, two_back",
         )
+        if self.init:
+            warn_unread(self, ("t_start",), section, f"with {section}.init = true (t_start is the start without Eq. 7)")
+        else:
+            warn_unread(self, ("s", "measure", "normalisation", "p_g"), section, f"with {section}.init = false (s, measure, normalisation and p_g shape Eq. 7's start)")
+        if not self.decay:
+            warn_unread(self, ("patience", "gamma", "compare"), section, f"with {section}.decay = false (patience, gamma and compare are Algorithm 1's decay)")
 
 
 def start_temperature(options: FedChillOptions, h: float) -> float:

@@ -158,8 +158,8 @@ def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 @pytest.mark.parametrize("split,words", [
     ("overlap", "gives some training row to two clients"),
     ("plain_list", "must return a chillfl Partition, got [array("),
-    ("short", "one index array per client (4, federation.num_clients), got 3"),
-    ("out_of_range", "gave client 0 row indices outside [0, 99]"),
+    ("short", "one training index array per client (4, federation.num_clients) in Partition.client_indices, got 3"),
+    ("out_of_range", "gave client 0 training row indices outside [0, 99]"),
     ("raising_partition", "fails to build for 100 rows over 4 clients: RuntimeError: partition boom"),
 ])
 def test_a_plugin_partitioners_wrong_split_is_one_line_on_partition_name(plugin: Path, split: str, words: str) -> None:

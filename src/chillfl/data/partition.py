@@ -872,7 +872,8 @@ def partition(
         part = entry.split(labels, num_clients, rng, opts, section, dataset)
     part.client_indices = checked_indices(part, name, num_clients, len(labels), f"{section}.name")
     if part.client_test_indices is not None:
-        part.client_test_indices = [np.sort(ix.astype(np.int64)) for ix in part.client_test_indices]
+        test_rows = None if dataset is None else len(dataset.y_test)
+        part.client_test_indices = checked_rows(part.client_test_indices, name, num_clients, test_rows, f"{section}.name", "test")
     return part
 
 
@@ -883,21 +884,31 @@ def checked_indices(part: object, name: str, num_clients: int, rows: int, field:
     from aggregation (a wrong client count), and overlapping clients silently trained on the same rows."""
     if not isinstance(part, Partition):
         raise ConfigError(field, f"{name!r} must return a chillfl Partition, got {short_repr(part)}")
-    clients = part.client_indices
+    out = checked_rows(part.client_indices, name, num_clients, rows, field, "training")
+    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    if has_repeats(flat):
+        raise ConfigError(field, f"{name!r} gives some training row to two clients (or twice to one)")
+    return out
+
+
+def checked_rows(clients: object, name: str, num_clients: int, rows: int | None, field: str, which: str) -> list[np.ndarray]:
+    """``clients``, sorted, if it holds one 1-D array of integer indices in ``[0, rows)`` per client (``rows`` None: no
+    upper bound known) into the ``which`` set ("training", "test"); else one line on ``field``. A plugin's own test split
+    (``client_test_indices``) was taken unchecked: a row past the test set ran on as an IndexError mid-evaluation."""
+    attr = "client_indices" if which == "training" else "client_test_indices"
     if not isinstance(clients, (list, tuple)) or len(clients) != num_clients:
         got = len(clients) if isinstance(clients, (list, tuple)) else short_repr(clients)
-        raise ConfigError(field, f"{name!r} must give one index array per client ({num_clients}, federation.num_clients), got {got}")
+        raise ConfigError(field, f"{name!r} must give one {which} index array per client ({num_clients}, federation.num_clients) in "
+                                 f"Partition.{attr}, got {got}")
     out = []
     for i, ix in enumerate(clients):
         arr = np.asarray(ix)
         if arr.ndim != 1 or not (arr.size == 0 or np.issubdtype(arr.dtype, np.integer)):
-            raise ConfigError(field, f"{name!r} gave client {i} {short_repr(ix)}, not a 1-D array of integer row indices")
-        if arr.size and (arr.min() < 0 or arr.max() >= rows):
-            raise ConfigError(field, f"{name!r} gave client {i} row indices outside [0, {rows - 1}] (the training set has {rows} rows)")
+            raise ConfigError(field, f"{name!r} gave client {i} {short_repr(ix)} in Partition.{attr}, not a 1-D array of integer row indices")
+        if arr.size and (arr.min() < 0 or (rows is not None and arr.max() >= rows)):
+            bound = f"outside [0, {rows - 1}] (the {which} set has {rows} rows)" if rows is not None else "below 0"
+            raise ConfigError(field, f"{name!r} gave client {i} {which} row indices {bound}")
         out.append(np.sort(arr.astype(np.int64)))
-    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    if has_repeats(flat):
-        raise ConfigError(field, f"{name!r} gives some training row to two clients (or twice to one)")
     return out
 
 

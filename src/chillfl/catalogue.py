@@ -31,7 +31,7 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import hashlib
 import json
@@ -52,8 +52,32 @@ DATASETS: dict[str, tuple[int, int, tuple[int, ...], int]] = {
     "svhn": (73257, 26032, (3, 32, 32), 10),
     "mnist": (60000, 10000, (1, 28, 28), 10),
     "fashion_mnist": (60000, 10000, (1, 28, 28), 10),
-    "femnist": (36000, 4000, (1, 28, 28), 62),
+    "femnist": (724_736, 80_527, (1, 28, 28), 62),  # LEAF's every writer at 90/10; a config's options size it (SIZED_BY_OPTIONS)
 }
+
+LEAF_FEMNIST_SAMPLES, LEAF_FEMNIST_WRITERS = 805_263, 3_550
+"""LEAF's FEMNIST (docs/datasets.md, "Sources"): 805,263 samples of 3,550 writers, about 227 a writer."""
+
+
+def _mnist1d_rows(opts: Any) -> tuple[int, int]:
+    """MNIST-1D's generator: ``num_samples // 10`` a class, the first ``int(train_split n)`` to train."""
+    n = opts.num_samples // 10 * 10
+    train = int(n * opts.train_split)
+    return train, n - train
+
+
+def _femnist_rows(opts: Any) -> tuple[int, int]:
+    """LEAF's FEMNIST as its options select it: ``max_writers`` writers of the mean size, else ``sample_fraction`` of the
+    samples; each writer's ``train_fraction`` to train (``min_samples`` is left out: it drops few rows)."""
+    samples = LEAF_FEMNIST_SAMPLES * opts.sample_fraction
+    if opts.max_writers:
+        samples = min(samples, opts.max_writers * LEAF_FEMNIST_SAMPLES / LEAF_FEMNIST_WRITERS)
+    train = math.floor(samples * opts.train_fraction)
+    return train, round(samples) - train
+
+
+SIZED_BY_OPTIONS: dict[str, Callable[[Any], tuple[int, int]]] = {"mnist1d": _mnist1d_rows, "femnist": _femnist_rows}
+"""Datasets whose ``[dataset]`` options set their size: their (training, test) rows from the parsed options."""
 
 PAPERS, MEASURED_CPU_MIN = catalogue_notes()
 """Folder -> paper name, and experiment -> measured CPU minutes: data, in ``experiments/_catalogue.toml``."""
@@ -292,6 +316,30 @@ def _model_counts(dataset: str, model_items: tuple[tuple[str, str], ...]) -> tup
     return None
 
 
+def rows(config: RunConfig) -> tuple[int, int]:
+    """The (training, test) rows of the config's dataset: its size in :data:`DATASETS`, or as its options set it
+    (:data:`SIZED_BY_OPTIONS`: ``dataset.num_samples`` of MNIST-1D, the writers LEAF's FEMNIST keeps)."""
+    from chillfl.data.augment import split_augment
+    from chillfl.data.datasets import dataset_options
+
+    name, options = RunConfig.component(config.dataset)
+    sized = SIZED_BY_OPTIONS.get(name)
+    if sized is None:
+        train, test, _, _ = DATASETS[name]
+        return train, test
+    return sized(dataset_options(name, split_augment(options)[0]))
+
+
+def kept_rows(config: RunConfig, train: int) -> int:
+    """The training rows the config's partitioner hands the clients, as it declares them (``rows_kept`` of its spec:
+    ``frac``, shards that cover part of the data); all ``train`` when it declares none."""
+    from chillfl.data.partition import partitioner_options, partitioner_spec
+
+    name, options = RunConfig.component(config.partition)
+    kept = partitioner_spec(name).rows_kept
+    return train if kept is None else kept(partitioner_options(name, options), train, config.federation.num_clients)
+
+
 def work(config: RunConfig) -> Work | None:
     """One run's steps and FLOPs (None: its dataset or model is not known here); clients hold equal shares.
 
@@ -306,10 +354,11 @@ def work(config: RunConfig) -> Work | None:
     flops = _forward_flops(config)
     if spec is None or flops is None:
         return None
-    train, test, shape, classes = spec
+    _, _, shape, classes = spec
+    train, test = rows(config)
     fed, batch, cost = config.federation, config.client.batch_size, declared_cost(config)
     clients = fed.sample_size()  # the count a round trains (max(1, floor(C N)) from a fraction)
-    per_client = train / fed.num_clients
+    per_client = kept_rows(config, train) / fed.num_clients
     batches = math.ceil(per_client / batch)
     epochs = config.client.epochs * cost.trainings + cost.epochs
     local_steps = fed.rounds * clients * (epochs * batches * cost.step_passes + cost.steps)

@@ -430,6 +430,11 @@ def _dirichlet_balanced(
     return Partition(clients, class_proportions=props)
 
 
+def _dirichlet_balanced_kept(opts: DirichletBalancedOptions, n: int, k: int) -> int:
+    """About ``frac`` of the ``n`` rows (each client keeps round(frac n_i) of its share)."""
+    return min(n, max(k, round(opts.frac * n)))
+
+
 def _balanced_by_class(labels: np.ndarray, k: int, c: int, rng: np.random.Generator, alpha: float) -> Partition:
     """Each class split over the clients by Dir(alpha); a client already at N / K gets no share of later classes."""
     n = len(labels)
@@ -483,6 +488,13 @@ def _shards(
     shards = by_label[: num_shards * size].reshape(num_shards, size)
     chosen = rng.permutation(num_shards)[: k * spc].reshape(k, spc)
     return Partition([shards[row].reshape(-1) for row in chosen])
+
+
+def _shards_kept(opts: ShardsOptions, n: int, k: int) -> int:
+    """The rows of the ``k * shards_per_client`` shards handed out (FLex&Chill's 36 x 5 x 200 = 36,000 of MNIST's 60,000)."""
+    spc = opts.shards_per_client
+    size = opts.shard_size if opts.shard_size is not None else n // (k * spc)
+    return min(n, k * spc * size)
 
 
 @dataclass(frozen=True)
@@ -767,15 +779,19 @@ class PartitionerEntry(NamedTuple):
     """Set: given its options, why its split can leave many training rows to no client unasked (None: it leaves none
     but a remainder, or only those its options ask it to drop, as ``frac`` does); a run then says, in a note, how many
     rows its clients hold when that is under :data:`UNUSED_NOTE_SHARE` of them. None: it hands every row out."""
+    rows_kept: Callable[[Any, int, int], int] | None = None
+    """Set: given its options, the ``n`` training rows and the ``k`` clients, about how many rows its split hands the clients
+    (``frac``, shards that cover part of the data), for estimates made without the data (``chillfl list experiments``'s
+    cost model). None: all ``n``."""
 
 
 PARTITIONERS: dict[str, PartitionerEntry] = {
     "iid": PartitionerEntry(NoOptions, _iid, summary="IID: a random permutation cut into equal shares"),
     "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet, leaves_unused=_dirichlet_leaves_unused,
                                   summary='Dir(alpha) label skew per class, uncapped; scheme="client": per client (Hsu)'),
-    "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced,
+    "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced, rows_kept=_dirichlet_balanced_kept,
                                            summary="Dir(alpha) per class, capped at N/K: FedMA and NIID-Bench code (FedChill)"),
-    "shards": PartitionerEntry(ShardsOptions, _shards, summary="pathological label skew: label-sorted shards, a few a client (McMahan 2017)"),
+    "shards": PartitionerEntry(ShardsOptions, _shards, rows_kept=_shards_kept, summary="pathological label skew: label-sorted shards, a few a client (McMahan 2017)"),
     "quantity_skew": PartitionerEntry(QuantitySkewOptions, _quantity_skew, summary="client sizes drawn by Dir(h), labels optionally skewed too (NIID-Bench)"),
     "feature_noise": PartitionerEntry(FeatureNoiseOptions, _feature_noise, adds_noise=_feature_noise_adds,
                                       summary="feature skew: IID shares, each client's own Gaussian input noise (FedChill)"),

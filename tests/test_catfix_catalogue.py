@@ -1,0 +1,72 @@
+"""``chillfl list experiments`` prices the rows a run trains on, names the command that makes each experiment and every
+dataset it loads; ``list KIND`` cuts summaries to the terminal only; ``--dry-run``'s count multiplies out."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+
+from chillfl.catalogue import SMALL_FLOPS, STEP_S, computed_entry, estimate_cpu_minutes
+from chillfl.config import load_config
+from chillfl.experiments import resolve_config
+
+
+def _config(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    return load_config(path, {})
+
+
+def test_a_partitioners_frac_prices_only_the_rows_it_keeps(tmp_path: Path) -> None:
+    # mlp on digits (1438 train, 359 test), dirichlet_balanced frac = 0.5: 719 rows over 2 clients, one a round, batch 100, 3 rounds.
+    config = _config(tmp_path, '[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[partition]\nname = "dirichlet_balanced"\nfrac = 0.5\n'
+                               '[federation]\nnum_clients = 2\nclients_per_round = 1\nrounds = 3\n[client]\nbatch_size = 100\n')
+    from chillfl.catalogue import _forward_flops
+
+    flops = _forward_flops(config) or 0.0
+    per_client = 719 / 2
+    expected = (3 * math.ceil(per_client / 100) * STEP_S + (3 * 3 * per_client + 3 * 359) * flops / SMALL_FLOPS) / 60
+    assert math.isclose(estimate_cpu_minutes(config) or 0.0, expected, rel_tol=1e-12)
+
+
+def test_fedchill_table1_at_frac_01_costs_about_a_tenth_of_the_training() -> None:
+    from chillfl.catalogue import work
+
+    full = work(load_config(resolve_config("fedchill/table1-cifar10-10"), {"partition.frac": 1.0}))  # its FedAvg run
+    tenth = work(load_config(resolve_config("fedchill/table1-cifar10-10"), {}))
+    assert full is not None and tenth is not None
+    ratio = tenth.cpu_seconds() / full.cpu_seconds()
+    assert 0.1 < ratio < 0.2  # the training scales by frac; the test set's evaluation does not
+    assert entry_days("fedchill/table1-cifar10-10") < 5  # it listed 20 days: every row priced though 10% train
+
+
+def entry_days(name: str) -> float:
+    minutes = computed_entry(name).cpu_min
+    assert minutes is not None
+    return minutes / 1440
+
+
+def test_shards_that_cover_part_of_the_data_price_only_their_rows(tmp_path: Path) -> None:
+    from chillfl.catalogue import rows
+
+    shards = _config(tmp_path, '[dataset]\nname = "mnist"\n[model]\nname = "mlp"\n[partition]\nname = "shards"\nshard_size = 200\nshards_per_client = 5\n'
+                               '[federation]\nnum_clients = 36\nrounds = 1\n[client]\nbatch_size = 1000\n')
+    iid = _config(tmp_path, '[dataset]\nname = "mnist"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 36\nrounds = 1\n[client]\nbatch_size = 1000\n')
+    from chillfl.catalogue import work
+
+    a, b = work(shards), work(iid)
+    assert a is not None and b is not None
+    assert a.client_steps == 36 and b.client_steps == 36 * 2  # 1,000 rows a client (36 x 5 x 200 = 36,000), else 60,000 / 36
+    assert rows(shards) == (60000, 10000)
+
+
+def test_dataset_options_set_its_size(tmp_path: Path) -> None:
+    from chillfl.catalogue import rows
+
+    mnist1d = _config(tmp_path, '[dataset]\nname = "mnist1d"\nnum_samples = 4000\n[model]\nname = "mlp"\n')
+    assert rows(mnist1d) == (3200, 800)  # MNIST-1D's generator: train_split 0.8 of num_samples
+    femnist = load_config(resolve_config("flexchill/table4-femnist-dnn"), {})
+    train, test = rows(femnist)
+    assert 7000 < train < 7600 and 700 < test < 900  # 36 writers x 805,263 / 3,550 samples (LEAF; docs/datasets.md), 90/10
+    assert "805,263" in (Path(__file__).parents[1] / "docs/datasets.md").read_text() and "3,550 writers" in (Path(__file__).parents[1] / "docs/datasets.md").read_text()

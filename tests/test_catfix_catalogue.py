@@ -6,8 +6,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import pytest
 
 from chillfl.catalogue import SMALL_FLOPS, STEP_S, computed_entry, estimate_cpu_minutes
+from chillfl.cli import build_parser
 from chillfl.config import load_config
 from chillfl.experiments import resolve_config
 
@@ -70,3 +72,26 @@ def test_dataset_options_set_its_size(tmp_path: Path) -> None:
     train, test = rows(femnist)
     assert 7000 < train < 7600 and 700 < test < 900  # 36 writers x 805,263 / 3,550 samples (LEAF; docs/datasets.md), 90/10
     assert "805,263" in (Path(__file__).parents[1] / "docs/datasets.md").read_text() and "3,550 writers" in (Path(__file__).parents[1] / "docs/datasets.md").read_text()
+
+
+def test_an_experiment_another_command_makes_is_listed_and_priced_as_that_command() -> None:
+    from chillfl.analysis.temperature_sweep import DEFAULT_TEMPERATURES
+    from chillfl.catalogue import commands
+
+    e = computed_entry("fedchill/fig1-digits")
+    assert e.kind == "analyze temperature-sweep"  # `chillfl run` on it makes a FedChill run, no heat map
+    priced = commands()["fedchill/fig1-digits"].priced_as
+    assert priced["federation.rounds"] == len(DEFAULT_TEMPERATURES)  # each client alone at each temperature
+    config = load_config(resolve_config("fedchill/fig1-digits"), priced)
+    assert config.federation.sample_size() == config.federation.num_clients
+    assert e.cpu_min is not None and math.isclose(e.cpu_min, estimate_cpu_minutes(config) or 0.0, rel_tol=1e-12)
+
+
+def test_every_declared_command_is_a_command_that_takes_the_experiment(capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.catalogue import commands
+
+    assert commands()
+    for name, command in commands().items():
+        with pytest.raises(SystemExit) as stop:
+            build_parser().parse_args([*command.command.split(), name, "--help"])
+        assert stop.value.code == 0, name

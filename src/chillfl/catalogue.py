@@ -153,6 +153,24 @@ class Work:
         return (self.client_steps + self.overhead_steps) * STEP_S + self.flops / self.throughput + self.host_seconds
 
 
+@dataclass(frozen=True)
+class Command:
+    """The command that makes an experiment's figure when it is not ``chillfl run`` / ``compare`` (``_catalogue.toml``'s
+    ``[commands]``): why: ``chillfl run fedchill/fig1-digits`` trains a FedChill run and draws no heat map."""
+
+    command: str
+    """What follows ``chillfl`` and precedes the experiment's name: ``analyze temperature-sweep``."""
+    priced_as: dict[str, object]
+    """Overrides under which the config's plain run does the command's work (the cost model prices that run)."""
+
+
+@functools.cache
+def commands() -> dict[str, Command]:
+    """``experiments/_catalogue.toml``'s ``[commands]``: experiment -> the command that makes it (data, not code)."""
+    notes = read_toml(experiments_root() / "_catalogue.toml")
+    return {str(k): Command(str(v["command"]), dict(v.get("priced_as", {}))) for k, v in notes.get("commands", {}).items()}
+
+
 def _target(stem: str) -> str:
     """``table4-digits`` -> ``Table 4``; ``fig7-...`` -> ``Fig. 7``; anything else: a study of ours."""
     head = stem.split("-")[0]
@@ -481,12 +499,16 @@ def entry(name: str) -> Entry:
 
 
 def computed_entry(name: str) -> Entry:
-    """Experiment ``name``'s row, from its validated config and the cost models."""
-    config = load_config(resolve_config(name), {})
+    """Experiment ``name``'s row, from its validated config and the cost models; one another command makes (:func:`commands`)
+    is named by that command and priced as the run its ``priced_as`` overrides make."""
+    command = commands().get(name)
+    config = load_config(resolve_config(name), command.priced_as if command is not None else {})
     paper = PAPERS.get(Path(name).parts[0], "-") if "/" in name else "-"
     target = _target(Path(name).name) if "/" in name else "demo"
     runs = _runs(config)  # planned once for the row's three columns (it validates every run's config: most of a row's cost)
-    if config.variants or config.tune or len(config.compare.get("seeds") or []) > 1:
+    if command is not None:
+        kind = command.command
+    elif config.variants or config.tune or len(config.compare.get("seeds") or []) > 1:
         kind = f"compare ({len(runs)} runs)"
     else:
         kind = "run"
@@ -561,6 +583,7 @@ def format_catalogue(entries: list[Entry], scale: float | None = None, scaled: s
         "steps x 0.064 ms plus its FLOPs at 19.8 TFLOP/s, both measured on an H200 (executor auto, fp32, 2026-12-04;",
         "docs/gpu.md), low end if a step of fewer clients than the measured 100 costs proportionally less, high",
         "end if it costs as much. '-': a CPU-scale experiment.",
-        "Run one: `chillfl run NAME` (a comparison runs all its variants). Data: `chillfl data download NAME`.",
+        "Run one: `chillfl run NAME` (a comparison runs all its variants), or `chillfl COMMAND NAME` where its row names",
+        "another command (`analyze temperature-sweep`). Data: `chillfl data download NAME`.",
     ]
     return "\n".join(lines)

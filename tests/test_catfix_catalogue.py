@@ -4,6 +4,7 @@ dataset it loads; ``list KIND`` cuts summaries to the terminal only; ``--dry-run
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,8 @@ import pytest
 from chillfl.catalogue import SMALL_FLOPS, STEP_S, computed_entry, estimate_cpu_minutes
 from chillfl.cli import build_parser
 from chillfl.config import load_config
-from chillfl.experiments import resolve_config
+from chillfl.data.sources import SOURCES
+from chillfl.experiments import bundled_experiments, experiments_root, resolve_config
 
 
 def _config(tmp_path: Path, text: str):  # type: ignore[no-untyped-def]
@@ -95,3 +97,32 @@ def test_every_declared_command_is_a_command_that_takes_the_experiment(capsys: p
         with pytest.raises(SystemExit) as stop:
             build_parser().parse_args([*command.command.split(), name, "--help"])
         assert stop.value.code == 0, name
+
+
+def test_the_data_column_names_every_dataset_a_run_loads() -> None:
+    assert computed_entry("scarlet/fig7-cifar10-a005").data == "data download cifar10 cifar100"  # CIFAR-100: the public set
+    femnist = computed_entry("flexchill/table4-femnist-dnn").data
+    assert "data download" not in femnist and "docs/datasets.md" in femnist  # `data download femnist` refuses
+    assert computed_entry("scarlet/public-dataset-mnist1d").data == "offline"
+
+
+def test_each_download_the_listing_names_is_one_the_command_fetches() -> None:
+    from chillfl.catalogue import stored_rows
+
+    for name, (_, row) in stored_rows().items():
+        for part in row.data.split("; "):
+            if part.startswith("data download "):
+                assert set(part.split()[2:]) <= set(SOURCES), (name, row.data)
+
+
+def test_a_configs_data_comment_names_the_datasets_its_row_does() -> None:
+    from chillfl.catalogue import stored_rows
+
+    for name in bundled_experiments():
+        text = (experiments_root() / f"{name}.toml").read_text()
+        said = re.findall(r"^# Data: chillfl data download ([a-z0-9_ ]+?) --data-dir", text, flags=re.M)
+        listed = stored_rows()[name][1].data
+        if said:
+            assert listed == f"data download {said[0]}", (name, said, listed)
+        elif listed != "offline" and not listed.startswith("data download"):
+            assert "# Data:" in text, name  # a dataset without a download: the config says what to do instead

@@ -1,8 +1,10 @@
 """``chillfl list experiments``: the bundled experiments as a table a newcomer can choose from.
 
-Each row says which paper table or figure the experiment reruns, whether it is one run or a
-comparison, whether its data are embedded (offline) or need ``chillfl data download X``, and
-how long it takes. Times are honest about where they come from:
+Each row says which paper table or figure the experiment reruns, whether it is one run, a
+comparison or made by another command (``_catalogue.toml``'s ``[commands]``), whether the data it
+loads (its public set's too) are embedded (offline) or need ``chillfl data download X Y`` (or, for a
+dataset with no download, what docs/datasets.md says), and how long it takes. Times are honest about
+where they come from:
 
 - **measured**: CPU time of the whole experiment on the development machine (2-core Intel Xeon,
   AVX-512; the numbers quoted in the docs pages), in ``MEASURED_CPU_MIN``;
@@ -438,9 +440,32 @@ def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
     return low / 60, high / 60
 
 
-def _data(config: RunConfig) -> str:
-    name = str(config.dataset.get("name"))
-    return "offline" if name in EMBEDDED else f"data download {name}"
+BY_HAND: dict[str, str] = {"femnist": "LEAF's JSON under data/femnist, by hand (docs/datasets.md)"}
+"""What docs/datasets.md says to do for a dataset ``chillfl data download`` does not fetch (it refuses ``femnist``)."""
+
+
+def datasets_loaded(configs: Sequence[RunConfig]) -> list[str]:
+    """Every dataset the runs load, in first-seen order: each run's own and the public set it distils on
+    (``distillation.public_dataset``: SCARLET's CIFAR-10 runs load CIFAR-100 too)."""
+    names: dict[str, None] = {}
+    for config in configs:
+        names[str(config.dataset.get("name"))] = None
+        setup = config.distillation_setup
+        if setup is not None and setup.common.public_dataset is not None:
+            names[setup.common.public_dataset] = None
+    return list(names)
+
+
+def _data(configs: Sequence[RunConfig]) -> str:
+    """The data column: "offline" when every dataset the runs load is embedded, else the one ``chillfl data download``
+    command for those it fetches and, for any other, what docs/datasets.md says to do."""
+    from chillfl.data.sources import SOURCES
+
+    needed = [name for name in datasets_loaded(configs) if name not in EMBEDDED]
+    fetched = [name for name in needed if name in SOURCES]
+    said = ([f"data download {' '.join(fetched)}"] if fetched else []) + [
+        f"{name}: {BY_HAND.get(name, 'see docs/datasets.md')}" for name in needed if name not in SOURCES]
+    return "; ".join(said) if said else "offline"
 
 
 LISTING = "_listing.toml"
@@ -516,7 +541,7 @@ def computed_entry(name: str) -> Entry:
     minutes = MEASURED_CPU_MIN[name] if measured else estimate_cpu_minutes(config, runs)
     full_size = str(config.dataset.get("name")) not in EMBEDDED
     gpu = estimate_gpu_minutes(config, runs) if full_size else None
-    return Entry(name, paper, target, kind, _data(config), minutes, measured, gpu)
+    return Entry(name, paper, target, kind, _data(runs), minutes, measured, gpu)
 
 
 def _significant(value: float) -> str:
@@ -584,6 +609,6 @@ def format_catalogue(entries: list[Entry], scale: float | None = None, scaled: s
         "docs/gpu.md), low end if a step of fewer clients than the measured 100 costs proportionally less, high",
         "end if it costs as much. '-': a CPU-scale experiment.",
         "Run one: `chillfl run NAME` (a comparison runs all its variants), or `chillfl COMMAND NAME` where its row names",
-        "another command (`analyze temperature-sweep`). Data: `chillfl data download NAME`.",
+        "another command (`analyze temperature-sweep`). Data: what its row's data column says (docs/datasets.md).",
     ]
     return "\n".join(lines)

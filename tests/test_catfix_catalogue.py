@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from pathlib import Path
 
 import pytest
 
 from chillfl.catalogue import SMALL_FLOPS, STEP_S, computed_entry, estimate_cpu_minutes
-from chillfl.cli import build_parser
+from chillfl.cli import build_parser, main
 from chillfl.config import load_config
 from chillfl.data.sources import SOURCES
 from chillfl.experiments import bundled_experiments, experiments_root, resolve_config
@@ -126,3 +127,28 @@ def test_a_configs_data_comment_names_the_datasets_its_row_does() -> None:
             assert listed == f"data download {said[0]}", (name, said, listed)
         elif listed != "offline" and not listed.startswith("data download"):
             assert "# Data:" in text, name  # a dataset without a download: the config says what to do instead
+
+
+def test_list_of_a_kind_keeps_each_summary_whole_off_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.report.reference import summaries
+
+    assert main(["list", "algorithms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    printed = {line.split()[0]: " ".join(line.split()[1:]) for line in lines if line.startswith("  ")}
+    assert printed == {name: " ".join(summary.split()) for name, summary in summaries("algorithm")}
+    assert max(len(line) for line in lines) > 100  # some summary is longer than the 100 columns it was cut to
+
+
+def test_list_of_a_kind_cuts_summaries_to_the_terminals_width(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    monkeypatch.setenv("COLUMNS", "70")
+    assert main(["list", "algorithms"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 70 and any(line.endswith(" ...") for line in lines)
+
+
+def test_reproduce_out_help_says_the_default_is_a_paper_folder() -> None:
+    parser = build_parser(analyses=False)
+    sub = next(a for a in parser._actions if a.dest == "command")
+    out = next(a for a in sub.choices["reproduce"]._actions if a.dest == "out_dir")  # type: ignore[union-attr]
+    assert "PAPER" in (out.help or "")

@@ -25,6 +25,7 @@ import logging
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
 import textwrap
@@ -632,6 +633,8 @@ def cmd_list(args: argparse.Namespace) -> int:
         "privacy": ("privacy mechanisms", mechanism_names, "privacy"),
     }
     if args.what:  # one kind: a name a line, with its summary
+        # cut to the terminal's width on a terminal; whole in a pipe or a file (grep, a reader's own wrapping), where no width holds
+        columns = max(40, shutil.get_terminal_size().columns) if sys.stdout.isatty() else None
         with _signals_held():
             from chillfl.report.reference import summaries
 
@@ -642,7 +645,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             print(f"{title}:")
             for name, summary in rows:
                 line = f"  {name:<{width}}  {summary}".rstrip()
-                print(line if len(line) <= 100 else line[:96].rstrip() + " ...")
+                print(line if columns is None or len(line) <= columns else line[: columns - 4].rstrip() + " ...")
         return 0
     for title, names, _ in sections.values():
         print(textwrap.fill(f"{title}: {', '.join(names())}", width=100, subsequent_indent="    "))
@@ -787,7 +790,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
     p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"), help="the paper whose claims run (docs/comparisons.md, `chillfl reproduce`)")
     p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
-    p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: each config's out_dir)")
+    p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: a folder PAPER in each config's out_dir: results/PAPER)")
     p.add_argument("--resume", action="store_true",
                    help="read back the claims whose comparison this code finished before (same config, seeds, --out), resume an interrupted one, run the rest")
     p.add_argument("--dry-run", action="store_true",

@@ -152,3 +152,17 @@ def test_reproduce_out_help_says_the_default_is_a_paper_folder() -> None:
     sub = next(a for a in parser._actions if a.dest == "command")
     out = next(a for a in sub.choices["reproduce"]._actions if a.dest == "out_dir")  # type: ignore[union-attr]
     assert "PAPER" in (out.help or "")
+
+
+def test_the_dry_run_count_multiplies_out_when_variants_tune_their_own_grids(tmp_path: Path) -> None:
+    from chillfl.sweeps.plan import describe_plan, plan_runs
+
+    config = _config(tmp_path, '[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 2\nrounds = 1\n[eval]\nvalidation = 0.2\n'
+                               '[compare]\nseeds = [0, 1, 2]\n[tune]\n"client.lr" = [0.1, 0.3]\n'
+                               '[variants.a]\n[variants.b]\ntune = { "client.momentum" = [0.0, 0.5, 0.9] }\n')
+    head = describe_plan(plan_runs(config, []))[0]
+    assert head.startswith("24 runs: 8 (variant, tuning point) pairs of 2 variants x seeds 0, 1, 2"), head  # (2 + 2 x 3) x 3
+    assert "own grids" in head
+    plain = _config(tmp_path, '[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 2\nrounds = 1\n[eval]\nvalidation = 0.2\n'
+                              '[compare]\nseeds = [0, 1]\n[tune]\n"client.lr" = [0.1, 0.3]\n[variants.a]\n[variants.b]\n')
+    assert describe_plan(plan_runs(plain, []))[0] == "8 runs: 2 variants x seeds 0, 1 x tuning client.lr = 0.1, 0.3"

@@ -681,8 +681,14 @@ def describe_plan(plan: Plan) -> list[str]:
     then each variant's run names (they carry its tuning point and seed). Plain lines; the caller makes them comments."""
     seeds = ", ".join(map(str, plan.seeds))
     tune = "; ".join(f"{k} = {', '.join(map(str, v))}" for k, v in plan.tune_table.items())
-    head = f"{counted(len(plan.cells), 'run')}: {counted(len(plan.variants), 'variant')} x seeds {seeds}"  # "1 runs" with one seed
-    lines = [head + (f" x tuning {tune}" if tune else "")]
+    pairs = len(plan.cells) // max(1, len(plan.seeds))  # (variant, tuning point) pairs
+    if pairs == len(plan.variants) * len(plan.points):
+        head = f"{counted(len(plan.cells), 'run')}: {counted(len(plan.variants), 'variant')} x seeds {seeds}"  # "1 runs" with one seed
+        lines = [head + (f" x tuning {tune}" if tune else "")]
+    else:  # some variants tune on their own grids: "variants x seeds x shared grid" did not multiply out to the count (4 x 3 x 2 for 42)
+        shared = f"tuning {tune} and the variants' own grids" if tune else "the variants' own tuning grids"
+        lines = [f"{counted(len(plan.cells), 'run')}: {counted(pairs, '(variant, tuning point) pair')} of {counted(len(plan.variants), 'variant')}"
+                 f" x seeds {seeds} ({shared}, below)"]
     for v in plan.variants:
         names = [c.config.name for c in plan.cells if c.variant is v]
         own = "; ".join(f"{k} = {', '.join(map(str, vals))}" for k, vals in v.tune.items())

@@ -166,3 +166,23 @@ def test_the_dry_run_count_multiplies_out_when_variants_tune_their_own_grids(tmp
     plain = _config(tmp_path, '[dataset]\nname = "digits"\n[model]\nname = "mlp"\n[federation]\nnum_clients = 2\nrounds = 1\n[eval]\nvalidation = 0.2\n'
                               '[compare]\nseeds = [0, 1]\n[tune]\n"client.lr" = [0.1, 0.3]\n[variants.a]\n[variants.b]\n')
     assert describe_plan(plan_runs(plain, []))[0] == "8 runs: 2 variants x seeds 0, 1 x tuning client.lr = 0.1, 0.3"
+
+
+def test_running_an_experiment_another_command_makes_says_which(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """``chillfl run fedchill/fig1-digits`` trained a plain FedChill run and drew no Fig. 1, without a word: a note names
+    the command that makes it; a file of the user's own that shares the name says nothing."""
+    from chillfl import cli
+
+    ran: list[str] = []
+    monkeypatch.setattr("chillfl.runner.run_experiment", lambda config, progress: ran.append(config.name) or 0)
+    monkeypatch.setattr(cli, "_report", lambda out: 0)
+    assert main(["run", "fedchill/fig1-digits", "--out", str(tmp_path)]) == 0
+    err = capsys.readouterr().err
+    assert ran and "note: fedchill/fig1-digits's figure is made by `chillfl analyze temperature-sweep fedchill/fig1-digits`" in err
+    assert main(["run", "fedchill/table2-digits", "variants={}", "compare={}", "--out", str(tmp_path)]) == 0
+    assert "figure is made by" not in capsys.readouterr().err
+    assert cli._made_by_another_command("fedchill/fig1-digits.toml") is not None
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fedchill").mkdir()
+    (tmp_path / "fedchill" / "fig1-digits.toml").write_text('name = "mine"\n')
+    assert cli._made_by_another_command("fedchill/fig1-digits.toml") is None

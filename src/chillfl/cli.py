@@ -271,7 +271,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _compare(config, [], None, _progress(args), args, said)
     _refuse_shard(config, args)
     check_out_dir(config.out_dir)
+    if not args.quiet and (made_by := _made_by_another_command(args.config)):
+        say(f"chillfl: note: {made_by}")
     return _report(run_experiment(config, progress=_progress(args)))
+
+
+def _made_by_another_command(name: str | None) -> str | None:
+    """What to say when ``name`` is a bundled experiment whose figure another command makes (``_catalogue.toml``'s
+    ``[commands]``): ``chillfl run fedchill/fig1-digits`` trained a plain FedChill run and drew no heat map, without a word."""
+    from chillfl.catalogue import commands
+
+    if name is None:
+        return None
+    stem = name.removesuffix(".toml")
+    made = commands().get(stem)
+    if made is None or Path(name).exists():  # a file of the user's own that happens to share the name: theirs
+        return None
+    return f"{stem}'s figure is made by `chillfl {made.command} {stem}`; this runs its config as one plain run"
 
 
 def _refuse_shard(config: RunConfig, args: argparse.Namespace) -> None:

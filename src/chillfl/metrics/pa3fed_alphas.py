@@ -11,14 +11,18 @@ Per run, from PA3Fed's round records (``agg_clp``, ``agg_adapted``,
   ``first_share``: the share of pairs that were first participations.
 * ``shift_adapted``: mean over adapted rounds of the total-variation distance
   0.5 sum_i |m_i alpha_i / sum_j m_j alpha_j - m_i| between the weights used
-  and the base's weights (0: FedAvg's weights exactly); ``shift_max``: its
-  largest value over all rounds (including the rounds where it was not used).
+  and the base's weights (0: FedAvg's weights exactly); NaN, printed ``-``,
+  for a run with no adapted round (``mode = "never"``, or no CLP): it has no
+  such mean, and 0 would read as "adapted without moving the weights".
+  ``shift_max``: its largest value over all rounds, adapted or not (the
+  shift PA3Fed would have made where it was not used), so the column says so.
 
 ``python -m chillfl.metrics.pa3fed_alphas FOLDER...`` prints one Markdown row
 per folder (run or compare folder): the field-wise mean over the PA3Fed
 runs found under it (e.g. its seeds; not those in ``NAME.failed`` or
 ``NAME.partial`` folders, which a compare table leaves out of its statistics
-too); ``--runs`` adds one row per run. A
+too), each field over the runs that have it (a run without adapted rounds
+is left out of the shift's mean); ``--runs`` adds one row per run. A
 folder that is missing or holds no PA3Fed run, or a garbled metrics.jsonl,
 is one line on stderr and exit status 2 (:mod:`chillfl.metrics.records`).
 
@@ -30,6 +34,7 @@ chillfl's own, not a measure the paper defines.
 
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,34 +83,45 @@ def alpha_summary(records: Sequence[Mapping[str, Any]]) -> AlphaSummary:
         alpha_median=statistics.median(returning) if returning else nan,
         alpha_max=max(returning) if returning else nan,
         first_share=first / (first + len(returning)),
-        shift_adapted=statistics.fmean(adapted_shifts) if adapted_shifts else 0.0,
+        shift_adapted=statistics.fmean(adapted_shifts) if adapted_shifts else nan,
         shift_max=max(shifts) if shifts else nan,
     )
 
 
 HEADER = (
     "| run | rounds | CLP rounds % | adapted % | alpha min / median / max (returning clients) | first participations % "
-    "| weight shift (TV), mean over adapted rounds | max |\n|---|---|---|---|---|---|---|---|"
+    "| weight shift (TV), mean over adapted rounds | max over all rounds |\n|---|---|---|---|---|---|---|---|"
 )
+
+
+def _num(value: float, spec: str) -> str:
+    """``value`` formatted, or ``-`` where it is NaN (the run has none: no adapted round, no returning client)."""
+    return "-" if math.isnan(value) else format(value, spec)
 
 
 def row(label: str, s: AlphaSummary) -> str:
     return (
         f"| {label} | {s.rounds} | {100 * s.clp_fraction:.0f} | {100 * s.adapted_fraction:.0f} "
-        f"| {s.alpha_min:.3f} / {s.alpha_median:.3f} / {s.alpha_max:.3f} | {100 * s.first_share:.0f} "
-        f"| {s.shift_adapted:.4f} | {s.shift_max:.4f} |"
+        f"| {_num(s.alpha_min, '.3f')} / {_num(s.alpha_median, '.3f')} / {_num(s.alpha_max, '.3f')} | {100 * s.first_share:.0f} "
+        f"| {_num(s.shift_adapted, '.4f')} | {_num(s.shift_max, '.4f')} |"
     )
 
 
 def mean_summary(summaries: Sequence[AlphaSummary]) -> AlphaSummary:
-    """Field-wise mean over runs (e.g. seeds): the mean minimum alpha, mean median, ..."""
+    """Field-wise mean over runs (e.g. seeds): the mean minimum alpha, mean median, ...; each field over the runs
+    that have it (not NaN), so a run without adapted rounds does not pull the mean shift towards 0 (NaN if none has it)."""
     if not summaries:
         raise ValueError("no runs to average")
-    n = len(summaries)
     fields = AlphaSummary.__dataclass_fields__
-    means = {k: sum(getattr(s, k) for s in summaries) / n for k in fields}
+    means: dict[str, Any] = {k: _mean_of_present([float(getattr(s, k)) for s in summaries]) for k in fields}  # rounds: an int below
     means["rounds"] = round(means["rounds"])
     return AlphaSummary(**means)
+
+
+def _mean_of_present(values: Sequence[float]) -> float:
+    """Mean of the values that are not NaN; NaN when every one is."""
+    present = [v for v in values if not math.isnan(v)]
+    return statistics.fmean(present) if present else float("nan")
 
 
 def folder_rows(folder: Path, runs: bool) -> list[str]:

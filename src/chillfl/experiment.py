@@ -713,7 +713,7 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
     own = protocol_of(config).own_objective
     if own is not None:
         field = configured[0].field
-        raise ConfigError(field, own if field.endswith("proximal_mu") else f"{own.split(';')[0]}; leave it empty")
+        raise ConfigError(field, f"{own}; leave it {'0' if field.endswith('proximal_mu') else 'empty'}")
     out = []
     for entry in configured:
         term = entry.build()

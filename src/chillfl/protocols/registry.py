@@ -72,7 +72,8 @@ class ProtocolKind:
     travel_reason: str
     """Why heterogeneous clients are refused when models travel."""
     own_objective: str | None = None
-    """Why ``[objective] proximal_mu`` is refused (None: it is allowed)."""
+    """Why every ``[objective]`` term (``proximal_mu`` and ``terms``) is refused (None: they are allowed); one reason that
+    holds for any term, a batch term too: the refusal adds what to leave unset."""
     check_data: Callable[[RunConfig, FederatedData], object] | None = None
     """Checks its options against the data, before any model is built."""
     check: Callable[[Experiment], object] | None = None
@@ -117,7 +118,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         uses_aggregator=True,
         models_travel=share_models,
         travel_reason="[prototypes] share_model = true averages models",
-        own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective; leave it 0",
+        own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective",
         check=check_prototype_sharing,
         cost=prototype_cost,
         on_flower="chillfl.flower carries parameter sharing and soft-label sharing; run a [prototypes] method with chillfl's own runtime",
@@ -133,7 +134,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         uses_aggregator=False,
         models_travel=_never,
         travel_reason="",
-        own_objective="the soft-label protocol keeps no global model to stay close to; leave it 0",
+        own_objective="the soft-label protocol trains clients with the base loss only: no objective terms",
         check_data=check_distillation,
         cost=soft_label_cost,
         public_size=lambda config: _distillation_setup(config).common.public_size,

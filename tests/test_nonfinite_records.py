@@ -18,7 +18,7 @@ from chillfl.storage.results import NONFINITE, ResultWriter, decode_record, enco
 from chillfl.storage.run_folder import _metrics_until
 
 RECORDS = [
-    {"round": 1, "clients": [0, 1], "global_acc": 0.5, "global_loss": 1.25, "local_acc": None},
+    {"round": 1, "clients": [0, 1], "global_acc": 0.5, "global_loss": 1.25, "local_acc": None, "agg_clp": False},  # agg_clp: a PA3Fed run, which the CLP plot needs
     {"round": 2, "clients": [0, 1], "global_acc": 0.6, "global_loss": math.nan, "val_loss": math.inf, "train_loss": -math.inf},
 ]
 

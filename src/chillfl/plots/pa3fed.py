@@ -4,10 +4,18 @@ Both read only metrics.jsonl records: ``global_acc`` and PA3Fed's
 ``agg_fgn`` (Eq. 5) and ``agg_clp`` (Eq. 6 verdict of the round).
 A CLP round ``t`` is shaded as the interval ``[t - 0.5, t + 0.5]``, so
 consecutive CLP rounds merge into one band as in Fig. 3.
+
+``python -m chillfl.plots.pa3fed FOLDER`` reads a run folder or a compare
+folder as the ``python -m chillfl.metrics.*`` tables do
+(:func:`chillfl.metrics.records.run_folders`: a ``NAME.failed`` /
+``NAME.partial`` run is left out), draws the seeds of one variant as their
+mean (as the compare figures do), and refuses a folder with no PA3Fed run
+(no ``agg_clp`` record): one line, exit status 2, nothing written.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -17,7 +25,11 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
-from chillfl.storage.results import read_metrics, series  # noqa: E402
+from chillfl.errors import ConfigError  # noqa: E402
+from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool  # noqa: E402
+from chillfl.metrics.spread import seed_band  # noqa: E402
+from chillfl.run_names import comparison_labels  # noqa: E402
+from chillfl.storage.results import series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.figure import Figure, finish_figure, log_scale, save_png  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
@@ -73,20 +85,43 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
 
     Returns False (nothing written) when no variant has a global accuracy curve.
     """
-    if not any(series(records, "global_acc")[0] for records in curves.values()):
+    return plot_compare_clp_seeds({label: [records] for label, records in curves.items()}, path, title)
+
+
+def adapted_rounds(runs: Sequence[Sequence[Mapping[str, Any]]]) -> set[int]:
+    """The rounds adapted inside a CLP in at least half of ``runs`` (one per seed; with one run, its adapted CLP rounds)."""
+    counts: dict[int, int] = {}
+    for records in runs:
+        for rnd in {int(r["round"]) for r in records if r.get("agg_clp") and r.get("agg_adapted")}:
+            counts[rnd] = counts.get(rnd, 0) + 1
+    return {rnd for rnd, n in counts.items() if 2 * n >= len(runs)}
+
+
+def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], path: str | Path, title: str = "") -> bool:
+    """:func:`plot_compare_clp` with several runs (seeds) per variant: their mean accuracy (at the rounds every seed
+    measured, :func:`~chillfl.metrics.spread.seed_band`) as one line, dots at the rounds adapted in at least half of them.
+
+    Returns False (nothing written) when no variant has a global accuracy curve.
+    """
+    bands = {label: seed_band(runs, "global_acc") for label, runs in groups.items() if runs}
+    if not any(rounds for rounds, _, _ in bands.values()):
         return False
+    seeded = any(len(runs) > 1 for runs in groups.values())
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    for i, (label, records) in enumerate(curves.items()):
-        rounds, acc = series(records, "global_acc")
+    for i, (label, (rounds, acc, _)) in enumerate(bands.items()):
         if not rounds:
             continue
-        (line,) = ax.plot(rounds, acc, label=label, color=f"C{i % 10}", ls="-" if "pa3" in label.lower() else "--")
-        clp = {int(r["round"]) for r in records if r.get("agg_clp") and r.get("agg_adapted")}
+        runs = groups[label]
+        shown = f"{label} (n={len(runs)})" if seeded else label
+        (line,) = ax.plot(rounds, acc, label=shown, color=f"C{i % 10}", ls="-" if "pa3" in label.lower() else "--")
+        clp = adapted_rounds(runs)
         marked = [(r, a) for r, a in zip(rounds, acc) if r in clp]
         if marked:
             ax.plot([m[0] for m in marked], [m[1] for m in marked], "o", ms=4, color=line.get_color())
-    ax.set(xlabel="round", ylabel="global accuracy", title=(f"{title}: accuracy" if title else "Accuracy") + " (dots: adapted CLP rounds)")  # the key to the dots, also under a title
+    what = "accuracy, mean over seeds" if seeded else "accuracy"
+    key = "\n(dots: adapted CLP rounds in at least half the seeds)" if seeded else " (dots: adapted CLP rounds)"  # on a line of its own where long
+    ax.set(xlabel="round", ylabel="global accuracy", title=(f"{title}: {what}" if title else what.capitalize()) + key)  # the key to the dots, also under a title
     integer_rounds(ax)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -98,34 +133,46 @@ def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: st
 register_figure("clp", FigureSpec("clp.png", plot_clp, "accuracy and FGN(t) with the critical learning periods shaded (PA3Fed Fig. 3)"))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m chillfl.plots.pa3fed COMPARE_FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into it."""
-    import argparse
-    import json
-
-    parser = argparse.ArgumentParser(prog="python -m chillfl.plots.pa3fed", description=main.__doc__)
-    parser.add_argument("folder", help="a `chillfl compare` result folder")
-    args = parser.parse_args(argv)
-    folder = Path(args.folder)
-    runs = sorted(p.parent for p in folder.glob("*/metrics.jsonl"))
-    if not runs:
-        parser.error(f"no run folders with metrics.jsonl under {folder}")
-    order = {}
+def clp_groups(folder: Path) -> dict[str, list[list[dict[str, Any]]]]:
+    """Variant label -> the records of its finished runs (one per seed) under ``folder``, a run folder or a compare
+    folder, in the compare table's row order; a ConfigError (one line) when no run is PA3Fed's (no ``agg_clp``)."""
+    runs = run_folders(folder)  # the folder itself, or its finished sub-folders; a ConfigError when there is none
+    labels = comparison_labels(folder)  # run folder name -> variant label, seeds of one variant alike
     table = folder / "table.json"
-    if table.is_file():  # keep the compare table's row order and labels
-        labels = [row["variant"] for row in json.loads(table.read_text(encoding="utf-8"))]
-        order = {safe_name(label): label for label in labels}
-    curves = {}
-    for run in sorted(runs, key=lambda p: list(order).index(p.name) if p.name in order else len(order)):
+    if not labels and table.is_file():  # an older comparison without sweep.json: its table names one run per variant
         try:
-            curves[order.get(run.name, run.name)] = read_metrics(run)  # decoded: a NaN loss is NaN, not "not measured"
-        except ValueError as exc:  # a garbled line or non-finite marker: one line, not a traceback
-            parser.error(f"{run / 'metrics.jsonl'} is unreadable: {exc}")
-    out = folder / "clp_curves.png"
-    if not plot_compare_clp(curves, out, title=folder.name):
-        parser.error("no run has a global accuracy curve")
-    print(out)
-    return 0
+            labels = {safe_name(str(row["variant"])): str(row["variant"]) for row in json.loads(table.read_text(encoding="utf-8"))}
+        except (OSError, ValueError, KeyError, TypeError):
+            labels = {}
+    groups: dict[str, list[list[dict[str, Any]]]] = {}
+    for run in runs:
+        groups.setdefault(labels.get(run.name, run.name), []).append(read_records(run / METRICS))
+    if not any("agg_clp" in r for runs_ in groups.values() for records in runs_ for r in records):
+        raise ConfigError(str(folder), f"holds no PA3Fed run (no {METRICS} with agg_clp in it or its sub-folders): no CLP rounds to draw")
+    order = list(dict.fromkeys(labels.values()))
+    return dict(sorted(groups.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m chillfl.plots.pa3fed FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into a compare or run folder."""
+    import argparse
+
+    prog = "python -m chillfl.plots.pa3fed"
+    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser.add_argument("folder", type=Path, help="a `chillfl compare` result folder, or one run's folder")
+    args = parser.parse_args(argv)
+    folder: Path = args.folder
+
+    def draw() -> list[str]:
+        groups = clp_groups(folder)
+        out = folder / "clp_curves.png"
+        drawn = (plot_compare_clp({label: runs[0] for label, runs in groups.items()}, out, title=folder.name)
+                 if all(len(runs) == 1 for runs in groups.values()) else plot_compare_clp_seeds(groups, out, title=folder.name))
+        if not drawn:
+            raise ConfigError(str(folder), "no run has a global accuracy curve (global_acc): nothing to draw")
+        return [str(out)]
+
+    return run_tool(prog, draw)
 
 
 if __name__ == "__main__":

@@ -341,7 +341,8 @@ class ObjectiveConfig:
     ``proximal_mu``: FedProx's ``mu/2 ||w - w^t||^2`` towards the round's global
     model (Li et al., Eq. 2) on top of any parameter-sharing aggregator, e.g.
     SCAFFOLD + a proximal term. 0 = off. Refused with ``algorithm = "fedprox"``
-    (which has its own ``mu``) and with the soft-label protocol (no global model).
+    (which has its own ``mu``) and by a protocol with its own objective (soft labels:
+    the clients train with the base loss only; prototypes).
 
     ``terms``: more terms, each a registered name (``"proximal"``), an import path
     (``"pkg.mod:Term"``) or a ``chillfl.plugins`` entry point, or a table

@@ -23,7 +23,8 @@ Every failure is a :class:`DownloadError`, one line: exit status 1 in the CLI (t
 fails its check: the request was right, the run could not finish it), or 2 for a :class:`DownloadRequestError`
 (an unknown name, a mirror that is no URL, a malformed manifest: bad input). A failed download leaves nothing under a
 final name: a file is a ``.part`` until it passes its check (kept, so that a rerun resumes), and the folders it made
-for a file that never arrived are removed.
+for a file that never arrived are removed. An archive that passes its check but is refused or unreadable when unpacked
+(an :class:`ArchiveError`) is deleted with the folders it emptied: kept, every rerun took it again and failed the same way.
 
 Checked against (2026-12): the checksums of chillfl.data.sources; tar members through tarfile's 'data' filter, zip members outside the folder refused.
 """
@@ -66,6 +67,12 @@ USER_AGENT = "chillfl-data-download"
 
 class DownloadError(Exception):
     """A download that cannot finish (no network, a full disk, a file that fails its check); the message is one line for the user."""
+
+
+class ArchiveError(DownloadError):
+    """An archive that passed its check but cannot be installed: unreadable, or a member that would land outside its
+    folder. :func:`download_dataset` removes what it fetched: kept, a rerun (``--force`` too) took the cached file,
+    which passes its check again, and failed the same way."""
 
 
 class DownloadRequestError(DownloadError):
@@ -281,10 +288,10 @@ def unpack_tar(archive: Path, dest: Path) -> None:
             members = tar.getmembers()
             for m in members:
                 if not _inside(m.name) or not (m.isfile() or m.isdir()):
-                    raise DownloadError(f"refusing {archive.name}: member {m.name!r} is {'a link or device' if _inside(m.name) else 'outside the target folder'}")
+                    raise ArchiveError(f"refusing {archive.name}: member {m.name!r} is {'a link or device' if _inside(m.name) else 'outside the target folder'}")
             tar.extractall(dest, members=members, filter="data")
     except (tarfile.TarError, EOFError) as exc:
-        raise DownloadError(f"{archive.name} is not a readable tar archive ({_one_line(exc)}); delete {archive} and rerun") from exc
+        raise ArchiveError(f"{archive.name} is not a readable tar archive ({_one_line(exc)})") from exc
 
 
 def unpack_zip(archive: Path, dest: Path) -> None:
@@ -294,15 +301,15 @@ def unpack_zip(archive: Path, dest: Path) -> None:
             infos = z.infolist()
             for info in infos:
                 if not _inside(info.filename):
-                    raise DownloadError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
+                    raise ArchiveError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
             root = dest.resolve()
             for info in infos:
                 out = (dest / info.filename).resolve()
                 if root not in out.parents and out != root:
-                    raise DownloadError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
+                    raise ArchiveError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
                 z.extract(info, dest)
     except (zipfile.BadZipFile, EOFError) as exc:
-        raise DownloadError(f"{archive.name} is not a readable zip archive ({_one_line(exc)}); delete {archive} and rerun") from exc
+        raise ArchiveError(f"{archive.name} is not a readable zip archive ({_one_line(exc)})") from exc
 
 
 def _unpack(path: Path, file: RemoteFile, dest: Path) -> None:
@@ -414,15 +421,21 @@ def download_dataset(
     except DownloadError:
         _remove_if_empty(reversed(made))  # a failure before any byte arrived leaves no folder of ours behind
         raise
-    _install(source, fetched, root, target)
+    try:
+        _install(source, fetched, root, target)
+    except ArchiveError as exc:  # the same bytes would fail the same way: a rerun fetches them again instead
+        _remove_fetched(fetched, downloads, root if root in made else None)
+        raise ArchiveError(f"{exc}; the download was removed from {downloads}: check the source (mirror, --checksums) and rerun") from exc
+    _remove_fetched(fetched, downloads)
+    return target
+
+
+def _remove_fetched(fetched: Iterable[Path], downloads: Path, root: Path | None = None) -> None:
+    """Delete the fetched files, then ``data_dir/.downloads/NAME``, ``.downloads`` and ``root`` (the ``data_dir`` this
+    download created, if it did) as far as each is left empty."""
     for path in fetched:
         path.unlink(missing_ok=True)
-    try:
-        downloads.rmdir()
-        (root / DOWNLOADS).rmdir()
-    except OSError:
-        pass
-    return target
+    _remove_if_empty([downloads, downloads.parent, *([root] if root is not None else [])])
 
 
 def _remove_if_empty(folders: Iterable[Path]) -> None:

@@ -51,7 +51,7 @@ Choices
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Collection, Mapping, Sequence
+from typing import Any, Collection, Literal, Mapping, Sequence, get_args
 
 import torch
 
@@ -73,6 +73,11 @@ from chillfl.training.objective import PROXIMAL
 from chillfl.training.terms import ObjectiveTerm
 
 
+TauEff = Literal["normaliser", "steps"]
+"""How tau_eff is formed (a Literal, so that ``chillfl list --options`` shows the allowed values)."""
+TAU_EFF: tuple[TauEff, ...] = get_args(TauEff)
+
+
 @dataclass(frozen=True)
 class FedNovaOptions:
     """``momentum``: the clients' SGD momentum rho in [0, 1); unset = ``client.momentum`` (0 outside a config).
@@ -82,7 +87,7 @@ class FedNovaOptions:
 
     momentum: float | None = None
     proximal_mu: float | None = None
-    tau_eff: str = "normaliser"
+    tau_eff: TauEff = "normaliser"
 
     def validate(self, section: str) -> None:
         if self.momentum is not None:
@@ -92,7 +97,6 @@ class FedNovaOptions:
         require(self.tau_eff in TAU_EFF, f"{section}.tau_eff", f"must be one of {', '.join(map(repr, TAU_EFF))}, got {self.tau_eff!r}")
 
 
-TAU_EFF = ("normaliser", "steps")
 
 
 def effective_steps(num_steps: int, momentum: float = 0.0, lr_mu: float = 0.0) -> float:

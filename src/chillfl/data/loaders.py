@@ -32,7 +32,7 @@ from typing import Any, Literal, NamedTuple
 
 import numpy as np
 
-from chillfl.data.sources import MANUAL, download_command
+from chillfl.data.sources import MANUAL, download_command, fetched_from
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
 
@@ -245,7 +245,7 @@ def load_svhn(data_dir: Path, opts: NoOptions) -> RawSplit:
 
 # ---------------------------------------------------------------- MNIST / Fashion-MNIST (idx files)
 
-MNIST_URL = "https://yann.lecun.com/exdb/mnist/"
+MNIST_URL = fetched_from("mnist")  # the downloader's mirror first, then LeCun's site
 FASHION_URL = "https://github.com/zalandoresearch/fashion-mnist"
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
 

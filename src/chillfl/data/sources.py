@@ -179,6 +179,13 @@ def downloadable() -> list[str]:
     return sorted({*SOURCES, *MANUAL})
 
 
+def fetched_from(name: str) -> str:
+    """Where ``chillfl data download NAME`` fetches the files from: each folder URL of its files, in the order tried
+    (``"A, then B"``). The loaders' hints name it, so that they and the downloader tell one story."""
+    folders = dict.fromkeys(url.rsplit("/", 1)[0] + "/" for f in SOURCES[name].files for url in f.urls)
+    return ", then ".join(folders)
+
+
 def download_command(name: str, data_dir: str = "data") -> str:
     """The one command that fetches dataset ``name`` into ``data_dir``."""
     return f"chillfl data download {name} --data-dir {data_dir}"

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from chillfl.cli import main
 from chillfl.data import load_dataset
+from chillfl.data.leaf_hub import FemnistHubOptions, ShakespeareOptions
 from chillfl.data.sources import SOURCES
 from chillfl.errors import ConfigError
 
@@ -19,3 +21,25 @@ def test_the_mnist_hint_names_the_urls_the_downloader_tries(tmp_path: Path) -> N
     tried = [url.rsplit("/", 1)[0] + "/" for url in SOURCES["mnist"].files[0].urls]
     assert tried == ["https://ossci-datasets.s3.amazonaws.com/mnist/", "http://yann.lecun.com/exdb/mnist/"]
     assert err.value.message.endswith(f"(source: {tried[0]}, then {tried[1]})")
+
+
+def test_the_listing_names_the_hub_datasets_with_their_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = tmp_path / "data"
+    (data / "flwrlabs" / "shakespeare").mkdir(parents=True)
+    assert main(["data", "download", "--data-dir", str(data)]) == 0
+    rows = {line.split()[0]: line.split(maxsplit=3)[1:] for line in capsys.readouterr().out.splitlines()}
+    assert rows["flwr_shakespeare"] == ["flwrlabs/shakespeare/", "hub", "present"]
+    command = f"hf download flwrlabs/femnist --repo-type dataset --local-dir {data / 'flwrlabs' / 'femnist'}"
+    assert rows["flwr_femnist"] == ["flwrlabs/femnist/", "hub", f"missing: {command}"]
+
+
+def test_downloading_a_hub_dataset_names_its_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["data", "download", "flwr_shakespeare"]) == 2  # asked of the wrong tool: bad input, nothing written
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "`hf download flwrlabs/shakespeare --repo-type dataset --local-dir <data_dir>/flwrlabs/shakespeare`" in err
+
+
+def test_the_hub_table_names_the_folders_the_loaders_read() -> None:
+    from chillfl.data.sources import HUB  # new with the listing
+
+    assert {name: hub.repo for name, hub in HUB.items()} == {"flwr_femnist": FemnistHubOptions().path, "flwr_shakespeare": ShakespeareOptions().path}

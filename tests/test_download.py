@@ -20,7 +20,7 @@ import torch
 from chillfl.cli import main
 from chillfl.data import load_dataset
 from chillfl.data.download import DOWNLOADS, MARKER, MIRROR_ENV, DownloadError, download_dataset, fetch, read_checksums, resolve_source
-from chillfl.data.sources import SOURCES, RemoteFile
+from chillfl.data.sources import HUB, SOURCES, RemoteFile
 from chillfl.errors import ConfigError
 from fake_datasets import GENERATORS, ServerState, manifest, publish, serve, tar_bytes, zip_bytes
 
@@ -435,7 +435,7 @@ def test_cli_without_names_lists_what_data_dir_holds(tmp_path: Path, capsys: pyt
     (tmp_path / "data" / "svhn").mkdir()
     assert main(["data", "download", "--data-dir", str(tmp_path / "data")]) == 0
     rows = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
-    assert set(rows) == set(SOURCES) | {"femnist"}
+    assert set(rows) == set(SOURCES) | {"femnist"} | set(HUB)
     assert rows["mnist"].endswith("downloaded") and rows["svhn"].endswith("present (not by us)") and rows["cifar10"].endswith("missing")
     assert "170 MB" in rows["cifar10"] and rows["femnist"].endswith("manual (LEAF)")
 

@@ -573,7 +573,7 @@ def _download_status(data_dir: str) -> int:
     from chillfl.data.download import dataset_status
 
     for name, folder, size, state in dataset_status(data_dir):
-        print(f"{name:14} {folder:26} {size:>12}  {state}")
+        print(f"{name:16} {folder:26} {size:>12}  {state}")
     return 0
 
 

@@ -49,7 +49,7 @@ from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from chillfl.data.sources import MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
+from chillfl.data.sources import HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,10 @@ def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str,
         source = MIRRORED_ONLY[name]
     elif name in MANUAL:
         raise DownloadRequestError(MANUAL[name].instructions.replace("DATA_DIR", "<data_dir>"))
+    elif name in HUB:
+        raise DownloadRequestError(f"{name} comes from the Hugging Face hub, which chillfl does not download from: "
+                                   f"`{HUB[name].command('<data_dir>')}` (huggingface_hub's CLI) puts it where dataset.path finds it, "
+                                   "or run online with pip install 'chillfl[hf]'")
     else:
         raise DownloadRequestError(f"unknown dataset {name!r}; downloadable: {', '.join(downloadable())}")
     files = []
@@ -354,11 +358,16 @@ def _marker_text(source: Source, target: Path) -> str:
 
 
 def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
-    """(name, folder, download size, state) of every downloadable dataset; state: downloaded | incomplete (N files missing) |
-    present (not by us) | missing | manual."""
+    """(name, folder, download size, state) of every dataset that lives in ``data_dir``; state: downloaded | incomplete (N
+    files missing) | present (not by us) | missing | manual; a hub dataset (fetched by ``hf download``, not here): present,
+    or ``missing: <the command>``."""
     root = Path(data_dir)
     rows = []
-    for name in downloadable():
+    for name in sorted({*downloadable(), *HUB}):
+        if name in HUB:
+            hub = HUB[name]
+            rows.append((name, hub.repo + "/", "hub", "present" if (root / hub.repo).exists() else f"missing: {hub.command(str(root))}"))
+            continue
         if name in SOURCES:
             source = SOURCES[name]
             sizes = [f.size for f in source.files]

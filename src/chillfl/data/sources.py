@@ -18,6 +18,7 @@ Checked against (2026-12): torchvision's pinned md5s and sizes (CIFAR-10/100, SV
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Literal
 
 Unpack = Literal["none", "tar", "zip"]
@@ -173,6 +174,27 @@ MIRRORED_ONLY: dict[str, Source] = {
     ),
 }
 """Sources that exist only on a mirror: their layout is fixed here, their URL and checksum come from the user."""
+
+
+@dataclass(frozen=True)
+class HubSource:
+    """A dataset read from its Hugging Face hub copy: huggingface_hub's ``hf download`` fetches it, not chillfl, into
+    ``data_dir/<repo>``, where its loader's default ``path`` finds it offline (``chillfl.data.leaf_hub``)."""
+
+    name: str
+    repo: str
+    """The hub dataset (``owner/name``), also the folder under ``data_dir``."""
+
+    def command(self, data_dir: str = "data") -> str:
+        """The one command that puts it under ``data_dir``."""
+        return f"hf download {self.repo} --repo-type dataset --local-dir {PurePath(data_dir) / self.repo}"
+
+
+HUB: dict[str, HubSource] = {
+    "flwr_femnist": HubSource("flwr_femnist", "flwrlabs/femnist"),
+    "flwr_shakespeare": HubSource("flwr_shakespeare", "flwrlabs/shakespeare"),
+}
+"""Datasets ``chillfl data download`` does not fetch but lists, with the command that does."""
 
 
 def downloadable() -> list[str]:

@@ -509,7 +509,8 @@ def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
     """
     if not (isinstance(obj, DatasetEntry) or inspect.isfunction(obj)):
         raise ConfigError(field, f"{name!r} must name a dataset: a DatasetEntry or a builder function, got {short_repr(obj)}")
-    entry = obj if isinstance(obj, DatasetEntry) else DatasetEntry(inspect.getattr_static(obj, "Options", NoOptions), obj, "any")
+    summary = (inspect.getdoc(obj) or "").partition("\n")[0] if inspect.isfunction(obj) else ""  # for chillfl list: else NoOptions' line
+    entry = obj if isinstance(obj, DatasetEntry) else DatasetEntry(inspect.getattr_static(obj, "Options", NoOptions), obj, "any", summary)
     if not (isinstance(entry.options, type) and dataclasses.is_dataclass(entry.options)):
         raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")
     if entry.inputs not in INPUT_KINDS:

@@ -674,7 +674,7 @@ def test_dp_sgd_refuses_a_method_with_its_declared_private_steps_reason(algorith
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{"algorithm.name": algorithm, "privacy.mechanism": "dp-sgd"}))
     assert err.value.field == "privacy.mechanism"
-    assert f"does not bound what algorithm {algorithm!r} uploads: " in err.value.message and why in err.value.message
+    assert f"does not bound all that algorithm {algorithm!r} uploads or reports from a client's data: " in err.value.message and why in err.value.message
     # and what to do: the mechanisms that noise the uploads instead (no step hook), from the registry
     assert err.value.message.endswith("; use an algorithm that trains once a round, or a mechanism that noises the uploads instead: dp-fedavg, local")
 
@@ -749,7 +749,7 @@ def test_a_plugins_own_trainings_are_refused_whether_declared_or_not(tmp_path: P
         assert err.value.field == "privacy.mechanism" and "its clients run their own trainings" in err.value.message
         with pytest.raises(ConfigError) as err:
             build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-sgd"}))
-        assert "uploads: each client reweighs its samples by its own label counts; use an algorithm that trains once a round" in err.value.message
+        assert "from a client's data: each client reweighs its samples by its own label counts; use an algorithm that trains once a round" in err.value.message
         build_experiment(config(**{"algorithm.name": "trainings_plugin:Reweighed", "privacy.mechanism": "dp-fedavg"}))  # only per-sample steps ask
     finally:
         sys.modules.pop("trainings_plugin", None)

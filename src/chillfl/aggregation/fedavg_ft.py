@@ -139,7 +139,8 @@ class FedAvgFT(FedAvg):
 
 
 CAPABILITIES = Capabilities(
-    private_steps="each client also fine-tunes the global model on its data for local_acc, a training that the accountant does not count",
+    private_steps=("each client also fine-tunes the global model on its data, a training that the accountant does not count: "
+                   "the tuned model is never uploaded, but the local_acc reported is measured on it"),
     takes_weights=True,
     not_a_base="FedAvg-FT's clients run their own local trainings, which PA3Fed's client half does not compose with",
 )

@@ -269,7 +269,8 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
         why = capabilities.private_steps or _undeclared_trainings(aggregator)
         if why:
             instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")
-            raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises the steps of one training a client a round, which does not bound what algorithm {name!r} uploads: {why}; "
+            raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises the steps of one training a client a round, "
+                                     f"which does not bound all that algorithm {name!r} uploads or reports from a client's data: {why}; "
                                      f"use an algorithm that trains once a round{instead}")
     if any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules()):
         model_name = config.model.get("name")

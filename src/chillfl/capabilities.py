@@ -147,10 +147,11 @@ class Capabilities:
     counts it in epsilon, so a private run refuses the method with this in the line."""
     private_steps: str | None = None
     """Why clipping and noising the local steps (``dp-sgd``'s per-sample step) does not bound all that the method's
-    clients upload or report from their data: its clients read their data outside the round's one training (FedRep's head trained first, FedLC's
-    loss built from the client's label counts), or the accountant, which counts one training a round, would miss
-    some of their trainings (Ditto's personal model; FedAvg-FT's tuned model, whose local_acc is reported). Set, a private run with such a mechanism refuses the method
-    with this in the line. A client half that runs its own trainings
+    clients upload or report from their data: its clients read their data outside the round's one training (FedRep's
+    head trained first, FedLC's loss built from the client's label counts), or the accountant, which counts one
+    training a round, would miss some of their trainings (Ditto's personal model; FedAvg-FT's tuned model, whose
+    local_acc is reported). Set, a private run with such a mechanism refuses the method with this in the line. A
+    client half that runs its own trainings
     (:class:`~chillfl.aggregation.base.Personalising`) is refused even if it declares nothing."""
     linear_head: str | None = None
     """What of the method applies the model's classifier head as the affine map ``z -> W z + b`` (it reads the head's

@@ -1178,7 +1178,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         if target.resolve() in chain:
             names = " -> ".join(p.name for p in [*chain, target.resolve()])
             raise ConfigError("extends", f"cycle: {names}")
-        if len(chain) > MAX_EXTENDS:
+        if len(chain) >= MAX_EXTENDS:  # the target would be file MAX_EXTENDS + 1
             raise ConfigError("extends", f"chain longer than {MAX_EXTENDS} files {where}")
         current = target
     merged = layers.pop()

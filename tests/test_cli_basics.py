@@ -64,10 +64,10 @@ def test_an_empty_config_file_says_it_runs_the_defaults(tmp_path: Path, capsys: 
     one.write_text("seed = 3\n")
     for path in (empty, comment):
         assert main(["run", str(path), "--dry-run"]) == 0
-        assert capsys.readouterr().err.splitlines()[0] == f"chillfl: note: {path} sets nothing; running every default (--dry-run lists them)"
+        assert capsys.readouterr().err.splitlines()[0] == f"chillfl: note: {path} sets nothing; the config is the defaults"
     assert main(["run", str(one), "--dry-run"]) == 0
     assert "sets nothing" not in capsys.readouterr().err
     # with overrides it said "running every default", which they contradict
     assert main(["run", str(empty), "client.lr=0.1", "--seed", "2", "--dry-run"]) == 0
     assert capsys.readouterr().err.splitlines()[0] == (
-        f"chillfl: note: {empty} sets nothing; running the defaults with the command line's settings (--dry-run lists them)")
+        f"chillfl: note: {empty} sets nothing; the config is the defaults with the command line's settings")

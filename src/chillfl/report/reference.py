@@ -40,6 +40,7 @@ from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.settings.prototypes import method_spec
 from chillfl.temperature import policy_names, policy_spec
 from chillfl.temperature.heterogeneity import MEASURES
+from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:  # annotations only (the terms module is imported where the terms are listed)
     from chillfl.training.terms import TermSpec
@@ -76,6 +77,31 @@ PARTS: tuple[Part, ...] = (
 
 
 SUBTABLES: tuple[tuple[str, type], ...] = (("dataset.augment", AugmentOptions),)
+
+COMPARISON_TABLES = ("variants", "compare", "tune")
+"""A comparison's tables: plain dicts, read by the comparison (``chillfl.sweeps``), with no options dataclass to list."""
+COMPARISON_NOTE = (
+    "Read by `chillfl compare` (and `chillfl run` of a config that has them): `[variants.LABEL]` tables of overrides, "
+    "one row each; `[compare]` options (below); `[tune]`: `\"section.option\" = [values]`, each variant keeping its best "
+    "point on `eval.validation`. Empty in a single run. See [configuration.md](configuration.md) and "
+    "[comparisons.md](comparisons.md)."
+)
+COMPARE_ROWS: tuple[tuple[str, str, str, str], ...] = (
+    ("reference", "str", "unset", "a variant's label (unset: the highest fixed T, else the first variant)"),
+    ("baseline", "str", "unset", "a variant's label (unset: the T = 1 variant, else the first)"),
+    ("seeds", "list[int]", "unset", "seeds >= 0 (unset: the config's `seed` alone)"),
+    ("controls", "bool", "false", "`true`, `false`"),
+    ("select", "str", '"final"', ", ".join(f"`{rule}`" for rule in SELECT_RULES)),
+    ("local", "bool", "false", "`true`, `false`"),
+)
+"""``[compare]``'s options as the reference lists them (one row per :data:`~chillfl.config.COMPARE_KEYS` entry)."""
+
+
+def _comparison_section() -> list[str]:
+    """``[variants]``, ``[compare]`` and ``[tune]``: they were in no listing, so ``list --options compare`` called compare no part."""
+    rows = [_row(key, type_name, default, allowed) for key, type_name, default, allowed in COMPARE_ROWS]
+    return ["", "## [variants], [compare], [tune] — a comparison's tables", "", *_paragraph(COMPARISON_NOTE), "",
+            "`[compare]`:", "", "| option | type | default | allowed |", "|---|---|---|---|", *rows]
 """Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 
@@ -341,6 +367,8 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
         if keep.section(prefix):
             summary = _first_line(cls)
             lines += ["", f"## {heading}" + (f" — {summary}" if summary else ""), *options_table(cls, prefix)]
+    if any(keep.section(table) for table in COMPARISON_TABLES):
+        lines += _comparison_section()
     if not keep.some:
         lines += [
             "",
@@ -434,7 +462,7 @@ def _suggestible(names: Iterable[str]) -> list[str]:
 
 def _section_names() -> set[str]:
     """Every table a config has: the run's own, each part's, ``objective`` (its terms) and the subtables."""
-    return {prefix for _, _, prefix in _run_sections()} | {part.section for part in PARTS} | {"objective"} | {s for s, _ in SUBTABLES}
+    return {prefix for _, _, prefix in _run_sections()} | {part.section for part in PARTS} | {"objective"} | {s for s, _ in SUBTABLES} | set(COMPARISON_TABLES)
 
 
 def _terms(plugins: Sequence[str] = ()) -> dict[str, TermSpec]:

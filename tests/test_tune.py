@@ -194,7 +194,7 @@ def _identity(data: Mapping[str, Any], options: Any = None) -> tuple[Any, list[s
 
     config = config_from_dict(data)
     plan = plan_runs(config, [], options)
-    record = json.loads(json.dumps(sweep_record(comparison_toml(config).encode(), plan, resumable=True), sort_keys=True))
+    record = json.loads(json.dumps(sweep_record(comparison_toml(config, plan).encode(), plan, resumable=True), sort_keys=True))
     record.pop("started_in")
     return record, [c.config.name for c in plan.cells], [c.config.to_dict() for c in plan.cells]
 
@@ -248,7 +248,7 @@ def _grid_identity(grid: list[str], base: Mapping[str, Any] = {}) -> tuple[Any, 
 
     config = config_from_dict({**_GRID_BASE, **base})
     plan = plan_runs(config, grid, CompareOptions(seeds=[0, 1]))
-    record = json.loads(json.dumps(sweep_record(comparison_toml(config).encode(), plan, resumable=True), sort_keys=True))
+    record = json.loads(json.dumps(sweep_record(comparison_toml(config, plan).encode(), plan, resumable=True), sort_keys=True))
     record.pop("started_in")
     return record, [c.config.name for c in plan.cells], [c.config.to_dict() for c in plan.cells], [v.label for v in plan.variants]
 

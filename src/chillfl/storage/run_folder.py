@@ -196,10 +196,11 @@ def lost_sweep(folder: Path) -> str | None:
     if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
         return (f"{folder} is a finished comparison (its table is written) {without}, the record of the runs it "
                 "planned: its runs cannot be listed in plan order, and there is nothing to resume")
-    # not `chillfl run` of its config.toml: that file holds no [variants], seeds or grid the flags gave, so it makes one run
+    # not `chillfl run` of its config.toml: an older chillfl's holds no [variants], seeds or grid the flags gave, so it makes one run
     return (f"{folder} is a comparison's folder (it holds the run {child.name}) {without}, the record of the runs "
             "it plans: its plan is gone, so where it stands cannot be told, nor can it resume; run the comparison again "
-            "with the `chillfl compare` command that made it (its flags are not kept here), into a new folder")
+            "with the `chillfl compare` command that made it, into a new folder (or `chillfl compare` of its config.toml, "
+            "where this chillfl records the flags; an older one's holds the file alone)")
 
 
 def _no_checkpoint(path: Path) -> str:

@@ -19,6 +19,7 @@ comparison is: :func:`same_sweep` leaves it out when a record is matched.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -38,7 +39,7 @@ from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, typed_comparison
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, typed_comparison, with_controls
 
 FORMAT = 1
 FIELD = "run_dir"
@@ -65,10 +66,52 @@ class SweepRecord(TypedDict):
     """The absolute folder the comparison was started in (None: unknown); absent from an older chillfl's record."""
 
 
-def comparison_toml(config: RunConfig) -> str:
+def comparison_toml(config: RunConfig, plan: Plan) -> str:
     """The comparison's ``config.toml``: ``config`` as written, each number of an option as the option holds it
-    (:func:`~chillfl.sweeps.plan.typed_comparison`), so ``mu = 0`` and ``mu = 0.0`` record one comparison."""
-    return to_toml(typed_comparison(config).to_dict())
+    (:func:`~chillfl.sweeps.plan.typed_comparison`), so ``mu = 0`` and ``mu = 0.0`` record one comparison, with what
+    ``plan`` ran beyond the file (:func:`as_planned`), so ``chillfl compare FOLDER/config.toml`` runs it again."""
+    return to_toml(as_planned(typed_comparison(config), plan).to_dict())
+
+
+def as_planned(config: RunConfig, plan: Plan) -> RunConfig:
+    """``config`` with what the comparison's flags or keywords set in its tables: a grid's rows (``--grid``, ``grid=``)
+    as its ``[variants]`` (they replaced the file's), and ``--seeds``, ``--tune``, ``--select``, ``--controls`` and
+    ``--reference`` in ``[compare]`` and ``[tune]``; an option the file already resolves to the same value is left as written.
+
+    Why: the folder's ``config.toml`` held the file alone, so rerunning it ran another comparison (one seed, no
+    tuning, no variants) than the one ``sweep.json`` records. A grid's variants read back from ``[variants]`` run the
+    same configs at the same seeds and points, under the same labels; their runs' folders are named by the labels
+    (``client.lr0.1-s0``, where the grid named ``lr0.1-s0``)."""
+    asked, controls = _asked_variants(config, plan)
+    compare = dict(config.compare)
+    if plan.seeds != list(config.compare.get("seeds", [config.seed])):
+        compare["seeds"] = list(plan.seeds)
+    if plan.tuned and plan.select != config.compare.get("select", "final"):
+        compare["select"] = plan.select
+    if controls != config.compare.get("controls", False):
+        compare["controls"] = controls
+    if plan.asked_reference is not None:  # --reference: the variant the table's targets are counted to
+        compare["reference"] = plan.asked_reference
+    variants = {v.label: {**v.overrides, **({"tune": v.tune} if v.tune else {})} for v in asked} if plan.from_grid else config.variants
+    tune = dict(plan.tune_table) if plan.tune_table != config.tune else config.tune
+    return dataclasses.replace(config, variants=variants, compare=compare, tune=tune)
+
+
+def _asked_variants(config: RunConfig, plan: Plan) -> tuple[list[Variant], bool]:
+    """The variants the comparison was asked for, and whether step-size controls were added after them.
+
+    The plan's variants are those asked for (each at ``lr_scale`` 1), then the controls (:func:`with_controls`), of
+    which the first scales the lr: the list before it is the asked one when its controls are the rest."""
+    variants = plan.variants
+    first = next((i for i, v in enumerate(variants) if v.lr_scale != 1.0), None)
+    if first is None:
+        return list(variants), False
+    try:
+        if with_controls(config, variants[:first], plan.tune_table, plan.configs[:first]) == variants:
+            return list(variants[:first]), True
+    except ConfigError:
+        pass
+    return list(variants), False
 
 
 def sweep_record(config_toml: bytes, plan: Plan, resumable: bool) -> SweepRecord:
@@ -195,7 +238,7 @@ def find_compare(config: RunConfig, plan: Plan) -> Path | None:
     """The folder of this very comparison (``plan``, of ``config``: :func:`~chillfl.sweeps.plan.plan_runs`) under
     ``config.out_dir``, made before by this code: finished (its table written) or else interrupted (``.partial``);
     None when there is none (:func:`find_sweep`)."""
-    record = sweep_record(comparison_toml(config).encode(), plan, resumable=True)
+    record = sweep_record(comparison_toml(config, plan).encode(), plan, resumable=True)
     return find_sweep(Path(config.out_dir), f"{config.name}-compare", record)
 
 

@@ -248,7 +248,7 @@ def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool,
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         lock = RunLock(partial)
-        toml = comparison_toml(config)
+        toml = comparison_toml(config, plan)
         write_atomic(partial / "config.toml", toml.encode("utf-8"))
         write_sweep(partial, sweep_record(toml.encode(), plan, resumable=resumable))
     except BaseException:
@@ -533,7 +533,7 @@ def run_shard(
     Its finished runs are read back and its stopped one resumed, so a shard restarted after a crash goes on. The
     result has ``pending`` > 0 while other shards' runs are unfinished: then no table is written yet.
     """
-    toml = comparison_toml(config)
+    toml = comparison_toml(config, plan)
     record = sweep_record(toml.encode(), plan, resumable=True)
     folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
     lock = hold_folder(folder, partial, record, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs

@@ -1,0 +1,92 @@
+"""A comparison folder's ``config.toml`` reruns the comparison that ran: the flags' (or keywords') grid, seeds,
+tuning grid, selection rule and controls are recorded in its ``[variants]``, ``[compare]`` and ``[tune]``.
+
+It held the file alone: ``chillfl compare cfg.toml --seeds 0,1 --tune client.momentum=0,0.5`` wrote empty
+``[compare]`` and ``[tune]`` tables, so rerunning ``NAME-compare/config.toml`` ran one seed and no tuning.
+"""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chillfl.cli import main
+from chillfl.config import config_from_dict, load_config
+from chillfl.storage.results import to_toml
+from chillfl.sweeps.plan import CompareOptions, Plan, parse_grid, plan_runs
+from chillfl.sweeps.record import comparison_toml
+
+BASE: dict[str, Any] = {"name": "g", "device": "cpu", "dataset": {"name": "digits"}, "model": {"name": "mlp"}, "eval": {"validation": 0.2},
+                        "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1}}
+
+
+def _unnamed(plan: Plan) -> list[dict[str, Any]]:
+    """Each run's config less its folder name, in run order."""
+    return [{k: v for k, v in c.config.to_dict().items() if k != "name"} for c in plan.cells]
+
+
+def _replanned(tmp_path: Path, config_data: dict[str, Any], grid: list[str], options: CompareOptions,
+               reference: str | None = None) -> tuple[Plan, Plan, dict[str, Any]]:
+    config = config_from_dict(config_data)
+    plan = plan_runs(config, grid, options, reference=reference)
+    saved = tmp_path / "config.toml"
+    saved.write_text(comparison_toml(config, plan))
+    return plan, plan_runs(load_config(saved), []), tomllib.loads(saved.read_text())
+
+
+@pytest.mark.parametrize(("extra", "grid", "options", "reference", "same_names"), [
+    ({}, [], CompareOptions(seeds=[0, 1], tune={"client.momentum": [0, 0.5]}, select="best"), None, True),
+    ({"variants": {"a": {"client.lr": 0.1}, "b": {"client.lr": 0.05}}}, [], CompareOptions(seeds=[3], tune={"client.momentum": [0, 0.5]}), "b", True),
+    ({"variants": {"old": {"client.lr": 0.3}}}, ["client.lr=0.05,0.1", "temperature=1,0.5"], CompareOptions(seeds=[0, 1], controls=True), None, False),
+    ({"compare": {"seeds": [0, 1], "controls": True}, "variants": {"T=0.5": {"temperature": {"policy": "fixed", "value": 0.5}}}}, [],
+     CompareOptions(controls=False), None, True),
+])
+def test_the_recorded_config_plans_the_same_runs(tmp_path: Path, extra: dict[str, Any], grid: list[str], options: CompareOptions,
+                                                 reference: str | None, same_names: bool) -> None:
+    plan, again, saved = _replanned(tmp_path, {**BASE, **extra}, grid, options, reference)
+    assert [v.label for v in again.variants] == [v.label for v in plan.variants]
+    assert (again.reference.label, again.baseline.label) == (plan.reference.label, plan.baseline.label)
+    assert again.options == plan.options
+    assert _unnamed(again) == _unnamed(plan)
+    if same_names:
+        assert [c.config.name for c in again.cells] == [c.config.name for c in plan.cells]
+    if grid:  # the grid's rows replaced the file's [variants]; the controls are a flag, not rows
+        assert list(saved["variants"]) == [v.label for v in parse_grid(grid)]
+        assert saved["compare"]["controls"] is True
+
+
+def test_a_config_driven_comparison_records_its_file_as_it_was(tmp_path: Path) -> None:
+    data = {**BASE, "compare": {"seeds": [0, 1]}, "variants": {"a": {"client.lr": 0.1}}}
+    _, _, saved = _replanned(tmp_path, data, [], CompareOptions())
+    assert saved["compare"] == {"seeds": [0, 1]} and saved["tune"] == {} and saved["variants"] == {"a": {"client.lr": 0.1}}
+
+
+def _metrics(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each run's metrics.jsonl, by run folder name, less any timing."""
+    out = {}
+    for path in sorted(folder.glob("*/metrics.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        out[path.parent.name] = [{k: v for k, v in row.items() if not (k.endswith("_s") or "time" in k)} for row in rows]
+    return out
+
+
+def _planned_lines(capsys: pytest.CaptureFixture[str], argv: list[str]) -> list[str]:
+    assert main(argv) == 0
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("# compare") or line.startswith("#  ")]
+
+
+def test_rerunning_the_folders_config_reruns_the_comparison(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "cmp.toml"
+    config.write_text(to_toml({**BASE, "out_dir": str(tmp_path / "D")}))
+    flags = ["--seeds", "0,1", "--tune", "client.momentum=0,0.5"]
+    planned = _planned_lines(capsys, ["compare", str(config), *flags, "--dry-run"])
+    assert main(["compare", str(config), *flags]) == 0
+    saved = tmp_path / "D" / "g-compare" / "config.toml"
+    assert _planned_lines(capsys, ["compare", str(saved), "--dry-run"]) == planned
+    assert main(["compare", str(saved), "--out", str(tmp_path / "E")]) == 0
+    first, second = _metrics(tmp_path / "D" / "g-compare"), _metrics(tmp_path / "E" / "g-compare")
+    assert len(first) == 4 and first == second

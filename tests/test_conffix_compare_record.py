@@ -90,3 +90,14 @@ def test_rerunning_the_folders_config_reruns_the_comparison(tmp_path: Path, caps
     assert main(["compare", str(saved), "--out", str(tmp_path / "E")]) == 0
     first, second = _metrics(tmp_path / "D" / "g-compare"), _metrics(tmp_path / "E" / "g-compare")
     assert len(first) == 4 and first == second
+
+
+def test_the_python_apis_grid_seeds_and_tune_are_recorded(tmp_path: Path) -> None:
+    import chillfl
+
+    result = chillfl.compare(config={**BASE, "out_dir": str(tmp_path)}, grid={"client.lr": [0.05, 0.1]}, seeds=[0], tune={"client.momentum": [0, 0.5]},
+                             progress=False)
+    assert result.folder is not None
+    saved = tomllib.loads((result.folder / "config.toml").read_text())
+    assert saved["variants"] == {"client.lr=0.05": {"client.lr": 0.05}, "client.lr=0.1": {"client.lr": 0.1}}
+    assert saved["compare"] == {} and saved["tune"] == {"client.momentum": [0.0, 0.5]}  # seed 0 is the config's own

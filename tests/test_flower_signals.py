@@ -17,6 +17,7 @@ pytest.importorskip("flwr", reason="the Flower backend needs the [flower] extra 
 from chillfl.executors.processes import WorkerError  # noqa: E402
 from chillfl.flower.apps import FlowerExecutor, FlowerRunInterrupted, SimulationStop  # noqa: E402
 from chillfl.runner import RunInterrupted  # noqa: E402
+from chillfl.stop_signals import Repeats  # noqa: E402
 
 
 class SilentGrid:
@@ -50,7 +51,7 @@ def test_the_wait_ends_when_the_simulation_has_ended() -> None:
 
 
 def test_a_second_signal_ends_the_wait_with_run_interrupted(capsys: pytest.CaptureFixture[str]) -> None:
-    stop = SimulationStop()
+    stop = SimulationStop(Repeats(clock=iter([0.0, 5.0]).__next__))  # the second 5 s after the first: not the first again
     stop.done = 3
     stop.handle(signal.SIGTERM, None)
     stop.handle(signal.SIGTERM, None)  # the second

@@ -8,9 +8,13 @@ run outlives the terminal, and a handler installed over that would turn the disc
 from __future__ import annotations
 
 import signal
+import time
 from typing import Any, Callable, TypeVar
 
 T = TypeVar("T")
+
+REPEAT_WINDOW_S = 1.0
+"""How soon after a stop signal the same signal again is the same one delivered twice, not a second one (:class:`Repeats`)."""
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
@@ -19,6 +23,31 @@ def stop_signals() -> tuple[signal.Signals, ...]:
     if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
         held.append(signal.SIGHUP)
     return tuple(held)
+
+
+class Repeats:
+    """Tells a second stop signal from the same one delivered twice: the same signal again within ``window`` seconds of
+    the last one counted is that one.
+
+    Why: GNU ``timeout`` (and a scheduler that stops a job the same way) sends its signal to the command and then to
+    the command's whole process group, so the command gets it twice, microseconds apart. Where the first copy's handler
+    has run before the second arrives (the main thread woke up waiting), the second looked like a user's second Ctrl-C
+    and stopped the run at once, abandoning its round. A different signal, or the same one later, still counts.
+    ``clock``: seconds, monotonic (a test's own clock).
+    """
+
+    def __init__(self, window: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window = window
+        self.clock = clock
+        self._last: tuple[int, float] | None = None
+
+    def counts(self, signum: int) -> bool:
+        """Whether ``signum``, just received, is a new stop signal (then it is the one later repeats are measured from)."""
+        now = self.clock()
+        if self._last is not None and self._last[0] == signum and now - self._last[1] <= self.window:
+            return False
+        self._last = (signum, now)
+        return True
 
 
 class HeldSignals:

@@ -78,7 +78,7 @@ from chillfl.protocols.registry import protocol_of
 from chillfl.resolve import resolved
 from chillfl.runner import RunInterrupted, finish_run, write_folder_start
 from chillfl.stderr import say
-from chillfl.stop_signals import made_held, stop_signals
+from chillfl.stop_signals import Repeats, made_held, stop_signals
 from chillfl.temperature import policy_capabilities
 
 EXTRA = "pip install 'chillfl[flower]'"
@@ -95,10 +95,13 @@ class SimulationStop:
 
     ``received``: the first SIGINT/SIGTERM/SIGHUP (the round loop stops after its round); ``at_once``: a second one (the
     round in flight is abandoned); ``ended``: Flower's simulation returned, so no reply can come any more. The handlers
-    run in the main thread; the ServerApp runs in a thread of Flower's and polls these between its waits.
+    run in the main thread; the ServerApp runs in a thread of Flower's and polls these between its waits. The same signal
+    again within :data:`~chillfl.stop_signals.REPEAT_WINDOW_S` is the one signal delivered twice (GNU ``timeout`` signals
+    the process, then its group: :class:`~chillfl.stop_signals.Repeats`), not a second one.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, repeats: Repeats | None = None) -> None:
+        self.repeats = repeats or Repeats()
         self.received: int | None = None
         self.at_once = threading.Event()
         self.ended = threading.Event()
@@ -106,6 +109,8 @@ class SimulationStop:
         """The last round the ServerApp completed."""
 
     def handle(self, signum: int, frame: Any) -> None:
+        if not self.repeats.counts(signum):
+            return
         if self.received is None:
             self.received = signum
             say(f"chillfl: {signal.Signals(signum).name}: stopping the Flower run after this round (a second one stops at once); {NOT_CHECKPOINTED}")
@@ -542,7 +547,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     """
     import_flwr()
     from chillfl.executors.processes import default_workers
-    from chillfl.executors.ray_executor import import_ray, local_ray_folder, without_ray_tip
+    from chillfl.executors.ray_executor import import_ray, local_ray_folder, stop_signals_blocked, without_ray_tip
 
     import_ray()  # RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1 before flwr imports Ray (Ray's C++ handler aborted on SIGTERM: exit 134)
     from flwr.simulation import run_simulation as flwr_simulation
@@ -557,7 +562,8 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init}
 
     def simulate() -> None:
-        flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+        with stop_signals_blocked(started_local=True):  # the Ray it starts leaves SIGTERM/SIGHUP to this process, as chillfl's Ray executor's
+            flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
 
     try:
         with without_ray_tip(), without_log_line("flwr", RUN_SIMULATION_DEPRECATED):

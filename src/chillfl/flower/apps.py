@@ -457,12 +457,21 @@ class ClientRuntime:
         if not self.parts:
             if self.config.threads:
                 torch.set_num_threads(self.config.threads)
-            exp = build_experiment(self.config)
+            exp = build_experiment(self.node_config())
             protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
+
+    def node_config(self) -> RunConfig:
+        """The config a node builds its parts from: the run's, less ``checkpoint.client_models``, which the server alone
+        acts on (it asks the nodes for the states after the last round, :func:`fetch_client_states`).
+
+        Why: every ClientApp message built the experiment with the server's note that the method keeps no client model
+        ("checkpoint.client_models: ... so no client_models.safetensors is saved"), so a simulation printed it once per
+        ClientApp actor ("[repeated 5x across cluster]") after the server's one."""
+        return dataclasses.replace(self.config, checkpoint=dataclasses.replace(self.config.checkpoint, client_models=False))
 
     def train(self, content: Any, records: Any) -> Any:
         """This node's client updates of one round: tasks from the message, data built here, states from ``records``.

@@ -44,9 +44,12 @@ so a sweep or a test of many runs starts its actors (seconds each: they import
 torch) once. An actor meeting a new executor's parts drops the previous one's
 executor and client data. A local Ray started here is shut down by
 :meth:`RayWorkers.close` (the runner closes the executor at the end, after an
-error and after SIGINT/SIGTERM), by a finaliser, and at interpreter exit; its
-processes are started fate-shared with this one, so they also go when it is
-killed. On a cluster the workers only kill their own actors and disconnect.
+error and after SIGINT/SIGTERM), by a finaliser, and at interpreter exit. If
+this process is killed, its raylet and GCS go at once, the workers within
+seconds, and Ray's dashboard and runtime-env agents (started even without the
+dashboard) within about a minute, once they see the raylet gone; they keep the
+blocked SIGTERM (:func:`stop_signals_blocked`), so SIGKILL to the process group
+stops them at once. On a cluster the workers only kill their own actors and disconnect.
 """
 
 from __future__ import annotations

@@ -34,7 +34,13 @@ def test_repeats_do_not_stretch_the_window() -> None:
     """Measured from the last signal counted: copies every half window do not hide a signal sent a window later."""
     half = REPEAT_WINDOW_S / 2
     repeats = Repeats(clock=clock(0.0, half, 2 * half + 0.01))
-    assert [repeats.counts(signal.SIGINT) for _ in range(3)] == [True, False, True]
+    assert [repeats.counts(signal.SIGTERM) for _ in range(3)] == [True, False, True]
+
+
+def test_a_second_ctrl_c_always_counts() -> None:
+    """A terminal sends Ctrl-C to each process once: a quick second one is a person's "now", never a copy."""
+    repeats = Repeats(clock=clock(0.0, 0.0, 0.1))
+    assert [repeats.counts(signal.SIGINT) for _ in range(2)] == [True, True]
 
 
 def test_a_flower_simulation_takes_a_sigterm_delivered_twice_as_one(capsys: pytest.CaptureFixture[str]) -> None:
@@ -54,6 +60,10 @@ def test_a_flower_simulation_stops_at_once_on_a_second_signal() -> None:
     from chillfl.flower.apps import SimulationStop
 
     stop = SimulationStop(Repeats(clock=clock(3.0, 3.0 + 2 * REPEAT_WINDOW_S)))
-    stop.handle(signal.SIGINT, None)
-    stop.handle(signal.SIGINT, None)
+    stop.handle(signal.SIGTERM, None)
+    stop.handle(signal.SIGTERM, None)
     assert stop.at_once.is_set()
+    quick = SimulationStop(Repeats(clock=clock(3.0, 3.1)))
+    quick.handle(signal.SIGINT, None)
+    quick.handle(signal.SIGINT, None)  # a person's second Ctrl-C
+    assert quick.at_once.is_set()

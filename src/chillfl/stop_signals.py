@@ -32,7 +32,8 @@ class Repeats:
     Why: GNU ``timeout`` (and a scheduler that stops a job the same way) sends its signal to the command and then to
     the command's whole process group, so the command gets it twice, microseconds apart. Where the first copy's handler
     has run before the second arrives (the main thread woke up waiting), the second looked like a user's second Ctrl-C
-    and stopped the run at once, abandoning its round. A different signal, or the same one later, still counts.
+    and stopped the run at once, abandoning its round. A different signal, or the same one later, still counts, and
+    so does every SIGINT: a terminal sends Ctrl-C to each process once, and a person's quick second Ctrl-C means "now".
     ``clock``: seconds, monotonic (a test's own clock).
     """
 
@@ -44,6 +45,8 @@ class Repeats:
     def counts(self, signum: int) -> bool:
         """Whether ``signum``, just received, is a new stop signal (then it is the one later repeats are measured from)."""
         now = self.clock()
+        if signum == signal.SIGINT:
+            return True
         if self._last is not None and self._last[0] == signum and now - self._last[1] <= self.window:
             return False
         self._last = (signum, now)

@@ -40,6 +40,7 @@ def _replanned(tmp_path: Path, config_data: dict[str, Any], grid: list[str], opt
 
 @pytest.mark.parametrize(("extra", "grid", "options", "reference", "same_names"), [
     ({}, [], CompareOptions(seeds=[0, 1], tune={"client.momentum": [0, 0.5]}, select="best"), None, True),
+    ({}, [], CompareOptions(seeds=[0]), None, True),  # the config's own seed: only the flag made it a comparison
     ({"variants": {"a": {"client.lr": 0.1}, "b": {"client.lr": 0.05}}}, [], CompareOptions(seeds=[3], tune={"client.momentum": [0, 0.5]}), "b", True),
     ({"variants": {"old": {"client.lr": 0.3}}}, ["client.lr=0.05,0.1", "temperature=1,0.5"], CompareOptions(seeds=[0, 1], controls=True), None, False),
     ({"compare": {"seeds": [0, 1], "controls": True}, "variants": {"T=0.5": {"temperature": {"policy": "fixed", "value": 0.5}}}}, [],
@@ -101,3 +102,32 @@ def test_the_python_apis_grid_seeds_and_tune_are_recorded(tmp_path: Path) -> Non
     saved = tomllib.loads((result.folder / "config.toml").read_text())
     assert saved["variants"] == {"client.lr=0.05": {"client.lr": 0.05}, "client.lr=0.1": {"client.lr": 0.1}}
     assert saved["compare"] == {} and saved["tune"] == {"client.momentum": [0.0, 0.5]}  # seed 0 is the config's own
+
+
+@pytest.mark.parametrize(("keywords", "field", "key"), [
+    ({"grid": {"partition.shard_size": [None, 25]}}, "grid", "partition.shard_size"),
+    ({"tune": {"partition.shard_size": [None, 25]}}, "tune", "partition.shard_size"),
+])
+def test_a_none_the_folder_cannot_record_is_one_line(tmp_path: Path, keywords: dict[str, Any], field: str, key: str) -> None:
+    """TOML has no null: a None in ``tune=`` crashed the folder's write with a tomli_w traceback, and one in ``grid=``
+    was dropped from the row, so rerunning the folder's config.toml ran the option's default under that label."""
+    import chillfl
+    from chillfl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        chillfl.compare(config={**BASE, "out_dir": str(tmp_path), "partition": {"name": "shards"}}, progress=False, **keywords)
+    assert err.value.field == field and key in err.value.message and "TOML has no null" in err.value.message
+    assert not any(tmp_path.iterdir())  # nothing half-written
+
+
+def test_the_dry_run_prints_the_config_the_folder_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The dry run's TOML and the folder's config.toml were written by two functions that disagreed (``--reference``
+    missing from the dry run, ``--seeds 0`` only in it): one writer now, so the dry run is what the folder will hold."""
+    config = tmp_path / "c.toml"
+    config.write_text(to_toml({**BASE, "out_dir": f"{tmp_path.as_posix()}/out"}))
+    flags = ["--grid", "client.lr=0.05,0.1", "--reference", "client.lr=0.1", "--seeds", "0", "-q"]
+    assert main(["compare", str(config), *flags, "--dry-run"]) == 0
+    printed = "".join(line + "\n" for line in capsys.readouterr().out.splitlines() if not line.startswith("#"))
+    assert main(["compare", str(config), *flags]) == 0
+    assert printed == (tmp_path / "out" / "g-compare" / "config.toml").read_text()
+    assert tomllib.loads(printed)["compare"]["reference"] == "client.lr=0.1"

@@ -196,8 +196,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         check_select_used(config, options)
         with _checking():
             checked = run_compare(config, grid, reference=getattr(args, "reference", None), progress=False, options=options, dry_run=True)
-        complete, planned = checked.complete, checked.planned
-        config = _as_flags_ran(config, options, grid)
+        complete, planned, recorded = checked.complete, checked.planned, checked.recorded
     else:
         from chillfl.experiment import check_config
 
@@ -213,25 +212,9 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     unset = unset_options(config)
     if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
         print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
-    # one run: as its folder's config.toml will hold it (empty tables left out); a comparison's dry run keeps its tables
-    print(to_toml(config.to_dict() if planned else config.to_saved_dict()), end="")
+    # one run: as its folder's config.toml will hold it (empty tables left out); a comparison: as its folder's will
+    print(recorded if planned else to_toml(config.to_saved_dict()), end="")
     return 0
-
-
-def _as_flags_ran(config: RunConfig, options: "CompareOptions", grid: Sequence[str]) -> RunConfig:
-    """The comparison's config with what its flags replaced put in: ``--seeds``, ``--tune``, ``--controls`` and ``--select``
-    in its ``[compare]`` and ``[tune]`` tables, and ``--grid``'s rows as its ``[variants]`` (they replace the file's), so that
-    the dry run's TOML, saved, is the comparison the flags ask for, not the file's."""
-    compare = dict(config.compare)
-    for key, value in (("seeds", options.seeds), ("controls", options.controls), ("select", options.select)):
-        if value is not None:
-            compare[key] = value
-    if grid:
-        from chillfl.sweeps.plan import parse_grid
-
-        variants = {v.label: v.overrides for v in parse_grid(grid, config)}
-    return dataclasses.replace(config, compare=compare, tune=options.tune if options.tune is not None else config.tune,
-                               variants=variants if grid else config.variants)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

@@ -88,6 +88,9 @@ class CompareResult:
     any is, no table is written (``folder`` is the shared ``.partial`` folder)."""
     planned: list[str] = field(default_factory=list)
     """A ``dry_run``'s plan: the runs it would make (:func:`~chillfl.sweeps.plan.describe_plan`), for ``--dry-run`` to print."""
+    recorded: str = ""
+    """A ``dry_run``'s ``config.toml``, as the comparison's folder would record it (its flags' grid, seeds and tuning in
+    its tables: :func:`~chillfl.sweeps.record.comparison_toml`), for ``--dry-run`` to print: one writer of it."""
 
     def __str__(self) -> str:
         return self.table

@@ -39,7 +39,7 @@ from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, typed_comparison, with_controls
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, repeats, typed_comparison, with_controls
 
 FORMAT = 1
 FIELD = "run_dir"
@@ -94,7 +94,28 @@ def as_planned(config: RunConfig, plan: Plan) -> RunConfig:
         compare["reference"] = plan.asked_reference
     variants = {v.label: {**v.overrides, **({"tune": v.tune} if v.tune else {})} for v in asked} if plan.from_grid else config.variants
     tune = dict(plan.tune_table) if plan.tune_table != config.tune else config.tune
-    return dataclasses.replace(config, variants=variants, compare=compare, tune=tune)
+    if plan.from_grid:
+        _refuse_null(variants, "grid")
+    _refuse_null(tune, "tune")
+    planned = dataclasses.replace(config, variants=variants, compare=compare, tune=tune)
+    if not planned.variants and not repeats(planned):  # `--seeds 0` at the config's own seed: only the flag made it a comparison
+        planned = dataclasses.replace(planned, compare={**compare, "seeds": list(plan.seeds)})
+    return planned
+
+
+def _refuse_null(table: object, field: str, key: str = "") -> None:
+    """A ConfigError on ``field`` naming the first None in ``table`` (a grid's or tuning grid's value from Python): TOML
+    has no null, so the folder's config.toml could not hold it, and a rerun of that file ran the option's default instead
+    (or failed to write at all)."""
+    if table is None:
+        raise ConfigError(field, f"{key or 'a value'} is None, which a comparison's config.toml cannot record (TOML has no null): "
+                                 "give the value itself (the option's default, to compare against it), or leave the option out")
+    if isinstance(table, dict):
+        for k, v in table.items():
+            _refuse_null(v, field, f"{key}.{k}" if key else str(k))
+    elif isinstance(table, (list, tuple)):
+        for v in table:
+            _refuse_null(v, field, key)
 
 
 def _asked_variants(config: RunConfig, plan: Plan) -> tuple[list[Variant], bool]:

@@ -496,10 +496,9 @@ def run_plan(
         started_in = sweep_started_in(resume) if resume is not None else None
         datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
         say_notes(dropped_choice_notes(config, plan))
-        if datasets is None:
-            return CompareResult(None, [], "", complete=False, planned=describe_plan(plan), runs=len(plan.cells))
-        if dry_run:
-            return CompareResult(None, [], "", planned=describe_plan(plan), runs=len(plan.cells))
+        if datasets is None or dry_run:
+            return CompareResult(None, [], "", complete=datasets is not None, planned=describe_plan(plan), runs=len(plan.cells),
+                                 recorded=comparison_toml(config, plan))
         if on_checked is not None:
             on_checked()
     if shard is not None:

@@ -182,6 +182,8 @@ def test_running_an_experiment_another_command_makes_says_which(tmp_path: Path, 
     assert main(["run", "fedchill/table2-digits", "variants={}", "compare={}", "--out", str(tmp_path)]) == 0
     assert "figure is made by" not in capsys.readouterr().err
     assert cli._made_by_another_command("fedchill/fig1-digits.toml") is not None
+    assert main(["run", "fedchill/fig1-digits", "--dry-run"]) == 0  # the dry run says it too
+    assert "figure is made by `chillfl analyze temperature-sweep" in capsys.readouterr().err
     monkeypatch.chdir(tmp_path)
     (tmp_path / "fedchill").mkdir()
     (tmp_path / "fedchill" / "fig1-digits.toml").write_text('name = "mine"\n')

@@ -197,6 +197,8 @@ def test_describe_lists_the_first_and_last_clients_past_its_limit() -> None:
     assert [line.split()[0] for line in every[2:-1]] == [str(c) for c in range(50)] and every[-1] == lines[-1]
     assert len(describe(fd).splitlines()) == 2 + 40 + 1 + 1  # the default: 40 rows, the "..." line, the totals
     assert describe(build(), max_clients=6) == describe(build(), max_clients=None)  # 6 clients: none left out
+    assert describe(build(), max_clients=5) == describe(build(), max_clients=None)  # one left out would cost the "..." line
+    assert "2 clients not shown" in describe(build(), max_clients=4)
 
 
 # ---------------------------------------------------------------- errors

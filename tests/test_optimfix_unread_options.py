@@ -96,3 +96,20 @@ def test_fedchill_options_read_or_at_their_defaults_say_nothing(over: dict[str, 
     with caplog.at_level(logging.WARNING, "chillfl"):
         build_experiment(load_config(None, {**TINY, "temperature.policy": "fedchill", **over}))
     assert [r.getMessage() for r in caplog.records if "not read" in r.getMessage()] == []
+
+
+def test_an_option_whose_default_comes_from_a_factory_is_unread_only_away_from_it(caplog: pytest.LogCaptureFixture) -> None:
+    """``warn_unread`` compared a ``default_factory`` field with MISSING: an empty list at its default was "not read"."""
+    import dataclasses
+
+    from chillfl.options import warn_unread
+
+    @dataclasses.dataclass(frozen=True)
+    class Options:
+        xs: list[int] = dataclasses.field(default_factory=list)
+
+    with caplog.at_level(logging.WARNING, "chillfl"):
+        warn_unread(Options(), ("xs",), "sec", "by nothing")
+        assert caplog.records == []
+        warn_unread(Options(xs=[1]), ("xs",), "sec", "by nothing")
+    assert [r.getMessage() for r in caplog.records] == ["sec.xs = [1] is not read by nothing: this run ignores it"]

@@ -45,3 +45,12 @@ def test_cli_prints_a_dash_and_names_the_max_column(tmp_path: Path, capsys: pyte
         f"| {folder} / PA3Fed | 3 | 33 | 33 | 0.600 / 0.750 / 0.900 | 33 | 0.0200 | 0.1000 |",
         f"| {folder} (mean of 2 runs) | 3 | 33 | 17 | 0.600 / 0.750 / 0.900 | 33 | 0.0200 | 0.1000 |",
     ]
+
+
+def test_a_run_whose_records_hold_no_client_has_no_first_share() -> None:
+    """Rounds in which no client trained (``agg_alphas`` empty) divided by zero."""
+    from chillfl.metrics.pa3fed_alphas import alpha_summary, row
+
+    summary = alpha_summary([{"round": 1, "agg_alphas": {}, "agg_clp": False}])
+    assert math.isnan(summary.first_share)
+    assert "| - |" in row("r", summary)

@@ -440,10 +440,6 @@ def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
     return low / 60, high / 60
 
 
-BY_HAND: dict[str, str] = {"femnist": "LEAF's JSON under data/femnist, by hand (docs/datasets.md)"}
-"""What docs/datasets.md says to do for a dataset ``chillfl data download`` does not fetch (it refuses ``femnist``)."""
-
-
 def datasets_loaded(configs: Sequence[RunConfig]) -> list[str]:
     """Every dataset the runs load, in first-seen order: each run's own and the public set it distils on
     (``distillation.public_dataset``: SCARLET's CIFAR-10 runs load CIFAR-100 too)."""
@@ -459,12 +455,12 @@ def datasets_loaded(configs: Sequence[RunConfig]) -> list[str]:
 def _data(configs: Sequence[RunConfig]) -> str:
     """The data column: "offline" when every dataset the runs load is embedded, else the one ``chillfl data download``
     command for those it fetches and, for any other, what docs/datasets.md says to do."""
-    from chillfl.data.sources import SOURCES
+    from chillfl.data.sources import MANUAL, SOURCES
 
     needed = [name for name in datasets_loaded(configs) if name not in EMBEDDED]
     fetched = [name for name in needed if name in SOURCES]
     said = ([f"data download {' '.join(fetched)}"] if fetched else []) + [
-        f"{name}: {BY_HAND.get(name, 'see docs/datasets.md')}" for name in needed if name not in SOURCES]
+        f"{name}: {MANUAL[name].listed if name in MANUAL else 'see docs/datasets.md'}" for name in needed if name not in SOURCES]
     return "; ".join(said) if said else "offline"
 
 

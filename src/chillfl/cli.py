@@ -227,6 +227,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             config = _load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or (), DEMO_GRID if demo else ())
             if not (demo and (config.variants or not args.variant)) and not _compares(config, args):  # one run, as below
                 _refuse_shard(config, args)
+                _say_made_by(args)
             return _dry_run(config, DEMO_GRID if demo and not args.variant else (), args=args)
     demo = args.config is None or args.config == DEMO
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
@@ -255,9 +256,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _compare(config, [], None, _progress(args), args, said)
     _refuse_shard(config, args)
     check_out_dir(config.out_dir)
+    _say_made_by(args)
+    return _report(run_experiment(config, progress=_progress(args)))
+
+
+def _say_made_by(args: argparse.Namespace) -> None:
+    """The note of :func:`_made_by_another_command`, unless ``-q``."""
     if not args.quiet and (made_by := _made_by_another_command(args.config)):
         say(f"chillfl: note: {made_by}")
-    return _report(run_experiment(config, progress=_progress(args)))
 
 
 def _made_by_another_command(name: str | None) -> str | None:

@@ -333,7 +333,8 @@ def warn_unread(options: Any, names: Sequence[str], field: str, because: str) ->
     ``because`` says this run does not read. A warning, not a refusal: a grid over the option that decides
     (``--grid temperature.init=true,false``) reads them in one variant only; accepted silently, a setting that did
     nothing hid that it did nothing. ``field``: the options' section, e.g. ``temperature``."""
-    defaults = {f.name: f.default for f in dataclasses.fields(options)}
+    defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING else f.default
+                for f in dataclasses.fields(options)}  # a list option's default comes from its factory
     values = vars(options)
     unread = [f"{field}.{name} = {values[name]!r}" for name in names if values[name] != defaults[name]]
     if unread:

@@ -83,6 +83,7 @@ import torch
 
 from chillfl.data import arraycache
 from chillfl.data.loaders import FemnistOptions, select_writers
+from chillfl.data.sources import hub_download_command
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
 from chillfl.options import require
@@ -139,10 +140,7 @@ class ShakespeareOptions(LeafHubOptions):
 
 def fetch_hint(name: str, data_dir: Path) -> str:
     """How to put hub dataset ``name`` where ``path = name`` finds it offline."""
-    return (
-        f"fetch it once with `hf download {name} --repo-type dataset --local-dir {data_dir / name}` "
-        f"(huggingface_hub's CLI), or run online with pip install 'chillfl[hf]'"
-    )
+    return f"fetch it once with `{hub_download_command(name, data_dir)}` (huggingface_hub's CLI), or run online with pip install 'chillfl[hf]'"
 
 
 def _offline() -> bool:

@@ -13,6 +13,7 @@ import numpy as np
 
 from chillfl.data.federated import FederatedData
 from chillfl.extras import need
+from chillfl.wording import counted
 
 
 DESCRIBE_MAX_CLIENTS = 40
@@ -28,7 +29,7 @@ def describe(fd: FederatedData, max_clients: int | None = DESCRIBE_MAX_CLIENTS) 
     header = ["client", "train", "eval"] + (["sigma"] if fd.noise is not None else []) + classes
     shown = list(range(fd.num_clients))
     head = len(shown)  # the rows before the "..." line
-    if max_clients is not None and fd.num_clients > max_clients:
+    if max_clients is not None and fd.num_clients > max_clients + 1:  # one row left out would cost the "..." line it saves
         head = (max_clients + 1) // 2
         shown = shown[:head] + shown[fd.num_clients - (max_clients - head):]
     rows = []
@@ -48,7 +49,7 @@ def describe(fd: FederatedData, max_clients: int | None = DESCRIBE_MAX_CLIENTS) 
 
     lines = [line(r) for r in rows]
     if len(shown) < fd.num_clients:
-        lines.insert(head, f"... {fd.num_clients - len(shown):,} clients not shown (`data show --all` prints every row; the totals below count them)")
+        lines.insert(head, f"... {counted(fd.num_clients - len(shown), 'client')} not shown (`data show --all` prints every row; the totals below count them)")
 
     sizes = counts.sum(axis=1)
     held_out = fd.validation_indices

@@ -57,6 +57,8 @@ class ManualSource:
     folder: str
     homepage: str
     instructions: str
+    listed: str = "see docs/datasets.md"
+    """The instructions in a few words, for ``chillfl list experiments``' data column."""
 
 
 def _at(bases: tuple[str, ...], name: str) -> tuple[str, ...]:
@@ -151,16 +153,44 @@ SOURCES: dict[str, Source] = {
     ),
 }
 
+@dataclass(frozen=True)
+class HubSource:
+    """A dataset read from its Hugging Face hub copy: huggingface_hub's ``hf download`` fetches it, not chillfl, into
+    ``data_dir/<repo>``, where its loader's default ``path`` finds it offline (``chillfl.data.leaf_hub``)."""
+
+    name: str
+    repo: str
+    """The hub dataset (``owner/name``), also the folder under ``data_dir``."""
+
+    def command(self, data_dir: str = "data") -> str:
+        """The one command that puts it under ``data_dir``."""
+        return hub_download_command(self.repo, data_dir)
+
+
+def hub_download_command(repo: str, data_dir: str | PurePath = "data") -> str:
+    """huggingface_hub's command that puts hub dataset ``repo`` under ``data_dir/<repo>``, where a loader's ``path = repo``
+    finds it offline: one writer of it, for the listing, the hints and the instructions."""
+    return f"hf download {repo} --repo-type dataset --local-dir {PurePath(data_dir) / repo}"
+
+
+HUB: dict[str, HubSource] = {
+    "flwr_femnist": HubSource("flwr_femnist", "flwrlabs/femnist"),
+    "flwr_shakespeare": HubSource("flwr_shakespeare", "flwrlabs/shakespeare"),
+}
+"""Datasets ``chillfl data download`` does not fetch but lists, with the command that does."""
+
+
 MANUAL: dict[str, ManualSource] = {
     "femnist": ManualSource(
         "femnist",
         "femnist",
         "https://leaf.cmu.edu/",
         "FEMNIST needs no build step: use dataset.name = 'flwr_femnist', which reads the Flower Datasets parquet files; "
-        "fetch them once with `hf download flwrlabs/femnist --repo-type dataset --local-dir DATA_DIR/flwrlabs/femnist` "
+        f"fetch them once with `{hub_download_command('flwrlabs/femnist', 'DATA_DIR')}` "
         "(or run online with pip install 'chillfl[hf]': they load from the hub). 'femnist' reads LEAF's JSON "
         "(DATA_DIR/femnist/all_data/ or train/ and test/) if you already have it, or from CHILLFL_DATA_MIRROR "
         "serving femnist/all_data.zip with a --checksums manifest.",
+        "dataset.name = 'flwr_femnist' (hf download flwrlabs/femnist), or LEAF's JSON under data/femnist (docs/datasets.md)",
     ),
 }
 
@@ -176,25 +206,6 @@ MIRRORED_ONLY: dict[str, Source] = {
 """Sources that exist only on a mirror: their layout is fixed here, their URL and checksum come from the user."""
 
 
-@dataclass(frozen=True)
-class HubSource:
-    """A dataset read from its Hugging Face hub copy: huggingface_hub's ``hf download`` fetches it, not chillfl, into
-    ``data_dir/<repo>``, where its loader's default ``path`` finds it offline (``chillfl.data.leaf_hub``)."""
-
-    name: str
-    repo: str
-    """The hub dataset (``owner/name``), also the folder under ``data_dir``."""
-
-    def command(self, data_dir: str = "data") -> str:
-        """The one command that puts it under ``data_dir``."""
-        return f"hf download {self.repo} --repo-type dataset --local-dir {PurePath(data_dir) / self.repo}"
-
-
-HUB: dict[str, HubSource] = {
-    "flwr_femnist": HubSource("flwr_femnist", "flwrlabs/femnist"),
-    "flwr_shakespeare": HubSource("flwr_shakespeare", "flwrlabs/shakespeare"),
-}
-"""Datasets ``chillfl data download`` does not fetch but lists, with the command that does."""
 
 
 def downloadable() -> list[str]:

@@ -82,7 +82,7 @@ def alpha_summary(records: Sequence[Mapping[str, Any]]) -> AlphaSummary:
         alpha_min=min(returning) if returning else nan,
         alpha_median=statistics.median(returning) if returning else nan,
         alpha_max=max(returning) if returning else nan,
-        first_share=first / (first + len(returning)),
+        first_share=first / (first + len(returning)) if first + len(returning) else nan,  # no client in any record: no share
         shift_adapted=statistics.fmean(adapted_shifts) if adapted_shifts else nan,
         shift_max=max(shifts) if shifts else nan,
     )
@@ -102,7 +102,7 @@ def _num(value: float, spec: str) -> str:
 def row(label: str, s: AlphaSummary) -> str:
     return (
         f"| {label} | {s.rounds} | {100 * s.clp_fraction:.0f} | {100 * s.adapted_fraction:.0f} "
-        f"| {_num(s.alpha_min, '.3f')} / {_num(s.alpha_median, '.3f')} / {_num(s.alpha_max, '.3f')} | {100 * s.first_share:.0f} "
+        f"| {_num(s.alpha_min, '.3f')} / {_num(s.alpha_median, '.3f')} / {_num(s.alpha_max, '.3f')} | {_num(100 * s.first_share, '.0f')} "
         f"| {_num(s.shift_adapted, '.4f')} | {_num(s.shift_max, '.4f')} |"
     )
 

@@ -77,6 +77,7 @@ PARTS: tuple[Part, ...] = (
 
 
 SUBTABLES: tuple[tuple[str, type], ...] = (("dataset.augment", AugmentOptions),)
+"""Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 COMPARISON_TABLES = ("variants", "compare", "tune")
 """A comparison's tables: plain dicts, read by the comparison (``chillfl.sweeps``), with no options dataclass to list."""
@@ -102,7 +103,6 @@ def _comparison_section() -> list[str]:
     rows = [_row(key, type_name, default, allowed) for key, type_name, default, allowed in COMPARE_ROWS]
     return ["", "## [variants], [compare], [tune] — a comparison's tables", "", *_paragraph(COMPARISON_NOTE), "",
             "`[compare]`:", "", "| option | type | default | allowed |", "|---|---|---|---|", *rows]
-"""Option tables nested in a part's table, whatever its name (rendered after the parts)."""
 
 
 def _registries(plugins: Sequence[str] = (), terms: Collection[str] = ()) -> Iterator[tuple[str, str, Mapping[str, Any]]]:

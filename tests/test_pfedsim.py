@@ -105,7 +105,8 @@ def test_the_personalised_extractors_of_three_clients_by_hand() -> None:
     # client 0: 9.210340 / 11.131435 = 0.827417 on itself, 0.172583 on client 1 (0 on client 2):
     #   [1,2] + 0.172583 * ([3,4] - [1,2]) = [1.345166, 2.345166]
     sent = agg.downlink(0, 1, new)
-    assert sent.params is not None and set(sent.params) == {"body"} and sent.held == ("head.weight", "head.bias")
+    assert sent.params is not None and set(sent.params) == {"body", "head.weight", "head.bias"} and sent.held == ("head.weight", "head.bias")
+    assert all(torch.equal(sent.params[k], HEADS[0][k]) for k in HEADS[0])  # its own head, held (unpriced), as it uploaded it
     assert sent.context == {PERSONAL: 1.0}
     assert sent.params["body"].tolist() == pytest.approx([1.3451656330895678, 2.3451656330895676], rel=1e-12)
     # client 1: total 9.210340 + 1.921094 + 0.158347 = 11.289782 -> 0.815812, 0.170162 (client 0), 0.014026 (client 2):
@@ -234,7 +235,8 @@ def test_a_run_replays_the_similarities_extractors_and_global_model_of_its_first
         raw = [-math.log(1 - min(s, 0.9999)) for s in [0.9999] + [sims[i, j] for j in range(4) if j != i]]
         order = [i] + [j for j in range(4) if j != i]
         sent = agg.downlink(i, 2, protocol.state)
-        assert sent.params is not None and set(sent.params) == set(agg.body)
+        assert sent.params is not None and set(sent.params) == {*agg.body, *agg.head} and sent.held == agg.head
+        assert all(torch.equal(sent.params[k], agg.models[i][k]) for k in agg.head)  # its own head (held: not priced)
         for k in agg.body:
             want = sum(r * agg.models[j][k].double().numpy() for r, j in zip(raw, order)) / sum(raw)
             np.testing.assert_allclose(sent.params[k].double().numpy(), want, rtol=1e-6, atol=1e-7)
@@ -358,3 +360,20 @@ def test_a_warmup_that_leaves_no_personalised_round_is_refused(warmup: float, re
         assert err.value.field == "algorithm.warmup"
     else:
         check_config(cfg)
+
+
+def test_what_a_wrapper_reads_as_a_clients_start_holds_its_own_head() -> None:
+    """An attack's or DP-FedAvg's update w_i - start_i read the start from the downlink (:class:`SentStarts`): pFedSim's
+    named only the extractor, so from a client's second personalised round the start's head was the global one, which
+    the client never trained from (it puts its own in), and the gap to it counted as the client's update."""
+    from chillfl.aggregation.base import SentStarts
+
+    agg = warmup_case(rounds=0)
+    new = agg.aggregate(glob(), uploads(), 0)
+    sent = SentStarts()
+    for c in (0, 1, 2):
+        sent.record(c, 1, agg.downlink(c, 1, new))
+    starts = sent.starts(1, new, uploads())
+    for c in (0, 1, 2):
+        assert all(torch.equal(starts[c][k], HEADS[c][k]) for k in HEADS[c])  # the head it trains from: its own
+        assert torch.equal(starts[c]["body"], agg.downlink(c, 1, new).params["body"])  # type: ignore[index]

@@ -59,7 +59,11 @@ Choices
   ``checkpoint.client_models`` saves); from its second personalised round it
   puts its own head in place of the global one, and the downlink prices only
   the extractor it is sent (``Downlink.held``). The server's copy of the
-  head, from the upload, is read for the similarities only.
+  head, from the upload, is read for the similarities, and rides in the
+  downlink's ``params`` unpriced (held) so that what the round's clients
+  started from is read right where a wrapper asks (an attack's or DP-FedAvg's
+  update ``w_i - start_i``, :class:`~chillfl.aggregation.base.SentStarts`):
+  the global head there counted the gap to it as the client's update.
 * The global model (``global_acc``, and by default the start of a client the
   server holds no personalised upload of) is the FedAvg (n_i / n; ``weighting =
   "uniform"``: the plain mean) of the round's uploads, extractors and heads:
@@ -280,7 +284,9 @@ class PFedSim(AggregatorBase):
             if self.warm is None:
                 self.warm = {k: v.detach().to("cpu", copy=True) for k, v in global_params.items()}
             return Downlink(params=_on(self.warm, global_params), context={PERSONAL: 1.0})
-        return Downlink(params=self.personalised(client_id, global_params), context={PERSONAL: 1.0}, held=self.head)
+        last = self.models[client_id]  # its last upload: the head it holds (read once: the store rebuilds it on each read)
+        own = _on({k: last[k] for k in self.head}, global_params)
+        return Downlink(params={**self.personalised(client_id, global_params), **own}, context={PERSONAL: 1.0}, held=self.head)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         if not self.warming(round):

@@ -29,7 +29,7 @@ def test_a_builder_function_is_summarised_by_its_docstring(user_module: Callable
     assert _heading(capsys, "datafix_user_data:tiny") == "### `datafix_user_data:tiny` — Four rows of my own, for the docs."
 
 
-def test_a_builder_function_without_a_docstring_says_so(user_module: Callable[[str, str], None], capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_builder_function_without_a_docstring_has_no_summary(user_module: Callable[[str, str], None], capsys: pytest.CaptureFixture[str]) -> None:
     user_module("datafix_user_data_bare", "def bare(opts, data_dir):\n    raise NotImplementedError\n")
     heading = _heading(capsys, "datafix_user_data_bare:bare")
-    assert heading == "### `datafix_user_data_bare:bare` — a dataset builder function (no docstring)"
+    assert heading == "### `datafix_user_data_bare:bare`"  # no summary, not NoOptions' "Options of a part that takes none"

@@ -510,7 +510,7 @@ def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
     if not (isinstance(obj, DatasetEntry) or inspect.isfunction(obj)):
         raise ConfigError(field, f"{name!r} must name a dataset: a DatasetEntry or a builder function, got {short_repr(obj)}")
     # for chillfl list: its docstring's first line (else its options' first line said "Options of a part that takes none")
-    summary = ((inspect.getdoc(obj) or "").partition("\n")[0] or "a dataset builder function (no docstring)") if inspect.isfunction(obj) else ""
+    summary = (inspect.getdoc(obj) or "").partition("\n")[0] if inspect.isfunction(obj) else ""
     entry = obj if isinstance(obj, DatasetEntry) else DatasetEntry(inspect.getattr_static(obj, "Options", NoOptions), obj, "any", summary)
     if not (isinstance(entry.options, type) and dataclasses.is_dataclass(entry.options)):
         raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")

@@ -29,7 +29,7 @@ from chillfl.data.partition_file import FROM_KEY, PARTITION_FILE
 from chillfl.models.projection import EveryModelOptions
 from chillfl.models.registry import model_names, model_spec
 from chillfl.once import warn_once
-from chillfl.options import OwnTable
+from chillfl.options import NoOptions, OwnTable
 from chillfl import plugins as plugins_module
 from chillfl.plugins import is_import_path
 from chillfl.settings.attack import AttackOptions, attack_spec, kind_names
@@ -429,8 +429,9 @@ def _options_line(spec: _Summarised, summary: str) -> list[str]:
 
 
 def _summary(name: str, spec: _Summarised) -> str:
-    """A spec's one-line summary: its ``summary``, else its options' docstring's first line; none where that is its name."""
-    summary = spec.summary or _first_line(spec.options)
+    """A spec's one-line summary: its ``summary``, else its options' docstring's first line (not :class:`NoOptions`', which
+    says what any part without options is, not what this one does); none where that is its name."""
+    summary = spec.summary or ("" if spec.options is NoOptions else _first_line(spec.options))
     return "" if summary == name else summary  # a plugin class without a spec of its own is summarised by its import path
 
 

@@ -128,3 +128,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.nodeid not in FIRST)  # stable: otherwise in collection order
+
+
+@pytest.fixture
+def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every matplotlib figure saved while the test runs, in order, once rendered (its extents and tick labels final)."""
+    from matplotlib.figure import Figure
+
+    figures: list[Any] = []
+    save = Figure.savefig
+
+    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
+        out = save(self, *args, **kwargs)
+        figures.append(self)
+        return out
+
+    monkeypatch.setattr(Figure, "savefig", spy)
+    return figures

@@ -26,21 +26,6 @@ pytest.importorskip("matplotlib")
 from matplotlib.figure import Figure  # noqa: E402
 
 
-@pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Figure]:
-    """Every figure saved while the test runs, rendered (so that extents and tick labels are final)."""
-    figures: list[Figure] = []
-    save = Figure.savefig
-
-    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
-        out = save(self, *args, **kwargs)
-        figures.append(self)
-        return out
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return figures
-
-
 def overlaps(a: Any, b: Any) -> bool:
     """Whether two display boxes share more than a pixel's sliver."""
     return min(a.x1, b.x1) - max(a.x0, b.x0) > 1 and min(a.y1, b.y1) - max(a.y0, b.y0) > 1

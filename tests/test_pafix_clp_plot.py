@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-from matplotlib.figure import Figure  # noqa: E402
 
 import chillfl.plots.pa3fed as pa3fed  # noqa: E402
 
@@ -86,15 +85,8 @@ def test_the_seeds_of_a_variant_are_one_group_in_table_order(tmp_path: Path, cap
     assert [len(runs) for runs in groups.values()] == [2, 2]
 
 
-def test_over_seeds_the_line_is_the_mean_and_dots_the_rounds_most_seeds_adapted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    figures: list[Figure] = []
-    save = Figure.savefig
-
-    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
-        figures.append(self)
-        return save(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
+def test_over_seeds_the_line_is_the_mean_and_dots_the_rounds_most_seeds_adapted(tmp_path: Path, drawn: list[Any]) -> None:
+    figures = drawn
     runs = [pa3_records([2, 3], 0.1), pa3_records([2], 0.2)]  # round 2 adapted in both seeds, round 3 in one of two
     assert pa3fed.plot_compare_clp_seeds({"PA3Fed": runs}, tmp_path / "clp_curves.png", title="cmp")
     (ax,) = figures[0].axes

@@ -97,22 +97,6 @@ def test_accuracy_is_paired_with_the_epsilon_of_its_own_round() -> None:
     assert accuracy_vs_epsilon(records) == ([0.5, 2.0], [0.2, 0.4])
 
 
-@pytest.fixture
-def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every matplotlib figure saved while the test runs, in order."""
-    from matplotlib.figure import Figure
-
-    figures: list[Figure] = []
-    save = Figure.savefig
-
-    def spy(self: Figure, *args: Any, **kwargs: Any) -> Any:
-        figures.append(self)
-        return save(self, *args, **kwargs)
-
-    monkeypatch.setattr(Figure, "savefig", spy)
-    return figures
-
-
 def test_one_round_figures_draw_their_point_on_a_whole_round_tick(tmp_path: Path, drawn: list[Any]) -> None:
     """A 1-round run: every line is a single point, which a line without a marker would not show."""
     from chillfl.plots.attacks import plot_attack

@@ -104,18 +104,23 @@ def test_the_python_apis_grid_seeds_and_tune_are_recorded(tmp_path: Path) -> Non
     assert saved["compare"] == {} and saved["tune"] == {"client.momentum": [0.0, 0.5]}  # seed 0 is the config's own
 
 
-@pytest.mark.parametrize(("keywords", "field", "key"), [
-    ({"grid": {"partition.shard_size": [None, 25]}}, "grid", "partition.shard_size"),
-    ({"tune": {"partition.shard_size": [None, 25]}}, "tune", "partition.shard_size"),
+@pytest.mark.parametrize(("keywords", "variants", "field", "key"), [
+    ({"grid": {"partition.shard_size": [None, 25]}}, {}, "grid", "partition.shard_size"),
+    ({"tune": {"partition.shard_size": [None, 25]}}, {}, "tune", "partition.shard_size"),
+    ({}, {"a": {"tune": {"partition.shard_size": [None, 25]}}, "b": {}}, "variants", "a.tune.partition.shard_size"),
+    ({}, {"a": {"partition.shard_size": None}, "b": {}}, "variants", "a.partition.shard_size"),
 ])
-def test_a_none_the_folder_cannot_record_is_one_line(tmp_path: Path, keywords: dict[str, Any], field: str, key: str) -> None:
-    """TOML has no null: a None in ``tune=`` crashed the folder's write with a tomli_w traceback, and one in ``grid=``
-    was dropped from the row, so rerunning the folder's config.toml ran the option's default under that label."""
+def test_a_none_the_folder_cannot_record_is_one_line(tmp_path: Path, keywords: dict[str, Any], variants: dict[str, Any], field: str,
+                                                     key: str) -> None:
+    """TOML has no null: a None in ``tune=`` (or a variant's own tune) crashed the folder's write with a tomli_w
+    traceback, and one in ``grid=`` (or a variant's row) was dropped from the row, so rerunning the folder's
+    config.toml ran the option's default under that label."""
     import chillfl
     from chillfl.errors import ConfigError
 
+    config = {**BASE, "out_dir": str(tmp_path), "partition": {"name": "shards"}, **({"variants": variants} if variants else {})}
     with pytest.raises(ConfigError) as err:
-        chillfl.compare(config={**BASE, "out_dir": str(tmp_path), "partition": {"name": "shards"}}, progress=False, **keywords)
+        chillfl.compare(config=config, progress=False, **keywords)
     assert err.value.field == field and key in err.value.message and "TOML has no null" in err.value.message
     assert not any(tmp_path.iterdir())  # nothing half-written
 

@@ -363,7 +363,7 @@ def test_a_warmup_that_leaves_no_personalised_round_is_refused(warmup: float, re
 
 
 def test_what_a_wrapper_reads_as_a_clients_start_holds_its_own_head() -> None:
-    """An attack's or DP-FedAvg's update w_i - start_i read the start from the downlink (:class:`SentStarts`): pFedSim's
+    """An attack's update w_i - start_i read the start from the downlink (:class:`SentStarts`): pFedSim's
     named only the extractor, so from a client's second personalised round the start's head was the global one, which
     the client never trained from (it puts its own in), and the gap to it counted as the client's update."""
     from chillfl.aggregation.base import SentStarts

@@ -455,12 +455,12 @@ def datasets_loaded(configs: Sequence[RunConfig]) -> list[str]:
 def _data(configs: Sequence[RunConfig]) -> str:
     """The data column: "offline" when every dataset the runs load is embedded, else the one ``chillfl data download``
     command for those it fetches and, for any other, what docs/datasets.md says to do."""
-    from chillfl.data.sources import MANUAL, SOURCES
+    from chillfl.data.sources import MANUAL, SEE_DOCS, SOURCES
 
     needed = [name for name in datasets_loaded(configs) if name not in EMBEDDED]
     fetched = [name for name in needed if name in SOURCES]
     said = ([f"data download {' '.join(fetched)}"] if fetched else []) + [
-        f"{name}: {MANUAL[name].listed if name in MANUAL else 'see docs/datasets.md'}" for name in needed if name not in SOURCES]
+        f"{name}: {MANUAL[name].listed if name in MANUAL else SEE_DOCS}" for name in needed if name not in SOURCES]
     return "; ".join(said) if said else "offline"
 
 

@@ -16,6 +16,9 @@ T = TypeVar("T")
 REPEAT_WINDOW_S = 1.0
 """How soon after a stop signal the same signal again is the same one delivered twice, not a second one (:class:`Repeats`)."""
 
+SIGINT_REPEAT_WINDOW_S = 0.05
+""":data:`REPEAT_WINDOW_S` for SIGINT: shorter than any person's double Ctrl-C, which means "now"."""
+
 
 def stop_signals() -> tuple[signal.Signals, ...]:
     """SIGINT, SIGTERM and SIGHUP, less SIGHUP where this process ignores it now (``nohup``; and a ``SIG_IGN`` inherited)."""
@@ -32,22 +35,24 @@ class Repeats:
     Why: GNU ``timeout`` (and a scheduler that stops a job the same way) sends its signal to the command and then to
     the command's whole process group, so the command gets it twice, microseconds apart. Where the first copy's handler
     has run before the second arrives (the main thread woke up waiting), the second looked like a user's second Ctrl-C
-    and stopped the run at once, abandoning its round. A different signal, or the same one later, still counts, and
-    so does every SIGINT: a terminal sends Ctrl-C to each process once, and a person's quick second Ctrl-C means "now".
+    and stopped the run at once, abandoning its round. A different signal, or the same one later, still counts. SIGINT's
+    window is :data:`SIGINT_REPEAT_WINDOW_S`: ``timeout -s INT`` repeats it microseconds apart, a person's quick second
+    Ctrl-C (a terminal sends it to each process once) comes a tenth of a second later or more, and means "now".
     ``clock``: seconds, monotonic (a test's own clock).
     """
 
-    def __init__(self, window: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, window: float = REPEAT_WINDOW_S, clock: Callable[[], float] = time.monotonic,
+                 sigint_window: float = SIGINT_REPEAT_WINDOW_S) -> None:
         self.window = window
+        self.sigint_window = sigint_window
         self.clock = clock
         self._last: tuple[int, float] | None = None
 
     def counts(self, signum: int) -> bool:
         """Whether ``signum``, just received, is a new stop signal (then it is the one later repeats are measured from)."""
         now = self.clock()
-        if signum == signal.SIGINT:
-            return True
-        if self._last is not None and self._last[0] == signum and now - self._last[1] <= self.window:
+        window = self.sigint_window if signum == signal.SIGINT else self.window
+        if self._last is not None and self._last[0] == signum and now - self._last[1] <= window:
             return False
         self._last = (signum, now)
         return True

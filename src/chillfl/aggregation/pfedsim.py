@@ -61,7 +61,7 @@ Choices
   the extractor it is sent (``Downlink.held``). The server's copy of the
   head, from the upload, is read for the similarities, and rides in the
   downlink's ``params`` unpriced (held) so that what the round's clients
-  started from is read right where a wrapper asks (an attack's or DP-FedAvg's
+  started from is read right where a wrapper asks (an attack's
   update ``w_i - start_i``, :class:`~chillfl.aggregation.base.SentStarts`):
   the global head there counted the gap to it as the client's update.
 * The global model (``global_acc``, and by default the start of a client the

@@ -49,6 +49,10 @@ class Source:
     note: str = ""
 
 
+SEE_DOCS = "see docs/datasets.md"
+"""What a listing says of a dataset it has no words of its own for."""
+
+
 @dataclass(frozen=True)
 class ManualSource:
     """A dataset with no direct download: ``instructions`` say how to build its files."""
@@ -57,7 +61,7 @@ class ManualSource:
     folder: str
     homepage: str
     instructions: str
-    listed: str = "see docs/datasets.md"
+    listed: str = SEE_DOCS
     """The instructions in a few words, for ``chillfl list experiments``' data column."""
 
 
@@ -190,7 +194,8 @@ MANUAL: dict[str, ManualSource] = {
         "(or run online with pip install 'chillfl[hf]': they load from the hub). 'femnist' reads LEAF's JSON "
         "(DATA_DIR/femnist/all_data/ or train/ and test/) if you already have it, or from CHILLFL_DATA_MIRROR "
         "serving femnist/all_data.zip with a --checksums manifest.",
-        "dataset.name = 'flwr_femnist' (hf download flwrlabs/femnist), or LEAF's JSON under data/femnist (docs/datasets.md)",
+        f"dataset.name = 'flwr_femnist' (`{hub_download_command('flwrlabs/femnist')}`), or LEAF's JSON under data/femnist "
+        "(docs/datasets.md)",
     ),
 }
 

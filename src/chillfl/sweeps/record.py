@@ -94,8 +94,7 @@ def as_planned(config: RunConfig, plan: Plan) -> RunConfig:
         compare["reference"] = plan.asked_reference
     variants = {v.label: {**v.overrides, **({"tune": v.tune} if v.tune else {})} for v in asked} if plan.from_grid else config.variants
     tune = dict(plan.tune_table) if plan.tune_table != config.tune else config.tune
-    if plan.from_grid:
-        _refuse_null(variants, "grid")
+    _refuse_null(variants, "grid" if plan.from_grid else "variants")  # a variant's own [tune] grid too
     _refuse_null(tune, "tune")
     planned = dataclasses.replace(config, variants=variants, compare=compare, tune=tune)
     if not planned.variants and not repeats(planned):  # `--seeds 0` at the config's own seed: only the flag made it a comparison

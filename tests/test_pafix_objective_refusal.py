@@ -7,18 +7,9 @@ import pytest
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from test_objective_terms import BASE as TERMS_BASE
 
-BASE = {
-    "dataset.name": "digits",
-    "model.name": "mlp",
-    "federation.num_clients": 4,
-    "federation.rounds": 2,
-    "client.batch_size": 32,
-    "eval.client_split_size": 20,
-    "distillation.method": "dsfl",
-    "distillation.public_size": 100,
-    "distillation.subset_size": 20,
-}
+BASE = {**TERMS_BASE, "distillation.method": "dsfl", "distillation.public_size": 100, "distillation.subset_size": 20}
 
 
 @pytest.mark.parametrize(

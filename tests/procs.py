@@ -42,3 +42,12 @@ class InterruptAt:
 
     def on_end(self, output: object) -> None:
         pass
+
+
+def cmdline(pid: int) -> str:
+    """Process ``pid``'s command line, its arguments joined by NULs; "" once it has exited (listed a moment before, it may be
+    gone by the time its file is read: a FileNotFoundError failed a test that way)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return ""

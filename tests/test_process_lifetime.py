@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
-from procs import PARENT, alive, live_pids
+from procs import PARENT, alive, cmdline, live_pids
 
 pytestmark = pytest.mark.slow  # signals and kill -9 of long subprocess jobs; `pytest -m "not slow"` leaves it out
 
@@ -73,7 +73,7 @@ def workers_busy(proc: subprocess.Popen[str], count: int = 2, timeout: float = 1
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         assert proc.poll() is None, proc.communicate()
-        workers = [p for p in children(proc.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text(errors="replace")]
+        workers = [p for p in children(proc.pid) if "spawn_main" in cmdline(p)]
         if sum(cpu_seconds(p) > 4.0 for p in workers) >= count:  # start-up takes about 2 s of CPU; beyond it: training
             return workers
         time.sleep(0.2)

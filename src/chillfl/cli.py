@@ -99,7 +99,7 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
     flags = {key: getattr(args, key) for key in ("device", "seed", "out_dir", "data_dir", "strict") if args is not None and getattr(args, key, None) is not None}
     if path is not None and not read_config_file(path):  # a file that sets nothing is more often a mistake than a choice
         what = "the defaults with the command line's settings" if overrides or flags else "the defaults"
-        listed = "" if getattr(args, "dry_run", False) else " (--dry-run lists them)"  # said before any check: no "running"
+        listed = "" if args is not None and args.dry_run else " (--dry-run lists them)"  # said before any check: no "running"
         say(f"chillfl: note: {config} sets nothing; the config is {what}{listed}")
     with _signals_held():  # imports the registries (and torch, seconds of a command's start): not for --help
         from chillfl.resolve import resolved

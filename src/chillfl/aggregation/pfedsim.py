@@ -271,9 +271,11 @@ class PFedSim(AggregatorBase):
         return self.sim.get(pair(i, j), 0.0)
 
     def personalised(self, client_id: int, global_params: Params) -> Params:
-        """theta_i over the clients held (i's model must be held)."""
+        """theta_i over the clients held (i's model must be held), with i's own head (its last upload): the model it
+        starts from, its head held (its client half puts its own in, so the downlink prices only the extractor)."""
         held, coefs = self.coefficients(client_id)
-        return extractor([_on(self.models[j], global_params) for j in held], coefs, self.body)
+        models = [_on(self.models[j], global_params) for j in held]  # held[0] is i: its head is models[0]'s
+        return {**extractor(models, coefs, self.body), **{k: models[0][k] for k in self.head}}
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         if self.warming(round):
@@ -284,9 +286,7 @@ class PFedSim(AggregatorBase):
             if self.warm is None:
                 self.warm = {k: v.detach().to("cpu", copy=True) for k, v in global_params.items()}
             return Downlink(params=_on(self.warm, global_params), context={PERSONAL: 1.0})
-        last = self.models[client_id]  # its last upload: the head it holds (read once: the store rebuilds it on each read)
-        own = _on({k: last[k] for k in self.head}, global_params)
-        return Downlink(params={**self.personalised(client_id, global_params), **own}, context={PERSONAL: 1.0}, held=self.head)
+        return Downlink(params=self.personalised(client_id, global_params), context={PERSONAL: 1.0}, held=self.head)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         if not self.warming(round):

@@ -34,6 +34,7 @@ chillfl's own, not a measure the paper defines.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass
@@ -112,10 +113,8 @@ def mean_summary(summaries: Sequence[AlphaSummary]) -> AlphaSummary:
     that have it (not NaN), so a run without adapted rounds does not pull the mean shift towards 0 (NaN if none has it)."""
     if not summaries:
         raise ValueError("no runs to average")
-    fields = AlphaSummary.__dataclass_fields__
-    means: dict[str, Any] = {k: _mean_of_present([float(getattr(s, k)) for s in summaries]) for k in fields}  # rounds: an int below
-    means["rounds"] = round(means["rounds"])
-    return AlphaSummary(**means)
+    rounds, *rest = (_mean_of_present([float(v) for v in column]) for column in zip(*map(dataclasses.astuple, summaries)))
+    return AlphaSummary(round(rounds), *rest)
 
 
 def _mean_of_present(values: Sequence[float]) -> float:

@@ -94,6 +94,18 @@ CHILD = textwrap.dedent(
         main(command)
         chillfl.runner._Signals.__enter__, chillfl.runner._plots = enter, plotting
         command = ["resume", config.replace("late.toml", "out/late.partial"), "-q"]
+    elif window in ("last_round", "repeated"):  # SIGTERM during the last round (4 of 4), or delivered twice during round 2
+        rounds_of = chillfl.runner.run_rounds
+
+        def rounds(*args, **kwargs):
+            for record in rounds_of(*args, **kwargs):
+                if record["round"] == (4 if window == "last_round" else 2):
+                    signal.raise_signal(signal.SIGTERM)
+                    if window == "repeated":
+                        signal.raise_signal(signal.SIGTERM)  # GNU timeout's copy to the process group
+                yield record
+
+        chillfl.runner.run_rounds = rounds
     elif window == "table":
         import chillfl.cli
 
@@ -171,6 +183,32 @@ def test_a_sigterm_while_the_run_writes_its_results_completes_the_run_then_stops
     assert lines == [
         "chillfl: SIGTERM: the run has done its rounds; it stops once its results are written",
         f"chillfl: interrupted; the run had completed: its results are in {final}",
+    ], lines
+    assert code == 128 + signal.SIGTERM, lines
+
+
+def test_a_sigterm_during_the_last_round_completes_the_run_then_stops_the_command(tmp_path: Path) -> None:
+    """It stopped "after round 4" of 4, leaving a ``.partial`` folder (resume only wrote the summary) of a run whose every
+    round had run."""
+    code, lines = _run(tmp_path, "last_round")
+    final = tmp_path / "out" / "late"
+    assert (final / "summary.json").is_file() and not (tmp_path / "out" / "late.partial").exists()
+    assert len((final / "metrics.jsonl").read_text().splitlines()) == 4
+    assert lines == [
+        "chillfl: SIGTERM: stopping after this round (a second one stops at once)",
+        "chillfl: SIGTERM: that was the last round; the run stops once its results are written",
+        f"chillfl: interrupted; the run had completed: its results are in {final}",
+    ], lines
+    assert code == 128 + signal.SIGTERM, lines
+
+
+def test_one_sigterm_delivered_twice_stops_the_run_after_its_round(tmp_path: Path) -> None:
+    """GNU ``timeout`` signals the command, then its process group: the copy stopped the run at once ("a second SIGTERM
+    during round 2"), abandoning the round."""
+    code, lines = _run(tmp_path, "repeated")
+    assert lines == [
+        "chillfl: SIGTERM: stopping after this round (a second one stops at once)",
+        f"chillfl: interrupted by SIGTERM after round 2; resume with: chillfl resume {tmp_path / 'out' / 'late.partial'}",
     ], lines
     assert code == 128 + signal.SIGTERM, lines
 

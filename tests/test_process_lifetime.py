@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from procs import PARENT, alive, cmdline, live_pids
+from chillfl.stop_signals import REPEAT_WINDOW_S
 
 pytestmark = pytest.mark.slow  # signals and kill -9 of long subprocess jobs; `pytest -m "not slow"` leaves it out
 
@@ -133,7 +134,7 @@ def test_a_second_signal_still_ends_in_one_true_line(tmp_path: Path, second: int
         pids = children(proc.pid)
         assert [p.name[:5] for p in temp.iterdir()] == ["pymp-"]  # what the clean-up must remove
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        time.sleep(REPEAT_WINDOW_S + 0.3)  # later than a repeat of the first (GNU timeout's copy to the group)
         proc.send_signal(second)
         time.sleep(0.5)
         if proc.poll() is None:

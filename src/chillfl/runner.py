@@ -73,7 +73,7 @@ from chillfl.progress import Progress, make_bar
 from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
-from chillfl.stop_signals import made_held, stop_signals
+from chillfl.stop_signals import Repeats, made_held, stop_signals
 from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
@@ -204,9 +204,13 @@ class _Signals:
     longer stop the run after a round: the run completes, and the signal is then passed on, as if it had
     come just after the run, to the handler it displaced (the CLI's ends the command with its one line and
     128 + the signal; a comparison does not go on with its next run).
+
+    The same signal again within a moment (``repeats``) is the one signal delivered twice, not a second one: GNU
+    ``timeout`` signals the command and then its process group (:class:`~chillfl.stop_signals.Repeats`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, repeats: Repeats | None = None) -> None:
+        self.repeats = repeats or Repeats()
         self.received: int | None = None
         self.armed = False
         self.finishing = False
@@ -226,6 +230,8 @@ class _Signals:
             signal.signal(sig, self._handle)
 
     def _handle(self, signum: int, frame: Any) -> None:
+        if not self.repeats.counts(signum):
+            return
         if self.finishing:
             if self.late is None:
                 self.late = signum
@@ -238,6 +244,14 @@ class _Signals:
             return
         self.received = signum
         say(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")  # a notice, not output
+
+    def defer(self) -> None:
+        """The first signal came during the last round: there is no round to stop after, so the run completes (as for a
+        signal in ``finishing``) and the signal is passed on after. It was stopped "after round N" of N, leaving a
+        ``.partial`` folder whose every round had run."""
+        if self.received is not None and self.late is None:
+            self.late = self.received
+            say(f"chillfl: {signal.Signals(self.received).name}: that was the last round; the run stops once its results are written")
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         for sig, handler in self._previous.items():
@@ -592,7 +606,9 @@ def _run_rounds(
                         signals.armed = False  # the checkpoint below must not be cut short
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
                         break
-                    if signals.received is not None:
+                    if signals.received is not None and done >= rounds:
+                        signals.defer()
+                    elif signals.received is not None:
                         signals.armed = False  # the checkpoint below must not be cut short
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
                         raise RunInterrupted(signals.received, writer.path if writer else None, done)

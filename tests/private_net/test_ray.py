@@ -44,6 +44,7 @@ from chillfl.engine.protocol import ClientSide, ClientTask  # noqa: E402
 from chillfl.executors.pools import WorkerPools  # noqa: E402
 from chillfl.executors.ray_executor import RayExecutor  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
+from chillfl.stop_signals import REPEAT_WINDOW_S  # noqa: E402
 from chillfl.experiment import build_experiment, build_protocol, make_executor  # noqa: E402
 from resume_cases import COMBINED, check_resume, methods, registered  # noqa: E402
 from sessions import session_pids  # noqa: E402
@@ -371,7 +372,7 @@ def test_sigterm_leaves_no_local_ray_behind(tmp_path: Path, signals: int) -> Non
         assert "raylet" in names.values() and "gcs_server" in names.values(), names  # the run's own local Ray
         proc.send_signal(signal.SIGTERM)
         if signals == 2:
-            time.sleep(0.3)
+            time.sleep(REPEAT_WINDOW_S + 0.3)  # a second one, not the first repeated (stop_signals.Repeats)
             proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 143, ("OUT", out[-2000:], "ERR", err[-3000:])

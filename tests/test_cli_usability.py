@@ -262,7 +262,7 @@ def test_progress_in_a_log_is_plain_lines_without_carriage_returns(tmp_path: Pat
     assert main(["run", str(base), *TINY]) == 0  # stderr is captured: not a terminal
     err = capsys.readouterr().err
     assert "\r" not in err
-    assert "chillfl: base round 3/3 acc=" in err  # the last round always gets its line
+    assert "chillfl: base round 3/3 global_acc=" in err  # the last round always gets its line
     assert main(["run", str(base), *TINY, "-v"]) == 0  # -v: one line per round
     err = capsys.readouterr().err
     assert [f"round {r}/3" in err for r in (1, 2, 3)] == [True, True, True]

@@ -177,7 +177,10 @@ def test_describe_and_heatmap(tmp_path: Path) -> None:
     # a validation split leaves the test metrics 300 of the 400 test samples: the summary says so
     assert describe(build(validation=0.25)).splitlines()[0].endswith("test set 300, validation 100")
     assert lines[1].split()[:4] == ["client", "train", "eval", "sigma"]
-    total = lines[-1].split()
+    total = lines[-2].split()
+    # the legend: the eval total (600) exceeds the test set (400), which read as a miscount without it
+    assert lines[-1].startswith("train: the client's training rows; eval: its own evaluation rows (eval.client_split), drawn from the test set")
+    assert lines[-1].endswith("; sigma: its feature noise; c0..c4: its training rows per class"), lines[-1]
     assert total[0] == "total" and int(total[1]) == 588 and int(total[2]) == 600
     path = tmp_path / "heat.png"
     plot_class_heatmap(fd.class_counts(), path, title="toy")
@@ -189,13 +192,13 @@ def test_describe_lists_the_first_and_last_clients_past_its_limit() -> None:
     it left out, and its totals still count every client."""
     fd = build(num_clients=50, partitioner="iid", partition_options=None)
     lines = describe(fd, max_clients=6).splitlines()
-    ids = [line.split()[0] for line in lines[2:]]
+    ids = [line.split()[0] for line in lines[2:-1]]  # the last line is the legend
     assert ids == ["0", "1", "2", "...", "47", "48", "49", "total"]
     assert "44 clients not shown" in lines[5]
-    assert int(lines[-1].split()[1]) == sum(len(t) for t in fd.train_indices)
+    assert int(lines[-2].split()[1]) == sum(len(t) for t in fd.train_indices)
     every = describe(fd, max_clients=None).splitlines()
-    assert [line.split()[0] for line in every[2:-1]] == [str(c) for c in range(50)] and every[-1] == lines[-1]
-    assert len(describe(fd).splitlines()) == 2 + 40 + 1 + 1  # the default: 40 rows, the "..." line, the totals
+    assert [line.split()[0] for line in every[2:-2]] == [str(c) for c in range(50)] and every[-2] == lines[-2]
+    assert len(describe(fd).splitlines()) == 2 + 40 + 1 + 1 + 1  # the default: 40 rows, the "..." line, the totals, the legend
     assert describe(build(), max_clients=6) == describe(build(), max_clients=None)  # 6 clients: none left out
     assert describe(build(), max_clients=5) == describe(build(), max_clients=None)  # one left out would cost the "..." line
     assert "2 clients not shown" in describe(build(), max_clients=4)

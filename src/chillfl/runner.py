@@ -129,11 +129,9 @@ class RunInterrupted(Exception):
 
 
 def _postfix(record: Mapping[str, Any]) -> dict[str, str]:
-    out = {}
-    for key, short in (("global_acc", "acc"), ("local_acc", "local"), ("global_loss", "loss")):
-        if record.get(key) is not None:
-            out[short] = f"{record[key]:.4f}"
-    return out
+    """The progress bar's numbers, under their names in ``metrics.jsonl`` and the summary (docs/usage.md's metrics
+    table defines each): short forms (``acc``, ``local``) printed fractions that nothing on screen explained."""
+    return {key: f"{record[key]:.4f}" for key in ("global_acc", "local_acc", "global_loss") if record.get(key) is not None}
 
 
 @contextmanager

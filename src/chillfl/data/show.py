@@ -60,7 +60,12 @@ def describe(fd: FederatedData, max_clients: int | None = DESCRIBE_MAX_CLIENTS) 
         f"public pool {len(fd.public_indices)}, test set {len(fd.dataset.y_test) - n_val}"  # what the test metrics score
         + (f", validation {n_val}" if held_out is not None else "")
     )
-    return "\n".join([summary, line(header), *lines])
+    legend = (  # the eval total can exceed the test set's size: a newcomer read it as a miscount
+        "train: the client's training rows; eval: its own evaluation rows (eval.client_split), drawn from the test set, "
+        "so clients' rows can overlap" + ("; sigma: its feature noise" if fd.noise is not None else "")
+        + f"; c0..c{fd.num_classes - 1}: its training rows per class"
+    )
+    return "\n".join([summary, line(header), *lines, legend])
 
 
 HEATMAP_MAX_WIDTH = 16.0

@@ -23,14 +23,21 @@
 # workers start with a clean PYTHONPATH), and benchmarks/.venv-peers/bin/python wraps python3, whose
 # torch has CUDA (run.py gets --no-install).
 # --smoke: the same steps, tiny and on the CPU (no setup unless --setup): checks this script and its
-# commands on a machine without a GPU. Its timings mean nothing.
+# commands on a machine without a GPU. Its timings mean nothing. Its budget defaults to 3600 s and every step's
+# timeout is 4x the GPU one (the tiny steps still take minutes on 2 cores). Without a GPU and without --smoke the
+# script exits 2 at once (every CUDA step would only fail).
 # --only: just the steps named (e.g. bench-w4,bench-w3), setup still first: a second call that finishes what a
 # first one's budget cut.
 set -u
 
-usage() { echo "usage: bash benchmarks/gpu-check.sh OUTDIR [--setup|--no-setup] [--smoke] [--budget SECONDS] [--only STEP,STEP...]" >&2; exit 2; }
+USAGE="usage: bash benchmarks/gpu-check.sh OUTDIR [--setup|--no-setup] [--smoke] [--budget SECONDS] [--only STEP,STEP...]"
+usage() { echo "$USAGE" >&2; exit 2; }
+for arg in "$@"; do  # -h/--help anywhere: the usage and this header, nothing run (--help as OUTDIR once ran the whole check)
+    case $arg in -h|--help) echo "$USAGE"; sed -n '2,/^set -u$/{/^set -u$/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;; esac
+done
 [ $# -ge 1 ] || usage
 OUT=$1; shift
+case $OUT in -*) echo "gpu-check.sh: OUTDIR '$OUT' starts with '-': give the output folder first ($USAGE)" >&2; exit 2 ;; esac
 SETUP=auto SMOKE=0 BUDGET= ONLY=
 while [ $# -gt 0 ]; do
     case $1 in
@@ -44,13 +51,16 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$BUDGET" ] || BUDGET=$([ "$SMOKE" = 1 ] && echo 3600 || echo 540)
-mkdir -p "$OUT" || exit 2
-OUT=$(cd "$OUT" && pwd)
+PY=${PYTHON:-python3}
+command -v "$PY" >/dev/null || PY=python
+HAS_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
+# before anything is written (OUTDIR, --setup's .pth and wrapper): without a GPU every CUDA step would run to failure
+if [ "$HAS_CUDA" != 1 ] && [ "$SMOKE" = 0 ]; then echo "gpu-check.sh: no GPU here: --smoke checks the script on the CPU" >&2; exit 2; fi
+mkdir -p -- "$OUT" || exit 2
+OUT=$(cd -- "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 export PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-command -v "$PY" >/dev/null || PY=python
 START=$(date +%s)
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
@@ -77,7 +87,6 @@ step() {
     return 0
 }
 
-HAS_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
 [ "$SETUP" = auto ] && SETUP=$([ "$HAS_CUDA" = 1 ] && [ "$SMOKE" = 0 ] && echo 1 || echo 0)
 DEVICE=cuda; [ "$SMOKE" = 1 ] && DEVICE=cpu
 

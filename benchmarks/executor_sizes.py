@@ -7,10 +7,12 @@ the sequential executor. ``python benchmarks/executor_sizes.py`` (about 1 min).
 
 from __future__ import annotations
 
+import argparse
 import time
 from typing import Callable
 
 import torch
+from bench_cli import OneLineParser  # the script's folder is on sys.path: run as a script, or by the tests
 from torch import nn
 
 from chillfl.executors.processes import ProcessExecutor
@@ -57,7 +59,9 @@ def best_of_three(run: Callable[[], object]) -> float:
     return min(times)
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    # no options, but -h answers (and anything else is refused in one line) instead of starting the minute-long run
+    OneLineParser(prog="executor_sizes.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args(argv)
     torch.set_num_threads(1)
     for name, (make, shape) in MODELS.items():
         torch.manual_seed(0)

@@ -33,10 +33,13 @@ is imported by the package.
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from pathlib import Path
 from typing import Any
+
+from bench_cli import OneLineParser  # the script's folder is on sys.path: run as a script, or by the tests
 
 
 def s_per_round(modes: dict[str, Any], name: str) -> float | None:
@@ -107,6 +110,9 @@ def targets(workloads: dict[str, Any], curves: dict[str, Any] | None = None) -> 
     return rows
 
 
+UNRELIABLE = "unreliable (load)"
+"""run.py's mark on a start-up minus the bare ``import torch`` below zero (reports before the mark: any negative one)."""
+
 LAUNCHES_W1 = 7565
 """Kernel launches a round of workload 1: a tenth of the 75,647 the H200 profile counted before issue 39."""
 
@@ -119,17 +125,22 @@ def report_device(report: dict[str, Any]) -> str:
     return str(report.get("device") or ("cuda" if "gpu" in report.get("machine", {}) else "cpu"))
 
 
-def main(argv: list[str]) -> int:
-    any_device = "--any-device" in argv
-    argv = [a for a in argv if a != "--any-device"]
-    if not argv:
-        print(__doc__.split("\n\n")[1], file=sys.stderr)
-        return 2
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """``--help`` and one-line errors (exit 2): the hand-rolled argv once read ``--help`` as a result file."""
+    p = OneLineParser(prog="gpu_targets.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--any-device", action="store_true", help="judge --device cpu reports too (gpu-check.sh --smoke)")
+    p.add_argument("files", nargs="+", metavar="RESULT.json", help="run.py reports (--out) and w1_curves.py's curves-w1.json")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    any_device = args.any_device
     workloads: dict[str, Any] = {}
     machine: dict[str, Any] = {}
     curves: dict[str, Any] | None = None
     unread = 0  # a file that could not be read was once skipped with exit 0: a check would read "all judged"
-    for path in argv:
+    for path in args.files:
         try:
             report = json.loads(Path(path).read_text())
             if not isinstance(report, dict):
@@ -149,7 +160,10 @@ def main(argv: list[str]) -> int:
     if not workloads:
         kind = "run.py report" if any_device else "run.py report made with --device cuda"
         print(f"gpu_targets.py: judged no GPU run: none of the files is a {kind}", file=sys.stderr)
-    print(f"issue 39 targets on {machine.get('gpu', 'no GPU named')} (torch {machine.get('torch', '?')})")
+    if not workloads:
+        print("issue 39 targets: no GPU report given")
+    else:
+        print(f"issue 39 targets on {machine.get('gpu', 'no GPU named')} (torch {machine.get('torch', '?')})")
     rows = targets(workloads, curves)
     width = max(len(r[0]) for r in rows) + 2
     print(f"{'target':<{width}}{'measured':>28}{'threshold':>14}  verdict")
@@ -159,4 +173,4 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main())

@@ -87,7 +87,8 @@ def ensure_peers(venv: Path, install: bool = True, timeout: float = 1200) -> dic
     """{"blazefl"|"flwr": {"ok", "detail" (version or reason), "python"}}; installs what is missing."""
     python = venv / "bin" / "python"
     log = venv.parent / "results" / "peer-install.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
+    if install:  # only installing writes the log: --no-install once made benchmarks/results/ even with --out elsewhere
+        log.parent.mkdir(parents=True, exist_ok=True)
     status: dict[str, dict[str, Any]] = {}
     if not python.exists():
         if not install:

@@ -606,6 +606,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--threads must be >= 1 (got {args.threads}); leave it out for the inherited OMP_NUM_THREADS")
     if args.quick and args.scale is not None:
         p.error("--quick sets --scale 0.02: give one of them, not both")
+    if args.scale is not None and args.workload not in ("1", "all"):  # it was ignored without a word
+        p.error(f"--scale: workload 1 only (its number of clients); --workload {args.workload} has a fixed size")
     if missing := unmatched(all_modes(args.device), args.modes):
         p.error(f"--modes: {missing[0]!r} matches no mode with --device {args.device}; its modes: {', '.join(m.name for m in all_modes(args.device))}")
     if any(v is not None and v <= 0 for v in (args.peak_gflops, args.peak_gflops_tf32, args.peak_gflops_bf16)):

@@ -163,7 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     if not workloads:
         print("issue 39 targets: no GPU report given")
     else:
-        print(f"issue 39 targets on {machine.get('gpu', 'no GPU named')} (torch {machine.get('torch', '?')})")
+        torch = machine.get("torch", "?")
+        print(f"issue 39 targets on {machine['gpu']} (torch {torch})" if "gpu" in machine else
+              f"issue 39 targets on the CPU (torch {torch}; --any-device: not a GPU's timings)")  # was "on no GPU named"
     rows = targets(workloads, curves)
     width = max(len(r[0]) for r in rows) + 2
     print(f"{'target':<{width}}{'measured':>28}{'threshold':>14}  verdict")

@@ -54,6 +54,11 @@ def test_gpu_targets_without_a_gpu_report_says_so(tmp_path: Path, capsys: pytest
     assert gpu_targets.main([str(cpu)]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "issue 39 targets: no GPU report given"  # was "on no GPU named (torch ?)"
+    assert gpu_targets.main(["--any-device", str(cpu)]) == 1  # gpu-check.sh --smoke: judged, but said to be a CPU's
+    assert capsys.readouterr().out.splitlines()[0] == "issue 39 targets: no GPU report given"  # (no workload in it)
+    cpu.write_text(json.dumps({"device": "cpu", "machine": {"torch": "2"}, "workloads": {"2": {"modes": {}}}}))
+    assert gpu_targets.main(["--any-device", str(cpu)]) == 0
+    assert capsys.readouterr().out.splitlines()[0] == "issue 39 targets on the CPU (torch 2; --any-device: not a GPU's timings)"
 
 
 def test_executor_sizes_help_runs_nothing(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

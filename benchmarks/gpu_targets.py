@@ -116,9 +116,6 @@ UNRELIABLE = "unreliable (load)"
 LAUNCHES_W1 = 7565
 """Kernel launches a round of workload 1: a tenth of the 75,647 the H200 profile counted before issue 39."""
 
-UNRELIABLE = "unreliable (load)"
-"""run.py's mark on a start-up minus the bare ``import torch`` below zero (reports before the mark: any negative one)."""
-
 
 def report_device(report: dict[str, Any]) -> str:
     """The device a ``run.py`` report measured on (reports before ``--device`` existed: a GPU's if the machine named one)."""

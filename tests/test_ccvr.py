@@ -21,6 +21,7 @@ from chillfl.aggregation.ccvr import (
     TRAIN_AND_STATS,
     CCVR,
     CCVROptions,
+    calibrate_head,
     class_statistics,
     draw_virtual,
     pool,
@@ -102,6 +103,65 @@ def test_virtual_features_are_seeded_and_a_degenerate_covariance_samples_within_
     spread = (x[:50] - torch.tensor([1.0, -1.0], dtype=torch.float64)).abs()
     assert 0 < float(spread.max()) < 10 * RIDGE ** 0.5  # N(mu, ridge I): a few standard deviations sqrt(ridge) at most
     assert float(x[50:, 0].std()) > 1.0 and float(x[50:, 1].abs().max()) < 10 * RIDGE ** 0.5  # variance 4 along x, none along y
+
+
+class Counting(nn.Linear):
+    """A linear head that records the number of rows of every batch it is called on."""
+
+    def __init__(self) -> None:
+        super().__init__(2, 3, dtype=torch.float64)
+        self.batches: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.batches.append(len(x))
+        return super().forward(x)
+
+
+HEAD_W = f64([[0.5, -1.0], [0.0, 2.0], [-1.5, 0.5]])
+HEAD_B = torch.tensor([0.1, -0.2, 0.3], dtype=torch.float64)
+ROWS_X = f64([[1.0, 2.0], [-1.0, 0.5], [3.0, -2.0], [0.0, -1.0]])
+ROWS_Y = torch.tensor([2, 0, 1, 1])
+
+
+def sgd_step_by_hand(w: torch.Tensor, b: torch.Tensor, x: torch.Tensor, y: torch.Tensor, lr: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """One SGD step of the mean cross-entropy of softmax(x W^T + b), from its closed-form gradient:
+    dL/dlogits = (softmax - onehot(y)) / B, so dW = (P - Y)^T x / B and db = sum_i (P - Y)_i / B."""
+    logits = x @ w.T + b
+    e = (logits - logits.max(dim=1, keepdim=True).values).exp()
+    g = (e / e.sum(dim=1, keepdim=True) - torch.eye(3, dtype=torch.float64)[y]) / len(y)
+    return w - lr * g.T @ x, b - lr * g.sum(0)
+
+
+def test_one_calibration_step_is_an_sgd_step_of_cross_entropy_by_hand() -> None:
+    # a batch of all four rows: the mean gradient is the same in any order of the permutation
+    head = Counting()
+    out = calibrate_head(head, "fc", {"fc.weight": HEAD_W, "fc.bias": HEAD_B}, ROWS_X, ROWS_Y,
+                         CCVROptions(calibration_steps=1, calibration_batch=4, calibration_lr=0.3), torch.Generator().manual_seed(5))
+    w, b = sgd_step_by_hand(HEAD_W, HEAD_B, ROWS_X, ROWS_Y, 0.3)
+    assert head.batches == [4] and sorted(out) == ["fc.bias", "fc.weight"]
+    torch.testing.assert_close(out["fc.weight"], w, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out["fc.bias"], b, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(w, HEAD_W)  # the step moves the head
+    # the head's own parameters are left as they were: calibrate_head steps a copy of the global model's entries
+    assert torch.equal(HEAD_W, f64([[0.5, -1.0], [0.0, 2.0], [-1.5, 0.5]]))
+
+
+@pytest.mark.parametrize(("batch", "sizes", "walk"), [
+    (2, [2, 2, 2], lambda p, q: [p[0:2], p[2:4], q[0:2]]),  # two batches a pass, then a fresh permutation
+    (3, [3, 1, 3], lambda p, q: [p[0:3], p[3:4], q[0:3]]),  # a pass ends on its short last batch, never an empty one
+], ids=["batch-2", "batch-3"])
+def test_calibration_batches_walk_a_fresh_permutation_each_pass_by_hand(batch: int, sizes: list[int], walk: Any) -> None:
+    head = Counting()
+    out = calibrate_head(head, "fc", {"fc.weight": HEAD_W, "fc.bias": HEAD_B}, ROWS_X, ROWS_Y,
+                         CCVROptions(calibration_steps=3, calibration_batch=batch, calibration_lr=0.3), torch.Generator().manual_seed(5))
+    g = torch.Generator().manual_seed(5)  # the generator's two permutations of the 4 rows, drawn again
+    first, second = torch.randperm(4, generator=g), torch.randperm(4, generator=g)
+    w, b = HEAD_W, HEAD_B
+    for rows in walk(first, second):
+        w, b = sgd_step_by_hand(w, b, ROWS_X[rows], ROWS_Y[rows], 0.3)
+    assert head.batches == sizes
+    torch.testing.assert_close(out["fc.weight"], w, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(out["fc.bias"], b, rtol=1e-12, atol=1e-12)
 
 
 class Net(nn.Module):

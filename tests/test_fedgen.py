@@ -160,6 +160,51 @@ def test_generator_training_lowers_the_loss_and_is_deterministic() -> None:
     assert torch.equal(ctx["fedgen_z"], g2.downlink(1, 1, {"fc.weight": torch.zeros(2, 2)}).context["fedgen_z"])
 
 
+def _adam_fedgen(weights: dict[str, torch.Tensor], lr: float, weight_decay: float) -> FedGen:
+    """A FedGen whose generator is ``weights`` (float64: the comparisons below hold to rounding), no step taken yet."""
+    gen = FedGen(FedGenOptions(samples=4, noise_dim=3, hidden=8, generator_lr=lr, weight_decay=weight_decay), "fc", 2, 2, seed=7)
+    gen.params = {k: v.clone() for k, v in weights.items()}
+    return gen
+
+
+def test_the_generators_adam_step_by_hand() -> None:
+    # w = 1, g = 0.2, weight decay 0.5, lr 0.1: g' = g + 0.5 w = 0.7
+    # step 1: m = 0.1 * 0.7 = 0.07, v = 0.001 * 0.49; m^ = 0.07 / 0.1 = 0.7, v^ = 0.00049 / 0.001 = 0.49
+    #   w = 1 - 0.1 * 0.7 / (0.7 + 1e-8)
+    gen = _adam_fedgen({"w": torch.tensor([1.0], dtype=torch.float64)}, lr=0.1, weight_decay=0.5)
+    gen._adam_step({"w": torch.tensor([0.2], dtype=torch.float64)})
+    w1 = 1 - 0.1 * 0.7 / (0.7 + 1e-8)
+    assert float(gen.params["w"]) == pytest.approx(w1, rel=1e-12)
+    # step 2: g = -0.4, g' = -0.4 + 0.5 w1; m = 0.9 * 0.07 + 0.1 g', v = 0.999 * 0.00049 + 0.001 g'^2
+    #   m^ = m / (1 - 0.9^2), v^ = v / (1 - 0.999^2)
+    gen._adam_step({"w": torch.tensor([-0.4], dtype=torch.float64)})
+    g2 = -0.4 + 0.5 * w1
+    m, v = 0.9 * 0.07 + 0.1 * g2, 0.999 * 0.00049 + 0.001 * g2 * g2
+    w2 = w1 - 0.1 * (m / (1 - 0.9**2)) / (math.sqrt(v / (1 - 0.999**2)) + 1e-8)
+    assert gen.steps == 2 and float(gen.params["w"]) == pytest.approx(w2, rel=1e-12)
+
+
+def test_the_generators_adam_steps_are_torch_adams_with_l2_weight_decay() -> None:
+    """Three steps, the learning rate changed before the third (it decays between rounds; the moments and the step
+    count carry on), against torch.optim.Adam(weight_decay=wd) on the same gradients."""
+    g = torch.Generator().manual_seed(3)
+    weights = {"a": torch.randn(3, 2, generator=g, dtype=torch.float64), "b": torch.randn(4, generator=g, dtype=torch.float64)}
+    grads = [{k: 0.3 * torch.randn(v.shape, generator=g, dtype=torch.float64) for k, v in weights.items()} for _ in range(3)]
+    gen = _adam_fedgen(weights, lr=0.05, weight_decay=0.3)
+    leaves = {k: torch.nn.Parameter(v.clone()) for k, v in weights.items()}
+    adam = torch.optim.Adam(list(leaves.values()), lr=0.05, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.3)
+    for step, grad in enumerate(grads):
+        if step == 2:
+            gen.lr = adam.param_groups[0]["lr"] = 0.05 * 0.98
+        gen._adam_step(grad)
+        for k, leaf in leaves.items():
+            leaf.grad = grad[k].clone()
+        adam.step()
+        for k, leaf in leaves.items():
+            torch.testing.assert_close(gen.params[k], leaf.detach(), rtol=1e-6, atol=1e-12, msg=f"step {step + 1}, {k}")
+    assert not torch.allclose(gen.params["a"], weights["a"])
+
+
 def test_generator_state_resumes_bitwise() -> None:
     g1 = _fedgen()
     g1.aggregate({"fc.weight": torch.zeros(2, 2), "fc.bias": torch.zeros(2)}, _results(), 0)

@@ -256,9 +256,10 @@ def test_an_instance_and_a_config_table_for_the_same_part_are_refused(user: Any)
     assert err.value.field == "policy"
 
 
-@pytest.mark.parametrize("executor", ["sequential", "vectorized", "processes", "ray"])
+@pytest.mark.parametrize("executor", ["sequential", "vectorized", "processes"])
 def test_a_missing_context_key_names_the_term_and_the_key(user: Any, executor: str) -> None:
-    """Under ``processes`` and ``ray`` a worker finds it and the run raises the same ConfigError (it was a WorkerError: exit 1)."""
+    """Under ``processes`` a worker finds it and the run raises the same ConfigError (it was a WorkerError: exit 1).
+    Under ``ray``: tests/private_net/test_extending_ray.py (a local Ray runs in the private network only)."""
     with pytest.raises(ContextError, match=r"^context: Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks") as err:
         chillfl.run(config={**CONFIG, "executor": executor}, aggregator=user.Forgetful(), terms=[user.Shrink()], write=False, progress=False)
     assert err.value.field == "context"

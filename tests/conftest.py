@@ -121,9 +121,38 @@ FIRST = ("tests/test_private_net.py::test_ray_and_flower_suites_pass_in_a_privat
 the other workers share the rest meanwhile, instead of one worker running them alone at the end."""
 
 
+def _collects_all_of_tests(config: pytest.Config) -> bool:
+    """Whether this session collects every module of tests/: no file or node id of it alone, nothing ignored, no
+    ``--lf`` (which skips whole files). Only then can a listed id that matches nothing be called stale."""
+    if config.getoption("lf", False) or config.getoption("ignore", None) or config.getoption("ignore_glob", None):
+        return False
+    here = Path(__file__).resolve().parent
+    for arg in config.args:
+        path = (config.invocation_params.dir / arg.split("::")[0]).resolve()
+        if "::" not in arg and (path == here or path in here.parents):
+            return True
+    return False
+
+
+def _stale(listed: set[str], items: list[pytest.Item], root: Path) -> list[str]:
+    """The listed ids no collected test has, where their module was collected (a module skipped whole, an extra
+    missing, or one that failed to import, has no tests to compare with) or is gone."""
+    ids = {item.nodeid for item in items}
+    modules = {nodeid.split("::")[0] for nodeid in ids}
+    return sorted(n for n in listed - ids if n.split("::")[0] in modules or not (root / n.split("::")[0]).is_file())
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the tests ``slow_tests.txt`` lists ``slow`` (the measured slow ones of otherwise fast modules); the longest first."""
+    """Mark the tests ``slow_tests.txt`` lists ``slow`` (the measured slow ones of otherwise fast modules); the longest first.
+
+    A run of the whole of tests/ refuses a listed id that matches no test: a test renamed or parametrised since it
+    was listed would otherwise drop back into the fast loop (``-m "not slow"``) unnoticed."""
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
+    stale = _stale(listed, items, config.rootpath) if _collects_all_of_tests(config) else []
+    if stale:  # a collection error (pytest-xdist relays one from its workers; a UsageError there is a crash)
+        message = (f"{SLOW_TESTS.name} lists {len(stale)} id(s) that match no collected test (renamed, parametrised or "
+                   f"removed since: fix or drop the line):\n" + "\n".join(stale))
+        config.hook.pytest_collectreport(report=pytest.CollectReport(os.path.relpath(SLOW_TESTS, config.rootpath), "failed", message, []))
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)

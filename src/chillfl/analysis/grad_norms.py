@@ -44,14 +44,15 @@ from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment
 from chillfl.seeds import derive_seed
-from chillfl.temperature.base import ConstantTemperature
+from chillfl.temperature.registry import trains_at
 from chillfl.training.local import split_state
 
 
 def training_temperature(exp: Experiment) -> float:
     """The run's single training temperature (ConfigError naming ``--temperature`` when it has none)."""
-    if isinstance(exp.policy, ConstantTemperature):
-        return exp.policy.value
+    value = trains_at(exp.config.temperature, exp.policy)  # what the policy declares (a plugin's constant one too), not its class
+    if value is not None:
+        return value
     raise ConfigError("--temperature", f"the run's temperature policy {exp.config.temperature.get('policy')!r} has no single temperature; give --temperature")
 
 

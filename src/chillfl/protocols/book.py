@@ -18,7 +18,8 @@ from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
 from chillfl.errors import Diverged
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message
-from chillfl.temperature.base import ConstantTemperature, TemperaturePolicy
+from chillfl.temperature.policy import TemperaturePolicy
+from chillfl.temperature.registry import trains_at
 
 
 class ServerBook:
@@ -30,7 +31,8 @@ class ServerBook:
         self.eval_clients = eval_clients
         self.ledger = CommunicationLedger()
         self.log = LocalLog()
-        self.per_client_temperature = not isinstance(policy, ConstantTemperature)
+        self.per_client_temperature = trains_at(evaluation.config.temperature, policy) is None
+        """Whether T is per client (its records carry each client's T): what the policy declares, not which class it is."""
 
     # ------------------------------------------------------------ one client's reply
 

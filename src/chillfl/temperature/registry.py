@@ -188,6 +188,25 @@ def constant_temperature(table: Mapping[str, Any]) -> float | None:
         return None
 
 
+def built_policy_capabilities(table: Mapping[str, Any], policy: TemperaturePolicy) -> Capabilities:
+    """What the run's built ``policy`` declares: its spec's, under ``table``'s options; one passed from Python (``custom``)
+    declares its instance's own ``capabilities`` (a value it was built with), else its class's own (:func:`class_capabilities`).
+
+    Why: core code asks what a policy declares (one T for every client: ``trains_at``), never which class it is, so a
+    plugin's constant policy is recorded and analysed as the bundled ``fixed`` is."""
+    if is_custom(table.get("policy")):
+        own = vars(policy).get("capabilities") if hasattr(policy, "__dict__") else None
+        name = type(policy).__name__
+        return class_capabilities(type(policy), name, "policy") if own is None else declared(own, name, "policy")
+    return policy_capabilities(table)
+
+
+def trains_at(table: Mapping[str, Any], policy: TemperaturePolicy) -> float | None:
+    """The one T the run's built ``policy`` trains every client at, every round, as it declares it
+    (:attr:`~chillfl.capabilities.Capabilities.trains_at`); None: it sets T per client or round."""
+    return built_policy_capabilities(table, policy).trains_at
+
+
 def check_policy(config: RunConfig, section: str = "temperature") -> None:
     """Parse ``config``'s policy table and run the spec's own ``check`` against the whole run.
 
@@ -219,5 +238,5 @@ def steers_on_test_rows(config: RunConfig, policy: TemperaturePolicy | None = No
     if is_custom(config.temperature.get("policy")):
         if policy is None:
             return None
-        return class_capabilities(type(policy), type(policy).__name__, "policy").steers_by_accuracy
+        return built_policy_capabilities(config.temperature, policy).steers_by_accuracy
     return policy_capabilities(config.temperature).steers_by_accuracy

@@ -1,0 +1,136 @@
+"""Plugin seams core decided by a bundled class or a blanket rule (the seams explorer's findings F1-F4).
+
+* a plugin constant temperature policy (``trains_at``) is one T, as ``fixed`` is: no per-client temperatures, and
+  ``analyze grad-norms`` reads its T;
+* a plugin mechanism's row release that returns rows off the simplex where probabilities are asked: one ConfigError
+  on ``privacy.mechanism`` (SCARLET met a bare ValueError, DS-FL ran at chance);
+* a rule that does not declare ``takes_weights`` is said to declare none (not to take none), with the fix where its
+  ``aggregate()`` does take ``weights=``;
+* ``local`` (client-side noise: ``any_rule``) runs with a rule that takes no weights (median, Krum); ``dp-fedavg`` stays refused.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import chillfl
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.temperature.base import ConstantTemperature
+
+sys.path.insert(0, str(Path(__file__).parent))
+from plugin_modules import plugin_module  # noqa: E402
+
+MODULE = '''
+from dataclasses import dataclass
+
+import torch
+
+from chillfl.extend import Accounting, Capabilities, Charge, FedAvg, MechanismSpec
+
+
+class ConstantHalf:
+    """A constant policy declaring its T (as ``fixed`` does), not the bundled class."""
+
+    capabilities = Capabilities(trains_at=0.5)
+
+    def temperature(self, client_id, round):
+        return 0.5
+
+    def observe(self, client_id, round, local_accuracy):
+        return None
+
+    def client_half(self, num_classes):
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state):
+        pass
+
+
+class StepDown(ConstantHalf):
+    """T changes with the round: it declares no trains_at (capabilities are not inherited)."""
+
+    def temperature(self, client_id, round):
+        return 1.0 if round < 1 else 0.5
+
+
+class WeightsNoDeclare(FedAvg):  # aggregate() takes weights=, but it declares nothing: capabilities are not inherited
+    pass
+
+
+class NoWeights(FedAvg):
+    def aggregate(self, global_params, results, round):
+        return super().aggregate(global_params, results, round)
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+@dataclass(frozen=True)
+class Raw:
+    """Rows plus noise, never projected back onto the simplex."""
+
+    seed: int
+
+    def release(self, rows, client_id, round):
+        gen = torch.Generator().manual_seed(self.seed + 1000 * client_id + round)
+        return rows + 0.5 * torch.randn(rows.shape, generator=gen, dtype=rows.dtype)
+
+
+RAW = MechanismSpec("raw", NoOptions, lambda o, sizes: Accounting(((1.0, sizes.rounds),)), summary="unprojected rows",
+                    charges=lambda o, sizes, ps: [Charge(f"client {p.client_id}", 1.0) for p in ps],
+                    rows=lambda o, noise, probabilities: Raw(noise.seed), adjacency="replace", subsampled=False)
+'''
+
+TINY: dict[str, Any] = {
+    "seed": 3, "device": "cpu", "threads": 1, "executor": "sequential", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
+    "federation": {"num_clients": 4, "clients_per_round": 4, "rounds": 2}, "client": {"lr": 0.05, "batch_size": 32},
+}
+PRIVATE = {"clip_norm": 1.0, "noise_multiplier": 1.0, "delta": 1e-3}
+
+
+@pytest.fixture()
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    with plugin_module(tmp_path, monkeypatch, "seamfix_plugins", MODULE):
+        yield
+
+
+def records(**over: Any) -> list[dict[str, Any]]:
+    return list(chillfl.run(config={**TINY, **over}, write=False, progress=False).records)
+
+
+# ---------------------------------------------------------------- F1: a declared constant T is one T
+
+
+def test_a_plugin_constant_policy_records_no_per_client_temperatures_as_fixed_does(plugin: None) -> None:
+    fixed = records(temperature={"policy": "fixed", "value": 0.5}, federation={**TINY["federation"], "rounds": 1})
+    plugged = records(temperature={"policy": "seamfix_plugins:ConstantHalf"}, federation={**TINY["federation"], "rounds": 1})
+    assert "temperatures" not in fixed[0] and "temperatures" not in plugged[0]
+    stepping = records(temperature={"policy": "seamfix_plugins:StepDown"}, federation={**TINY["federation"], "rounds": 1})
+    assert stepping[0]["temperatures"] == {str(c): 1.0 for c in range(4)}  # one that declares no trains_at: per client, as before
+
+
+def test_a_constant_policy_passed_from_python_stays_one_temperature() -> None:
+    run = chillfl.run(config={**TINY, "federation": {**TINY["federation"], "rounds": 1}}, policy=ConstantTemperature(0.5), write=False, progress=False)
+    assert "temperatures" not in run.records[0]
+
+
+def test_grad_norms_reads_the_single_temperature_a_plugin_policy_declares(plugin: None) -> None:
+    from chillfl.analysis.grad_norms import training_temperature
+
+    exp = build_experiment(load_config(None, {**TINY, "temperature": {"policy": "seamfix_plugins:ConstantHalf"}}))
+    assert training_temperature(exp) == 0.5
+    stepping = build_experiment(load_config(None, {**TINY, "temperature": {"policy": "seamfix_plugins:StepDown"}}))
+    with pytest.raises(ConfigError) as err:
+        training_temperature(stepping)
+    assert err.value.field == "--temperature"

@@ -16,11 +16,14 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import torch
 
 import chillfl
 from chillfl.config import load_config
+from chillfl.distillation.era import power_sharpen
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from chillfl.privacy.softlabels import RowNoise
 from chillfl.temperature.base import ConstantTemperature
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -134,3 +137,61 @@ def test_grad_norms_reads_the_single_temperature_a_plugin_policy_declares(plugin
     with pytest.raises(ConfigError) as err:
         training_temperature(stepping)
     assert err.value.field == "--temperature"
+
+
+# ---------------------------------------------------------------- F2: a row release off the simplex
+
+
+@pytest.mark.parametrize("method", ["dsfl", "scarlet"])
+def test_a_plugin_row_release_off_the_simplex_is_one_line_on_privacy_mechanism(plugin: None, method: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        records(distillation={"method": method, "public_size": 100, "subset_size": 50},
+                privacy={"mechanism": "seamfix_plugins:RAW", **PRIVATE})
+    assert err.value.field == "privacy.mechanism" and "\n" not in str(err.value)
+    assert err.value.message.startswith("'seamfix_plugins:RAW': its row release returned, for client ")
+    assert "where the method uploads probabilities" in err.value.message and "project each row onto the simplex" in err.value.message
+
+
+def test_the_cli_says_it_in_one_line_with_exit_2(plugin: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.cli import main
+
+    (tmp_path / "exp.toml").write_text(f'out_dir = "{tmp_path / "out"}"\n')
+    args = ["dataset.name=digits", "model.name=mlp", "federation.num_clients=4", "federation.clients_per_round=4", "federation.rounds=1",
+            "executor=sequential", "device=cpu", "distillation.method=dsfl", "distillation.public_size=100", "distillation.subset_size=50",
+            "privacy.mechanism=seamfix_plugins:RAW", "privacy.clip_norm=1.0", "privacy.noise_multiplier=1.0", "privacy.delta=0.001"]
+    assert main(["run", str(tmp_path / "exp.toml"), "-q", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("chillfl: error: privacy.mechanism: 'seamfix_plugins:RAW': its row release returned")
+
+
+@pytest.mark.parametrize("classes", [2, 10, 100, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_built_in_release_passes_the_check_at_any_width(classes: int, dtype: torch.dtype) -> None:
+    from chillfl.privacy.softlabels import CheckedRelease, row_problem
+
+    rows = torch.softmax(torch.randn(64, classes, generator=torch.Generator().manual_seed(classes), dtype=torch.float64), 1).to(dtype)
+    for sigma in (0.0, 0.5, 5.0):
+        release = CheckedRelease(RowNoise(1.0, sigma, "l2", 7, True), "local", True)
+        out = release.release(rows, 0, 1)
+        assert out.shape == rows.shape and row_problem(out, rows, True) is None
+    logits = torch.randn(8, classes, dtype=dtype) * 30  # logits need no simplex: only the shape and finite entries
+    assert CheckedRelease(RowNoise(1.0, 0.5, "l2", 7, False), "local", False).release(logits, 0, 1).shape == logits.shape
+
+
+def test_row_problem_names_each_misfit() -> None:
+    from chillfl.privacy.softlabels import row_problem
+
+    rows = torch.full((3, 4), 0.25)
+    assert row_problem(rows, rows, True) is None
+    assert row_problem([[0.25] * 4] * 3, rows, True) == "a list, not a tensor"
+    assert row_problem(rows[:2], rows, True) == "rows of shape (2, 4) for rows of shape (3, 4)"
+    assert row_problem(torch.full((3, 4), float("nan")), rows, False) == "a non-finite entry"
+    assert row_problem(rows * 2, rows, False) is None  # logits: any finite values
+    assert row_problem(rows * 2, rows, True) == "a row summing to 1 + 1 where the method uploads probabilities"
+    assert (row_problem(torch.tensor([[-0.5, 1.5, 0.0, 0.0]] * 3), rows, True) or "").startswith("a negative entry (-0.5)")
+
+
+def test_enhanced_era_on_negative_rows_is_a_config_error_not_a_bare_value_error() -> None:
+    with pytest.raises(ConfigError) as err:
+        power_sharpen(torch.tensor([[-0.1, 1.1]]), 2.0)
+    assert err.value.field == "distillation.method" and "project each onto the simplex" in err.value.message

@@ -65,8 +65,10 @@ def power_sharpen(probs: torch.Tensor, beta: float) -> torch.Tensor:
     if beta == 1.0:
         return probs
     p = probs.to(torch.float64)
-    if bool((p < 0).any()):
-        raise ValueError("soft-labels must be non-negative")
+    if bool((p < 0).any()):  # rows off the simplex (a plugin's forged rows or release): one line, not a bare ValueError
+        raise ConfigError("distillation.method", f"Enhanced ERA takes non-negative probability rows, but the clients' mean soft-label has a negative entry "
+                                                 f"({float(p.min()):.3g}): what sends rows (a plugin's [privacy] release or [attack] forge) "
+                                                 "must project each onto the simplex, clamped at 0 and renormalised")
     # log(0) = -inf -> weight 0 after softmax; exact zeros stay zero.
     return torch.softmax(beta * torch.log(p), dim=-1).to(probs.dtype)
 

@@ -31,6 +31,7 @@ from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.privacy.accounting import Ledger, finite
 from chillfl.privacy.plan import PrivacyPlan
+from chillfl.privacy.softlabels import CheckedRelease
 from chillfl.privacy.spec import SOFTLABELS, Charge, Participant, rate_and_count
 from chillfl.protocols.parameters import ParamUplink
 from chillfl.protocols.softlabels.client import SoftLabelClient
@@ -71,7 +72,9 @@ class Accounted(AroundProtocol):
             inner = protocol.client
             rows = plan.spec.rows
             assert isinstance(inner, SoftLabelClient) and rows is not None, "the soft-label protocol's client side, a mechanism that releases rows"
-            self._client = dataclasses.replace(inner, privacy=rows(plan.options, plan.noise, not inner.uses_logits))
+            probabilities = not inner.uses_logits
+            released = CheckedRelease(rows(plan.options, plan.noise, probabilities), plan.mechanism, probabilities)  # a plugin's rows off the simplex: one line
+            self._client = dataclasses.replace(inner, privacy=released)
 
     @property
     def rows(self) -> bool:

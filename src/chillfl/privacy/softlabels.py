@@ -12,6 +12,9 @@ clamped at 0 and renormalised (uniform where nothing is left), since ERA and the
 powers of them. The method's own upload step (CFD's quantisation, ...) acts on the result. Both are
 post-processing of the noised row: no privacy cost.
 
+Any mechanism's release (a plugin's ``rows`` hook too) is checked where it is used (:class:`CheckedRelease`): the rows it
+returns have the shape it was given and finite entries, and, where the method asks for probabilities, lie on the simplex.
+
 Checked against: Dwork & Roth 2014 Thm A.1 and Def. 2.4 (Gaussian mechanism, L2 sensitivity: two rows clipped to C
 differ by at most 2C; a row against none by C; ||r||_2 <= ||r||_1) and Sec. 2.3 (post-processing: the simplex map),
 2026-12-02. For probability rows the bound is loose, never too small (two probability vectors differ by at most
@@ -21,9 +24,11 @@ sqrt(2) in L2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
+from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
 
 
@@ -49,3 +54,52 @@ class RowNoise:
             total = out.sum(1, keepdim=True)
             out = torch.where(total > 0, out / total.clamp(min=1e-300), torch.full_like(out, 1.0 / out.shape[1]))
         return out.to(rows.dtype)
+
+
+SUM_TOLERANCE = 1e-3
+"""How far a released probability row's sum may be from 1. A renormalised row in float32 is off by a few float32 ulps
+times its width (1e-5 for 100 classes, on any CPU); a row the hook did not project is off by far more."""
+
+
+def row_problem(out: Any, rows: torch.Tensor, probabilities: bool) -> str | None:
+    """What is wrong with ``out`` as the release of ``rows`` (None: nothing): not a tensor, another shape, a non-finite
+    entry, or, for ``probabilities``, a negative entry or a row whose sum is not 1 within :data:`SUM_TOLERANCE`."""
+    if not isinstance(out, torch.Tensor):
+        return f"a {type(out).__name__}, not a tensor"
+    if tuple(out.shape) != tuple(rows.shape):
+        return f"rows of shape {tuple(out.shape)} for rows of shape {tuple(rows.shape)}"
+    r = out.detach().double()
+    if not bool(torch.isfinite(r).all()):
+        return "a non-finite entry"
+    if not probabilities or r.numel() == 0:
+        return None
+    if bool((r < 0).any()):
+        return f"a negative entry ({float(r.min()):.3g}) where the method uploads probabilities"
+    off = float((r.sum(-1) - 1.0).abs().max())
+    if off > SUM_TOLERANCE:
+        return f"a row summing to 1 {'+' if float(r.sum(-1).max()) - 1 > 0 else '-'} {off:.3g} where the method uploads probabilities"
+    return None
+
+
+@dataclass(frozen=True)
+class CheckedRelease:
+    """A mechanism's row release (its ``rows`` hook's :class:`~chillfl.protocols.softlabels.client.RowRelease`) whose every
+    output is checked (:func:`row_problem`); a misfit is one ConfigError on ``privacy.mechanism`` naming the mechanism.
+
+    Why: a plugin's release that returns rows off the simplex where probabilities are asked met SCARLET's Enhanced ERA as a
+    bare ValueError, and under DS-FL ran at chance without a word. Holds the release and two values: it travels to
+    worker processes as the release does."""
+
+    inner: Any
+    mechanism: str
+    probabilities: bool
+
+    def release(self, rows: torch.Tensor, client_id: int, round: int) -> torch.Tensor:
+        out = self.inner.release(rows, client_id, round)
+        problem = row_problem(out, rows, self.probabilities)
+        if problem is not None:
+            project = (" (its rows hook is called with probabilities = True: project each row onto the simplex, clamped at 0 and "
+                       "renormalised, as the built-in 'local' does)") if self.probabilities else ""
+            raise ConfigError("privacy.mechanism", f"{self.mechanism!r}: its row release returned, for client {client_id} in round {round}, "
+                                                   f"{problem}{project}")
+        return out

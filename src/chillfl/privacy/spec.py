@@ -171,7 +171,8 @@ class MechanismSpec(Generic[Opt]):
       (:class:`~chillfl.training.local.PrivateGradients`);
     * ``rows(options, noise, probabilities)``: what a client releases of its soft-label rows
       (:class:`~chillfl.protocols.softlabels.client.RowRelease`; ``probabilities``: the method uploads
-      probabilities, not logits);
+      probabilities, not logits, and the release must return rows on the simplex: each entry >= 0, each row
+      summing to 1, else a ConfigError on ``privacy.mechanism``, :class:`chillfl.privacy.softlabels.CheckedRelease`);
     * ``settle(options, noise)``: the options completed once sigma is known (a ConfigError for an impossible one);
     * ``check(options, config)``: refuse a run these options make no sense in (a ConfigError naming the field).
 

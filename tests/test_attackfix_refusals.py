@@ -63,11 +63,11 @@ def test_a_model_attack_under_a_prototype_method_that_uploads_models_says_why_it
 
 
 def test_the_privacy_refusal_of_a_non_mean_says_what_local_does() -> None:
-    err = refusal({"algorithm": {"name": "median"}, "privacy": {"mechanism": "local", "noise_multiplier": 1.0, "clip_norm": 1.0, "delta": 1e-3}})
+    err = refusal({"algorithm": {"name": "local_only"}, "privacy": {"mechanism": "local", "noise_multiplier": 1.0, "clip_norm": 1.0, "delta": 1e-3}})
     assert err.field == "privacy.mechanism"
     assert "adds noise to a weighted mean" not in err.message  # local noises each client's own update, not a mean
     assert err.message.startswith("'local' clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
-                                  "which algorithm 'median' is not (")
+                                  "which algorithm 'local_only' is not (")
 
 
 def test_a_comparison_refuses_the_variant_before_any_run_is_written(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

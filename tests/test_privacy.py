@@ -679,9 +679,10 @@ def test_dp_sgd_refuses_a_method_with_its_declared_private_steps_reason(algorith
     assert err.value.message.endswith("; use an algorithm that trains once a round, or a mechanism that noises the uploads instead: dp-fedavg, local")
 
 
-@pytest.mark.parametrize(("algorithm", "mechanism"), [("scaffold", "dp-fedavg"), ("krum", "local")])
+@pytest.mark.parametrize(("algorithm", "mechanism"), [("scaffold", "dp-fedavg"), ("scaffold", "local"), ("krum", "dp-fedavg")])
 def test_a_mechanism_on_the_aggregate_refused_by_an_algorithm_names_those_that_leave_it_alone(algorithm: str, mechanism: str) -> None:
-    # docs/privacy.md's table: SCAFFOLD (plain_sgd) and Krum (no weights) refuse dp-fedavg and local, and run dp-sgd
+    # docs/privacy.md's table: SCAFFOLD (plain_sgd) refuses dp-fedavg and local, Krum (no weights) dp-fedavg (local's client-side
+    # noise runs with it: any_rule), and both run dp-sgd
     with pytest.raises(ConfigError) as err:
         build_experiment(config(**{"algorithm.name": algorithm, "privacy.mechanism": mechanism}))
     assert err.value.field == "privacy.mechanism" and f"which algorithm {algorithm!r} is not (" in err.value.message

@@ -19,10 +19,12 @@ import pytest
 import torch
 
 import chillfl
+from chillfl.aggregation.registry import check_algorithm
 from chillfl.config import load_config
 from chillfl.distillation.era import power_sharpen
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
+from chillfl.privacy.mechanisms.local import SPEC as LOCAL
 from chillfl.privacy.softlabels import RowNoise
 from chillfl.temperature.base import ConstantTemperature
 
@@ -195,3 +197,78 @@ def test_enhanced_era_on_negative_rows_is_a_config_error_not_a_bare_value_error(
     with pytest.raises(ConfigError) as err:
         power_sharpen(torch.tensor([[-0.1, 1.1]]), 2.0)
     assert err.value.field == "distillation.method" and "project each onto the simplex" in err.value.message
+
+
+# ---------------------------------------------------------------- F3: declares no takes_weights
+
+
+def test_pa3fed_says_a_subclass_that_takes_weights_must_declare_it(plugin: None) -> None:
+    cfg = load_config(None, TINY)
+    with pytest.raises(ConfigError) as err:
+        check_algorithm("pa3fed", {"base": "seamfix_plugins:WeightsNoDeclare"}, cfg)
+    assert err.value.field == "algorithm.base"
+    assert err.value.message.startswith("seamfix_plugins:WeightsNoDeclare declares no takes_weights, and PA3Fed's coefficients are weights")
+    assert "takes no per-client weights" not in err.value.message
+    assert err.value.message.endswith("its aggregate() does take weights=, but capabilities are not inherited: declare capabilities = Capabilities(takes_weights=True)")
+    with pytest.raises(ConfigError) as err:  # one whose aggregate() takes none: what a rule that does take them declares
+        check_algorithm("pa3fed", {"base": "seamfix_plugins:NoWeights"}, cfg)
+    assert "not inherited" not in err.value.message and "declares capabilities = Capabilities(takes_weights=True)" in err.value.message
+
+
+def test_the_dp_refusal_says_a_subclass_that_takes_weights_must_declare_it(plugin: None) -> None:
+    config = load_config(None, {**TINY, "algorithm": {"name": "seamfix_plugins:WeightsNoDeclare"}, "privacy": {"mechanism": "dp-fedavg", **PRIVATE}})
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config)
+    assert err.value.field == "privacy.mechanism"
+    assert "(it declares no takes_weights: chillfl treats it as a rule that takes no client weights; its aggregate() does take weights=, but capabilities " \
+           "are not inherited: declare capabilities = Capabilities(takes_weights=True))" in err.value.message
+    config = load_config(None, {**TINY, "algorithm": {"name": "seamfix_plugins:NoWeights"}, "privacy": {"mechanism": "dp-fedavg", **PRIVATE}})
+    with pytest.raises(ConfigError) as err:
+        build_experiment(config)
+    assert "(it declares no takes_weights: chillfl treats it as a rule that takes no client weights); " in err.value.message
+
+
+# ---------------------------------------------------------------- F4: client-side noise under any server rule
+
+
+def test_local_declares_any_rule_and_dp_fedavg_does_not() -> None:
+    from chillfl.privacy.mechanisms.dp_fedavg import SPEC as DP_FEDAVG
+
+    assert getattr(LOCAL, "any_rule", False) and not getattr(DP_FEDAVG, "any_rule", False)
+
+
+@pytest.mark.parametrize("algorithm", ["median", "krum"])
+def test_local_noise_runs_with_a_rule_that_takes_no_weights(algorithm: str) -> None:
+    from chillfl.privacy.build import EqualWeights
+
+    config = {"algorithm": {"name": algorithm}, "privacy": {"mechanism": "local", **PRIVATE}}
+    exp = build_experiment(load_config(None, {**TINY, **config}))
+    assert exp.aggregator is not None and isinstance(getattr(exp.aggregator, "base", None), EqualWeights)
+    run = records(**config)
+    assert len(run) == 2 and run[-1]["epsilon"] > run[0]["epsilon"] > 0
+    assert all(torch.isfinite(torch.tensor(r["global_acc"])) for r in run)
+
+
+def test_dp_fedavg_and_a_personalised_rule_stay_refused() -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {**TINY, "algorithm": {"name": "median"}, "privacy": {"mechanism": "dp-fedavg", **PRIVATE}}))
+    assert err.value.field == "privacy.mechanism" and "which algorithm 'median' is not (it declares no takes_weights" in err.value.message
+    with pytest.raises(ConfigError) as err:  # local: each client's own model is nothing the privatised updates rebuild
+        build_experiment(load_config(None, {**TINY, "algorithm": {"name": "local_only"}, "privacy": {"mechanism": "local", **PRIVATE}}))
+    assert err.value.field == "privacy.mechanism" and "which algorithm 'local_only' is not (it declares no takes_weights: chillfl treats it as a rule that takes no client weights; " \
+        "each client has a model of its own, which the privatised updates would not rebuild)" in err.value.message
+
+
+def test_equal_weights_passes_equal_weights_to_the_rule_and_refuses_others() -> None:
+    from chillfl.aggregation.base import ClientResult
+    from chillfl.aggregation.robust import Median
+    from chillfl.privacy.build import EqualWeights
+
+    g = {"w": torch.zeros(3)}
+    results = [ClientResult(i, {"w": torch.full((3,), float(i))}, 10, 1, 0.0, 1.0, 0.0) for i in range(3)]
+    rule = EqualWeights(Median())
+    assert torch.equal(rule.aggregate(g, results, 0, weights=torch.full((3,), 1 / 3, dtype=torch.float64))["w"], torch.ones(3))
+    assert torch.equal(rule.aggregate(g, results, 0)["w"], torch.ones(3))
+    with pytest.raises(ConfigError) as err:
+        rule.aggregate(g, results, 0, weights=torch.tensor([0.5, 0.25, 0.25], dtype=torch.float64))
+    assert err.value.field == "privacy.mechanism" and "weighs the clients unequally" in err.value.message

@@ -104,12 +104,15 @@ from chillfl.aggregation.base import (
     check_state_keys,
     combine,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, require_client_sizes, weighted_bases
+from chillfl.aggregation.registry import (
+    AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, registered_algorithms,
+    require_client_sizes, takes_keyword, weighted_bases,
+)
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
-from chillfl.plugins import is_import_path
+from chillfl.plugins import is_import_path, resolve
 from chillfl.training.local import split_state
 
 if TYPE_CHECKING:  # annotations only
@@ -446,12 +449,14 @@ def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSp
     if caps.not_a_base is not None:
         raise ConfigError(field, f"{options.base} cannot be PA3Fed's base: {caps.not_a_base}; use another base, allowed: {allowed}")
     if not caps.takes_weights:
-        raise ConfigError(
-            field,
-            f"{options.base} declares no takes_weights (its aggregate() takes no per-client weights), and PA3Fed's coefficients are weights; "
-            f"allowed: {allowed} (a rule of yours whose aggregate(..., weights=None) and default_weights() take them declares "
-            "capabilities = Capabilities(takes_weights=True))",
-        )
+        found = resolve(options.base, field) if options.base not in registered_algorithms() else None  # a plugin's class: its aggregate() read
+        aggregate = getattr(found, "aggregate", None) if isinstance(found, type) else None
+        if callable(aggregate) and takes_keyword(aggregate, "weights"):
+            fix = "; its aggregate() does take weights=, but capabilities are not inherited: declare capabilities = Capabilities(takes_weights=True)"
+        else:
+            fix = (" (a rule of yours whose aggregate(..., weights=None) and default_weights() take them declares "
+                   "capabilities = Capabilities(takes_weights=True))")
+        raise ConfigError(field, f"{options.base} declares no takes_weights, and PA3Fed's coefficients are weights; allowed: {allowed}{fix}")
     return spec
 
 

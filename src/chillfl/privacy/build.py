@@ -16,12 +16,15 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
+import torch
 from torch import nn
 
+from chillfl.aggregation.base import AroundAggregator, ClientResult, MakesClientModels, Params
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.models.common import variance_buffers
+from chillfl.options import short_repr
 from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import AccountantError, Ledger, noise_for
 from chillfl.privacy.plan import PrivacyPlan
@@ -219,16 +222,18 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     name = config.algorithm.get("name")
     capabilities = _capabilities(config, aggregator)
     _refuse_reports(plan.mechanism, MODELS, f"algorithm {name!r}", capabilities)
+    base: Any = aggregator  # a weighted mean, as its capabilities declare
     if not capabilities.takes_weights or capabilities.plain_sgd:
-        why = capabilities.plain_sgd or "its aggregate() takes no client weights; a plugin's that does declares takes_weights"
-        instead = _hint(_mechanisms_where(lambda m: m.aggregator is None), "that leaves the aggregate alone")
-        # one line for every mechanism with an aggregator hook: true of server noise (dp-fedavg) and client noise (local) alike
-        raise ConfigError(FIELD, f"{plan.mechanism!r} clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
-                                 f"which algorithm {name!r} is not ({why}); "
-                                 f"use an algorithm whose server takes a weighted mean of the models{instead}")
+        why = capabilities.plain_sgd or _unweighted(capabilities, aggregator, plan.spec.any_rule)
+        if why is not None:
+            instead = _hint(_mechanisms_where(lambda m: m.aggregator is None), "that leaves the aggregate alone")
+            # one line for every mechanism with an aggregator hook: true of server noise (dp-fedavg) and client noise (local) alike
+            raise ConfigError(FIELD, f"{plan.mechanism!r} clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
+                                     f"which algorithm {name!r} is not ({why}); "
+                                     f"use an algorithm whose server takes a weighted mean of the models{instead}")
+        base = EqualWeights(aggregator)  # a client-side release (any_rule): the rule post-processes what is already private
     from chillfl.privacy.aggregate import PrivateAggregation
 
-    base: Any = aggregator  # a weighted mean, as its capabilities declare
     noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt), nonnegative=frozenset() if model is None else variance_buffers(model))
     private = plan.spec.aggregator(plan.options, noise, base)
     if private is base:  # nothing would be clipped or noised, and the run would report an epsilon for it
@@ -243,12 +248,37 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     return private
 
 
+def _unweighted(capabilities: Capabilities, aggregator: Aggregator, any_rule: bool) -> str | None:
+    """Why a rule that declares no ``takes_weights`` cannot be wrapped by the mechanism (None: it can, the mechanism
+    declaring ``any_rule`` and the rule being one shared model's server step: no ``not_a_base``, no ``personal_model``,
+    no server-made client models)."""
+    from chillfl.aggregation.registry import takes_keyword
+
+    own = capabilities.not_a_base or ("each client has a model of its own, which the privatised updates would not rebuild"
+                                      if capabilities.personal_model or isinstance(aggregator, MakesClientModels) else None)
+    if any_rule and own is None:
+        return None
+    inherited = ("; its aggregate() does take weights=, but capabilities are not inherited: declare capabilities = Capabilities(takes_weights=True)"
+                 if takes_keyword(type(aggregator).aggregate, "weights") else "")
+    return f"it declares no takes_weights: chillfl treats it as a rule that takes no client weights{inherited}" + (f"; {own}" if any_rule else "")
+
+
+class EqualWeights(AroundAggregator):
+    """A rule that takes no per-client weights, as the :class:`~chillfl.privacy.aggregate.WeightedMean` a client-side
+    mechanism's hook (``any_rule``) wraps: equal weights are the rule itself (each privatised upload counts once, as
+    ``PrivateAggregation``'s client noise weighs them); other weights, which the rule cannot honour, are refused."""
+
+    def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
+        if weights is not None and len(results) and not torch.allclose(torch.as_tensor(weights, dtype=torch.float64), torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)):
+            raise ConfigError(FIELD, f"the mechanism's aggregator hook weighs the clients unequally ({short_repr(weights.tolist())}), which the run's rule, "
+                                     "declaring no takes_weights, cannot honour; pass equal weights or none")
+        return self.base.aggregate(global_params, results, round)
+
+
 def exempted(aggregator: Aggregator | None) -> frozenset[int]:
     """The clients a built client-side privacy wrapper lets send their uploads unreleased (its ``exempt``,
     :class:`~chillfl.privacy.spec.ExemptsClients`: attackers with ``attack.local_dp = "skip"``), found at the top or
     through the wrappers around it; empty when there is none (no mechanism, one that clips at the server, or none exempt)."""
-    from chillfl.aggregation.base import AroundAggregator
-
     while aggregator is not None:
         if isinstance(aggregator, ExemptsClients):
             return frozenset(aggregator.exempt)

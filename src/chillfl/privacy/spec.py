@@ -196,6 +196,12 @@ class MechanismSpec(Generic[Opt]):
     cost: Cost = Cost()
     """The work it adds to a round beyond plain local SGD, for time estimates (:class:`~chillfl.capabilities.Cost`;
     ``dp-sgd``'s per-sample gradients); work on the parameters or the uploads alone (clipping, noising) is not counted."""
+    any_rule: bool = False
+    """Its ``aggregator`` hook privatises each client's update on the client's side (``local``): the server's rule only
+    post-processes releases already private, so the guarantee holds whatever that rule is. The runtime then lets it wrap a
+    rule that declares no ``takes_weights`` (median, Krum, a plugin's robust rule; not one with ``plain_sgd``, ``not_a_base``
+    or ``personal_model``), handed to the hook as a :class:`~chillfl.privacy.aggregate.WeightedMean` that takes equal
+    weights only. False (server-side noise, ``dp-fedavg``: its sensitivity is that of a weighted mean): such rules are refused."""
     figures: tuple[str, ...] = ("privacy",)
     """The run figures it adds, by name (:func:`chillfl.plots.registry.register_figure`), drawn after the run:
     ``privacy`` (accuracy against the ``epsilon`` every private run records, and epsilon over rounds) by default;

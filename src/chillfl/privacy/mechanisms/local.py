@@ -58,4 +58,5 @@ SPEC = MechanismSpec(
     rows=rows,
     adjacency="replace",
     subsampled=False,
+    any_rule=True,  # each client's release is private before the server's rule reads it: median, Krum, ... post-process it
 )

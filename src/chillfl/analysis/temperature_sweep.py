@@ -50,7 +50,9 @@ Choices
   the one of the normalised Eq. 6 score.
 * The heterogeneity on the plots is the score FedChill would use: Eq. 6
   normalised to [0, 1] (``ratio``, ``max``, uniform p_g), or the config's
-  ``[temperature]`` measure / p_g / normalisation when its policy is ``fedchill``.
+  ``[temperature]`` measure / p_g / normalisation when its policy is ``fedchill``;
+  under any other policy the defaults, said in a note (printed, under the
+  scatter plot, ``heterogeneity_note`` in ``temperature_sweep.json``).
 
 Checked (2026-12) against: FedChill Sec. 2.1-2.2 / Fig. 1 (client x T
 validation-accuracy heat map; heterogeneity score vs accuracy coloured by
@@ -117,6 +119,8 @@ class SweepResult:
     folder: Path | None = None
     clients: list[int] = field(default_factory=list)
     """The client id of each row (empty: rows 0..n-1); clients without training rows have none."""
+    score_note: str | None = None
+    """Set when :attr:`heterogeneity` is FedChill's default score, not one the config chose (:func:`score_options`)."""
 
     def client_ids(self) -> list[int]:
         return self.clients or list(range(self.accuracy.shape[0]))
@@ -192,12 +196,22 @@ def best_accuracies(accuracy: np.ndarray) -> np.ndarray:
     return np.array([row[np.isfinite(row)].max() if np.isfinite(row).any() else math.nan for row in acc])
 
 
-def plot_score(config: RunConfig, counts: np.ndarray) -> np.ndarray:
-    """The heterogeneity shown on the plots: Eq. 6 as FedChill would compute it for this config."""
-    options = FedChillOptions()
+def score_options(config: RunConfig) -> tuple[FedChillOptions, str | None]:
+    """The options of the score on the plots, and a note when they are FedChill's defaults (None: the config's own).
+
+    Why the note: the score is FedChill's Eq. 6, read from ``[temperature]`` only when its policy is ``fedchill``; under
+    any other policy (``fixed``, a plugin's) the plots silently showed the defaults, which the config did not choose."""
     if config.temperature.get("policy") == "fedchill":
         table = {k: v for k, v in config.temperature.items() if k != "policy"}
-        options = parse_options(FedChillOptions, table, "temperature")
+        return parse_options(FedChillOptions, table, "temperature"), None
+    d = FedChillOptions()
+    return d, (f"h is Eq. 6 at FedChill's defaults (measure {d.measure}, normalisation {d.normalisation}, uniform p_g): "
+               f"temperature.policy {str(config.temperature.get('policy'))!r} has no heterogeneity score of its own")
+
+
+def plot_score(config: RunConfig, counts: np.ndarray) -> np.ndarray:
+    """The heterogeneity shown on the plots: Eq. 6 as FedChill would compute it for this config (:func:`score_options`)."""
+    options, _ = score_options(config)
     return heterogeneity(counts, options.measure, options.p_g, options.normalisation)
 
 
@@ -243,6 +257,7 @@ def run_temperature_sweep(
     spec = local_spec(config)
     counts = all_counts[clients]
     h = plot_score(config, counts)
+    _, note = score_options(config)
     p_g = config.temperature.get("p_g") if config.temperature.get("policy") == "fedchill" else None
 
     acc = np.zeros((len(clients), len(grid)))
@@ -261,7 +276,7 @@ def run_temperature_sweep(
     best_acc = best_accuracies(acc)
     gain = best_acc - acc[:, -1]
     measures = measure_table(counts, p_g)
-    result = SweepResult(grid, acc, loss, counts, h, best_t, best_acc, gain, clients=clients)
+    result = SweepResult(grid, acc, loss, counts, h, best_t, best_acc, gain, clients=clients, score_note=note)
     left_out(result)
     result.correlation = {"best_temperature": finite_correlation(measures, best_t), "gain": finite_correlation(measures, gain)}
     if write:
@@ -337,7 +352,8 @@ def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> N
         for i, cid in enumerate(result.client_ids())
     ]
     skipped = sorted(set(range(max(result.client_ids()) + 1)) - set(result.client_ids()))  # no training rows (a run's no_data)
-    sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients, "skipped_no_training_rows": skipped}
+    sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients, "skipped_no_training_rows": skipped,
+             **({"heterogeneity_note": result.score_note} if result.score_note else {})}
     (partial / TEMPERATURE_SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.json").write_text(json.dumps(result.correlation, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.md").write_text(result.correlation_markdown(), encoding="utf-8")
@@ -418,6 +434,9 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     if title:
         fig.suptitle(title)
     fig.tight_layout()
+    if result.score_note:  # below the axes: the score the config did not choose
+        fig.subplots_adjust(bottom=0.2)
+        fig.text(0.01, 0.01, result.score_note, fontsize=7, ha="left", va="bottom")
     fig.savefig(path, dpi=110)
 
 
@@ -436,6 +455,8 @@ def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     if cells := describe_cells(result.non_finite()):
         print(f"not finite (training diverged; the best is over the other cells): {cells}")
     print(format_correlation(result.correlation["best_temperature"]))
+    if result.score_note:
+        print(f"note: {result.score_note}")
     print(f"results: {result.folder}")
     return 0
 
@@ -446,7 +467,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "temperature-sweep",
         help="train each client alone at each temperature: FedChill Fig. 1 heat map, scatter and A.5 correlations",
         description="Train every client alone at every temperature of a grid, evaluate on its own validation split, "
-        "and write heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5).",
+        "and write heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5). "
+        "The heterogeneity score h on the plots is FedChill's Eq. 6 with the config's [temperature] measure, p_g and "
+        "normalisation when its policy is fedchill; under any other policy, FedChill's defaults (said in a note).",
     )
     p.add_argument("config", help="TOML config file or bundled experiment name (its client settings are used)")
     p.add_argument("overrides", nargs="*", help="section.option=value overrides, e.g. client.epochs=30")

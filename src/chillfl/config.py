@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import functools
+import logging
 import math
 import os
 import re
@@ -38,6 +39,7 @@ from typing import Any, Literal
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
+from chillfl.once import warn_once
 from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr, warn_unread
 from chillfl.paths import check_writable_dir
 from chillfl.plugins import PluginNotImported
@@ -505,7 +507,8 @@ class RunConfig:
     graphed bf16 round took 0.46 s with ``nhwc`` against 0.60 s ``grouped``, and 1.43 s with ``loop``; ``gemm`` (its windows
     gathered since 2026-12-04; the ``unfold`` form before took 5x as long) is slower on the CPU and not yet measured
     on a GPU (docs/gpu.md). Same maths, other rounding; a client trained alone is unaffected, and an executor without the
-    vectorised step (``sequential``, ``processes``, ``ray``) refuses any value but ``auto``."""
+    vectorised step (``sequential``, ``processes``, ``ray``) refuses any value but ``auto`` (and ``grouped``, the default
+    until 2026-12-04 that older folders record, which it takes with a warning: :data:`FORMER_BATCHED_CONV`)."""
     cuda_graphs: bool = False
     """On a CUDA device, the vectorised executor records each chunk's step of all its clients once per batch shape as a
     CUDA graph and replays it: one launch a step instead of about 1,500 (:mod:`chillfl.executors.step_graphs`); later
@@ -607,8 +610,11 @@ class RunConfig:
         vectorises = self.executor in ("vectorized", "auto")  # what compile, cuda_graphs and batched_conv act on: else they were silently nothing
         require(not self.compile or vectorises, "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         require(not self.cuda_graphs or vectorises, "cuda_graphs", f"records the vectorised executor's step as CUDA graphs; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
-        require(self.batched_conv == "auto" or vectorises, "batched_conv",
-                f"sets how the vectorised executor's step runs the clients' convolutions; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
+        if self.batched_conv == FORMER_BATCHED_CONV and not vectorises:
+            _say_former_batched_conv(self.executor)
+        else:
+            require(self.batched_conv == "auto" or vectorises, "batched_conv",
+                    f"sets how the vectorised executor's step runs the clients' convolutions; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         check_name(self.name)
         for part, key in PART_KEYS.items():
             table = getattr(self, part)
@@ -705,6 +711,20 @@ def check_compare_option(key: str, value: Any) -> None:
         require(value in rules, field, f"unknown value {short_repr(value)}; allowed: {', '.join(rules)}")
     else:
         require(isinstance(value, str), field, f"expected a variant label (a string), got {short_repr(value)}")
+
+
+FORMER_BATCHED_CONV = "grouped"
+"""``batched_conv``'s default until 2026-12-04: every config.toml a run or comparison folder saved before then records it,
+beside any executor. Under an executor without the vectorised step it does nothing, as it did then, and is accepted with
+one warning (:func:`_say_former_batched_conv`), so such a folder is reported, analysed, resumed and rerun unedited;
+any other value there stays refused (it asks for what the executor cannot do)."""
+
+
+def _say_former_batched_conv(executor: str) -> None:
+    """The one warning line for :data:`FORMER_BATCHED_CONV` under a non-vectorising ``executor`` (once a process)."""
+    warn_once(logging.getLogger(__name__),
+              f"batched_conv = {FORMER_BATCHED_CONV!r} does nothing under executor {executor!r} (only the vectorised executor's step reads it); "
+              "accepted because folders written before 2026-12-04 record it as the default", key="former batched_conv")
 
 
 def config_from_dict(data: Mapping[str, Any], swept: Iterable[str] = ()) -> RunConfig:

@@ -4,6 +4,7 @@ resume and rerun of such a folder failed; a comparison of an older chillfl keeps
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 
@@ -45,6 +46,7 @@ def test_an_old_run_folder_is_reported_resumed_and_rerun_unedited(tmp_path: Path
     assert main(["status", str(partial)]) == 0
     assert main(["resume", str(partial), "--quiet"]) == 0  # no --force: config.toml is as written
     folder = out / "old"
-    assert len((folder / "metrics.jsonl").read_text().splitlines()) == 3 and (folder / "summary.json").is_file()
+    assert len((folder / "metrics.jsonl").read_text().splitlines()) == 3
+    assert "resumed" not in json.loads((folder / "summary.json").read_text())  # the same setup: nothing to record
     assert main(["report", str(folder)]) == 0
     assert main(["run", str(folder / "config.toml"), "--dry-run"]) == 0

@@ -126,3 +126,28 @@ def as_comment(env: Mapping[str, Any]) -> str:
 def differences(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> list[str]:
     """``["torch 2.4.0 -> 2.5.1", ...]``: the ``fields`` that differ (absent ones are skipped)."""
     return [f"{k} {saved[k]} -> {now.get(k)}" for k in fields if k in saved and saved[k] != now.get(k)]
+
+
+NO_CODE = "written by a chillfl that recorded no code digest: the rest of the run may differ from what this code gives uninterrupted"
+"""The warning for a record without ``code`` (:func:`lacks_code`)."""
+
+
+def lacks_code(saved: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether ``saved`` (a checkpoint's record) has no code digest to compare (a chillfl before 2026-12-03 wrote none),
+    unless both records name the same clean git commit, which names the code as well.
+
+    Why: :func:`differences` skips what ``saved`` lacks, so an installed chillfl (no ``git_commit``) resuming such a
+    checkpoint said nothing, though its code may be another's than the one that ran the first rounds."""
+    if "code" in saved:
+        return False
+    commit = saved.get("git_commit")
+    return not (isinstance(commit, str) and not commit.endswith("+dirty") and commit == now.get("git_commit"))
+
+
+def changes(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> dict[str, list[Any]]:
+    """``{field: [saved, now]}`` for what :func:`differences` lists, and ``code: [None, now]`` where :func:`lacks_code`:
+    what a resumed run's ``summary.json`` records under ``resumed``."""
+    out = {k: [saved[k], now.get(k)] for k in fields if k in saved and saved[k] != now.get(k)}
+    if "code" in fields and lacks_code(saved, now):
+        out["code"] = [None, now.get("code")]
+    return out

@@ -54,7 +54,7 @@ from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
-from chillfl.environment import CHUNKED, COMPARED, as_comment, differences, environment
+from chillfl.environment import CHUNKED, COMPARED, NO_CODE, as_comment, changes, differences, environment, lacks_code
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import follows_cores
@@ -372,10 +372,15 @@ def resume_experiment(
             exp = from_start_folder(config, origin, build or build_experiment)  # written below: the config as saved (config.toml, partition.json)
             state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device)
             compared = COMPARED + (CHUNKED if follows_cores(config.executor, exp.device.type) else ())
-            changed = differences(state.get("environment") or {}, environment(exp.device), compared)
-            if changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
+            saved, now = state.get("environment") or {}, environment(exp.device)
+            changed = differences(saved, now, compared)
+            if lacks_code(saved, now):  # an older chillfl's checkpoint: whether the code changed is unknown
+                also = f" (and on another setup: {'; '.join(changed)})" if changed else ""
+                log.warning("resuming a checkpoint %s%s", NO_CODE, also)
+            elif changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
                 log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
             writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config, origin)
+            writer.resumed = resumed_across(state, point.done, changes(saved, now, compared))
             resumed = Resumed(point.done, state["protocol"], point.records, _wall_time(state))
             return _run(exp, config, writer, progress=progress, label=label or config.name, callbacks=callbacks, hooks=hooks, resume=resumed, pools=pools)
     finally:
@@ -432,6 +437,18 @@ class Resumed(NamedTuple):
     wall_time_s: float
 
 
+def resumed_across(state: Mapping[str, Any], done: int, changed: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+    """The run's resumes across setups: its checkpoint's (``resumed``, kept through later checkpoints) and, where the
+    setup changed now (:func:`~chillfl.environment.changes`), ``{"round": done, "changed": {field: [from, to]}}``:
+    rounds up to ``done`` ran on the first setup, the rest on the second. ``summary.json`` records the list (``resumed``),
+    since its ``environment`` names the last setup alone and ``config.toml``'s header the first."""
+    earlier = state.get("resumed")
+    history = [dict(entry) for entry in earlier if isinstance(entry, Mapping)] if isinstance(earlier, list) else []
+    if changed:
+        history.append({"round": done, "changed": {field: list(pair) for field, pair in changed.items()}})
+    return history
+
+
 def _wall_time(state: Mapping[str, Any]) -> float:
     """The seconds a checkpoint's run had taken (0.0 for a checkpoint written before it recorded them)."""
     value = state.get("wall_time_s", 0.0)
@@ -447,8 +464,9 @@ def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int
     if writer is not None:
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
         try:
+            resumed = {"resumed": writer.resumed} if writer.resumed else {}  # a later resume keeps the earlier ones' setups
             write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device),
-                                                  "wall_time_s": wall_time_s}, run)
+                                                  "wall_time_s": wall_time_s, **resumed}, run)
         except UnstorableState as exc:
             field = next((f for prefix, f in STATE_OWNERS if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
             if field is None:
@@ -721,6 +739,8 @@ def finish_run(
     summary["num_parameters"] = count_parameters(exp.model)  # trainable parameters, as architectures.*.parameters counts them (no BatchNorm statistics)
     summary["device"] = str(exp.device)
     summary["environment"] = environment(exp.device)
+    if writer is not None and writer.resumed:  # resumed on another setup: the rounds ran on two (resumed_across)
+        summary["resumed"] = writer.resumed
     if per_client_architectures(config.model):  # heterogeneous clients: parameters per architecture
         models = build_client_models(exp)
         summary["architectures"] = architectures(models.plan, models.parameter_counts())

@@ -189,6 +189,8 @@ class ResultWriter:
         self.started_in = str(started_in) if started_in is not None else current_folder()
         self._metrics: int | None = None
         self._resumed = b""
+        self.resumed: list[dict[str, Any]] = []
+        """The run's resumes across setups, for its checkpoints and ``summary.json`` (:func:`chillfl.runner.resumed_across`)."""
         self.config_bytes = b""
         lock = None
         try:
@@ -224,6 +226,7 @@ class ResultWriter:
         self.config_bytes = config
         self._metrics = None
         self._resumed = metrics
+        self.resumed = []
         return self
 
     def resume(self) -> None:

@@ -222,7 +222,8 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
 
 def made_with_changes(folder: Path) -> list[str]:
     """What differs between the code and torch that started the comparison in ``folder`` (its ``sweep.json``'s
-    ``made_with``) and this process's (``["torch 2.4.0 -> 2.5.1", "chillfl's code"]``; absent fields: nothing).
+    ``made_with``) and this process's (``["torch 2.4.0 -> 2.5.1", "chillfl's code"]``; an absent torch: nothing; an absent
+    code digest, which an older chillfl's record lacks: named too, since nothing can say the code is the same).
 
     Its finished runs are read back as they ran, its stopped run's resume compares its own checkpoint's record, but
     the runs still to run would run on this code and torch, which nothing compared: a table mixing two float paths
@@ -232,11 +233,13 @@ def made_with_changes(folder: Path) -> list[str]:
     except (OSError, ValueError, AttributeError):
         return []
     if not isinstance(saved, dict):
-        return []
+        saved = {}
     changes = []
     if "torch" in saved and saved["torch"] != str(torch.__version__):
         changes.append(f"torch {saved['torch']} -> {torch.__version__}")
-    if "code_sha256" in saved and saved["code_sha256"] != code_sha256():
+    if "code_sha256" not in saved:
+        changes.append(f"chillfl's code, which its {SWEEP_FILE} does not record (written by an older chillfl)")
+    elif saved["code_sha256"] != code_sha256():
         changes.append("chillfl's code")
     return changes
 
@@ -278,3 +281,4 @@ def read_compare(folder: Path) -> CompareResult:
     if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get("variant"), str) for row in rows):
         raise ConfigError(FIELD, f"{folder / 'table.json'} is not a comparison's table (a list of rows, each naming its variant)")
     return CompareResult(folder, rows, table)
+

@@ -50,6 +50,8 @@ from chillfl.stop_signals import made_held
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
+from chillfl.storage.run_state import SWEEP_FILE
+from chillfl.wording import counted
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
 from chillfl.settings.distillation import dropped_method_defaults
@@ -415,6 +417,24 @@ def local_selection_warning(plan: Plan, sweep: Sweep) -> str | None:
     return local_mix_warning(mismatch, plan.select, {c.config.name: c.config.eval.client_split for c in plan.cells})
 
 
+def two_setups_warning(plan: Plan, sweep: Sweep, resume: Path | None) -> str | None:
+    """The line naming what of the comparison ran on two setups; None when nothing did.
+
+    Runs: those whose ``summary.json`` records ``resumed`` (a run resumed on another setup than it started on:
+    :func:`chillfl.runner.resumed_across`). The comparison: resumed (``resume``) with other code or torch than its
+    ``sweep.json``'s ``made_with``, which names the setup that started it, so its runs finished before ran on that one
+    and the rest on this. Neither ``table.json``'s rows nor ``sweep.json`` said so."""
+    spans = [c.config.name for c in plan.cells if (out := sweep.results.get(c.key)) is not None and out.summary.get("resumed")]
+    changed = made_with_changes(resume) if resume is not None else []
+    said = []
+    if changed:
+        said.append(f"this comparison was resumed with other code or torch than {SWEEP_FILE}'s made_with ({'; '.join(changed)}): "
+                    "its runs finished before ran on that setup, the rest on this one")
+    if spans:
+        said.append(f"{counted(len(spans), 'run')} {'spans' if len(spans) == 1 else 'span'} two setups (resumed on another than they started on; summary.json's resumed): {', '.join(spans)}")
+    return "; ".join(said) or None
+
+
 def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder, warnings: Sequence[str] = ()) -> None:
     """``table.md`` (the printed table, under the comparison's ``warnings`` where there are any: a reader of the folder sees
     them too), ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
@@ -513,7 +533,7 @@ def run_plan(
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None)
-        warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
+        warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep), two_setups_warning(plan, sweep, resume)) if w is not None]
         for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
             log.warning(warning)
         write_tables(config, plan, picked, tables, where, warnings)

@@ -58,3 +58,34 @@ def test_a_comparison_resumed_across_setups_says_which_runs_span_two(tmp_path: P
     assert first.startswith("warning: this comparison was resumed with other code or torch than sweep.json's made_with")
     assert first.endswith(f"1 run spans two setups (resumed on another than they started on; summary.json's resumed): {stopped}")
 
+
+def test_an_older_comparisons_config_names_the_flags_its_sweep_json_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its config.toml has an empty [variants] and [compare]: "give at least one key=v1,v2,..." alone left the reader to
+    find what it ran."""
+    folder = tmp_path / "cmp-compare"
+    folder.mkdir()
+    (folder / "config.toml").write_text('name = "cmp"\nseed = 0\n[variants]\n[compare]\n[tune]\n', encoding="utf-8")
+    fixed = [{"label": f"T={t:g}", "overrides": {"temperature": {"policy": "fixed", "value": t}}, "temperature": t, "lr_scale": 1.0,
+              "short": f"T{t:g}", "tune": {}, "own": False} for t in (1.0, 0.25)]
+    record = {"format": 1, "resumable": True, "reference": None, "variants": fixed,
+              "options": {"seeds": [0, 1], "tune": {}, "controls": False, "select": "final"}}
+    (folder / "sweep.json").write_text(json.dumps(record), encoding="utf-8")
+    assert main(["compare", str(folder / "config.toml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("chillfl: error: --grid: ") and "kept this comparison's flags in its sweep.json (grid temperature=1.0,0.25; seeds 0,1; tune none)" in err
+    assert f"chillfl compare {folder / 'config.toml'} --grid temperature=1.0,0.25 --seeds 0,1` runs it again" in err
+    partial = folder.rename(tmp_path / "cmp-compare.partial")
+    assert main(["compare", str(partial / "config.toml")]) == 2
+    assert f"`chillfl resume {partial}` goes on with it, or" in capsys.readouterr().err
+
+
+def test_variants_no_grid_makes_are_listed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    folder = tmp_path / "cmp-compare"
+    folder.mkdir()
+    (folder / "config.toml").write_text('name = "cmp"\n', encoding="utf-8")
+    variants = [{"label": "fast", "overrides": {"client": {"lr": 0.1}}}, {"label": "prox", "overrides": {"algorithm": {"name": "fedprox"}}}]
+    record = {"format": 1, "resumable": True, "reference": "fast", "variants": variants, "options": {"seeds": [0], "tune": {}}}
+    (folder / "sweep.json").write_text(json.dumps(record), encoding="utf-8")
+    assert main(["compare", str(folder / "config.toml"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "(variants fast (client.lr=0.1); prox (algorithm.name=fedprox); seeds 0; tune none; reference fast): these as --grid flags" in err

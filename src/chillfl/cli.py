@@ -432,11 +432,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
         with _before_writing(None):  # a dry run writes nothing, stopped or not
             config = _load(args.config, args.overrides, args, args.variant or ())
             _say_grid_replaces(config, args.grid)
-            return _dry_run(config, args.grid, args)
+            with _flags_in_sweep(args.config, config, args.grid):
+                return _dry_run(config, args.grid, args)
     with _before_writing("comparison"):
         config = _load(args.config, args.overrides, args, args.variant or ())
     _say_grid_replaces(config, args.grid)
-    return _compare(config, args.grid, args.reference, _progress(args), args)
+    with _flags_in_sweep(args.config, config, args.grid):
+        return _compare(config, args.grid, args.reference, _progress(args), args)
+
+
+@contextlib.contextmanager
+def _flags_in_sweep(path: str | None, config: RunConfig, grid: Sequence[str]) -> Iterator[None]:
+    """An older chillfl's comparison config (no variants; its flags in the ``sweep.json`` beside it) compared without
+    flags: the "--grid" line names what that record holds (:func:`chillfl.sweeps.record.recorded_flags`)."""
+    try:
+        yield
+    except ConfigError as exc:
+        if exc.field != "--grid" or grid or config.variants or path is None:
+            raise
+        from chillfl.sweeps.record import recorded_flags
+
+        hint = recorded_flags(path, config)
+        if hint is None:
+            raise
+        raise ConfigError("--grid", hint) from None
 
 
 def _say_grid_replaces(config: RunConfig, grid: Sequence[str]) -> None:

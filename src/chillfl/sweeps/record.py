@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import shlex
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
@@ -33,13 +34,13 @@ import torch
 from chillfl.config import RunConfig
 from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError
-from chillfl.paths import check_writable_dir, current_folder
+from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml
 from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, repeats, typed_comparison, with_controls
+from chillfl.sweeps.plan import CompareOptions, Plan, Variant, parse_grid, repeats, typed_comparison, with_controls
 
 FORMAT = 1
 FIELD = "run_dir"
@@ -282,3 +283,78 @@ def read_compare(folder: Path) -> CompareResult:
         raise ConfigError(FIELD, f"{folder / 'table.json'} is not a comparison's table (a list of rows, each naming its variant)")
     return CompareResult(folder, rows, table)
 
+
+def recorded_flags(config_path: str | Path, config: RunConfig) -> str | None:
+    """For ``chillfl compare FOLDER/config.toml`` of a comparison that names no variants: where its flags are, when a
+    ``sweep.json`` sits beside the file (None when none does, or it is unreadable).
+
+    Why: an older chillfl's comparison saved the file as given, with an empty ``[variants]`` and ``[compare]`` (today's
+    records what its flags set: :func:`as_planned`); rerunning it said only "give at least one key=v1,v2,...", while its
+    ``sweep.json`` holds the variants, seeds and tuning grid it ran. Named here, as flags where they make one grid."""
+    folder = Path(config_path).parent
+    try:
+        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        variants = [Variant(**v) for v in record["variants"]]
+        options = CompareOptions(**record["options"])
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    controls = bool(options.controls)  # the step-size controls come after the variants asked for (:func:`with_controls`)
+    first = next((i for i, v in enumerate(variants) if v.lr_scale != 1.0), len(variants)) if controls else len(variants)
+    asked = [v for v in variants[:first] if not v.own]  # own: the config itself over seeds or tuning points, no grid
+    flags = _grid_flags(asked, config)
+    seeds = ",".join(str(s) for s in options.seeds or [])
+    tune = {key: ",".join(map(str, values)) for key, values in (options.tune or {}).items()}
+    reference = record.get("reference")
+    said = f"grid {' '.join(flags) or 'none'}" if flags is not None else "variants " + "; ".join(
+        f"{v.label} ({', '.join(f'{k}={val}' for k, val in _dotted(v.overrides).items())})" for v in asked)
+    said += f"; seeds {seeds or 'none'}; tune {' '.join(f'{k}={vals}' for k, vals in tune.items()) or 'none'}"
+    said += ("; controls" if controls else "") + (f"; reference {reference}" if isinstance(reference, str) else "")
+    ways = [f"`chillfl resume {shell_path(folder)}` goes on with it"] if folder.name.endswith(PARTIAL) else []
+    if flags is not None:
+        command = [f"chillfl compare {shell_path(config_path)}", *(f"--grid {shlex.quote(f)}" for f in flags), *([f"--seeds {seeds}"] if seeds else []),
+                   *(f"--tune {shlex.quote(f'{k}={vals}')}" for k, vals in tune.items()), *([f"--select {options.select}"] if tune and options.select else []),
+                   *(["--controls"] if controls else []), *([f"--reference {shlex.quote(reference)}"] if isinstance(reference, str) else [])]
+        ways.append(f"`{' '.join(command)}` runs it again")
+    else:
+        ways.append("these as --grid flags or [variants.LABEL] tables run it again")
+    return (f"{shell_path(config_path)} names no variants: an older chillfl kept this comparison's flags in its {SWEEP_FILE} "
+            f"({said}): {', or '.join(ways)}")
+
+
+def _dotted(table: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """A variant's nested overrides as dotted keys (``{"client": {"lr": 0.1}}`` -> ``{"client.lr": 0.1}``)."""
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, dict) and value:
+            out.update(_dotted(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _grid_flags(variants: list[Variant], config: RunConfig) -> list[str] | None:
+    """``key=v1,v2`` items whose grid (:func:`~chillfl.sweeps.plan.parse_grid`) gives ``variants``' very overrides, in
+    order ([] for none); None when none does (variants of a config's own tables, or no grid's product)."""
+    if any(v.tune for v in variants):  # a variant's own tuning grid is a [variants.LABEL.tune] table, no flag
+        return None
+    rows = []
+    for v in variants:
+        row = _dotted(v.overrides)
+        if v.temperature is not None and row.get("temperature.policy") == "fixed" and row.get("temperature.value") == v.temperature:
+            del row["temperature.policy"], row["temperature.value"]
+            row["temperature"] = v.temperature
+        rows.append(row)
+    if not rows:
+        return []
+    axes: dict[str, list[Any]] = {}
+    for row in rows:
+        for key, value in row.items():
+            values = axes.setdefault(key, [])
+            if value not in values:
+                values.append(value)
+    items = [f"{key}={','.join(json.dumps(v) if isinstance(v, bool) else str(v) for v in values)}" for key, values in axes.items()]
+    try:
+        again = parse_grid(items, config)
+    except ConfigError:
+        return None
+    return items if [(v.overrides, v.temperature) for v in again] == [(v.overrides, v.temperature) for v in variants] else None

@@ -13,7 +13,7 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
-from chillfl.runner import resume_experiment, run_experiment
+from chillfl.runner import run_experiment
 from procs import InterruptAt
 
 OLD = {"name": "old", "executor": "sequential", "batched_conv": "grouped", "dataset.name": "digits", "model.name": "mlp",

@@ -533,10 +533,11 @@ def run_plan(
         refuse_all_failed(plan, sweep, where)
         picked = pick_tuned(plan, sweep)
         tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None)
-        warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep), two_setups_warning(plan, sweep, resume)) if w is not None]
+        warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
         for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
             log.warning(warning)
-        write_tables(config, plan, picked, tables, where, warnings)
+        setups = two_setups_warning(plan, sweep, resume)  # in table.md alone: each resume said its own on stderr already
+        write_tables(config, plan, picked, tables, where, [*warnings, *([setups] if setups else [])])
         failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
         return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures, runs=len(plan.cells))
     finally:

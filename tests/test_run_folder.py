@@ -660,8 +660,10 @@ def test_a_really_full_disk(small_disk: Path, tmp_path: Path, capfd: pytest.Capt
 
 
 def test_a_nan_last_loss_is_the_final_loss_after_a_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A run stopped by a signal in its last round is checkpointed there; its resume only finishes it, from the records
-    read back. Its last global loss overflowed (NaN, written null): the summary said round 5's finite loss was the final one."""
+    """A run checkpointed after its last round (an older chillfl stopped by a signal in the last round did that; today
+    such a run completes, so here a run of ROUNDS + 1 rounds is stopped after round ROUNDS and its config cut to ROUNDS)
+    is only finished by its resume, from the records read back. Its last global loss overflowed (NaN, written null): the
+    summary said round 5's finite loss was the final one."""
     import math
     import os
     import signal
@@ -686,11 +688,14 @@ def test_a_nan_last_loss_is_the_final_loss_after_a_resume(tmp_path: Path, monkey
 
     monkeypatch.setattr(runner_module.LossWatch, "observe", overflow_last)
     with pytest.raises(runner_module.RunInterrupted):
-        run_experiment(load_config(write_config(tmp_path)), progress=False, callbacks=[SigintAtLast()])
+        run_experiment(load_config(write_config(tmp_path, federation={**CONFIG["federation"], "rounds": ROUNDS + 1})),  # type: ignore[dict-item]
+                       progress=False, callbacks=[SigintAtLast()])
     partial = tmp_path / "out" / "tx.partial"
     assert read_state(partial / "checkpoint.safetensors")["round"] == ROUNDS  # every round recorded: the resume reads them all back
     assert json.loads((partial / "metrics.jsonl").read_text().splitlines()[-1])[NONFINITE] == {"global_loss": "nan"}
-    assert main(["resume", str(partial), "-q"]) == 0
+    saved = partial / "config.toml"
+    saved.write_text(saved.read_text().replace(f"rounds = {ROUNDS + 1}\n", f"rounds = {ROUNDS}\n"))
+    assert main(["resume", str(partial), "-q", "--force"]) == 0
     folder = tmp_path / "out" / "tx"
     summary = json.loads((folder / "summary.json").read_text())
     assert "final_global_loss" in summary and summary["final_global_loss"] is None  # NaN, written null: not round 5's loss

@@ -330,11 +330,16 @@ def compare(
     out_dir, progress, write = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(write, "write")
     controls = arguments.optional_flag(controls, "controls")
     plugged = as_plugged(aggregator, terms, policy)
+    _check_grid(grid)
+    if tune is not None and not isinstance(tune, Mapping):  # the CLI's 'client.lr=0.1,0.2' strings (grid takes them): ValueError from dict()
+        raise ConfigError("tune", f"expected a dict {{'section.option': [values]}}, got {type(tune).__name__} {short_repr(tune)}")
+    if reference is not None and not isinstance(reference, str):  # a list was looked up as a label: TypeError unhashable
+        raise ConfigError("reference", f"expected a variant label (a string), got {type(reference).__name__} {short_repr(reference)}")
     swept = [str(key) for key in tune or {}]  # a switch swept in the grids lets the base config hold its table's options
     if isinstance(grid, Mapping):
         swept += [str(key) for key in grid]
-    elif grid is not None and not isinstance(grid, str):  # 'key=v1,v2' items (checked below)
-        swept += [str(item).split("=", 1)[0].strip() for item in grid]
+    elif grid is not None:  # 'key=v1,v2' items
+        swept += [item.split("=", 1)[0].strip() for item in grid]
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged, swept)
     if isinstance(grid, Mapping):
         grid = {key: plain(values) for key, values in grid.items()}  # a NumPy array of values: a list
@@ -344,8 +349,6 @@ def compare(
         with _keyword_fields():  # a value given twice: named as the keyword, not the command line's --grid
             variants = grid_variants([(str(k), list(v)) for k, v in grid.items()], cfg)
     elif grid is not None:
-        if isinstance(grid, str):
-            raise ConfigError("grid", "expected a dict {key: [values]} or a list of 'key=v1,v2' strings, got a string")
         with _keyword_fields():
             variants = parse_grid(list(grid), cfg)
     else:
@@ -354,8 +357,6 @@ def compare(
         seeds = _check_seeds(seeds)
     _check_seed_override(overrides, seeds if seeds is not None else cfg.compare.get("seeds"))
     if tune is not None:
-        if not isinstance(tune, Mapping):  # the CLI's 'client.lr=0.1,0.2' strings (grid takes them): ValueError from dict()
-            raise ConfigError("tune", f"expected a dict {{'section.option': [values]}}, got {type(tune).__name__} {short_repr(tune)}")
         parse_tune(dict(tune), "tune")
     if write:
         check_out_dir(cfg.out_dir)
@@ -439,11 +440,35 @@ def _check_seed_override(overrides: Mapping[str, Any], seeds: Any) -> None:
                                   f"pass seeds=[{overrides['seed']!r}] for that seed alone")
 
 
+def _check_grid(grid: Any) -> None:
+    """:func:`compare`'s ``grid``: a dict keyed by option names, or a list of ``'key=v1,v2'`` strings (else one ConfigError
+    on ``grid``: ``grid=3`` was iterated, ``[..., 3]`` split, and each raised a TypeError or AttributeError of its own)."""
+    if grid is None:
+        return
+    expected = "expected a dict {key: [values]} or a list of 'key=v1,v2' strings"
+    if isinstance(grid, (str, bytes)):
+        raise ConfigError("grid", f"{expected}, got a string")
+    if isinstance(grid, Mapping):
+        bad = [key for key in grid if not isinstance(key, str)]
+        if bad:
+            raise ConfigError("grid", f"a key must be an option name (a string, e.g. 'client.lr'), got {short_repr(bad[0])} ({type(bad[0]).__name__})")
+        return
+    if not isinstance(grid, Sequence):
+        raise ConfigError("grid", f"{expected}, got {type(grid).__name__} {short_repr(grid)}")
+    for i, item in enumerate(grid):
+        if not isinstance(item, str):
+            raise ConfigError("grid", f"{expected}, got {short_repr(item)} ({type(item).__name__}) as item {i}")
+
+
 def _check_seeds(seeds: Sequence[int]) -> list[int]:
     """``seeds`` as plain ints (``np.arange(3)`` too), checked by ``[compare] seeds``' rules, the error naming the Python
     argument ``seeds``."""
+    seeds = plain(seeds)
     if isinstance(seeds, (str, bytes)):  # a string is a sequence too: '0,1' read as ['0', ',', '1']
         raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got the string {seeds!r}")
+    if isinstance(seeds, Mapping) or not isinstance(seeds, Iterable):  # seeds=3 was iterated: TypeError
+        hint = f" (for {seeds} seeds: list(range({seeds})))" if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0 else ""
+        raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got {type(seeds).__name__} {short_repr(seeds)}{hint}")
     plain_seeds = [plain(s) for s in seeds]
     try:
         check_compare_option("seeds", plain_seeds)
@@ -564,6 +589,9 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     if overrides is not None and not isinstance(overrides, Mapping):  # a list of "key=value" strings: AttributeError 'items'
         raise ConfigError("overrides", f"expected a dict {{'section.option': value}}, got {type(overrides).__name__} {short_repr(overrides)}"
                                        " (the command line's 'key=value' strings: chillfl.config.parse_overrides turns them into one)")
+    bad = [key for key in overrides or {} if not isinstance(key, str)]
+    if bad:  # set_dotted splits every key: AttributeError 'startswith'
+        raise ConfigError("overrides", f"a key must be a string (e.g. 'client.lr'), got {short_repr(bad[0])} ({type(bad[0]).__name__})")
     overrides = dotted_overrides(overrides or {})
     if config is None:
         data: dict[str, Any] = {}
@@ -637,7 +665,9 @@ def as_dataset(data: UserData, dtype: torch.dtype = torch.float32) -> ArrayDatas
     if not isinstance(data, (TensorData, ArrayDataset)):
         raise ConfigError("data", f"must be chillfl.TensorData, chillfl.DatasetData or chillfl.data.ArrayDataset, got {type(data).__name__}")
     x_train, y_train, x_test, y_test, classes = checked_arrays(data.x_train, data.y_train, data.x_test, data.y_test, data.num_classes, dtype)
-    name = data.name if isinstance(data.name, str) else str(data.name)
+    name = data.name
+    if not isinstance(name, str):  # str(3) was saved as dataset.source = "3", a label the user never wrote
+        raise ConfigError("data.name", f"must be a string (it labels the data in the saved config, as dataset.source), got {type(name).__name__} {short_repr(name)}")
     if isinstance(data, ArrayDataset):  # its natural groups index the rows: a stray one is an IndexError mid-run, a negative one another row
         train_groups = checked_groups(data.train_groups, len(y_train), "data.train_groups", "train")
         test_groups = checked_groups(data.test_groups, len(y_test), "data.test_groups")

@@ -815,9 +815,14 @@ def check_sweep_switches(runs: Sequence[RunConfig], keys: Iterable[str]) -> None
 
 
 def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:
-    """Refuse tables/lists nested deeper than ``limit`` (iteratively: hostile nesting must not hit the recursion limit).
+    """Refuse tables/lists nested deeper than ``limit`` (iteratively: hostile nesting must not hit the recursion limit),
+    and a table key that is not a string.
 
-    The error names the first two keys on the way down (``model.hidden``).
+    The depth error names the first two keys on the way down (``model.hidden``). A key that is not a string (a dict
+    built in Python, ``{1: 2}`` or ``{"variants": {1: {}}}``) is refused naming its table (``config`` at the top): every
+    check after this one reads keys as text (splits, labels, folder names), and one crashed on it with an
+    AttributeError; a TOML file's keys are always strings. Every dict entry (:func:`config_from_dict`, a file, the
+    Python API) calls this first.
     """
     stack: list[tuple[Any, tuple[str, ...], int]] = [(data, (), 0)]
     while stack:
@@ -825,7 +830,10 @@ def check_depth(data: Mapping[str, Any], limit: int = MAX_DEPTH) -> None:
         if depth > limit:
             raise ConfigError(".".join(keys[:2]) or "config", f"nested more than {limit} levels deep")
         if isinstance(node, Mapping):
-            stack.extend((v, (*keys, str(k)), depth + 1) for k, v in node.items())
+            bad = [k for k in node if not isinstance(k, str)]
+            if bad:
+                raise ConfigError(".".join(keys) or "config", f"a key must be a string (as a TOML file's are), got {short_repr(bad[0])} ({type(bad[0]).__name__})")
+            stack.extend((v, (*keys, k), depth + 1) for k, v in node.items())
         elif isinstance(node, (list, tuple)):
             stack.extend((v, keys, depth + 1) for v in node)
 

@@ -16,8 +16,12 @@ from pathlib import Path
 _LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
 
 
-def one_line(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\x00``, ``\\u202e``), so an error stays one line."""
+def one_line(text: object) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x00``, ``\\u202e``), so an error stays one line.
+
+    Not a string (a dict key ``1`` of a config built in Python, named as the field): its ``str()``, so reporting the
+    mistake cannot raise an AttributeError of its own."""
+    text = text if isinstance(text, str) else str(text)
     if text.isprintable():
         return text
     out = []

@@ -195,9 +195,10 @@ def _top_level_split(text: str) -> list[str]:
     return [*items, text[start:]]
 
 
-def join_field(section: str, key: str) -> str:
-    """``section.key``, or just ``key`` at the top level (section "")."""
-    return f"{section}.{key}" if section else key
+def join_field(section: str, key: object) -> str:
+    """``section.key``, or just ``key`` at the top level (section ""); always a string (a key of a dict built in Python
+    may be an int: the field of its error is still text)."""
+    return f"{section}.{key}" if section else str(key)
 
 
 @functools.lru_cache(maxsize=1024)

@@ -72,6 +72,8 @@ def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:
     """``{"client.lr": [0.01, 0.1], ...}`` -> the grid's points in order; ``[{}]`` (one empty point) when empty."""
     axes: list[list[tuple[str, Any]]] = []
     for key, values in table.items():
+        if not isinstance(key, str):  # chillfl.compare(tune={1: [...]}): split below raised an AttributeError
+            raise ConfigError(field, f"a key must be an option name (a string, e.g. 'client.lr'), got {short_repr(key)} ({type(key).__name__})")
         where = f"{field}.{key}"
         if not isinstance(values, list) or not values:
             raise ConfigError(where, f"expected a non-empty list of values, got {short_repr(values)}")

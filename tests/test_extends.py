@@ -97,7 +97,7 @@ def test_chains_resolve_relative_to_each_including_file(tmp_path: Path) -> None:
         ({"a.toml": 'extends = "flexchill/table4-digit"\n'}, "a.toml",
          "extends: file not found: 'flexchill/table4-digit' (relative to {d}, nor a bundled config) (did you mean 'flexchill/table4-digits'?) in {d}/a.toml"),
         ({"a.toml": "extends = 3\n"}, "a.toml", "extends: expected a TOML file name (a string), got 3 in {d}/a.toml"),
-        ({"a.toml": 'extends = "sub"\n', "sub/x.toml": ""}, "a.toml", "extends: file not found: 'sub' (relative to {d}, nor a bundled config) in {d}/a.toml"),
+        ({"a.toml": 'extends = "sub"\n', "sub/x.toml": ""}, "a.toml", "extends: '{d}/sub' is a folder, not a config file in {d}/a.toml"),
     ],
 )
 def test_cycles_and_missing_files_are_one_line_naming_extends(tmp_path: Path, files: dict[str, str], start: str, message: str) -> None:

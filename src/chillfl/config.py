@@ -1189,8 +1189,14 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     chain: list[Path] = []
     layers: list[dict[str, Any]] = []
     current = Path(path)
+    including: str | None = None  # "extends = 'b.toml' in a.toml" for a base: its errors name extends and the file that named it
     while True:
-        data = read_toml(current)
+        try:
+            data = read_toml(current)
+        except ConfigError as exc:
+            if including is None or exc.field != "config":
+                raise
+            raise ConfigError("extends", f"{exc.message} ({including})") from None
         check_depth(data)  # before merge_extends, which recurses
         chain.append(current.resolve())
         base = data.pop("extends", None)
@@ -1201,6 +1207,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         if not isinstance(base, str) or not base or "\0" in base:
             raise ConfigError("extends", f"expected a TOML file name (a string), got {short_repr(base)} {where}")
         target = _extends_target(current.parent, base)
+        if target is None and is_folder(current.parent / base):  # "file not found" sent the reader looking for a missing file
+            raise ConfigError("extends", f"{short_path(str(current.parent / base))} is a folder, not a config file {where}")
         if target is None:
             raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}, nor a bundled config){_bundled_hint(base)} {where}")
         if target.resolve() in chain:
@@ -1208,6 +1216,7 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             raise ConfigError("extends", f"cycle: {names}")
         if len(chain) >= MAX_EXTENDS:  # the target would be file MAX_EXTENDS + 1
             raise ConfigError("extends", f"chain longer than {MAX_EXTENDS} files {where}")
+        including = f"extends = {short_repr(base)} {where}"
         current = target
     merged = layers.pop()
     while layers:

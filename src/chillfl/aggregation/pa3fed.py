@@ -145,6 +145,11 @@ class PA3FedOptions:
     def validate(self, section: str) -> None:
         require(self.beta >= 0, f"{section}.beta", f"must be >= 0, got {self.beta}")
         require(math.isfinite(self.delta), f"{section}.delta", f"must be a finite number, got {self.delta}")
+        # Eq. 6's left side, (FGN(t) - FGN(t-1)) / FGN(t-1), is >= -1 (an FGN is >= 0): a delta <= -1 was accepted and
+        # flagged every round with a rising or falling FGN, mode = "always" under another name
+        require(self.delta > -1, f"{section}.delta", f"must be > -1, got {self.delta}: Eq. 6's relative change of the FGN, "
+                                                     "(FGN(t) - FGN(t-1)) / FGN(t-1), is never below -1, so this delta would flag "
+                                                     "(almost) every round as a CLP; mode = \"always\" does that")
         require(1 <= self.eval_batch_size <= 2**31 - 1, f"{section}.eval_batch_size", f"must be in [1, 2147483647] (a C int in torch), got {self.eval_batch_size}")
 
 

@@ -336,7 +336,7 @@ def test_wrong_values_empty_splits_and_mismatched_shapes_are_refused(tmp_path: P
     mnist = tmp_path / "mnist"
     _write_mnist(mnist, compress=False)
     _idx(mnist / "t10k-images-idx3-ubyte", np.zeros((2, 8, 8)), compress=False)
-    refused("mnist", tmp_path, r"train inputs are \[1, 28, 28\] but test inputs \[1, 8, 8\]")
+    refused("mnist", tmp_path, r"t10k-images-idx3-ubyte: corrupt or wrong format \(images are 8x8, MNIST's are 28x28\)")
     _idx(mnist / "t10k-images-idx3-ubyte", np.zeros((0, 28, 28)), compress=False)
     _idx(mnist / "t10k-labels-idx1-ubyte", np.zeros(0), compress=False)
     refused("mnist", tmp_path, "test split is empty")

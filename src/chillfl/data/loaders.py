@@ -248,6 +248,16 @@ def load_svhn(data_dir: Path, opts: NoOptions) -> RawSplit:
 MNIST_URL = fetched_from("mnist")  # the downloader's mirror first, then LeCun's site
 FASHION_URL = "https://github.com/zalandoresearch/fashion-mnist"
 IDX_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+IDX_IMAGE = (28, 28)
+"""The image size of every idx dataset here (MNIST, Fashion-MNIST, EMNIST): any other loaded silently into models built for it."""
+
+
+def _check_idx_pair(x: np.ndarray, y: np.ndarray, path: Path, what: str) -> None:
+    """Images ``x`` (N x 28 x 28) and labels ``y`` (N) of one split, else one ConfigError on ``data_dir`` naming ``path``."""
+    if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
+        raise _corrupt(path, f"images {x.shape} do not match labels {y.shape}")
+    if x.shape[1:] != IDX_IMAGE:
+        raise _corrupt(path, f"images are {x.shape[1]}x{x.shape[2]}, {what}'s are {IDX_IMAGE[0]}x{IDX_IMAGE[1]}")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -278,8 +288,7 @@ def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str,
     arrays = [read_idx(_need(_idx_file(root, f), what, url, key, data_dir)) for f in IDX_FILES]
     x_train, y_train, x_test, y_test = arrays
     for x, y, f in ((x_train, y_train, IDX_FILES[0]), (x_test, y_test, IDX_FILES[2])):
-        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-            raise _corrupt(root / f, f"images {x.shape} do not match labels {y.shape}")
+        _check_idx_pair(x, y, _idx_file(root, f), what)
     return RawSplit(x_train[:, None], y_train.astype(np.int64), x_test[:, None], y_test.astype(np.int64), 10)
 
 
@@ -344,8 +353,7 @@ def load_emnist(data_dir: Path, opts: EmnistOptions) -> RawSplit:
     offset = 1 if opts.split == "letters" else 0  # letters are labelled 1..26
     out = []
     for x, y, n in ((x_train, y_train, names[0]), (x_test, y_test, names[2])):
-        if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-            raise _corrupt(root / n, f"images {x.shape} do not match labels {y.shape}")
+        _check_idx_pair(x, y, root / n, "EMNIST")
         out += [np.ascontiguousarray(x.transpose(0, 2, 1))[:, None], y.astype(np.int64) - offset]  # NIST stores images transposed
     return RawSplit(out[0], out[1], out[2], out[3], EMNIST_CLASSES[opts.split])
 

@@ -40,7 +40,7 @@ def test_a_sharded_comparison_shows_every_run_in_plan_order(tmp_path: Path, caps
         "| run | state | rounds | accuracy % |",
         "|---|---|---|---|",
         f"| a-s0 | finished | 2/2 | {100 * finished:.2f} |",
-        "| a-s1 | stopped (resumes from its checkpoint) | 2/2 | - |",
+        "| a-s1 | stopped (checkpoint damaged: resume refuses it; remove its folder and resume the comparison, which runs it again) | 2/2 | - |",
         "| b-s0 | running | 2/2 | - |",
         "| b-s1 | diverged (at round 1) | 0/2 | - |",
     ]

@@ -145,25 +145,48 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         if not (path / CHECKPOINT).is_file():
             lost = lost_sweep(path)
             raise ConfigError(SWEEP_FILE, lost) if lost else ConfigError(FIELD, _no_checkpoint(path))
-        state, run = read_checkpoint(path / CHECKPOINT)  # verified, force or not: a corrupt checkpoint is no edit
-        done = _round_of(state, path / CHECKPOINT)
-        config = (path / "config.toml").read_bytes()
-        edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
-        move = executor_move(run.get("config_toml", ""), config) if edited else None
+        saved = check_saved_files(path, force)
+        move = saved.move
         if move is not None and move.only and move.bitwise:  # the same float path: no bit of the rest of the run changes
-            log.info("config.toml: executor %r -> %r since the checkpoint of round %d: the same float path, the run goes on bitwise", move.before, move.after, done)
-            edited = False
+            log.info("config.toml: executor %r -> %r since the checkpoint of round %d: the same float path, the run goes on bitwise", move.before, move.after, saved.done)
         elif move is not None and force:  # what reproducibility.md promises for any part that can move bits
             log.warning("config.toml: executor %r -> %r since the checkpoint of round %d: another float path, not bitwise what an uninterrupted run gives",
-                        move.before, move.after, done)
-        if edited and not force:
-            changes = config_changes(run.get("config_toml", ""), config)
-            raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
-        metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
-        return ResumePoint(path, lock, done, records, metrics, config, edited, start_folder(path, run.get(STARTED_IN)))
+                        move.before, move.after, saved.done)
+        return ResumePoint(path, lock, saved.done, saved.records, saved.metrics, saved.config, saved.edited, start_folder(path, saved.run.get(STARTED_IN)))
     except BaseException:
         lock.release()
         raise
+
+
+@dataclass(frozen=True)
+class SavedFiles:
+    """A run folder's checkpoint, config and metrics as :func:`check_saved_files` checked them."""
+
+    done: int
+    run: Mapping[str, Any]
+    config: bytes
+    edited: bool
+    move: ExecutorMove | None
+    metrics: bytes
+    records: list[dict[str, Any]]
+
+
+def check_saved_files(path: Path, force: bool = False) -> SavedFiles:
+    """What a resume checks of the files in ``path`` (its checkpoint verified against its checksum, ``config.toml`` and
+    ``metrics.jsonl`` against the checkpoint's record of them), read-only, without the lock: one ConfigError, as
+    :func:`open_for_resume` raises it. ``chillfl status`` asks the same, so it never calls resumable a run resume refuses."""
+    state, run = read_checkpoint(path / CHECKPOINT)  # verified, force or not: a corrupt checkpoint is no edit
+    done = _round_of(state, path / CHECKPOINT)
+    config = (path / "config.toml").read_bytes()
+    edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
+    move = executor_move(run.get("config_toml", ""), config) if edited else None
+    if move is not None and move.only and move.bitwise:  # the same float path: no bit of the rest of the run changes
+        edited = False
+    if edited and not force:
+        changes = config_changes(run.get("config_toml", ""), config)
+        raise ConfigError("config.toml", f"{path / 'config.toml'} changed since the checkpoint of round {done}: {changes}; `chillfl resume --force` resumes with it as it is now")
+    metrics, records = _metrics_until(path / "metrics.jsonl", run, done, force)
+    return SavedFiles(done, run, config, edited, move, metrics, records)
 
 
 def _refuse_odd_files(path: Path) -> None:

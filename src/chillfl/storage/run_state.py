@@ -6,14 +6,20 @@ from __future__ import annotations
 import json
 import os
 import stat
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from chillfl.errors import ConfigError
 from chillfl.numeric import is_real, is_whole
-from chillfl.storage.checkpoint import saved_round
+from chillfl.storage.checkpoint import CorruptCheckpoint, saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
-from chillfl.storage.run_folder import CHECKPOINT, SWEEP_FILE, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
+from chillfl.storage.run_folder import CHECKPOINT, SWEEP_FILE, check_saved_files, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on Python 3.10 only
+    import tomli as tomllib
 
 
 @dataclass(frozen=True)
@@ -94,6 +100,49 @@ def _locked(folder: Path) -> bool:
     return False
 
 
+def _refused(folder: Path) -> str | None:
+    """Why ``chillfl resume`` would refuse the run in ``folder`` now, in a few words and with the way on; None: it resumes.
+
+    The checks are resume's own (:func:`~chillfl.storage.run_folder.check_saved_files`: the checkpoint against its
+    checksum, config.toml and metrics.jsonl against the checkpoint's record of them); only files are read, no model is
+    built. Before, the checkpoint's header alone was read, and a torn checkpoint, or a config.toml or metrics.jsonl
+    edited since, was shown as "resumes after round 12" while resume refused it."""
+    again = "remove its folder and resume the comparison, which runs it again" if is_sweep(folder.parent) else "start the run again"
+    for name in (CHECKPOINT, "config.toml", "metrics.jsonl"):  # a FIFO would block status forever: resume refuses it unopened
+        try:
+            odd = not stat.S_ISREG(os.lstat(folder / name).st_mode)
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"resume cannot read its {name}: {exc.strerror or exc}"
+        if odd:
+            return f"its {name} is no regular file: resume refuses it"
+    try:
+        check_saved_files(folder)
+    except CorruptCheckpoint:
+        return f"checkpoint damaged: resume refuses it; {again}"
+    except ConfigError as exc:
+        if exc.field == "config.toml":
+            if not _is_toml(folder / "config.toml"):
+                return f"config.toml changed since the checkpoint and is no TOML: resume refuses it, --force too; {again}, or put its config back"
+            return "config.toml changed since the checkpoint: resume needs --force"
+        if exc.field == "metrics.jsonl":
+            return "metrics.jsonl changed since the checkpoint (edited, cut or missing): resume needs --force"
+        return f"resume refuses it ({exc.field})"
+    except OSError as exc:  # a file gone or unreadable meanwhile
+        return f"resume cannot read it: {exc.strerror or exc}"
+    return None
+
+
+def _is_toml(path: Path) -> bool:
+    """Whether ``path`` reads as TOML (a config.toml that does not is refused by ``resume --force`` too)."""
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # UnicodeDecodeError and TOMLDecodeError are ValueErrors
+        return False
+    return True
+
+
 def run_state(parent: Path, name: str, planned: int | None = None) -> RunState:
     """Run ``name``'s state from what ``parent`` holds of it (``NAME``, ``NAME.failed``, ``NAME.partial`` or nothing)."""
     done, failed, partial = parent / name, parent / f"{name}{FAILED}", parent / f"{name}{PARTIAL}"
@@ -125,6 +174,8 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
             if done is not None and (done < 0 or (planned is not None and done > planned)):  # re-signed or from another run: resume refuses it
                 past = f", past the {planned} planned" if done >= 0 else ""
                 how = f"its checkpoint is inconsistent: of round {done}{past}; resume refuses it"
+            else:
+                how = _refused(folder) or how
         return RunState(name, "stopped", how, rounds, planned)
     if (folder / "summary.json").is_file():
         try:
@@ -137,7 +188,9 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         stopped = summary.get("stopped")
         if isinstance(stopped, dict):  # stopped by a callback: complete results, and resumable to the planned rounds
             how = "early, by a callback" + (f": {stopped['reason']}" if isinstance(stopped.get("reason"), str) else "")
-            how += "; `chillfl resume` continues it" if (folder / CHECKPOINT).is_file() else ""
+            if (folder / CHECKPOINT).is_file():
+                refused = _refused(folder)
+                how += f"; {refused}" if refused else "; `chillfl resume` continues it"
             return RunState(name, "stopped", how, ran if type(ran) is int else None, planned, accuracy if is_real(accuracy) else None)
         ran = ran if type(ran) is int else None
         recorded = _rounds_recorded(folder)

@@ -36,6 +36,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from chillfl.analysis.counting import Counted
+from chillfl.analysis.layout import RUNS_PER_ROW, rows_of
 from chillfl.extras import need
 from chillfl.analysis.replay import Replay, accuracy, entropy, out_folder, predict, replay_round, run_label, write_json
 
@@ -79,13 +81,16 @@ def entropy_change(replay: Replay) -> dict[str, Any]:
     }
 
 
-def analyze(run_dirs: Sequence[str], start: str, which: str) -> dict[str, Any]:
-    """``which`` = "accuracy" or "entropy" for every run; keyed by run label."""
+def analyze(run_dirs: Sequence[str], start: str, which: str, progress: bool = False) -> dict[str, Any]:
+    """``which`` = "accuracy" or "entropy" for every run; keyed by run label. ``progress``: a ``[k/N] RUN`` line on stderr as each is done."""
     fn = accuracy_change if which == "accuracy" else entropy_change
     runs = {}
+    counted = Counted(len(run_dirs), f"aggregation-{which}", on=progress)
     for run_dir in run_dirs:
         replay = replay_round(run_dir, start)  # type: ignore[arg-type]
-        runs[run_label(run_dir, run_dirs)] = {"run_dir": str(run_dir), "start": start, **fn(replay)}
+        label = run_label(run_dir, run_dirs)
+        runs[label] = {"run_dir": str(run_dir), "start": start, **fn(replay)}
+        counted.finished(label)
     return {"analysis": f"aggregation-{which}", "runs": runs}
 
 
@@ -94,27 +99,30 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    runs = result["runs"]
-    fig = Figure(figsize=(max(5.0, 1.6 * len(runs) + 2), 4.0))
+    rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
+    fig = Figure(figsize=(max(5.0, 1.6 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
     named: set[bool] = set()  # each group in the legend once, from the first run that has it (not only the first run)
-    for i, (label, run) in enumerate(runs.items()):
-        for group, offset, marker in ((True, -0.15, "o"), (False, 0.15, "s")):
-            deltas = [100 * r["delta"] for r in run["clients"] if r["participating"] == group]
-            if not deltas:
-                continue
-            ax.scatter(np.full(len(deltas), i + offset), deltas, marker=marker, s=18, alpha=0.7,
-                       facecolors="tab:red" if group else "none", edgecolors="tab:red" if group else "tab:blue",
-                       label=("participating" if group else "non-participating") if group not in named else None)
-            named.add(group)
-            ax.hlines(np.mean(deltas), i + offset - 0.12, i + offset + 0.12, color="black", lw=2)
-    ax.plot([], [], color="black", lw=2, label="mean of the group")  # the black bars were the figure's only unexplained mark
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xticks(range(len(runs)), list(runs), rotation=15, fontsize=8)
-    ax.set_ylabel("accuracy after - before aggregation (points)")
-    ax.set_title("accuracy change across aggregation (FLex&Chill Fig. 9)", fontsize=10)
-    ax.legend(fontsize=8)
+    for row, runs in enumerate(rows):
+        ax = fig.add_subplot(len(rows), 1, row + 1)
+        for i, (label, run) in enumerate(runs):
+            for group, offset, marker in ((True, -0.15, "o"), (False, 0.15, "s")):
+                deltas = [100 * r["delta"] for r in run["clients"] if r["participating"] == group]
+                if not deltas:
+                    continue
+                ax.scatter(np.full(len(deltas), i + offset), deltas, marker=marker, s=18, alpha=0.7,
+                           facecolors="tab:red" if group else "none", edgecolors="tab:red" if group else "tab:blue",
+                           label=("participating" if group else "non-participating") if group not in named else None)
+                named.add(group)
+                ax.hlines(np.mean(deltas), i + offset - 0.12, i + offset + 0.12, color="black", lw=2)
+        if row == 0:
+            ax.plot([], [], color="black", lw=2, label="mean of the group")  # the black bars were the figure's only unexplained mark
+            ax.set_title("accuracy change across aggregation (FLex&Chill Fig. 9)", fontsize=10)
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xticks(range(len(runs)), [label for label, _ in runs], rotation=15, fontsize=8)
+        ax.set_ylabel("accuracy after - before aggregation (points)")
+        if ax.get_legend_handles_labels()[1]:
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -124,17 +132,19 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    runs = result["runs"]
-    fig = Figure(figsize=(max(5.0, 1.4 * len(runs) + 2), 4.0))
+    rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
+    fig = Figure(figsize=(max(5.0, 1.4 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
     FigureCanvasAgg(fig)
-    ax = fig.add_subplot(1, 1, 1)
-    idx = np.arange(len(runs))
-    ax.bar(idx - 0.2, [r["before"] for r in runs.values()], width=0.4, label="before aggregation (client models)")
-    ax.bar(idx + 0.2, [r["after"] for r in runs.values()], width=0.4, label="after aggregation")
-    ax.set_xticks(idx, list(runs), rotation=15, fontsize=8)
-    ax.set_ylabel("mean prediction entropy (nats)")
-    ax.set_title("prediction entropy across aggregation (FLex&Chill Fig. 10)", fontsize=10)
-    ax.legend(fontsize=8)
+    for row, runs in enumerate(rows):
+        ax = fig.add_subplot(len(rows), 1, row + 1)
+        idx = np.arange(len(runs))
+        ax.bar(idx - 0.2, [r["before"] for _, r in runs], width=0.4, color="tab:blue", label="before aggregation (client models)")
+        ax.bar(idx + 0.2, [r["after"] for _, r in runs], width=0.4, color="tab:orange", label="after aggregation")
+        ax.set_xticks(idx, [label for label, _ in runs], rotation=15, fontsize=8)
+        ax.set_ylabel("mean prediction entropy (nats)")
+        if row == 0:
+            ax.set_title("prediction entropy across aggregation (FLex&Chill Fig. 10)", fontsize=10)
+            ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -142,7 +152,7 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
 def _command(which: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
         need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
-        result = analyze(args.run_dirs, args.start, which)
+        result = analyze(args.run_dirs, args.start, which, progress=not args.quiet)
         folder = out_folder(args.run_dirs, args.out)
         name = f"aggregation-{which}"
         (plot_accuracy_change if which == "accuracy" else plot_entropy_change)(result, folder / f"{name}.png")
@@ -166,6 +176,7 @@ def _pts(v: float | None) -> str:
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s) (config.toml + model.safetensors)")
     p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
 
 
 def add_parser(subparsers: Any) -> None:
@@ -173,7 +184,9 @@ def add_parser(subparsers: Any) -> None:
     for which, fig, what in (("accuracy", "Fig. 9", "accuracy change of participating vs non-participating clients"),
                              ("entropy", "Fig. 10", "prediction entropy before and after aggregation")):
         p = subparsers.add_parser(f"aggregation-{which}", help=f"{what} (FLex&Chill {fig}), by replaying one round",
-                                  description=f"Replay one round of each run and report the {what} (FLex&Chill {fig}).")
+                                  description=f"Replay one round of each run and report the {what} (FLex&Chill {fig}): writes "
+                                              f"aggregation-{which}.json (per run) and aggregation-{which}.png into -o "
+                                              "(default: <first RUN_DIR>/analysis/).")
         add_common(p)
         p.add_argument("--start", default="final", choices=("final", "initial"),
                        help="replay from the saved global model (round rounds+1, default) or the initial model (round 1)")

@@ -175,7 +175,9 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
 
 def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``cache-ratio`` and ``soft-label-entropy`` under ``chillfl analyze``."""
-    p = analyses.add_parser("cache-ratio", help="SCARLET Fig. 3: simulated share of P^t served from the cache, per duration D")
+    p = analyses.add_parser("cache-ratio", help="SCARLET Fig. 3: simulated share of P^t served from the cache, per duration D",
+                            description="Simulate SCARLET's cache: the share of each round's P^t served from it, per duration D "
+                                        "(SCARLET Fig. 3); prints the table and writes the figure to --output (cache_ratio.png).")
     p.add_argument("--public-size", type=int, default=10_000, help="|P| (default 10000)")
     p.add_argument("--subset-size", type=int, default=1_000, help="|P^t| drawn per round (default 1000)")
     p.add_argument("--durations", default=DEFAULT_DURATIONS, help=f"comma-separated D values (default {DEFAULT_DURATIONS})")
@@ -185,12 +187,14 @@ def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("-o", "--output", default="cache_ratio.png", help="PNG path (default cache_ratio.png)")
     p.set_defaults(func=cmd_cache_ratio)
 
-    p = analyses.add_parser("soft-label-entropy", help="SCARLET Fig. 4 c/d: entropy of ERA vs T and Enhanced ERA vs beta")
+    p = analyses.add_parser("soft-label-entropy", help="SCARLET Fig. 4 c/d: entropy of ERA vs T and Enhanced ERA vs beta",
+                            description="Entropy of ERA's soft-labels against T and of Enhanced ERA's against beta (SCARLET Fig. 4 c/d); "
+                                        "writes entropy_vs_temperature.png and entropy_vs_beta.png into --out-dir.")
     p.add_argument("--soft-labels", action="append", metavar="FILE", help=".pt or .npy soft-labels [n, C] or [K, n, C] (repeatable; default: built-in examples)")
     p.add_argument("--temps", default=DEFAULT_TEMPS, help=f"ERA temperatures (default {DEFAULT_TEMPS})")
     p.add_argument("--betas", default=DEFAULT_BETAS, help=f"Enhanced ERA betas (default {DEFAULT_BETAS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the built-in examples")
-    p.add_argument("--out-dir", default=".", help="where the two PNGs go (default: current directory)")
+    p.add_argument("--out-dir", default=".", help="where entropy_vs_temperature.png and entropy_vs_beta.png go (default: the current directory)")
     p.set_defaults(func=cmd_soft_label_entropy)
 
 

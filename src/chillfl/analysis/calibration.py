@@ -27,6 +27,8 @@ import numpy as np
 import torch
 
 from chillfl.analysis.replay import build_evaluation, load_model_state, out_folder, predict, run_label, write_json
+from chillfl.analysis.counting import Counted
+from chillfl.analysis.layout import grid_shape
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.metrics.calibration import BINNINGS, DEFAULT_BINS, brier_score, negative_log_likelihood, reliability
@@ -51,13 +53,17 @@ def calibration_of(logits: torch.Tensor, y: torch.Tensor, *, temperature: float 
     }
 
 
-def analyze(run_dirs: Sequence[str], *, temperature: float = 1.0, bins: int = DEFAULT_BINS, binning: str = "width") -> dict[str, Any]:
+def analyze(run_dirs: Sequence[str], *, temperature: float = 1.0, bins: int = DEFAULT_BINS, binning: str = "width", progress: bool = False) -> dict[str, Any]:
+    """Every run's calibration numbers; ``progress``: a ``[k/N] RUN`` line on stderr as each is done."""
     out: dict[str, Any] = {"analysis": "calibration", "runs": {}}
+    counted = Counted(len(run_dirs), "calibration", on=progress)
     for run_dir in run_dirs:
         exp = build_evaluation(run_dir)  # the model and data: the method (maybe a plugin's) plays no part
         x, y = exp.data.test()
         logits = predict(exp.model, load_model_state(run_dir, exp.device), x.to(exp.device), exp.config.eval.batch_size)
-        out["runs"][run_label(run_dir, run_dirs)] = {"run_dir": str(run_dir), **calibration_of(logits.cpu(), y.cpu(), temperature=temperature, bins=bins, binning=binning)}
+        label = run_label(run_dir, run_dirs)
+        out["runs"][label] = {"run_dir": str(run_dir), **calibration_of(logits.cpu(), y.cpu(), temperature=temperature, bins=bins, binning=binning)}
+        counted.finished(label)
     return out
 
 
@@ -82,10 +88,11 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
     from matplotlib.figure import Figure
 
     runs = result["runs"]
-    fig = Figure(figsize=(3.6 * len(runs) + 0.4, 4.4))
+    rows, cols = grid_shape(len(runs))  # at most MAX_COLUMNS panels a row: 27 runs in one row were ~10,700 px wide
+    fig = Figure(figsize=(3.6 * cols + 0.4, 4.0 * rows + 0.4))
     FigureCanvasAgg(fig)
     for i, (label, run) in enumerate(runs.items()):
-        ax = fig.add_subplot(1, len(runs), i + 1)
+        ax = fig.add_subplot(rows, cols, i + 1)
         rel = run["reliability"]
         count = np.array(rel["count"])
         # a saved summary.json writes a non-finite number as null (a model whose logits overflow): NaN here, its bin left out
@@ -104,7 +111,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
         share.step(confidence[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7)
         share.set_ylim(0, 1)
         share.set_yticks([])
-        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i == 0 else None)
+        ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i % cols == 0 else None)
         ax.set_title(f"{label}\nECE {_num(run['ece']):.3f}  NLL {_num(run['nll']):.3f}  Brier {_num(run['brier']):.3f}", fontsize=8)
         if i == 0:
             ax.legend(fontsize=7, loc="upper left")
@@ -119,7 +126,7 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
     if not 1 <= args.bins <= 1000:
         raise ConfigError("--bins", f"must be in [1, 1000], got {args.bins}")
-    result = analyze(args.run_dirs, temperature=args.temperature, bins=args.bins, binning=args.binning)
+    result = analyze(args.run_dirs, temperature=args.temperature, bins=args.bins, binning=args.binning, progress=not args.quiet)
     check_bins(result, args.bins)
     folder = out_folder(args.run_dirs, args.out)
     plot_reliability(result, folder / "reliability.png")
@@ -132,10 +139,13 @@ def cmd_calibration(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("calibration", help="reliability diagram, ECE, NLL and Brier of saved global models",
-                              description="Calibration of each run's saved global model on the global test set.")
+                              description="Calibration of each run's saved global model on the global test set: writes calibration.json (every number and "
+                                          "the reliability bins, per run) and reliability.png (a reliability diagram per run) into -o "
+                                          "(default: <first RUN_DIR>/analysis/), and prints a line per run.")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
     p.add_argument("--bins", type=int, default=DEFAULT_BINS, help=f"confidence bins (default {DEFAULT_BINS})")
     p.add_argument("--binning", default="width", choices=BINNINGS, help="equal-width bins (default) or equal-mass bins")
     p.add_argument("--temperature", type=float, default=1.0, help="read the logits at T (default 1)")
     p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
     p.set_defaults(func=cmd_calibration)

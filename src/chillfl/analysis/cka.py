@@ -50,6 +50,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.analysis.replay import Params, build_run, check_finished, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
+from chillfl.analysis.counting import Counted
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
@@ -111,12 +112,13 @@ def cka_per_layer(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor], 
 
 
 def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 500, layers: Sequence[str] | None = None,
-            clients: bool = False, start: str = "final", center: bool = True) -> dict[str, Any]:
-    """The CKA tables for every run (see module docstring)."""
+            clients: bool = False, start: str = "final", center: bool = True, progress: bool = False) -> dict[str, Any]:
+    """The CKA tables for every run (see module docstring); ``progress``: a ``[k/N] RUN`` line on stderr as each is done."""
     out: dict[str, Any] = {"analysis": "cka", "reference": reference or INITIAL, "samples": samples, "centered": center, "runs": {}}
     if reference:  # its global model is the reference: one its clients do not use is no reference for theirs
         check_finished(reference, "--reference")
         refuse_personal_models(load_run(reference, "--reference"), reference, "--reference")
+    counted = Counted(len(run_dirs), "cka", on=progress)
     for run_dir in run_dirs:
         exp = build_run(run_dir)
         refuse_personal_models(exp.config, run_dir)
@@ -140,7 +142,9 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
             order = ["INIT", "AGG", "REF", *[k for k in feats if k.startswith("client ")]]
             run["matrix"] = {"layer": layer, "models": order,
                              "cka": [[linear_cka(feats[a][layer], feats[b][layer], center=center) for b in order] for a in order]}
-        out["runs"][run_label(run_dir, run_dirs)] = run
+        label = run_label(run_dir, run_dirs)
+        out["runs"][label] = run
+        counted.finished(label)
     return out
 
 
@@ -171,6 +175,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
     first = next(iter(runs.values()))
     ax.set_xticks(range(len(first["layers"])), first["layers"], rotation=30, fontsize=7)
     ax.set_ylim(0, 1.05)
+    ax.set_xlabel("layer")
     ax.set_ylabel("linear CKA vs reference")
     ax.set_title("global model vs reference per layer" + (" (shade: client models, min to max)" if shaded else ""), fontsize=9)
     ax.legend(fontsize=7)
@@ -199,7 +204,7 @@ def cmd_cka(args: argparse.Namespace) -> int:
         if not layers:  # '' ran the default layers without a word
             raise ConfigError("--layers", "is empty; name modules (comma-separated) or leave --layers out for the default layers")
     result = analyze(args.run_dirs, args.reference, samples=args.samples, layers=layers, clients=args.clients,
-                     start=args.start or "final", center=not args.uncentered)
+                     start=args.start or "final", center=not args.uncentered, progress=not args.quiet)
     folder = out_folder(args.run_dirs, args.out)
     plot_cka(result, folder / "cka.png")
     write_json(folder / "cka.json", result)  # last: the result is there only when the figure is
@@ -214,7 +219,8 @@ def cmd_cka(args: argparse.Namespace) -> int:
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("cka", help="layer-wise linear CKA vs a reference model (FLex&Chill Figs. 12-13, Table 6)",
                               description="Linear CKA per layer between each run's global model (and, with --clients, "
-                              "its client models from one replayed round) and a reference model.")
+                              "its client models from one replayed round) and a reference model: writes cka.json (the tables per run) and cka.png "
+                              "(CKA per layer; with --clients, the models' CKA matrix) into -o (default: <first RUN_DIR>/analysis/).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
     p.add_argument("--reference", metavar="RUN_DIR", help="the reference run (e.g. trained on i.i.d. data); default: each run's initial model (seeded, round 0)")
     p.add_argument("--samples", type=int, default=500, help="test inputs the features are computed on (default 500)")
@@ -223,4 +229,5 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--start", default=None, choices=("final", "initial"), help="replay start with --clients (default: final); only with --clients")
     p.add_argument("--uncentered", action="store_true", help="Eq. 6 literally, without centring the features")
     p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
     p.set_defaults(func=cmd_cka)

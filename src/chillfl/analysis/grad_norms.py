@@ -40,6 +40,7 @@ import torch
 from torch.func import functional_call
 
 from chillfl.analysis.replay import build_run, load_model_state, out_folder, run_label, write_json
+from chillfl.analysis.counting import Counted
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment
@@ -95,10 +96,12 @@ def _stats(values: np.ndarray) -> dict[str, Any]:
     return {"n": int(len(values)), "mean": float(values.mean()), "q05": q[0], "q25": q[1], "median": q[2], "q75": q[3], "q95": q[4]}
 
 
-def analyze(run_dirs: Sequence[str], *, temperature: float | None = None, split: str = "train", samples: int = 5000) -> tuple[dict[str, Any], dict[str, tuple[np.ndarray, np.ndarray]]]:
+def analyze(run_dirs: Sequence[str], *, temperature: float | None = None, split: str = "train", samples: int = 5000,
+            progress: bool = False) -> tuple[dict[str, Any], dict[str, tuple[np.ndarray, np.ndarray]]]:
     """Per run: summary statistics (JSON) and the raw (norms, correct) arrays for the plot."""
     out: dict[str, Any] = {"analysis": "grad-norms", "split": split, "runs": {}}
     raw = {}
+    counted = Counted(len(run_dirs), "grad-norms", on=progress)  # a [k/N] RUN line on stderr as each run is done
     for run_dir in run_dirs:
         exp = build_run(run_dir)
         t = temperature if temperature is not None else training_temperature(exp)
@@ -115,6 +118,7 @@ def analyze(run_dirs: Sequence[str], *, temperature: float | None = None, split:
         raw[label] = (norms, correct)
         out["runs"][label] = {"run_dir": str(run_dir), "temperature": t, "samples": int(len(y)), "available": int(available),
                               "random_subset": len(y) < available, "correct": _stats(norms[correct]), "incorrect": _stats(norms[~correct])}
+        counted.finished(label)
     return out, raw
 
 
@@ -149,7 +153,7 @@ def cmd_grad_norms(args: argparse.Namespace) -> int:
         raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
     if args.samples < 1:
         raise ConfigError("--samples", f"must be >= 1, got {args.samples}")
-    result, raw = analyze(args.run_dirs, temperature=args.temperature, split=args.split, samples=args.samples)
+    result, raw = analyze(args.run_dirs, temperature=args.temperature, split=args.split, samples=args.samples, progress=not args.quiet)
     folder = out_folder(args.run_dirs, args.out)
     plot_grad_norms(raw, {k: v["temperature"] for k, v in result["runs"].items()}, folder / "grad-norms.png")
     write_json(folder / "grad-norms.json", result)  # last: the result is there only when the figure is
@@ -164,10 +168,13 @@ def cmd_grad_norms(args: argparse.Namespace) -> int:
 
 def add_parser(subparsers: Any) -> None:
     p = subparsers.add_parser("grad-norms", help="distribution of input-gradient norms, correct vs incorrect (FLex&Chill Fig. 2)",
-                              description="Per-sample norms of the loss gradient w.r.t. the input for each run's saved global model.")
+                              description="Per-sample norms of the loss gradient w.r.t. the input for each run's saved global model: writes "
+                                          "grad-norms.json (quantiles per run, correct and incorrect) and grad-norms.png (their histograms) "
+                                          "into -o (default: <first RUN_DIR>/analysis/).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
     p.add_argument("--temperature", type=float, help="T in CE(z/T, y) (default: each run's training temperature)")
     p.add_argument("--split", default="train", choices=("train", "test"), help="clients' training data (default) or the test set")
     p.add_argument("--samples", type=int, default=5000, help="at most this many samples, a seeded uniform random subset when the split has more (default 5000)")
     p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
     p.set_defaults(func=cmd_grad_norms)

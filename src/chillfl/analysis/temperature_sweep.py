@@ -78,6 +78,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from chillfl.analysis.counting import ItemLines
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.storage.results import claim_dir, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
@@ -89,6 +90,7 @@ from chillfl.metrics.correlation import CorrelationRow, correlation_table, undef
 from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
+from chillfl.progress import Progress, as_mode, mode_for
 from chillfl.seeds import derive_seed
 from chillfl.stop_signals import made_held
 from chillfl.temperature.fedchill import FedChillOptions
@@ -234,7 +236,7 @@ def run_temperature_sweep(
     temperatures: Sequence[float] | str | None = None,
     *,
     ties: str = "mean",
-    progress: bool = True,
+    progress: Progress = True,
     write: bool = True,
 ) -> SweepResult:
     """Train every client alone at every temperature and evaluate it on its own split (see module docstring)."""
@@ -262,8 +264,10 @@ def run_temperature_sweep(
 
     acc = np.zeros((len(clients), len(grid)))
     loss = np.zeros_like(acc)
-    bar = tqdm(list(enumerate(clients)), desc="temperature sweep", unit="client", disable=not progress, dynamic_ncols=True)
-    for i, cid in bar:
+    mode = as_mode(progress)  # the CLI's "lines" where stderr is no terminal: a \r-redrawn bar piles up into one line in a log
+    bar: tqdm | ItemLines = (ItemLines(len(clients), "temperature sweep", "client") if mode == "lines" else
+                             tqdm(total=len(clients), desc="temperature sweep", unit="client", disable=mode == "off", dynamic_ncols=True))
+    for i, cid in enumerate(clients):
         x, y = data.client_train(cid)
         xe, ye = data.client_eval(cid)
         seed = derive_seed(config.seed, "sweep", cid)
@@ -271,6 +275,9 @@ def run_temperature_sweep(
             out = train_client(model, initial, x, y, spec=spec, lr=config.client.lr, temperature=t, context={}, generator=torch.Generator().manual_seed(seed))
             acc[i, j], loss[i, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
         bar.set_postfix({"best T": f"{best_temperatures(acc[i : i + 1], grid, ties)[0]:g}"}, refresh=False)
+        bar.update(1)
+    if isinstance(bar, tqdm):
+        bar.close()
 
     best_t = best_temperatures(acc, grid, ties)
     best_acc = best_accuracies(acc)
@@ -450,7 +457,7 @@ def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     check_parts(config)  # the sweep trains without the method's parts, but a config it names wrongly is still a mistake
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
         need(module, "analysis", what)
-    result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=not args.quiet)
+    result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=mode_for(args.quiet))
     print("best temperature per client: " + ", ".join(f"{c}: {t:g}" if math.isfinite(t) else f"{c}: none" for c, t in zip(result.client_ids(), result.best_temperature)))
     if cells := describe_cells(result.non_finite()):
         print(f"not finite (training diverged; the best is over the other cells): {cells}")
@@ -467,7 +474,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "temperature-sweep",
         help="train each client alone at each temperature: FedChill Fig. 1 heat map, scatter and A.5 correlations",
         description="Train every client alone at every temperature of a grid, evaluate on its own validation split, "
-        "and write heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5). "
+        "and write config.toml, heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5) "
+        "into the folder <out_dir>/<name>-temperature-sweep/ (e.g. results/demo-temperature-sweep/; -2, -3, ... when it exists; "
+        "the override out_dir=PATH sets where). "
         "The heterogeneity score h on the plots is FedChill's Eq. 6 with the config's [temperature] measure, p_g and "
         "normalisation when its policy is fedchill; under any other policy, FedChill's defaults (said in a note).",
     )
@@ -478,6 +487,6 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     # what was wrong: a value that starts as a number does (as Python 3.13's matcher reads it; no option of this command does)
     p._negative_number_matcher = re.compile(r"^-\.?\d")
     p.add_argument("--ties", default="mean", help="best temperature when several tie: mean (default, of the tied ones), lowest, highest")
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress (a bar on a terminal, else a plain line every 30 s)")
     p.set_defaults(func=cmd_temperature_sweep)
     return p

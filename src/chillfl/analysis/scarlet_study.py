@@ -50,10 +50,10 @@ import dataclasses
 import math
 import os
 import platform
-import sys
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
+from chillfl.analysis.counting import Counted
 from chillfl.config import load_config, parse_overrides
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
@@ -125,11 +125,13 @@ def accuracy_difference(ours: Sequence[float], theirs: Sequence[float]) -> str:
 class Study:
     """Runs arms (memoised per arm and seed) on one base config."""
 
-    def __init__(self, config: Any, seeds: Sequence[int], rounds: int, progress: bool = True) -> None:
+    def __init__(self, config: Any, seeds: Sequence[int], rounds: int, progress: bool = True, total: int = 0) -> None:
         self.config, self.seeds, self.rounds, self.progress = config, list(seeds), rounds, progress
         self._runs: dict[tuple[Arm, int, int], list[dict[str, Any]]] = {}
         self.clipped = False
         """Whether a row printed so far shows an interval clipped to +-100 points (then the output ends with its footnote)."""
+        self.counted = Counted(total, "scarlet-deficit", on=progress)
+        """The ``[k/N]`` of each run's line: ``total`` is :class:`Planner`'s count of the runs the tables need."""
 
     def arm_config(self, arm: Arm, seed: int, rounds: int) -> Any:
         table = dict(self.config.distillation)
@@ -148,16 +150,13 @@ class Study:
         done = [r for (a, s, r) in self._runs if a == arm and s == seed and r >= rounds]
         if done:
             return self._runs[(arm, seed, max(done))]
-        if self.progress:
-            print(f"scarlet-deficit: {arm.label()}, |P^t| = {arm.subset or self.config.distillation['subset_size']}, seed {seed}, "
-                  f"{rounds} rounds", file=sys.stderr, flush=True)
+        self.counted.starting(f"{arm.label()}, |P^t| = {arm.subset or self.config.distillation['subset_size']}, seed {seed}, {rounds} rounds")
         out = self._runs[(arm, seed, rounds)] = run_experiment(self.arm_config(arm, seed, rounds), write=False, progress=False).records
         return out
 
     def row(self, arm: Arm, length: int, rounds: int | None = None, base: Arm | None = None, window: int = 1) -> str:
         """Arm vs ``base`` (DS-FL at the same |P^t|) at round ``length`` of runs of ``rounds`` (default: the study's length)."""
-        n = self.rounds if rounds is None else rounds
-        base = base or Arm(None, subset=arm.subset)
+        n, base = self.rounds if rounds is None else rounds, base or Arm(None, subset=arm.subset)
         ours = [read(self.records(arm, s, n), length, window) for s in self.seeds]
         theirs = [read(self.records(base, s, n), length, window) for s in self.seeds]
         acc = accuracy_difference([m.acc for m in ours], [m.acc for m in theirs])
@@ -170,6 +169,27 @@ class Study:
         mean = lambda xs: 100 * sum(xs) / len(xs)  # noqa: E731
         return (f"| {length} | {arm.label()} | {mean([m.acc for m in ours]):.2f} | {mean([m.acc for m in theirs]):.2f} | {acc} | "
                 f"{ratio:.3f} | {sum(m.hit for m in ours) / len(ours):.3f} | {age} | {ent} |")
+
+
+class Planner(Study):
+    """The tables' pass without a run: which runs (arm, seed, rounds) they need, in the order :class:`Study` makes them.
+    Why: the arms' progress lines counted nothing ("DS-FL, ..., seed 0, 3 rounds" of how many?)."""
+
+    def __init__(self, config: Any, seeds: Sequence[int], rounds: int) -> None:
+        super().__init__(config, seeds, rounds, progress=False)
+        self.planned: list[tuple[Arm, int, int]] = []
+
+    def records(self, arm: Arm, seed: int, rounds: int) -> list[dict[str, Any]]:
+        if not any(a == arm and s == seed and r >= rounds for a, s, r in self.planned):  # Study's prefix rule
+            self.planned.append((arm, seed, rounds))
+        return []
+
+    def row(self, arm: Arm, length: int, rounds: int | None = None, base: Arm | None = None, window: int = 1) -> str:
+        n, base = self.rounds if rounds is None else rounds, base or Arm(None, subset=arm.subset)
+        for a in (arm, base):
+            for s in self.seeds:
+                self.records(a, s, n)
+        return ""
 
 
 HEADER = ("| rounds | arm | server acc % | DS-FL % | arm - DS-FL, points: mean ± std [95 % CI], sign holds | bytes ratio | "
@@ -223,63 +243,88 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
     if "ratio" in parts and not all(1 <= s <= n_pub for s in subsets):  # before any run, not as distillation.subset_size midway
         raise ConfigError("--subset-sizes", f"each |P^t| must be in 1..|P| = {n_pub}, got {subsets}")
-    study = Study(config, seeds, max(lengths), progress=not args.quiet)
+    planner = Planner(config, seeds, max(lengths))
+    plan = Tables(parts, lengths, durations, betas, subsets, args.drift_executor, n_pub, n_sub)
+    plan.write(planner, lambda *_: None)
+    study = Study(config, seeds, max(lengths), progress=not args.quiet, total=len(planner.planned))
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
-    if "d" in parts:
-        d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1))
-    big = max(durations) if durations else 0
-    if "beta" in parts:
-        print(f"\nbeta x D: every beta at D = 0 (the aggregation alone; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA), "
-              f"beta = 1 and 2 at D = {big} (the cache with and without the sharpening):\n")
-        print(HEADER)
-        for L in lengths:
-            for d, bs in ((0, betas), (big, [b for b in (1.0, 2.0) if b in betas])):
-                for b in bs:
-                    print(study.row(Arm(b, d), L))
-    if "ratio" in parts and subsets:
-        L = min(lengths)
-        print(f"\n|P^t| / |P| (|P| = {n_pub}, beta = 2, {L} rounds; DS-FL rerun at each size):\n")
-        print(HEADER.replace("| rounds | arm |", "| rounds | |P^t| / |P|, arm |"))
-        for size in sorted(set(subsets) | {n_sub}):
-            for d in sorted({big, scaled_duration(L)}):
-                print(study.row(Arm(2.0, d, size if size != n_sub else None), L, rounds=L).replace("| SCARLET", f"| {size}/{n_pub}, SCARLET", 1))
-    if "smooth" in parts:
-        print("\nD sweep (beta = 2), server accuracy averaged over the last quarter of the rounds (one round's accuracy swings by "
-              "points at this scale):\n")
-        print(HEADER.replace("| server acc % | DS-FL % |", "| server acc %, last quarter | DS-FL % |"))
-        for L in lengths:
-            w = max(1, L // 4)
-            print(study.row(Arm(None), L, window=w))
-            for d in sorted(set(durations) | {scaled_duration(L)}):
-                print(study.row(Arm(2.0, d), L, window=w))
-    if "drift" in parts and args.drift_executor:
-        other = args.drift_executor
-        print(f"\nexecutor drift: the same arm under {other!r} vs {config.executor!r} (paired per seed; "
-              f"'arm - DS-FL' reads '{other} - {config.executor}'):\n")
-        print(HEADER)
-        for L in lengths:
-            for arm in (Arm(None), Arm(2.0, big)):
-                print(study.row(dataclasses.replace(arm, executor=other), L, base=arm))
+    plan.write(study, print)
     if study.clipped:
         print(f"\n{CLIPPED_NOTE}")
     return 0
 
 
-def d_sweep(study: Study, lengths: Sequence[int], durations: Sequence[int], temperature: float) -> None:
-    print("\nD sweep (beta = 2); 'scaled' marks D = rounds x 50 / 2000:\n")
-    print(HEADER)
+@dataclasses.dataclass
+class Tables:
+    """The tables the options ask for; :meth:`write` prints them through ``out`` (a :class:`Planner` and no output: the runs they need)."""
+
+    parts: set[str]
+    lengths: list[int]
+    durations: list[int]
+    betas: list[float]
+    subsets: list[int]
+    drift_executor: str
+    n_pub: int
+    n_sub: int
+
+    def write(self, study: Study, out: Callable[[str], None]) -> None:
+        parts, lengths, durations, betas, subsets = self.parts, self.lengths, self.durations, self.betas, self.subsets
+        n_pub, n_sub, config = self.n_pub, self.n_sub, study.config
+        if "d" in parts:
+            d_sweep(study, lengths, durations, config.distillation.get("temperature", 0.1), out)
+        big = max(durations) if durations else 0
+        if "beta" in parts:
+            out(f"\nbeta x D: every beta at D = 0 (the aggregation alone; beta = 1, D = 0 is DS-FL with the plain mean instead of ERA), "
+            f"beta = 1 and 2 at D = {big} (the cache with and without the sharpening):\n")
+            out(HEADER)
+            for L in lengths:
+                for d, bs in ((0, betas), (big, [b for b in (1.0, 2.0) if b in betas])):
+                    for b in bs:
+                        out(study.row(Arm(b, d), L))
+        if "ratio" in parts and subsets:
+            L = min(lengths)
+            out(f"\n|P^t| / |P| (|P| = {n_pub}, beta = 2, {L} rounds; DS-FL rerun at each size):\n")
+            out(HEADER.replace("| rounds | arm |", "| rounds | |P^t| / |P|, arm |"))
+            for size in sorted(set(subsets) | {n_sub}):
+                for d in sorted({big, scaled_duration(L)}):
+                    out(study.row(Arm(2.0, d, size if size != n_sub else None), L, rounds=L).replace("| SCARLET", f"| {size}/{n_pub}, SCARLET", 1))
+        if "smooth" in parts:
+            out("\nD sweep (beta = 2), server accuracy averaged over the last quarter of the rounds (one round's accuracy swings by "
+            "points at this scale):\n")
+            out(HEADER.replace("| server acc % | DS-FL % |", "| server acc %, last quarter | DS-FL % |"))
+            for L in lengths:
+                w = max(1, L // 4)
+                out(study.row(Arm(None), L, window=w))
+                for d in sorted(set(durations) | {scaled_duration(L)}):
+                    out(study.row(Arm(2.0, d), L, window=w))
+        if "drift" in parts and self.drift_executor:
+            other = self.drift_executor
+            out(f"\nexecutor drift: the same arm under {other!r} vs {config.executor!r} (paired per seed; "
+            f"'arm - DS-FL' reads '{other} - {config.executor}'):\n")
+            out(HEADER)
+            for L in lengths:
+                for arm in (Arm(None), Arm(2.0, big)):
+                    out(study.row(dataclasses.replace(arm, executor=other), L, base=arm))
+
+
+def d_sweep(study: Study, lengths: Sequence[int], durations: Sequence[int], temperature: float, out: Callable[[str], None] = print) -> None:
+    out("\nD sweep (beta = 2); 'scaled' marks D = rounds x 50 / 2000:\n")
+    out(HEADER)
     for L in lengths:
-        print(study.row(Arm(None), L).replace("| DS-FL |", f"| DS-FL (ERA, T = {temperature:g}) |"))
+        out(study.row(Arm(None), L).replace("| DS-FL |", f"| DS-FL (ERA, T = {temperature:g}) |"))
         for d in sorted(set(durations) | {scaled_duration(L)}):
             line = study.row(Arm(2.0, d), L)
-            print(line.replace(f"D={d} |", f"D={d} (scaled) |") if d == scaled_duration(L) else line)
+            out(line.replace(f"D={d} |", f"D={d} (scaled) |") if d == scaled_duration(L) else line)
 
 
 def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
     """Register ``scarlet-deficit`` under ``chillfl analyze``."""
-    p = analyses.add_parser("scarlet-deficit", help="SCARLET vs DS-FL taken apart: cache duration D, beta, |P^t|/|P|, over seeds (issue 29)")
+    p = analyses.add_parser("scarlet-deficit", help="SCARLET vs DS-FL taken apart: cache duration D, beta, |P^t|/|P|, over seeds (issue 29)",
+                            description="Run DS-FL and SCARLET arms (in memory: no run folder) and print the tables as markdown on "
+                                        "stdout; it writes no file (redirect stdout to keep them: ... > deficit.md). Each run's "
+                                        "progress line, [k/N] of the runs the tables need, goes to stderr.")
     p.add_argument("--config", default=DEFAULT_CONFIG, help=f"a DS-FL config (default {DEFAULT_CONFIG})")
     p.add_argument("--seeds", default="0,1,2", help="seeds every arm runs at, comma-separated (default 0,1,2)")
     p.add_argument("--rounds", default="20,40,80", help="lengths to read (one run of the longest per arm and seed; default 20,40,80)")

@@ -76,6 +76,11 @@ class Sweep:
     total: int
     ran: int = 0
     """Runs run or resumed by this process (not read back): the ETA's basis."""
+    mine: int | None = None
+    """The runs this process goes through (a shard's share of ``total``); None: all ``total``. The ETA counts these only:
+    a shard's ETA that counted the whole comparison's runs said minutes with one run of its own left."""
+    visited: int = 0
+    """Runs this process has gone through so far (run, resumed or read back)."""
     busy_s: float = 0.0
     results: dict[tuple[str, int, int], RunOutput | None] = field(default_factory=dict)
     failures: dict[tuple[str, int, int], str] = field(default_factory=dict)
@@ -94,8 +99,9 @@ class Sweep:
         cfg = config if partial is None else config.with_overrides({"out_dir": str(partial)})
         label = f"[{i + 1}/{self.total}] {cfg.name}"
         before = finished_run(partial, cfg.name) if self.resuming and partial is not None else None
+        self.visited += 1
         if self.total > 1:
-            eta = f", ETA {format_seconds(self.busy_s / self.ran * (self.total - i))}" if self.ran else ""  # from the runs that ran here
+            eta = f", ETA {format_seconds(left)}" if (left := self.eta_s()) is not None else ""
             log.info("run %d of %d: %s%s", i + 1, self.total, cfg.name, " (finished before: read back)" if before is not None else eta)
         if isinstance(before, DivergedBefore):
             self.results[key], self.failures[key] = None, f"diverged at round {before.round}"
@@ -136,6 +142,14 @@ class Sweep:
         finally:
             self.ran += 1
             self.busy_s += time.monotonic() - start
+
+    def eta_s(self) -> float | None:
+        """Seconds left for the run now starting and this process's runs after it, at the mean time of the runs that ran
+        here; None before the first."""
+        if not self.ran:
+            return None
+        left = (self.total if self.mine is None else self.mine) - self.visited + 1
+        return self.busy_s / self.ran * max(left, 1)
 
     def _own_parts(self, data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None) -> Callable[[RunConfig], Experiment] | None:
         """A stopped run's parts on the user's own data, model or method parts, which its saved config cannot rebuild
@@ -275,7 +289,8 @@ def run_points(
     sweep: Sweep | None = None
     try:
         with WorkerPools() as pools:
-            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), dataset=dataset, started_in=started_in)
+            mine = sum(1 for i in range(len(plan.cells)) if only is None or only.takes(i))  # a shard's ETA counts its own runs
+            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), mine=mine, dataset=dataset, started_in=started_in)
             for i, c in enumerate(plan.cells):
                 if only is None or only.takes(i):
                     sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, plugged)

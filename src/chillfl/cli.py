@@ -505,8 +505,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     for warning in seed_warnings(outcomes):  # the comparisons' tables say so; the verdicts drawn from them said nothing
         say(f"chillfl: {warning}")
     written = write_verdicts(args.paper, outcomes)
-    if written is not None:
-        say(f"chillfl reproduce: verdicts and their evidence folders in {written}")
+    if written is not None:  # its figure beside it, where the plots extra drew one
+        figure = written.with_suffix(".png")
+        shown = f" (figure: {figure})" if figure.is_file() else ""
+        say(f"chillfl reproduce: verdicts and their evidence folders in {written}{shown}")
     return 0
 
 
@@ -557,6 +559,7 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     failing its check), 2 when it was asked wrongly (a :class:`~chillfl.data.download.DownloadRequestError`)."""
     with _signals_held():  # torch (chillfl.data)
         from chillfl.data.download import DownloadError, DownloadRequestError, download_dataset, read_checksums
+    from chillfl.progress import mode_for
 
     if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
         raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
@@ -566,7 +569,7 @@ def cmd_data_download(args: argparse.Namespace) -> int:
     try:
         checksums = read_checksums(args.checksums) if args.checksums else None
         for name in args.names:
-            folder = download_dataset(name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=not args.quiet and sys.stderr.isatty(), force=args.force)
+            folder = download_dataset(name, args.data_dir, mirror=args.mirror, checksums=checksums, progress=mode_for(args.quiet), force=args.force)
             print(f"{name}: {folder}")
     except DownloadError as exc:
         say(f"chillfl: error: download {name}: {exc}")
@@ -751,6 +754,35 @@ def _compare_flags_hint(command: str, stray: Sequence[str]) -> str:
     return f"; {which} chillfl compare's, not chillfl run's (chillfl compare CONFIG {flags[0]} ...; chillfl run runs a config's [compare] and [tune] tables as a comparison)"
 
 
+RUN_WRITES = (
+    "Run one experiment (a TOML config or a bundled experiment's name; none: the demo) and write its result folder "
+    "OUT_DIR/NAME/ (results/NAME/ by default; NAME-2, NAME-3, ... when the name is taken): config.toml (the resolved config), "
+    "metrics.jsonl (one record a round), summary.json (final and best values), accuracy_loss.png, model.safetensors (the final "
+    "global model, where the method has one), partition.json (each client's training indices), and the figures a method or "
+    "table adds (temperatures.png, accuracy_vs_bytes.png, clp.png, privacy.png, attack.png). While it runs the folder is "
+    "NAME.partial/ with checkpoint.safetensors, renamed NAME/ when the run completes; `chillfl resume` continues an "
+    "interrupted one. A config with [compare] or [tune] tables runs as `chillfl compare` does. docs/usage.md lists every file."
+)
+COMPARE_WRITES = (
+    "Run every variant (at each seed and tuning point) on the same partition and write OUT_DIR/NAME-compare/ (results/ by "
+    "default; -2, -3, ... when taken): table.md and table.json (the table it prints), curves.png, accuracy_vs_bytes.png, over "
+    "seeds differences.png (and local_curves.png with [compare] local), with [privacy] privacy_utility.png, config.toml, "
+    "sweep.json (what resume reads) and one run folder per run (the files `chillfl run` writes). While it runs the folder is "
+    "NAME-compare.partial/, which `chillfl resume` continues and --shard jobs share; it is renamed when the last run ends."
+)
+RESUME_WRITES = (
+    "Continue an interrupted run from its last checkpoint in its folder NAME.partial/ (metrics.jsonl goes on from that round; "
+    "the files are those `chillfl run` writes) and rename the folder NAME/ when the run completes (NAME-2, ... when NAME is "
+    "taken). A comparison's NAME-compare.partial/: its finished runs are read back, the stopped one resumed, the others run, "
+    "and the folder becomes NAME-compare/ with its table and figures."
+)
+REPRODUCE_WRITES = (
+    "Run a paper's claims as comparisons (one NAME-compare/ folder each, as `chillfl compare` writes, under OUT/PAPER/: "
+    "results/PAPER/ by default), print the table of paper vs measured with a verdict per claim, and write it beside them as "
+    "reproduce-PAPER.md with its figure reproduce-PAPER.png (with the plots extra) and each claim's evidence folder."
+)
+
+
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
     parser: argparse.ArgumentParser = _Parser(prog="chillfl", description="Federated learning on non-IID data: logit chilling, FedChill, PA3Fed, SCARLET.")
@@ -782,11 +814,12 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         p.add_argument("--shard", metavar="K/N", help="run the K-th of N shares of a comparison's runs into its shared folder OUT/NAME-compare.partial "
                                                       "(one per job of a cluster's array job); the last shard to end writes the table")
 
-    p = sub.add_parser("run", help="run one experiment")
+    p = sub.add_parser("run", help="run one experiment", description=RUN_WRITES)
     common(p, False)
     p.set_defaults(func=cmd_run)
 
-    p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint, or an interrupted comparison")
+    p = sub.add_parser("resume", help="continue an interrupted run (a results/NAME.partial folder) from its checkpoint, or an interrupted comparison",
+                       description=RESUME_WRITES)
     p.add_argument("run_dir", help="the interrupted run's folder, or a comparison's (results/NAME-compare.partial): its finished runs are kept")
     p.add_argument("--force", action="store_true", help="resume although config.toml or metrics.jsonl changed since the checkpoint was written, "
                                                         "or the run diverged; a checkpoint whose bytes do not match its checksum (torn or corrupt) "
@@ -798,7 +831,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("run_dir", help="a run's folder, or a comparison's (results/NAME-compare.partial, or its shards' shared folder)")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate")
+    p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate", description=COMPARE_WRITES)
     common(p, True)
     p.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2", help="a swept option (repeatable: cartesian product); 'temperature' is shorthand for the fixed policy's value")
     p.add_argument("--reference", help="variant label whose best accuracy (at each seed) is the target of 'rounds to target' ([compare] reference; default: "
@@ -812,7 +845,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("--controls", action="store_true", help="add step-size controls for every T != 1 variant: T = 1 at lr x 1/T, magnitude-only, direction-only ([compare] controls)")
     p.set_defaults(func=cmd_compare)
 
-    p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict")
+    p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict", description=REPRODUCE_WRITES)
     p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"), help="the paper whose claims run (docs/comparisons.md, `chillfl reproduce`)")
     p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
     p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: a folder PAPER in each config's out_dir: results/PAPER)")
@@ -839,7 +872,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     dd.add_argument("--mirror", help="base URL replacing the official ones: MIRROR/<name>/<file> (default: $CHILLFL_DATA_MIRROR)")
     dd.add_argument("--checksums", help="manifest of '<md5|sha256>  <name>/<file>' lines that replace the built-in checksums")
     dd.add_argument("--force", action="store_true", help="replace an existing folder that the downloader did not complete")
-    dd.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    dd.add_argument("-q", "--quiet", action="store_true", help="no progress: no bar on a terminal, no 'fetching FILE (SIZE) from URL' lines otherwise")
     dd.set_defaults(func=cmd_data_download)
 
     p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders")

@@ -51,6 +51,7 @@ from typing import Any
 
 from chillfl.data.sources import HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
+from chillfl.progress import Progress, as_mode
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ def _open(url: str, offset: int, timeout: float) -> http.client.HTTPResponse:
     return response
 
 
-def _fetch_once(url: str, part: Path, progress: bool, timeout: float) -> None:
+def _fetch_once(url: str, part: Path, progress: Progress, timeout: float) -> None:
     """Fetch ``url`` into ``part``, continuing from its current size when the server honours Range."""
     offset = part.stat().st_size if part.exists() else 0
     try:
@@ -165,7 +166,10 @@ def _fetch_once(url: str, part: Path, progress: bool, timeout: float) -> None:
             raise http.client.IncompleteRead(b"")
         length = response.headers.get("Content-Length")
         total = offset + int(length) if length is not None and length.isdigit() else None
-        bar = _bar(part.name.removesuffix(".part"), total, offset, progress)
+        name = part.name.removesuffix(".part")
+        if as_mode(progress) == "lines":  # the size the server gives (a mirror's repacked file may differ from the official one)
+            log.info("fetching %s (%s) from %s%s", name, _size(total), url, f", resuming at {_size(offset)}" if offset else "")
+        bar = _bar(name, total, offset, as_mode(progress) == "bar")
         try:
             out = open(part, "ab" if offset else "wb")
         except OSError as exc:
@@ -198,7 +202,7 @@ def _bar(desc: str, total: int | None, initial: int, enabled: bool) -> Any:
 TRANSIENT = (http.client.IncompleteRead, ConnectionResetError, ConnectionAbortedError, socket.timeout, TimeoutError, http.client.RemoteDisconnected)
 
 
-def _fetch_url(url: str, part: Path, progress: bool, retries: int, timeout: float, errors: list[str]) -> bool:
+def _fetch_url(url: str, part: Path, progress: Progress, retries: int, timeout: float, errors: list[str]) -> bool:
     """Try ``url`` (resuming after dropped connections); False, with a reason in ``errors``, to try the next URL."""
     for attempt in range(retries + 1):
         try:
@@ -224,8 +228,10 @@ def _fetch_url(url: str, part: Path, progress: bool, retries: int, timeout: floa
     return False
 
 
-def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: int = RETRIES, timeout: float = TIMEOUT_S) -> Path:
-    """Download ``file`` into ``folder`` (resuming a ``.part``), check it, return its path."""
+def fetch(file: RemoteFile, folder: Path, *, progress: Progress = False, retries: int = RETRIES, timeout: float = TIMEOUT_S) -> Path:
+    """Download ``file`` into ``folder`` (resuming a ``.part``), check it, return its path. ``progress``: True or "bar", a byte
+    bar; "lines" (stderr no terminal), a line as each file starts and as it is checked (a bar would pile up in a log)."""
+    lines = as_mode(progress) == "lines"
     target = folder / file.name
     if target.is_file() and _verified(target, file):
         return target
@@ -247,8 +253,22 @@ def fetch(file: RemoteFile, folder: Path, *, progress: bool = False, retries: in
             part.unlink()
             raise DownloadError(f"checksum mismatch for {file.name} from {url}: the file was removed; rerun to fetch it again")
         part.replace(target)
+        if lines:
+            log.info("%s: %s", file.name, "checksum verified" if file.sha256 is not None or file.md5 is not None else "fetched (no checksum to verify)")
         return target
     raise DownloadError("; ".join(errors))
+
+
+def _size(n: int | None) -> str:
+    """``170498071`` -> ``162.6 MiB``; None: the size is not known before the server says it."""
+    if n is None:
+        return "size unknown"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
 
 
 def file_digest(path: Path, algorithm: str) -> str:
@@ -393,7 +413,7 @@ def download_dataset(
     *,
     mirror: str | None = None,
     checksums: Mapping[str, str] | None = None,
-    progress: bool = False,
+    progress: Progress = False,
     force: bool = False,
     retries: int = RETRIES,
     timeout: float = TIMEOUT_S,
@@ -432,6 +452,8 @@ def download_dataset(
         raise
     try:
         _install(source, fetched, root, target)
+        if as_mode(progress) == "lines":
+            log.info("%s unpacked into %s", name, target)
     except ArchiveError as exc:  # the same bytes would fail the same way: a rerun fetches them again instead
         _remove_fetched(fetched, downloads, root if root in made else None)
         raise ArchiveError(f"{exc}; the download was removed from {downloads}: check the source (mirror, --checksums) and rerun") from exc

@@ -51,6 +51,7 @@ while [ $# -gt 0 ]; do
     shift
 done
 [ -n "$BUDGET" ] || BUDGET=$([ "$SMOKE" = 1 ] && echo 3600 || echo 540)
+START=$(date +%s)  # before the probe below: a cold CUDA import torch counts in the budget
 PY=${PYTHON:-python3}
 command -v "$PY" >/dev/null || PY=python
 HAS_CUDA=$("$PY" -c "import torch; print(int(torch.cuda.is_available()))" 2>/dev/null || echo 0)
@@ -61,7 +62,6 @@ OUT=$(cd -- "$OUT" && pwd)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 2
 export PYTHONUNBUFFERED=1
-START=$(date +%s)
 SUMMARY=$OUT/summary.txt
 : > "$SUMMARY"
 

@@ -124,7 +124,8 @@ the other workers share the rest meanwhile, instead of one worker running them a
 def _collects_all_of_tests(config: pytest.Config) -> bool:
     """Whether this session collects every module of tests/: no file or node id of it alone, nothing ignored, no
     ``--lf`` (which skips whole files). Only then can a listed id that matches nothing be called stale."""
-    if config.getoption("lf", False) or config.getoption("ignore", None) or config.getoption("ignore_glob", None):
+    if (config.getoption("lf", False) or config.getoption("stepwise", False) or config.getoption("stepwise_skip", False)
+            or config.getoption("ignore", None) or config.getoption("ignore_glob", None)):  # each drops tests before this hook
         return False
     here = Path(__file__).resolve().parent
     for arg in config.args:

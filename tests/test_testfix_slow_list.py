@@ -44,6 +44,8 @@ class FakeItem:
     (["tests"], ROOT, {"lf": True}, False),  # --lf skips whole files
     (["tests"], ROOT, {"ignore": ["tests/test_extend.py"]}, False),
     (["tests"], ROOT, {"ignore_glob": ["*_ray.py"]}, False),
+    (["tests"], ROOT, {"stepwise": True}, False),  # --sw drops the tests before its last failure, mid-module
+    (["tests"], ROOT, {"stepwise_skip": True}, False),
 ])
 def test_only_a_run_of_the_whole_of_tests_checks_the_list(args: list[str], cwd: Path, options: dict[str, Any], whole: bool) -> None:
     assert conftest._collects_all_of_tests(fake_config(args, cwd, **options)) is whole

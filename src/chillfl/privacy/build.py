@@ -269,8 +269,9 @@ class EqualWeights(AroundAggregator):
     ``PrivateAggregation``'s client noise weighs them); other weights, which the rule cannot honour, are refused."""
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None) -> Params:
-        if weights is not None and len(results) and not torch.allclose(torch.as_tensor(weights, dtype=torch.float64), torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)):
-            raise ConfigError(FIELD, f"the mechanism's aggregator hook weighs the clients unequally ({short_repr(weights.tolist())}), which the run's rule, "
+        w = None if weights is None else torch.as_tensor(weights, dtype=torch.float64).reshape(-1)
+        if w is not None and len(results) and (w.shape != (len(results),) or not torch.allclose(w, torch.full((len(results),), 1.0 / len(results), dtype=torch.float64))):
+            raise ConfigError(FIELD, f"the mechanism's aggregator hook weighs the clients unequally ({short_repr(w.tolist())}), which the run's rule, "
                                      "declaring no takes_weights, cannot honour; pass equal weights or none")
         return self.base.aggregate(global_params, results, round)
 

@@ -24,7 +24,8 @@ class ConstantTemperature:
     def __init__(self, value: float = 1.0) -> None:
         self.value = float(value)
         self.options = FixedOptions(self.value)  # recorded for an instance passed from Python (``none`` is T = 1)
-        self.capabilities = Capabilities(trains_at=self.value)  # what an instance passed from Python declares: one T
+        if type(self) is ConstantTemperature:  # what an instance passed from Python declares: one T (a subclass declares its own)
+            self.capabilities = Capabilities(trains_at=self.value)
 
     def temperature(self, client_id: int, round: int) -> float:
         return self.value

@@ -53,7 +53,7 @@ def test_an_mlflow_run_holds_the_config_every_round_and_the_folder(tmp_path: Pat
     (run,) = client.search_runs([experiment.experiment_id])
     assert (tmp_path / "mlruns" / experiment.experiment_id / run.info.run_id / "meta.yaml").is_file()  # MLflow's run folder
     assert run.info.run_name == "sinks" and run.info.status == "FINISHED"
-    assert run.data.tags["chillfl.folder"] == str((tmp_path / "results" / "sinks.partial").resolve())  # where it ran
+    assert run.data.tags["chillfl.folder"] == str(out.folder.resolve())  # where it is once finished (not sinks.partial, gone by then)
 
     # Params: the resolved config as the result folder saved it, flattened.
     saved = load_config(out.folder / "config.toml").to_dict()

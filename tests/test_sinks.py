@@ -46,9 +46,9 @@ def offline_wandb(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_scalars_flattens_one_level_and_drops_lists_and_none() -> None:
-    record = {"round": 4, "global_acc": 0.5, "clients": [0, 1], "agg_clp": True, "local_acc": None, "client_train_loss": {"0": 1.5, "1": 2}, "nan": float("nan")}
-    # round is the step, not a scalar; True -> 1.0; the list, None and the non-finite value are left out.
-    assert scalars(record) == {"global_acc": 0.5, "agg_clp": 1.0, "client_train_loss/0": 1.5, "client_train_loss/1": 2.0}
+    record = {"round": 4, "global_acc": 0.5, "clients": [0, 1], "agg_clp": True, "local_acc": None, "client_train_loss": {"0": 1.5, "1": 2}, "inf": float("inf")}
+    # round is the step, not a scalar; True -> 1.0; the list and None are left out (a non-finite value is kept: test_sinkfix_sinks.py).
+    assert scalars(record) == {"global_acc": 0.5, "agg_clp": 1.0, "client_train_loss/0": 1.5, "client_train_loss/1": 2.0, "inf": float("inf")}
 
 
 def test_csv_sink_writes_integers_as_integers(tmp_path: Path) -> None:

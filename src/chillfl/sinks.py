@@ -18,7 +18,7 @@ W&B's mode (``[log] wandb_mode``): ``auto`` leaves it to W&B (online with an API
 ``WANDB_MODE`` or ``wandb offline`` say otherwise) and logs offline, saying so in one line, when
 W&B has no API key, so that a run never stops at a login prompt; ``online`` and ``offline`` force it.
 MLflow goes where ``[log] mlflow_tracking_uri`` says, else where MLflow itself would
-(``$MLFLOW_TRACKING_URI``, else its local default); its params are the resolved config flattened
+(``$MLFLOW_TRACKING_URI``, else its local default: ``sqlite:///mlflow.db`` and artefacts in ``./mlruns/`` of the current folder); its params are the resolved config flattened
 (``client.lr``), its metrics every scalar at step = round, its artefacts the run folder's files
 of up to ``ARTIFACT_MAX_BYTES`` (config, metrics, summary, a small model; no checkpoint, no sub-folder).
 
@@ -26,9 +26,10 @@ of up to ``ARTIFACT_MAX_BYTES`` (config, metrics, summary, a small model; no che
 ``~/.cache/wandb/logs`` or ``$WANDB_CACHE_DIR``; the run's data stays in the run folder.)
 
 What is logged (:func:`scalars`): every number of a round's record (booleans
-as 0/1), and one level of tables of numbers flattened as ``key/sub`` (e.g.
-``client_train_loss/3``); lists and ``None`` are left out. ``metrics.jsonl``
-stays the complete, bitwise-reproducible record; sinks are views of it.
+as 0/1; NaN and the infinities as they are, ``nan`` / ``inf`` in the CSV), and one
+level of tables of numbers flattened as ``key/sub`` (e.g. ``client_train_loss/3``);
+lists and ``None`` are left out. ``metrics.jsonl`` stays the complete,
+bitwise-reproducible record; sinks are views of it.
 
 Choices
 -------
@@ -36,10 +37,16 @@ Choices
   first evaluation round), so every row has every column; a float is Python's
   shortest round-trip ``repr`` of it, an integer (a byte count, a flag as 0 / 1) an integer, as in ``metrics.jsonl``.
 * A resumed run: the CSV sink starts from the records up to the checkpoint;
-  TensorBoard purges the steps after it (``purge_step``); W&B starts a new
-  run in the same folder; MLflow a new run, tagged ``chillfl.resumed_at`` with the round.
-* MLflow's run is ended (FINISHED; KILLED or FAILED when an exception is on its way out) when the
-  sinks close, before the folder is renamed; its artefacts are logged at ``on_end``, from the final folder.
+  TensorBoard purges the steps after it (``purge_step``); W&B and MLflow start a new
+  run (MLflow's tagged ``chillfl.resumed_at`` with the round) and log the records up to
+  the checkpoint into it first, so that the resumed run holds every round: after a
+  hard kill (SIGKILL) the earlier W&B run may hold none (W&B's service had them
+  buffered). MLflow's earlier runs of the folder still RUNNING are set KILLED.
+* W&B's and MLflow's run is ended when the sinks close, before the folder is renamed: W&B's with exit code 1,
+  MLflow's KILLED or FAILED, when an exception is on its way out (diverged, interrupted); MLflow's artefacts are
+  logged at ``on_end``, from the final folder. MLflow's ``chillfl.folder`` tag names the final folder (no
+  ``.partial``; a diverged run's ``NAME.failed``); a comparison's run is in the W&B group, and has the MLflow tag ``chillfl.comparison``, of the
+  comparison's folder name (``NAME-compare``).
 * Sinks are closed before the run folder is renamed from ``NAME.partial``, so
   nothing is written into a folder that no longer exists.
 """
@@ -58,8 +65,10 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
+from chillfl.errors import Diverged
 from chillfl.extras import need
-from chillfl.numeric import is_finite_real
+from chillfl.numeric import is_real
+from chillfl.paths import PARTIAL
 
 SinkName = Literal["csv", "tensorboard", "wandb", "mlflow"]
 SINKS: tuple[SinkName, ...] = ("csv", "tensorboard", "wandb", "mlflow")
@@ -124,10 +133,11 @@ def _number(value: int | float) -> int | float:
 
 
 def _is_number(value: Any) -> bool:
-    """A finite number or a bool: unlike a config's numbers (:mod:`chillfl.numeric`), a record's flags (PA3Fed's
-    ``agg_clp``: the round is inside a critical learning period) are logged, as 0.0 / 1.0, so that a sink plots when
-    they were on (``tests/test_sinks.py``: True -> 1.0)."""
-    return isinstance(value, bool) or is_finite_real(value)
+    """A number, NaN and the infinities included, or a bool. Non-finite values are logged as they are (every backend
+    takes them): a global loss that overflowed to ``inf`` left out looked like a round where it was not measured.
+    Unlike a config's numbers (:mod:`chillfl.numeric`), a record's flags (PA3Fed's ``agg_clp``: the round is inside a
+    critical learning period) are logged, as 0.0 / 1.0, so that a sink plots when they were on (True -> 1.0)."""
+    return isinstance(value, bool) or is_real(value)
 
 
 class CsvSink:
@@ -214,21 +224,64 @@ def wandb_mode(setting: WandbMode, env: Mapping[str, str], logged_in: bool) -> s
     return None if logged_in else "offline"
 
 
-class WandbSink:
-    """A Weights & Biases run, its files under ``folder/wandb`` (needs the ``wandb`` extra); ``mode``: see :func:`wandb_mode`."""
+def final_folder(folder: Path) -> Path:
+    """Where a run writing into ``folder`` ends up: the run folder without ``.partial``, and a comparison's run (its
+    folder inside ``NAME-compare.partial``) inside the comparison's folder without it too. What a sink names for later
+    (MLflow's ``chillfl.folder`` tag, W&B's ``wandb sync`` line): the ``.partial`` folders are gone by then."""
+    folder = Path(folder).resolve()
+    run = folder.name.removesuffix(PARTIAL)
+    parent = comparison_folder(folder)
+    return (parent.with_name(parent.name.removesuffix(PARTIAL)) if parent is not None else folder.parent) / run
 
-    def __init__(self, folder: str | Path, name: str, config: Mapping[str, Any], project: str = "chillfl", mode: WandbMode = "auto") -> None:
+
+def comparison_folder(folder: Path) -> Path | None:
+    """The comparison's folder holding the run folder ``folder`` (it has ``sweep.json``), or None for a run of its own."""
+    from chillfl.storage.run_folder import is_sweep  # the folder's naming; imports torch, which this module does not need
+
+    parent = Path(folder).resolve().parent
+    return parent if is_sweep(parent) else None
+
+
+def comparison_name(folder: Path) -> str | None:
+    """The name of the comparison that ``folder`` is a run of: its folder's name, ``NAME-compare`` (``-2``, ... when
+    that was taken), so that two comparisons logging to one W&B project or MLflow experiment can be told apart."""
+    parent = comparison_folder(folder)
+    return None if parent is None else parent.name.removesuffix(PARTIAL)
+
+
+def ended_by_exception() -> bool:
+    """Whether a sink is closed while an exception propagates (diverged, interrupted, failed): the run did not finish."""
+    return sys.exc_info()[1] is not None
+
+
+class WandbSink:
+    """A Weights & Biases run, its files under ``folder/wandb`` (needs the ``wandb`` extra); ``mode``: see :func:`wandb_mode`.
+
+    ``records``: a resumed run's rounds up to its checkpoint, read back from ``metrics.jsonl``, logged first at their
+    steps: the run before the resume may hold none of them (a hard kill loses what W&B's service had buffered), so the
+    resumed W&B run holds every round by itself. A comparison's run is in the W&B group of the comparison's name."""
+
+    def __init__(
+        self, folder: str | Path, name: str, config: Mapping[str, Any], project: str = "chillfl", mode: WandbMode = "auto",
+        records: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         wandb = need("wandb", "wandb", "W&B logs")
         chosen = wandb_mode(mode, os.environ, mode == "auto" and wandb_logged_in(os.environ))
         if chosen == "offline" and mode == "auto":
             log.info("W&B has no API key (`wandb login`): %s", offline_line(Path(folder)))
         mode_setting = {} if chosen is None else {"mode": chosen}  # no mode: W&B's own (its env, settings file, login)
         settings = wandb.Settings(**mode_setting, console="off", silent=True, save_code=False, x_disable_stats=True, x_disable_meta=True)
-        self.run: Any = wandb.init(dir=str(folder), project=project, name=name, config=dict(config), settings=settings, reinit="create_new")
+        self.run: Any = wandb.init(dir=str(folder), project=project, name=name, config=dict(config), settings=settings, reinit="create_new",
+                                   group=comparison_name(Path(folder)))
         self._closed = False
-        url = getattr(self.run, "url", None)
-        if url:  # online: where to watch it
-            log.info("W&B run: %s", url)
+        try:
+            for record in records:
+                self.on_round(record)
+        except BaseException:
+            self.close()
+            raise
+        if not self.run.offline and not getattr(self.run, "disabled", False):  # online: where to watch it (offline, `url` warns)
+            log.info("W&B run: %s", self.run.url)
 
     def on_round(self, record: Mapping[str, Any]) -> None:
         self.run.log(scalars(record), step=int(record["round"]))
@@ -237,9 +290,10 @@ class WandbSink:
         pass
 
     def close(self) -> None:
+        """Finish the W&B run: exit code 1 when an exception propagates (diverged, interrupted), so W&B shows it failed."""
         if not self._closed:
             self._closed = True
-            self.run.finish()
+            self.run.finish(exit_code=1 if ended_by_exception() else None)  # None: W&B's own, 0
 
 
 def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -258,9 +312,17 @@ def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
 
 class MlflowSink:
     """An MLflow run (needs the ``mlflow`` extra): the config as params, every round's scalars at step = round,
-    and at the end the run folder's small files as artefacts. ``tracking_uri``: ``""`` is MLflow's own choice."""
+    and at the end the run folder's small files as artefacts. ``tracking_uri``: ``""`` is MLflow's own choice.
 
-    def __init__(self, folder: str | Path, name: str, config: Mapping[str, Any], experiment: str = "chillfl", tracking_uri: str = "", start: int = 0) -> None:
+    Tagged ``chillfl.folder`` (the run's final folder, :func:`final_folder`) and, for a comparison's run,
+    ``chillfl.comparison`` (:func:`comparison_name`). ``records``: a resumed run's rounds up to its checkpoint,
+    logged first, as for W&B, so the resumed MLflow run (tagged ``chillfl.resumed_at``) holds every round; the runs
+    of this folder still RUNNING (the process was killed before it could end them) are set KILLED."""
+
+    def __init__(
+        self, folder: str | Path, name: str, config: Mapping[str, Any], experiment: str = "chillfl", tracking_uri: str = "", start: int = 0,
+        records: Sequence[Mapping[str, Any]] = (),
+    ) -> None:
         need("mlflow", "mlflow", "MLflow logs")
         from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
@@ -268,23 +330,43 @@ class MlflowSink:
         self.client: Any = MlflowClient(tracking_uri=tracking_uri or None)
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-        tags = {"chillfl.folder": str(Path(folder).resolve())} | ({"chillfl.resumed_at": str(start)} if start else {})
+        final, comparison = final_folder(Path(folder)), comparison_name(Path(folder))
+        if start:
+            self._kill_stale(experiment_id, {str(final), str(Path(folder).resolve())})  # the .partial one: an older chillfl's tag
+        tags = {"chillfl.folder": str(final)} | ({"chillfl.comparison": comparison} if comparison else {}) | ({"chillfl.resumed_at": str(start)} if start else {})
         self.run_id: str = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
         self._closed = False
         try:
             params = [Param(k, v) for k, v in flat_params(config).items()]
             for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
                 self.client.log_batch(self.run_id, params=params[i : i + 100])
+            self._log(records)
         except BaseException:
             self.close()
             raise
         log.info("MLflow run %s (experiment %r) in %s", self.run_id, experiment, self.client.tracking_uri)
 
+    def _kill_stale(self, experiment_id: str, folders: set[str]) -> None:
+        """End as KILLED the runs of ``folders`` still RUNNING: a resumed run's folder is locked while it runs, so such a
+        run's process is gone (a hard kill, a lost machine) and MLflow would show it running for ever."""
+        token = None
+        while True:
+            page = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000, page_token=token)
+            for run in page:
+                if run.data.tags.get("chillfl.folder") in folders:
+                    self.client.set_terminated(run.info.run_id, status="KILLED")
+            token = page.token
+            if not token:
+                return
+
     def on_round(self, record: Mapping[str, Any]) -> None:
+        self._log([record])
+
+    def _log(self, records: Sequence[Mapping[str, Any]]) -> None:
         from mlflow.entities import Metric
 
-        step, stamp = int(record["round"]), int(time.time() * 1000)
-        metrics = [Metric(k, v, stamp, step) for k, v in scalars(record).items()]
+        stamp = int(time.time() * 1000)
+        metrics = [Metric(k, v, stamp, int(r["round"])) for r in records for k, v in scalars(r).items()]
         for i in range(0, len(metrics), 1000):  # MLflow takes at most 1000 metrics a batch
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
 
@@ -302,16 +384,18 @@ class MlflowSink:
         self._closed = True
         exc = sys.exc_info()[1]  # closed while an exception propagates: the run did not finish
         interrupted = isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "RunInterrupted"
+        failed = getattr(exc, "folder", None) if isinstance(exc, Diverged) else None  # renamed NAME.failed before the sinks close
+        if isinstance(failed, Path):
+            self.client.set_tag(self.run_id, "chillfl.folder", str(final_folder(failed)))
         self.client.set_terminated(self.run_id, status="FINISHED" if exc is None else "KILLED" if interrupted else "FAILED")
 
 
 def offline_line(folder: Path) -> str:
-    """Where an offline W&B run's files end up and how to upload them: a ``.partial`` run folder loses its suffix once
-    the run completes, so the folder named while it runs is gone by the time ``wandb sync`` is typed."""
-    from chillfl.storage.results import PARTIAL  # the run folder's naming; imports torch, which this module does not need
-
-    final = folder.with_name(folder.name.removesuffix(PARTIAL)) / "wandb"
-    under = f" (under {folder} until the run completes)" if folder.name.endswith(PARTIAL) else ""
+    """Where an offline W&B run's files end up and how to upload them: a ``.partial`` run folder (and a comparison's)
+    loses its suffix once it completes, so the folder named while it runs is gone by the time ``wandb sync`` is typed."""
+    final = final_folder(folder) / "wandb"
+    what = "the comparison completes" if comparison_folder(folder) is not None else "the run completes"
+    under = f" (under {folder} until {what})" if Path(folder).resolve() / "wandb" != final else ""
     return f"logging offline into {final}{under}; `wandb sync {final}/offline-run-*` uploads it"
 
 
@@ -319,7 +403,8 @@ def build_sinks(
     names: Sequence[str], folder: Path, name: str, config: Mapping[str, Any], records: Sequence[Mapping[str, Any]] = (), project: str = "chillfl",
     *, wandb_mode: WandbMode = "auto", mlflow_tracking_uri: str = "", mlflow_experiment: str = "chillfl",
 ) -> list[Sink]:
-    """The sinks ``names`` of a run writing into ``folder``; ``records``: the rounds already done (resume)."""
+    """The sinks ``names`` of a run writing into ``folder``; ``records``: the rounds already done (resume), which the
+    CSV, W&B and MLflow sinks log first (TensorBoard keeps its earlier event file's)."""
     start = int(records[-1]["round"]) if records else 0
     sinks: list[Sink] = []
     try:
@@ -329,9 +414,9 @@ def build_sinks(
             elif sink == "tensorboard":
                 sinks.append(TensorBoardSink(folder / TENSORBOARD_DIR, start))
             elif sink == "wandb":
-                sinks.append(WandbSink(folder, name, config, project, wandb_mode))
+                sinks.append(WandbSink(folder, name, config, project, wandb_mode, records))
             elif sink == "mlflow":
-                sinks.append(MlflowSink(folder, name, config, mlflow_experiment, mlflow_tracking_uri, start))
+                sinks.append(MlflowSink(folder, name, config, mlflow_experiment, mlflow_tracking_uri, start, records))
             else:  # validated in the config already
                 raise ValueError(f"unknown sink {sink!r}")
     except BaseException:

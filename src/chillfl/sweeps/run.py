@@ -165,13 +165,14 @@ class Sweep:
 
 def check_runs(
     plan: Plan, dataset: ArrayDataset | None, model: nn.Module | None, plugged: Plugged | None, dry_run: bool, resume: Path | None = None,
-    started_in: Path | None = None,
+    started_in: Path | None = None, write: bool = True,
 ) -> dict[str, FederatedData] | None:
     """Every run's data and parts, built before anything is written (``dry_run``: its protocol too); the
     federated data by :func:`~chillfl.sweeps.plan.data_key`, shared by the runs with the same partition.
     ``resume``: the interrupted comparison's folder, whose ended runs are only read back (the last shard's table
     reads them all), so their parts are not built again. ``started_in``: the resumed comparison's start folder, where
-    relative paths are read from (:meth:`~chillfl.config.RunConfig.paths_from`; None: the current folder).
+    relative paths are read from (:meth:`~chillfl.config.RunConfig.paths_from`; None: the current folder). ``write``: the
+    runs write their folders, so their sinks' packages must be installed (checked first: not at the run's start, mid-comparison).
 
     None: a dry run without the dataset's files, where only each run's names and options could be checked.
     A dry run then says the notes its runs would (:func:`~chillfl.experiment.run_notes`), once every run is checked."""
@@ -180,6 +181,8 @@ def check_runs(
     for c in plan.cells:
         if resume is not None and has_ended(resume, c.config.name):
             continue
+        if write:
+            runner.check_sinks(c.config)  # one MissingExtra line before anything is written or built
         with naming(c.variant, plan.from_grid):
             if dataset is not None and not is_custom(c.config.dataset.get("name")):  # a variant's registered dataset would be recorded, the user's data trained on
                 raise ConfigError("dataset.name", f"a run on the user's own data must record dataset.name = {CUSTOM!r}, got {c.config.dataset.get('name')!r}")
@@ -529,7 +532,7 @@ def run_plan(
     """
     with unstarted(resume):
         started_in = sweep_started_in(resume) if resume is not None else None
-        datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in)
+        datasets = check_runs(plan, dataset, model, plugged, dry_run, resume, started_in, write)
         say_notes(dropped_choice_notes(config, plan))
         if datasets is None or dry_run:
             return CompareResult(None, [], "", complete=datasets is not None, planned=describe_plan(plan), runs=len(plan.cells),

@@ -145,7 +145,7 @@ def test_entry_modules_import_torch_with_the_gc_paused_and_restore_it() -> None:
         "gc.enable = lambda: (log.append(('on', 'torch' in sys.modules)), enable())[1]\n"
         "import chillfl.runner\n"
         "assert log[:2] == [('off', False), ('on', True)], log\n"
-        "assert gc.isenabled() and gc.get_freeze_count() > 10000\n"
+        "assert gc.isenabled() and gc.get_freeze_count() == 0\n"  # a library import freezes nothing (the caller's cycles)
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -72,16 +72,17 @@ if TYPE_CHECKING:
 def _freeze_import_objects() -> None:
     """Move every object alive now (imported modules, classes, functions: torch's ~170k) out of the cyclic GC's reach.
 
+    Only where chillfl owns the process (the ``chillfl`` command, :func:`chillfl.cli.entry`; a worker
+    process): never on ``import chillfl`` or a lazy API name, where it would also freeze the caller's own
+    objects, and a reference cycle among them (a matplotlib figure, a tensor in a cycle) would never be freed.
+
     They live as long as the process, yet each full collection walks them all
     again: one such pass landed in chillfl's own imports and cost 4-8 % of a
     run's start-up (fresh process to the end of round 1) on the benchmark's
     workload 2. Frozen objects are still freed by reference counting; only
-    garbage cycles among them (there are none at import time) would stay.
+    garbage cycles among them would stay.
     """
     gc.freeze()
-
-
-_freeze_import_objects()  # torch imported before chillfl (scripts, the benchmark)
 
 
 def _submodule(where: str) -> ModuleType:
@@ -118,7 +119,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'chillfl' has no attribute {name!r}")
     module = _submodule(where)
     value = module if name == "extend" else getattr(module, name)
-    _freeze_import_objects()  # torch and chillfl's modules, imported just now through the API
     globals()[name] = value
     return value
 

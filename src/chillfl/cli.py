@@ -930,6 +930,21 @@ def _command(argv: Sequence[str] | None) -> str | None:
     return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
 
 
+_TRAINING_COMMANDS = frozenset({"run", "resume", "compare", "reproduce"})
+"""The commands that import torch and train: the ones whose start-up the GC freeze shortens."""
+
+
+def _own_process(command: str | None) -> None:
+    """The ``chillfl`` command owns its process: import the run's modules (torch with the GC paused), then freeze them
+    (:func:`chillfl._freeze_import_objects`), so no full collection walks them again. Not in :func:`main`, which a
+    notebook may call: a freeze there would keep the caller's reference cycles alive for good."""
+    if command in _TRAINING_COMMANDS:
+        import chillfl.runner  # noqa: F401
+        from chillfl import _freeze_import_objects
+
+        _freeze_import_objects()
+
+
 def entry() -> NoReturn:
     """The ``chillfl`` command (the console script and ``python -m chillfl``): :func:`main`, then its exit status.
 
@@ -937,6 +952,7 @@ def entry() -> NoReturn:
     TERM, ``timeout -s INT`` just as it ends) must not turn the exit into a kill by signal, or a KeyboardInterrupt of
     Python's own handler, while the interpreter tears down. Before, only ``python -m chillfl`` ignored them; the console
     script, which called :func:`main` directly, exited 130 with nothing said after writing all its output."""
+    _own_process(_command(None))
     code = main()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)

@@ -69,6 +69,7 @@ import copy
 import dataclasses
 import errno
 import itertools
+import gc
 import contextlib
 import logging
 import multiprocessing.queues as mp_queues
@@ -491,6 +492,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
     _quiet_once_orphaned(parent)
     threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
     torch.set_num_threads(threads)
+    gc.freeze()  # chillfl owns this process: torch's import-time objects out of every later full collection
     key: int | None = None
     while True:
         task: _Task | _UpdateTask | str | None = _next_task(tasks, parent)

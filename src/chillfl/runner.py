@@ -150,8 +150,8 @@ def intra_op_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _set_deterministic(mode: bool) -> None:
-    """``torch.use_deterministic_algorithms(mode)`` without its import of ``torch._inductor``.
+def _set_deterministic(mode: bool, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=warn_only)`` without its import of ``torch._inductor``.
 
     That import pulls in ``torch._dynamo`` and sympy: 2.7 s of a CUDA run's start-up on an
     H200 (traced there), for a flag that only compiled code reads; chillfl compiles
@@ -160,18 +160,21 @@ def _set_deterministic(mode: bool) -> None:
     inductor: Any = sys.modules.get("torch._inductor.config")
     if inductor is not None:
         inductor.deterministic = mode
-    torch._C._set_deterministic_algorithms(mode)
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
 
 
 @contextmanager
 def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
     """On CUDA: ``deterministic = true`` -> PyTorch's deterministic algorithms; ``precision = "tf32"`` -> TF32 matmuls
-    and convolutions. Both for the run only, restored after."""
+    and convolutions. Both for the run only, restored after: the caller's own settings (a notebook's ``warn_only=True``,
+    its ``CUBLAS_WORKSPACE_CONFIG`` or none) are as they were when the run returns."""
     if device.type != "cuda":
         yield
         return
     was, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
     if config.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
         _set_deterministic(True)
@@ -181,7 +184,11 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
     try:
         yield
     finally:
-        _set_deterministic(was)
+        _set_deterministic(was, warn_only)
+        if workspace is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
         torch.backends.cudnn.benchmark = bench
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
 

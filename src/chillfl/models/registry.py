@@ -19,6 +19,8 @@ import inspect
 import itertools
 import math
 import contextlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from collections.abc import Mapping
 from typing import Any
 
@@ -140,11 +142,24 @@ def build_model(
     parsed: Any = model_options(name, table, section)
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
-    if seed is None:
-        return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
+    with _float32_default():
+        if seed is None:
+            return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
+
+
+@contextmanager
+def _float32_default() -> Iterator[None]:
+    """Registered models are float32, as the datasets are, whatever the caller's default dtype
+    (``torch.set_default_dtype(torch.float64)`` in a notebook made float64 weights, and round 1 a dtype mismatch)."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(previous)
 
 
 def _build(spec: ModelSpec, name: str, shape: tuple[int, ...], num_classes: int, options: Any, section: str) -> nn.Module:

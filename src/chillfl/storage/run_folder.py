@@ -321,12 +321,16 @@ def _refuse_diverged(path: Path, force: bool) -> None:
     edit of its config.toml, e.g. a lower lr), and then it ends as ``NAME`` (it finished in place, still ``.failed``)."""
     if not (path / FAILURE).is_file():
         return
+    own = _from_python(Path(os.path.abspath(path)))  # `chillfl run` of its config.toml refuses a user's own part: say the Python call
     if not (path / CHECKPOINT).is_file() and not is_sweep(path.parent):  # --force would only say so: the fix is a new run
-        raise ConfigError(FIELD, f"{path} diverged ({FAILURE}) before its first checkpoint, so no round can be resumed; lower client.lr in its "
-                                 f"config.toml and start it again with `{_run_again(path)}` (into a new folder)")
+        again = (f"it ran on your own {own} from Python: start it again with chillfl.run(...) and a lower client.lr (into a new folder)" if own
+                 else f"lower client.lr in its config.toml and start it again with `{_run_again(path)}` (into a new folder)")
+        raise ConfigError(FIELD, f"{path} diverged ({FAILURE}) before its first checkpoint, so no round can be resumed; {again}")
     if not force:
+        resume = (f"chillfl.resume(..., force=True) with your own {own} as before" if own and not is_sweep(path.parent)
+                  else "`chillfl resume --force`")
         raise ConfigError(FIELD, f"{path} diverged ({FAILURE}): resumed as it is it diverges again; lower client.lr in its config.toml "
-                                 "and `chillfl resume --force`, or run it again")
+                                 f"and {resume}, or run it again")
 
 
 def _flatten(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -11,6 +11,7 @@ import pytest
 
 from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError
+from chillfl.once import said_once
 from chillfl.protocols.softlabels import build
 from chillfl.protocols.softlabels.method import SoftLabelSpec, spec_of
 
@@ -26,7 +27,7 @@ def with_notes(monkeypatch: pytest.MonkeyPatch, notes: Any) -> RunConfig:
 
 def test_a_methods_notes_are_said_once_as_warnings(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     config = with_notes(monkeypatch, lambda options, config: [f"T is {config.temperature.get('policy')}: mind the thresholds"])
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING), said_once():  # one call's scope (chillfl.compare, `chillfl compare`)
         build.check_distillation(config, None)
         build.check_distillation(config, None)  # a comparison builds each run: said once
     said = [r.getMessage() for r in caplog.records if "mind the thresholds" in r.getMessage()]

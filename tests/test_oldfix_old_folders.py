@@ -13,6 +13,7 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
+from chillfl.once import said_once
 from chillfl.runner import run_experiment
 from procs import InterruptAt
 
@@ -25,7 +26,7 @@ WARNED = "batched_conv = 'grouped' does nothing under executor 'sequential'"
 def test_the_former_default_under_a_sequential_executor_loads_with_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     path = tmp_path / "config.toml"
     path.write_text('name = "old"\nexecutor = "sequential"\nbatched_conv = "grouped"\n[dataset]\nname = "digits"\n', encoding="utf-8")
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING), said_once():  # one call's scope (chillfl.compare, `chillfl compare`)
         for _ in range(3):  # a comparison builds many configs from one: said once
             assert load_config(path).batched_conv == "grouped"
     said = [r.getMessage() for r in caplog.records if "batched_conv" in r.getMessage()]

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import inspect
 import logging
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar, Union
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 from chillfl import arguments
@@ -56,7 +57,8 @@ from chillfl.sweeps.shard import Shard
 from chillfl.reproduce import Outcome, write_verdicts
 from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
-from chillfl.runner import Callback, RunOutput, run_experiment
+from chillfl.once import said_once
+from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
@@ -140,6 +142,34 @@ class Result:
     client_states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _top_level(fn: F) -> F:
+    """An API entry point that trains: refused inside ``torch.inference_mode()``, and one call's scope (:func:`_one_call`)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        refuse_inference_mode()
+        with said_once():
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+def _one_call(fn: F) -> F:
+    """An API entry point as one call's scope for the notes said once (:func:`chillfl.once.said_once`): a comparison's
+    runs, or ``available``'s parts, share them; the next call says them again."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with said_once():
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
+
+
+@_top_level
 def run(
     model: nn.Module | None = None,
     data: UserData | None = None,
@@ -197,6 +227,7 @@ def run(
     )
 
 
+@_top_level
 def resume(
     folder: str | Path,
     model: nn.Module | None = None,
@@ -291,6 +322,7 @@ def _same_term(was: Any, now: Any) -> bool:
     return was == now or (isinstance(was, str) and isinstance(now, Mapping) and now.get("class") == was)
 
 
+@_top_level
 def compare(
     model: nn.Module | None = None,
     data: UserData | None = None,
@@ -369,6 +401,7 @@ def compare(
                            plugged=plugged or None, shard=parsed_shard)
 
 
+@_top_level
 def resume_compare(
     folder: str | Path,
     model: nn.Module | None = None,
@@ -413,6 +446,7 @@ def _keyword_fields() -> Iterator[None]:
         raise ConfigError(_FLAGS[exc.field], exc.message) from None
 
 
+@_top_level
 def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: str | Path | None = None, resume: bool = False, progress: Progress = True) -> list[Outcome]:
     """A paper's headline claims at CPU scale, each with its verdict, as ``chillfl reproduce PAPER`` does.
 
@@ -797,6 +831,7 @@ def _as_callback(cb: Any, index: int) -> _Hook:
     return _Hook(on_round, on_end, on_round is not None and _takes_view(on_round, field))
 
 
+@_one_call
 def available() -> dict[str, list[str]]:
     """Every registered name a config may use, by part (what ``chillfl list`` prints)."""
     return {

@@ -38,6 +38,7 @@ from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, D
                             Unreachable, did_you_mean, one_line, signal_in, stopped_as)
 from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
 from chillfl.extras import need, package_file
+from chillfl.once import said_once
 from chillfl.options import short_path, short_repr
 from chillfl.paths import shell_path
 from chillfl.stderr import say
@@ -925,6 +926,18 @@ def _log_to_stderr(level: int) -> None:
     logger.setLevel(level)
 
 
+@contextlib.contextmanager
+def _logger_kept() -> Iterator[None]:
+    """The ``chillfl`` logger's level and handlers as they were before :func:`_log_to_stderr` set them for the command."""
+    logger = logging.getLogger("chillfl")
+    level, handlers = logger.level, list(logger.handlers)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+        logger.handlers[:] = handlers
+
+
 def _command(argv: Sequence[str] | None) -> str | None:
     """The subcommand the arguments name (the first one not starting with ``-``), if any."""
     return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
@@ -960,7 +973,9 @@ def entry() -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    with _CommandSignals():
+    """The command line's command, its exit status returned. Called in-process (a notebook, a test) it leaves the
+    ``chillfl`` logger as it found it, and its notes are said once this command (:func:`chillfl.once.said_once`)."""
+    with _logger_kept(), said_once(), _CommandSignals():
         try:
             with _before_writing(None), _signals_held():  # `analyze`: its subcommands' modules import torch
                 parser = build_parser(analyses=_command(argv) == "analyze")

@@ -1,27 +1,49 @@
-"""Warnings a process says once: a comparison builds many runs from one config, and ``chillfl list`` asks each
+"""Warnings said once a top-level call: a comparison builds many runs from one config, and ``chillfl list`` asks each
 part for its plugins, so the same advice would otherwise print once a run or once a part.
 
-One set for the whole package (tests start each test with it empty: :func:`forget`), keyed by the logger's name and
-the message, or by a key the caller gives when the advice is the same but its numbers differ from run to run.
+The scope is one call (:func:`said_once`): ``chillfl.run`` / ``compare`` / ``resume`` / ``resume_compare`` /
+``reproduce_paper`` / ``available`` and each ``chillfl`` command enter it, and a comparison's runs inside it share
+what was said. Not the process: a notebook's second ``chillfl.run`` of the same config says its notes again.
+Outside any scope (a part built directly) every warning is said. Keyed by the logger's name and the message, or by a
+key the caller gives when the advice is the same but its numbers differ from run to run.
 """
 
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Iterator
 
-_SAID: set[tuple[str, str]] = set()
+_SAID: ContextVar[set[tuple[str, str]] | None] = ContextVar("chillfl_said_once", default=None)
+
+@contextmanager
+def said_once() -> Iterator[None]:
+    """One call's scope: a fresh record of what was said, or the enclosing call's (a run inside a comparison)."""
+    if _SAID.get() is not None:
+        yield
+        return
+    token = _SAID.set(set())
+    try:
+        yield
+    finally:
+        _SAID.reset(token)
 
 
 def warn_once(log: logging.Logger, message: str, key: str | None = None) -> bool:
-    """``message`` as a warning on ``log`` the first time this process says it (or anything under ``key``); whether it did."""
+    """``message`` as a warning on ``log`` the first time this call says it (or anything under ``key``); whether it did."""
     said = (log.name, message if key is None else key)
-    if said in _SAID:
-        return False
-    _SAID.add(said)
+    scope = _SAID.get()
+    if scope is not None:
+        if said in scope:
+            return False
+        scope.add(said)
     log.warning("%s", message)
     return True
 
 
 def forget() -> None:
     """Nothing said yet: what a test sees on stderr must not depend on which tests ran before it in the process."""
-    _SAID.clear()
+    scope = _SAID.get()
+    if scope is not None:
+        scope.clear()

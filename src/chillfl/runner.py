@@ -265,6 +265,16 @@ class _Signals:
             signal.raise_signal(self.late)
 
 
+def refuse_inference_mode() -> None:
+    """A run trains: inside ``torch.inference_mode()`` its ``torch.enable_grad()`` records no graph (inference mode is not
+    lifted by it), so a user's model read as having no trainable logits and a registered one raised in round 1, leaving
+    a ``.partial`` folder. One line first instead. (Not run under ``inference_mode(False)``: tensors the caller made
+    inside inference mode, its data, still could not be saved for backward.)"""
+    if torch.is_inference_mode_enabled():
+        raise ConfigError("torch.inference_mode", "a run trains, and inference mode turns autograd off (torch.enable_grad() does not lift it): "
+                          "call chillfl outside 'with torch.inference_mode():'")
+
+
 def run_experiment(
     config: RunConfig,
     *,
@@ -288,6 +298,7 @@ def run_experiment(
     ``started_in``: the folder the run's relative paths are read from, which its checkpoints record (a resumed
     comparison's new runs: the comparison's, :meth:`~chillfl.config.RunConfig.paths_from`; default: the current folder).
     """
+    refuse_inference_mode()
     with ExitStack() as threads:
         with stopped_as(RunNotStarted):  # a stop signal, or its exception that a package wrapped, before the folder is made
             config = resolved(config)  # the saved config.toml lists every default, however the config was made (a comparison's variant on the user's own model too)
@@ -365,6 +376,7 @@ def resume_experiment(
     is typed in; ``started_in`` overrides the record (a comparison's run: the comparison's). The saved config.toml is
     not changed, and the rounds are bitwise those of an uninterrupted run.
     """
+    refuse_inference_mode()
     point = open_for_resume(folder, force)
     writer = None
     try:

@@ -38,7 +38,7 @@ from chillfl.data import ArrayDataset, dataset_names, partitioner_names
 from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, InterruptedAfterRun
 from chillfl.experiment import (COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
                                 dataset_record, plugged_records, record_conflict)
 from chillfl.experiment import check_model_fits as check_fits
@@ -215,16 +215,34 @@ def run(
     exp = build_experiment(cfg, dataset, model=model, plugged=plugged)
     if model is not None:
         check_model_fits(exp)
-    out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks, hooks=[h.hook for h in hooks])
+    with _result_kept(lambda out: _result(model, exp, cfg, out)):
+        out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks, hooks=[h.hook for h in hooks])
+    return _result(model, exp, cfg, out)
+
+
+def _result(model: nn.Module | None, exp: Experiment, config: RunConfig, out: RunOutput) -> Result:
+    """The :class:`Result` of a run on ``exp`` (the caller's ``model``, or the registered one built)."""
     return Result(
         model=_trained_copy(model if model is not None else exp.model, out.model_state),
         summary=out.summary,
         records=out.records,
         folder=out.folder,
-        config=dataclasses.replace(cfg, device=str(exp.device)),  # as the runner saves it
+        config=dataclasses.replace(config, device=str(exp.device)),  # as the runner saves it
         state=out.model_state,
         client_states=out.client_states,
     )
+
+
+@contextmanager
+def _result_kept(result: Callable[[RunOutput], Result]) -> Iterator[None]:
+    """A signal in the last round: the run completed, then :class:`~chillfl.errors.InterruptedAfterRun` ends the call;
+    its ``result`` is the :class:`Result` the call would have returned."""
+    try:
+        yield
+    except InterruptedAfterRun as exc:
+        if exc.output is not None:
+            exc.result = result(exc.output)
+        raise
 
 
 @_top_level
@@ -270,17 +288,9 @@ def resume(
         return exp
 
     hooks = _as_callbacks(callbacks)
-    out = resume_experiment(folder, progress=progress, callbacks=hooks, hooks=[h.hook for h in hooks], force=force, build=build)
-    exp = built[0]
-    return Result(
-        model=_trained_copy(model if model is not None else exp.model, out.model_state),
-        summary=out.summary,
-        records=out.records,
-        folder=out.folder,
-        config=dataclasses.replace(exp.config, device=str(exp.device)),
-        state=out.model_state,
-        client_states=out.client_states,
-    )
+    with _result_kept(lambda out: _result(model, built[0], built[0].config, out)):
+        out = resume_experiment(folder, progress=progress, callbacks=hooks, hooks=[h.hook for h in hooks], force=force, build=build)
+    return _result(model, built[0], built[0].config, out)
 
 
 def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged, entry: FromPython) -> None:

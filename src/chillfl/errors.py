@@ -12,6 +12,7 @@ import difflib
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 _LINE_BREAKING = {"Cc", "Cf", "Cs", "Co", "Zl", "Zp"}  # control, format, surrogate, private use, line/paragraph separators
 
@@ -187,11 +188,16 @@ class InterruptedAfterRun(KeyboardInterrupt):
     a ``.partial`` folder that is not there.
 
     ``folder``: the run's final folder (None for a run that writes none); the signal's own exception is its cause.
+    ``output``: the run's :class:`~chillfl.runner.RunOutput` (None where the run's table was being printed, the CLI's) and
+    ``result``: :func:`chillfl.run`'s / :func:`chillfl.resume`'s :class:`~chillfl.api.Result` (None elsewhere): the complete
+    run, which a caller would otherwise lose with the return value.
     """
 
-    def __init__(self, folder: Path | None) -> None:
+    def __init__(self, folder: Path | None, output: Any = None) -> None:
         super().__init__(str(folder))
         self.folder = folder
+        self.output = output
+        self.result: Any = None
 
 
 class RunNotStarted(KeyboardInterrupt):

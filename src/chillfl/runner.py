@@ -578,7 +578,7 @@ def _run(
     except KeyboardInterrupt as exc:
         if output is None:
             raise
-        raise InterruptedAfterRun(output.folder) from exc  # the signal held while the results were written: they are complete
+        raise InterruptedAfterRun(output.folder, output) from exc  # the signal held while the results were written: they are complete
     return output
 
 

@@ -1,0 +1,39 @@
+"""A signal in a run's last round: the run completes, then InterruptedAfterRun ends chillfl.run; it carries the
+complete run (``output``: the RunOutput, ``result``: the Result the call would have returned)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.errors import InterruptedAfterRun
+
+
+def _data() -> chillfl.TensorData:
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(120, 8, generator=g), torch.randint(0, 3, (120,), generator=g)
+    return chillfl.TensorData(x[:90], y[:90], x[90:], y[90:], num_classes=3)
+
+
+def test_a_signal_in_the_last_round_keeps_the_result(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
+    config = {"federation": {"num_clients": 3, "rounds": 2}, "client": {"batch_size": 16}}
+
+    def ctrl_c(record: dict[str, object]) -> None:
+        if record["round"] == 2:
+            signal.raise_signal(signal.SIGINT)
+
+    with pytest.raises(InterruptedAfterRun) as err:
+        chillfl.run(model=model, data=_data(), config=config, out_dir=tmp_path, name="last", progress=False, callbacks=[ctrl_c])
+    exc = err.value
+    assert exc.folder == tmp_path / "last" and (exc.folder / "summary.json").is_file()
+    assert exc.output is not None and len(exc.output.records) == 2
+    result = exc.result
+    assert isinstance(result, chillfl.Result) and result.folder == exc.folder and len(result.records) == 2
+    assert isinstance(result.model, nn.Sequential) and result.model is not model

@@ -268,13 +268,18 @@ def test_progress_in_a_log_is_plain_lines_without_carriage_returns(tmp_path: Pat
     assert [f"round {r}/3" in err for r in (1, 2, 3)] == [True, True, True]
 
 
-def test_quiet_levels(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_quiet_levels(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import logging
 
+    from chillfl import cli
+
+    seen: list[int] = []
+    dispatch = cli._dispatch
+    monkeypatch.setattr(cli, "_dispatch", lambda args: (seen.append(logging.getLogger("chillfl").level), dispatch(args))[1])
     base = write(tmp_path, f'out_dir = "{tmp_path / "out"}"\n')
     for flags, level in (([], logging.INFO), (["-v"], logging.DEBUG), (["-q"], logging.WARNING), (["-qq"], logging.ERROR)):
         assert main(["run", str(base), *TINY, *flags, "--dry-run"]) == 0
-        assert logging.getLogger("chillfl").level == level, flags
+        assert seen[-1] == level, flags  # while the command runs; main gives the caller's level back after
     assert main(["run", str(base), *TINY, "-q"]) == 0
     assert "round" not in capsys.readouterr().err
 

@@ -264,12 +264,20 @@ def test_flags_override_the_file_and_dry_run_prints_the_resolved_config(tmp_path
     assert not (tmp_path / "o").exists() and not (tmp_path / "elsewhere").exists()
 
 
-def test_default_logging_prints_only_our_own_lines(tmp_path, capsys):
+def test_default_logging_prints_only_our_own_lines(tmp_path, capsys, monkeypatch):
     import logging
 
+    from chillfl import cli
+
+    dispatch = cli._dispatch
+
+    def logged(args):  # while the command runs: main gives the caller's logging back when it returns
+        logging.getLogger("matplotlib.font_manager").info("generated new fontManager")  # what a first matplotlib import says
+        logging.getLogger("chillfl.executors.parallel").info("our line")
+        return dispatch(args)
+
+    monkeypatch.setattr(cli, "_dispatch", logged)
     config = _write(tmp_path, f'name = "quiet"\nout_dir = "{tmp_path / "out"}"\n')
     assert main(["run", str(config), *TINY]) == 0
-    logging.getLogger("matplotlib.font_manager").info("generated new fontManager")  # what a first matplotlib import says
-    logging.getLogger("chillfl.executors.parallel").info("our line")
     err = capsys.readouterr().err
     assert "fontManager" not in err and "chillfl: our line" in err

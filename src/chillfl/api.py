@@ -57,7 +57,7 @@ from chillfl.sweeps.shard import Shard
 from chillfl.reproduce import Outcome, write_verdicts
 from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
-from chillfl.once import said_once
+from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
@@ -146,7 +146,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _top_level(fn: F) -> F:
-    """An API entry point that trains: refused inside ``torch.inference_mode()``, and one call's scope (:func:`_one_call`)."""
+    """An API entry point that trains: refused inside ``torch.inference_mode()``, and one call's scope for the notes said
+    once (:func:`chillfl.once.said_once`): a comparison's runs share them, the next call says them again."""
 
     @functools.wraps(fn)
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -157,16 +158,6 @@ def _top_level(fn: F) -> F:
     return call  # type: ignore[return-value]
 
 
-def _one_call(fn: F) -> F:
-    """An API entry point as one call's scope for the notes said once (:func:`chillfl.once.said_once`): a comparison's
-    runs, or ``available``'s parts, share them; the next call says them again."""
-
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        with said_once():
-            return fn(*args, **kwargs)
-
-    return call  # type: ignore[return-value]
 
 
 @_top_level
@@ -613,6 +604,7 @@ def _refuse_record_overrides(overrides: Mapping[str, Any], record: Mapping[str, 
             raise record_conflict(str(key), record[name], value)
 
 
+@once_per_call
 def make_config(config: ConfigLike = None, overrides: Mapping[str, Any] | None = None) -> RunConfig:
     """A validated :class:`RunConfig` from any of :func:`run`'s config forms plus ``key=value`` overrides.
 
@@ -841,7 +833,7 @@ def _as_callback(cb: Any, index: int) -> _Hook:
     return _Hook(on_round, on_end, on_round is not None and _takes_view(on_round, field))
 
 
-@_one_call
+@once_per_call
 def available() -> dict[str, list[str]]:
     """Every registered name a config may use, by part (what ``chillfl list`` prints)."""
     return {

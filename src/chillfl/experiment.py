@@ -33,7 +33,7 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.executors.ray_executor import RayExecutor, import_ray
 from chillfl.errors import ConfigError, Unreachable, choice_error
 from chillfl.environment import usable_cores
-from chillfl.once import warn_once
+from chillfl.once import once_per_call, warn_once
 from chillfl.options import short_repr
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import arch_section, base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
@@ -386,6 +386,7 @@ def user_initial_model(config: RunConfig, model: nn.Module) -> tuple[nn.Module, 
     return template, model_state(template)
 
 
+@once_per_call  # called alone (a test, a script): its checks' warnings said once
 def build_experiment(
     config: RunConfig,
     dataset: ArrayDataset | None = None,

@@ -4,18 +4,22 @@ part for its plugins, so the same advice would otherwise print once a run or onc
 The scope is one call (:func:`said_once`): ``chillfl.run`` / ``compare`` / ``resume`` / ``resume_compare`` /
 ``reproduce_paper`` / ``available`` and each ``chillfl`` command enter it, and a comparison's runs inside it share
 what was said. Not the process: a notebook's second ``chillfl.run`` of the same config says its notes again.
-Outside any scope (a part built directly) every warning is said. Keyed by the logger's name and the message, or by a
+``build_experiment``, ``run_experiment`` and ``resume_experiment`` called alone are scopes too; outside any scope
+(a part checked directly) every warning is said. Keyed by the logger's name and the message, or by a
 key the caller gives when the advice is the same but its numbers differ from run to run.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 _SAID: ContextVar[set[tuple[str, str]] | None] = ContextVar("chillfl_said_once", default=None)
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 @contextmanager
 def said_once() -> Iterator[None]:
@@ -28,6 +32,18 @@ def said_once() -> Iterator[None]:
         yield
     finally:
         _SAID.reset(token)
+
+
+def once_per_call(fn: F) -> F:
+    """``fn`` inside :func:`said_once`: an API entry point, or a step a caller may take alone (``build_experiment``,
+    ``run_experiment``), whose parts would otherwise repeat one another's warnings (an option checked at each build)."""
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with said_once():
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
 
 
 def warn_once(log: logging.Logger, message: str, key: str | None = None) -> bool:

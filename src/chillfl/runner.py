@@ -56,6 +56,7 @@ from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODEL
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, NO_CODE, as_comment, changes, differences, environment, lacks_code
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
+from chillfl.once import once_per_call
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import follows_cores
 from chillfl.executors.pools import WorkerPools
@@ -275,6 +276,7 @@ def refuse_inference_mode() -> None:
                           "call chillfl outside 'with torch.inference_mode():'")
 
 
+@once_per_call
 def run_experiment(
     config: RunConfig,
     *,
@@ -358,6 +360,7 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
     write_atomic(folder / PARTITION_FILE, encode_partition(record))
 
 
+@once_per_call
 def resume_experiment(
     folder: str | Path, *, progress: Progress = True, callbacks: Sequence[Callback] = (), hooks: Sequence[RoundHook] = (), force: bool = False,
     pools: WorkerPools | None = None, label: str | None = None, build: Callable[[RunConfig], Experiment] | None = None,

@@ -44,6 +44,7 @@ from chillfl.experiment import (COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experim
 from chillfl.experiment import check_model_fits as check_fits
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
+from chillfl.numeric import is_whole
 from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
@@ -502,7 +503,7 @@ def _check_seeds(seeds: Sequence[int]) -> list[int]:
     if isinstance(seeds, (str, bytes)):  # a string is a sequence too: '0,1' read as ['0', ',', '1']
         raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got the string {seeds!r}")
     if isinstance(seeds, Mapping) or not isinstance(seeds, Iterable):  # seeds=3 was iterated: TypeError
-        hint = f" (for {seeds} seeds: list(range({seeds})))" if isinstance(seeds, int) and not isinstance(seeds, bool) and seeds > 0 else ""
+        hint = f" (for {seeds} seeds: list(range({seeds})))" if is_whole(seeds) and seeds > 0 else ""
         raise ConfigError("seeds", f"expected a list of integer seeds, e.g. [0, 1, 2], got {type(seeds).__name__} {short_repr(seeds)}{hint}")
     plain_seeds = [plain(s) for s in seeds]
     try:

@@ -7,28 +7,18 @@ import json
 from pathlib import Path
 
 import pytest
-import torch
-from torch import nn
 
 import chillfl
+from tiny_user_run import tiny_data, tiny_net
 from chillfl.errors import Diverged
 
 
-def _data() -> chillfl.TensorData:
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(120, 8, generator=g), torch.randint(0, 3, (120,), generator=g)
-    return chillfl.TensorData(x[:90], y[:90], x[90:], y[90:], num_classes=3)
-
-
-def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
 
 
 def _failed(tmp_path: Path) -> Path:
     config = {"federation": {"num_clients": 3, "rounds": 3}, "client": {"lr": 1e12, "batch_size": 16}, "checkpoint": {"every": 1}}
     with pytest.raises(Diverged):
-        chillfl.run(model=_net(), data=_data(), config=config, out_dir=tmp_path, name="py", progress=False, strict=True)
+        chillfl.run(model=tiny_net(), data=tiny_data(), config=config, out_dir=tmp_path, name="py", progress=False, strict=True)
     (failed,) = tmp_path.glob("*.failed")
     return failed
 
@@ -38,7 +28,7 @@ def test_resume_of_a_diverged_python_run_before_its_checkpoint_says_the_python_c
     assert not (failed / "checkpoint.safetensors").is_file()  # diverged in round 1
     for force in (False, True):
         with pytest.raises(chillfl.ConfigError) as err:
-            chillfl.resume(failed, model=_net(), data=_data(), force=force)
+            chillfl.resume(failed, model=tiny_net(), data=tiny_data(), force=force)
         assert "it ran on your own model and data from Python: start it again with chillfl.run(...)" in err.value.message, err.value.message
         assert "chillfl run " not in err.value.message
 
@@ -49,11 +39,11 @@ def test_resume_of_a_diverged_python_run_after_its_checkpoint_says_the_python_ca
             run.stop("as if round 3 had diverged")  # type: ignore[attr-defined]
 
     config = {"federation": {"num_clients": 3, "rounds": 3}, "client": {"batch_size": 16}, "checkpoint": {"every": 1}}
-    partial = chillfl.run(model=_net(), data=_data(), config=config, out_dir=tmp_path, name="py", progress=False, callbacks=[stop]).folder
+    partial = chillfl.run(model=tiny_net(), data=tiny_data(), config=config, out_dir=tmp_path, name="py", progress=False, callbacks=[stop]).folder
     assert partial is not None and (partial / "checkpoint.safetensors").is_file()
     failed = partial.rename(partial.with_suffix(".failed"))
     (failed / "failure.json").write_text(json.dumps({"round": 3, "reason": "training loss is nan"}))
     with pytest.raises(chillfl.ConfigError) as err:
-        chillfl.resume(failed, model=_net(), data=_data())
+        chillfl.resume(failed, model=tiny_net(), data=tiny_data())
     assert "chillfl.resume(..., force=True) with your own model and data" in err.value.message, err.value.message
     assert "`chillfl" not in err.value.message

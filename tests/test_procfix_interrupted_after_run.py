@@ -11,13 +11,9 @@ import torch
 from torch import nn
 
 import chillfl
+from tiny_user_run import tiny_data
 from chillfl.errors import InterruptedAfterRun
 
-
-def _data() -> chillfl.TensorData:
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(120, 8, generator=g), torch.randint(0, 3, (120,), generator=g)
-    return chillfl.TensorData(x[:90], y[:90], x[90:], y[90:], num_classes=3)
 
 
 def test_a_signal_in_the_last_round_keeps_the_result(tmp_path: Path) -> None:
@@ -30,7 +26,7 @@ def test_a_signal_in_the_last_round_keeps_the_result(tmp_path: Path) -> None:
             signal.raise_signal(signal.SIGINT)
 
     with pytest.raises(InterruptedAfterRun) as err:
-        chillfl.run(model=model, data=_data(), config=config, out_dir=tmp_path, name="last", progress=False, callbacks=[ctrl_c])
+        chillfl.run(model=model, data=tiny_data(), config=config, out_dir=tmp_path, name="last", progress=False, callbacks=[ctrl_c])
     exc = err.value
     assert exc.folder == tmp_path / "last" and (exc.folder / "summary.json").is_file()
     assert exc.output is not None and len(exc.output.records) == 2

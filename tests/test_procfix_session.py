@@ -13,23 +13,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 import chillfl
+from tiny_user_run import tiny_data, tiny_net
 from chillfl.cli import main
 
 DIGITS = {"federation": {"num_clients": 4, "rounds": 1}, "model": {"name": "mlp"}, "dataset": {"name": "digits"}}
 
 
-def _data() -> chillfl.TensorData:
-    g = torch.Generator().manual_seed(0)
-    x, y = torch.randn(120, 8, generator=g), torch.randint(0, 3, (120,), generator=g)
-    return chillfl.TensorData(x[:90], y[:90], x[90:], y[90:], num_classes=3)
-
-
-def _net() -> nn.Module:
-    torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
 
 
 SMALL = {"federation": {"num_clients": 3, "rounds": 1}, "client": {"batch_size": 16}}
@@ -37,8 +28,8 @@ SMALL = {"federation": {"num_clients": 3, "rounds": 1}, "client": {"batch_size":
 
 def test_a_second_call_says_its_notes_again_and_a_comparisons_runs_share_them(caplog: pytest.LogCaptureFixture) -> None:
     config = dict(SMALL, algorithm={"name": "krum"}, attack={"kind": "sign_flip", "fraction": 0.34})
-    calls = [lambda: chillfl.run(model=_net(), data=_data(), config=config, write=False, progress=False)] * 2
-    calls.append(lambda: chillfl.compare(model=_net(), data=_data(), config=config, grid={"client.lr": [0.01, 0.02]}, write=False, progress=False))
+    calls = [lambda: chillfl.run(model=tiny_net(), data=tiny_data(), config=config, write=False, progress=False)] * 2
+    calls.append(lambda: chillfl.compare(model=tiny_net(), data=tiny_data(), config=config, grid={"client.lr": [0.01, 0.02]}, write=False, progress=False))
     counts = []
     for call in calls:
         caplog.clear()
@@ -64,7 +55,7 @@ def test_cli_main_in_process_leaves_the_chillfl_logger_as_it_was() -> None:
 def test_a_run_inside_inference_mode_is_one_config_error_before_any_folder(own: bool, tmp_path: Path) -> None:
     with torch.inference_mode(), pytest.raises(chillfl.ConfigError) as err:
         if own:
-            chillfl.run(model=_net(), data=_data(), config=SMALL, out_dir=tmp_path, progress=False)
+            chillfl.run(model=tiny_net(), data=tiny_data(), config=SMALL, out_dir=tmp_path, progress=False)
         else:
             chillfl.run(config=DIGITS, out_dir=tmp_path, progress=False)
     assert err.value.field == "torch.inference_mode" and "inference mode" in str(err.value)

@@ -106,7 +106,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import (
     AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, registered_algorithms,
-    require_client_sizes, takes_keyword, weighted_bases,
+    UNDECLARED_WEIGHTS, require_client_sizes, undeclared_weights, weighted_bases,
 )
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
@@ -455,9 +455,8 @@ def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSp
         raise ConfigError(field, f"{options.base} cannot be PA3Fed's base: {caps.not_a_base}; use another base, allowed: {allowed}")
     if not caps.takes_weights:
         found = resolve(options.base, field) if options.base not in registered_algorithms() else None  # a plugin's class: its aggregate() read
-        aggregate = getattr(found, "aggregate", None) if isinstance(found, type) else None
-        if callable(aggregate) and takes_keyword(aggregate, "weights"):
-            fix = "; its aggregate() does take weights=, but capabilities are not inherited: declare capabilities = Capabilities(takes_weights=True)"
+        if isinstance(found, type) and undeclared_weights(found):
+            fix = UNDECLARED_WEIGHTS
         else:
             fix = (" (a rule of yours whose aggregate(..., weights=None) and default_weights() take them declares "
                    "capabilities = Capabilities(takes_weights=True))")

@@ -371,6 +371,18 @@ def takes_keyword(function: Callable[..., Any], name: str) -> bool:
     return True
 
 
+UNDECLARED_WEIGHTS = "; its aggregate() does take weights=, but capabilities are not inherited: declare capabilities = Capabilities(takes_weights=True)"
+"""What a refusal adds for a rule whose ``aggregate()`` takes ``weights=`` but which declares no ``takes_weights``
+(:func:`undeclared_weights`): a subclass of a weighted rule declares its own capabilities."""
+
+
+def undeclared_weights(rule: object) -> bool:
+    """Whether ``rule`` (a class or an instance) has an ``aggregate()`` that takes ``weights=`` (then a missing
+    ``takes_weights`` is an undeclared capability, not a rule that takes none)."""
+    aggregate = getattr(rule, "aggregate", None)
+    return callable(aggregate) and takes_keyword(aggregate, "weights")
+
+
 @dataclass(frozen=True)
 class Wrapped:
     """The algorithm a wrapper's options name (:attr:`AlgorithmSpec.wraps`): PA3Fed's ``base`` and ``base_options``."""

@@ -252,14 +252,13 @@ def _unweighted(capabilities: Capabilities, aggregator: Aggregator, any_rule: bo
     """Why a rule that declares no ``takes_weights`` cannot be wrapped by the mechanism (None: it can, the mechanism
     declaring ``any_rule`` and the rule being one shared model's server step: no ``not_a_base``, no ``personal_model``,
     no server-made client models)."""
-    from chillfl.aggregation.registry import takes_keyword
+    from chillfl.aggregation.registry import UNDECLARED_WEIGHTS, undeclared_weights
 
     own = capabilities.not_a_base or ("each client has a model of its own, which the privatised updates would not rebuild"
                                       if capabilities.personal_model or isinstance(aggregator, MakesClientModels) else None)
     if any_rule and own is None:
         return None
-    inherited = ("; its aggregate() does take weights=, but capabilities are not inherited: declare capabilities = Capabilities(takes_weights=True)"
-                 if takes_keyword(type(aggregator).aggregate, "weights") else "")
+    inherited = UNDECLARED_WEIGHTS if undeclared_weights(type(aggregator)) else ""
     return f"it declares no takes_weights: chillfl treats it as a rule that takes no client weights{inherited}" + (f"; {own}" if any_rule else "")
 
 

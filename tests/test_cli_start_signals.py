@@ -95,6 +95,8 @@ CHILD = textwrap.dedent(
         return claiming
 
 
+    own = where.endswith("+own")  # as the chillfl command calls main: it owns the process (imports the runner, freezes)
+    where = where.removesuffix("+own")
     if where == "torch_import":
         assert "torch" not in sys.modules
         sys.meta_path.insert(0, DroppingImport("torch"))
@@ -132,7 +134,7 @@ CHILD = textwrap.dedent(
             chillfl.sweeps.run.build_experiment = wrapping(chillfl.sweeps.run.build_experiment)
     from chillfl.cli import main
 
-    sys.exit(main(command))
+    sys.exit(main(command, own_process=own))
     """
 )
 
@@ -164,6 +166,15 @@ def test_a_signal_inside_torchs_import_stops_the_command_with_its_line(tmp_path:
     assert lines == [said], lines
     assert code == 128 + signal.SIGTERM, lines
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [["run", "CONFIG", "-q"], ["resume", "TMP/none.partial"]], ids=["run", "resume"])
+def test_a_signal_inside_torchs_import_of_the_chillfl_command_is_its_line(tmp_path: Path, command: list[str]) -> None:
+    """The command (``entry``) imports the runner before parsing, to freeze it: that import was outside the held
+    start-up, and a Ctrl-C there ended in a traceback from inside torch's import."""
+    code, lines = _child(tmp_path, "torch_import+own", signal.SIGINT, command)
+    assert lines == [NOTHING], lines  # before its arguments are read: nothing was written
+    assert code == 128 + signal.SIGINT, lines
 
 
 @pytest.mark.parametrize("command", [["resume", "TMP/none.partial"], ["status", "TMP/none"], ["list"]], ids=["resume", "status", "list"])

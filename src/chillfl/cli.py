@@ -965,19 +965,22 @@ def entry() -> NoReturn:
     TERM, ``timeout -s INT`` just as it ends) must not turn the exit into a kill by signal, or a KeyboardInterrupt of
     Python's own handler, while the interpreter tears down. Before, only ``python -m chillfl`` ignored them; the console
     script, which called :func:`main` directly, exited 130 with nothing said after writing all its output."""
-    _own_process(_command(None))
-    code = main()
+    code = main(own_process=True)
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
     raise SystemExit(code)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int:
     """The command line's command, its exit status returned. Called in-process (a notebook, a test) it leaves the
-    ``chillfl`` logger as it found it, and its notes are said once this command (:func:`chillfl.once.said_once`)."""
+    ``chillfl`` logger as it found it, and its notes are said once this command (:func:`chillfl.once.said_once`).
+    ``own_process``: :func:`entry`'s (the command owns its process: :func:`_own_process`), done under the held signals
+    of the start-up, as torch's import must be (a Ctrl-C there was a traceback from inside torch's import)."""
     with _logger_kept(), said_once(), _CommandSignals():
         try:
             with _before_writing(None), _signals_held():  # `analyze`: its subcommands' modules import torch
+                if own_process:
+                    _own_process(_command(argv))
                 parser = build_parser(analyses=_command(argv) == "analyze")
             args = _parse(parser, argv)
         except KeyboardInterrupt as exc:

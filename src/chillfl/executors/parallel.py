@@ -134,7 +134,7 @@ class ExecutorSpec:
         threads = max(1, self.threads)
         if self.pools is None:
             return ProcessExecutor(self.model, self.spec, workers=workers, client=self.client, threads_per_worker=threads)
-        return ProcessExecutor(self.model, self.spec, client=self.client, pool=self.pools.processes(workers, threads))
+        return ProcessExecutor(self.model, self.spec, client=self.client, threads_per_worker=threads, pool=self.pools.processes(workers, threads))
 
 
 def _picklable(parts: ExecutorSpec) -> bool:

@@ -47,3 +47,18 @@ def test_resume_of_a_diverged_python_run_after_its_checkpoint_says_the_python_ca
         chillfl.resume(failed, model=tiny_net(), data=tiny_data())
     assert "chillfl.resume(..., force=True) with your own model and data" in err.value.message, err.value.message
     assert "`chillfl" not in err.value.message
+
+
+def test_resume_of_a_diverged_run_on_an_aggregator_from_python_says_the_python_call(tmp_path: Path) -> None:
+    """A registered model and dataset, but the user's own aggregator instance: `chillfl run` of its config.toml refuses
+    ``algorithm.name = "custom"``, yet resume's advice named it."""
+    from chillfl.extend import FedAvg
+
+    config = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [8]}, "federation": {"num_clients": 3, "rounds": 3},
+              "client": {"lr": 1e12, "batch_size": 16}, "eval": {"client_split_size": 10}}
+    with pytest.raises(Diverged):
+        chillfl.run(config=config, aggregator=FedAvg(), out_dir=tmp_path, name="agg", progress=False, strict=True)
+    (failed,) = tmp_path.glob("*.failed")
+    with pytest.raises(chillfl.ConfigError) as err:
+        chillfl.resume(failed, aggregator=FedAvg())
+    assert "it ran on your own aggregator from Python: start it again with chillfl.run(...)" in err.value.message, err.value.message

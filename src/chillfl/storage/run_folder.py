@@ -244,14 +244,15 @@ def _no_checkpoint(path: Path) -> str:
 
 
 def _from_python(folder: Path) -> str | None:
-    """What of the run in ``folder`` came from Python (``model``, ``data``), which no config file rebuilds; None: none,
-    or an unreadable config.toml."""
+    """What of the run in ``folder`` came from Python (``model``, ``data``, an aggregator or a temperature policy instance:
+    ``custom`` in its table), which no config file rebuilds; None: none, or an unreadable config.toml."""
     try:
         saved = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    own = [what for what, table in (("model", "model"), ("data", "dataset"))
-           if isinstance(part := saved.get(table), Mapping) and str(part.get("name", "")).startswith("custom")]
+    own = [what for what, table, key in (("model", "model", "name"), ("data", "dataset", "name"), ("aggregator", "algorithm", "name"),
+                                         ("temperature policy", "temperature", "policy"))
+           if isinstance(part := saved.get(table), Mapping) and str(part.get(key, "")).startswith("custom")]
     return " and ".join(own) or None
 
 

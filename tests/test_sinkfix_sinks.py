@@ -73,7 +73,7 @@ def interrupted_then_resumed(tmp_path: Path, sinks: list[str], uri: str, monkeyp
     config = load_config(None, {**TINY, "federation.rounds": 5, "eval.every": 1, "checkpoint.every": 2, "out_dir": str(tmp_path / "results"),
                                 "log.sinks": sinks, "log.mlflow_tracking_uri": uri})
     with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
-        m.setattr(MlflowSink, "close", lambda self: None)  # as a SIGKILL: nothing ends the MLflow run
+        m.setattr(MlflowSink, "close", lambda self, failure=None: None)  # as a SIGKILL: nothing ends the MLflow run
         run_experiment(config, progress=False, callbacks=[InterruptAt(4)])
     out = resume_experiment(tmp_path / "results" / "sinks.partial", progress=False)
     assert out.folder == (tmp_path / "results" / "sinks").resolve()
@@ -123,6 +123,26 @@ def test_wandb_marks_an_interrupted_run_failed_and_a_finished_one_not(tmp_path: 
     assert out.folder is not None
     (finished,) = wandb_runs(out.folder)
     assert of_kind(finished, "exit").exit_code == 0
+
+
+def test_a_run_that_finishes_inside_an_except_block_is_finished_in_wandb_and_mlflow(tmp_path: Path, offline: str) -> None:
+    """A retry inside ``except`` (``try: run(lr=1) except Diverged: run(lr=0.1)``): the sinks read sys.exc_info(), the
+    caller's handled exception, and marked the completed run FAILED (MLflow) and exit code 1 (W&B)."""
+    pytest.importorskip("wandb")
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["wandb", "mlflow"], "log.mlflow_tracking_uri": offline})
+    try:
+        raise ValueError("a failed first attempt")
+    except ValueError:
+        out = run_experiment(config, progress=False)
+    assert out.folder is not None
+    (logged,) = wandb_runs(out.folder)
+    assert of_kind(logged, "exit").exit_code == 0
+    experiment = MlflowClient(tracking_uri=offline).get_experiment_by_name("chillfl")
+    (run,) = MlflowClient(tracking_uri=offline).search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
 
 
 def test_a_diverged_run_fails_in_wandb_and_mlflow_tags_its_failed_folder(tmp_path: Path, offline: str) -> None:

@@ -655,7 +655,7 @@ def _run_rounds(
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         signals.finishing = True  # a signal now waits until the run's results are complete
-        _close_sinks(sinks)  # before finish_run renames the folder they write into
+        _close_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
         stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
         output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
         for cb in callbacks:
@@ -687,7 +687,7 @@ def _run_rounds(
                 exc.folder = writer.path
         raise
     finally:
-        _close_sinks(sinks)
+        _close_sinks(sinks, sys.exc_info()[1])  # in this finally: the exception that ends the run (sinks closed above when it finished)
         if executor is not None:
             executor.close()
         protocol.close()
@@ -728,11 +728,12 @@ def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]
                        wandb_mode=spec.wandb_mode, mlflow_tracking_uri=spec.mlflow_tracking_uri, mlflow_experiment=spec.mlflow_experiment)
 
 
-def _close_sinks(sinks: list["Sink"]) -> None:
-    """Close the sinks once (the list is emptied), so the error path does not close them twice."""
+def _close_sinks(sinks: list["Sink"], failure: BaseException | None) -> None:
+    """Close the sinks once (the list is emptied), so the error path does not close them twice; ``failure``: what
+    ended the run (None: it finished), said to each sink (:class:`~chillfl.sinks.Sink`)."""
     done, sinks[:] = list(sinks), []
     if done:
-        close_sinks(done)
+        close_sinks(done, failure)
 
 
 def finish_run(

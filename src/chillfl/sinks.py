@@ -58,7 +58,6 @@ import json
 import logging
 import netrc
 import os
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,13 +96,15 @@ class Finished(Protocol):
 
 
 class Sink(Protocol):
-    """A run callback (``on_round``, ``on_end``) that holds files open until ``close()``."""
+    """A run callback (``on_round``, ``on_end``) that holds files open until ``close()``; ``failure``: the exception
+    that ended the run (diverged, interrupted, failed), None when it finished. Passed by the runner, not read from
+    ``sys.exc_info()``, which also holds an exception the caller is only handling (a retry inside ``except``)."""
 
     def on_round(self, record: Mapping[str, Any]) -> None: ...
 
     def on_end(self, output: Finished) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, failure: BaseException | None = None) -> None: ...
 
 
 def scalars(record: Mapping[str, Any]) -> dict[str, float]:
@@ -163,7 +164,7 @@ class CsvSink:
     def on_end(self, output: Finished) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, failure: BaseException | None = None) -> None:
         pass
 
     def _rewrite(self) -> None:
@@ -194,7 +195,7 @@ class TensorBoardSink:
     def on_end(self, output: Finished) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, failure: BaseException | None = None) -> None:
         self.writer.close()
 
 
@@ -249,11 +250,6 @@ def comparison_name(folder: Path) -> str | None:
     return None if parent is None else parent.name.removesuffix(PARTIAL)
 
 
-def ended_by_exception() -> bool:
-    """Whether a sink is closed while an exception propagates (diverged, interrupted, failed): the run did not finish."""
-    return sys.exc_info()[1] is not None
-
-
 class WandbSink:
     """A Weights & Biases run, its files under ``folder/wandb`` (needs the ``wandb`` extra); ``mode``: see :func:`wandb_mode`.
 
@@ -277,8 +273,8 @@ class WandbSink:
         try:
             for record in records:
                 self.on_round(record)
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.close(exc)
             raise
         if not self.run.offline and not getattr(self.run, "disabled", False):  # online: where to watch it (offline, `url` warns)
             log.info("W&B run: %s", self.run.url)
@@ -289,11 +285,11 @@ class WandbSink:
     def on_end(self, output: Finished) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, failure: BaseException | None = None) -> None:
         """Finish the W&B run: exit code 1 when an exception propagates (diverged, interrupted), so W&B shows it failed."""
         if not self._closed:
             self._closed = True
-            self.run.finish(exit_code=1 if ended_by_exception() else None)  # None: W&B's own, 0
+            self.run.finish(exit_code=1 if failure is not None else None)  # None: W&B's own, 0
 
 
 def flat_params(config: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
@@ -341,8 +337,8 @@ class MlflowSink:
             for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
                 self.client.log_batch(self.run_id, params=params[i : i + 100])
             self._log(records)
-        except BaseException:
-            self.close()
+        except BaseException as exc:
+            self.close(exc)
             raise
         log.info("MLflow run %s (experiment %r) in %s", self.run_id, experiment, self.client.tracking_uri)
 
@@ -378,11 +374,11 @@ class MlflowSink:
             if path.is_file() and path.name not in NOT_ARTIFACTS and path.stat().st_size <= ARTIFACT_MAX_BYTES:
                 self.client.log_artifact(self.run_id, str(path))
 
-    def close(self) -> None:
+    def close(self, failure: BaseException | None = None) -> None:
         if self._closed:
             return
         self._closed = True
-        exc = sys.exc_info()[1]  # closed while an exception propagates: the run did not finish
+        exc = failure  # the run did not finish
         interrupted = isinstance(exc, KeyboardInterrupt) or type(exc).__name__ == "RunInterrupted"
         failed = getattr(exc, "folder", None) if isinstance(exc, Diverged) else None  # renamed NAME.failed before the sinks close
         if isinstance(failed, Path):
@@ -419,18 +415,18 @@ def build_sinks(
                 sinks.append(MlflowSink(folder, name, config, mlflow_experiment, mlflow_tracking_uri, start, records))
             else:  # validated in the config already
                 raise ValueError(f"unknown sink {sink!r}")
-    except BaseException:
-        close_sinks(sinks)
+    except BaseException as exc:
+        close_sinks(sinks, exc)
         raise
     return sinks
 
 
-def close_sinks(sinks: Sequence[Sink]) -> None:
-    """Close every sink (each once; a failing one does not keep the others open)."""
+def close_sinks(sinks: Sequence[Sink], failure: BaseException | None = None) -> None:
+    """Close every sink (each once; a failing one does not keep the others open); ``failure``: see :class:`Sink`."""
     errors = []
     for sink in sinks:
         try:
-            sink.close()
+            sink.close(failure)
         except Exception as exc:  # noqa: BLE001 - close the rest, then report the first
             errors.append(exc)
     if errors:

@@ -31,3 +31,12 @@ def test_a_registered_model_is_float32_under_a_float64_default(float64_default: 
 def test_a_run_on_a_registered_model_completes_under_a_float64_default(float64_default: object) -> None:
     result = chillfl.run(config=DIGITS, write=False, progress=False)
     assert len(result.records) == 1 and torch.get_default_dtype() == torch.float64
+
+
+def test_fedgen_on_a_registered_model_completes_under_a_float64_default(float64_default: object) -> None:
+    """FedGen builds its generator and draws its noise outside build_model: the run is float32 throughout (it was a
+    Double-vs-Float matmul error in round 1)."""
+    config = {**DIGITS, "federation": {"num_clients": 4, "clients_per_round": 4, "rounds": 2}, "algorithm": {"name": "fedgen"},
+              "client": {"epochs": 1, "batch_size": 32}}
+    result = chillfl.run(config=config, write=False, progress=False)
+    assert len(result.records) == 2 and torch.get_default_dtype() == torch.float64

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import copy
 import logging
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -40,7 +41,7 @@ from chillfl.models.assign import arch_section, base_table, plan_models, refuse_
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
-from chillfl.models.registry import MODELS, model_options
+from chillfl.models.registry import MODELS, float32_default, model_options
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
@@ -399,7 +400,18 @@ def build_experiment(
 
     ``model``: a user's own module instead of the config's registered model (see :func:`user_initial_model`).
     ``plugged``: a user's own aggregator, terms and temperature policy, as instances (see :class:`Plugged`).
+    A registered model's parts are built in float32 whatever the caller's default dtype (a method's own modules too:
+    FedGen's generator; :func:`~chillfl.models.registry.float32_default`).
     """
+    registered = model is None and not is_custom(config.model.get("name"))
+    with float32_default() if registered else nullcontext():
+        return _build_experiment(config, dataset, data, model=model, plugged=plugged)
+
+
+def _build_experiment(
+    config: RunConfig, dataset: ArrayDataset | None, data: FederatedData | None, *, model: nn.Module | None, plugged: Plugged | None,
+) -> Experiment:
+    """:func:`build_experiment`'s steps."""
     check_rebuildable(config, has_model=model is not None, has_data=dataset is not None or data is not None)
     check_plugged(config, plugged)
     if config.executor == "ray":  # before anything is written: the extra must be installed

@@ -142,7 +142,7 @@ def build_model(
     parsed: Any = model_options(name, table, section)
     shape = tuple(int(s) for s in input_shape)
     check_model_memory(name, shape, num_classes, parsed, section)
-    with _float32_default():
+    with float32_default():
         if seed is None:
             return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
         with torch.random.fork_rng(devices=[]):
@@ -151,9 +151,11 @@ def build_model(
 
 
 @contextmanager
-def _float32_default() -> Iterator[None]:
+def float32_default() -> Iterator[None]:
     """Registered models are float32, as the datasets are, whatever the caller's default dtype
-    (``torch.set_default_dtype(torch.float64)`` in a notebook made float64 weights, and round 1 a dtype mismatch)."""
+    (``torch.set_default_dtype(torch.float64)`` in a notebook made float64 weights, and round 1 a dtype mismatch);
+    a run on one is float32 throughout (:func:`chillfl.runner.run_experiment`: a method's own modules and noise too,
+    FedGen's generator)."""
     previous = torch.get_default_dtype()
     torch.set_default_dtype(torch.float32)
     try:

@@ -34,16 +34,28 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
+    if "wandb" in sys.modules:  # W&B's process-wide service and settings from an earlier test: each test starts its own
+        sys.modules["wandb"].teardown()
     return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
-def wandb_runs(folder: Path) -> list[list[Any]]:
-    """The records of each offline W&B run under ``folder/wandb``, oldest first. W&B's service may still hold a finished
-    run's last records in its file writer's buffer: its teardown flushes them (a later ``wandb.init`` starts it again)."""
+def wandb_runs(folder: Path, runs: int | None = None) -> list[list[Any]]:
+    """The records of each offline W&B run under ``folder/wandb``, oldest first, once each file holds its run's exit
+    record (``runs``: once that many files exist). W&B's service may still hold a finished run's last records in its
+    file writer's buffer: its teardown flushes them (a later ``wandb.init`` starts it again), and on a loaded machine
+    the writer can still be at it after: read again, for up to a minute (a wait, not a timing assertion)."""
+    import time
+
     import wandb
 
     wandb.teardown()
-    return [read_wandb_records(path) for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))]
+    deadline = time.monotonic() + 60
+    while True:
+        found = [read_wandb_records(path) for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))]
+        complete = (runs is None or len(found) >= runs) and all(any(r.WhichOneof("record_type") == "exit" for r in run) for run in found)
+        if complete or time.monotonic() > deadline:
+            return found
+        time.sleep(0.5)
 
 
 def history(records: list[Any]) -> dict[int, dict[str, float]]:
@@ -87,7 +99,7 @@ def test_a_resumed_wandb_run_holds_every_round(tmp_path: Path, offline: str, mon
     held only the rounds after the checkpoint: now it logs those up to the checkpoint, read back from metrics.jsonl, first."""
     pytest.importorskip("wandb")
     folder, expected = interrupted_then_resumed(tmp_path, ["wandb"], offline, monkeypatch)
-    before, after = wandb_runs(folder)
+    before, after = wandb_runs(folder, runs=2)
     assert history(after) == expected  # rounds 1 and 2 read back, 3 to 5 run again
     assert of_kind(before, "exit").exit_code == 1
 

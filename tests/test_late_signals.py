@@ -46,8 +46,8 @@ def test_the_console_script_ignores_a_signal_once_the_command_has_ended(tmp_path
     assert 'chillfl = "chillfl.cli:entry"' in pyproject
     script = ("import os, signal, chillfl.cli as cli\n"
               "main = cli.main\n"
-              "def late(argv=None):\n"
-              "    code = main(argv)\n"
+              "def late(argv=None, **kwargs):\n"
+              "    code = main(argv, **kwargs)\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"  # as `timeout -s INT` just as the command ends
               "    return code\n"
               "cli.main = late\n"

@@ -40,7 +40,8 @@ def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def wandb_runs(folder: Path, runs: int | None = None) -> list[list[Any]]:
-    """The records of each offline W&B run under ``folder/wandb``, oldest first, once each file holds its run's exit
+    """The records of each offline W&B run under ``folder/wandb``, oldest first (by start time: two runs started in the
+    same second had their folders in random order), once each file holds its run's exit
     record (``runs``: once that many files exist). W&B's service may still hold a finished run's last records in its
     file writer's buffer: its teardown flushes them (a later ``wandb.init`` starts it again), and on a loaded machine
     the writer can still be at it after: read again, for up to a minute (a wait, not a timing assertion)."""
@@ -51,10 +52,10 @@ def wandb_runs(folder: Path, runs: int | None = None) -> list[list[Any]]:
     wandb.teardown()
     deadline = time.monotonic() + 60
     while True:
-        found = [read_wandb_records(path) for path in sorted(folder.glob("wandb/offline-run-*/run-*.wandb"))]
+        found = [read_wandb_records(path) for path in folder.glob("wandb/offline-run-*/run-*.wandb")]
         complete = (runs is None or len(found) >= runs) and all(any(r.WhichOneof("record_type") == "exit" for r in run) for run in found)
-        if complete or time.monotonic() > deadline:
-            return found
+        if complete or time.monotonic() > deadline:  # oldest first by their start: a folder's name has whole seconds, then a random id
+            return sorted(found, key=lambda run: of_kind(run, "run").start_time.ToNanoseconds())
         time.sleep(0.5)
 
 

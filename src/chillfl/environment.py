@@ -14,7 +14,7 @@ import platform
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Sequence, TypedDict
 
 import numpy as np
 import torch
@@ -142,6 +142,13 @@ def lacks_code(saved: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
         return False
     commit = saved.get("git_commit")
     return not (isinstance(commit, str) and not commit.endswith("+dirty") and commit == now.get("git_commit"))
+
+
+class ResumedSetup(TypedDict):
+    """One resume on another setup, as ``summary.json``'s ``resumed`` lists it: rounds up to ``round`` ran on the first."""
+
+    round: int
+    changed: dict[str, list[Any]]
 
 
 def changes(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> dict[str, list[Any]]:

@@ -54,7 +54,7 @@ from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
-from chillfl.environment import CHUNKED, COMPARED, NO_CODE, as_comment, changes, differences, environment, lacks_code
+from chillfl.environment import CHUNKED, COMPARED, NO_CODE, ResumedSetup, as_comment, changes, differences, environment, lacks_code
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
 from chillfl.once import once_per_call
 from chillfl.paths import shell_path
@@ -462,13 +462,13 @@ class Resumed(NamedTuple):
     wall_time_s: float
 
 
-def resumed_across(state: Mapping[str, Any], done: int, changed: Mapping[str, list[Any]]) -> list[dict[str, Any]]:
+def resumed_across(state: Mapping[str, Any], done: int, changed: Mapping[str, list[Any]]) -> list[ResumedSetup]:
     """The run's resumes across setups: its checkpoint's (``resumed``, kept through later checkpoints) and, where the
     setup changed now (:func:`~chillfl.environment.changes`), ``{"round": done, "changed": {field: [from, to]}}``:
     rounds up to ``done`` ran on the first setup, the rest on the second. ``summary.json`` records the list (``resumed``),
     since its ``environment`` names the last setup alone and ``config.toml``'s header the first."""
     earlier = state.get("resumed")
-    history = [dict(entry) for entry in earlier if isinstance(entry, Mapping)] if isinstance(earlier, list) else []
+    history = [ResumedSetup(round=int(e["round"]), changed=dict(e["changed"])) for e in earlier if isinstance(e, Mapping)] if isinstance(earlier, list) else []
     if changed:
         history.append({"round": done, "changed": {field: list(pair) for field, pair in changed.items()}})
     return history

@@ -43,6 +43,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no flock; run folders are not locked there
     fcntl = None  # type: ignore[assignment]
 
+from chillfl.environment import ResumedSetup
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.jsonl import NONFINITE as NONFINITE, decode_record as decode_record, encode_record as encode_record, strict as strict
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, current_folder
@@ -189,7 +190,7 @@ class ResultWriter:
         self.started_in = str(started_in) if started_in is not None else current_folder()
         self._metrics: int | None = None
         self._resumed = b""
-        self.resumed: list[dict[str, Any]] = []
+        self.resumed: list[ResumedSetup] = []
         """The run's resumes across setups, for its checkpoints and ``summary.json`` (:func:`chillfl.runner.resumed_across`)."""
         self.config_bytes = b""
         lock = None

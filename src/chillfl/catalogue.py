@@ -33,7 +33,7 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import hashlib
 import json
@@ -43,43 +43,22 @@ from chillfl.capabilities import Cost
 from chillfl.config import RunConfig, load_config, read_config_file, read_toml
 from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, experiments_root, resolve_config
 
+if TYPE_CHECKING:
+    from chillfl.data.datasets import DatasetSize
+
 EMBEDDED = ("digits", "mnist1d", "synthetic")
 
-# (training samples, test samples, input shape, classes) of the datasets the bundled configs use.
+# (training samples, test samples, input shape, classes) of the datasets of a fixed size the bundled configs use. A
+# dataset whose options set its size declares it in its spec instead (``DatasetEntry.size``: MNIST-1D, FEMNIST), as a
+# plugin's dataset can; that is asked first (:func:`dataset_size`).
 DATASETS: dict[str, tuple[int, int, tuple[int, ...], int]] = {
     "digits": (1438, 359, (1, 8, 8), 10),
-    "mnist1d": (4000, 1000, (1, 40), 10),
     "cifar10": (50000, 10000, (3, 32, 32), 10),
     "cifar100": (50000, 10000, (3, 32, 32), 100),
     "svhn": (73257, 26032, (3, 32, 32), 10),
     "mnist": (60000, 10000, (1, 28, 28), 10),
     "fashion_mnist": (60000, 10000, (1, 28, 28), 10),
-    "femnist": (724_736, 80_527, (1, 28, 28), 62),  # LEAF's every writer at 90/10; a config's options size it (SIZED_BY_OPTIONS)
 }
-
-LEAF_FEMNIST_SAMPLES, LEAF_FEMNIST_WRITERS = 805_263, 3_550
-"""LEAF's FEMNIST (docs/datasets.md, "Sources"): 805,263 samples of 3,550 writers, about 227 a writer."""
-
-
-def _mnist1d_rows(opts: Any) -> tuple[int, int]:
-    """MNIST-1D's generator: ``num_samples // 10`` a class, the first ``int(train_split n)`` to train."""
-    n = opts.num_samples // 10 * 10
-    train = int(n * opts.train_split)
-    return train, n - train
-
-
-def _femnist_rows(opts: Any) -> tuple[int, int]:
-    """LEAF's FEMNIST as its options select it: ``max_writers`` writers of the mean size, else ``sample_fraction`` of the
-    samples; each writer's ``train_fraction`` to train (``min_samples`` is left out: it drops few rows)."""
-    samples = LEAF_FEMNIST_SAMPLES * opts.sample_fraction
-    if opts.max_writers:
-        samples = min(samples, opts.max_writers * LEAF_FEMNIST_SAMPLES / LEAF_FEMNIST_WRITERS)
-    train = math.floor(samples * opts.train_fraction)
-    return train, round(samples) - train
-
-
-SIZED_BY_OPTIONS: dict[str, Callable[[Any], tuple[int, int]]] = {"mnist1d": _mnist1d_rows, "femnist": _femnist_rows}
-"""Datasets whose ``[dataset]`` options set their size: their (training, test) rows from the parsed options."""
 
 PAPERS, MEASURED_CPU_MIN = catalogue_notes()
 """Folder -> paper name, and experiment -> measured CPU minutes: data, in ``experiments/_catalogue.toml``."""
@@ -232,7 +211,10 @@ def _forward_flops(config: RunConfig) -> float | None:
     the stored count for a bundled experiment's model, else counted."""
     dataset, items = str(config.dataset.get("name")), _model_items(config)
     stored = stored_flops().get(flops_key(dataset, items))
-    return stored if stored is not None else _model_flops(dataset, items)
+    if stored is not None:
+        return stored
+    counts = _config_counts(config)
+    return None if counts is None else counts[0]
 
 
 def _parameters(config: RunConfig) -> float | None:
@@ -242,8 +224,15 @@ def _parameters(config: RunConfig) -> float | None:
     stored = stored_parameters().get(flops_key(dataset, items))
     if stored is not None:
         return stored
-    counts = _model_counts(dataset, items)
+    counts = _config_counts(config)
     return None if counts is None else counts[1]
+
+
+def _config_counts(config: RunConfig) -> tuple[float, float] | None:
+    """The config's model's forward FLOPs a sample and trainable parameters, counted on its dataset's inputs (None: the
+    dataset's size is not known here, or the model cannot be built)."""
+    size = dataset_size(config)
+    return None if size is None else _model_counts(size.input_shape, size.classes, _model_items(config))
 
 
 def _model_items(config: RunConfig) -> tuple[tuple[str, str], ...]:
@@ -280,10 +269,9 @@ def _counted(which: int) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in bundled_experiments():
         config = load_config(resolve_config(name), {})
-        dataset, items = str(config.dataset.get("name")), _model_items(config)
-        counts = _model_counts(dataset, items)
+        counts = _config_counts(config)
         if counts is not None:
-            out[flops_key(dataset, items)] = counts[which]
+            out[flops_key(str(config.dataset.get("name")), _model_items(config))] = counts[which]
     return out
 
 
@@ -304,24 +292,15 @@ def flops_table(counts: dict[str, float], table: str = "forward_flops") -> str:
     return tomli_w.dumps({table: {k: int(counts[k]) for k in sorted(counts)}})
 
 
-def _model_flops(dataset: str, model_items: tuple[tuple[str, str], ...]) -> float | None:
-    counts = _model_counts(dataset, model_items)
-    return None if counts is None else counts[0]
-
-
 @functools.cache
-def _model_counts(dataset: str, model_items: tuple[tuple[str, str], ...]) -> tuple[float, float] | None:
-    """The model's forward FLOPs a sample and its trainable parameters (None: it cannot be built here)."""
-    spec = DATASETS.get(dataset)
-    if spec is None:
-        return None
+def _model_counts(shape: tuple[int, ...], classes: int, model_items: tuple[tuple[str, str], ...]) -> tuple[float, float] | None:
+    """The model's forward FLOPs a sample of ``shape`` and its trainable parameters, for ``classes`` (None: it cannot be built here)."""
     import ast
     import torch  # lazy, with the models below: `chillfl list` imports no torch until a FLOP count is asked for
     from torch.utils.flop_counter import FlopCounterMode
 
     from chillfl.models import build_model
 
-    _, _, shape, classes = spec
     options = {k: ast.literal_eval(v) for k, v in model_items}
     for device in ("meta", "cpu"):  # meta: shapes only, no weights initialised (resnet18: 0.2 s instead of 4.6 s)
         try:
@@ -336,18 +315,27 @@ def _model_counts(dataset: str, model_items: tuple[tuple[str, str], ...]) -> tup
     return None
 
 
-def rows(config: RunConfig) -> tuple[int, int]:
-    """The (training, test) rows of the config's dataset: its size in :data:`DATASETS`, or as its options set it
-    (:data:`SIZED_BY_OPTIONS`: ``dataset.num_samples`` of MNIST-1D, the writers LEAF's FEMNIST keeps)."""
+def dataset_size(config: RunConfig) -> DatasetSize | None:
+    """The config's dataset in numbers, its files unread: as its spec declares them from its options (``size`` of its
+    ``DatasetEntry``: MNIST-1D's ``num_samples``, the writers LEAF's FEMNIST keeps, a plugin's own), else its fixed size
+    in :data:`DATASETS`; None: neither knows it (its runs are not priced)."""
     from chillfl.data.augment import split_augment
-    from chillfl.data.datasets import dataset_options
+    from chillfl.data.datasets import DatasetSize, dataset_options, dataset_spec
 
     name, options = RunConfig.component(config.dataset)
-    sized = SIZED_BY_OPTIONS.get(name)
-    if sized is None:
-        train, test, _, _ = DATASETS[name]
-        return train, test
-    return sized(dataset_options(name, split_augment(options)[0]))
+    sized = dataset_spec(name).size
+    if sized is not None:
+        return sized(dataset_options(name, split_augment(options)[0]))
+    fixed = DATASETS.get(name)
+    return None if fixed is None else DatasetSize(*fixed)
+
+
+def rows(config: RunConfig) -> tuple[int, int]:
+    """The (training, test) rows of the config's dataset (:func:`dataset_size`); a KeyError when its size is not known here."""
+    size = dataset_size(config)
+    if size is None:
+        raise KeyError(str(config.dataset.get("name")))
+    return size.train, size.test
 
 
 def kept_rows(config: RunConfig, train: int) -> int:
@@ -370,12 +358,11 @@ def work(config: RunConfig) -> Work | None:
     public-set samples each client and the server train on a round, and the evaluation: the global model's test pass and the
     further passes declared, on each round that evaluates (``eval.every``, and the last); last, the server's host work for each
     sampled client, each round and each pair of clients, and the clients' one-off work over their rows."""
-    spec = DATASETS.get(str(config.dataset.get("name")))
+    size = dataset_size(config)
     flops = _forward_flops(config)
-    if spec is None or flops is None:
+    if size is None or flops is None:
         return None
-    _, _, shape, classes = spec
-    train, test = rows(config)
+    train, test, shape, classes = size
     fed, batch, cost = config.federation, config.client.batch_size, declared_cost(config)
     clients = fed.sample_size()  # the count a round trains (max(1, floor(C N)) from a fraction)
     per_client = kept_rows(config, train) / fed.num_clients

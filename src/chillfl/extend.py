@@ -132,7 +132,7 @@ from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUp
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
 from chillfl.data import ArrayDataset, FederatedData
-from chillfl.data.datasets import DatasetEntry
+from chillfl.data.datasets import DatasetEntry, DatasetSize
 from chillfl.data.partition import Partition, PartitionerEntry
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import (
@@ -190,6 +190,7 @@ __all__ = [
     "ContextError",
     "Cost",
     "DatasetEntry",
+    "DatasetSize",
     "DeclaresHead",
     "FORWARD",
     "ONE_BATCH_JOB",

@@ -252,6 +252,13 @@ def _mnist1d_arrays(num_samples: int, seed: int, train_split: float) -> tuple[np
     return arrays
 
 
+def mnist1d_size(opts: Mnist1dOptions) -> DatasetSize:
+    """MNIST-1D's generator: ``num_samples // 10`` a class, the first ``int(train_split n)`` to train; 40-point signals, 10 classes."""
+    n = opts.num_samples // 10 * 10
+    train = int(n * opts.train_split)
+    return DatasetSize(train, n - train, (1, 40), 10)
+
+
 def build_mnist1d(opts: Mnist1dOptions, data_dir: Path) -> ArrayDataset:
     x_train, y_train, x_test, y_test = _mnist1d_arrays(opts.num_samples, opts.seed, opts.train_split)
 
@@ -368,6 +375,19 @@ INPUT_KINDS: tuple[InputKind, ...] = ("real", "indices", "any")
 values), ``indices`` (whole-number token ids, as flwr_shakespeare's characters), ``any`` (its files decide: hf's columns)."""
 
 
+class DatasetSize(NamedTuple):
+    """What a dataset is, in numbers, without its files: an estimate made before anything is read or downloaded
+    (``chillfl list experiments``'s cost model, ``chillfl reproduce --dry-run``'s time) prices a run by them."""
+
+    train: int
+    """Training rows (before a partitioner keeps some: its ``rows_kept``)."""
+    test: int
+    """Test rows (the global model's evaluation)."""
+    input_shape: tuple[int, ...]
+    """One sample's shape (``(1, 28, 28)``): the model's FLOPs a sample are counted on it."""
+    classes: int
+
+
 class DatasetEntry(NamedTuple):
     """A registered dataset: its options, its builder and its :data:`InputKind`, which a dry run without the
     files asks (a model that reads indices refuses ``real`` inputs then, before the values can be scanned)."""
@@ -377,6 +397,10 @@ class DatasetEntry(NamedTuple):
     inputs: InputKind
     summary: str = ""
     """One line for ``chillfl list datasets`` and the reference (empty: its options' docstring's first line)."""
+    size: Callable[[Any], DatasetSize] | None = None
+    """Set: given its parsed options, about the :class:`DatasetSize` its builder makes (MNIST-1D's ``num_samples``,
+    the writers FEMNIST's options keep), for estimates made without the data; called as ``size(options)``. None: the
+    estimate knows it only where its size is fixed and listed (the bundled configs' datasets), else it prices no run of it."""
 
 
 def _real(name: str, reader: Callable[[Path, Any], RawSplit]) -> Callable[[Any, Path], ArrayDataset]:
@@ -439,6 +463,17 @@ def build_femnist(opts: loaders.FemnistOptions, data_dir: Path) -> ArrayDataset:
     return _mapped("femnist", arraycache.cached("femnist", opts, root, data_dir, decode, output_version=loaders.FEMNIST_OUTPUT))
 
 
+def femnist_size(opts: loaders.FemnistOptions) -> DatasetSize:
+    """LEAF's FEMNIST as its options select it, from LEAF's published counts (its files unread): ``max_writers`` writers of
+    the mean size, else ``sample_fraction`` of the samples; each writer's ``train_fraction`` to train (``min_samples`` is
+    left out: it drops few rows)."""
+    samples = loaders.LEAF_FEMNIST_SAMPLES * opts.sample_fraction
+    if opts.max_writers:
+        samples = min(samples, opts.max_writers * loaders.LEAF_FEMNIST_SAMPLES / loaders.LEAF_FEMNIST_WRITERS)
+    train = math.floor(samples * opts.train_fraction)
+    return DatasetSize(train, round(samples) - train, (1, 28, 28), loaders.FEMNIST_CLASSES)
+
+
 def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Callable[[Any, Path], ArrayDataset]:
     """A reader of arrays with natural client blocks (train_bounds / test_bounds) as a dataset builder."""
 
@@ -450,7 +485,7 @@ def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Cal
 
 DATASETS: dict[str, DatasetEntry] = {
     "digits": DatasetEntry(DigitsOptions, build_digits, "real", "scikit-learn's 8x8 handwritten digits: 1,797 images, 10 classes (offline)"),
-    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d, "real", "MNIST-1D (Greydanus 2020): 40-point 1-D signals, 10 classes (offline)"),
+    "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d, "real", "MNIST-1D (Greydanus 2020): 40-point 1-D signals, 10 classes (offline)", mnist1d_size),
     "synthetic": DatasetEntry(SyntheticOptions, build_synthetic, "real", "FedProx's Synthetic(alpha, beta): 60 features, 10 classes (offline)"),
     "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10), "real", "CIFAR-10: 50,000 + 10,000 32x32 colour images, 10 classes (download)"),
     "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100), "real",
@@ -461,7 +496,8 @@ DATASETS: dict[str, DatasetEntry] = {
                                   "Fashion-MNIST: 60,000 + 10,000 28x28 clothing images, 10 classes (download)"),
     "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har), "real", "UCI HAR: windows of 9 smartphone motion signals, 6 activities (download)"),
     "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist), "real", "EMNIST: NIST's 28x28 handwritten characters, one of six splits (download)"),
-    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist, "real", "FEMNIST (LEAF): EMNIST by writer, 62 classes, a client a writer (download)"),
+    "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist, "real", "FEMNIST (LEAF): EMNIST by writer, 62 classes, a client a writer (download)",
+                            femnist_size),
     "tiny_imagenet": DatasetEntry(loaders.TinyImagenetOptions, build_tiny_imagenet, "real", "Tiny ImageNet: 100,000 + 10,000 64x64 images, 200 classes (download)"),
     "caltech256": DatasetEntry(loaders.Caltech256Options, build_caltech256, "real", "Caltech-256: photos of 256 object classes, cropped and resized (download)"),
     "hf": DatasetEntry(hf.HFOptions, _real("hf", hf.load_hf), "any", "a Hugging Face dataset saved on disk: its input and label columns"),  # a local Hugging Face dataset (chillfl.data.hf)
@@ -477,6 +513,10 @@ BUILD_CALL = ("options", "data_dir")
 No run seed: a dataset is the same for every run seed (the seed draws the partition), so a comparison over seeds trains
 on one split and a loaded public pool serves every run; a builder that draws declares its own seed option (digits'
 ``split_seed``)."""
+
+
+SIZE_CALL = ("options",)
+"""How a dataset's ``size`` is called (:attr:`DatasetEntry.size`): its parsed options alone (no files are read)."""
 
 
 def dataset_names() -> list[str]:
@@ -516,8 +556,23 @@ def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
         raise ConfigError(field, f"{name!r}: its options must be a dataclass, got {entry.options!r}")
     if entry.inputs not in INPUT_KINDS:
         raise ConfigError(field, f"{name!r}: its DatasetEntry's inputs must be one of {', '.join(map(repr, INPUT_KINDS))}, got {entry.inputs!r}")
-    check_hooks(name, (("build", entry.build, BUILD_CALL),), field)
-    return entry._replace(build=functools.partial(_checked_build, entry.build, name, field))
+    check_hooks(name, (("build", entry.build, BUILD_CALL), ("size", entry.size, SIZE_CALL)), field)
+    size = None if entry.size is None else functools.partial(_checked_size, entry.size, name, field)
+    return entry._replace(build=functools.partial(_checked_build, entry.build, name, field), size=size)
+
+
+def _checked_size(size: Callable[[Any], DatasetSize], name: str, field: str, options: Any) -> DatasetSize:
+    """What a user's ``size`` returns, checked: one line on ``field``, not a traceback in the estimate that asked it."""
+    with building(name, field, False, " (called as size(options))"):
+        said = size(options)
+    if not (isinstance(said, tuple) and len(said) == len(DatasetSize._fields)):
+        raise ConfigError(field, f"{name!r}: its DatasetEntry's size must return a chillfl.extend.DatasetSize(train, test, input_shape, classes), "
+                                 f"got {short_repr(said)}")
+    train, test, shape, classes = said
+    whole = (train, test, classes, *(shape if isinstance(shape, tuple) else ()))
+    if not (isinstance(shape, tuple) and shape and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in whole)):
+        raise ConfigError(field, f"{name!r}: its DatasetEntry's size must give whole counts > 0 and an input shape tuple, got {short_repr(said)}")
+    return DatasetSize(train, test, shape, classes)
 
 
 def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, options: Any, data_dir: Path) -> ArrayDataset:

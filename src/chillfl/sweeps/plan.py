@@ -55,6 +55,11 @@ class Variant:
     """Its own tuning grid (``[variants.LABEL.tune]``), crossed with the shared one for this variant alone."""
     own: bool = False
     """The config itself as the one variant (:func:`own_variant`), not a variant the config or a grid declares."""
+    control: bool | None = False
+    """A step-size control :func:`with_controls` added, not a variant the comparison was asked for: the comparison's
+    ``config.toml`` records it as ``compare.controls``, not as a row, and its table says it is controlled. Kept here, not
+    inferred from ``lr_scale``, which a variant asked for may set itself. None: not recorded (the ``sweep.json`` of an
+    older chillfl), inferred then as that chillfl did (:attr:`Plan.controls_recorded`)."""
 
 
 @dataclass
@@ -404,9 +409,10 @@ def with_controls(config: RunConfig, variants: Sequence[Variant], shared: Mappin
         rest = {k: val for k, val in v.overrides.items() if k != "temperature"}
         name = v.short or safe_name(v.label)
         for control in (
-            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t, f"{name}-T1-lrx{1 / t:g}", v.tune),
-            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale, f"{name}-magnitude", v.tune),
-            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale, f"{name}-direction", v.tune),
+            Variant(f"T=1, lr x {1 / t:g} (control of {v.label})", {**rest, "temperature": {"policy": "none"}}, None, v.lr_scale / t, f"{name}-T1-lrx{1 / t:g}", v.tune,
+                    control=True),
+            Variant(f"{v.label} magnitude only", {**v.overrides, "client.loss": "magnitude_only"}, None, v.lr_scale, f"{name}-magnitude", v.tune, control=True),
+            Variant(f"{v.label} direction only", {**v.overrides, "client.loss": "direction_only"}, None, v.lr_scale, f"{name}-direction", v.tune, control=True),
         ):
             if control.label not in labels:
                 out.append(control)
@@ -607,6 +613,26 @@ class Plan:
     def points_of(self, variant: Variant) -> list[Point]:
         """The variant's tuning points: the shared grid's, crossed with its own grid (its keys vary fastest)."""
         return variant_points(self.tune_table, variant)
+
+    @property
+    def controls_recorded(self) -> bool:
+        """Whether each variant says if it was asked for or added as a step-size control (:attr:`Variant.control`); False
+        only for a plan read from an older chillfl's ``sweep.json``, which did not record it."""
+        return all(v.control is not None for v in self.variants)
+
+    @property
+    def asked(self) -> list[Variant]:
+        """The variants the comparison was asked for, without the step-size controls added after them (all of them where
+        that is not recorded: :func:`chillfl.sweeps.record.as_planned` infers them then, as chillfl did)."""
+        return [v for v in self.variants if not v.control]
+
+    @property
+    def controls_added(self) -> bool:
+        """Whether :func:`with_controls` added step-size controls; of an older ``sweep.json`` that does not record it,
+        inferred as chillfl did: a variant whose lr is scaled."""
+        if self.controls_recorded:
+            return any(v.control for v in self.variants)
+        return any(v.lr_scale != 1.0 for v in self.variants)
 
     @property
     def multi(self) -> bool:

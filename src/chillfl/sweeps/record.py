@@ -59,6 +59,8 @@ class SweepRecord(TypedDict):
     reference: str | None
     options: dict[str, Any]
     variants: list[dict[str, Any]]
+    """Every variant as it ran, the step-size controls after those asked for, each marked ``control`` (absent from an
+    older chillfl's record: :func:`recorded_variant`)."""
     config_sha256: str
     config_toml: str
     """The ``config.toml`` it started with: a resume names what an edit of it changed (a run's checkpoint records it too)."""
@@ -119,20 +121,31 @@ def _refuse_null(table: object, field: str, key: str = "") -> None:
 
 
 def _asked_variants(config: RunConfig, plan: Plan) -> tuple[list[Variant], bool]:
-    """The variants the comparison was asked for, and whether step-size controls were added after them.
+    """The variants the comparison was asked for, and whether step-size controls were added after them: as the plan's
+    variants record it (:attr:`~chillfl.sweeps.plan.Variant.control`).
 
-    The plan's variants are those asked for (each at ``lr_scale`` 1), then the controls (:func:`with_controls`), of
-    which the first scales the lr: the list before it is the asked one when its controls are the rest."""
+    A plan read from an older chillfl's ``sweep.json`` does not record it: inferred then as that chillfl did. Its
+    variants are those asked for (each at ``lr_scale`` 1), then the controls (:func:`with_controls`), of which the first
+    scales the lr: the list before it is the asked one when its controls are the rest."""
+    if plan.controls_recorded:
+        return plan.asked, plan.controls_added
     variants = plan.variants
     first = next((i for i, v in enumerate(variants) if v.lr_scale != 1.0), None)
     if first is None:
         return list(variants), False
     try:
-        if with_controls(config, variants[:first], plan.tune_table, plan.configs[:first]) == variants:
+        controlled = with_controls(config, variants[:first], plan.tune_table, plan.configs[:first])
+        if [dataclasses.replace(v, control=None) for v in controlled] == [dataclasses.replace(v, control=None) for v in variants]:
             return list(variants[:first]), True
     except ConfigError:
         pass
     return list(variants), False
+
+
+def recorded_variant(saved: dict[str, Any]) -> Variant:
+    """A variant as ``sweep.json`` records it. One of an older chillfl's record, which does not say whether it was asked
+    for or added as a control, reads back with ``control`` None: what it was is inferred then, as that chillfl did."""
+    return Variant(**{"control": None, **saved})
 
 
 def sweep_record(config_toml: bytes, plan: Plan, resumable: bool) -> SweepRecord:
@@ -205,7 +218,7 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
     try:
         record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         fmt, resumable, reference = record.get("format"), record["resumable"], record["reference"]
-        variants, options = [Variant(**v) for v in record["variants"]], CompareOptions(**record["options"])
+        variants, options = [recorded_variant(v) for v in record["variants"]], CompareOptions(**record["options"])
         config = (folder / "config.toml").read_bytes()
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
@@ -294,13 +307,16 @@ def recorded_flags(config_path: str | Path, config: RunConfig) -> str | None:
     folder = Path(config_path).parent
     try:
         record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
-        variants = [Variant(**v) for v in record["variants"]]
+        variants = [recorded_variant(v) for v in record["variants"]]
         options = CompareOptions(**record["options"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
-    controls = bool(options.controls)  # the step-size controls come after the variants asked for (:func:`with_controls`)
-    first = next((i for i, v in enumerate(variants) if v.lr_scale != 1.0), len(variants)) if controls else len(variants)
-    asked = [v for v in variants[:first] if not v.own]  # own: the config itself over seeds or tuning points, no grid
+    if all(v.control is not None for v in variants):  # recorded: the controls are flagged
+        controls, first = bool(options.controls) or any(v.control for v in variants), len(variants)
+    else:  # an older record: the step-size controls come after the variants asked for (:func:`with_controls`)
+        controls = bool(options.controls)
+        first = next((i for i, v in enumerate(variants) if v.lr_scale != 1.0), len(variants)) if controls else len(variants)
+    asked = [v for v in variants[:first] if not v.own and not v.control]  # own: the config itself over seeds or tuning points, no grid
     flags = _grid_flags(asked, config)
     seeds = ",".join(str(s) for s in options.seeds or [])
     tune = {key: ",".join(map(str, values)) for key, values in (options.tune or {}).items()}

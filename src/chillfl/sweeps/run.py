@@ -385,7 +385,7 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
     labelled = [(v.label, c) for v, c in zip(plan.variants, configs)]
-    controls = any(v.lr_scale != 1.0 for v in plan.variants)  # the lr control's x 1/T: with_controls added them
+    controls = plan.controls_added  # with_controls added them (as the plan records, not a scaled lr: a variant asked for may scale its own)
     uncontrolled = left_without_controls(plan.variants, configs) if controls else []
     controlled = [c for v, c in zip(plan.variants, configs) if controls and gets_controls(v, c)]
     for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),

@@ -38,16 +38,16 @@ def test_counted_lines_and_their_eta_from_an_injected_clock() -> None:
     now = [100.0]
     counted = Counted(4, "calibration", on=False, clock=lambda: now[0])
     now[0] = 110.0
-    assert counted.finished("run-a") == "calibration: [1/4] run-a (10s, ETA 30s)"
+    assert counted.finished("run-a") == "chillfl: calibration: [1/4] run-a (10s, ETA 30s)"
     now[0] = 130.0
-    assert counted.finished("run-b") == "calibration: [2/4] run-b (30s, ETA 30s)"
+    assert counted.finished("run-b") == "chillfl: calibration: [2/4] run-b (30s, ETA 30s)"
     now[0] = 200.0
     counted.finished("run-c")
-    assert counted.finished("run-d") == "calibration: [4/4] run-d (1m40s)"  # no ETA at the end
+    assert counted.finished("run-d") == "chillfl: calibration: [4/4] run-d (1m40s)"  # no ETA at the end
     arms = Counted(3, "scarlet-deficit", on=False, clock=lambda: now[0])
-    assert arms.starting("DS-FL, seed 0") == "scarlet-deficit: [1/3] DS-FL, seed 0"  # no ETA before an arm ended
+    assert arms.starting("DS-FL, seed 0") == "chillfl: scarlet-deficit: [1/3] DS-FL, seed 0"  # no ETA before an arm ended
     now[0] = 260.0
-    assert arms.starting("SCARLET, seed 0") == "scarlet-deficit: [2/3] SCARLET, seed 0 (ETA 2m00s)"  # this arm and the next
+    assert arms.starting("SCARLET, seed 0") == "chillfl: scarlet-deficit: [2/3] SCARLET, seed 0 (ETA 2m00s)"  # this arm and the next
 
 
 def test_a_shards_eta_counts_its_own_runs_only(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
@@ -88,8 +88,8 @@ def test_an_analysis_over_runs_says_each_run_as_it_is_done_and_nothing_at_q(run_
     assert main(["analyze", analysis, str(run_dir), str(run_dir), *extra, "-o", str(tmp_path / "a")]) == 0
     captured = capsys.readouterr()
     lines = [line for line in captured.err.splitlines() if "] " in line]
-    assert len(lines) == 2 and lines[0].startswith(f"{analysis}: [1/2] ") and lines[1].startswith(f"{analysis}: [2/2] ") and "\r" not in captured.err
-    assert re.fullmatch(rf"{analysis}: \[1/2\] \S+ \(\d+s, ETA \d+s\)", lines[0]), lines
+    assert len(lines) == 2 and lines[0].startswith(f"chillfl: {analysis}: [1/2] ") and lines[1].startswith(f"chillfl: {analysis}: [2/2] ") and "\r" not in captured.err
+    assert re.fullmatch(rf"chillfl: {analysis}: \[1/2\] \S+ \(\d+s, ETA \d+s\)", lines[0]), lines
     out = captured.out  # stdout as before: a line per run and the results line
     assert out.count("results: ") == 1
     assert main(["analyze", analysis, str(run_dir), str(run_dir), *extra, "-o", str(tmp_path / "b"), "-q"]) == 0
@@ -103,7 +103,7 @@ def test_scarlet_deficit_counts_its_runs_up_front(capsys: pytest.CaptureFixture[
             "distillation.server_epochs=1", "distillation.distill_epochs=1", "eval.client_split_size=20"]
     args = ["analyze", "scarlet-deficit", "--seeds", "0", "--rounds", "1", "--durations", "0", "--betas", "1", "--subset-sizes", "", "--parts", "d", *tiny]
     assert main(args) == 0
-    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("scarlet-deficit: ")]
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("chillfl: scarlet-deficit: ")]
     # DS-FL, SCARLET D=0 and the scaled D=1: three runs, each counted of three
-    assert [line.split()[1] for line in lines] == ["[1/3]", "[2/3]", "[3/3]"], lines
+    assert [line.split()[2] for line in lines] == ["[1/3]", "[2/3]", "[3/3]"], lines
     assert lines[0].endswith("seed 0, 1 rounds") and re.search(r"\(ETA \d+s\)$", lines[1])

@@ -69,7 +69,6 @@ import json
 import math
 import re
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -78,7 +77,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from chillfl.analysis.counting import ItemLines
+from chillfl.analysis.counting import PREFIX, ItemLines
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.storage.results import claim_dir, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
@@ -92,6 +91,7 @@ from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
 from chillfl.progress import Progress, as_mode, mode_for
 from chillfl.seeds import derive_seed
+from chillfl.stderr import say
 from chillfl.stop_signals import made_held
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
@@ -249,7 +249,7 @@ def run_temperature_sweep(
     clients = [cid for cid in range(data.num_clients) if all_counts[cid].sum() > 0]
     if len(clients) < data.num_clients:  # as a run does: it lists them under no_data and never trains them
         idle = [cid for cid in range(data.num_clients) if cid not in clients]
-        print(f"temperature sweep: clients {idle} have no training rows (a run lists them under no_data); skipped", file=sys.stderr, flush=True)
+        say(f"{PREFIX}temperature sweep: clients {idle} have no training rows (a run lists them under no_data); skipped")
     if len(clients) < 2:
         raise ConfigError("federation.num_clients", f"the correlations need at least 2 clients with training rows, got {len(clients)}")
     empty = [cid for cid in clients if len(data.client_eval(cid)[1]) == 0]
@@ -316,12 +316,12 @@ def left_out(result: SweepResult) -> None:
         raise ConfigError("client.lr", f"the sweep's training diverged at every temperature for clients {dead}, leaving "
                                        f"{len(ids) - len(dead)} client(s) to correlate; lower client.lr or drop the lowest temperatures")
     if dead:
-        print(f"temperature sweep: clients {dead} have no finite accuracy at any temperature (training diverged); "
-              "left out of the correlations", file=sys.stderr, flush=True)
+        say(f"{PREFIX}temperature sweep: clients {dead} have no finite accuracy at any temperature (training diverged); "
+            "left out of the correlations")
     no_gain = [ids[i] for i in np.flatnonzero(np.isfinite(result.best_accuracy) & ~np.isfinite(result.gain))]
     if no_gain:
-        print(f"temperature sweep: clients {no_gain} have no finite accuracy at the largest temperature; "
-              "left out of the gain correlation", file=sys.stderr, flush=True)
+        say(f"{PREFIX}temperature sweep: clients {no_gain} have no finite accuracy at the largest temperature; "
+            "left out of the gain correlation")
 
 
 def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:

@@ -39,7 +39,7 @@ import numpy as np
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.layout import RUNS_PER_ROW, rows_of
 from chillfl.extras import need
-from chillfl.analysis.replay import Replay, accuracy, entropy, out_folder, predict, replay_round, run_label, write_json
+from chillfl.analysis.replay import Replay, accuracy, check_out, check_runs, entropy, out_folder, predict, replay_round, run_label, write_json
 
 
 def accuracy_change(replay: Replay) -> dict[str, Any]:
@@ -152,6 +152,8 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
 def _command(which: str) -> Any:
     def cmd(args: argparse.Namespace) -> int:
         need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
+        check_runs(args.run_dirs)  # before any run is computed: the folders and the output
+        check_out(args.run_dirs, args.out)
         result = analyze(args.run_dirs, args.start, which, progress=not args.quiet)
         folder = out_folder(args.run_dirs, args.out)
         name = f"aggregation-{which}"

@@ -26,7 +26,8 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from chillfl.analysis.replay import build_evaluation, load_model_state, out_folder, predict, run_label, write_json
+from chillfl.analysis.replay import (build_evaluation, check_out, check_runs, load_model_state, out_folder, predict, read_summary, run_label,
+                                    write_json)
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.layout import grid_shape
 from chillfl.extras import need
@@ -72,9 +73,36 @@ def check_bins(result: dict[str, Any], bins: int) -> None:
     becomes the mean |correct - confidence| and grows with the bin count (0.47 at 1000 equal-mass bins against 0.28 at
     15, on 359 samples), and it was reported without a word."""
     for label, run in result["runs"].items():
-        if bins > run["n"]:
-            raise ConfigError("--bins", f"{bins} bins for {label}'s {run['n']} test samples: with more bins than samples ECE "
-                                        f"grows with the bin count, not with miscalibration; use at most {run['n']}")
+        _check_bins_of(label, run["n"], bins)
+
+
+def check_saved_bins(run_dirs: Sequence[str], bins: int) -> None:
+    """:func:`check_bins` before any run is computed, on each run's test-set size as its ``summary.json`` saved it (the
+    final calibration's ``n``: the same test set). Why: the refusal came after every run had been computed (minutes over
+    many runs). A run without it (no test set, an older folder) is checked once computed, by :func:`check_bins`."""
+    for run_dir in run_dirs:
+        n = _saved_test_size(run_dir)
+        if n is not None:
+            _check_bins_of(run_label(run_dir, run_dirs), n, bins)
+
+
+def _saved_test_size(run_dir: str) -> int | None:
+    """The ``n`` of the final calibration in the run's ``summary.json``; None where it has none or cannot be read
+    (calibration itself does not need the file)."""
+    try:
+        saved = read_summary(run_dir)
+    except (OSError, ValueError):  # unreadable or not JSON
+        return None
+    calibration = saved.get("calibration") if isinstance(saved, dict) else None
+    n = calibration.get("n") if isinstance(calibration, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) else None
+
+
+def _check_bins_of(label: str, n: int, bins: int) -> None:
+    """Refuse ``bins`` above the ``n`` test samples of the run ``label`` (see :func:`check_bins`)."""
+    if bins > n:
+        raise ConfigError("--bins", f"{bins} bins for {label}'s {n} test samples: with more bins than samples ECE "
+                                    f"grows with the bin count, not with miscalibration; use at most {n}")
 
 
 def _num(value: float | None) -> float:
@@ -126,6 +154,9 @@ def cmd_calibration(args: argparse.Namespace) -> int:
         raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
     if not 1 <= args.bins <= 1000:
         raise ConfigError("--bins", f"must be in [1, 1000], got {args.bins}")
+    check_runs(args.run_dirs)  # before any run is computed: the options, the folders, the output
+    check_saved_bins(args.run_dirs, args.bins)
+    check_out(args.run_dirs, args.out)
     result = analyze(args.run_dirs, temperature=args.temperature, bins=args.bins, binning=args.binning, progress=not args.quiet)
     check_bins(result, args.bins)
     folder = out_folder(args.run_dirs, args.out)

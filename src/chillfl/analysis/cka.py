@@ -49,7 +49,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from chillfl.analysis.replay import Params, build_run, check_finished, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
+from chillfl.analysis.replay import Params, build_run, check_finished, check_out, check_runs, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.analysis.counting import Counted
 from chillfl.extras import need
 from chillfl.errors import ConfigError
@@ -203,6 +203,8 @@ def cmd_cka(args: argparse.Namespace) -> int:
         layers = comma_items(args.layers, "--layers", "comma-separated module names")
         if not layers:  # '' ran the default layers without a word
             raise ConfigError("--layers", "is empty; name modules (comma-separated) or leave --layers out for the default layers")
+    check_runs(args.run_dirs)  # before any run is computed: the folders and the output
+    check_out(args.run_dirs, args.out)
     result = analyze(args.run_dirs, args.reference, samples=args.samples, layers=layers, clients=args.clients,
                      start=args.start or "final", center=not args.uncentered, progress=not args.quiet)
     folder = out_folder(args.run_dirs, args.out)

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from chillfl.analysis.replay import build_run, load_model_state, out_folder, run_label, write_json
+from chillfl.analysis.replay import build_run, check_out, check_runs, load_model_state, out_folder, run_label, write_json
 from chillfl.analysis.counting import Counted
 from chillfl.extras import need
 from chillfl.errors import ConfigError
@@ -153,6 +153,8 @@ def cmd_grad_norms(args: argparse.Namespace) -> int:
         raise ConfigError("--temperature", f"must be finite and > 0, got {args.temperature}")
     if args.samples < 1:
         raise ConfigError("--samples", f"must be >= 1, got {args.samples}")
+    check_runs(args.run_dirs)  # before any run is computed: the folders and the output
+    check_out(args.run_dirs, args.out)
     result, raw = analyze(args.run_dirs, temperature=args.temperature, split=args.split, samples=args.samples, progress=not args.quiet)
     folder = out_folder(args.run_dirs, args.out)
     plot_grad_norms(raw, {k: v["temperature"] for k, v in result["runs"].items()}, folder / "grad-norms.png")

@@ -261,16 +261,41 @@ def accuracy(logits: torch.Tensor, y: torch.Tensor) -> float:
     return float((logits.argmax(1) == y).double().mean()) if len(y) else float("nan")
 
 
-def out_folder(run_dirs: list[str], out: str | None) -> Path:
-    """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis``."""
-    from chillfl.paths import check_writable_dir
+def check_out(run_dirs: Sequence[str | Path], out: str | None) -> Path | None:
+    """The folder :func:`out_folder` will write (``--out``, or ``<first RUN_DIR>/analysis``), checked and not created;
+    None where the default's first RUN_DIR is no folder (the run's own check then says so, naming RUN_DIR, not ``--out``).
+
+    Why before any run is computed: an unwritable ``-o`` (or a run folder one may not write into) was refused only
+    after every run had been computed, minutes over many runs, and the first ``-o`` a user tried was then refused again."""
+    from chillfl.analysis.output import check_folder
 
     if out == "":  # was taken as no --out: the files went to <RUN_DIR>/analysis, nothing said
         raise ConfigError("--out", "must be a non-empty path, got ''")
+    if out is None and not Path(run_dirs[0]).is_dir():
+        return None
     folder = Path(out) if out is not None else Path(run_dirs[0]) / "analysis"
-    if folder.exists() and not folder.is_dir():
-        raise ConfigError("--out", f"{folder} exists and is not a folder")
-    check_writable_dir(str(folder), "--out")  # under a file, on /proc, read-only: one line, not a traceback
+    default = "" if out is not None else " (the default, under the first RUN_DIR; -o DIR writes elsewhere)"
+    try:
+        if folder.exists() and not folder.is_dir():
+            raise ConfigError("--out", f"{folder} exists and is not a folder")
+        return check_folder(str(folder))
+    except ConfigError as exc:
+        raise ConfigError(exc.field, exc.message + default) from None
+
+
+def check_runs(run_dirs: Sequence[str | Path], field: str = "run_dir") -> None:
+    """Refuse, before the first run is computed, a RUN_DIR that is not a finished run's folder (the line the run's turn would
+    have said: :func:`check_finished`, :func:`load_run`). Why: a mistyped last RUN_DIR was refused after the others were computed."""
+    for run_dir in run_dirs:
+        check_finished(run_dir, field)
+        load_run(run_dir, field)
+
+
+def out_folder(run_dirs: Sequence[str | Path], out: str | None) -> Path:
+    """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis`` (checked as :func:`check_out` checks it), created."""
+    folder = check_out(run_dirs, out)
+    if folder is None:  # the first RUN_DIR was read, and is gone since
+        raise ConfigError("run_dir", f"{run_dirs[0]} is not a folder")
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

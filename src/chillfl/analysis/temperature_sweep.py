@@ -78,7 +78,7 @@ import torch
 from tqdm import tqdm
 
 from chillfl.analysis.counting import PREFIX, ItemLines
-from chillfl.config import RunConfig, load_config, parse_overrides
+from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.storage.results import claim_dir, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
 from chillfl.errors import ConfigError, choice_error
@@ -244,6 +244,8 @@ def run_temperature_sweep(
     if ties not in TIES:
         raise choice_error(TIES_FIELD, ties, TIES)
     check_sweep(config)
+    if write:  # before the training: its folder is written only at the end (an unwritable out_dir was refused after it)
+        check_out_dir(config.out_dir)
     data = build_data(config)
     all_counts = data.class_counts()
     clients = [cid for cid in range(data.num_clients) if all_counts[cid].sum() > 0]

@@ -78,8 +78,8 @@ def test_plots_write_png(tmp_path) -> None:
 
 
 @pytest.mark.parametrize(("args", "field"), [
-    (["analyze", "cache-ratio", "--rounds", "3", "-o", "{f}/x.png"], "--output"),
-    (["analyze", "cache-ratio", "--rounds", "3", "-o", "{d}"], "--output"),
+    (["analyze", "cache-ratio", "--rounds", "3", "-o", "{f}/x.png"], "--out"),
+    (["analyze", "cache-ratio", "--rounds", "3", "-o", "{d}"], "--out"),
     (["analyze", "soft-label-entropy", "--out-dir", "{f}/x"], "--out-dir"),
 ])
 def test_an_unwritable_output_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], field: str) -> None:
@@ -126,7 +126,7 @@ def test_cache_ratio_prints_the_closed_form(tmp_path: Path, capsys: pytest.Captu
 
 def test_cache_ratio_output_names_the_file_it_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``-o fig`` wrote ``fig`` as a PNG without its suffix (``data show -o`` adds ``.png``: now both, through one function);
-    a suffix matplotlib writes no format for is one line on --output before the simulation, not a traceback after it."""
+    a suffix matplotlib writes no format for is one line on --out before the simulation, not a traceback after it."""
     from chillfl.cli import main
 
     small = ["analyze", "cache-ratio", "--public-size", "100", "--subset-size", "10", "--durations", "5", "--rounds", "5"]
@@ -135,7 +135,7 @@ def test_cache_ratio_output_names_the_file_it_writes(tmp_path: Path, capsys: pyt
     assert capsys.readouterr().out.splitlines()[-1] == f"plot: {tmp_path / 'fig.png'}"
     assert main([*small, "-o", str(tmp_path / "fig.txt")]) == 2
     err = capsys.readouterr().err
-    assert err.startswith("chillfl: error: --output: ") and "no image format is written as '.txt'" in err and len(err.splitlines()) == 1
+    assert err.startswith("chillfl: error: --out: ") and "no image format is written as '.txt'" in err and len(err.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fig.png"]
 
 

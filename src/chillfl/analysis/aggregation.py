@@ -37,6 +37,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from chillfl.analysis.counting import Counted
+from chillfl.analysis.output import add_out
 from chillfl.analysis.layout import RUNS_PER_ROW, rows_of
 from chillfl.extras import need
 from chillfl.analysis.replay import Replay, accuracy, check_out, check_runs, entropy, out_folder, predict, replay_round, run_label, write_json
@@ -177,7 +178,7 @@ def _pts(v: float | None) -> str:
 
 def add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s) (config.toml + model.safetensors)")
-    p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    add_out(p, "output folder (default: <first RUN_DIR>/analysis)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
 
 

@@ -36,6 +36,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.analysis.softlabels import (
     entropy_vs_beta,
     entropy_vs_temperature,
@@ -98,7 +99,7 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
         raise ConfigError("--rounds", f"--rounds x --public-size must be at most {MAX_WORK:.0e} (a simulation of minutes), got {args.rounds * args.public_size:.1e}")
     if not 0 <= args.seed < 2**63:
         raise ConfigError("--seed", f"must be in [0, 2**63), got {args.seed}")
-    output = _writable_png(args.output, "--output")
+    output = _writable_png(args.out, out_field(args))
     ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
     tail = max(1, args.rounds // 4)
     print(f"cached share of P^t (|P| = {args.public_size}, |P^t| = {args.subset_size}, {args.rounds} rounds, expiry: {args.on_expire})")
@@ -156,7 +157,7 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
         raise ConfigError("--temps", f"must be finite and > 0, got {temps}")
     if not all(math.isfinite(b) and b > 0 for b in betas):
         raise ConfigError("--betas", f"must be finite and > 0, got {betas}")
-    check_writable_dir(str(args.out_dir), "--out-dir")  # before anything is computed or drawn: one line, not a traceback
+    check_folder(args.out, out_field(args))  # before anything is computed or drawn: one line, not a traceback
     sets: dict[str, torch.Tensor] = {}
     for path in args.soft_labels or []:
         sets[Path(path).stem] = load_soft_labels(path)
@@ -166,7 +167,7 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
         print(f"{name}:")
         print("  ERA (Eq. 2), mean entropy (nats) vs T:        " + "  ".join(f"T={t:g}: {e:.3f}" for t, e in zip(temps, entropy_vs_temperature(soft, temps))))
         print("  Enhanced ERA (Eq. 4), mean entropy vs beta:   " + "  ".join(f"b={b:g}: {e:.3f}" for b, e in zip(betas, entropy_vs_beta(soft, betas))))
-    out_dir = Path(args.out_dir)
+    out_dir = Path(args.out)
     p1 = plot_entropy_vs_temperature(sets, temps, out_dir / "entropy_vs_temperature.png")
     p2 = plot_entropy_vs_beta(sets, betas, out_dir / "entropy_vs_beta.png")
     print(f"plots: {p1} {p2}")
@@ -177,24 +178,24 @@ def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     """Register ``cache-ratio`` and ``soft-label-entropy`` under ``chillfl analyze``."""
     p = analyses.add_parser("cache-ratio", help="SCARLET Fig. 3: simulated share of P^t served from the cache, per duration D",
                             description="Simulate SCARLET's cache: the share of each round's P^t served from it, per duration D "
-                                        "(SCARLET Fig. 3); prints the table and writes the figure to --output (cache_ratio.png).")
+                                        "(SCARLET Fig. 3); prints the table and writes the figure to -o (default cache_ratio.png).")
     p.add_argument("--public-size", type=int, default=10_000, help="|P| (default 10000)")
     p.add_argument("--subset-size", type=int, default=1_000, help="|P^t| drawn per round (default 1000)")
     p.add_argument("--durations", default=DEFAULT_DURATIONS, help=f"comma-separated D values (default {DEFAULT_DURATIONS})")
     p.add_argument("--rounds", type=int, default=2_000, help="rounds to simulate (default 2000)")
     p.add_argument("--seed", type=int, default=0, help="seed of the simulated draws of P^t (default 0)")
     p.add_argument("--on-expire", choices=("drop", "refresh"), default="drop", help="expiry policy (default drop = Algorithm 2)")
-    p.add_argument("-o", "--output", default="cache_ratio.png", help="PNG path (default cache_ratio.png)")
+    add_out(p, "the figure's file, a PNG path (default cache_ratio.png)", old=("--output",), default="cache_ratio.png", metavar="FILE")
     p.set_defaults(func=cmd_cache_ratio)
 
     p = analyses.add_parser("soft-label-entropy", help="SCARLET Fig. 4 c/d: entropy of ERA vs T and Enhanced ERA vs beta",
                             description="Entropy of ERA's soft-labels against T and of Enhanced ERA's against beta (SCARLET Fig. 4 c/d); "
-                                        "writes entropy_vs_temperature.png and entropy_vs_beta.png into --out-dir.")
+                                        "writes entropy_vs_temperature.png and entropy_vs_beta.png into -o.")
     p.add_argument("--soft-labels", action="append", metavar="FILE", help=".pt or .npy soft-labels [n, C] or [K, n, C] (repeatable; default: built-in examples)")
     p.add_argument("--temps", default=DEFAULT_TEMPS, help=f"ERA temperatures (default {DEFAULT_TEMPS})")
     p.add_argument("--betas", default=DEFAULT_BETAS, help=f"Enhanced ERA betas (default {DEFAULT_BETAS})")
     p.add_argument("--seed", type=int, default=0, help="seed of the built-in examples")
-    p.add_argument("--out-dir", default=".", help="where entropy_vs_temperature.png and entropy_vs_beta.png go (default: the current directory)")
+    add_out(p, "output folder: where entropy_vs_temperature.png and entropy_vs_beta.png go (default: the current directory)", old=("--out-dir",), default=".")
     p.set_defaults(func=cmd_soft_label_entropy)
 
 

@@ -29,6 +29,7 @@ import torch
 from chillfl.analysis.replay import (build_evaluation, check_out, check_runs, load_model_state, out_folder, predict, read_summary, run_label,
                                     write_json)
 from chillfl.analysis.counting import Counted
+from chillfl.analysis.output import add_out
 from chillfl.analysis.layout import grid_shape
 from chillfl.extras import need
 from chillfl.errors import ConfigError
@@ -177,6 +178,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--bins", type=int, default=DEFAULT_BINS, help=f"confidence bins (default {DEFAULT_BINS})")
     p.add_argument("--binning", default="width", choices=BINNINGS, help="equal-width bins (default) or equal-mass bins")
     p.add_argument("--temperature", type=float, default=1.0, help="read the logits at T (default 1)")
-    p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    add_out(p, "output folder (default: <first RUN_DIR>/analysis)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
     p.set_defaults(func=cmd_calibration)

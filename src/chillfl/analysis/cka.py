@@ -51,6 +51,7 @@ from torch.func import functional_call
 
 from chillfl.analysis.replay import Params, build_run, check_finished, check_out, check_runs, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.analysis.counting import Counted
+from chillfl.analysis.output import add_out
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
@@ -230,6 +231,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--clients", action="store_true", help="replay one round and compare the client models too (Fig. 13)")
     p.add_argument("--start", default=None, choices=("final", "initial"), help="replay start with --clients (default: final); only with --clients")
     p.add_argument("--uncentered", action="store_true", help="Eq. 6 literally, without centring the features")
-    p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    add_out(p, "output folder (default: <first RUN_DIR>/analysis)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
     p.set_defaults(func=cmd_cka)

@@ -41,6 +41,7 @@ from torch.func import functional_call
 
 from chillfl.analysis.replay import build_run, check_out, check_runs, load_model_state, out_folder, run_label, write_json
 from chillfl.analysis.counting import Counted
+from chillfl.analysis.output import add_out
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.experiment import Experiment
@@ -177,6 +178,6 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--temperature", type=float, help="T in CE(z/T, y) (default: each run's training temperature)")
     p.add_argument("--split", default="train", choices=("train", "test"), help="clients' training data (default) or the test set")
     p.add_argument("--samples", type=int, default=5000, help="at most this many samples, a seeded uniform random subset when the split has more (default 5000)")
-    p.add_argument("-o", "--out", help="output folder (default: <first RUN_DIR>/analysis)")
+    add_out(p, "output folder (default: <first RUN_DIR>/analysis)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines on stderr ([k/N] RUN as each run is done)")
     p.set_defaults(func=cmd_grad_norms)

@@ -78,6 +78,7 @@ import torch
 from tqdm import tqdm
 
 from chillfl.analysis.counting import PREFIX, ItemLines
+from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.storage.results import claim_dir, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
@@ -454,7 +455,11 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
 
 def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     """``chillfl analyze temperature-sweep``: run the sweep, print the A.5 table and the folder."""
-    config = load_config(resolve_config(args.config), parse_overrides(list(args.overrides)))
+    overrides = parse_overrides(list(args.overrides))
+    if args.out is not None:  # -o wins over an override out_dir=, as `chillfl run --out` does
+        check_folder(args.out, out_field(args))
+        overrides["out_dir"] = args.out
+    config = load_config(resolve_config(args.config), overrides)
     check_sweep(config)  # first: a run's reason to refuse the config (e.g. FedChill's decay) is not the sweep's
     check_parts(config)  # the sweep trains without the method's parts, but a config it names wrongly is still a mistake
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
@@ -478,7 +483,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         description="Train every client alone at every temperature of a grid, evaluate on its own validation split, "
         "and write config.toml, heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5) "
         "into the folder <out_dir>/<name>-temperature-sweep/ (e.g. results/demo-temperature-sweep/; -2, -3, ... when it exists; "
-        "the override out_dir=PATH sets where). "
+        "-o DIR (or the override out_dir=PATH) sets where). "
         "The heterogeneity score h on the plots is FedChill's Eq. 6 with the config's [temperature] measure, p_g and "
         "normalisation when its policy is fedchill; under any other policy, FedChill's defaults (said in a note).",
     )
@@ -489,6 +494,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     # what was wrong: a value that starts as a number does (as Python 3.13's matcher reads it; no option of this command does)
     p._negative_number_matcher = re.compile(r"^-\.?\d")
     p.add_argument("--ties", default="mean", help="best temperature when several tie: mean (default, of the tied ones), lowest, highest")
+    add_out(p, "the folder the sweep's folder <name>-temperature-sweep/ goes into (default: the config's out_dir, results/)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress (a bar on a terminal, else a plain line every 30 s)")
     p.set_defaults(func=cmd_temperature_sweep)
     return p

@@ -52,7 +52,7 @@ Choices
   normalised to [0, 1] (``ratio``, ``max``, uniform p_g), or the config's
   ``[temperature]`` measure / p_g / normalisation when its policy is ``fedchill``;
   under any other policy the defaults, said in a note (printed, under the
-  scatter plot, ``heterogeneity_note`` in ``temperature_sweep.json``).
+  heat map and the scatter plot, ``heterogeneity_note`` in ``temperature_sweep.json``).
 
 Checked (2026-12) against: FedChill Sec. 2.1-2.2 / Fig. 1 (client x T
 validation-accuracy heat map; heterogeneity score vs accuracy coloured by
@@ -69,6 +69,7 @@ import json
 import math
 import re
 import shutil
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -403,7 +404,24 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
                 light = (100 * value - lo) / max(hi - lo, 1e-9) > 0.6  # viridis is light at the top
                 ax.text(col, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7, color="black" if light else "white")
     fig.tight_layout()
+    note_below(fig, result.score_note)  # its rows' h and their order are that score too
     fig.savefig(path, dpi=110)
+
+
+NOTE_CHARS_PER_INCH = 15
+"""Characters of a fontsize-7 note that fit an inch of figure width, with room to spare (DejaVu Sans averages ~13)."""
+
+
+def note_below(fig: Any, note: str | None) -> None:
+    """``note`` under the axes, wrapped to the figure's width, the axes raised to make room (nothing without one).
+    Why wrapped: the heat map of a short grid is ~5 inches wide, and a note of one line ran off its edge."""
+    if not note:
+        return
+    lines = textwrap.wrap(note, max(20, int(fig.get_figwidth() * NOTE_CHARS_PER_INCH)))
+    inches = 0.15 + 0.13 * len(lines)  # fontsize 7: ~0.12 inch a line
+    bottom = fig.subplotpars.bottom + inches / fig.get_figheight()
+    fig.subplots_adjust(bottom=min(0.5, bottom))
+    fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, ha="left", va="bottom")
 
 
 def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None:
@@ -444,9 +462,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    if result.score_note:  # below the axes: the score the config did not choose
-        fig.subplots_adjust(bottom=0.2)
-        fig.text(0.01, 0.01, result.score_note, fontsize=7, ha="left", va="bottom")
+    note_below(fig, result.score_note)
     fig.savefig(path, dpi=110)
 
 

@@ -66,7 +66,7 @@ from chillfl.settings.privacy import mechanism_names
 from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.temperature import POLICY_METHODS, policy_names
 from chillfl.training.terms import term_names
-from chillfl.tune import parse_tune
+from chillfl.tune import SELECT_RULES, parse_tune
 
 log = logging.getLogger(__name__)
 
@@ -367,6 +367,8 @@ def compare(
     _check_grid(grid)
     if tune is not None and not isinstance(tune, Mapping):  # the CLI's 'client.lr=0.1,0.2' strings (grid takes them): ValueError from dict()
         raise ConfigError("tune", f"expected a dict {{'section.option': [values]}}, got {type(tune).__name__} {short_repr(tune)}")
+    if select is not None and (not isinstance(select, str) or select not in SELECT_RULES):  # select=1 was told it "picks each variant's tuning point"
+        raise ConfigError("select", f"expected a tuning rule, one of {', '.join(map(repr, SELECT_RULES))}, got {type(select).__name__} {short_repr(select)}")
     if reference is not None and not isinstance(reference, str):  # a list was looked up as a label: TypeError unhashable
         raise ConfigError("reference", f"expected a variant label (a string), got {type(reference).__name__} {short_repr(reference)}")
     swept = [str(key) for key in tune or {}]  # a switch swept in the grids lets the base config hold its table's options

@@ -1099,6 +1099,9 @@ def dotted_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in overrides.items():
         if isinstance(value, Mapping) and value and "." not in str(key):  # a part's table; a dotted key's table (algorithm.base_options) is set whole
+            bad = [k for k in value if not isinstance(k, str)]
+            if bad:  # {"client": {1: 2}} became the key 'client.1', refused as an unknown option
+                raise ConfigError(str(key), f"a key must be a string (an option name, e.g. 'lr'), got {short_repr(bad[0])} ({type(bad[0]).__name__})")
             out.update({f"{key}.{k}": v for k, v in value.items()})
         else:
             out[key] = value

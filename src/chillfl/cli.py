@@ -642,6 +642,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         from chillfl.aggregation.registry import algorithm_names
         from chillfl.data import dataset_names, partitioner_names
         from chillfl.models import model_names
+        from chillfl.plugins import unusable_plugins
         from chillfl.settings.attack import kind_names
         from chillfl.settings.distillation import method_names
         from chillfl.settings.privacy import mechanism_names
@@ -676,8 +677,14 @@ def cmd_list(args: argparse.Namespace) -> int:
                 line = f"  {name:<{width}}  {summary}".rstrip()
                 print(line if columns is None or len(line) <= columns else line[: columns - 4].rstrip() + " ...")
         return 0
-    for title, names, _ in sections.values():
-        print(textwrap.fill(f"{title}: {', '.join(names())}", width=100, subsequent_indent="    "))
+    listed = {title: names() for title, names, _ in sections.values()}
+    for title, part_names in listed.items():
+        print(textwrap.fill(f"{title}: {', '.join(part_names)}", width=100, subsequent_indent="    "))
+    unusable = unusable_plugins(set().union(*listed.values()))  # an entry point no part takes was left out without a word
+    if unusable:
+        print("unusable plugins (chillfl.plugins entry points that no part can use, and why):")
+        for name, why in unusable:
+            print(f"  {name}: {why}")
     print("experiments (`chillfl list experiments`: paper, data, minutes):")
     groups: dict[str, list[str]] = {}
     for name in bundled_experiments():

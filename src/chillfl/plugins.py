@@ -180,7 +180,8 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collec
     """Entry-point names, or those whose object ``accepts`` takes (each registry passes its own test: an
     aggregator, a temperature policy, a soft-label method), so that ``chillfl list`` shows each under its part.
 
-    An entry point whose module cannot be imported is left out of every part, with one warning naming it; one of
+    An entry point whose module cannot be imported is left out of every part, with one warning naming it (``chillfl list``
+    lists it apart, :func:`unusable_plugins`); one of
     this part named like one of its ``built_ins`` (named by the config key ``what``) is warned about as
     :func:`warn_if_shadowed` does.
     """
@@ -200,6 +201,30 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collec
             out.append(name)
             if name in built_ins:
                 warn_if_shadowed(name, what, accepts)
+    return out
+
+
+def unusable_plugins(usable: Collection[str]) -> list[tuple[str, str]]:
+    """Each ``chillfl.plugins`` entry point that no part lists, with why in one line: the error importing its object,
+    or what that object is. ``usable``: every name the parts list (built-ins and the entry points they take).
+
+    Why: ``chillfl list`` left such an entry point out without a word in its listing (an object of no part: not a
+    word at all), and its author looked for the name in vain; naming it in a config gives the same reason as an error.
+    Nothing is imported while a results folder is read as data (:func:`reading_data`).
+    """
+    if _READING.get() is not None:
+        return []
+    out = []
+    for name, path in sorted(entry_points().items()):
+        if name in usable:
+            continue
+        try:
+            obj = load_object(path, f"plugin {name!r}")
+        except ConfigError as exc:
+            out.append((name, exc.message))
+            continue
+        out.append((name, f"{path} is {short_repr(obj)} ({type(obj).__name__}), which no part takes: name a spec of "
+                          "chillfl.extend, or a class or builder of a part (docs/extending.md)"))
     return out
 
 

@@ -260,9 +260,9 @@ def test_an_instance_and_a_config_table_for_the_same_part_are_refused(user: Any)
 def test_a_missing_context_key_names_the_term_and_the_key(user: Any, executor: str) -> None:
     """Under ``processes`` a worker finds it and the run raises the same ConfigError (it was a WorkerError: exit 1).
     Under ``ray``: tests/private_net/test_extending_ray.py (a local Ray runs in the private network only)."""
-    with pytest.raises(ContextError, match=r"^context: Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks") as err:
+    with pytest.raises(ContextError, match=r"^terms\[0\]: Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks") as err:
         chillfl.run(config={**CONFIG, "executor": executor}, aggregator=user.Forgetful(), terms=[user.Shrink()], write=False, progress=False)
-    assert err.value.field == "context"
+    assert err.value.field == "terms[0]"  # the keyword that passed the term (it was "context", no argument's name)
 
 
 @pytest.mark.parametrize("executor", ["sequential", "processes"])
@@ -280,7 +280,7 @@ def test_a_missing_context_key_is_one_config_error_and_leaves_no_folder(user: An
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                          env={"PYTHONPATH": f"{Path(__file__).resolve().parents[1] / 'src'}:{tmp_path}"})
-    assert out.returncode == 0 and out.stdout.strip() == "context", out.stderr[-2000:]
+    assert out.returncode == 0 and out.stdout.strip() == "terms[0]", out.stderr[-2000:]
     assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []  # no NAME.partial left behind
 
 
@@ -291,7 +291,7 @@ def test_a_term_that_returns_no_scalar_is_one_config_error_under_every_executor(
     comparison, and under ``vectorized`` a fallback to the sequential executor first, as if vmap were at fault."""
     with pytest.raises(ConfigError) as err:
         chillfl.run(config={**CONFIG, "executor": executor}, aggregator=FedAvg(), terms=[getattr(user, term)()], write=False, progress=False)
-    assert err.value.field == "terms" and err.value.message.startswith(f"{term} {words}; a loss term returns a scalar"), err.value
+    assert err.value.field == "terms[0]" and err.value.message.startswith(f"{term} {words}; a loss term returns a scalar"), err.value
 
 
 def test_a_config_error_in_a_comparisons_first_run_leaves_no_folder(user: Any, tmp_path: Path, capfd: pytest.CaptureFixture[str]) -> None:
@@ -305,7 +305,7 @@ def test_a_config_error_in_a_comparisons_first_run_leaves_no_folder(user: Any, t
     )
     assert main(["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "out"), "-q"]) == 2
     err = capfd.readouterr().err
-    assert err.splitlines() == ["chillfl: error: terms: Vector returned a tensor of shape (16, 64); a loss term returns a scalar (a 0-d tensor)"], err
+    assert err.splitlines() == ["chillfl: error: objective.terms: Vector returned a tensor of shape (16, 64); a loss term returns a scalar (a 0-d tensor)"], err
     assert list((tmp_path / "out").iterdir()) == []
 
 

@@ -444,7 +444,10 @@ def _build_experiment(
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances
         aggregator = attacked_aggregator(config, data, aggregator, state)  # [attack]: the attackers' uploads, before aggregation (and clipping)
-    terms = [*terms, *objective_terms(config, terms)]
+    method_field = "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name"
+    configured = objective_terms(config, terms)
+    term_fields = (*(f"terms[{i}]" if method_field == "aggregator" else method_field for i in range(len(terms))), *(f for _, f in configured))
+    terms = [*terms, *(t for t, _ in configured)]
     policy = build_policy(config, data, plugged)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
     losses = base_losses()
@@ -466,6 +469,8 @@ def _build_experiment(
         optim=config.client.optim(),
         base_loss=losses[config.client.loss],
         terms=tuple(terms),
+        term_fields=term_fields,
+        method_field=method_field,
         augment=training_augment(config, data.dataset),
         memory_format=memory_format,
         precision=precision,
@@ -718,8 +723,9 @@ def wrapped_table(config: RunConfig) -> Wrapped | None:
     return wrapped(spec, algorithm_options(spec, name, options))
 
 
-def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[Term]:
-    """The ``[objective]`` terms (``proximal_mu``, then ``terms``), checked against the protocol and the algorithm's own terms."""
+def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[tuple[Term, str]]:
+    """The ``[objective]`` terms (``proximal_mu``, then ``terms``), checked against the protocol and the algorithm's own terms,
+    each with its config field (``objective.terms[1]``: a term's errors in training name it)."""
     configured = configured_terms(config.objective)
     if not configured:
         return []
@@ -734,7 +740,7 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
             inner = wrapped_table(config)  # a method over another (PA3Fed over FedProx): the term may be the wrapped one's
             whose = " (its own options)" if inner is None else f" (its own options, or those of {inner.name!r}, {inner.section})"
             raise ConfigError(entry.field, f"algorithm {config.algorithm.get('name')!r} already adds {entry.spec.summary}{whose}; set one of the two")
-        out.append(term)
+        out.append((term, entry.field))
     return out
 
 

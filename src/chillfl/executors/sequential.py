@@ -35,7 +35,7 @@ def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome
     A job whose spec names its own architecture (``spec.model``, heterogeneous clients) trains that one.
     """
     spec = job.spec or spec
-    check_reads(spec.terms, job.context, job.client_id)
+    check_reads(spec.terms, job.context, job.client_id, spec.term_field)
     return train_client(
         spec.model if spec.model is not None else model,
         job.start,

@@ -430,7 +430,7 @@ class VectorizedExecutor:
         if any(j.spec is not None and j.spec != self.spec for j in jobs):
             return self.for_spec(jobs[0].spec).run(jobs)
         for job in jobs:  # before any step, in every executor: a term's missing context key is one clear error
-            check_reads(self.spec.terms, job.context, job.client_id)
+            check_reads(self.spec.terms, job.context, job.client_id, self.spec.term_field)
         if self.fallback_reason is not None:
             assert self._fallback is not None
             return self._fallback.run(jobs)

@@ -150,6 +150,14 @@ class LocalSpec:
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
     terms: Sequence[Term] = field(default_factory=tuple)
+    term_fields: tuple[str, ...] = ()
+    """The config field that put each of :attr:`terms` in the run, by position (``objective.terms[1]``, ``terms[0]`` from
+    Python, ``algorithm.name`` for the method's own): a :class:`~chillfl.training.terms.TermError` or
+    :class:`~chillfl.training.terms.ContextError` names it, as a ConfigError names its field. A term past its end is one
+    a client half added (its ``objectives`` keep the run's terms first, in order): :attr:`method_field`'s."""
+    method_field: str | None = None
+    """The config field of the method (``algorithm.name``, ``aggregator`` from Python), for the terms its client half adds;
+    None: unknown (the errors then say ``terms`` / ``context``)."""
     model: nn.Module | None = None
     """The architecture these jobs train (heterogeneous clients: one spec per architecture);
     None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
@@ -190,6 +198,10 @@ class LocalSpec:
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
+
+    def term_field(self, index: int) -> str | None:
+        """The config field of the term at ``index`` in :attr:`terms` (:attr:`term_fields`, else :attr:`method_field`)."""
+        return self.term_fields[index] if index < len(self.term_fields) else self.method_field
 
     def phase(self, epochs: int, batch_size: int, base_loss: BaseLoss = temperature_cross_entropy) -> LocalSpec:
         """The spec of a training phase besides private training (distillation, a server model, FedMD's transfer learning).
@@ -392,8 +404,8 @@ class StepLoss:
         else:
             value = self.spec.base_loss(logits, y, temperature)
         step = None if not self._batch_terms or features is None else StepView(self.model, x, y, features, logits, value, buffers, grabbed, self._head)
-        for term in self.spec.terms:
-            value = value + apply_term(term, params, context, step)
+        for index, term in enumerate(self.spec.terms):
+            value = value + apply_term(term, params, context, step, self.spec.term_field(index))
         return value, [(xin, z) for _, xin, z in rec.calls]
 
     def _forward_viewed(

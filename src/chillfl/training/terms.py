@@ -160,11 +160,13 @@ Term = LossTerm | BatchTerm
 """Any additive term of the local objective."""
 
 
-def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context, step: StepView | None) -> torch.Tensor:
+def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context, step: StepView | None, field: str | None = None) -> torch.Tensor:
     """``term``'s value: a batch term gets the step (which the caller builds only when some term needs it).
 
     A value that is not a scalar is one :class:`TermError` naming the term: added to the loss it broadcast (a
     vector term made the loss a vector) and failed far away, in autograd or a shape check, as a traceback.
+    ``field``: the config field that put the term in the run (:meth:`~chillfl.training.local.LocalSpec.term_field`),
+    which the error names; None: ``terms``.
     """
     try:
         if is_batch_term(term):
@@ -177,20 +179,21 @@ def apply_term(term: Term, params: Mapping[str, torch.Tensor], context: Context,
         if not isinstance(key, str) or key in context or key in term.reads:
             raise
         raise TermError(f"{type(term).__qualname__} read the context key {key!r}, which it does not declare in its reads and the method "
-                        "does not send: declare it in reads (a key the method's context carries)") from None
+                        "does not send: declare it in reads (a key the method's context carries)", field or "terms") from None
     if isinstance(value, torch.Tensor):
         if value.dim() != 0:
-            raise TermError(f"{type(term).__qualname__} returned a tensor of shape {tuple(value.shape)}; a loss term returns a scalar (a 0-d tensor)")
+            raise TermError(f"{type(term).__qualname__} returned a tensor of shape {tuple(value.shape)}; a loss term returns a scalar (a 0-d tensor)", field or "terms")
     elif not is_real(value):
-        raise TermError(f"{type(term).__qualname__} returned {type(value).__name__}; a loss term returns a scalar (a 0-d tensor)")
+        raise TermError(f"{type(term).__qualname__} returned {type(value).__name__}; a loss term returns a scalar (a 0-d tensor)", field or "terms")
     return value
 
 
 class ContextError(ConfigError):
     """A term reads a context key that the round's context lacks: the method's downlink or client half must put it there.
 
-    A :class:`ConfigError` (field ``context``): a method or term of the run's config that does not fit, found when
-    the first client trains; the CLI prints one line and exits 2, like any other misfit.
+    A :class:`ConfigError` on the config field that put the term in the run (``objective.terms[1]``, ``terms[0]`` from
+    Python, ``algorithm.name`` for a method's own; ``context`` where none is known): a method or term of the run's config
+    that does not fit, found when the first client trains; the CLI prints one line and exits 2, like any other misfit.
     """
 
     def __init__(self, message: str, field: str = "context") -> None:
@@ -200,28 +203,31 @@ class ContextError(ConfigError):
 class TermError(ConfigError):
     """A term's value is not a scalar: a bug in the term (a plugin's, or one of a method's).
 
-    A :class:`ConfigError` (field ``terms``) found at the first training step, like :class:`ContextError`: the
-    CLI prints one line and exits 2, instead of a traceback from autograd in every run of a comparison.
+    A :class:`ConfigError` on the config field that put the term in the run, as :class:`ContextError` (``terms`` where
+    none is known), found at the first training step: the CLI prints one line and exits 2, instead of a traceback from
+    autograd in every run of a comparison.
     """
 
     def __init__(self, message: str, field: str = "terms") -> None:
         super().__init__(field, message)
 
 
-def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int) -> None:
+def check_reads(terms: Sequence[Term], context: Mapping[str, Any], client_id: int, field_of: Callable[[int], str | None] | None = None) -> None:
     """Every key the ``terms`` declare in ``reads`` is in ``context``; else one :class:`ContextError` naming the term and key.
 
     Checked once per client training (not per step): a missing key is a bug in a method's
-    ``downlink``/``ClientHalf.prepare``, best reported before any step, by name.
+    ``downlink``/``ClientHalf.prepare``, best reported before any step, by name. ``field_of``: the config field of the
+    term at an index (:meth:`~chillfl.training.local.LocalSpec.term_field`), which the error names; None: ``context``.
     """
-    for term in terms:
+    for index, term in enumerate(terms):
         missing = [key for key in term.reads if key not in context]
         if missing:
             have = ", ".join(sorted(map(str, context))) or "nothing"
             raise ContextError(
                 f"{type(term).__qualname__} reads context key(s) {', '.join(map(repr, missing))}, which client {client_id}'s context "
                 f"lacks (it has: {have}); the aggregator's downlink, its client half's prepare or, for a term of [objective] terms, "
-                "its TermSpec's sends must provide them"
+                "its TermSpec's sends must provide them",
+                (field_of(index) if field_of is not None else None) or "context",
             )
 
 

@@ -37,7 +37,9 @@ Choices
   first evaluation round), so every row has every column; a float is Python's
   shortest round-trip ``repr`` of it, an integer (a byte count, a flag as 0 / 1) an integer, as in ``metrics.jsonl``.
 * A resumed run: the CSV sink starts from the records up to the checkpoint;
-  TensorBoard purges the steps after it (``purge_step``); W&B and MLflow start a new
+  TensorBoard writes again those of them its earlier event files lack (a hard kill
+  loses what its writer had buffered) and purges the steps from the first one it
+  writes (``purge_step``; after the checkpoint when none is missing); W&B and MLflow start a new
   run (MLflow's tagged ``chillfl.resumed_at`` with the round) and log the records up to
   the checkpoint into it first, so that the resumed run holds every round: after a
   hard kill (SIGKILL) the earlier W&B run may hold none (W&B's service had them
@@ -179,13 +181,29 @@ class CsvSink:
 
 
 class TensorBoardSink:
-    """TensorBoard event files under ``folder``: one scalar per key, step = round (needs the ``tensorboard`` extra)."""
+    """TensorBoard event files under ``folder``: one scalar per key, step = round (needs the ``tensorboard`` extra).
 
-    def __init__(self, folder: str | Path, start: int = 0) -> None:
+    ``start`` and ``records``: a resumed run's checkpoint round and its rounds up to it, read back from ``metrics.jsonl``.
+    The rounds the folder's event files lack are written again first: a hard kill (SIGKILL) loses what the earlier writer
+    had buffered (up to 10 events, or 2 minutes' worth), rounds before the checkpoint included. The new event file starts
+    with a purge at the first round it writes (``purge_step``), so TensorBoard drops the earlier files' steps from there
+    on (the rounds after the checkpoint, trained again, and a round only partly written): each round is shown once, and
+    a round the earlier files hold whole is not written twice."""
+
+    def __init__(self, folder: str | Path, start: int = 0, records: Sequence[Mapping[str, Any]] = ()) -> None:
         need("tensorboard", "tensorboard", "TensorBoard logs")
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer: Any = SummaryWriter(log_dir=str(folder), purge_step=start + 1 if start else None)
+        start = max([start, *(int(r["round"]) for r in records)])
+        replay = list(records)[logged_rounds(Path(folder), records):] if start else []
+        purge = int(replay[0]["round"]) if replay else start + 1
+        self.writer: Any = SummaryWriter(log_dir=str(folder), purge_step=purge if start else None)
+        try:
+            for record in replay:
+                self.on_round(record)
+        except BaseException:
+            self.writer.close()
+            raise
 
     def on_round(self, record: Mapping[str, Any]) -> None:
         step = int(record["round"])
@@ -197,6 +215,34 @@ class TensorBoardSink:
 
     def close(self, failure: BaseException | None = None) -> None:
         self.writer.close()
+
+
+def logged_rounds(folder: Path, records: Sequence[Mapping[str, Any]]) -> int:
+    """How many of ``records``, from the first, the event files in ``folder`` hold whole (each scalar at step = round), as
+    TensorBoard reads them: the files in name order (their names start with the time they were opened), a file's
+    ``SessionLog.START`` dropping the steps from its own on of the files before it (a resumed writer's ``purge_step``).
+    0 when they cannot be read: the rounds are then all written again, which only costs their bytes."""
+    try:
+        from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+        from tensorboard.compat.proto.event_pb2 import SessionLog
+
+        seen: dict[str, set[int]] = {}
+        for path in sorted(Path(folder).glob("events.out.tfevents.*")):
+            for event in EventFileLoader(str(path)).Load():  # a record torn by a kill ends the file's events
+                if event.HasField("session_log") and event.session_log.status == SessionLog.START:
+                    seen = {tag: {s for s in steps if s < event.step} for tag, steps in seen.items()}
+                for value in event.summary.value:
+                    seen.setdefault(value.tag, set()).add(event.step)
+    except Exception as exc:  # noqa: BLE001 - unreadable files are rewritten, not a reason to stop the run
+        log.debug("TensorBoard files in %s not read (%s): every round up to the checkpoint is written again", folder, exc)
+        return 0
+    count = 0
+    for record in records:
+        step = int(record["round"])
+        if not all(step in seen.get(key, ()) for key in scalars(record)):
+            break
+        count += 1
+    return count
 
 
 def wandb_logged_in(env: Mapping[str, str]) -> bool:
@@ -400,7 +446,7 @@ def build_sinks(
     *, wandb_mode: WandbMode = "auto", mlflow_tracking_uri: str = "", mlflow_experiment: str = "chillfl",
 ) -> list[Sink]:
     """The sinks ``names`` of a run writing into ``folder``; ``records``: the rounds already done (resume), which the
-    CSV, W&B and MLflow sinks log first (TensorBoard keeps its earlier event file's)."""
+    CSV, W&B and MLflow sinks log first (TensorBoard those its earlier event files lack)."""
     start = int(records[-1]["round"]) if records else 0
     sinks: list[Sink] = []
     try:
@@ -408,7 +454,7 @@ def build_sinks(
             if sink == "csv":
                 sinks.append(CsvSink(folder / CSV_FILE, records))
             elif sink == "tensorboard":
-                sinks.append(TensorBoardSink(folder / TENSORBOARD_DIR, start))
+                sinks.append(TensorBoardSink(folder / TENSORBOARD_DIR, start, records))
             elif sink == "wandb":
                 sinks.append(WandbSink(folder, name, config, project, wandb_mode, records))
             elif sink == "mlflow":

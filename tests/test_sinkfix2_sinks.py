@@ -1,7 +1,10 @@
-"""Sinks after a resume: TensorBoard's read-back rounds. Its event files are read back; nothing reaches the network."""
+"""Sinks after a resume, a rename at the end and a comparison that failed: TensorBoard's read-back rounds, MLflow's folder
+tags and stale runs, W&B's offline line. TensorBoard's event files, MLflow's sqlite store in tmp_path and W&B's offline
+files are read back; nothing reaches the network."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -11,10 +14,15 @@ import pytest
 
 from chillfl.config import load_config
 from chillfl.runner import resume_experiment, run_experiment
-from chillfl.sinks import TensorBoardSink, scalars
+from chillfl.sinks import NOT_ARTIFACTS, TensorBoardSink, scalars
 from procs import InterruptAt
-from test_sinkfix_sinks import jsonl
+from test_sinkfix_sinks import interrupted_then_resumed, jsonl, offline  # noqa: F401  (a fixture)
 from test_sinks import TINY
+
+
+def store(tmp_path: Path) -> str:
+    """The MLflow store the ``offline`` fixture (test_sinkfix_sinks.py) points at: sqlite in tmp_path."""
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
 
 
 def event_steps(path: Path) -> dict[str, list[int]]:
@@ -88,3 +96,113 @@ def test_tensorboard_files_it_cannot_read_are_written_again_whole(tmp_path: Path
     TensorBoardSink(tmp_path, 2, records).close()
     (written,) = [p for p in tmp_path.glob("events.out.tfevents.*") if not p.name.endswith(".x")]
     assert event_steps(written) == {"loss": [1, 2]}
+
+
+@pytest.mark.usefixtures("offline")
+def test_a_comparison_that_failed_tags_its_mlflow_runs_with_the_failed_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Every run diverged: the comparison's folder became ``sinks-compare.failed``, but MLflow's tags still named
+    ``sinks-compare/...`` (guessed at each run's start) and W&B's offline line the same."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    from mlflow.tracking import MlflowClient
+
+    from chillfl.errors import SweepFailed
+    from chillfl.sweeps.run import run_compare
+
+    config = load_config(None, {**TINY, "federation.rounds": 1, "client.lr": 1e6, "strict": True, "out_dir": str(tmp_path / "results"),
+                                "log.sinks": ["mlflow", "wandb"], "log.mlflow_tracking_uri": store(tmp_path)})
+    with caplog.at_level(logging.INFO, logger="chillfl"), pytest.raises(SweepFailed):
+        run_compare(config, ["client.lr=1e6,2e6"], progress=False)
+    failed = (tmp_path / "results" / "sinks-compare.failed").resolve()
+    assert failed.is_dir()
+    client = MlflowClient(tracking_uri=store(tmp_path))
+    experiment = client.get_experiment_by_name("chillfl")
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id])
+    assert len(runs) == 2
+    for run in runs:
+        folder = Path(run.data.tags["chillfl.folder"])
+        assert folder.parent == failed and folder.name.endswith(".failed") and (folder / "failure.json").is_file()
+        assert run.data.tags["chillfl.comparison"] == "sinks-compare.failed"
+        assert run.info.status == "FAILED"
+    said = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert said[-1] == f"W&B's offline runs of the comparison are under {failed}: `wandb sync {failed}/*/wandb/offline-run-*` uploads them"
+
+
+@pytest.mark.usefixtures("offline")
+def test_a_run_renamed_at_its_end_is_tagged_with_the_folder_it_got(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``results/sinks`` appeared while the run ran (another run of the name finished): the run ended in ``sinks-2``, and
+    MLflow's tag and W&B's offline line named ``sinks``, another run's folder."""
+    pytest.importorskip("mlflow")
+    pytest.importorskip("wandb")
+    from mlflow.tracking import MlflowClient
+
+    taken = tmp_path / "results" / "sinks"
+
+    class TakeTheName:
+        def on_round(self, record: Mapping[str, Any]) -> None:
+            taken.mkdir(exist_ok=True)
+
+        def on_end(self, output: Any) -> None:
+            pass
+
+    config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["mlflow", "wandb"], "log.mlflow_tracking_uri": store(tmp_path)})
+    with caplog.at_level(logging.INFO, logger="chillfl"):
+        out = run_experiment(config, progress=False, callbacks=[TakeTheName()])
+    assert out.folder is not None and out.folder.name == "sinks-2"
+    client = MlflowClient(tracking_uri=store(tmp_path))
+    experiment = client.get_experiment_by_name("chillfl")
+    assert experiment is not None
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.data.tags["chillfl.folder"] == str(out.folder.resolve())
+    final = out.folder.resolve() / "wandb"
+    said = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
+    assert said[-1] == f"W&B's offline run is in {final}, not under {taken.resolve()}: `wandb sync {final}/offline-run-*` uploads it"
+
+
+@pytest.mark.usefixtures("offline")
+def test_a_resume_kills_only_its_own_stale_mlflow_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stale runs were found by the folder's path alone: another machine's live run of a folder at the same path,
+    logging to the same MLflow server, was set KILLED by this machine's resume. Now the folder records its own MLflow
+    runs (``mlflow-runs.json``) and only those are ended; each run is tagged with its host."""
+    pytest.importorskip("mlflow")
+    import socket
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store(tmp_path))
+    experiment_id = client.create_experiment("chillfl")
+    final = (tmp_path / "results" / "sinks").resolve()
+    elsewhere = client.create_run(experiment_id, run_name="sinks", tags={"chillfl.folder": str(final), "chillfl.host": "another-host"}).info.run_id
+    folder, _ = interrupted_then_resumed(tmp_path, ["mlflow"], store(tmp_path), monkeypatch)
+    runs = {r.info.run_id: r for r in client.search_runs([experiment_id])}
+    assert runs.pop(elsewhere).info.status == "RUNNING"  # the other machine's: left alone
+    killed, resumed = sorted(runs.values(), key=lambda r: "chillfl.resumed_at" in r.data.tags)  # the interrupted one, then its resume
+    assert killed.info.status == "KILLED" and resumed.info.status == "FINISHED"
+    assert killed.data.tags["chillfl.host"] == resumed.data.tags["chillfl.host"] == socket.gethostname()
+    from chillfl.sinks import MLFLOW_RUNS, read_mlflow_runs
+
+    assert [r.run_id for r in read_mlflow_runs(folder) or []] == [killed.info.run_id, resumed.info.run_id]
+    assert MLFLOW_RUNS in NOT_ARTIFACTS
+    assert MLFLOW_RUNS not in {a.path for a in client.list_artifacts(resumed.info.run_id)}
+
+
+@pytest.mark.usefixtures("offline")
+def test_a_folder_without_its_mlflow_record_kills_untagged_runs_of_its_path(tmp_path: Path) -> None:
+    """A folder interrupted under an older chillfl (no ``mlflow-runs.json``, runs without a host tag): its RUNNING runs are
+    still found by path; a run tagged with a host is always in its folder's record, so it is not matched by path."""
+    pytest.importorskip("mlflow")
+    from mlflow.tracking import MlflowClient
+
+    from chillfl.sinks import MlflowSink
+
+    folder = tmp_path / "sinks.partial"
+    folder.mkdir()
+    final = str((tmp_path / "sinks").resolve())
+    client = MlflowClient(tracking_uri=store(tmp_path))
+    experiment_id = client.create_experiment("chillfl")
+    older = client.create_run(experiment_id, tags={"chillfl.folder": final}).info.run_id
+    hosted = client.create_run(experiment_id, tags={"chillfl.folder": final, "chillfl.host": "another-host"}).info.run_id
+    MlflowSink(folder, "sinks", {}, tracking_uri=store(tmp_path), start=2).close()
+    assert client.get_run(older).info.status == "KILLED"
+    assert client.get_run(hosted).info.status == "RUNNING"

@@ -43,12 +43,17 @@ Choices
   run (MLflow's tagged ``chillfl.resumed_at`` with the round) and log the records up to
   the checkpoint into it first, so that the resumed run holds every round: after a
   hard kill (SIGKILL) the earlier W&B run may hold none (W&B's service had them
-  buffered). MLflow's earlier runs of the folder still RUNNING are set KILLED.
+  buffered). MLflow's earlier runs of the folder still RUNNING are set KILLED: those its
+  ``mlflow-runs.json`` names (:data:`MLFLOW_RUNS`), not every run tagged with its path,
+  which another machine's folder can share.
 * W&B's and MLflow's run is ended when the sinks close, before the folder is renamed: W&B's with exit code 1,
   MLflow's KILLED or FAILED, when an exception is on its way out (diverged, interrupted); MLflow's artefacts are
   logged at ``on_end``, from the final folder. MLflow's ``chillfl.folder`` tag names the final folder (no
-  ``.partial``; a diverged run's ``NAME.failed``); a comparison's run is in the W&B group, and has the MLflow tag ``chillfl.comparison``, of the
-  comparison's folder name (``NAME-compare``).
+  ``.partial``; a diverged run's ``NAME.failed``), guessed at the start and set again from the folder the run
+  got (``NAME-2`` at ``on_end``; ``NAME-compare.failed/...`` by :func:`comparison_ended`); a comparison's run is
+  in the W&B group, and has the MLflow tag ``chillfl.comparison``, of the comparison's folder name
+  (``NAME-compare``; the MLflow tag becomes ``NAME-compare.failed`` where every run failed). An offline W&B
+  run whose folder ended elsewhere than its first line said gets a second line.
 * Sinks are closed before the run folder is renamed from ``NAME.partial``, so
   nothing is written into a folder that no longer exists.
 """
@@ -60,13 +65,14 @@ import json
 import logging
 import netrc
 import os
+import socket
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import urlparse
 
-from chillfl.errors import Diverged
+from chillfl.errors import Diverged, one_line
 from chillfl.extras import need
 from chillfl.numeric import is_real
 from chillfl.paths import PARTIAL
@@ -80,8 +86,12 @@ ARTIFACT_MAX_BYTES = 16 * 2**20
 """The largest run-folder file the MLflow sink uploads (a CPU-scale model fits; a ResNet's does not)."""
 MLFLOW_PARAM_MAX = 6000
 """MLflow's longest param value (characters); a longer one is cut, ending in ``...``."""
-NOT_ARTIFACTS = ("checkpoint.safetensors",)
-"""Run-folder files the MLflow sink leaves out: the resume state (gone once the run has finished)."""
+MLFLOW_RUNS = "mlflow-runs.json"
+"""The run folder's record of the MLflow runs it started (one per start and resume; id and tracking URI): the ones a
+resume may set KILLED (not another machine's run of a folder at the same path), and the ones to tag again when a
+comparison's folder ends elsewhere than its runs were told (:func:`comparison_ended`)."""
+NOT_ARTIFACTS = ("checkpoint.safetensors", MLFLOW_RUNS)
+"""Run-folder files the MLflow sink leaves out: the resume state (gone once the run has finished) and the sink's own record."""
 
 log = logging.getLogger(__name__)
 
@@ -316,6 +326,8 @@ class WandbSink:
         self.run: Any = wandb.init(dir=str(folder), project=project, name=name, config=dict(config), settings=settings, reinit="create_new",
                                    group=comparison_name(Path(folder)))
         self._closed = False
+        self._offline = bool(self.run.offline)
+        self._final = final_folder(Path(folder))  # where the run's files were said to end up
         try:
             for record in records:
                 self.on_round(record)
@@ -329,7 +341,13 @@ class WandbSink:
         self.run.log(scalars(record), step=int(record["round"]))
 
     def on_end(self, output: Finished) -> None:
-        pass
+        """An offline run whose folder ended elsewhere than :func:`final_folder` guessed at its start (``NAME`` appeared
+        meanwhile: the run is ``NAME-2``): one line naming where ``wandb sync`` finds it."""
+        if output.folder is None or not self._offline:
+            return
+        final = final_folder(output.folder)
+        if final != self._final:
+            log.info("W&B's offline run is in %s, not under %s: `wandb sync %s/offline-run-*` uploads it", final / "wandb", self._final, final / "wandb")
 
     def close(self, failure: BaseException | None = None) -> None:
         """Finish the W&B run: exit code 1 when an exception propagates (diverged, interrupted), so W&B shows it failed."""
@@ -356,10 +374,11 @@ class MlflowSink:
     """An MLflow run (needs the ``mlflow`` extra): the config as params, every round's scalars at step = round,
     and at the end the run folder's small files as artefacts. ``tracking_uri``: ``""`` is MLflow's own choice.
 
-    Tagged ``chillfl.folder`` (the run's final folder, :func:`final_folder`) and, for a comparison's run,
-    ``chillfl.comparison`` (:func:`comparison_name`). ``records``: a resumed run's rounds up to its checkpoint,
-    logged first, as for W&B, so the resumed MLflow run (tagged ``chillfl.resumed_at``) holds every round; the runs
-    of this folder still RUNNING (the process was killed before it could end them) are set KILLED."""
+    Tagged ``chillfl.folder`` (the run's final folder, :func:`final_folder`, set again at ``on_end`` from the folder the
+    run got), ``chillfl.host`` and, for a comparison's run, ``chillfl.comparison`` (:func:`comparison_name`); its id is
+    added to the folder's ``MLFLOW_RUNS``. ``records``: a resumed run's rounds up to its checkpoint, logged first, as
+    for W&B, so the resumed MLflow run (tagged ``chillfl.resumed_at``) holds every round; the folder's earlier runs
+    still RUNNING (the process was killed before it could end them) are set KILLED."""
 
     def __init__(
         self, folder: str | Path, name: str, config: Mapping[str, Any], experiment: str = "chillfl", tracking_uri: str = "", start: int = 0,
@@ -372,13 +391,18 @@ class MlflowSink:
         self.client: Any = MlflowClient(tracking_uri=tracking_uri or None)
         found = self.client.get_experiment_by_name(experiment)
         experiment_id = found.experiment_id if found is not None else self.client.create_experiment(experiment)
-        final, comparison = final_folder(Path(folder)), comparison_name(Path(folder))
+        folder = Path(folder)
+        final, comparison = final_folder(folder), comparison_name(folder)
         if start:
-            self._kill_stale(experiment_id, {str(final), str(Path(folder).resolve())})  # the .partial one: an older chillfl's tag
-        tags = {"chillfl.folder": str(final)} | ({"chillfl.comparison": comparison} if comparison else {}) | ({"chillfl.resumed_at": str(start)} if start else {})
+            self._kill_stale(folder, experiment_id, {str(final), str(folder.resolve())})  # the .partial one: an older chillfl's tag
+        tags = ({"chillfl.folder": str(final), "chillfl.host": socket.gethostname()} | ({"chillfl.comparison": comparison} if comparison else {})
+                | ({"chillfl.resumed_at": str(start)} if start else {}))
         self.run_id: str = self.client.create_run(experiment_id, run_name=name, tags=tags).info.run_id
+        self.folder_tag = str(final)
         self._closed = False
         try:
+            if folder.is_dir():  # a folder given from Python that does not exist is only a tag
+                record_mlflow_run(folder, MlflowRun(self.run_id, self.client.tracking_uri))
             params = [Param(k, v) for k, v in flat_params(config).items()]
             for i in range(0, len(params), 100):  # MLflow takes at most 100 params a batch
                 self.client.log_batch(self.run_id, params=params[i : i + 100])
@@ -388,14 +412,33 @@ class MlflowSink:
             raise
         log.info("MLflow run %s (experiment %r) in %s", self.run_id, experiment, self.client.tracking_uri)
 
-    def _kill_stale(self, experiment_id: str, folders: set[str]) -> None:
-        """End as KILLED the runs of ``folders`` still RUNNING: a resumed run's folder is locked while it runs, so such a
-        run's process is gone (a hard kill, a lost machine) and MLflow would show it running for ever."""
+    def _kill_stale(self, folder: Path, experiment_id: str, paths: set[str]) -> None:
+        """End as KILLED the folder's earlier runs still RUNNING: a resumed run's folder is locked while it runs, so such a
+        run's process is gone (a hard kill, a lost machine) and MLflow would show it running for ever.
+
+        The runs are the ones the folder's ``MLFLOW_RUNS`` names, not every run tagged with its path: another machine can
+        have a folder at the same path, and a live run of it in the same store. A folder without that file was started by
+        an older chillfl, which tagged no host: its runs are found by path (``paths``), only those without ``chillfl.host``
+        (a run that has one is in its own folder's file)."""
+        from mlflow.exceptions import MlflowException
+
+        recorded = read_mlflow_runs(folder)
+        if recorded is not None:
+            for run_id in {r.run_id for r in recorded if r.tracking_uri == self.client.tracking_uri}:
+                try:
+                    run = self.client.get_run(run_id)
+                except MlflowException as exc:
+                    if exc.error_code != "RESOURCE_DOES_NOT_EXIST":  # removed from the store since (`mlflow gc`)
+                        raise
+                    continue
+                if run.info.status == "RUNNING" and run.info.lifecycle_stage == "active":
+                    self.client.set_terminated(run_id, status="KILLED")
+            return
         token = None
         while True:
             page = self.client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=1000, page_token=token)
             for run in page:
-                if run.data.tags.get("chillfl.folder") in folders:
+                if run.data.tags.get("chillfl.folder") in paths and "chillfl.host" not in run.data.tags:
                     self.client.set_terminated(run.info.run_id, status="KILLED")
             token = page.token
             if not token:
@@ -413,9 +456,14 @@ class MlflowSink:
             self.client.log_batch(self.run_id, metrics=metrics[i : i + 1000])
 
     def on_end(self, output: Finished) -> None:
-        """The finished run's folder (renamed from ``.partial`` by now): its files up to ``ARTIFACT_MAX_BYTES``."""
+        """The finished run's folder (renamed from ``.partial`` by now): its files up to ``ARTIFACT_MAX_BYTES``, and its
+        path as ``chillfl.folder`` where the guess at the start was wrong (``NAME`` appeared meanwhile: the run is ``NAME-2``)."""
         if output.folder is None:
             return
+        final = str(final_folder(output.folder))  # a comparison's run: in the comparison's folder once that is renamed
+        if final != self.folder_tag:
+            self.client.set_tag(self.run_id, "chillfl.folder", final)
+            self.folder_tag = final
         for path in sorted(output.folder.iterdir()):
             if path.is_file() and path.name not in NOT_ARTIFACTS and path.stat().st_size <= ARTIFACT_MAX_BYTES:
                 self.client.log_artifact(self.run_id, str(path))
@@ -430,6 +478,58 @@ class MlflowSink:
         if isinstance(failed, Path):
             self.client.set_tag(self.run_id, "chillfl.folder", str(final_folder(failed)))
         self.client.set_terminated(self.run_id, status="FINISHED" if exc is None else "KILLED" if interrupted else "FAILED")
+
+
+class MlflowRun(NamedTuple):
+    """One MLflow run a run folder started (an entry of its ``MLFLOW_RUNS``)."""
+
+    run_id: str
+    tracking_uri: str
+
+
+def read_mlflow_runs(folder: Path) -> list[MlflowRun] | None:
+    """The MLflow runs ``folder``'s ``MLFLOW_RUNS`` names; None without one (an older chillfl's folder) or when it cannot be read."""
+    try:
+        data = json.loads((Path(folder) / MLFLOW_RUNS).read_text(encoding="utf-8"))
+        return [MlflowRun(str(r["run_id"]), str(r["tracking_uri"])) for r in data["runs"]]
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("%s not read (%s): the folder's MLflow runs are found by its path", Path(folder) / MLFLOW_RUNS, exc)
+        return None
+
+
+def record_mlflow_run(folder: Path, run: MlflowRun) -> None:
+    """Add ``run`` to ``folder``'s ``MLFLOW_RUNS`` (replaced whole, atomically: a kill leaves the old record or the new)."""
+    from chillfl.storage.checkpoint import write_atomic  # imports torch, which this module does not need
+
+    runs = [*(read_mlflow_runs(folder) or []), run]
+    text = json.dumps({"runs": [r._asdict() for r in runs]}, indent=2) + "\n"
+    write_atomic(Path(folder) / MLFLOW_RUNS, text.encode("utf-8"))
+
+
+def comparison_ended(folder: Path) -> None:
+    """Tell the sinks of the comparison renamed ``folder`` where its runs are now, which is not where they were told at
+    their start: every run failed, and the comparison ended ``NAME-compare.failed`` (or ``.failed-2``, ...). Each run's
+    MLflow runs (its ``MLFLOW_RUNS``) are tagged again, ``chillfl.folder`` with the run's folder and ``chillfl.comparison``
+    with the comparison's folder name; offline W&B runs get one line saying where ``wandb sync`` finds them. A store
+    that cannot be reached (or an ``mlflow`` package missing here) costs a warning: the comparison's own error goes on."""
+    folder = Path(folder).resolve()
+    clients: dict[str, Any] = {}
+    for record in sorted(folder.glob(f"*/{MLFLOW_RUNS}")):
+        for run in read_mlflow_runs(record.parent) or []:
+            try:
+                if run.tracking_uri not in clients:
+                    need("mlflow", "mlflow", "MLflow logs")
+                    from mlflow.tracking import MlflowClient
+
+                    clients[run.tracking_uri] = MlflowClient(tracking_uri=run.tracking_uri)
+                clients[run.tracking_uri].set_tag(run.run_id, "chillfl.folder", str(record.parent))
+                clients[run.tracking_uri].set_tag(run.run_id, "chillfl.comparison", folder.name)
+            except Exception as exc:  # noqa: BLE001 - the tags are a convenience; the comparison's failure is what is reported
+                log.warning("MLflow run %s (%s) not tagged with its folder %s: %s", run.run_id, run.tracking_uri, record.parent, one_line(exc))
+    if any(folder.glob("*/wandb/offline-run-*")):
+        log.info("W&B's offline runs of the comparison are under %s: `wandb sync %s/*/wandb/offline-run-*` uploads them", folder, folder)
 
 
 def offline_line(folder: Path) -> str:

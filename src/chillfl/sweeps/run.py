@@ -43,6 +43,7 @@ from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_loss, e
                                     other_test_rows_caveat, steering_caveat, step_size_caveat)
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
+from chillfl.sinks import comparison_ended
 from chillfl.executors.processes import ClientCodeError, WorkerError
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
@@ -323,6 +324,7 @@ def refuse_all_failed(plan: Plan, sweep: Sweep, where: SweepFolder) -> None:
         if where.partial is not None and where.folder is not None:
             name = where.folder.name + FAILED
             failed_at = rename_free(where.partial, where.folder.with_name(name), name)
+            comparison_ended(failed_at)  # its runs' sinks named NAME-compare, guessed at their start
         raise SweepFailed(f"every run failed ({len(plan.cells)} of {len(plan.cells)}; the first {next(iter(failures.values()))})", failed_at)
 
 

@@ -41,6 +41,7 @@ import textwrap
 
 from chillfl.capabilities import Cost
 from chillfl.config import RunConfig, load_config, read_config_file, read_toml
+from chillfl.errors import ConfigError
 from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, experiments_root, resolve_config
 
 if TYPE_CHECKING:
@@ -323,7 +324,10 @@ def dataset_size(config: RunConfig) -> DatasetSize | None:
     from chillfl.data.datasets import DatasetSize, dataset_options, dataset_spec
 
     name, options = RunConfig.component(config.dataset)
-    sized = dataset_spec(name).size
+    try:
+        sized = dataset_spec(name).size
+    except ConfigError:  # an unknown name or a plugin that does not import: not priced here, the run itself says why
+        return None
     if sized is not None:
         return sized(dataset_options(name, split_augment(options)[0]))
     fixed = DATASETS.get(name)

@@ -216,12 +216,12 @@ def unusable_plugins(usable: Collection[str]) -> list[tuple[str, str]]:
         return []
     out = []
     for name, path in sorted(entry_points().items()):
-        if name in usable:
-            continue
-        try:
+        try:  # even under a listed name: a broken entry point named like a built-in is listed only as the built-in
             obj = load_object(path, f"plugin {name!r}")
         except ConfigError as exc:
             out.append((name, exc.message))
+            continue
+        if name in usable:
             continue
         out.append((name, f"{path} is {short_repr(obj)} ({type(obj).__name__}), which no part takes: name a spec of "
                           "chillfl.extend, or a class or builder of a part (docs/extending.md)"))

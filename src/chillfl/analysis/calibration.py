@@ -34,6 +34,7 @@ from chillfl.analysis.layout import grid_shape
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.metrics.calibration import BINNINGS, DEFAULT_BINS, brier_score, negative_log_likelihood, reliability
+from chillfl.numeric import is_whole
 
 
 def calibration_of(logits: torch.Tensor, y: torch.Tensor, *, temperature: float = 1.0, bins: int = DEFAULT_BINS, binning: str = "width") -> dict[str, Any]:
@@ -96,7 +97,7 @@ def _saved_test_size(run_dir: str) -> int | None:
         return None
     calibration = saved.get("calibration") if isinstance(saved, dict) else None
     n = calibration.get("n") if isinstance(calibration, dict) else None
-    return n if isinstance(n, int) and not isinstance(n, bool) else None
+    return n if is_whole(n) else None
 
 
 def _check_bins_of(label: str, n: int, bins: int) -> None:

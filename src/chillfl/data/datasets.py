@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import operator
 import inspect
 import math
 import random
@@ -569,10 +570,22 @@ def _checked_size(size: Callable[[Any], DatasetSize], name: str, field: str, opt
         raise ConfigError(field, f"{name!r}: its DatasetEntry's size must return a chillfl.extend.DatasetSize(train, test, input_shape, classes), "
                                  f"got {short_repr(said)}")
     train, test, shape, classes = said
-    whole = (train, test, classes, *(shape if isinstance(shape, tuple) else ()))
-    if not (isinstance(shape, tuple) and shape and all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in whole)):
+    counts = [_count(n) for n in (train, test, classes, *(shape if isinstance(shape, tuple) else ()))]
+    if not (isinstance(shape, tuple) and shape and all(n is not None and n > 0 for n in counts)):
         raise ConfigError(field, f"{name!r}: its DatasetEntry's size must give whole counts > 0 and an input shape tuple, got {short_repr(said)}")
-    return DatasetSize(train, test, shape, classes)
+    whole = [n for n in counts if n is not None]
+    return DatasetSize(whole[0], whole[1], tuple(whole[3:]), whole[2])
+
+
+def _count(n: object) -> int | None:
+    """``n`` as a Python int when it is a whole number of any integer type (NumPy's ``int64`` from ``arr.shape``
+    arithmetic included), not a bool or a float; else None."""
+    if isinstance(n, bool):
+        return None
+    try:
+        return operator.index(n)  # type: ignore[arg-type]
+    except TypeError:
+        return None
 
 
 def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, options: Any, data_dir: Path) -> ArrayDataset:

@@ -484,9 +484,12 @@ def _quiet_resource_sharer() -> None:
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
     # Ctrl-C and a terminal's hang-up (SIGHUP, an ssh disconnect) reach the whole process group, and a scheduler's SIGTERM every
-    # process of the job (Slurm's scancel, systemd): the parent decides (it stops after the round, checkpointed, and closes the workers)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    # process of the job (Slurm's scancel, systemd): the parent decides (it stops after the round, checkpointed, and closes the workers).
+    # They were blocked since the spawn (_stop_signals_blocked): ignored first, then unblocked, so one that came meanwhile is dropped
+    for sig in _STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
     if not _fits(tempfile.gettempdir()):
         short_socket_folder(warn=False)  # its results' tensors pass through a socket of its own (the parent warned)
     _quiet_once_orphaned(parent)
@@ -567,6 +570,30 @@ def default_workers() -> int:
     return usable_cores()
 
 
+_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+
+
+@contextlib.contextmanager
+def _stop_signals_blocked() -> Iterator[None]:
+    """While workers start: SIGINT, SIGTERM and SIGHUP blocked in this thread, so that each spawned worker starts with them blocked.
+
+    A worker ignores them (:func:`_worker_main`), but only once its interpreter has imported the parent's main module,
+    torch and chillfl, seconds after its start: a job-wide SIGTERM (Slurm's ``scancel``, ``kill -TERM -- -PGID``) in
+    those seconds killed it with the default action, and the run ended "worker ... died with exit code -15" (exit 1)
+    instead of stopping after its round (143). A signal mask is inherited across spawn's exec, and a signal that
+    reaches a worker while blocked waits there until the worker has set it to be ignored. In this process the mask is
+    restored at once, and a signal that arrived meanwhile is delivered then.
+    """
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _tracker_keeps_sighup_blocked() -> None:
     """Start multiprocessing's resource tracker (if this process has none yet) with SIGHUP blocked, which it keeps.
 
@@ -618,7 +645,7 @@ class WorkerPool:
             for i in range(self.workers)
         ]
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._tasks, self._results)
-        with _unimportable_main_hidden():
+        with _unimportable_main_hidden(), _stop_signals_blocked():
             for p in self._processes:
                 p.start()
         self._broken: str | None = None

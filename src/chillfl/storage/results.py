@@ -130,6 +130,10 @@ class FolderInUse(ConfigError):
     """Another chillfl process holds the folder's lock (a run, a resume of it, or a shard of a comparison)."""
 
 
+class LocksUnsupported(ConfigError):
+    """The folder's file system refuses ``flock`` itself (not a lock another process holds)."""
+
+
 class RunLock:
     """An exclusive ``flock`` on a run folder (its own descriptor: no lock file, follows renames, released at exit).
 
@@ -148,10 +152,19 @@ class RunLock:
             raise ConfigError(field, f"cannot open {folder}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(self._fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except OSError:
+        except OSError as exc:
             os.close(self._fd)
             self._fd = None
-            raise FolderInUse(field, f"{folder} is in use by another chillfl process (a run or resume of it is going on)") from None
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):  # held: the one error a non-blocking flock has for that
+                raise FolderInUse(field, f"{folder} is in use by another chillfl process (a run or resume of it is going on)") from None
+            # NFS without its lock service (ENOLCK), Lustre mounted without flock (ENOSYS, EOPNOTSUPP): every run was
+            # refused as "in use" there, a false reason
+            raise LocksUnsupported(
+                field,
+                f"the file system of {folder} does not support file locks (flock: {exc.strerror or exc}), which chillfl takes on a "
+                "folder so that no two processes write it at once: use a folder on one that does (a local disk, NFS with its "
+                "lock service, Lustre mounted with -o flock)",
+            ) from None
 
     def release(self) -> None:
         if self._fd is not None:

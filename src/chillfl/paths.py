@@ -6,6 +6,7 @@ any layer can use it without importing upward.
 
 from __future__ import annotations
 
+import errno
 import os
 import shlex
 import tempfile
@@ -76,11 +77,24 @@ def check_writable_dir(folder: str, field: str) -> None:
     except OSError as exc:
         raise ConfigError(field, f"cannot use {folder}: {exc.strerror or exc}") from None
     if not os.access(probe, os.W_OK | os.X_OK):
-        raise ConfigError(field, f"{probe} is not writable by this user")
+        raise ConfigError(field, f"{probe} is on a read-only file system" if _read_only(probe) else f"{probe} is not writable by this user")
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".chillfl-probe-", dir=probe))
     except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise ConfigError(field, f"{probe} is on a read-only file system") from None
         raise ConfigError(field, f"cannot create folders in {probe}: {exc.strerror or exc}") from None
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether ``folder``'s file system is mounted read-only: no permission of this user's would let a write through, and
+    "not writable by this user" sent them to chmod (a read-only bind mount of a container, a cluster's read-only share)."""
+    if not hasattr(os, "statvfs") or not hasattr(os, "ST_RDONLY"):  # pragma: no cover - not POSIX
+        return False
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def make_temp_dir(prefix: str, parent: Path) -> Path:

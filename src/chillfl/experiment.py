@@ -681,7 +681,7 @@ def oversubscribed_threads_note(config: RunConfig) -> str | None:
     cores = usable_cores()
     if config.threads <= cores:
         return None
-    return (f"note: threads = {config.threads} is more than the {cores} cores this process may use: its threads contend for them "
+    return (f"note: threads = {config.threads} is more than the {cores} core{'' if cores == 1 else 's'} this process may use: its threads contend for them "
             f"and the run is much slower; set threads = 0 (torch's default) or at most {cores}")
 
 

@@ -334,11 +334,26 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
+    """Each named folder's status, one after another (a folder of result folders: each of theirs); one that cannot be
+    read is one line naming it and the others are still shown, exit 2. ``chillfl status par/*`` was an argparse error."""
     with _signals_held():  # torch
-        from chillfl.status import status_table
+        from chillfl.status import status_folders, status_table
 
-    print(status_table(args.run_dir))
-    return 0
+    folders = [f for path in args.run_dirs for f in status_folders(path)]
+    code, shown = 0, False
+    for folder in folders:
+        try:
+            table = status_table(folder)
+        except ConfigError as exc:
+            if len(folders) == 1:
+                raise
+            said = str(exc)
+            say(f"chillfl: error: {said}" if str(folder) in said else f"chillfl: error: {folder}: {said}")  # which one, among several
+            code = 2
+            continue
+        print(("\n" if shown else "") + table)
+        shown = True
+    return code
 
 
 def _compare_options(args: argparse.Namespace) -> "CompareOptions":
@@ -836,7 +851,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser("status", help="where a run or a comparison stands (each run: finished, diverged, running, stopped, not started), from its folder")
-    p.add_argument("run_dir", help="a run's folder, or a comparison's (results/NAME-compare.partial, or its shards' shared folder)")
+    p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's folder, or a comparison's (results/NAME-compare.partial, or its shards' "
+                                                               "shared folder), or a folder of them (each one's status); several, one after another")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("compare", help="run variants on the same partition and seed and tabulate", description=COMPARE_WRITES)

@@ -1,9 +1,9 @@
-"""``chillfl status FOLDER``: where a run or a comparison stands, read from its folder while it runs, or after.
+"""``chillfl status FOLDER...``: where a run or a comparison stands, read from its folder while it runs, or after.
 
 For a comparison (``NAME-compare.partial``, its shards' shared folder, or a finished ``NAME-compare``) one line a
 run, in plan order: finished (its final accuracy), diverged, running (its folder is locked by a chillfl process),
 stopped (resumable from the round of its checkpoint, or from the start; or stopped early by a callback, its results
-written), not started. For one run, its line.
+written), not started. For one run, its line. A folder that holds result folders (``results/``) gives each of theirs.
 Nothing is written; a running run is told by a shared ``flock`` probe held for a moment, which never blocks it.
 """
 
@@ -40,6 +40,26 @@ def status_table(path: str | Path) -> str:
     plugin's table is kept as written, and nothing here needs its code."""
     with reading_data("chillfl status"):
         return _status_table(Path(path))
+
+
+def is_result_folder(folder: Path) -> bool:
+    """A run's or a comparison's folder (what :func:`status_table` reads): a comparison's record, or a run's ``config.toml``."""
+    return is_sweep(folder) or (folder / "config.toml").is_file()
+
+
+def status_folders(path: str | Path) -> list[Path]:
+    """The result folders ``path`` names: itself, or, when it is none but holds some (``results/``, a parent of a job
+    array's ``--out`` folders), each of its sub-folders that is one, sorted, as ``chillfl report`` walks a folder of runs.
+
+    A path that is neither is returned as it is: :func:`status_table` says why it is no result folder."""
+    folder = Path(path)
+    if not folder.is_dir() or is_result_folder(folder):
+        return [folder]
+    try:
+        subs = sorted(s for s in folder.iterdir() if s.is_dir() and is_result_folder(s))
+    except OSError:
+        return [folder]
+    return subs or [folder]
 
 
 def _not_there(folder: Path) -> str:

@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -87,6 +88,9 @@ def test_sigterm_to_the_job_while_workers_start_is_the_interrupted_exit(tmp_path
         assert "worker failed" not in err and "Traceback" not in err, err
         lines = [line for line in err.splitlines() if line.strip()]
         assert lines[-1].startswith("chillfl: interrupted by SIGTERM"), lines
+        deadline = time.monotonic() + 60  # a hang guard, not a bound under test: the resource tracker leaves once the run's pipe closes
+        while time.monotonic() < deadline and live_pids(SESSION, proc.pid):
+            time.sleep(0.05)
         assert live_pids(SESSION, proc.pid) == []  # no worker (nor resource tracker) outlives the run
     finally:
         for pid in live_pids(SESSION, proc.pid):

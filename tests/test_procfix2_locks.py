@@ -82,3 +82,25 @@ def test_run_on_a_folder_without_locks_is_one_line_exit_2(tmp_path: Path, monkey
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1, err
     assert "does not support file locks" in err[0] and str(tmp_path / "out") in err[0] and "in use" not in err[0], err
+
+
+def test_a_data_cache_on_a_file_system_without_locks_is_read_not_rebuilt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cached dataset under a ``data_dir`` whose file system refuses ``flock`` (an NFS home without its lock service)
+    is served from its entry: the refusal was taken as "the entry is being removed", a miss, so every run decoded it again."""
+    import numpy as np
+
+    from chillfl.data.arraycache import Decoded, cached
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "data.bin").write_bytes(b"x")
+    decodes: list[int] = []
+
+    def decode() -> Decoded:
+        decodes.append(1)
+        return Decoded(np.zeros((4, 1, 2, 2), np.float32), np.arange(4) % 2, np.zeros((2, 1, 2, 2), np.float32), np.arange(2) % 2, 2)
+
+    cached("toy", {}, source, tmp_path, decode, output_version=1)
+    _flock_failing(monkeypatch, errno.ENOLCK)
+    assert len(cached("toy", {}, source, tmp_path, decode, output_version=1).y_train) == 4
+    assert len(decodes) == 1

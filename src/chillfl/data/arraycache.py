@@ -65,7 +65,7 @@ from chillfl.numeric import is_real
 from chillfl.paths import make_temp_dir
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.owned_temp import remove_unlocked
-from chillfl.storage.results import RunLock
+from chillfl.storage.results import LocksUnsupported, RunLock
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +205,11 @@ def _read(folder: Path, record: EntryRecord) -> Mapped | None:
     """
     if not (folder / "meta.json").is_file():
         return None
+    lock: RunLock | None
     try:
         lock = RunLock(folder, field="data_dir", shared=True)
+    except LocksUnsupported:  # a data folder on NFS without its lock service: read unlocked, not a miss every run (a rebuild)
+        lock = None
     except ConfigError:  # removed meanwhile, or its remover holds it
         return None
     try:
@@ -216,7 +219,8 @@ def _read(folder: Path, record: EntryRecord) -> Mapped | None:
         _record(folder, record)
         return mapped
     finally:
-        lock.release()
+        if lock is not None:
+            lock.release()
 
 
 def _record(folder: Path, record: EntryRecord) -> None:

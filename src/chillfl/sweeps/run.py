@@ -10,6 +10,7 @@ on (:class:`Sweep`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import itertools
 import json
 import logging
@@ -33,7 +34,7 @@ from chillfl.aggregation.registry import dropped_choices
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
-from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, SweepFailed, Unreachable, one_line, stopped_as
+from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, StorageError, SweepFailed, Unreachable, one_line, stopped_as
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
@@ -51,7 +52,7 @@ from chillfl.stop_signals import made_held
 from chillfl.storage.run_folder import folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
-from chillfl.storage.run_state import SWEEP_FILE
+from chillfl.storage.run_state import CHECKPOINT, SWEEP_FILE
 from chillfl.wording import counted
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
@@ -90,6 +91,8 @@ class Sweep:
     started_in: Path | None = None
     """A resumed comparison's start folder (:func:`~chillfl.sweeps.record.sweep_started_in`): its runs, resumed or new, read
     their relative ``data_dir`` from there and record it; None: the current folder's (a new comparison, a shard)."""
+    shard: Shard | None = None
+    """This process's share of the runs (``--shard K/N``): how to go on after a stop is then said for a shard."""
 
     def run(
         self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None,
@@ -138,8 +141,10 @@ class Sweep:
             if isinstance(exc, WorkerError) and not isinstance(exc, ClientCodeError):  # a lost worker is no result: stop, resumable
                 exc.run, exc.folder = cfg.name, partial  # its checkpoint is kept; resuming the comparison finishes the run
                 raise
+            if partial is not None and storage_failed(exc):  # a full disk is no result either: stop, resumable, never tabulate without it
+                raise stopped_by_storage(exc, cfg.name, partial, self.shard) from exc
             self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
-            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, one_line(str(exc))[:200])
+            log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, shortened(one_line(str(exc))))
         finally:
             self.ran += 1
             self.busy_s += time.monotonic() - start
@@ -162,6 +167,62 @@ class Sweep:
             return build_experiment(config, data=data if data is not None else build_data(config, self.dataset), model=model, plugged=plugged)
 
         return build
+
+
+STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
+"""What a run folder's writes fail with when the storage, not the run, is at fault (a full disk or quota, an I/O error, a
+file system gone read-only): :class:`~chillfl.errors.StorageError`'s cases, also where a library raised the bare OSError."""
+
+
+def storage_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the storage's failure (:data:`STORAGE_ERRNOS`), not the run's: a comparison then stops, resumable,
+    as for a lost worker. It went on before and wrote a table without the run, which ``chillfl resume`` then refused as finished."""
+    return isinstance(exc, StorageError) or (isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` or an exception it was raised from is ENOSPC or EDQUOT: freeing space is then the way on (not for
+    a read-only file system or an I/O error)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno in (errno.ENOSPC, errno.EDQUOT):
+            return True
+        seen = seen.__cause__
+    return False
+
+
+def resume_advice(partial: Path, shard: Shard | None) -> str:
+    """How to go on with the stopped comparison in ``partial``. A shard's: ``chillfl resume`` is refused while any other
+    shard holds the folder, so first this shard again (it reads its finished runs back and resumes the stopped one)."""
+    again = f"chillfl resume {shell_path(partial)}"
+    if shard is None:
+        return again
+    return f"restart shard {shard} with the same command, or once every shard has ended: {again}"
+
+
+def stopped_by_storage(exc: BaseException, run: str, partial: Path, shard: Shard | None) -> StorageError:
+    """The one line of a comparison that a run's full disk (or I/O error) stopped: what could not be written, what is kept
+    (the run's last checkpoint, if it wrote one) and how to go on with the comparison, not with the run alone."""
+    first: BaseException = exc
+    while isinstance(first.__cause__, StorageError):  # the runner's own line names the run's folder as the thing to resume
+        first = first.__cause__
+    what = one_line(str(first))  # a bare OSError's says its errno and file
+    then = "free space, then " if disk_full(exc) else ""
+    saved = (partial / f"{run}{PARTIAL}" / CHECKPOINT).is_file()
+    kept = "its finished runs and the run's last checkpoint are kept" if saved else "its finished runs are kept; the run starts again"
+    return StorageError(f"run {run}: {what}; the comparison stopped ({kept}): {then}{resume_advice(partial, shard)}")
+
+
+def shortened(text: str, limit: int = 200) -> str:
+    """``text`` cut to about ``limit`` characters for a log line, but never inside a ``chillfl ...`` command it ends with
+    (a resume command cut mid-path was no command)."""
+    if len(text) <= limit:
+        return text
+    at = text.find("chillfl ")
+    if at < 0:
+        return text[:limit] + "..."
+    head = text[:at]
+    return (head[:limit] + "... " if len(head) > limit else head) + text[at:]
 
 
 def check_runs(
@@ -294,7 +355,7 @@ def run_points(
     try:
         with WorkerPools() as pools:
             mine = sum(1 for i in range(len(plan.cells)) if only is None or only.takes(i))  # a shard's ETA counts its own runs
-            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), mine=mine, dataset=dataset, started_in=started_in)
+            sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), mine=mine, dataset=dataset, started_in=started_in, shard=only)
             for i, c in enumerate(plan.cells):
                 if only is None or only.takes(i):
                     sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, plugged)
@@ -461,15 +522,21 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
     partial, folder = where.partial, where.folder
     if partial is None or folder is None:
         return
-    (partial / "table.md").write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
-    (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
-    units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
-    if plan.multi:
-        bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
-        write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
-    else:
-        write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
-    partial.rename(folder)
+    try:
+        (partial / "table.md").write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
+        (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
+        units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
+        if plan.multi:
+            bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
+            write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
+        else:
+            write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
+        partial.rename(folder)
+    except OSError as exc:  # a full disk while the tables or figures are written (a traceback from savefig): the folder stays .partial
+        cause = exc.__cause__ if isinstance(exc, StorageError) and isinstance(exc.__cause__, OSError) else exc
+        then = "free space, then " if disk_full(exc) else ""
+        raise StorageError(f"cannot write the comparison's tables and figures in {partial}: {cause.strerror or cause}; every run is kept: "
+                           f"{then}{resume_advice(partial, None)} writes them") from exc
     point_saved_configs_to(folder, partial)
 
 
@@ -634,9 +701,14 @@ def point_saved_configs_to(folder: Path, partial: Path) -> None:
 
     A resumed comparison's runs saved the ``.partial`` as it was spelled when each started (relative to the start
     folder, or absolute, or as the resume was typed): every spelling of it (:func:`names_partial`) is pointed at the
-    finished folder, in that same spelling (a relative one stays relative to where it was written)."""
+    finished folder, in that same spelling (a relative one stays relative to where it was written).
+
+    A run folder still ``.partial`` is left as it is: its config is what its checkpoint was written with, and one pointed
+    elsewhere was refused as changed by ``chillfl resume`` of that run."""
     bases = [Path(b) for b in (current_folder(), sweep_started_in(folder)) if b is not None]  # (the current one may be removed)
     for path in folder.glob("*/config.toml"):
+        if path.parent.name.endswith(PARTIAL):  # an unfinished run: its config must stay the one its checkpoint was written with
+            continue
         text = path.read_text(encoding="utf-8")
         saved = tomllib.loads(text)
         out_dir = saved.get("out_dir")

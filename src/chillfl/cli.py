@@ -416,7 +416,19 @@ def _shard(args: argparse.Namespace) -> "Shard | None":
 
 def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None" = None) -> int:
     if result.pending:  # a shard whose comparison other shards have not finished: no table yet
+        from chillfl.sweeps.resume import has_ended
+
         shared = "OUT/NAME-compare.partial" if result.folder is None else shell_path(result.folder)
+        own = [name for name in result.failures if result.folder is None or not has_ended(result.folder, name)]  # failed here, not diverged: unfinished
+        if own:  # its own runs keep the table from being written: not "other shards", and not exit 0
+            others = result.pending - len(own)
+            rest = f", {others} more in other shards (running, or failed there)" if others > 0 else ""
+            say(f"chillfl: shard {shard}: {counted(len(own), 'run')} failed in this shard ({', '.join(own)}), so {counted(result.pending, 'run')} "
+                f"of the comparison {'is' if result.pending == 1 else 'are'} not finished{rest}; once every shard has ended, "
+                f"`chillfl resume {shared}` reruns them and writes the table")
+            print(f"results: {_absolute(result.folder)}")
+            _failed_runs(result, strict)
+            return 1
         say(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
             f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
             f"The last shard to end writes the table; if a shard failed, `chillfl resume {shared}` runs what is missing once the others ended")
@@ -1113,7 +1125,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         say(f"chillfl: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
-        return _said_interrupted(exc, args.command)
+        return _said_interrupted(exc, args.command, getattr(args, "shard", None))
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
             raise
@@ -1137,29 +1149,38 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         signalled = signal_in(exc)
         if signalled is not None:  # a signal's exception that a package wrapped (Python 3.11's __set_name__ RuntimeError)
-            return _said_interrupted(signalled, args.command)
+            return _said_interrupted(signalled, args.command, getattr(args, "shard", None))
         if isinstance(exc, ClientCodeError):  # the client's own code raised in a worker: its error, with the worker's traceback
             say(f"chillfl: error: the client's code raised in a worker process (no worker was lost): {exc}")
             return 1
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated, the last checkpoint kept
             run = f"run {exc.run}: " if exc.run else ""
-            said = (f"; resume with: chillfl resume {shell_path(exc.folder)}" if exc.folder is not None
+            said = (_go_on(exc.folder, getattr(args, "shard", None)) if exc.folder is not None
                     else "; it stopped before its first checkpoint: nothing to resume, run it again")
             say(f"chillfl: worker failed: {run}{exc}{said}")
             return 1
         if not isinstance(exc, RunInterrupted):
             raise
-        return _interrupted(exc)
+        return _interrupted(exc, getattr(args, "shard", None))
 
 
-def _said_interrupted(exc: KeyboardInterrupt, command: str | None) -> int:
-    """The one line of a command (``command``; None: before one was parsed) that a stop signal ended, and its exit status."""
+def _go_on(folder: Path, shard: str | None) -> str:
+    """``"; resume with: chillfl resume FOLDER"``; a shard's (``shard``: its ``--shard K/N``) says to restart it first,
+    since ``chillfl resume`` of the shared folder is refused while any other shard holds it."""
+    if shard is None:
+        return f"; resume with: chillfl resume {shell_path(folder)}"
+    return f"; restart this shard with the same command (--shard {shard}), or once every shard has ended: chillfl resume {shell_path(folder)}"
+
+
+def _said_interrupted(exc: KeyboardInterrupt, command: str | None, shard: str | None = None) -> int:
+    """The one line of a command (``command``; None: before one was parsed; ``shard``: its ``--shard K/N``) that a stop
+    signal ended, and its exit status."""
     runner = sys.modules.get("chillfl.runner")  # no run without it: a Ctrl-C at start-up imports nothing more
     if runner is not None and isinstance(exc.__context__, runner.RunInterrupted):  # a late signal while the run's interruption unwound
-        return _interrupted(exc.__context__)
+        return _interrupted(exc.__context__, shard)
     leaves = command in PARTIAL_FOLDERS  # an analysis, a report, a listing: nothing to resume
     if isinstance(exc, ComparisonInterrupted):  # a comparison stopped between runs: its folder is known
-        said = f"; resume with: chillfl resume {shell_path(exc.folder)}"
+        said = _go_on(exc.folder, shard)
     elif isinstance(exc, InterruptedAfterRun):  # one run, stopped once its results were written: nothing is partial
         said = "; the run had completed" + (f": its results are in {_absolute(exc.folder)}" if exc.folder is not None else "")  # as `results:` says it
     elif isinstance(exc, RunNotStarted):  # its folder, if made, was removed again; a report, an analysis: nothing written yet
@@ -1219,11 +1240,12 @@ def _signal_exit(exc: KeyboardInterrupt) -> int:
     return 128 + (received.signum if isinstance(received, Terminated) else signal.SIGINT)
 
 
-def _interrupted(exc: RunInterrupted) -> int:
-    """The interrupted run's one line: the round it stopped at and how to resume."""
+def _interrupted(exc: RunInterrupted, shard: str | None = None) -> int:
+    """The interrupted run's one line: the round it stopped at and how to resume (``shard``: a shard's ``--shard K/N``)."""
     if exc.folder is not None:
-        kept = f"the checkpoint of round {exc.checkpoint} is kept; " if exc.at_once else ""
-        say(f"chillfl: {exc}; {kept}resume with: {exc.resume_command or f'chillfl resume {shell_path(exc.folder)}'}")
+        kept = f"; the checkpoint of round {exc.checkpoint} is kept" if exc.at_once else ""
+        again = f"; resume with: {exc.resume_command}" if exc.resume_command else _go_on(exc.folder, shard)
+        say(f"chillfl: {exc}{kept}{again}")
     else:
         say(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume")
     return exc.exit_code

@@ -55,7 +55,7 @@ from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_ch
 from chillfl.storage.run_state import CHECKPOINT, SWEEP_FILE
 from chillfl.wording import counted
 from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
-from chillfl.sweeps.shard import FIELD as SHARD_FIELD, Shard, hold_folder, join_folder
+from chillfl.sweeps.shard import FIELD as SHARD_FIELD, ComparisonFinished, Shard, hold_folder, join_folder
 from chillfl.settings.distillation import dropped_method_defaults
 from chillfl.tune import Point, is_local, point_scores, select_point
 from chillfl.temperature.policy import TemperaturePolicy
@@ -642,14 +642,22 @@ def run_shard(
     """
     toml = comparison_toml(config, plan)
     record = sweep_record(toml.encode(), plan, resumable=True)
-    folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
-    lock = hold_folder(folder, partial, record, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs
     try:
+        folder, partial = join_folder(Path(config.out_dir), f"{config.name}-compare", toml, record, shard)
+        lock = hold_folder(folder, partial, record, shard)  # shared with the other shards'; keeps a resume of the whole comparison out while this runs
+    except ComparisonFinished as exc:  # a requeued or restarted array job: done, not failed (it ended with exit 2)
+        log.warning("shard %s: %s is finished (its table is written): nothing is left for this shard to run", shard, shell_path(exc.folder))
+        return CompareResult(exc.folder, [], "", runs=0)
+    mine = sum(1 for i in range(len(plan.cells)) if shard.takes(i))
+    if not mine:  # it said "its 0 runs ended" and no more
+        log.warning("shard %s: N = %d exceeds the comparison's %s, so this shard has none (shards %d to %d run nothing; N = %d is enough)",
+                    shard, shard.count, counted(len(plan.cells), "run"), len(plan.cells) + 1, shard.count, len(plan.cells))
+    try:
+        same_shard_count(partial, shard)
         sweep = run_points(plan, SweepFolder(folder, partial), True, force, progress, datasets, None, None, only=shard)
     finally:
         lock.release()
     failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
-    mine = sum(1 for i in range(len(plan.cells)) if shard.takes(i))
     left = sum(1 for c in plan.cells if not has_ended(partial, c.config.name))
     if left == 0:  # the last shard to end: the table, as `chillfl resume` would write it
         try:
@@ -662,6 +670,37 @@ def run_shard(
             log.info("shard %s: another shard wrote the table", shard)  # it renamed the folder between the two checks
         return CompareResult(folder, [], "", failures=failures, runs=mine)
     return CompareResult(partial, [], "", failures=failures, runs=mine, pending=left)
+
+
+SHARDS_FILE = ".shards"
+"""In a comparison's shared folder: the N of the ``--shard K/N`` that made it, so that a shard of another N is refused."""
+
+
+def same_shard_count(partial: Path, shard: Shard) -> None:
+    """Record ``shard``'s N in ``partial`` (:data:`SHARDS_FILE`) if no shard has yet, else refuse another N in one line.
+
+    Shards of different N split the runs differently: some runs would run twice at once and others in no shard, with
+    nothing said. A folder an older chillfl made records none: then nothing is refused (the first shard now records it)."""
+    path = partial / SHARDS_FILE
+    if not path.exists():
+        tmp = partial / f"{SHARDS_FILE}.{os.getpid()}.tmp"
+        write_atomic(tmp, f"{shard.count}\n".encode())
+        try:
+            os.link(tmp, path)  # atomic, and never over another shard's: the first N stays
+            return
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links: nothing is recorded, so nothing is refused
+            return
+        finally:
+            tmp.unlink(missing_ok=True)
+    try:
+        recorded = path.read_text(encoding="utf-8").strip()
+    except OSError:
+        return
+    if recorded.isdigit() and int(recorded) != shard.count:
+        raise ConfigError(SHARD_FIELD, f"{partial} is split into {recorded} shards (--shard K/{recorded}), this one is --shard {shard}: every shard of "
+                                       f"a comparison gives the same N; once every shard has ended, `chillfl resume {shell_path(partial)}` runs what is left")
 
 
 def resume_compare(

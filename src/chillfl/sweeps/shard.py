@@ -56,7 +56,8 @@ class Shard:
             raise ConfigError(FIELD, f"give K/N (this process runs the K-th of N shares, 1 <= K <= N), got {text!r}")
         index, count = int(found[1]), int(found[2])
         if not 1 <= index <= count:
-            raise ConfigError(FIELD, f"K/N needs 1 <= K <= N, got {index}/{count}")
+            zero = " (K is 1-based: from a 0-based SLURM_ARRAY_TASK_ID give $((SLURM_ARRAY_TASK_ID+1))/N, or #SBATCH --array=1-N)" if index == 0 else ""
+            raise ConfigError(FIELD, f"K/N needs 1 <= K <= N, got {index}/{count}{zero}")
         return cls(index, count)
 
     def takes(self, i: int) -> bool:
@@ -65,6 +66,16 @@ class Shard:
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
+
+
+class ComparisonFinished(ConfigError):
+    """The comparison's table is written (``folder``): a shard started now has nothing to run. Not an error of the shard's
+    (a requeued array job ends here): :func:`~chillfl.sweeps.run.run_shard` says so in one line and ends as done."""
+
+    def __init__(self, folder: Path, shard: Shard) -> None:
+        self.folder = folder
+        super().__init__(FIELD, f"{folder} is finished (its table is written): nothing is left for shard {shard}; "
+                                "give another out_dir to run the comparison again")
 
 
 def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, shard: Shard) -> tuple[Path, Path]:
@@ -134,8 +145,7 @@ def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:
             raise ConfigError(FIELD, f"{final} is another comparison's, finished (its {SWEEP_FILE} differs: another config, variants, "
                                      "seeds, tuning, chillfl or torch): the shards share one folder, so give this comparison another "
                                      "out_dir or name")
-        raise ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
-                                 "give another out_dir to run the comparison again")
+        raise ComparisonFinished(final, shard)
     for failed in failed_folders(final):
         if failed.is_dir() and not failed.is_symlink() and _holds(failed, record):
             raise ConfigError(FIELD, f"{failed}: every run of this comparison failed: nothing is left for shard {shard}; "

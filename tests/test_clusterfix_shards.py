@@ -4,6 +4,8 @@ the K/N edge cases are named (chillfl.sweeps.run.run_shard, chillfl.cli)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import signal
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,7 @@ import pytest
 
 import chillfl.sweeps.run as sweep
 from chillfl.cli import main
+from chillfl.errors import StorageError
 from chillfl.executors.processes import WorkerError
 from chillfl.runner import RunInterrupted
 
@@ -125,3 +128,20 @@ def test_a_shard_past_the_runs_says_so_and_a_shard_of_another_n_is_refused(
     partial = tmp_path / "sh-compare.partial"
     assert err_lines[-1] == (f"chillfl: error: shard: {partial} is split into 5 shards (--shard K/5), this one is --shard 6/6: every shard of a comparison "
                              f"gives the same N; once every shard has ended, `chillfl resume {partial}` runs what is left"), err_lines
+
+
+def test_a_full_disk_in_a_shard_says_to_restart_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A shard's full disk stops it as a lost worker does, and its line says how a shard goes on."""
+    try:
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:
+            raise StorageError(f"cannot write {tmp_path / 'x'}: {exc.strerror}") from exc
+    except StorageError as full:
+        _failing(monkeypatch, {"a-s0"}, full)
+    assert _run(_config(tmp_path), tmp_path, "--shard", "1/2") == 1
+    partial = tmp_path / "sh-compare.partial"
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (f"chillfl: error: run a-s0: cannot write {tmp_path / 'x'}: No space left on device; the comparison stopped (its finished runs "
+                       f"are kept; the run starts again): free space, then restart shard 1/2 with the same command, or once every shard has ended: "
+                       f"chillfl resume {partial}"), err

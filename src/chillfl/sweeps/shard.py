@@ -145,7 +145,10 @@ def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:
             raise ConfigError(FIELD, f"{final} is another comparison's, finished (its {SWEEP_FILE} differs: another config, variants, "
                                      "seeds, tuning, chillfl or torch): the shards share one folder, so give this comparison another "
                                      "out_dir or name")
-        raise ComparisonFinished(final, shard)
+        if final.is_dir() and not final.is_symlink() and _holds(final, record):  # this comparison's: done
+            raise ComparisonFinished(final, shard)
+        raise ConfigError(FIELD, f"{final} is finished (its table is written): nothing is left for shard {shard}; "
+                                 "give another out_dir to run the comparison again")
     for failed in failed_folders(final):
         if failed.is_dir() and not failed.is_symlink() and _holds(failed, record):
             raise ConfigError(FIELD, f"{failed}: every run of this comparison failed: nothing is left for shard {shard}; "

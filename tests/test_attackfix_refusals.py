@@ -66,8 +66,8 @@ def test_the_privacy_refusal_of_a_non_mean_says_what_local_does() -> None:
     err = refusal({"algorithm": {"name": "local_only"}, "privacy": {"mechanism": "local", "noise_multiplier": 1.0, "clip_norm": 1.0, "delta": 1e-3}})
     assert err.field == "privacy.mechanism"
     assert "adds noise to a weighted mean" not in err.message  # local noises each client's own update, not a mean
-    assert err.message.startswith("'local' clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
-                                  "which algorithm 'local_only' is not (")
+    assert err.message.startswith("'local' clips and noises each client's update on the client and hands the privatised updates to the server's rule "
+                                  "over them (a weighted mean, a median, Krum, ...), which the server step of algorithm 'local_only' is not (")
 
 
 def test_a_comparison_refuses_the_variant_before_any_run_is_written(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

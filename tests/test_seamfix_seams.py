@@ -255,7 +255,7 @@ def test_dp_fedavg_and_a_personalised_rule_stay_refused() -> None:
     assert err.value.field == "privacy.mechanism" and "which algorithm 'median' is not (it declares no takes_weights" in err.value.message
     with pytest.raises(ConfigError) as err:  # local: each client's own model is nothing the privatised updates rebuild
         build_experiment(load_config(None, {**TINY, "algorithm": {"name": "local_only"}, "privacy": {"mechanism": "local", **PRIVATE}}))
-    assert err.value.field == "privacy.mechanism" and "which algorithm 'local_only' is not (it declares no takes_weights: chillfl treats it as a rule that takes no client weights; " \
+    assert err.value.field == "privacy.mechanism" and "which the server step of algorithm 'local_only' is not (" \
         "each client has a model of its own, which the privatised updates would not rebuild)" in err.value.message
 
 

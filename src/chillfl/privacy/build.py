@@ -227,7 +227,11 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         why = capabilities.plain_sgd or _unweighted(capabilities, aggregator, plan.spec.any_rule)
         if why is not None:
             instead = _hint(_mechanisms_where(lambda m: m.aggregator is None), "that leaves the aggregate alone")
-            # one line for every mechanism with an aggregator hook: true of server noise (dp-fedavg) and client noise (local) alike
+            if plan.spec.any_rule:  # client noise (local) takes any rule over one shared model: the weighted mean is not what is missing
+                raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises each client's update on the client and hands the privatised updates to "
+                                         f"the server's rule over them (a weighted mean, a median, Krum, ...), which the server step of algorithm {name!r} is not ({why}); "
+                                         f"use an algorithm whose server keeps one shared model (FedAvg, median, Krum, ...){instead}")
+            # server noise (dp-fedavg): its hook noises the server's weighted mean of the models
             raise ConfigError(FIELD, f"{plan.mechanism!r} clips each client's update and hands the privatised updates to the server's weighted mean of the models, "
                                      f"which algorithm {name!r} is not ({why}); "
                                      f"use an algorithm whose server takes a weighted mean of the models{instead}")
@@ -256,10 +260,10 @@ def _unweighted(capabilities: Capabilities, aggregator: Aggregator, any_rule: bo
 
     own = capabilities.not_a_base or ("each client has a model of its own, which the privatised updates would not rebuild"
                                       if capabilities.personal_model or isinstance(aggregator, MakesClientModels) else None)
-    if any_rule and own is None:
-        return None
+    if any_rule:  # any rule over the updates will do: what is refused is a server step that is no such rule, said alone
+        return own
     inherited = UNDECLARED_WEIGHTS if undeclared_weights(type(aggregator)) else ""
-    return f"it declares no takes_weights: chillfl treats it as a rule that takes no client weights{inherited}" + (f"; {own}" if any_rule else "")
+    return f"it declares no takes_weights: chillfl treats it as a rule that takes no client weights{inherited}"
 
 
 class EqualWeights(AroundAggregator):

@@ -50,11 +50,14 @@ config keys ``config`` (a TOML path or a bundled experiment name) and
 from __future__ import annotations
 
 import contextlib
+import contextvars
+import copy
 import dataclasses
 import logging
 import shlex
 import shutil
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -74,9 +77,13 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import StatesRequest, decode, encode
+from chillfl.models.registry import float32_default
+from chillfl.once import once_per_call, said_once
+from chillfl.plugins import is_custom
 from chillfl.protocols.registry import protocol_of
 from chillfl.resolve import resolved
-from chillfl.runner import RunInterrupted, finish_run, write_folder_start
+from chillfl.runner import RunInterrupted, _close_sinks, _sinks, check_sinks, finish_run, write_folder_start
+from chillfl.errors import StorageError
 from chillfl.stderr import say
 from chillfl.stop_signals import Repeats, made_held, stop_signals
 from chillfl.temperature import policy_capabilities
@@ -361,11 +368,29 @@ def keep_client_state_on_nodes(protocol: Any) -> None:
         protocol.store = NodeStore()
 
 
+def registered_float32(config: RunConfig) -> contextlib.AbstractContextManager[None]:
+    """float32 as the default dtype while a registered model's run is built and runs, as ``chillfl run`` does
+    (:func:`~chillfl.models.registry.float32_default`); a user's own model keeps the caller's default dtype.
+
+    Why: under ``torch.set_default_dtype(torch.float64)`` the server built and ran FedGen's generator in float64
+    against float32 features (round 1: "mat1 and mat2 must have the same dtype"), and a ClientApp in the caller's
+    process would build its parts the same way."""
+    return contextlib.nullcontext() if is_custom(config.model.get("name")) else float32_default()
+
+
+@once_per_call
 def build_server(config: RunConfig) -> tuple[Any, Any]:
-    """The server's experiment and protocol (its client states kept on the nodes); raises chillfl's ConfigErrors."""
+    """The server's experiment and protocol (its client states kept on the nodes); raises chillfl's ConfigErrors, and
+    a MissingExtra for a ``[log] sinks`` entry whose package is missing, before anything starts."""
     check_supported(config)
+    check_sinks(config)  # the ServerApp writes the sinks chillfl run writes (run_server)
     if config.threads:  # the server evaluates the global model: the thread count fixes its float reductions
         torch.set_num_threads(config.threads)
+    with registered_float32(config):
+        return _build_server(config)
+
+
+def _build_server(config: RunConfig) -> tuple[Any, Any]:
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
     if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
         where = "measures each client's own model on the server after the average, from the client's state, which stays on its node"
@@ -380,16 +405,24 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
     return exp, protocol
 
 
+@once_per_call
 def run_server(
     config: RunConfig, grid: Any, min_nodes: int = 1, built: tuple[Any, Any] | None = None, stop: SimulationStop | None = None,
 ) -> RunOutputLite:
-    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does.
+    """The ServerApp's body: chillfl's round loop over the SuperNodes; writes the run folder as ``chillfl run`` does,
+    its ``[log] sinks`` included, with float32 as the default dtype for a registered model (:func:`registered_float32`).
 
     ``built``: the server's experiment and protocol from :func:`build_server` (None: built here). ``stop``: the
     simulation's stop signals (:func:`run_simulation`): the loop stops after the round in which the first came
-    (:class:`FlowerRunInterrupted`; the ``.partial`` folder is removed, since nothing in it can be resumed).
+    (:class:`FlowerRunInterrupted`). A run that stops or fails leaves no ``.partial`` folder: nothing in it can be
+    resumed (a Flower run is not checkpointed); a StorageError, whose message names the folder, keeps it.
     """
     exp, protocol = built or build_server(config)
+    with registered_float32(config):
+        return _run_server(config, grid, min_nodes, exp, protocol, stop)
+
+
+def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol: Any, stop: SimulationStop | None) -> RunOutputLite:
     start = time.perf_counter()
     try:
         if stop is not None:
@@ -401,31 +434,46 @@ def run_server(
         protocol.close()
         raise
     records: list[dict[str, Any]] = []
+    sinks: list[Any] = []
     try:
         held.release()
         write_folder_start(writer, exp, config)  # config.toml and partition.json; a full disk: .partial, its lock given up
+        if config.log.sinks:  # chillfl run's sinks (metrics.csv, TensorBoard, W&B, MLflow), built and closed as it does
+            sinks = _sinks(config, writer.path, records)
         for record in run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
             rounds=config.federation.rounds, participation=config.federation, empty=exp.data.without_training_rows(),
         ):
             records.append(record)
             writer.append(record)
+            for sink in sinks:  # each its own copy, as chillfl run gives its callbacks
+                sink.on_round(copy.deepcopy(record))
             if stop is not None:
                 stop.done = len(records)
                 if stop.received is not None and len(records) < config.federation.rounds:
                     raise FlowerRunInterrupted(stop.received, stop.done)
         if config.checkpoint.client_models:  # the client states come back from the nodes before the protocol builds their models
             fetch_client_states(protocol, executor)
+        ended = list(sinks)
+        _close_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
         output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, runtime="flower")  # the files chillfl run writes
+        for sink in ended:
+            sink.on_end(output)
         return RunOutputLite(str(output.folder), records, output.summary)
+    except StorageError:  # its message names the folder (a full disk): kept, its lock given up
+        writer.abort()
+        raise
     except FlowerRunInterrupted:
         writer.abort()
         remove_tree(writer.path)  # no checkpoint in it: a .partial folder would promise a resume that cannot be
         raise
     except BaseException:
         writer.abort()
+        remove_tree(writer.path)  # as a stopped run's: `chillfl resume` would find no checkpoint in it
+        say(f"chillfl: the Flower run failed; {NOT_CHECKPOINTED}")
         raise
     finally:
+        _close_sinks(sinks, sys.exc_info()[1])  # the exception that ends the run (closed above when it finished)
         protocol.close()
 
 
@@ -454,11 +502,14 @@ class ClientRuntime:
     parts: dict[str, Any] = field(default_factory=dict)
 
     def ready(self) -> tuple[SequentialExecutor, Any]:
+        """The node's executor and evaluation, built once, in float32 for a registered model (:func:`registered_float32`),
+        without the notes the server says (each ClientApp actor printed them again), errors still raised and logged."""
         if not self.parts:
             if self.config.threads:
                 torch.set_num_threads(self.config.threads)
-            exp = build_experiment(self.node_config())
-            protocol = build_protocol(exp)
+            with registered_float32(self.config), notes_quiet():
+                exp = build_experiment(self.node_config())
+                protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
             protocol.close()
@@ -483,7 +534,8 @@ class ClientRuntime:
         tasks = decode(content)
         executor, evaluation = self.ready()
         full = [dataclasses.replace(t, data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id)) for t in tasks]
-        replies = executor.map(full)
+        with registered_float32(self.config):  # FedGen's generator and a method's noise: float32, as on the server
+            replies = executor.map(full)
         held = []
         for reply in replies:
             if reply.state is not None:
@@ -501,9 +553,10 @@ def server_app(config: RunConfig | None = None, *, min_nodes: int = 1) -> Any:
 
     @app.main()
     def main(grid: Any, context: Any) -> None:
-        cfg = config or config_from_run_config(context.run_config)
-        nodes = int(context.run_config.get("min-nodes", min_nodes)) if context.run_config else min_nodes
-        run_server(cfg, grid, nodes)
+        with said_once():  # each note once a run: the config's options are read while loading and building it too
+            cfg = config or config_from_run_config(context.run_config)
+            nodes = int(context.run_config.get("min-nodes", min_nodes)) if context.run_config else min_nodes
+            run_server(cfg, grid, nodes)
 
     return app
 
@@ -543,6 +596,7 @@ def client_app(config: RunConfig | None = None) -> Any:
     return app
 
 
+@once_per_call
 def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_cpus_per_client: float = 1.0) -> RunOutputLite:
     """``config`` under Flower's simulation engine (Ray backend), one SuperNode per client unless ``num_supernodes``.
 
@@ -553,6 +607,8 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     (a :class:`~chillfl.runner.RunInterrupted` without folder) is raised. A Flower run is not checkpointed: its
     ``.partial`` folder is removed. To keep these signals for chillfl, Flower's simulation runs in a thread of its own
     (Ray, started from the main thread, would take SIGTERM and end the process with ``sys.exit``).
+
+    One call is one scope of :mod:`chillfl.once`, the ServerApp's thread included: each note is said once a run.
     """
     import_flwr()
     from chillfl.executors.processes import default_workers
@@ -565,7 +621,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     nodes = num_supernodes or config.federation.num_clients
     out: list[RunOutputLite | BaseException] = []
     stop = SimulationStop()
-    server = server_app_capturing(config, out, min_nodes=nodes, built=built, stop=stop)
+    server = server_app_capturing(config, out, min_nodes=nodes, built=built, stop=stop, scope=contextvars.copy_context())
     temp = local_ray_folder()  # the simulation's Ray sessions, removed with it
     init = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
     backend = {"client_resources": {"num_cpus": num_cpus_per_client, "num_gpus": 0.0}, "init_args": init}
@@ -612,6 +668,19 @@ def in_thread(work: Any) -> None:
         raise failed[0]
 
 
+@contextlib.contextmanager
+def notes_quiet() -> Iterator[None]:
+    """chillfl's loggers at ERROR while the block runs (a level already above it kept), as they were after: a ClientApp
+    builds the run's parts the server built, whose notes (warnings) the server has said; an error still shows."""
+    log = logging.getLogger("chillfl")
+    level = log.level
+    log.setLevel(max(level, logging.ERROR))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
+
+
 class _WithoutLine(logging.Filter):
     """Drops the records whose message contains ``text``; every other record passes."""
 
@@ -652,8 +721,12 @@ simulation ends."""
 
 def server_app_capturing(
     config: RunConfig, out: list[RunOutputLite | BaseException], min_nodes: int, built: tuple[Any, Any], stop: SimulationStop | None = None,
+    scope: contextvars.Context | None = None,
 ) -> Any:
-    """:func:`server_app` whose run output, or error, is appended to ``out`` (the simulation runs it in a thread of this process)."""
+    """:func:`server_app` whose run output, or error, is appended to ``out`` (the simulation runs it in a thread of this process).
+
+    ``scope``: the caller's context, in which the ServerApp runs (a copy; its :mod:`chillfl.once` record is the caller's
+    own set), so that a note :func:`run_simulation` said while it built the server is not said again from Flower's thread."""
     from flwr.serverapp import ServerApp
 
     app = ServerApp()
@@ -661,7 +734,7 @@ def server_app_capturing(
     @app.main()
     def main(grid: Any, context: Any) -> None:
         try:
-            out.append(run_server(config, grid, min_nodes, built, stop))
+            out.append((scope or contextvars.copy_context()).run(run_server, config, grid, min_nodes, built, stop))
         except Exception as error:
             out.append(error)
 

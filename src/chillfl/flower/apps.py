@@ -464,17 +464,25 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         writer.abort()
         raise
     except FlowerRunInterrupted:
-        writer.abort()
-        remove_tree(writer.path)  # no checkpoint in it: a .partial folder would promise a resume that cannot be
+        _discard(writer)  # no checkpoint in it: a .partial folder would promise a resume that cannot be
         raise
     except BaseException:
-        writer.abort()
-        remove_tree(writer.path)  # as a stopped run's: `chillfl resume` would find no checkpoint in it
-        say(f"chillfl: the Flower run failed; {NOT_CHECKPOINTED}")
+        if _discard(writer):  # as a stopped run's: `chillfl resume` would find no checkpoint in it
+            say(f"chillfl: the Flower run failed; {NOT_CHECKPOINTED}")
         raise
     finally:
         _close_sinks(sinks, sys.exc_info()[1])  # the exception that ends the run (closed above when it finished)
         protocol.close()
+
+
+def _discard(writer: ResultWriter) -> bool:
+    """Give the run folder up and remove it while it is still ``.partial`` (whether it was): a folder the run finished
+    (renamed to its final name before a later step failed) is the run's result and stays."""
+    writer.abort()
+    if writer.path == writer.final:
+        return False
+    remove_tree(writer.path)
+    return True
 
 
 def fetch_client_states(protocol: Any, executor: FlowerExecutor) -> None:

@@ -616,7 +616,7 @@ def _run_rounds(
                 writer.resume()
                 _write_partition(writer.path, exp, config)
         if writer is not None and config.log.sinks:
-            sinks = _sinks(config, writer.path, records)
+            sinks = run_sinks(config, writer.path, records)
             callbacks = [*callbacks, *sinks]
         executor = make_executor(exp, protocol, pools)  # unarmed: a Ray cut short while it starts could leave its processes behind
         signals.reinstall()
@@ -658,7 +658,7 @@ def _run_rounds(
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         signals.finishing = True  # a signal now waits until the run's results are complete
-        _close_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
+        close_run_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
         stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
         output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
         for cb in callbacks:
@@ -690,7 +690,7 @@ def _run_rounds(
                 exc.folder = writer.path
         raise
     finally:
-        _close_sinks(sinks, sys.exc_info()[1])  # in this finally: the exception that ends the run (sinks closed above when it finished)
+        close_run_sinks(sinks, sys.exc_info()[1])  # in this finally: the exception that ends the run (sinks closed above when it finished)
         if executor is not None:
             executor.close()
         protocol.close()
@@ -724,14 +724,14 @@ def check_sinks(config: RunConfig) -> None:
             need(sink, sink, what)
 
 
-def _sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:
+def run_sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:
     """The run's metric sinks (``[log] sinks``), writing under ``folder``."""
     spec = config.log
     return build_sinks(spec.sinks, folder, config.name, config.to_dict(), records, project=spec.wandb_project,
                        wandb_mode=spec.wandb_mode, mlflow_tracking_uri=spec.mlflow_tracking_uri, mlflow_experiment=spec.mlflow_experiment)
 
 
-def _close_sinks(sinks: list["Sink"], failure: BaseException | None) -> None:
+def close_run_sinks(sinks: list["Sink"], failure: BaseException | None) -> None:
     """Close the sinks once (the list is emptied), so the error path does not close them twice; ``failure``: what
     ended the run (None: it finished), said to each sink (:class:`~chillfl.sinks.Sink`)."""
     done, sinks[:] = list(sinks), []

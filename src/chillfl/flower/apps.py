@@ -82,7 +82,7 @@ from chillfl.once import once_per_call, said_once
 from chillfl.plugins import is_custom
 from chillfl.protocols.registry import protocol_of
 from chillfl.resolve import resolved
-from chillfl.runner import RunInterrupted, _close_sinks, _sinks, check_sinks, finish_run, write_folder_start
+from chillfl.runner import RunInterrupted, check_sinks, close_run_sinks, run_sinks, finish_run, write_folder_start
 from chillfl.errors import StorageError
 from chillfl.stderr import say
 from chillfl.stop_signals import Repeats, made_held, stop_signals
@@ -439,7 +439,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         held.release()
         write_folder_start(writer, exp, config)  # config.toml and partition.json; a full disk: .partial, its lock given up
         if config.log.sinks:  # chillfl run's sinks (metrics.csv, TensorBoard, W&B, MLflow), built and closed as it does
-            sinks = _sinks(config, writer.path, records)
+            sinks = run_sinks(config, writer.path, records)
         for record in run_rounds(
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
             rounds=config.federation.rounds, participation=config.federation, empty=exp.data.without_training_rows(),
@@ -455,7 +455,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         if config.checkpoint.client_models:  # the client states come back from the nodes before the protocol builds their models
             fetch_client_states(protocol, executor)
         ended = list(sinks)
-        _close_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
+        close_run_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
         output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, runtime="flower")  # the files chillfl run writes
         for sink in ended:
             sink.on_end(output)
@@ -471,7 +471,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
             say(f"chillfl: the Flower run failed; {NOT_CHECKPOINTED}")
         raise
     finally:
-        _close_sinks(sinks, sys.exc_info()[1])  # the exception that ends the run (closed above when it finished)
+        close_run_sinks(sinks, sys.exc_info()[1])  # the exception that ends the run (closed above when it finished)
         protocol.close()
 
 

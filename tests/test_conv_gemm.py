@@ -28,6 +28,7 @@ from chillfl.training import conv_gemm
 from chillfl.training.conv_gemm import GemmConvolutions, conv1d_as_gemm, conv2d_as_gemm, window_index, window_sources, GatherWindows
 from chillfl.training.conv_nhwc import PER_CLIENT, conv2d_nhwc
 from chillfl.training.local import LocalSpec, bf16_supported, model_state
+from chillfl.training.schedule import SGD
 
 from float_paths import REL, TRAJECTORY_REL
 from test_precision import BASE as PRECISION_BASE
@@ -358,10 +359,11 @@ def test_auto_is_nhwc_on_cuda_graphs_in_bf16_and_tf32_and_grouped_elsewhere():
     """The measured-fastest form on the H200 (docs/gpu.md), a fixed rule of device, graphs and precision; an explicit
     choice stays."""
     cuda, cpu = torch.device("cuda"), torch.device("cpu")  # a device object needs no GPU
-    assert [resolve_batched_conv("auto", p, cuda, True) for p in ("fp32", "tf32", "bf16")] == ["grouped", "nhwc", "nhwc"]
-    assert [resolve_batched_conv("auto", p, cuda, False) for p in ("fp32", "tf32", "bf16")] == ["grouped"] * 3  # eager: slower
-    assert [resolve_batched_conv("auto", p, cpu, g) for p in ("fp32", "bf16") for g in (False, True)] == ["grouped"] * 4
-    assert [resolve_batched_conv(c, "bf16", cuda, True) for c in ("grouped", "gemm", "loop")] == ["grouped", "gemm", "loop"]
+    resolve = partial(resolve_batched_conv, optim=SGD, private=None)  # plain SGD: steps cuda_graphs records (tests/test_gpufix_auto_conv.py: the others)
+    assert [resolve("auto", p, cuda, True) for p in ("fp32", "tf32", "bf16")] == ["grouped", "nhwc", "nhwc"]
+    assert [resolve("auto", p, cuda, False) for p in ("fp32", "tf32", "bf16")] == ["grouped"] * 3  # eager: slower
+    assert [resolve("auto", p, cpu, g) for p in ("fp32", "bf16") for g in (False, True)] == ["grouped"] * 4
+    assert [resolve(c, "bf16", cuda, True) for c in ("grouped", "gemm", "loop")] == ["grouped", "gemm", "loop"]
 
 
 def test_the_default_on_the_cpu_is_the_grouped_run_bit_for_bit():

@@ -496,7 +496,8 @@ class RunConfig:
     convolutions may already use TF32: torch's own default; matmuls do not)."""
     batched_conv: Literal["auto", "grouped", "gemm", "nhwc", "loop"] = "auto"
     """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``auto`` (``nhwc``
-    on CUDA with ``cuda_graphs`` in bf16 or TF32, where it measured fastest; ``grouped`` elsewhere:
+    on CUDA in bf16 or TF32 where ``cuda_graphs`` records the steps (plain SGD at a constant local rate, no DP-SGD),
+    where it measured fastest; ``grouped`` elsewhere:
     :func:`chillfl.training.batched_conv.resolve_batched_conv`), ``grouped`` (vmap's
     one grouped convolution, the clients folded into the channels), ``gemm`` (each client's convolution as
     a gather of its windows + one matrix product, all clients in ONE batched GEMM: :mod:`chillfl.training.conv_gemm`), ``nhwc``

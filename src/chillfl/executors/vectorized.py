@@ -182,6 +182,7 @@ from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.optim import OptState, init_state, state_slots
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, factored_linears, step_rows
 from chillfl.training.objective import check_reads
+from chillfl.training.batched_conv import replayable_steps
 from chillfl.training.local import (
     Factors,
     LocalOutcome,
@@ -527,17 +528,15 @@ class VectorizedExecutor:
         """Whether this executor's steps of every client of a chunk on ``device`` are recorded and replayed (``cuda_graphs``).
 
         Only a resident chunk (the accelerator policy) whose step reads nothing
-        that changes from step to step besides its batch: plain SGD at a
-        constant local rate (Adam's bias correction and a schedule's rate are
-        numbers of the step), on a CUDA device or with an injected recorder.
+        that changes from step to step besides its batch (:func:`replayable_steps`:
+        plain SGD at a constant local rate, no DP-SGD; ``batched_conv = "auto"``
+        asks the same), on a CUDA device or with an injected recorder.
         """
         spec = self.spec
         return (
             spec.cuda_graphs
             and self.resident(device)
-            and spec.optim.name == "sgd"
-            and spec.optim.step_schedule.name == "constant"
-            and spec.private is None  # DP-SGD's noise is drawn on the host, a new draw every step: a replay would repeat one
+            and replayable_steps(spec.optim, spec.private)
             and (device.type == "cuda" or self.step_recorder is not None)
         )
 

@@ -381,6 +381,26 @@ def test_every_cnn_method_with_nhwc_convolutions(config: dict[str, Any], precisi
         assert run_experiment(load_config(None, {**over, "batched_conv": conv}), write=False, progress=False).records == out.records
 
 
+GRAPHED_PRECISIONS = ["bf16", "tf32"] if SUITE_DEVICE == "cuda" else [p for p in PRECISIONS if p == "bf16"]
+"""Where ``batched_conv = "auto"`` picks ``nhwc`` with ``cuda_graphs = true`` (TF32 is CUDA's only)."""
+
+
+@pytest.mark.parametrize("precision", GRAPHED_PRECISIONS)
+@pytest.mark.parametrize("config", CNN_CASES)
+def test_every_cnn_method_graphed_with_the_default_convolutions(config: dict[str, Any], precision: str, strict_vectorized: None) -> None:
+    """The default of a graphed bf16 / TF32 run on CUDA: ``cuda_graphs = true`` with ``batched_conv = "auto"`` (``nhwc``
+    there; ``grouped`` on the CPU stand-in), two rounds of the registry's CNN methods, round 1's training loss close
+    to the graphed run's with ``grouped`` convolutions (``test_every_method`` runs no graphs)."""
+    from chillfl.experiment import build_experiment
+
+    over = {**config, "device": SUITE_DEVICE, "executor": "vectorized", "precision": precision, "cuda_graphs": True}
+    assert build_experiment(load_config(None, over)).spec.batched_conv == ("nhwc" if SUITE_DEVICE == "cuda" else "grouped")
+    out = run_experiment(load_config(None, over), write=False, progress=False)
+    grouped = run_experiment(load_config(None, {**over, "batched_conv": "grouped"}), write=False, progress=False)
+    assert len(out.records) == 2 and math.isfinite(out.records[-1]["train_loss"])
+    assert out.records[0]["train_loss"] == pytest.approx(grouped.records[0]["train_loss"], rel=5e-2)
+
+
 # ---------------------------------------------------------------- every registered model (generated from the registry)
 
 

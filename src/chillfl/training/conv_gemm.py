@@ -42,6 +42,7 @@ runs as it was.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -126,7 +127,9 @@ def windows(h: int, w: int, kernel: tuple[int, int], stride: tuple[int, int], di
     made = _MADE.get(key)
     if made is not None:
         return made
-    with torch._C._DisableFuncTorch():  # constants: plain tensors, not wrapped at the grad or vmap level of this call
+    # constants: plain tensors, not wrapped at the grad or vmap level of this call; while torch.compile traces (which
+    # cannot enter that context: a graph break, an error under fullgraph) they are the graph's constants instead
+    with nullcontext() if torch.compiler.is_compiling() else torch._C._DisableFuncTorch():
         index, h_out, w_out = window_index(h, w, kernel, stride, dilation, padding, device)
         made = (index, window_sources(h, w, kernel, stride, dilation, padding, (h_out, w_out), device), h_out, w_out)
     if _may_keep(made[0]):

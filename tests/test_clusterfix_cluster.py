@@ -130,3 +130,29 @@ def test_a_long_failure_keeps_its_command_whole() -> None:
     text = "x" * 300 + "; chillfl resume /a/very/long/path/to/the/run.partial"
     assert sweep.shortened(text).endswith("... chillfl resume /a/very/long/path/to/the/run.partial")
     assert sweep.shortened("short") == "short"
+
+
+def test_an_io_error_reading_the_runs_input_fails_that_run_and_the_comparison_goes_on(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An I/O error on a file outside the comparison's folder (a bad data file) is the run's own failure: the table is
+    written with the run marked failed, as before. Stopping for it asked for a resume that met the same error each time."""
+    real = runner._checkpoint
+
+    def checkpoint(writer: Any, protocol: Any, done: int, *rest: Any) -> None:
+        if writer is not None and writer.path.name.startswith("b-s1"):
+            raise OSError(errno.EIO, os.strerror(errno.EIO), str(tmp_path / "data" / "bad_shard.npy"))
+        real(writer, protocol, done, *rest)
+
+    monkeypatch.setattr(runner, "_checkpoint", checkpoint)
+    assert _run(_config(tmp_path), tmp_path / "out") == 0
+    table = (tmp_path / "out" / "sh-compare" / "table.md").read_text()
+    assert "failed: OSError" in table
+
+
+def test_which_errors_are_the_storages() -> None:
+    partial = Path("/results/sh-compare.partial")
+    assert sweep.storage_failed(OSError(errno.ENOSPC, "full", "/data/cache/x.npy"), partial)  # a full disk anywhere
+    assert sweep.storage_failed(OSError(errno.EIO, "io", str(partial / "a-s0.partial" / "metrics.jsonl")), partial)
+    assert not sweep.storage_failed(OSError(errno.EIO, "io", "/data/bad_shard.npy"), partial)
+    assert not sweep.storage_failed(OSError(errno.EROFS, "ro"), partial)  # no file named: not known to be the folder's
+    assert not sweep.storage_failed(ValueError("x"), partial)
+    assert sweep.storage_failed(_full(partial / "a-s0.partial" / "checkpoint.safetensors"), partial)

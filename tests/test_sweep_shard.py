@@ -65,6 +65,7 @@ def test_shards_write_the_table_one_process_writes(tmp_path: Path, capsys: pytes
     assert out.endswith(f"results: {tmp_path / 'sh' / 'sh-compare'}\n") and not partial.exists()
     for name in ("table.md", "table.json"):
         assert (tmp_path / "sh" / "sh-compare" / name).read_bytes() == (tmp_path / "one" / "sh-compare" / name).read_bytes()
+    assert sorted(p.name for p in (tmp_path / "sh" / "sh-compare").iterdir()) == sorted(p.name for p in (tmp_path / "one" / "sh-compare").iterdir())
     for run in ("a-s0", "a-s1", "b-s0", "b-s1"):
         assert (tmp_path / "sh" / "sh-compare" / run / "metrics.jsonl").read_bytes() == (tmp_path / "one" / "sh-compare" / run / "metrics.jsonl").read_bytes()
 

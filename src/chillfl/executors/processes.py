@@ -594,6 +594,15 @@ def _stop_signals_blocked() -> Iterator[None]:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
+def _block_stop_signals() -> None:
+    """Block :data:`_STOP_SIGNALS` in this thread (inside :func:`_stop_signals_blocked`, which restores the mask after).
+
+    Why again before each start: multiprocessing relaunches a dead resource tracker from ``Process.start`` and then
+    unblocks SIGINT and SIGTERM in the calling thread, so every worker started after it would inherit them unblocked."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+
+
 def _tracker_keeps_sighup_blocked() -> None:
     """Start multiprocessing's resource tracker (if this process has none yet) with SIGHUP blocked, which it keeps.
 
@@ -647,6 +656,7 @@ class WorkerPool:
         self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._tasks, self._results)
         with _unimportable_main_hidden(), _stop_signals_blocked():
             for p in self._processes:
+                _block_stop_signals()  # again: a resource tracker relaunched by the previous start unblocked SIGINT/SIGTERM here
                 p.start()
         self._broken: str | None = None
         self._keys = itertools.count(1)

@@ -141,7 +141,7 @@ class Sweep:
             if isinstance(exc, WorkerError) and not isinstance(exc, ClientCodeError):  # a lost worker is no result: stop, resumable
                 exc.run, exc.folder = cfg.name, partial  # its checkpoint is kept; resuming the comparison finishes the run
                 raise
-            if partial is not None and storage_failed(exc):  # a full disk is no result either: stop, resumable, never tabulate without it
+            if partial is not None and storage_failed(exc, partial):  # a full disk is no result either: stop, resumable, never tabulate without it
                 raise stopped_by_storage(exc, cfg.name, partial, self.shard) from exc
             self.results[key], self.failures[key] = None, f"failed: {type(exc).__name__}"
             log.warning("%s failed (%s: %s); the comparison goes on", cfg.name, type(exc).__name__, shortened(one_line(str(exc))))
@@ -174,10 +174,21 @@ STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
 file system gone read-only): :class:`~chillfl.errors.StorageError`'s cases, also where a library raised the bare OSError."""
 
 
-def storage_failed(exc: BaseException) -> bool:
-    """Whether ``exc`` is the storage's failure (:data:`STORAGE_ERRNOS`), not the run's: a comparison then stops, resumable,
-    as for a lost worker. It went on before and wrote a table without the run, which ``chillfl resume`` then refused as finished."""
-    return isinstance(exc, StorageError) or (isinstance(exc, OSError) and exc.errno in STORAGE_ERRNOS)
+def storage_failed(exc: BaseException, partial: Path) -> bool:
+    """Whether ``exc`` is the storage's failure, not the run's: a comparison then stops, resumable, as for a lost worker.
+    It went on before and wrote a table without the run, which ``chillfl resume`` then refused as finished.
+
+    The run folder's writer's :class:`~chillfl.errors.StorageError`, a full disk or quota wherever it was met, and an I/O
+    error or read-only file system (:data:`STORAGE_ERRNOS`) on a file in the comparison's folder ``partial``. An I/O
+    error reading the run's input (a bad data file) is the run's own failure: it came back on every resume."""
+    if isinstance(exc, StorageError):
+        return True
+    if not isinstance(exc, OSError) or exc.errno not in STORAGE_ERRNOS:
+        return False
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    name = exc.filename
+    return isinstance(name, (str, bytes, os.PathLike)) and Path(os.fsdecode(name)).resolve().is_relative_to(partial.resolve())
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -531,12 +542,15 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
             write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
         else:
             write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
-        partial.rename(folder)
     except OSError as exc:  # a full disk while the tables or figures are written (a traceback from savefig): the folder stays .partial
+        if not storage_failed(exc, partial):
+            raise
         cause = exc.__cause__ if isinstance(exc, StorageError) and isinstance(exc.__cause__, OSError) else exc
         then = "free space, then " if disk_full(exc) else ""
         raise StorageError(f"cannot write the comparison's tables and figures in {partial}: {cause.strerror or cause}; every run is kept: "
                            f"{then}{resume_advice(partial, None)} writes them") from exc
+    (partial / SHARDS_FILE).unlink(missing_ok=True)  # the shards' bookkeeping: the finished folder is the one a single process writes
+    partial.rename(folder)
     point_saved_configs_to(folder, partial)
 
 
@@ -649,11 +663,11 @@ def run_shard(
         log.warning("shard %s: %s is finished (its table is written): nothing is left for this shard to run", shard, shell_path(exc.folder))
         return CompareResult(exc.folder, [], "", runs=0)
     mine = sum(1 for i in range(len(plan.cells)) if shard.takes(i))
-    if not mine:  # it said "its 0 runs ended" and no more
-        log.warning("shard %s: N = %d exceeds the comparison's %s, so this shard has none (shards %d to %d run nothing; N = %d is enough)",
-                    shard, shard.count, counted(len(plan.cells), "run"), len(plan.cells) + 1, shard.count, len(plan.cells))
     try:
-        same_shard_count(partial, shard)
+        same_shard_count(partial, shard)  # first: a shard of another N is refused, not told first that it has no runs
+        if not mine:  # it said "its 0 runs ended" and no more
+            log.warning("shard %s: N = %d exceeds the comparison's %s, so this shard has none (shards %d to %d run nothing; N = %d is enough)",
+                        shard, shard.count, counted(len(plan.cells), "run"), len(plan.cells) + 1, shard.count, len(plan.cells))
         sweep = run_points(plan, SweepFolder(folder, partial), True, force, progress, datasets, None, None, only=shard)
     finally:
         lock.release()

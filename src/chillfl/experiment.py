@@ -42,7 +42,7 @@ from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
 from chillfl.models.registry import MODELS, float32_default, model_options
-from chillfl.protocols.common import Evaluation
+from chillfl.protocols.common import Evaluation, empty_splits_note
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
@@ -696,7 +696,7 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), fewer_attackers_note(config),
              oversubscribed_threads_note(config)]
     if exp is not None:
-        notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data)]
+        notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data)]
     return [note for note in notes if note is not None]
 
 

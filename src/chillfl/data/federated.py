@@ -157,6 +157,19 @@ class FederatedData:
         train = self.train_indices
         return train.lengths() if isinstance(train, ClientRows) else np.fromiter((len(t) for t in train), dtype=np.int64, count=len(train))
 
+    def eval_sizes(self) -> np.ndarray:
+        """Each client's number of evaluation rows (:meth:`client_eval`), from its index rows alone. Why: a client whose split
+        is empty measures nothing, and ``local_acc`` must leave it out rather than take its NaN for a broken model's."""
+        rows = self.eval_indices
+        return rows.lengths() if isinstance(rows, ClientRows) else np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+
+    def validation_sizes(self) -> np.ndarray | None:
+        """Each client's number of own validation rows (:meth:`client_validation`); None without local validation."""
+        rows = self.client_validation_indices
+        if rows is None:
+            return None
+        return rows.lengths() if isinstance(rows, ClientRows) else np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+
     def without_training_rows(self) -> frozenset[int]:
         """The clients the partition gave no training rows (a Dirichlet draw with a small alpha, ``min_size = 0``, a
         file): they cannot train, so the round loop never configures them (:func:`chillfl.engine.loop.availability`)."""

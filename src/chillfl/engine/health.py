@@ -81,8 +81,9 @@ class LossWatch:
                                  "batch-norm variance below 0)")
             self.warned_global = True
         local = record.get("local_loss")
-        if local is not None and float(local) > LOSS_CEILING and not self.warned_local:
-            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) is above {LOSS_CEILING:g} (lower client.lr?)")
+        if local is not None and not (float(local) <= LOSS_CEILING) and not self.warned_local:  # NaN too: a client's own model's logits are not finite
+            why = f"is above {LOSS_CEILING:g}" if math.isfinite(float(local)) else "is not finite (a client's own model gives non-finite logits)"
+            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) {why} (lower client.lr?)")
             self.warned_local = True
 
     def _report(self, record: Mapping[str, Any], what: str) -> None:

@@ -30,7 +30,7 @@ class ServerBook:
         self.evaluation = evaluation
         self.eval_clients = eval_clients
         self.ledger = CommunicationLedger()
-        self.log = LocalLog()
+        self.log = LocalLog(evaluation.empty_eval, evaluation.empty_val)
         self.per_client_temperature = trains_at(evaluation.config.temperature, policy) is None
         """Whether T is per client (its records carry each client's T): what the policy declares, not which class it is."""
 

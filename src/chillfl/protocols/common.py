@@ -32,6 +32,40 @@ def mean_or_none(values: Sequence[float]) -> float | None:
     return float(np.mean(vals)) if vals else None
 
 
+def measured_mean(values: Sequence[float]) -> float | None:
+    """The plain mean of clients' measures, None if there are none; a NaN among them makes it NaN.
+
+    Why not :func:`mean_or_none`: a NaN here is a model whose logits are not finite (:func:`~chillfl.training.local.evaluate`),
+    not a split that measured nothing (those clients are left out before), and dropping it would hide a diverged
+    personal model from ``local_acc``."""
+    return float(np.mean(values)) if len(values) else None
+
+
+def empty_splits(sizes: np.ndarray | None) -> frozenset[int]:
+    """The clients whose split of ``sizes`` (rows per client) is empty; none for None (no such splits)."""
+    return frozenset() if sizes is None else frozenset(int(c) for c in np.flatnonzero(np.asarray(sizes) == 0))
+
+
+def empty_splits_note(config: RunConfig, data: FederatedData) -> str | None:
+    """The note (said once a process) when some clients' own evaluation or validation splits are empty.
+
+    Why: such a client measures nothing, so ``local_acc`` (``local_val_acc``) averages the others and ``local_clients``
+    counts only those; without a word a reader takes ``local_acc`` for every client's. Large ``eval.validation`` and
+    ``eval.client_split = "partition"`` (a client's test rows follow its skewed training mix) leave splits empty.
+    """
+    if config.eval.clients == "none":
+        return None
+    n = data.num_clients
+    empty, empty_val = len(empty_splits(data.eval_sizes())), len(empty_splits(data.validation_sizes()))
+    if not empty and not empty_val:
+        return None
+    said = [f"{empty} of the {n} clients have an empty local evaluation split (local_acc and local_clients cover only the others)"
+            if empty else "",
+            f"{empty_val} of the {n} clients an empty local validation split (local_val_acc leaves them out)" if empty_val else ""]
+    why = f'eval.client_split = "{config.eval.client_split}", eval.validation = {config.eval.validation:g}'
+    return f"note: {'; '.join(part for part in said if part)}: the test rows left to them are too few ({why}; docs/personalised.md)"
+
+
 def state_bytes(payload: Any) -> int:
     """Bytes a message part puts on the wire: every value in it, not only its tensors (dicts/lists/tuples of them).
 
@@ -70,6 +104,11 @@ def record_message(ledger: CommunicationLedger, round: int, direction: str, mess
 class LocalLog:
     """Every client's latest local accuracy and loss (``eval.clients = "all"`` averages them)."""
 
+    empty: frozenset[int] = frozenset()
+    """Clients whose own evaluation split is empty: their NaN measures nothing, so the means leave them out (a NaN of
+    any other client is a non-finite model, and makes the mean NaN)."""
+    empty_val: frozenset[int] = frozenset()
+    """Likewise for the own validation splits (``local_val_acc``)."""
     acc: dict[int, float] = field(default_factory=dict)
     loss: dict[int, float] = field(default_factory=dict)
     val: dict[int, float] = field(default_factory=dict)
@@ -89,19 +128,20 @@ class LocalLog:
     def metrics(self, sampled: Sequence[int], which: str, per_client: bool = False) -> dict[str, Json]:
         """The means over the round's clients (``which = "sampled"``) or every client measured so far; ``per_client``
         (``log.per_client``): each of those clients' own values too, by client id."""
-        ids = list(sampled) if which == "sampled" else sorted(self.acc)
+        ids = [c for c in (sampled if which == "sampled" else sorted(self.acc)) if c in self.acc and c not in self.empty]
         out: dict[str, Json] = {
-            "local_acc": mean_or_none([self.acc[c] for c in ids]),
-            "local_loss": mean_or_none([self.loss[c] for c in ids]),
-            "local_clients": len(ids),
+            "local_acc": measured_mean([self.acc[c] for c in ids]),
+            "local_loss": measured_mean([self.loss[c] for c in ids]),
+            "local_clients": len(ids),  # the clients averaged: one with an empty split measured nothing
         }
+        val = [c for c in ids if c in self.val and c not in self.empty_val]
         if self.val:  # the same clients' own models on their own validation splits
-            out["local_val_acc"] = mean_or_none([self.val[c] for c in ids if c in self.val])
+            out["local_val_acc"] = measured_mean([self.val[c] for c in val])
         if per_client:
             out["local_accs"] = {str(c): self.acc[c] for c in ids}
             out["local_losses"] = {str(c): self.loss[c] for c in ids}
             if self.val:
-                out["local_val_accs"] = {str(c): self.val[c] for c in ids if c in self.val}
+                out["local_val_accs"] = {str(c): self.val[c] for c in val}
         return out
 
     def state_dict(self) -> dict[str, Any]:
@@ -128,6 +168,10 @@ class Evaluation:
         self.x_test, self.y_test = x.to(device), y.to(device)
         held_out = data.validation()
         self.validation = None if held_out is None else (held_out[0].to(device), held_out[1].to(device))
+        self.empty_eval = empty_splits(data.eval_sizes())
+        """Clients whose own evaluation split is empty (left out of ``local_acc`` and ``global_client_acc``)."""
+        self.empty_val = empty_splits(data.validation_sizes())
+        """Clients whose own validation split is empty (left out of ``local_val_acc``)."""
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` (1-based) evaluates the global model."""
@@ -162,9 +206,11 @@ class Evaluation:
         if self.config.eval.clients == "all":
             per_client = []
             for c in range(self.data.num_clients):
+                if c in self.empty_eval:  # measures nothing; a NaN of the others is the model's, and shows
+                    continue
                 xe, ye = self.data.client_eval(c)
                 per_client.append(evaluate(self.model, state, xe.to(self.device), ye.to(self.device), bs)[0])
-            out["global_client_acc"] = mean_or_none(per_client)
+            out["global_client_acc"] = measured_mean(per_client)
         return out
 
 

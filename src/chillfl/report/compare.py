@@ -384,13 +384,27 @@ def _differences(row: Mapping[str, Any], base_label: str) -> tuple[Mapping[str, 
     return _paired(own[0], own[0], FRACTION), _paired(own[1], own[1], FRACTION)
 
 
+def local_clients_phrase(eval_clients: Sequence[str]) -> str:
+    """Whose accuracies ``local_acc`` averages, by the runs' ``eval.clients``. Why: under ``"all"`` it is every client that
+    has reported, each at its value from its last participation, not the final round's clients."""
+    kinds = set(eval_clients) - {"none"}
+    sampled = "of the round's clients"
+    every = "over every client that has reported, each at its latest value (from its last participation)"
+    if kinds == {"all"}:
+        return every
+    if kinds == {"sampled", "all"}:
+        return f'{sampled} (eval.clients = "sampled") or {every} ("all")'
+    return sampled
+
+
 def format_seed_table(
     rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: str, tune: Mapping[str, Sequence[Any]] | None, select: str, validation: float,
-    local: bool = False, own: Mapping[str, Mapping[str, Sequence[Any]]] | None = None,
+    local: bool = False, own: Mapping[str, Mapping[str, Sequence[Any]]] | None = None, eval_clients: Sequence[str] = ("sampled",),
 ) -> str:
     """The seed table; ``local`` adds each variant's local accuracy (its clients' own models on their own splits) and its paired diff.
 
     ``tune``: the shared grid (None: no tuning); ``own``: variant label -> its own grid, crossed with the shared one for it alone.
+    ``eval_clients``: the runs' ``eval.clients``, which say whose local accuracy the column averages (the caption names it).
     """
     own = own or {}
     seeds = rows[0]["seeds"] if rows else []
@@ -415,7 +429,7 @@ def format_seed_table(
         lines.append(f"tuned per variant on the validation split (eval.validation = {validation:g} of the test set, "
                      f"{select} val acc, mean over seeds), reported on the test set: {grid}")
     if local:
-        lines.append("local acc = final mean accuracy of the round's clients, each on its own held-out split with its own model "
+        lines.append(f"local acc = final mean accuracy {local_clients_phrase(eval_clients)}, each on its own held-out split with its own model "
                      "(a personalised method's personal model), mean ± std over seeds"
                      + (f"; local diff = local acc - {base_label}'s, paired per seed [95 % CI]" if paired else ""))
     with_mb = any("cumulative_mb" in r for r in rows)

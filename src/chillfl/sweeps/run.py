@@ -450,7 +450,8 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     if plan.multi:
         rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed)
         table = format_seed_table(rows, ref.label, base.label, plan.tune_table if plan.tuned else None, plan.select, config.eval.validation,
-                                  bool(config.compare.get("local", False)), {v.label: v.tune for v in plan.variants if v.tune})
+                                  bool(config.compare.get("local", False)), {v.label: v.tune for v in plan.variants if v.tune},
+                                  sorted({c.eval.clients for c in plan.configs}))
         outputs = {f"{label}, seed {s}": out for (label, s), out in picked.runs.items() if out is not None}
     else:
         outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}

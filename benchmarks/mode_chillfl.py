@@ -17,9 +17,6 @@ CIFAR-shaped and synthetic. Two ways of driving a run:
   ``run_experiment(cfg, write=False, progress=False, data=...)`` call of one
   round; the runner measures from launching this process to its return.
 
-Every api first imports chillfl's run modules (torch with the GC paused) and then freezes them out of the cyclic GC
-(:func:`own_process`), as the ``chillfl`` command does: the worker owns its process as the command does, so its
-timings are the command's (the clock notes ``gc_frozen``, the objects frozen).
 * ``api = "ops"`` (op count, issue 39): as ``loop``, for 2 rounds; round 2 runs
   under ``op_count.OpCounter`` (every aten op dispatched in this process, the
   vectorised executor's worker threads included); on CUDA round 3 runs under
@@ -27,6 +24,10 @@ timings are the command's (the clock notes ``gc_frozen``, the objects frozen).
   ops / the round's client SGD steps (``Workload.steps_per_round``; on workload
   3 the distillation and predictions add ops but no steps to it). The
   ``processes`` executor trains in worker processes: not counted.
+
+Every api first imports chillfl's run modules (torch with the GC paused) and then freezes them out of the cyclic GC
+(:func:`own_process`), as the ``chillfl`` command does: the worker owns its process as the command does, so its
+timings are the command's (the clock notes ``gc_frozen``, the objects frozen).
 
 ``vectorized`` and ``processes`` need ``chillfl.executors.parallel``; when that
 module is missing chillfl silently falls back to sequential, so this worker

@@ -135,3 +135,49 @@ def test_a_client_app_builds_its_parts_without_the_servers_notes(tmp_path: Path,
     assert not [r for r in caplog.records if NOTE in r.getMessage()]
     with pytest.raises(ConfigError):
         ClientRuntime(_config(tmp_path, algorithm={"name": "no-such-method"})).ready()
+
+
+def test_a_diverged_flower_run_is_kept_as_failed_as_chillfl_runs_is(tmp_path: Path, in_process: Any) -> None:
+    """A run that diverges ends ``NAME.failed`` with its ``failure.json`` (reports and comparisons read it), not removed."""
+    from chillfl.errors import Diverged
+
+    with pytest.raises(Diverged):
+        run_simulation(_config(tmp_path / "fl", client={**BASE["client"], "lr": 1e12}), num_supernodes=NODES)
+    with pytest.raises(Diverged):
+        run_experiment(_config(tmp_path / "own", client={**BASE["client"], "lr": 1e12}))
+    assert sorted(p.name for p in (tmp_path / "fl").iterdir()) == ["run.failed"]
+    assert sorted(p.name for p in (tmp_path / "fl" / "run.failed").iterdir()) == sorted(p.name for p in (tmp_path / "own" / "run.failed").iterdir())
+
+
+def test_a_failure_after_every_round_ran_keeps_the_results(tmp_path: Path, in_process: Any, monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A sink that cannot close (a tracking server gone) after the last round: the rounds' results stay in ``.partial``."""
+    from chillfl.sinks import CsvSink
+
+    def close(self: Any, *failure: Any) -> None:
+        raise ConnectionError("tracking server unreachable")
+
+    monkeypatch.setattr(CsvSink, "close", close)
+    with pytest.raises(ConnectionError):
+        run_simulation(_config(tmp_path, log={"sinks": ["csv"]}), num_supernodes=NODES)
+    kept = tmp_path / "run.partial"
+    assert len((kept / "metrics.jsonl").read_text().splitlines()) == 2
+    assert "its results are kept in" in capsys.readouterr().err
+
+
+def test_a_client_app_still_says_what_only_its_own_data_gives(tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node's own data lines (a download without a published checksum, a cache it cannot write) are not the server's."""
+    import chillfl.flower.apps as apps
+
+    real = apps.build_experiment
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        logging.getLogger("chillfl.data.download").warning("x.tar.gz has no published checksum; not verified")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(apps, "build_experiment", build)
+    with caplog.at_level(logging.WARNING, logger="chillfl"):
+        apps.ClientRuntime(_config(tmp_path)).ready()
+    assert [r for r in caplog.records if "no published checksum" in r.getMessage()]
+    assert logging.getLogger("chillfl.data").level == logging.NOTSET

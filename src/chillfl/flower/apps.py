@@ -83,7 +83,8 @@ from chillfl.plugins import is_custom
 from chillfl.protocols.registry import protocol_of
 from chillfl.resolve import resolved
 from chillfl.runner import RunInterrupted, check_sinks, close_run_sinks, run_sinks, finish_run, write_folder_start
-from chillfl.errors import StorageError
+from chillfl.errors import Diverged, StorageError
+from chillfl.paths import shell_path
 from chillfl.stderr import say
 from chillfl.stop_signals import Repeats, made_held, stop_signals
 from chillfl.temperature import policy_capabilities
@@ -435,6 +436,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         raise
     records: list[dict[str, Any]] = []
     sinks: list[Any] = []
+    trained = False  # every round ran: a later failure (a sink, the client states, the files) keeps the folder
     try:
         held.release()
         write_folder_start(writer, exp, config)  # config.toml and partition.json; a full disk: .partial, its lock given up
@@ -452,6 +454,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
                 stop.done = len(records)
                 if stop.received is not None and len(records) < config.federation.rounds:
                     raise FlowerRunInterrupted(stop.received, stop.done)
+        trained = True
         if config.checkpoint.client_models:  # the client states come back from the nodes before the protocol builds their models
             fetch_client_states(protocol, executor)
         ended = list(sinks)
@@ -466,9 +469,17 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
     except FlowerRunInterrupted:
         _discard(writer)  # no checkpoint in it: a .partial folder would promise a resume that cannot be
         raise
-    except BaseException:
-        if _discard(writer):  # as a stopped run's: `chillfl resume` would find no checkpoint in it
-            say(f"chillfl: the Flower run failed; {NOT_CHECKPOINTED}")
+    except Diverged as exc:  # as chillfl run's: NAME.failed with failure.json, which reports and comparisons read
+        exc.folder = writer.fail({"round": exc.round, "client": exc.client, "what": exc.what, "last_checkpoint": None})  # type: ignore[attr-defined]
+        raise
+    except BaseException as exc:
+        if trained:  # its rounds' results are whole: kept, said where
+            writer.abort()
+            say(f"chillfl: the Flower run's rounds all ran, then it failed ({type(exc).__name__}); its results are kept in {shell_path(writer.path)} "
+                "(metrics.jsonl); a Flower run is not checkpointed: nothing to resume")
+        elif _discard(writer):  # as a stopped run's: `chillfl resume` would find no checkpoint in it
+            what = "was interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+            say(f"chillfl: the Flower run {what}; {NOT_CHECKPOINTED}")
         raise
     finally:
         close_run_sinks(sinks, sys.exc_info()[1])  # the exception that ends the run (closed above when it finished)
@@ -679,14 +690,18 @@ def in_thread(work: Any) -> None:
 @contextlib.contextmanager
 def notes_quiet() -> Iterator[None]:
     """chillfl's loggers at ERROR while the block runs (a level already above it kept), as they were after: a ClientApp
-    builds the run's parts the server built, whose notes (warnings) the server has said; an error still shows."""
-    log = logging.getLogger("chillfl")
-    level = log.level
+    builds the run's parts the server built, whose notes (warnings) the server has said; an error still shows. The
+    ``chillfl.data`` loggers keep their level: a node reads or downloads its own data, which the server does not."""
+    log, data = logging.getLogger("chillfl"), logging.getLogger("chillfl.data")
+    level, data_level = log.level, data.level
+    if data_level == logging.NOTSET:  # the node's own data (its download, checksum and cache lines): not the server's to say
+        data.setLevel(log.getEffectiveLevel())
     log.setLevel(max(level, logging.ERROR))
     try:
         yield
     finally:
         log.setLevel(level)
+        data.setLevel(data_level)
 
 
 class _WithoutLine(logging.Filter):

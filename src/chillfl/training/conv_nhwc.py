@@ -197,7 +197,8 @@ class _FirstOrder(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> tuple:
         raise RuntimeError("batched_conv = 'nhwc' / 'loop' takes no second-order gradients (batched_conv = 'auto' picks 'nhwc' "
-                           "on CUDA in bf16 and TF32 where cuda_graphs records the steps: plain SGD at a constant local rate, no dp-sgd): set batched_conv = 'grouped' or 'gemm' for a step that needs them")
+                           "on CUDA in bf16 and TF32 where cuda_graphs records the steps: plain SGD at a constant local rate, no dp-sgd): "
+                           "set batched_conv = 'grouped' or 'gemm' for a step that needs them")
 
 
 class _Grad(_FirstOrder):

@@ -56,7 +56,7 @@ from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, forward_with_features, head_has_bias, head_name, head_size, refuse_nonlinear_head
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, mean_or_none, policy_accuracy, state_bytes
+from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, mean_or_none, measured_mean, policy_accuracy, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, check_knowledge
@@ -300,11 +300,17 @@ class PrototypeSharing:
         record.metrics.update(self.book.temperatures({t.client_id: trained_at(t, r) for t, r in zip(tasks, replies)}))
         if self.eval_clients != "none":
             record.metrics.update(self.book.local(record.clients))
-            ids = record.clients if self.eval_clients == "sampled" else sorted(self.proto_acc)
-            record.metrics["local_proto_acc"] = mean_or_none([self.proto_acc[c] for c in ids if c in self.proto_acc])
+            record.metrics["local_proto_acc"] = self.local_proto_acc(record.clients)
         if self.book.due(round):  # without a global model: the mean over the clients' own models
             record.metrics.update(self._global_metrics())
         return record
+
+    def local_proto_acc(self, sampled: Sequence[int]) -> float | None:
+        """The mean nearest-prototype accuracy of the round's clients (or every client measured so far), as ``local_acc``
+        averages: a client whose own evaluation split is empty measured nothing and is left out; any other NaN shows."""
+        ids = sampled if self.eval_clients == "sampled" else sorted(self.proto_acc)
+        empty = self.evaluation.empty_eval
+        return measured_mean([self.proto_acc[c] for c in ids if c in self.proto_acc and c not in empty])
 
     def skipped_round(self, round: int) -> dict[str, Json]:
         """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates (:meth:`ServerBook.last`)."""
@@ -326,7 +332,9 @@ class PrototypeSharing:
             accs.append(acc)
             losses.append(loss)
             paccs.append(proto_accuracy(model, state, ev.x_test, ev.y_test, k.protos, k.mask, bs, self.hooks.represent))
-        return {"global_acc": mean_or_none(accs), "global_loss": mean_or_none(losses), "global_proto_acc": mean_or_none(paccs)}
+        # on the global test set nothing is empty: a NaN is a client model whose logits are not finite, and shows (a diverged
+        # model must not vanish from the mean); proto accuracy is NaN for every client alike while no class is known
+        return {"global_acc": measured_mean(accs), "global_loss": measured_mean(losses), "global_proto_acc": mean_or_none(paccs)}
 
     def global_state(self) -> Params | None:
         return self.state

@@ -31,7 +31,11 @@ Checked against the authors' AvivSham/pFedHN (``experiments/pfedhn/models.py``'s
 after, one linear output per tensor; ``experiments/pfedhn/trainer.py``:
 delta = inner_state - final_state, ``autograd.grad(weights, hnet.parameters(),
 grad_outputs=delta)``, clip at 50, SGD momentum 0.9, wd 1e-3, embed_lr) and
-FL-bench (``pfedhn.py``).
+FL-bench (``pfedhn.py``): the server side. The client is the run's own local
+training; the authors' (``--inner-steps 50`` at ``--inner-lr 5e-3``, batch 64,
+SGD momentum 0.9, wd 5e-5, the gradient clipped at 50 every step) sets the
+displacement their ``server_lr = 0.01`` is tuned to, and docs/personalised.md
+(pFedHN) names the ``client.*`` config nearest it.
 
 Choices
 -------

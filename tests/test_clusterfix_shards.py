@@ -123,8 +123,10 @@ def test_a_shard_past_the_runs_says_so_and_a_shard_of_another_n_is_refused(
     assert _run(config, tmp_path, "--shard", "5/5") == 0
     err = capsys.readouterr().err
     assert "chillfl: shard 5/5: N = 5 exceeds the comparison's 4 runs, so this shard has none (shards 5 to 5 run nothing; N = 4 is enough)" in err, err
+    assert "its 0 runs ended" not in err and "chillfl: shard 5/5: it has no runs (said above);" in err, err
     assert _run(config, tmp_path, "--shard", "6/6") == 2
     err_lines = capsys.readouterr().err.strip().splitlines()
+    assert not any("exceeds" in line for line in err_lines), err_lines  # refused first: not told it has no runs
     partial = tmp_path / "sh-compare.partial"
     assert err_lines[-1] == (f"chillfl: error: shard: {partial} is split into 5 shards (--shard K/5), this one is --shard 6/6: every shard of a comparison "
                              f"gives the same N; once every shard has ended, `chillfl resume {partial}` runs what is left"), err_lines

@@ -91,3 +91,20 @@ def test_an_empty_parent_is_still_no_result_folder(tmp_path: Path, capsys: pytes
     assert main(["status", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == [f"chillfl: error: run_dir: {tmp_path} is not a chillfl result folder (no config.toml)"]
+
+
+def test_a_temperature_sweep_beside_the_runs_is_left_out_as_chillfl_report_leaves_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``analyze temperature-sweep`` writes ``<out_dir>/<name>-temperature-sweep/`` (with a ``config.toml``) beside the
+    runs: ``chillfl status results`` took it for a run and ended with its refusal, exit 2."""
+    from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
+
+    parent = tmp_path / "results"
+    a = _diverged(parent, "a")
+    sweep = parent / "a-temperature-sweep"
+    sweep.mkdir()
+    (sweep / "config.toml").write_text(RUN_CONFIG)
+    (sweep / TEMPERATURE_SWEEP_FILE).write_text("{}")
+    capsys.readouterr()
+    assert main(["status", str(parent)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and [t[0] for t in _tables(captured.out)] == [f"{a}: one run"]

@@ -429,7 +429,8 @@ def _compare_result(result: "CompareResult", strict: bool, shard: "Shard | None"
             print(f"results: {_absolute(result.folder)}")
             _failed_runs(result, strict)
             return 1
-        say(f"chillfl: shard {shard}: its {counted(result.runs, 'run')} ended; {counted(result.pending, 'run')} of the comparison "
+        ended = f"its {counted(result.runs, 'run')} ended" if result.runs else "it has no runs (said above)"
+        say(f"chillfl: shard {shard}: {ended}; {counted(result.pending, 'run')} of the comparison "
             f"{'is' if result.pending == 1 else 'are'} not finished yet (other shards). "
             f"The last shard to end writes the table; if a shard failed, `chillfl resume {shared}` runs what is missing once the others ended")
         print(f"results: {_absolute(result.folder)}")

@@ -15,7 +15,7 @@ from chillfl.errors import ConfigError
 from chillfl.paths import shell_path
 from chillfl.plugins import reading_data
 from chillfl.storage.results import FAILED, PARTIAL
-from chillfl.storage.run_folder import SWEEP_FILE, lost_sweep, refuse_temperature_sweep
+from chillfl.storage.run_folder import SWEEP_FILE, is_temperature_sweep, lost_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
 from chillfl.wording import counted
 
@@ -43,8 +43,9 @@ def status_table(path: str | Path) -> str:
 
 
 def is_result_folder(folder: Path) -> bool:
-    """A run's or a comparison's folder (what :func:`status_table` reads): a comparison's record, or a run's ``config.toml``."""
-    return is_sweep(folder) or (folder / "config.toml").is_file()
+    """A run's or a comparison's folder (what :func:`status_table` reads): a comparison's record, or a run's ``config.toml``
+    (not a temperature sweep's, which has one too: a parent holding one was refused for it, where ``chillfl report`` skips it)."""
+    return not is_temperature_sweep(folder) and (is_sweep(folder) or (folder / "config.toml").is_file())
 
 
 def status_folders(path: str | Path) -> list[Path]:

@@ -330,8 +330,8 @@ def dataset_size(config: RunConfig) -> DatasetSize | None:
         return None
     if sized is not None:
         return sized(dataset_options(name, split_augment(options)[0]))
-    fixed = DATASETS.get(name)
-    return None if fixed is None else DatasetSize(*fixed)
+    known = DATASETS.get(name)
+    return None if known is None else DatasetSize(*known)
 
 
 def rows(config: RunConfig) -> tuple[int, int]:

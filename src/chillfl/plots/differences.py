@@ -2,8 +2,9 @@
 
 A comparison over seeds prints a row of ``-0.58 ± 2.47 [-6.72, +5.56]`` per variant; with twenty
 variants a reader judges them faster from a picture: per variant, each seed's difference is a dot, the
-mean a marker, its 95 % interval a bar, against the line at 0 (no difference). The marker is green when
-the whole interval lies above 0, red when below, grey when it crosses 0. A comparison with
+mean a hollow diamond under the dots (a filled one on top hid both dots of 2 seeds), its 95 % interval a
+bar, against the line at 0 (no difference). The diamond is green when the whole interval lies above 0,
+red when below, grey when it crosses 0. A comparison with
 ``[compare] local = true`` (personalised methods) draws a second panel of the local-accuracy differences,
 the number such a comparison is about.
 
@@ -103,7 +104,7 @@ def far_reaching(diffs: Sequence[Difference]) -> bool:
 
 def caption(diffs: Sequence[Difference]) -> str:
     """What the marks are, with how many seeds: "(dots: seeds; bar: 95 % CI)" read the same at 1 seed, where no
-    bar is drawn (one seed has no interval) and the one dot hides under its mean; a bar clipped to the range is named."""
+    bar is drawn (one seed has no interval) and the one dot sits in its mean's hollow diamond; a bar clipped to the range is named."""
     counts = sorted({len(d.per_seed) for d in diffs})
     seeds = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}"
     dots = f"dots: {seeds} seed{'' if counts == [1] else 's'}"
@@ -144,8 +145,9 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
             colour = COLOURS[one.side]
             if one.interval is not None:
                 ax.plot((one.interval.low, one.interval.high), (y, y), color=colour, lw=2.5, alpha=0.6)
-            ax.scatter(one.per_seed, [y] * len(one.per_seed), s=12, color="black", alpha=0.5, zorder=3)
-            ax.scatter([one.mean], [y], s=60, marker="D", color=colour, zorder=4)
+            # the mean a hollow diamond under the seeds' dots: filled and on top, it hid them (2 seeds lie near their mean)
+            ax.scatter([one.mean], [y], s=60, marker="D", facecolors="none", edgecolors=colour, linewidths=1.8, zorder=3)
+            ax.scatter(one.per_seed, [y] * len(one.per_seed), s=12, color="black", alpha=0.6, zorder=4)
         ax.axvline(0.0, color="black", lw=1)
         if i_panel == 0 or not same_rows:
             ax.set_yticks(range(len(diffs)), [row_label(one) for one in reversed(diffs)], fontsize=8)

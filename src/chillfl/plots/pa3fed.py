@@ -9,7 +9,7 @@ consecutive CLP rounds merge into one band as in Fig. 3.
 folder as the ``python -m chillfl.metrics.*`` tables do
 (:func:`chillfl.metrics.records.run_folders`: a ``NAME.failed`` /
 ``NAME.partial`` run is left out), draws the seeds of one variant as their
-mean (as the compare figures do), and refuses a folder with no PA3Fed run
+mean with a ± 1 std band (as the compare figures do), and refuses a folder with no PA3Fed run
 (no ``agg_clp`` record): one line, exit status 2, nothing written.
 """
 
@@ -27,7 +27,7 @@ from matplotlib.axes import Axes  # noqa: E402
 from chillfl.config import safe_name  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool  # noqa: E402
-from chillfl.metrics.spread import seed_band  # noqa: E402
+from chillfl.metrics.spread import SPREAD, seed_band  # noqa: E402
 from chillfl.run_names import comparison_labels  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
@@ -99,7 +99,8 @@ def adapted_rounds(runs: Sequence[Sequence[Mapping[str, Any]]]) -> set[int]:
 
 def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]], path: str | Path, title: str = "") -> bool:
     """:func:`plot_compare_clp` with several runs (seeds) per variant: their mean accuracy (at the rounds every seed
-    measured, :func:`~chillfl.metrics.spread.seed_band`) as one line, dots at the rounds adapted in at least half of them.
+    measured, :func:`~chillfl.metrics.spread.seed_band`) as one line with a shaded band of ± 1 std over the seeds (as
+    the comparison's ``curves.png``; none for a variant of one run), dots at the rounds adapted in at least half of them.
 
     Returns False (nothing written) when no variant has a global accuracy curve.
     """
@@ -109,17 +110,19 @@ def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, A
     seeded = any(len(runs) > 1 for runs in groups.values())
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
-    for i, (label, (rounds, acc, _)) in enumerate(bands.items()):
+    for i, (label, (rounds, acc, std)) in enumerate(bands.items()):
         if not rounds:
             continue
         runs = groups[label]
         shown = f"{label} (n={len(runs)})" if seeded else label
         (line,) = ax.plot(rounds, acc, label=shown, color=f"C{i % 10}", ls="-" if "pa3" in label.lower() else "--")
+        if len(runs) > 1:  # the seeds' spread, as the comparison's curves.png shades it (one seed: no band)
+            ax.fill_between(rounds, [m - s for m, s in zip(acc, std)], [m + s for m, s in zip(acc, std)], color=line.get_color(), alpha=0.2, linewidth=0)
         clp = adapted_rounds(runs)
         marked = [(r, a) for r, a in zip(rounds, acc) if r in clp]
         if marked:
             ax.plot([m[0] for m in marked], [m[1] for m in marked], "o", ms=4, color=line.get_color())
-    what = "accuracy, mean over seeds" if seeded else "accuracy"
+    what = f"accuracy, mean over seeds, {SPREAD}" if seeded else "accuracy"
     key = "\n(dots: adapted CLP rounds in at least half the seeds)" if seeded else " (dots: adapted CLP rounds)"  # on a line of its own where long
     ax.set(xlabel="round", ylabel="global accuracy", title=(f"{title}: {what}" if title else what.capitalize()) + key)  # the key to the dots, also under a title
     integer_rounds(ax)

@@ -14,7 +14,7 @@ URIs, no script or font from the network. It shows
 Grouping: runs whose saved configs are equal except for ``seed`` and the
 fields that do not change what is computed (``name``, ``out_dir``,
 ``data_dir``, ``device``, ``executor``, ``threads``, ``checkpoint.*``,
-``log.*``) form one group (its seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
+``log.*``, ``strict``) form one group (its seeds). A RUN_DIR may also be a folder of run folders (``chillfl compare``'s
 output): every finished run folder directly inside it is taken (``.partial``
 and ``.failed`` ones only when named themselves; the others, and run folders cut short, are named as not
 included). A folder named twice, or named and inside a named folder (the same resolved path), is read once.
@@ -71,9 +71,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads", "checkpoint", "log")
+IGNORED_FOR_GROUPING = ("seed", "name", "out_dir", "data_dir", "device", "executor", "threads", "checkpoint", "log", "strict")
 """Top-level config keys (a whole table for ``checkpoint`` and ``log``) that do not change what a run computes: runs that
-differ only in them are seeds of one group. ``checkpoint.every`` split byte-identical metrics into two groups."""
+differ only in them are seeds of one group. ``checkpoint.every`` split byte-identical metrics into two groups. ``strict``
+only turns a warning (:class:`~chillfl.engine.health.LossWatch`) into a stop: a run it stopped is a ``NAME.failed`` one,
+and its group's row says so (:func:`_unfinished_note`)."""
 TABLE_METRICS = (
     ("final_global_acc", "final acc", True),
     ("best_global_acc", "best acc", True),
@@ -712,7 +714,8 @@ def _unfinished_note(g: Group) -> str:
     for r in g.runs:
         if not r.summary or _unfinished(r.folder):
             name, state, rounds, _ = folder_state(r.folder, r.config.name, r.config.federation.rounds).cells()
-            notes.append(f"{name}: {state}, {rounds} rounds")
+            strict = ", strict = true" if r.config.strict and state.startswith("diverged") else ""  # grouped with non-strict seeds: why it stopped
+            notes.append(f"{name}: {state}{strict}, {rounds} rounds")
     return f" ({'; '.join(notes)})" if notes else ""
 
 

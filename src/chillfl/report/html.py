@@ -63,6 +63,7 @@ from chillfl.paths import shell_path
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import comparison_labels
+from chillfl.tune import point_label
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
 
@@ -102,6 +103,9 @@ class Run:
     variant: str | None = None
     """The label of its variant in the comparison whose folder holds it (:func:`~chillfl.run_names.comparison_labels`);
     None: not a comparison's run, or one its ``sweep.json`` does not name."""
+    selected: bool | None = None
+    """Whether its tuning point is the one its variant selected (the point the comparison's table reports,
+    :func:`selected_points`); None: not a tuned comparison's run."""
 
 
 @dataclass
@@ -112,6 +116,13 @@ class Group:
     @property
     def seeds(self) -> list[int]:
         return [r.config.seed for r in self.runs]
+
+    @property
+    def tuning(self) -> str | None:
+        """``selected`` where its runs are at the tuning point their variant selected, ``-`` at another point of a
+        tuned comparison's grid; None: no run of it is a tuned comparison's."""
+        marks = {r.selected for r in self.runs} - {None}
+        return None if not marks else "selected" if marks == {True} else "-"
 
 
 def _is_run(folder: Path) -> bool:
@@ -333,6 +344,38 @@ def group_runs(runs: Sequence[Run]) -> list[Group]:
         if labels.count(g.label) > 1:
             g.label = f"{g.label} [{i + 1}]"
     return out
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The tuning point each variant of a tuned comparison selected, as its ``table.json`` recorded it (each row's
+    ``tuned``): read back, not recomputed from the validation scores."""
+
+    labels: frozenset[str]
+    """The selected runs' labels, as :func:`~chillfl.run_names.comparison_labels` names them (``T=1, client.lr=0.1``)."""
+    cells: frozenset[tuple[str, str]]
+    """(row, column) of the selected point in the validation table at every tuning point (``table.md``): the variant
+    with its own grid's point, and the shared grid's point (``no shared grid`` without one)."""
+
+
+def selected_points(folder: Path) -> Selection | None:
+    """The points the tuned comparison in ``folder`` selected (its ``table.json`` and ``sweep.json``); None when it was
+    not tuned (no row has ``tuned``) or its files are missing or unreadable."""
+    try:
+        rows = json.loads((folder / "table.json").read_text(encoding="utf-8"))
+        options = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))["options"]
+        shared = set(options.get("tune") or {})
+        tuned = [(str(row["variant"]), dict(row["tuned"])) for row in rows if isinstance(row, dict) and isinstance(row.get("tuned"), dict)]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    if not tuned:
+        return None
+    labels = frozenset(", ".join(x for x in (variant, point_label(point)) if x) for variant, point in tuned)
+    cells = set()
+    for variant, point in tuned:
+        own = point_label({k: v for k, v in point.items() if k not in shared})
+        cells.add((variant + (f", {own}" if own else ""), point_label({k: v for k, v in point.items() if k in shared}) or "no shared grid"))
+    return Selection(labels, frozenset(cells))
 
 
 def _variant_label(group: Group) -> str | None:
@@ -593,6 +636,7 @@ table#configs,table.compare{width:100%;table-layout:fixed}
 th{background:#f3f3f3}td.l,th.l{text-align:left}img{max-width:100%;height:auto;display:block;margin:8px 0}
 details pre{background:#f7f7f7;padding:8px;white-space:pre-wrap;overflow-wrap:anywhere;font-size:12px}.muted{color:#666;font-size:12px}
 .fig{display:inline-block;vertical-align:top;margin-right:12px}
+tr.selected td,td.selected{background:#eaf4e4}
 """
 
 SCRIPT = """
@@ -719,8 +763,11 @@ def _unfinished_note(g: Group) -> str:
     return f" ({'; '.join(notes)})" if notes else ""
 
 
-def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METRICS) -> str:
+def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METRICS, tuned: bool = False) -> str:
+    """A group's results row; ``tuned``: with the "tuning point" cell (:attr:`Group.tuning`), its selected row in bold."""
     cells = [f'<td class="l">{_e(g.label + _unfinished_note(g))}</td>', f"<td>{len(g.runs)}</td>"]
+    if tuned:
+        cells.append("<td><strong>selected</strong></td>" if g.tuning == "selected" else f"<td>{_e(g.tuning or '')}</td>")
     for key, _, pct in columns:
         values = [_value(r, key) for r in g.runs]
         text = _with_nonfinite(_fmt(key, *mean_std(values), pct), values)
@@ -728,7 +775,7 @@ def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METR
             reached = sum(v is not None for v in values)
             text = f"{text} ({reached}/{len(values)} reached)" if reached < len(values) else text  # the mean is over those that did
         cells.append(f"<td>{_e(text)}</td>")
-    return "<tr>" + "".join(cells) + "</tr>"
+    return ('<tr class="selected">' if tuned and g.tuning == "selected" else "<tr>") + "".join(cells) + "</tr>"
 
 
 def _partition_key(config: RunConfig) -> str:
@@ -737,16 +784,28 @@ def _partition_key(config: RunConfig) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
-def _markdown_html(text: str) -> list[str]:
-    """A comparison's ``table.md`` (markdown tables and lines of prose) as HTML."""
+EVERY_POINT = "at every tuning point"
+"""How ``table.md`` heads its table of validation scores at every point of the grid (:func:`~chillfl.report.compare`)."""
+
+
+def _markdown_html(text: str, selected: frozenset[tuple[str, str]] = frozenset()) -> list[str]:
+    """A comparison's ``table.md`` (markdown tables and lines of prose) as HTML; ``selected``: the (row, column) cells of
+    its table at every tuning point that are the point each variant selected (:attr:`Selection.cells`), in bold with
+    "(selected)": every point's score was shown alike, the one the main table reports unmarked."""
     out: list[str] = []
     rows: list[list[str]] = []
+    every_point = False  # the table under the prose line that heads the scores at every tuning point
+
+    def cell(row: Sequence[str], column: int, value: str) -> str:
+        if every_point and column > 0 and (row[0], rows[0][column]) in selected:
+            return f'<td class="l selected"><strong>{_e(value)}</strong> (selected)</td>'
+        return f'<td class="l">{_e(value)}</td>'
 
     def flush() -> None:
         if rows:
             head, *body = rows
             out.append('<table class="compare"><tr>' + "".join(f'<th class="l">{_e(c)}</th>' for c in head) + "</tr>"
-                       + "".join("<tr>" + "".join(f'<td class="l">{_e(c)}</td>' for c in r) + "</tr>" for r in body) + "</table>")
+                       + "".join("<tr>" + "".join(cell(r, i, c) for i, c in enumerate(r)) + "</tr>" for r in body) + "</table>")
             rows.clear()
 
     for line in text.splitlines():
@@ -757,6 +816,7 @@ def _markdown_html(text: str) -> list[str]:
             continue
         flush()
         if line.strip():
+            every_point = EVERY_POINT in line
             out.append(f'<p class="muted">{_e(line)}</p>')
     flush()
     return out
@@ -791,7 +851,10 @@ def _comparison_section(folder: Path) -> list[str]:
     if not table.is_file():
         return []
     parts = [f"<h2>Comparison: {_e(folder.name)}</h2>", '<p class="muted">as <code>chillfl compare</code> printed it (table.md)</p>']
-    parts += _markdown_html(table.read_text(encoding="utf-8"))
+    selection = selected_points(folder)
+    parts += _markdown_html(table.read_text(encoding="utf-8"), selection.cells if selection is not None else frozenset())
+    if selection is not None:
+        parts.append('<p class="muted">bold (selected): the point each variant selected on validation, which the table above reports (table.json\'s tuned)</p>')
     parts += _folder_figures(folder)
     failed = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and ".failed" in p.name):
@@ -886,7 +949,12 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
     folders = find_runs(run_dirs)
     labels = {parent: comparison_labels(parent) for parent in dict.fromkeys(p.parent for p in folders)}
     runs = [load_run(p, labels[p.parent]) for p in folders]
+    chosen = {parent: selected_points(parent) for parent in labels}
+    for run in runs:  # a tuned comparison's run: at its variant's selected point or not, as its table.json says
+        if (selection := chosen[run.folder.parent]) is not None and run.variant is not None:
+            run.selected = run.variant in selection.labels
     groups = group_runs(runs)
+    tuned = any(g.tuning is not None for g in groups)
     title = title or default_title(run_dirs, len(runs))
     other = _other_keys(groups)
     parts = [
@@ -911,9 +979,12 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
     caveat = _epsilon_caveat(groups, columns)
     caveat = None if caveat is None or any(_e(caveat) in part for part in parts) else caveat  # a named comparison's table says it already
     parts += [
-        "<h2>Results</h2>", "<table id=\"metrics\"><tr><th class=\"l\">group</th><th>runs</th>" + "".join(f"<th>{_e(t)}</th>" for _, t, _ in columns) + "</tr>",
-        *(_metrics_row(g, columns) for g in groups), "</table>",
+        "<h2>Results</h2>", "<table id=\"metrics\"><tr><th class=\"l\">group</th><th>runs</th>" + ("<th>tuning point</th>" if tuned else "")
+        + "".join(f"<th>{_e(t)}</th>" for _, t, _ in columns) + "</tr>",
+        *(_metrics_row(g, columns, tuned) for g in groups), "</table>",
         '<p class="muted">accuracies in %; loss and NLL: cross-entropy at T = 1 on the global test set; ECE: equal-width confidence bins (<code>eval.ece_bins</code>).</p>',
+        *(['<p class="muted" id="tuning-note">tuning point: selected = the point its variant selected on validation, which the '
+           "comparison's table reports (its table.json); - = another point of the grid</p>"] if tuned else []),
         *([f'<p class="muted" id="epsilon-caveat">{_e(caveat)}</p>'] if caveat else []),
         "<h2>Curves</h2>",
     ]

@@ -204,8 +204,9 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         with _checking():
             complete = check_config(config)
     if not complete:
-        say(f"chillfl: the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}: "
-            "names and options checked, not the shapes that need the data")
+        from chillfl.experiment import absent_data_note
+
+        say(f"chillfl: {absent_data_note(config)}")
     if planned:  # the runs --grid, --seeds and --tune make: opening comments, so the output stays the config's TOML
         print("# compare (not part of the config): " + planned[0])
         for line in planned[1:]:

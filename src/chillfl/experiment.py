@@ -41,7 +41,7 @@ from chillfl.models.assign import arch_section, base_table, plan_models, refuse_
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
-from chillfl.models.registry import MODELS, float32_default, model_options
+from chillfl.models.registry import MODELS, check_model_shape, float32_default, model_options
 from chillfl.protocols.common import Evaluation, empty_splits_note
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
@@ -822,9 +822,9 @@ def check_config(config: RunConfig) -> bool:
     """Build every part of ``config`` as a run would, writing nothing; ConfigError on any mistake a run would hit.
 
     Returns False when the dataset's files are absent (a ``data_dir`` error):
-    then each part's name and options are still checked, but nothing that
-    needs the data's shapes (model sizes, partition feasibility). Once checked, it says the notes the run would
-    (:func:`run_notes`).
+    then each part's name and options are still checked, and the model against the dataset's input shape and classes
+    where those are known without the files (:func:`check_known_shapes`), but nothing else that needs the data
+    (partition feasibility). Once checked, it says the notes the run would (:func:`run_notes`).
     """
     try:
         exp = build_experiment(config)
@@ -837,6 +837,44 @@ def check_config(config: RunConfig) -> bool:
     build_protocol(exp)
     say_notes(run_notes(config, exp))
     return True
+
+
+def known_shapes(config: RunConfig) -> tuple[tuple[int, ...], int] | None:
+    """The input shape and classes of the config's dataset known without its files (its spec's or the catalogue's
+    numbers, :func:`chillfl.catalogue.dataset_size`), when every architecture is a registered model that a dry run can
+    check on them; None: the model is not checked until the files are there."""
+    from chillfl.catalogue import dataset_size
+
+    size = dataset_size(config)
+    plan = plan_models(config.model, config.federation.num_clients)
+    if size is None or any(RunConfig.component(arch)[0] not in MODELS for arch in plan.archs):
+        return None
+    return tuple(size.input_shape), int(size.classes)
+
+
+def check_known_shapes(config: RunConfig) -> None:
+    """Every architecture (the base table's, each group's) built for the dataset's known input shape and classes, as the
+    run will build it: a dry run without the files refuses a model that does not fit (one line naming the field), as
+    one with them does. Why: such a dry run said only "names and options checked", and the mismatch waited for the
+    download. A plugin's model and a dataset of unknown size are left to the run (:func:`absent_data_note` says so)."""
+    known = known_shapes(config)
+    if known is None:
+        return
+    shape, classes = known
+    plan = plan_models(config.model, config.federation.num_clients)
+    for index, arch in enumerate(plan.archs):
+        name, options = RunConfig.component(arch)
+        check_model_shape(name, shape, classes, options, arch_section(plan, index))
+
+
+def absent_data_note(config: RunConfig) -> str:
+    """What a dry run without the dataset's files checked (:func:`check_config` returned False), in one line."""
+    known = known_shapes(config)
+    where = f"the files of dataset {config.dataset.get('name')!r} are not in {config.data_dir}"
+    if known is None:
+        return f"{where}: names and options checked, not the shapes that need the data"
+    return (f"{where}: names and options checked, and the model on the dataset's known inputs {known[0]} and {known[1]} classes; "
+            "not what needs the data (the partition)")
 
 
 def check_parts(config: RunConfig) -> None:
@@ -867,6 +905,7 @@ def check_parts(config: RunConfig) -> None:
     dataset = config.dataset.get("name")
     if isinstance(dataset, str) and not is_custom(dataset) and dataset_spec(dataset).inputs == "real":  # its entry says so: no values needed
         refuse_real_inputs(config.model, config.federation.num_clients, dataset)
+    check_known_shapes(config)  # after the input kind: an index reader on real inputs is told that, not the builder's shape line
     public = config.distillation_setup
     if public is not None:  # the public pool's dataset: its name and options, as loading it checks them
         check_public_dataset(public.common)

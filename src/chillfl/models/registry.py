@@ -233,6 +233,30 @@ def meta_size(name: str, input_shape: tuple[int, ...], num_classes: int, options
     return float(sum(t.numel() for t in itertools.chain(model.parameters(), model.buffers())))
 
 
+def check_model_shape(name: str, input_shape: tuple[int, ...], num_classes: int, options: Mapping[str, Any] | None = None,
+                      section: str = "model") -> None:
+    """Build registered model ``name`` for inputs of ``input_shape`` and ``num_classes`` on the meta device (no weights):
+    a dry run's check when a dataset's files are absent but its numbers are known (:func:`chillfl.catalogue.dataset_size`).
+
+    Why: a model that does not fit the dataset (``har_cnn1d`` on CIFAR-10, a ViT ``patch`` that does not divide the
+    image) passed such a dry run and failed once the files were there. The checks are the ones a run's build makes
+    (:func:`build_model`): the memory check, the builder's own shape checks (each sizes its head by a forward of its
+    features, ``flat_features``) and the projection head's, each one line naming ``<section>.name`` or the option.
+    No forward of the whole model: on meta tensors it imports ``torch._dynamo`` and sympy (2.6 s), and on an
+    uninitialised CPU copy a ResNet-18's costs a second a run, for logits whose width the builders fix.
+    """
+    if name not in MODELS:
+        raise ValueError(f"check_model_shape checks registered models, got {name!r}")  # a plugin's may read values: its run checks it
+    table = {k: v for k, v in (options or {}).items() if k not in ("name", PROJECTION_OPTION)}
+    parsed: Any = model_options(name, table, section)
+    shape = tuple(int(s) for s in input_shape)
+    check_model_memory(name, shape, num_classes, parsed, section)  # builds it on meta: a mismatch is the builder's ConfigError
+    projection = (options or {}).get(PROJECTION_OPTION, 0)
+    if projection:  # the head it replaces must be found (built again: the memory check's model is not kept)
+        with float32_default(), torch.device("meta"), _ShapesOnly():
+            with_projection_head(built(MODELS[name].build(shape, num_classes, parsed, section), name, section), projection, f"{section}.{PROJECTION_OPTION}")
+
+
 def _overflowed(exc: Exception) -> bool:
     """Whether building a registered model failed because a size is past what torch counts (int64): Python's
     OverflowError or MemoryError, or torch's own error saying so ("Storage size calculation overflowed", "integer

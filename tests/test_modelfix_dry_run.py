@@ -1,5 +1,5 @@
-"""A dry run without the dataset's files checks the model against the dataset's known shape; FedBN names a
-projection-headed model's own batch-norm option."""
+"""A dry run without the dataset's files checks the model against the dataset's known shape; resnet18's ``norm_groups``
+is noted, not refused, where no group norm reads it; FedBN names a projection-headed model's own batch-norm option."""
 
 from __future__ import annotations
 
@@ -79,6 +79,16 @@ def test_the_check_imports_no_lazy_torch_internals(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=240, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
+
+
+def test_norm_groups_is_noted_not_refused_without_group_norm(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``norm_groups`` is read by group norm only: with batch norm a value that would not divide 64 is unread, so it is
+    noted (as the project's other unread options are), not refused; with group norm it is still refused."""
+    config = _config(tmp_path, "digits", "resnet18")
+    assert main(["run", str(config), "--dry-run", "model.norm_groups=3"]) == 0
+    assert 'model.norm_groups = 3 is not read with model.norm = "batch"' in capsys.readouterr().err
+    assert main(["run", str(config), "--dry-run", "model.norm_groups=3", "model.norm=group"]) == 2
+    assert "model.norm_groups: must divide 64" in capsys.readouterr().err
 
 
 def test_fedbn_names_the_option_of_a_projection_headed_model(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

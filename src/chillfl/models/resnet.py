@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chillfl.models.common import Shape, require_image, torchvision_conv_init
-from chillfl.options import require
+from chillfl.options import require, warn_unread
 
 WIDTHS = (64, 128, 256, 512)
 BLOCKS_PER_STAGE = (2, 2, 2, 2)
@@ -126,6 +126,11 @@ class ResNet18Options:
     init: Literal["pytorch", "torchvision"] = "pytorch"
 
     def validate(self, section: str) -> None:
+        """``norm_groups`` is group norm's: with another ``norm`` it is not read, so it is noted, not refused (a grid over
+        ``norm`` sets it for its group-norm variant only), as the project's other unread options are."""
+        if self.norm != "group":
+            warn_unread(self, ("norm_groups",), section, f'with {section}.norm = "{self.norm}" (norm_groups is group norm\'s)')
+            return
         require(
             self.norm_groups >= 1 and WIDTHS[0] % self.norm_groups == 0,
             f"{section}.norm_groups",

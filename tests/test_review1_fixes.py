@@ -74,3 +74,20 @@ def test_a_broken_entry_point_named_like_a_built_in_is_listed_as_unusable(tmp_pa
     lines = capsys.readouterr().out.splitlines()
     header = lines.index("unusable plugins (chillfl.plugins entry points that no part can use, and why):")
     assert any(line.startswith("  fedavg: ") and "review1_no_such_module_xyz" in line for line in lines[header + 1:])
+
+
+def test_every_bundled_fixed_size_dataset_declares_its_size_in_its_spec() -> None:
+    """The catalogue's name-keyed size table is gone: each dataset declares its numbers (``DatasetEntry.size``), so a dry
+    run (chillfl.experiment, below the catalogue) can ask them too; CIFAR-100's classes follow ``labels``, the digits'
+    split ``test_fraction`` exactly as :func:`stratified_split` makes it."""
+    from chillfl.data.datasets import DATASETS, DigitsOptions, build_digits, dataset_size
+
+    for name in ("digits", "cifar10", "cifar100", "svhn", "mnist", "fashion_mnist", "mnist1d", "femnist"):
+        assert DATASETS[name].size is not None, name
+    assert dataset_size({"name": "cifar100"}).classes == 100  # type: ignore[union-attr]
+    assert dataset_size({"name": "cifar100", "labels": "coarse"}).classes == 20  # type: ignore[union-attr]
+    for fraction in (0.2, 0.1, 0.33):
+        made = build_digits(DigitsOptions(test_fraction=fraction), Path("."))
+        size = dataset_size({"name": "digits", "test_fraction": fraction})
+        assert size is not None and (size.train, size.test) == (len(made.y_train), len(made.y_test))
+    assert dataset_size({"name": "review1_no_such_dataset"}) is None

@@ -41,25 +41,12 @@ import textwrap
 
 from chillfl.capabilities import Cost
 from chillfl.config import RunConfig, load_config, read_config_file, read_toml
-from chillfl.errors import ConfigError
 from chillfl.experiments import DEMO_GRID, bundled_experiments, catalogue_notes, experiments_root, resolve_config
 
 if TYPE_CHECKING:
     from chillfl.data.datasets import DatasetSize
 
 EMBEDDED = ("digits", "mnist1d", "synthetic")
-
-# (training samples, test samples, input shape, classes) of the datasets of a fixed size the bundled configs use. A
-# dataset whose options set its size declares it in its spec instead (``DatasetEntry.size``: MNIST-1D, FEMNIST), as a
-# plugin's dataset can; that is asked first (:func:`dataset_size`).
-DATASETS: dict[str, tuple[int, int, tuple[int, ...], int]] = {
-    "digits": (1438, 359, (1, 8, 8), 10),
-    "cifar10": (50000, 10000, (3, 32, 32), 10),
-    "cifar100": (50000, 10000, (3, 32, 32), 100),
-    "svhn": (73257, 26032, (3, 32, 32), 10),
-    "mnist": (60000, 10000, (1, 28, 28), 10),
-    "fashion_mnist": (60000, 10000, (1, 28, 28), 10),
-}
 
 PAPERS, MEASURED_CPU_MIN = catalogue_notes()
 """Folder -> paper name, and experiment -> measured CPU minutes: data, in ``experiments/_catalogue.toml``."""
@@ -317,21 +304,11 @@ def _model_counts(shape: tuple[int, ...], classes: int, model_items: tuple[tuple
 
 
 def dataset_size(config: RunConfig) -> DatasetSize | None:
-    """The config's dataset in numbers, its files unread: as its spec declares them from its options (``size`` of its
-    ``DatasetEntry``: MNIST-1D's ``num_samples``, the writers LEAF's FEMNIST keeps, a plugin's own), else its fixed size
-    in :data:`DATASETS`; None: neither knows it (its runs are not priced)."""
-    from chillfl.data.augment import split_augment
-    from chillfl.data.datasets import DatasetSize, dataset_options, dataset_spec
+    """The config's dataset in numbers, its files unread, as its spec declares them (:func:`chillfl.data.datasets.dataset_size`:
+    ``DatasetEntry.size`` of its options, a plugin's own too); None: it declares none (its runs are not priced)."""
+    from chillfl.data.datasets import dataset_size as declared
 
-    name, options = RunConfig.component(config.dataset)
-    try:
-        sized = dataset_spec(name).size
-    except ConfigError:  # an unknown name or a plugin that does not import: not priced here, the run itself says why
-        return None
-    if sized is not None:
-        return sized(dataset_options(name, split_augment(options)[0]))
-    known = DATASETS.get(name)
-    return None if known is None else DatasetSize(*known)
+    return declared(config.dataset)
 
 
 def rows(config: RunConfig) -> tuple[int, int]:

@@ -23,7 +23,7 @@ from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attac
 from chillfl.config import RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
-from chillfl.data.datasets import dataset_options, dataset_spec
+from chillfl.data.datasets import dataset_options, dataset_size, dataset_spec
 from chillfl.data.loaders import data_absent
 from chillfl.data.partition import UNUSED_NOTE_SHARE, partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
@@ -841,11 +841,9 @@ def check_config(config: RunConfig) -> bool:
 
 def known_shapes(config: RunConfig) -> tuple[tuple[int, ...], int] | None:
     """The input shape and classes of the config's dataset known without its files (its spec's or the catalogue's
-    numbers, :func:`chillfl.catalogue.dataset_size`), when every architecture is a registered model that a dry run can
+    numbers, :func:`chillfl.data.datasets.dataset_size`), when every architecture is a registered model that a dry run can
     check on them; None: the model is not checked until the files are there."""
-    from chillfl.catalogue import dataset_size
-
-    size = dataset_size(config)
+    size = dataset_size(config.dataset)
     plan = plan_models(config.model, config.federation.num_clients)
     if size is None or any(RunConfig.component(arch)[0] not in MODELS for arch in plan.archs):
         return None

@@ -475,6 +475,31 @@ def femnist_size(opts: loaders.FemnistOptions) -> DatasetSize:
     return DatasetSize(train, round(samples) - train, (1, 28, 28), loaders.FEMNIST_CLASSES)
 
 
+def _fixed_size(size: DatasetSize, options: Any) -> DatasetSize:
+    """A dataset of one size whatever its options (CIFAR-10, SVHN, MNIST ...): :attr:`DatasetEntry.size`."""
+    return size
+
+
+def fixed_size(train: int, test: int, input_shape: tuple[int, ...], classes: int) -> Callable[[Any], DatasetSize]:
+    """The ``size`` of a dataset whose options do not change its numbers."""
+    return functools.partial(_fixed_size, DatasetSize(train, test, input_shape, classes))
+
+
+DIGITS_CLASS_ROWS = (178, 182, 177, 183, 181, 182, 181, 179, 174, 180)
+"""scikit-learn's digits, rows of each class 0-9 (1,797 in all): :func:`stratified_split` holds each class's share out."""
+
+
+def digits_size(opts: DigitsOptions) -> DatasetSize:
+    """scikit-learn's digits as :func:`build_digits` splits them: ``round(test_fraction * n_c)`` of each class held out."""
+    test = sum(int(np.floor(opts.test_fraction * n + 0.5)) for n in DIGITS_CLASS_ROWS)
+    return DatasetSize(sum(DIGITS_CLASS_ROWS) - test, test, (1, 8, 8), 10)
+
+
+def cifar100_size(opts: loaders.Cifar100Options) -> DatasetSize:
+    """CIFAR-100: its 100 fine classes, or 20 superclasses with ``labels = "coarse"``."""
+    return DatasetSize(50000, 10000, (3, 32, 32), 100 if opts.labels == "fine" else 20)
+
+
 def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Callable[[Any, Path], ArrayDataset]:
     """A reader of arrays with natural client blocks (train_bounds / test_bounds) as a dataset builder."""
 
@@ -485,16 +510,21 @@ def _grouped(name: str, reader: Callable[[Path, Any], arraycache.Mapped]) -> Cal
 
 
 DATASETS: dict[str, DatasetEntry] = {
-    "digits": DatasetEntry(DigitsOptions, build_digits, "real", "scikit-learn's 8x8 handwritten digits: 1,797 images, 10 classes (offline)"),
+    "digits": DatasetEntry(DigitsOptions, build_digits, "real", "scikit-learn's 8x8 handwritten digits: 1,797 images, 10 classes (offline)",
+                            digits_size),
     "mnist1d": DatasetEntry(Mnist1dOptions, build_mnist1d, "real", "MNIST-1D (Greydanus 2020): 40-point 1-D signals, 10 classes (offline)", mnist1d_size),
     "synthetic": DatasetEntry(SyntheticOptions, build_synthetic, "real", "FedProx's Synthetic(alpha, beta): 60 features, 10 classes (offline)"),
-    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10), "real", "CIFAR-10: 50,000 + 10,000 32x32 colour images, 10 classes (download)"),
+    "cifar10": DatasetEntry(loaders.NoOptions, _real("cifar10", loaders.load_cifar10), "real", "CIFAR-10: 50,000 + 10,000 32x32 colour images, 10 classes (download)",
+                            fixed_size(50000, 10000, (3, 32, 32), 10)),
     "cifar100": DatasetEntry(loaders.Cifar100Options, _real("cifar100", loaders.load_cifar100), "real",
-                             "CIFAR-100: 50,000 + 10,000 32x32 colour images, 100 or 20 classes (download)"),
-    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn), "real", "SVHN: 73,257 + 26,032 32x32 house-number digits, 10 classes (download)"),
-    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist), "real", "MNIST: 60,000 + 10,000 28x28 handwritten digits, 10 classes (download)"),
+                             "CIFAR-100: 50,000 + 10,000 32x32 colour images, 100 or 20 classes (download)", cifar100_size),
+    "svhn": DatasetEntry(loaders.NoOptions, _real("svhn", loaders.load_svhn), "real", "SVHN: 73,257 + 26,032 32x32 house-number digits, 10 classes (download)",
+                         fixed_size(73257, 26032, (3, 32, 32), 10)),
+    "mnist": DatasetEntry(loaders.NoOptions, _real("mnist", loaders.load_mnist), "real", "MNIST: 60,000 + 10,000 28x28 handwritten digits, 10 classes (download)",
+                          fixed_size(60000, 10000, (1, 28, 28), 10)),
     "fashion_mnist": DatasetEntry(loaders.NoOptions, _real("fashion_mnist", loaders.load_fashion_mnist), "real",
-                                  "Fashion-MNIST: 60,000 + 10,000 28x28 clothing images, 10 classes (download)"),
+                                  "Fashion-MNIST: 60,000 + 10,000 28x28 clothing images, 10 classes (download)",
+                                  fixed_size(60000, 10000, (1, 28, 28), 10)),
     "uci_har": DatasetEntry(loaders.NoOptions, _real("uci_har", loaders.load_uci_har), "real", "UCI HAR: windows of 9 smartphone motion signals, 6 activities (download)"),
     "emnist": DatasetEntry(loaders.EmnistOptions, _real("emnist", loaders.load_emnist), "real", "EMNIST: NIST's 28x28 handwritten characters, one of six splits (download)"),
     "femnist": DatasetEntry(loaders.FemnistOptions, build_femnist, "real", "FEMNIST (LEAF): EMNIST by writer, 62 classes, a client a writer (download)",
@@ -609,6 +639,19 @@ def dataset_spec(name: object, section: str = "dataset") -> DatasetEntry:
     a ConfigError on ``<section>.name`` when there is none."""
     entry: DatasetEntry = look_up(name, f"{section}.name", DATASETS, is_dataset, dataset_names, user_dataset)
     return entry
+
+
+def dataset_size(table: Mapping[str, Any]) -> DatasetSize | None:
+    """The numbers of the dataset a config's ``[dataset]`` table names, its files unread, as its spec declares them from
+    its options (:attr:`DatasetEntry.size`: CIFAR-10's fixed ones, MNIST-1D's ``num_samples``, the writers LEAF's
+    FEMNIST keeps, a plugin's own); None: its spec declares none, or the name is no dataset (the run itself says why).
+    Estimates made before anything is read ask it: the catalogue's cost model, a dry run's model check."""
+    name, options = table.get("name"), {k: v for k, v in table.items() if k != "name"}
+    try:
+        sized = dataset_spec(name).size
+    except ConfigError:
+        return None
+    return None if sized is None else sized(dataset_options(str(name), split_augment(options)[0]))
 
 
 def dataset_options(name: str, options: Mapping[str, Any] | None, section: str = "dataset") -> Any:

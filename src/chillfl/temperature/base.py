@@ -7,6 +7,7 @@ The two halves every policy implements are in :mod:`chillfl.temperature.policy` 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -15,7 +16,22 @@ from chillfl.options import NoOptions, require
 from chillfl.temperature.policy import TemperatureHalf, TemperaturePolicy, TemperatureState
 from chillfl.temperature.registry import PolicySpec, register_policy
 
-__all__ = ["ConstantTemperature", "FixedOptions", "TemperatureHalf", "TemperaturePolicy", "TemperatureState", "describe_policy"]
+__all__ = ["MIN_TEMPERATURE", "ConstantTemperature", "FixedOptions", "TemperatureHalf", "TemperaturePolicy", "TemperatureState", "describe_policy",
+           "require_temperature"]
+
+MIN_TEMPERATURE = 1e-4
+"""The smallest training temperature a config may set (``fixed``'s ``value``, FedChill's ``t_min``, hence every T it starts
+at or decays to). Why: local training divides the logits by T, and the loss's gradient in the logits is
+``(softmax(z / T) - onehot(y)) / T``; at T = 1e-6 a float32 run of the bundled CNN on digits already ends round 1 with a
+nan or inf loss, reported only as a divergence (``lower client.lr?``); at 1e-4 it stays finite. A typo such as
+``value = 1e-30`` is refused at config time instead, naming its field."""
+
+
+def require_temperature(value: float, field: str) -> None:
+    """A ConfigError on ``field`` unless ``value`` is a finite temperature >= :data:`MIN_TEMPERATURE` (one line, before anything trains)."""
+    require(math.isfinite(value) and value >= MIN_TEMPERATURE, field,
+            f"must be a finite temperature >= {MIN_TEMPERATURE:g} (the logits are divided by T: a smaller T overflows float32 "
+            f"training, its loss nan), got {value}")
 
 
 class ConstantTemperature:
@@ -53,7 +69,7 @@ class FixedOptions:
     value: float = 0.05
 
     def validate(self, section: str) -> None:
-        require(self.value > 0, f"{section}.value", f"must be > 0, got {self.value}")
+        require_temperature(self.value, f"{section}.value")
 
 
 def describe_policy(policy: Any) -> str:

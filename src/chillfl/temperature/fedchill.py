@@ -72,7 +72,7 @@ import torch
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require, require_range, warn_unread
-from chillfl.temperature.base import TemperatureState
+from chillfl.temperature.base import TemperatureState, require_temperature
 from chillfl.temperature.registry import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.heterogeneity import FEDERATION_MEASURES, MEASURES, client_heterogeneity, heterogeneity, reference_distribution
 
@@ -158,7 +158,7 @@ class FedChillOptions:
     compare: Compare = "previous"
 
     def validate(self, section: str) -> None:
-        require(self.t_min > 0, f"{section}.t_min", f"must be > 0, got {self.t_min}")
+        require_temperature(self.t_min, f"{section}.t_min")  # the floor of every T: Eq. 7 clips to it, Eq. 8 decays no lower
         require(self.t_max >= self.t_min, f"{section}.t_max", f"must be >= t_min = {self.t_min}, got {self.t_max}")
         require(self.s >= 0, f"{section}.s", f"must be >= 0, got {self.s}")
         if self.measure not in MEASURES:

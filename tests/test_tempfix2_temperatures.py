@@ -1,0 +1,53 @@
+"""Absurd training temperatures are refused at config time, naming the field, instead of diverging in round 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from chillfl.errors import ConfigError
+from chillfl.temperature.base import MIN_TEMPERATURE, FixedOptions
+from chillfl.temperature.fedchill import FedChillOptions, decay_step, initial_temperature, start_temperature
+
+
+@pytest.mark.parametrize("value", [1e-30, 1e-6, 0.0, -1.0, float("nan"), float("inf")])
+def test_fixed_refuses_a_temperature_below_the_floor(value: float) -> None:
+    with pytest.raises(ConfigError, match=r"temperature\.value: must be a finite temperature >= 0\.0001"):
+        FixedOptions(value).validate("temperature")
+
+
+def test_fixed_accepts_the_floor_and_the_usual_range() -> None:
+    for value in (MIN_TEMPERATURE, 0.05, 1.0, 4.0):
+        FixedOptions(value).validate("temperature")
+
+
+def test_fedchill_t_min_is_the_floor_of_every_temperature() -> None:
+    with pytest.raises(ConfigError, match=r"temperature\.t_min: must be a finite temperature >= 0\.0001"):
+        FedChillOptions(t_min=1e-30).validate("temperature")
+    with pytest.raises(ConfigError, match=r"temperature\.t_start"):  # below t_min, so below the floor
+        FedChillOptions(init=False, t_start=1e-30).validate("temperature")
+    o = FedChillOptions(t_min=MIN_TEMPERATURE, t_max=MIN_TEMPERATURE * 2, s=100.0)
+    o.validate("temperature")
+    assert start_temperature(o, 1.0) == initial_temperature(1.0, o.t_max, o.t_min, o.s) == MIN_TEMPERATURE  # Eq. 7 clips to it
+    from chillfl.temperature.fedchill import ClientTemperatureState
+
+    state = ClientTemperatureState(temperature=o.t_max)
+    for _ in range(200):  # never improving: the decay runs as far as it can
+        state = decay_step(state, 0.1, patience=1, gamma=0.5, t_min=o.t_min)
+    assert state.temperature >= MIN_TEMPERATURE
+
+
+@pytest.mark.parametrize("override", [["temperature.policy=fixed", "temperature.value=1e-30"],
+                                      ["temperature.policy=fedchill", "temperature.t_min=1e-30", "temperature.t_max=1e-29"]])
+def test_a_tiny_temperature_exits_2_with_one_line_before_anything_is_written(tmp_path: Path, capfd: pytest.CaptureFixture[str],
+                                                                            override: list[str]) -> None:
+    from chillfl.cli import main
+
+    path = tmp_path / "t.toml"
+    path.write_text(f'out_dir = "{tmp_path / "out"}"\n[dataset]\nname = "digits"\n', encoding="utf-8")
+    assert main(["run", str(path), "--quiet", "federation.num_clients=4", "federation.rounds=1", *override]) == 2
+    err = capfd.readouterr().err
+    field = override[1].split("=")[0]
+    assert len(err.splitlines()) == 1 and f"{field}: must be a finite temperature" in err, err
+    assert not (tmp_path / "out").exists()

@@ -730,9 +730,10 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
     if not configured:
         return []
     own = protocol_of(config).own_objective
-    if own is not None:
-        field = configured[0].field
-        raise ConfigError(field, f"{own}; leave it {'0' if field.endswith('proximal_mu') else 'empty'}")
+    if own is not None:  # the term named, not only its field: objective.terms = ["decorr"] read as if the proximal term were refused
+        first = configured[0]
+        field = first.field
+        raise ConfigError(field, f"{first.name!r} is not added: {own}; leave it {'0' if field.endswith('proximal_mu') else 'empty'}")
     out = []
     for entry in configured:
         term = entry.build()

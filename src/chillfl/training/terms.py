@@ -347,7 +347,7 @@ def configured_terms(objective: ObjectiveTable, section: str = "objective") -> l
     if objective.proximal_mu != 0:
         field = f"{section}.proximal_mu"
         proximal = term_spec("proximal", field)
-        out.append(ObjectiveTerm(proximal, parse_options(proximal.options, {"mu": objective.proximal_mu}, field), field))
+        out.append(ObjectiveTerm(proximal, parse_options(proximal.options, {"mu": objective.proximal_mu}, field), field, "proximal"))
     for i, entry in enumerate(objective.terms):
         # of several entries, the field names the entry (two of one term gave two alike lines), as other list fields do
         field = f"{section}.terms" + (f"[{i}]" if len(objective.terms) > 1 else "")

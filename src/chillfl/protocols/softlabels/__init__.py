@@ -60,8 +60,9 @@ Choices
   the uplink is priced by the method on arrival (a delta coder is the
   server's copy of what each client last sent). The cache check digest is a
   simulation check, not a message, and costs nothing.
-* No aggregator is built: ``[algorithm]`` must be ``fedavg`` (its default), and objective terms that
-  need a global model (FedProx, SCAFFOLD, ...) are rejected.
+* No aggregator is built: ``[algorithm]`` must be ``fedavg`` (its default: FedProx, SCAFFOLD, ... are
+  rejected), and so is every ``[objective]`` term, a batch term such as ``decorr`` too: the clients train
+  with the base loss only (the refusal names the term and its field).
 
 Layout
 ------

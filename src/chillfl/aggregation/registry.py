@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from torch import nn
 
@@ -151,10 +151,11 @@ def is_algorithm(obj: Any) -> bool:
     return isinstance(obj, AlgorithmSpec) or has_methods(obj, AGGREGATOR_METHODS)
 
 
-def weighted_bases() -> list[str]:
-    """The algorithms a wrapper that reweights clients may wrap: they declare ``takes_weights`` and no ``not_a_base``."""
+def weighted_bases(paths: Iterable[str] = ()) -> list[str]:
+    """The algorithms a wrapper that reweights clients may wrap: they declare ``takes_weights`` and no ``not_a_base``;
+    of ``paths`` (a user's import paths: ``chillfl list --options pkg.module:Name`` lists the one it names) too."""
     out = []
-    for name in algorithm_names():
+    for name in [*algorithm_names(), *paths]:
         try:
             caps = algorithm_spec(name).capabilities
         except ConfigError:  # an entry point whose spec cannot be read is no base (`chillfl list --options` says why); a built-in's is a bug

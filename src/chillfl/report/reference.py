@@ -274,12 +274,37 @@ ENUMERATED: dict[str, Callable[[], list[str]]] = {
 }
 """Options that are plain strings in their dataclass but take one of a registry's names ("section[.implementation].option")."""
 
+PLUGGED: dict[str, tuple[str, Callable[[Sequence[str]], list[str]]]] = {
+    "algorithm.pa3fed.base": ("algorithm", weighted_bases),
+    "distillation.public_dataset": ("dataset", list),
+    "distillation.method": ("distillation", list),
+}
+"""Of :data:`ENUMERATED`, the options that take a user's import path too: (the part whose paths they take, of the paths
+that part claims in this listing those the option allows; ``weighted_bases``: all it allows, the paths included).
+Why: ``chillfl list --options my_module:METHOD`` listed the method under its part, but not among the names an option
+that takes a method allows (PA3Fed's ``base``)."""
 
-def _type_and_allowed(tp: Any, where: str) -> tuple[str, str]:
-    """(type shown, allowed values shown) of an option's resolved annotation ``tp``."""
+Claimed = Mapping[str, Sequence[str]]
+"""Part section -> the import paths that part claims in this listing (``chillfl list --options pkg.module:Name``)."""
+
+
+def _allowed_names(where: str, claimed: Claimed) -> list[str]:
+    """The names the enumerated option ``where`` allows: its registry's, and the import paths of ``claimed`` it takes (:data:`PLUGGED`)."""
+    values = ENUMERATED[where]()
+    if where not in PLUGGED:
+        return values
+    section, allows = PLUGGED[where]
+    paths = claimed.get(section, ())
+    if not paths:
+        return values
+    return list(dict.fromkeys([*values, *allows(paths)]))  # weighted_bases repeats the registry's names
+
+
+def _type_and_allowed(tp: Any, where: str, claimed: Claimed = types.MappingProxyType({})) -> tuple[str, str]:
+    """(type shown, allowed values shown) of an option's resolved annotation ``tp`` (``claimed``: the listing's import paths, by part)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
     if where in ENUMERATED:
-        values = ENUMERATED[where]()
+        values = _allowed_names(where, claimed)
         optional = origin in (typing.Union, types.UnionType) and type(None) in args
         return ("str | None" if optional else "str"), ", ".join(f"`{v}`" for v in values) + (" (or none)" if optional else "")
     if origin is typing.Literal:
@@ -304,15 +329,16 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def options_table(cls: type, where: str) -> list[str]:
-    """Markdown rows for dataclass ``cls``: option, type, default, allowed values (``where``: ``section[.name]``)."""
+def options_table(cls: type, where: str, claimed: Claimed = types.MappingProxyType({})) -> list[str]:
+    """Markdown rows for dataclass ``cls``: option, type, default, allowed values (``where``: ``section[.name]``;
+    ``claimed``: the import paths each part claims in this listing, allowed where an option takes them)."""
     hints = typing.get_type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     if not fields:
         return ["No options."]
     lines = ["", "| option | type | default | allowed |", "|---|---|---|---|"]
     for f in fields:
-        type_name, allowed = _type_and_allowed(hints[f.name], f"{where}.{f.name}")
+        type_name, allowed = _type_and_allowed(hints[f.name], f"{where}.{f.name}", claimed)
         lines.append(_row(f.name, type_name, _default(f), allowed))
     return lines
 
@@ -377,7 +403,10 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
             *_paragraph("Each part is a TOML table: its name key selects the implementation and the other keys are that implementation's options."),
         ]
     terms = _terms(keep.plugins(plugins))
-    for section, key, registry in _registries(keep.plugins(plugins), terms):
+    paths = keep.plugins(plugins)
+    parts = list(_registries(paths, terms))  # every part first: an option of one part may take another's paths (public_dataset)
+    claimed = {section: [path for path in paths if path in registry] for section, _, registry in parts}
+    for section, key, registry in parts:
         names = [name for name in sorted(registry) if keep.entry(section, name)]
         if not names:
             continue
@@ -385,12 +414,12 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
         if section in INSTEAD_OF_A_NAME and keep.section(section):
             lines += ["", *_paragraph(INSTEAD_OF_A_NAME[section])]
         if section in SHARED:
-            lines += _shared(section, SHARED[section])
+            lines += _shared(section, SHARED[section], claimed)
         for name in names:
             spec = registry[name]
             summary = _summary(name, spec)
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else ""), *_options_line(spec, summary)]
-            lines += options_table(spec.options, f"{section}.{name}")
+            lines += options_table(spec.options, f"{section}.{name}", claimed)
     for section, options in SUBTABLES:
         if keep.section(section) or keep.section(section.split(".")[0]):
             lines += ["", f"## [{section}]", "", *_paragraph(_first_line(options)), *options_table(options, section)]
@@ -507,7 +536,7 @@ INSTEAD_OF_A_NAME = {
 """Parts whose table may, instead of naming an implementation, hold one other key (the partition a run wrote)."""
 
 
-def _shared(section: str, shared: tuple[type, str]) -> list[str]:
+def _shared(section: str, shared: tuple[type, str], claimed: Claimed = types.MappingProxyType({})) -> list[str]:
     """The options every implementation of ``section`` takes, next to each one's own."""
     options, noun = shared
-    return ["", f"### Shared options (every {noun})", "", *_paragraph(_first_line(options)), *options_table(options, section)]
+    return ["", f"### Shared options (every {noun})", "", *_paragraph(_first_line(options)), *options_table(options, section, claimed)]

@@ -51,3 +51,16 @@ def test_a_tiny_temperature_exits_2_with_one_line_before_anything_is_written(tmp
     field = override[1].split("=")[0]
     assert len(err.splitlines()) == 1 and f"{field}: must be a finite temperature" in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_an_unread_p_g_is_not_refused_with_init_false() -> None:
+    """With init = false the run says p_g is ignored; it then refused a p_g of the wrong length, contradicting that."""
+    import numpy as np
+
+    from chillfl.temperature.fedchill import FedChillPolicy
+
+    counts = np.ones((4, 10))
+    policy = FedChillPolicy(FedChillOptions(init=False, p_g=[0.5, 0.5]), counts)
+    assert policy.client_half(10).options.p_g == [0.5, 0.5]
+    with pytest.raises(ConfigError, match=r"temperature\.p_g"):  # read with init = true: still checked
+        FedChillPolicy(FedChillOptions(p_g=[0.5, 0.5]), counts)

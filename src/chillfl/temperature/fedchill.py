@@ -313,7 +313,7 @@ class FedChillPolicy:
         counts = np.asarray(source() if callable(source) else source, dtype=np.float64)
         if counts.ndim != 2:
             raise ConfigError("temperature.class_counts", f"expected a [clients, classes] matrix, got shape {counts.shape}")
-        reference_distribution(self.options.p_g, counts.shape[1])  # checks len(p_g) == classes
+        self._check_p_g(counts.shape[1])
         self._counts = counts
         return counts
 
@@ -349,8 +349,14 @@ class FedChillPolicy:
         if self.options.decay and local_accuracy is None:
             raise no_accuracy_for_decay()
 
+    def _check_p_g(self, num_classes: int) -> None:
+        """A ConfigError unless ``p_g`` has one prior per class; not checked with ``init = false``, where p_g is not
+        read (the run says it ignores it: refusing it too contradicted that note)."""
+        if self.options.init:
+            reference_distribution(self.options.p_g, num_classes)
+
     def client_half(self, num_classes: int) -> FedChillHalf:
-        reference_distribution(self.options.p_g, num_classes)  # checks len(p_g) == classes
+        self._check_p_g(num_classes)
         return FedChillHalf(self.options, num_classes)
 
     def state_dict(self) -> dict[str, Any]:

@@ -64,3 +64,12 @@ def test_an_unread_p_g_is_not_refused_with_init_false() -> None:
     assert policy.client_half(10).options.p_g == [0.5, 0.5]
     with pytest.raises(ConfigError, match=r"temperature\.p_g"):  # read with init = true: still checked
         FedChillPolicy(FedChillOptions(p_g=[0.5, 0.5]), counts)
+
+
+def test_the_temperature_sweep_refuses_a_grid_point_below_the_floor() -> None:
+    from chillfl.analysis.temperature_sweep import parse_temperatures
+
+    with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be finite and >= 0\.0001") as info:
+        parse_temperatures("1e-30,1")
+    assert info.value.field == "--temperatures"
+    assert parse_temperatures([MIN_TEMPERATURE, 1.0]) == [MIN_TEMPERATURE, 1.0]

@@ -95,6 +95,7 @@ from chillfl.progress import Progress, as_mode, mode_for
 from chillfl.seeds import derive_seed
 from chillfl.stderr import say
 from chillfl.stop_signals import made_held
+from chillfl.temperature.base import MIN_TEMPERATURE
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
 from chillfl.training.local import LocalSpec, evaluate, train_client
@@ -157,7 +158,7 @@ def _fmt(x: float) -> str:
 
 
 def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
-    """``"0.05,0.1,1"`` (or a list) -> sorted distinct temperatures > 0; None -> the default grid."""
+    """``"0.05,0.1,1"`` (or a list) -> sorted distinct temperatures >= :data:`~chillfl.temperature.base.MIN_TEMPERATURE`; None -> the default grid."""
     if text is None:
         return list(DEFAULT_TEMPERATURES)
     items: Sequence[Any] = text.split(",") if isinstance(text, str) else text
@@ -167,8 +168,8 @@ def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
             value = float(item)
         except (TypeError, ValueError):
             raise ConfigError(TEMPERATURES_FIELD, f"expected comma-separated numbers > 0, got {item!r}") from None
-        if not (math.isfinite(value) and value > 0):
-            raise ConfigError(TEMPERATURES_FIELD, f"temperatures must be finite and > 0, got {item!r}")
+        if not (math.isfinite(value) and value >= MIN_TEMPERATURE):  # a run's own floor: below it float32 training overflows
+            raise ConfigError(TEMPERATURES_FIELD, f"temperatures must be finite and >= {MIN_TEMPERATURE:g} (as a run's temperature), got {item!r}")
         values.append(value)
     grid = sorted(set(values))
     if len(grid) < 2:

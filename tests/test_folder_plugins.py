@@ -128,7 +128,8 @@ def test_an_analysis_evaluates_without_the_plugin_and_refuses_a_replay_in_one_li
     capsys.readouterr()
     assert main(["analyze", "cka", str(folder), "--out", str(here / "cka")]) == 2  # a replayed round runs the method: refused
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("chillfl: error: attack.kind: ") and "--import-plugins" in err[0], err  # the first part built
+    # the first part asked: the method's capabilities (a personal-model run is refused before any run is built)
+    assert len(err) == 1 and err[0].startswith("chillfl: error: algorithm.name: ") and "--import-plugins" in err[0], err
     assert not (here / "IMPORTED").exists() and not (here / "cka").exists()
 
 

@@ -27,7 +27,9 @@ run's ``config.toml`` and seed (bitwise the model round 1 started from), so
 the row says how far training moved each layer. (The run's own saved model
 as default compared it with itself: every layer read 1.0.) A run whose model
 came from Python cannot be rebuilt, with or without ``--reference``.
-Reference and run must share the model architecture. A run of a method whose
+Reference and run must share the model architecture. That, ``--layers`` and the
+personal-model refusal below are checked for every run before the first is
+computed (:func:`check_models`), each refusal naming its run. A run of a method whose
 clients each keep a model of their own (capability ``personal_model``) is
 refused: its global model is not what its clients use (``local_only``'s is
 never trained: CKA 1.0 against its initial model at every layer).
@@ -41,6 +43,7 @@ REF and client models at the penultimate layer), and Kornblith et al. (2019).
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -52,6 +55,9 @@ from torch.func import functional_call
 from chillfl.analysis.replay import Params, build_run, check_finished, check_out, check_runs, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.output import add_out
+from chillfl.config import RunConfig
+from chillfl.data import load_dataset
+from chillfl.experiment import build_initial_model, check_rebuildable
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
@@ -76,12 +82,50 @@ def default_layers(model: nn.Module) -> list[str]:
     return names
 
 
-def check_layers(model: nn.Module, layers: Sequence[str]) -> list[str]:
+def check_layers(model: nn.Module, layers: Sequence[str], run_dir: str | Path | None = None) -> list[str]:
+    """``layers`` if each is a module of ``model`` (or ``representation``); else one line naming ``run_dir``'s model
+    (among several runs of different architectures, which run lacks the module)."""
     known = dict(model.named_modules())
     bad = [n for n in layers if n != REPRESENTATION and (n not in known or n == "")]
     if bad:
-        raise ConfigError("--layers", f"unknown module(s) {bad}; choose from {[n for n in known if n]} or {REPRESENTATION!r}")
+        whose = f"{run_dir}: " if run_dir is not None else ""
+        raise ConfigError("--layers", f"{whose}unknown module(s) {bad}; choose from {[n for n in known if n]} or {REPRESENTATION!r}")
     return list(layers)
+
+
+def check_models(run_dirs: Sequence[str | Path], reference: str | None, layers: Sequence[str] | None) -> None:
+    """Refuse, before the first run is computed, a run of a personal-model method, a run whose saved model differs in
+    architecture from ``reference``'s and a ``--layers`` module some run's model lacks, each in one line naming the run.
+    Why: each was refused in that run's turn, after the runs before it had been computed (minutes at scale), and
+    without saying which run of several it was. Cheap: the saved models are read, not evaluated, and a dataset is
+    read once for all the runs on it (:func:`model_template`)."""
+    ref = load_model_state(reference, "cpu", "--reference") if reference else None
+    inputs: dict[str, tuple[tuple[int, ...], int]] = {}
+    for run_dir in run_dirs:
+        config = load_run(run_dir)
+        refuse_personal_models(config, run_dir)
+        saved = load_model_state(run_dir)  # a finished run without a global model is refused here too
+        if ref is not None:
+            _check_same_shapes(saved, ref, run_dir)
+        if layers:
+            check_layers(model_template(config, inputs), layers, run_dir)
+
+
+def model_template(config: RunConfig, inputs: dict[str, tuple[tuple[int, ...], int]] | None = None) -> nn.Module:
+    """The run's model as its own build (:func:`build_run`) makes it, for its module names, without the rest of the run.
+
+    Built on its dataset's input shape and classes as read from the data (a size declared without them is an estimate),
+    which ``inputs`` keeps per ``[dataset]`` table: the runs of one analysis mostly share a dataset, read then once.
+    What fails here is refused as the run's own build would refuse it in its turn."""
+    check_rebuildable(config)  # a model or data passed from Python
+    name, options = RunConfig.component(config.dataset)
+    key = json.dumps([name, options, str(config.data_dir)], sort_keys=True, default=repr)
+    inputs = {} if inputs is None else inputs
+    if key not in inputs:
+        dataset = load_dataset(name, options, data_dir=config.data_dir)
+        inputs[key] = (tuple(dataset.input_shape), dataset.num_classes)
+    shape, classes = inputs[key]
+    return build_initial_model(config, shape, classes)[0]
 
 
 @torch.no_grad()
@@ -119,15 +163,16 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
     if reference:  # its global model is the reference: one its clients do not use is no reference for theirs
         check_finished(reference, "--reference")
         refuse_personal_models(load_run(reference, "--reference"), reference, "--reference")
+    check_models(run_dirs, reference, layers)  # every run, before the first is computed
     counted = Counted(len(run_dirs), "cka", on=progress)
     for run_dir in run_dirs:
         exp = build_run(run_dir)
-        refuse_personal_models(exp.config, run_dir)
-        names = check_layers(exp.model, layers) if layers else default_layers(exp.model)
+        refuse_personal_models(exp.config, run_dir)  # checked above too: here for a folder changed since
+        names = check_layers(exp.model, layers, run_dir) if layers else default_layers(exp.model)
         x = exp.data.test()[0][:samples].to(exp.device)
         own = load_model_state(run_dir, exp.device)
         ref_state = load_model_state(reference, exp.device, "--reference") if reference else {k: v.to(exp.device) for k, v in exp.initial_state.items()}
-        _check_same_shapes(own, ref_state)
+        _check_same_shapes(own, ref_state, run_dir)
         feats = {"REF": layer_features(exp.model, ref_state, x, names), "GLOBAL": layer_features(exp.model, own, x, names)}
         run: dict[str, Any] = {"run_dir": str(run_dir), "layers": names, "n": int(len(x)), "global_vs_reference": cka_per_layer(feats["GLOBAL"], feats["REF"], center)}
         if clients:
@@ -149,10 +194,12 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
     return out
 
 
-def _check_same_shapes(a: Params, b: Params) -> None:
-    diff = [k for k in a if k not in b or a[k].shape != b[k].shape]
+def _check_same_shapes(a: Params, b: Params, run_dir: str | Path) -> None:
+    """``a`` (``run_dir``'s model) and ``b`` (the reference) hold the same tensors in the same shapes; the first mismatch
+    in name order (a file's tensor order is its writer's)."""
+    diff = [k for k in sorted(a) if k not in b or a[k].shape != b[k].shape]
     if diff or set(b) - set(a):
-        raise ConfigError("--reference", f"the reference model's architecture differs from the run's (first mismatch: {(diff or sorted(set(b) - set(a)))[0]!r})")
+        raise ConfigError("--reference", f"the reference model's architecture differs from {run_dir}'s (first mismatch: {(diff or sorted(set(b) - set(a)))[0]!r})")
 
 
 def plot_cka(result: dict[str, Any], path: Path) -> None:

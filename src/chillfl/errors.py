@@ -34,6 +34,19 @@ def one_line(text: object) -> str:
     return "".join(out)
 
 
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads``, with nesting too deep for Python's parser a ValueError, as any other damaged file is.
+
+    Why: ``'[' * 200000`` in a received ``summary.json``, ``metrics.jsonl`` or ``sweep.json`` raised RecursionError,
+    which every reader's ``except ValueError`` let through as a traceback from ``status``, ``report`` and ``analyze``."""
+    import json
+
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("not JSON (lists or objects nested too deeply)") from None
+
+
 class ConfigError(ValueError):
     """A bad user-supplied value: names the field and what is allowed.
 

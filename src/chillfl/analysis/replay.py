@@ -54,7 +54,7 @@ from chillfl.storage.results import FAILED, FAILURE, PARTIAL, strict
 from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import protocol_layers
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 from chillfl.paths import shell_path
 from chillfl.data import FederatedData
 from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
@@ -138,7 +138,7 @@ def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", fi
 
 def read_summary(run_dir: str | Path) -> dict[str, Any]:
     path = Path(run_dir) / "summary.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    return json_loads(path.read_text(encoding="utf-8")) if path.is_file() else {}  # ValueError, never RecursionError
 
 
 def build_run(run_dir: str | Path, field: str = "run_dir") -> Experiment:

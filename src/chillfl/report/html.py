@@ -53,7 +53,7 @@ from chillfl.storage.results import last_value, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import folder_state, is_sweep, run_state
-from chillfl.errors import ConfigError, StorageError
+from chillfl.errors import ConfigError, StorageError, json_loads
 from chillfl.experiment import build_data
 from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
@@ -249,7 +249,7 @@ def load_run(folder: Path, labels: Mapping[str, str] | None = None) -> Run:
     parent folder), read here when not given (a page of many runs reads each comparison's once)."""
     summary_path = folder / "summary.json"
     try:
-        summary = json.loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
+        summary = json_loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     except json.JSONDecodeError as exc:
         raise ConfigError("RUN_DIR", f"{folder}: unreadable result files: summary.json line {exc.lineno}: not JSON ({exc.msg})") from None
     except (OSError, ValueError) as exc:
@@ -362,8 +362,8 @@ def selected_points(folder: Path) -> Selection | None:
     """The points the tuned comparison in ``folder`` selected (its ``table.json`` and ``sweep.json``); None when it was
     not tuned (no row has ``tuned``) or its files are missing or unreadable."""
     try:
-        rows = json.loads((folder / "table.json").read_text(encoding="utf-8"))
-        options = json.loads((folder / "sweep.json").read_text(encoding="utf-8"))["options"]
+        rows = json_loads((folder / "table.json").read_text(encoding="utf-8"))
+        options = json_loads((folder / "sweep.json").read_text(encoding="utf-8"))["options"]
         shared = set(options.get("tune") or {})
         tuned = [(str(row["variant"]), dict(row["tuned"])) for row in rows if isinstance(row, dict) and isinstance(row.get("tuned"), dict)]
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -859,7 +859,7 @@ def _comparison_section(folder: Path) -> list[str]:
     failed = []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and ".failed" in p.name):
         try:
-            reason = json.loads((sub / "failure.json").read_text(encoding="utf-8"))
+            reason = json_loads((sub / "failure.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             reason = {}
         at = f"diverged at round {reason['round']}" if isinstance(reason, dict) and "round" in reason else "failed"

@@ -48,7 +48,7 @@ from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.jsonl import NONFINITE as NONFINITE, decode_record as decode_record, encode_record as encode_record, strict as strict
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, current_folder
 from chillfl.paths import FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
-from chillfl.errors import ConfigError, StorageError
+from chillfl.errors import ConfigError, StorageError, json_loads
 FAILURE = "failure.json"
 
 
@@ -336,10 +336,10 @@ def read_metrics(folder: str | Path, torn_tail: bool = False) -> list[dict[str, 
         raise ValueError("not a regular file")
     data = path.read_bytes()
     whole, _, tail = data.rpartition(b"\n")
-    records = [json.loads(line) for line in whole.split(b"\n") if line.strip()]
+    records = [json_loads(line) for line in whole.split(b"\n") if line.strip()]
     if tail.strip():
         try:
-            records.append(json.loads(tail))
+            records.append(json_loads(tail))
         except ValueError:
             if not torn_tail:
                 raise

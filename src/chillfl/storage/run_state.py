@@ -3,14 +3,13 @@ and the HTML report's rows of unfinished runs; it imports no sweep code, so the 
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 from chillfl.numeric import is_real, is_whole
 from chillfl.storage.checkpoint import CorruptCheckpoint, saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
@@ -78,7 +77,7 @@ def _rounds_recorded(folder: Path) -> int | None:
                 if not line.endswith(b"\n") or not line.strip():
                     continue
                 try:
-                    record = json.loads(line)
+                    record = json_loads(line)
                 except ValueError:
                     continue
                 number = record.get("round") if isinstance(record, dict) else None
@@ -159,7 +158,7 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
     ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
     if folder.name.endswith(FAILED):
         try:
-            at = json.loads((folder / "failure.json").read_text(encoding="utf-8")).get("round") if _regular(folder / "failure.json") else None
+            at = json_loads((folder / "failure.json").read_text(encoding="utf-8")).get("round") if _regular(folder / "failure.json") else None
         except (OSError, ValueError, AttributeError):
             at = None
         return RunState(name, "diverged", f"at round {at}" if at is not None else "", _rounds_written(folder), planned)
@@ -179,7 +178,7 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         return RunState(name, "stopped", how, rounds, planned)
     if (folder / "summary.json").is_file():
         try:
-            summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+            summary = json_loads((folder / "summary.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             summary = None
         if not isinstance(summary, dict):  # a damaged, hand-edited or foreign file: said so, the rounds from metrics.jsonl

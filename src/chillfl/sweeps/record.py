@@ -33,7 +33,7 @@ import torch
 
 from chillfl.config import RunConfig
 from chillfl.environment import code_sha256
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
@@ -216,7 +216,7 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
     refused, unless ``force``. ``own_parts``: the resume is given the user's own data, model or method parts again
     (:func:`chillfl.resume_compare`), so a comparison that ran on them resumes."""
     try:
-        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         fmt, resumable, reference = record.get("format"), record["resumable"], record["reference"]
         variants, options = [recorded_variant(v) for v in record["variants"]], CompareOptions(**record["options"])
         config = (folder / "config.toml").read_bytes()

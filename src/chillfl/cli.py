@@ -349,7 +349,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             if len(folders) == 1:
                 raise
             said = str(exc)
-            say(f"chillfl: error: {said}" if str(folder) in said else f"chillfl: error: {folder}: {said}")  # which one, among several
+            name = one_line(folder)  # escaped, as the error itself is: a folder named with ESC sequences drove the terminal
+            say(f"chillfl: error: {said}" if name in said else f"chillfl: error: {name}: {said}")  # which one, among several
             code = 2
             continue
         print(("\n" if shown else "") + table)

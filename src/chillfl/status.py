@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, one_line
 from chillfl.paths import shell_path
 from chillfl.plugins import reading_data
 from chillfl.storage.results import FAILED, PARTIAL
@@ -85,12 +85,12 @@ def _status_table(folder: Path) -> str:
         for s in states:
             counts[s.kind] = counts.get(s.kind, 0) + 1
         what = "comparison (table written)" if not folder.name.endswith(PARTIAL) else "comparison"
-        head = f"{folder}: {what}, {counted(len(states), 'run')}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
+        head = f"{one_line(folder)}: {what}, {counted(len(states), 'run')}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
     elif (folder / "config.toml").is_file():
         lost = lost_sweep(folder)
         if lost:
             raise ConfigError(SWEEP_FILE, lost)
-        name = folder.name.removesuffix(PARTIAL).removesuffix(FAILED)
+        name = folder.resolve().name.removesuffix(PARTIAL).removesuffix(FAILED)  # resolved: `chillfl status .` named no run
         planned = None
         try:
             from chillfl.config import load_config
@@ -99,7 +99,7 @@ def _status_table(folder: Path) -> str:
         except ConfigError:
             pass
         states = [folder_state(folder, name, planned)]
-        head = f"{folder}: one run"
+        head = f"{one_line(folder)}: one run"  # escaped, as the run names are (RunState.cells)
     else:
         raise ConfigError(FIELD, f"{folder} is not a chillfl result folder (no config.toml)")
     lines = [head, "| run | state | rounds | accuracy % |", "|---|---|---|---|"]

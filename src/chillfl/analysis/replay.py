@@ -54,7 +54,7 @@ from chillfl.storage.results import FAILED, FAILURE, PARTIAL, strict
 from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import protocol_layers
-from chillfl.errors import ConfigError, json_loads
+from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.paths import shell_path
 from chillfl.data import FederatedData
 from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
@@ -311,4 +311,5 @@ def run_label(run_dir: str | Path, among: Sequence[str | Path] = ()) -> str:
     ``among`` (the command's RUN_DIRs) has the same name: results keyed by label must not drop a run."""
     path = Path(run_dir).resolve()
     others = {Path(o).resolve() for o in among} - {path}
-    return f"{path.parent.name}/{path.name}" if any(o.name == path.name for o in others) else path.name
+    label = f"{path.parent.name}/{path.name}" if any(o.name == path.name for o in others) else path.name
+    return one_line(label)  # control characters escaped: printed per run and drawn in figures (ESC sequences drove the terminal)

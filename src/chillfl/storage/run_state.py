@@ -9,7 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from chillfl.errors import ConfigError, json_loads
+from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.numeric import is_real, is_whole
 from chillfl.storage.checkpoint import CorruptCheckpoint, saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
@@ -45,7 +45,8 @@ class RunState:
         else:
             rounds = f"{self.rounds}/{self.planned}"
         state = f"{self.kind} ({self.detail})" if self.detail else self.kind
-        return [self.name, state, rounds, "-" if self.accuracy is None else f"{100 * self.accuracy:.2f}"]
+        # escaped (errors.one_line): a received folder named with ESC sequences (or a summary.json's stop reason) drove the terminal
+        return [one_line(c) for c in (self.name, state, rounds, "-" if self.accuracy is None else f"{100 * self.accuracy:.2f}")]
 
 
 def _regular(path: Path) -> bool:

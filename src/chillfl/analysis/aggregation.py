@@ -99,6 +99,7 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
     """Per run: the accuracy change of each client, participating (filled) vs not (open), with group means."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
 
     rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
     fig = Figure(figsize=(max(5.0, 1.6 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
@@ -125,13 +126,14 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
         if ax.get_legend_handles_labels()[1]:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 
 def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
     """Per run: mean entropy before (client models) and after aggregation."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
 
     rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
     fig = Figure(figsize=(max(5.0, 1.4 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
@@ -147,7 +149,7 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
             ax.set_title("prediction entropy across aggregation (FLex&Chill Fig. 10)", fontsize=10)
             ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 
 def _command(which: str) -> Any:

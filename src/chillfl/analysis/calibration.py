@@ -116,6 +116,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
     """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with the confidence histogram."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
 
     runs = result["runs"]
     rows, cols = grid_shape(len(runs))  # at most MAX_COLUMNS panels a row: 27 runs in one row were ~10,700 px wide
@@ -147,7 +148,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
             ax.legend(fontsize=7, loc="upper left")
     fig.suptitle(f"reliability ({result['runs'][next(iter(runs))]['bins']} {run['binning']} bins, T = {run['temperature']:g}; green: share of samples)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:

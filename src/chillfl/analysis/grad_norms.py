@@ -127,6 +127,7 @@ def plot_grad_norms(raw: dict[str, tuple[np.ndarray, np.ndarray]], temps: dict[s
     """Fig. 2: histograms of log10 input-gradient norms, correct (top) and incorrect (bottom), one curve per run."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
 
     fig = Figure(figsize=(7, 6))
     FigureCanvasAgg(fig)
@@ -145,7 +146,7 @@ def plot_grad_norms(raw: dict[str, tuple[np.ndarray, np.ndarray]], temps: dict[s
     ax.set_xlabel("log10 ||d loss / d input||")
     fig.suptitle("input-gradient norms (FLex&Chill Fig. 2)", fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 
 def cmd_grad_norms(args: argparse.Namespace) -> int:

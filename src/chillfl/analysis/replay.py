@@ -275,6 +275,8 @@ def check_out(run_dirs: Sequence[str | Path], out: str | None) -> Path | None:
         return None
     folder = Path(out) if out is not None else Path(run_dirs[0]) / "analysis"
     default = "" if out is not None else " (the default, under the first RUN_DIR; -o DIR writes elsewhere)"
+    if out is None and folder.is_symlink():  # a received run folder's link would send the files wherever it points
+        raise ConfigError("--out", f"{folder} is a symbolic link; the default output folder is not followed out of a run folder{default}")
     try:
         if folder.exists() and not folder.is_dir():
             raise ConfigError("--out", f"{folder} exists and is not a folder")

@@ -381,6 +381,7 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
     need("matplotlib", "plots", "plots")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
     from matplotlib.patches import Rectangle
 
     order = np.argsort(result.heterogeneity, kind="stable")
@@ -406,7 +407,7 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
                 ax.text(col, i, f"{100 * value:.0f}", ha="center", va="center", fontsize=7, color="black" if light else "white")
     fig.tight_layout()
     note_below(fig, result.score_note)  # its rows' h and their order are that score too
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 
 NOTE_CHARS_PER_INCH = 15
@@ -431,6 +432,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
 
     from chillfl.plots.figure import plain_log_labels
 
@@ -464,7 +466,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
         fig.suptitle(title)
     fig.tight_layout()
     note_below(fig, result.score_note)
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 
 # ----------------------------------------------------------------------------- CLI

@@ -13,15 +13,31 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import Formatter  # noqa: E402
 
-__all__ = ["Figure", "figure_file", "finish_figure", "fit_title", "log_scale", "mark_lone_points", "plain_log_labels", "save_png", "shared_legend", "spans_decades"]
+__all__ = ["Figure", "figure_file", "finish_figure", "fit_title", "log_scale", "mark_lone_points", "plain_log_labels", "save_figure", "save_png", "shared_legend", "spans_decades"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
-    """Render ``fig`` with the Agg canvas to ``path`` (parent folders created); returns the path."""
+    """Render ``fig`` with the Agg canvas to ``path`` as PNG (parent folders created; :func:`save_figure`); returns the path."""
+    return save_figure(fig, path, dpi, "png")
+
+
+def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | None = None) -> Path:
+    """Render ``fig`` (Agg canvas) to ``path``, in ``format`` or the one its suffix names (PNG without one), atomically and
+    without following a link at ``path``: drawn into a new file beside it, then renamed over the name.
+
+    Why: an analysis's default output is ``<RUN_DIR>/analysis/``, inside a run folder that may have been received from
+    someone else; ``savefig(path)`` opened a planted ``reliability.png -> ~/.bashrc`` and overwrote what it pointed to.
+    ``os.replace`` replaces the link itself. An interrupted draw also leaves no half-written image under the name."""
+    import io
+
+    from chillfl.storage.checkpoint import write_atomic
+
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
-    fig.savefig(out, format="png", dpi=dpi)
+    image = io.BytesIO()  # drawn in memory first: an image is small, and a failed draw leaves the old file as it was
+    fig.savefig(image, format=format or (out.suffix[1:].lower() if out.suffix else "png"), dpi=dpi)
+    write_atomic(out, image.getvalue())  # O_NOFOLLOW temp file, then os.replace over the name (a link there, replaced)
     return out
 
 

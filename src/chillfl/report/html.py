@@ -31,12 +31,15 @@ decoded (``naturalWidth > 0``) and writes the result into
 from __future__ import annotations
 
 import base64
+import errno
 import html
 import io
 import json
 import logging
 import math
+import os
 import re
+import stat
 import tempfile
 import textwrap
 from dataclasses import dataclass, field
@@ -59,7 +62,7 @@ from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
-from chillfl.paths import shell_path
+from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import comparison_labels
@@ -826,21 +829,63 @@ REDRAWN = frozenset({"curves.png", "local_curves.png"})
 """A comparison folder's figures the page draws itself from the runs (its curves, with seed bands): not shown twice."""
 
 
+OWN_FILE_LIMIT = 50 * 2**20
+"""Bytes of a comparison folder's own file (a figure, ``table.md``) the page embeds at most: a link to ``/dev/zero``
+named ``x.png`` filled the memory."""
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _own_file(path: Path, png: bool = False) -> bytes | str:
+    """The bytes of a file a comparison folder holds, or why it is left out (a link, not a regular file, over
+    :data:`OWN_FILE_LIMIT`, with ``png`` not a PNG, unreadable).
+
+    Why: a received folder's ``leak.png -> ~/secret.txt`` (or ``table.md -> ...``) was embedded in the page, which is
+    then shared; a FIFO named ``x.png`` hung the report. Opened without following a link and without blocking, then
+    checked again on the open file: a file swapped after the ``lstat`` is caught too."""
+    try:
+        if path.is_symlink():
+            return "a symbolic link"
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        return "a symbolic link" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror or exc}"
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            return "not a regular file"
+        if info.st_size > OWN_FILE_LIMIT:
+            return f"over {OWN_FILE_LIMIT // 2**20} MB"
+        try:
+            data = fh.read(OWN_FILE_LIMIT + 1)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror or exc}"
+    if len(data) > OWN_FILE_LIMIT:  # grew since its fstat
+        return f"over {OWN_FILE_LIMIT // 2**20} MB"
+    if png and not data.startswith(PNG_MAGIC):
+        return "not a PNG image"
+    return data
+
+
+def _left_out(skipped: Sequence[str]) -> list[str]:
+    """One note line naming a comparison folder's files the page left out, each with why (:func:`_own_file`)."""
+    return [f'<p class="muted">left out of this page: {_e("; ".join(skipped))}</p>'] if skipped else []
+
+
 def _folder_figures(folder: Path) -> list[str]:
     """The comparison folder's own figures the page does not redraw, as written there and by file name: the forest
     plot of differences, the privacy-utility curve, accuracy against bytes, whatever a comparison drew. A PNG is read
-    as bytes and embedded, never interpreted; a file that cannot be read is left out."""
-    parts = []
+    as bytes and embedded, never interpreted; a link, a file that is no regular PNG (:func:`_own_file`) or cannot be
+    read is left out, and one note line names them."""
+    parts, skipped = [], []
     for png in sorted(folder.glob("*.png")):
         if png.name in REDRAWN:
             continue
-        try:
-            data = png.read_bytes()
-        except OSError:
+        data = _own_file(png, png=True)
+        if isinstance(data, str):
+            skipped.append(f"{png.name} ({data})")
             continue
         uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
         parts.append(f'<div class="fig"><p class="muted">{_e(png.name)}</p><img alt="{_e(png.stem)}" src="{uri}"></div>')
-    return parts
+    return parts + _left_out(skipped)
 
 
 def _comparison_section(folder: Path) -> list[str]:
@@ -848,11 +893,15 @@ def _comparison_section(folder: Path) -> list[str]:
     figures the page does not redraw (:func:`_folder_figures`), and its diverged runs with the round they diverged at
     (they are in no other table of the page)."""
     table = folder / "table.md"
-    if not table.is_file():
+    if not (table.is_file() or table.is_symlink()):
         return []
     parts = [f"<h2>Comparison: {_e(folder.name)}</h2>", '<p class="muted">as <code>chillfl compare</code> printed it (table.md)</p>']
     selection = selected_points(folder)
-    parts += _markdown_html(table.read_text(encoding="utf-8"), selection.cells if selection is not None else frozenset())
+    text = _own_file(table)
+    if isinstance(text, str):  # a link (to a secret, say) or no regular file: named, not embedded
+        parts += _left_out([f"table.md ({text})"])
+    else:
+        parts += _markdown_html(text.decode("utf-8", "replace"), selection.cells if selection is not None else frozenset())
     if selection is not None:
         parts.append('<p class="muted">bold (selected): the point each variant selected on validation, which the table above reports (table.json\'s tuned)</p>')
     parts += _folder_figures(folder)

@@ -140,7 +140,7 @@ def test_a_module_in_the_working_directory_off_the_import_path_is_named_with_the
     with pytest.raises(ConfigError) as err:
         build_experiment(load_config(None, {**BASE, "algorithm": {"name": "here_rules_xyz:FirstClient"}}))
     assert err.value.message.endswith("'here_rules_xyz' is in the working directory, which is not on the import path: "
-                                      "run PYTHONPATH=. chillfl ..., or python -m chillfl ..."), err.value
+                                      "run PYTHONPATH=. chillfl ... (only in a folder of your own: its every module then imports first)"), err.value
     with pytest.raises(ConfigError) as err:  # elsewhere: no hint
         build_experiment(load_config(None, {**BASE, "algorithm": {"name": "no_such_module_xyz:Rule"}}))
     assert err.value.message.endswith("(ModuleNotFoundError: No module named 'no_such_module_xyz')"), err.value

@@ -147,7 +147,7 @@ def _in_this_folder(module_name: str, exc: Exception) -> str:
     here = Path.cwd()
     if not missing or not ((here / f"{top}.py").is_file() or (here / top / "__init__.py").is_file()):
         return ""
-    return f"; {top!r} is in the working directory, which is not on the import path: run PYTHONPATH=. chillfl ..., or python -m chillfl ..."
+    return f"; {top!r} is in the working directory, which is not on the import path: run PYTHONPATH=. chillfl ... (only in a folder of your own: its every module then imports first)"
 
 
 def entry_points() -> dict[str, str]:

@@ -44,7 +44,7 @@ def test_save_png_replaces_a_link_at_its_path_and_leaves_its_target(tmp_path: Pa
 
 
 @pytest.mark.parametrize(("analysis", "figure", "extra"), [("calibration", "reliability.png", []), ("aggregation-entropy", "aggregation-entropy.png", []),
-                                                           ("grad-norms", "grad-norms.png", ["--samples", "50"])])
+                                                           ("grad-norms", "grad-norms.png", ["--samples", "50"]), ("cka", "cka.png", [])])
 def test_an_analysis_writes_over_a_link_planted_in_the_run_folder(run_dir: Path, tmp_path: Path, analysis: str, figure: str, extra: list[str]) -> None:
     run = _copy(run_dir, tmp_path)
     victim = tmp_path / "victim.txt"

@@ -206,6 +206,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
     """Left: CKA per layer vs the reference, one line per run (Fig. 12 / Table 6). Right: the Fig. 13 matrix of the first run that has one."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    from chillfl.plots.figure import save_figure
 
     runs = result["runs"]
     matrix_run, with_matrix = next(((label, r) for label, r in runs.items() if "matrix" in r), ("", None))
@@ -237,7 +238,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
         ax2.set_yticks(range(len(m["models"])), m["models"], fontsize=6)
         ax2.set_title(f"{matrix_run}: {m['layer']} CKA, round {with_matrix['round']} (Fig. 13)", fontsize=9)  # whose: one of the runs
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)  # a link planted at the name is replaced, not written through
 
 
 def cmd_cka(args: argparse.Namespace) -> int:

@@ -15,38 +15,14 @@ import chillfl.sweeps.run as sweep
 from chillfl.cli import main
 from chillfl.errors import StorageError
 
-CONFIG = '''name = "sh"
-device = "cpu"
-[dataset]
-name = "digits"
-[model]
-name = "mlp"
-hidden = [8]
-[federation]
-num_clients = 4
-clients_per_round = 2
-rounds = 3
-[checkpoint]
-every = 1
-[eval]
-clients = "none"
-[compare]
-seeds = [0, 1]
-[variants.a]
-client = {lr = 0.05}
-[variants.b]
-client = {lr = 0.1}
-'''
+from test_sweep_shard import CONFIG as SHARD_CONFIG, _config as shard_config, _run
+
+CONFIG = SHARD_CONFIG.replace("rounds = 2", "rounds = 3\n[checkpoint]\nevery = 1")
+"""The shard tests' comparison, 3 rounds, a checkpoint each."""
 
 
 def _config(tmp_path: Path) -> str:
-    path = tmp_path / "sh.toml"
-    path.write_text(CONFIG)
-    return str(path)
-
-
-def _run(config: str, out: Path, *extra: str) -> int:
-    return main(["run", config, "-q", "--out", str(out), *extra])
+    return shard_config(tmp_path, CONFIG)
 
 
 def _full(path: Path) -> StorageError:

@@ -18,37 +18,7 @@ from chillfl.errors import StorageError
 from chillfl.executors.processes import WorkerError
 from chillfl.runner import RunInterrupted
 
-CONFIG = '''name = "sh"
-device = "cpu"
-[dataset]
-name = "digits"
-[model]
-name = "mlp"
-hidden = [8]
-[federation]
-num_clients = 4
-clients_per_round = 2
-rounds = 2
-[eval]
-clients = "none"
-[compare]
-seeds = [0, 1]
-[variants.a]
-client = {lr = 0.05}
-[variants.b]
-client = {lr = 0.1}
-'''
-
-
-def _config(tmp_path: Path) -> str:
-    path = tmp_path / "sh.toml"
-    path.write_text(CONFIG)
-    return str(path)
-
-
-def _run(config: str, out: Path, *extra: str) -> int:
-    return main(["run", config, "-q", "--out", str(out), *extra])
-
+from test_sweep_shard import _config, _run  # the shard tests' comparison: 2 variants x 2 seeds, 2 rounds
 
 def _failing(monkeypatch: pytest.MonkeyPatch, names: set[str], exc: BaseException | None = None) -> None:
     """The runs ``names`` raise ``exc`` (a RuntimeError: a failed run) instead of running."""

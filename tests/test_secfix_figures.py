@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from chillfl.cli import main
 
-TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
-DEEP = "[" * 200000 + "]" * 200000
-
+from received_folder import copy_run, make_run
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("secfix")
-    config = root / "exp.toml"
-    config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
-    return root / "out" / "tiny"
-
-
-def _copy(run_dir: Path, tmp_path: Path, name: str = "tiny") -> Path:
-    return Path(shutil.copytree(run_dir, tmp_path / name, symlinks=True))
+    return make_run(tmp_path_factory.mktemp("secfix"))
 
 
 def test_save_png_replaces_a_link_at_its_path_and_leaves_its_target(tmp_path: Path) -> None:
@@ -46,7 +35,7 @@ def test_save_png_replaces_a_link_at_its_path_and_leaves_its_target(tmp_path: Pa
 @pytest.mark.parametrize(("analysis", "figure", "extra"), [("calibration", "reliability.png", []), ("aggregation-entropy", "aggregation-entropy.png", []),
                                                            ("grad-norms", "grad-norms.png", ["--samples", "50"]), ("cka", "cka.png", [])])
 def test_an_analysis_writes_over_a_link_planted_in_the_run_folder(run_dir: Path, tmp_path: Path, analysis: str, figure: str, extra: list[str]) -> None:
-    run = _copy(run_dir, tmp_path)
+    run = copy_run(run_dir, tmp_path)
     victim = tmp_path / "victim.txt"
     victim.write_text("keep me")
     (run / "analysis").mkdir()
@@ -57,7 +46,7 @@ def test_an_analysis_writes_over_a_link_planted_in_the_run_folder(run_dir: Path,
 
 
 def test_a_default_output_folder_that_is_a_link_is_refused(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = _copy(run_dir, tmp_path)
+    run = copy_run(run_dir, tmp_path)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (run / "analysis").symlink_to(elsewhere)

@@ -2,28 +2,17 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from chillfl.cli import main
 
-TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
-DEEP = "[" * 200000 + "]" * 200000
-
+from received_folder import DEEP, copy_run, make_run
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("secfix")
-    config = root / "exp.toml"
-    config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
-    return root / "out" / "tiny"
-
-
-def _copy(run_dir: Path, tmp_path: Path, name: str = "tiny") -> Path:
-    return Path(shutil.copytree(run_dir, tmp_path / name, symlinks=True))
+    return make_run(tmp_path_factory.mktemp("secfix"))
 
 
 def test_json_loads_says_deep_nesting_is_not_json() -> None:
@@ -35,11 +24,11 @@ def test_json_loads_says_deep_nesting_is_not_json() -> None:
 
 
 def test_status_of_a_run_with_deeply_nested_files(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = _copy(run_dir, tmp_path)
+    run = copy_run(run_dir, tmp_path)
     (run / "summary.json").write_text(DEEP)
     assert main(["status", str(run)]) == 0
     assert "summary.json is unreadable" in capsys.readouterr().out
-    run2 = _copy(run_dir, tmp_path, "tiny2")
+    run2 = copy_run(run_dir, tmp_path, "tiny2")
     with (run2 / "metrics.jsonl").open("a") as fh:
         fh.write(DEEP + "\n")
     assert main(["status", str(run2)]) == 0
@@ -53,7 +42,7 @@ def test_readers_of_deeply_nested_files_raise_value_errors(run_dir: Path, tmp_pa
     from chillfl.storage.results import read_metrics
     from chillfl.sweeps.record import read_sweep
 
-    run = _copy(run_dir, tmp_path)
+    run = copy_run(run_dir, tmp_path)
     (run / "summary.json").write_text(DEEP)
     with pytest.raises(ValueError, match="nested too deeply"):
         read_summary(run)
@@ -68,7 +57,7 @@ def test_readers_of_deeply_nested_files_raise_value_errors(run_dir: Path, tmp_pa
 
 
 def test_report_of_a_run_with_a_deep_summary_is_one_line(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = _copy(run_dir, tmp_path)
+    run = copy_run(run_dir, tmp_path)
     (run / "summary.json").write_text(DEEP)
     assert main(["report", str(run), "-o", str(tmp_path / "r.html"), "--no-models", "--no-partitions"]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from chillfl.cli import main
 
-TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
-DEEP = "[" * 200000 + "]" * 200000
-
+from received_folder import copy_run, make_run
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("secfix")
-    config = root / "exp.toml"
-    config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
-    return root / "out" / "tiny"
-
-
-def _copy(run_dir: Path, tmp_path: Path, name: str = "tiny") -> Path:
-    return Path(shutil.copytree(run_dir, tmp_path / name, symlinks=True))
+    return make_run(tmp_path_factory.mktemp("secfix"))
 
 
 def test_status_escapes_a_folder_named_with_escape_sequences(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = _copy(run_dir, tmp_path, "esc\x1b]0;PWN\x07\x1b[31mRED")
+    run = copy_run(run_dir, tmp_path, "esc\x1b]0;PWN\x07\x1b[31mRED")
     assert main(["status", str(run)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "\x07" not in out and "esc\\x1b]0;PWN\\x07\\x1b[31mRED" in out
@@ -39,14 +28,14 @@ def test_status_escapes_a_folder_named_with_escape_sequences(run_dir: Path, tmp_
 
 
 def test_analyze_escapes_a_run_named_with_escape_sequences(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    run = _copy(run_dir, tmp_path, "esc\x1b[31mRED")
+    run = copy_run(run_dir, tmp_path, "esc\x1b[31mRED")
     assert main(["analyze", "calibration", str(run), "-q", "-o", str(tmp_path / "a")]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "esc\\x1b[31mRED: accuracy" in out
 
 
 def test_status_of_dot_names_the_run(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    run = _copy(run_dir, tmp_path, "mine")
+    run = copy_run(run_dir, tmp_path, "mine")
     monkeypatch.chdir(run)
     assert main(["status", "."]) == 0
     assert "| mine | finished |" in capsys.readouterr().out

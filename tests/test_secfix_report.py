@@ -3,28 +3,16 @@
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
-from chillfl.cli import main
 
-TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
-DEEP = "[" * 200000 + "]" * 200000
-
+from received_folder import make_run
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("secfix")
-    config = root / "exp.toml"
-    config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
-    return root / "out" / "tiny"
-
-
-def _copy(run_dir: Path, tmp_path: Path, name: str = "tiny") -> Path:
-    return Path(shutil.copytree(run_dir, tmp_path / name, symlinks=True))
+    return make_run(tmp_path_factory.mktemp("secfix"))
 
 
 def _comparison(tmp_path: Path) -> Path:

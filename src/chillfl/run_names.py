@@ -13,12 +13,12 @@ so the two cannot drift apart and the report imports no sweep code.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from chillfl.errors import json_loads
 from chillfl.config import safe_name
 from chillfl.storage.run_folder import SWEEP_FILE
 from chillfl.tune import Point, parse_tune, point_label
@@ -98,7 +98,7 @@ def comparison_labels(folder: Path) -> dict[str, str]:
     """Run folder name -> variant label of the comparison in ``folder`` (its ``sweep.json``); empty when ``folder`` holds
     no readable record (a plain folder of runs, a foreign or hand-edited file): its runs keep the report's own labels."""
     try:
-        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         options = record["options"]
         seeds = [int(s) for s in options["seeds"]]
         shared = dict(options.get("tune") or {})

@@ -90,7 +90,7 @@ def _status_table(folder: Path) -> str:
         lost = lost_sweep(folder)
         if lost:
             raise ConfigError(SWEEP_FILE, lost)
-        name = folder.resolve().name.removesuffix(PARTIAL).removesuffix(FAILED)  # resolved: `chillfl status .` named no run
+        name = (folder.name if folder.name not in ("", "..") else folder.resolve().name).removesuffix(PARTIAL).removesuffix(FAILED)  # `chillfl status .` named no run; a link keeps its own name
         planned = None
         try:
             from chillfl.config import load_config

@@ -103,7 +103,7 @@ def diverged_at(path: Path) -> str:
     """`` (at round N; see its failure.json)`` from a diverged run's ``failure.json`` (without the round when it is unreadable).
     Why: a diverged run (``NAME.failed``) was called "not finished", as if waiting for it would help."""
     try:
-        record = json.loads((path / FAILURE).read_text(encoding="utf-8"))
+        record = json_loads((path / FAILURE).read_text(encoding="utf-8"))
         where = f"at round {int(record['round'])}; "
     except (OSError, ValueError, TypeError, KeyError):
         where = ""
@@ -313,5 +313,7 @@ def run_label(run_dir: str | Path, among: Sequence[str | Path] = ()) -> str:
     ``among`` (the command's RUN_DIRs) has the same name: results keyed by label must not drop a run."""
     path = Path(run_dir).resolve()
     others = {Path(o).resolve() for o in among} - {path}
-    label = f"{path.parent.name}/{path.name}" if any(o.name == path.name for o in others) else path.name
-    return one_line(label)  # control characters escaped: printed per run and drawn in figures (ESC sequences drove the terminal)
+    # names compared as printed (control characters escaped: ESC sequences drove the terminal), so that "a<ESC>" and a
+    # folder literally named "a\x1b" are told apart by their parents rather than merged under one label
+    label = f"{path.parent.name}/{path.name}" if any(one_line(o.name) == one_line(path.name) for o in others) else path.name
+    return one_line(label)

@@ -206,12 +206,21 @@ def score_options(config: RunConfig) -> tuple[FedChillOptions, str | None]:
 
     Why the note: the score is FedChill's Eq. 6, read from ``[temperature]`` only when its policy is ``fedchill``; under
     any other policy (``fixed``, a plugin's) the plots silently showed the defaults, which the config did not choose."""
-    if config.temperature.get("policy") == "fedchill":
+    if reads_score(config):
         table = {k: v for k, v in config.temperature.items() if k != "policy"}
         return parse_options(FedChillOptions, table, "temperature"), None
     d = FedChillOptions()
-    return d, (f"h is Eq. 6 at FedChill's defaults (measure {d.measure}, normalisation {d.normalisation}, uniform p_g): "
-               f"temperature.policy {str(config.temperature.get('policy'))!r} has no heterogeneity score of its own")
+    why = ("temperature.init = false: the run reads no score (its measure, normalisation and p_g are ignored)"
+           if config.temperature.get("policy") == "fedchill" else
+           f"temperature.policy {str(config.temperature.get('policy'))!r} has no heterogeneity score of its own")
+    return d, f"h is Eq. 6 at FedChill's defaults (measure {d.measure}, normalisation {d.normalisation}, uniform p_g): {why}"
+
+
+def reads_score(config: RunConfig) -> bool:
+    """Whether the config's run computes FedChill's score from its ``[temperature]`` options (policy ``fedchill`` with
+    ``init``): otherwise the run says it ignores them, and the sweep does not read them either (a ``p_g`` of the wrong
+    length was refused here after the run had said it was ignored)."""
+    return config.temperature.get("policy") == "fedchill" and config.temperature.get("init", True) is not False
 
 
 def plot_score(config: RunConfig, counts: np.ndarray) -> np.ndarray:
@@ -265,7 +274,7 @@ def run_temperature_sweep(
     counts = all_counts[clients]
     h = plot_score(config, counts)
     _, note = score_options(config)
-    p_g = config.temperature.get("p_g") if config.temperature.get("policy") == "fedchill" else None
+    p_g = config.temperature.get("p_g") if reads_score(config) else None
 
     acc = np.zeros((len(clients), len(grid)))
     loss = np.zeros_like(acc)

@@ -9,13 +9,12 @@ A non-finite value reads back as the float it was (:func:`~chillfl.storage.jsonl
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 from chillfl.paths import FAILED, PARTIAL
 from chillfl.storage.jsonl import decode_record
 
@@ -42,7 +41,7 @@ def read_records(path: Path) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json_loads(line)
         except ValueError as exc:
             raise ConfigError(str(path), f"line {number} is not JSON ({exc})") from None
         if not isinstance(record, dict):

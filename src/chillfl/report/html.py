@@ -848,10 +848,15 @@ def _own_file(path: Path, png: bool = False) -> bytes | str:
         fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         return "a symbolic link" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        return f"unreadable: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder (IsADirectoryError) and would keep the fd
+        os.close(fd)
+        return "not a regular file"
     with os.fdopen(fd, "rb") as fh:
-        info = os.fstat(fh.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            return "not a regular file"
         if info.st_size > OWN_FILE_LIMIT:
             return f"over {OWN_FILE_LIMIT // 2**20} MB"
         try:

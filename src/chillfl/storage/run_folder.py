@@ -38,7 +38,7 @@ from typing import Any, Final, Mapping
 from chillfl.paths import PARTITION_FILE, check_writable_dir
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
 from chillfl.storage.results import FAILURE, PARTIAL, RunLock, decode_record, encode_record, refuse_links
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -296,7 +296,7 @@ def _round_of(state: Mapping[str, Any], file: Path) -> int:
 def _stopped(folder: Path) -> bool:
     """Whether ``folder`` is a complete run a hook stopped early (``summary.json`` says ``stopped``): it resumes in place."""
     try:
-        summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+        summary = json_loads((folder / "summary.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return isinstance(summary, dict) and bool(summary.get("stopped"))
@@ -421,7 +421,7 @@ def _parse(data: bytes, file: Path, done: int, force: bool) -> list[dict[str, An
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json_loads(line)
             ok = isinstance(record, dict) and type(record.get("round")) is int
             if ok:
                 record = decode_record(record)  # a NaN loss is NaN again, not "not measured" (storage.results.NONFINITE)

@@ -171,7 +171,7 @@ def sweep_started_in(folder: Path) -> Path | None:
     """The folder the comparison in ``folder`` was started in (:func:`~chillfl.storage.run_folder.start_folder`: what its
     ``sweep.json`` records, else what its relative ``out_dir`` tells): its runs read their relative paths from there."""
     try:
-        recorded = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
+        recorded = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
     except (OSError, ValueError, AttributeError):
         recorded = None
     return start_folder(folder, recorded)
@@ -197,7 +197,7 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
         if not (folder / SWEEP_FILE).is_file():  # a FIFO: read, it blocked the shard or reproduce --resume forever
             continue
         try:
-            saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+            saved = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
         if not same_sweep(saved, record):
@@ -243,7 +243,7 @@ def made_with_changes(folder: Path) -> list[str]:
     the runs still to run would run on this code and torch, which nothing compared: a table mixing two float paths
     (or a default the code changed since) was said to equal the uninterrupted comparison's."""
     try:
-        saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get("made_with")
+        saved = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get("made_with")
     except (OSError, ValueError, AttributeError):
         return []
     if not isinstance(saved, dict):
@@ -288,7 +288,7 @@ def read_compare(folder: Path) -> CompareResult:
         if os.path.lexists(folder / name) and not (folder / name).is_file():
             raise ConfigError(FIELD, f"{folder} has no readable table ({folder / name} is not a regular file)")
     try:
-        rows = json.loads((folder / "table.json").read_text(encoding="utf-8"))
+        rows = json_loads((folder / "table.json").read_text(encoding="utf-8"))
         table = (folder / "table.md").read_text(encoding="utf-8").removesuffix("\n")
     except (OSError, ValueError) as exc:
         raise ConfigError(FIELD, f"{folder} has no readable table ({type(exc).__name__}: {exc})") from None
@@ -306,7 +306,7 @@ def recorded_flags(config_path: str | Path, config: RunConfig) -> str | None:
     ``sweep.json`` holds the variants, seeds and tuning grid it ran. Named here, as flags where they make one grid."""
     folder = Path(config_path).parent
     try:
-        record = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         variants = [recorded_variant(v) for v in record["variants"]]
         options = CompareOptions(**record["options"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError):

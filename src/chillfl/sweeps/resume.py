@@ -15,12 +15,11 @@ one machine (``tests/test_sweep_resume.py``).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chillfl.errors import ConfigError, one_line
+from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
 from chillfl.storage.model_file import read_client_models, read_model
 from chillfl.storage.results import FAILED, FAILURE, PARTIAL, read_metrics, remove_tree
@@ -68,7 +67,7 @@ def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
 def _json_object(file: Path) -> dict[str, Any]:
     """The JSON object in ``file`` (a run's own), or one ConfigError naming it."""
     try:
-        value = json.loads(file.read_text(encoding="utf-8"))
+        value = json_loads(file.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(FIELD, f"{file} is unreadable ({type(exc).__name__}: {one_line(str(exc))}); remove {file.parent} and it runs again") from None
     if not isinstance(value, dict):

@@ -25,14 +25,13 @@ after says so and runs nothing (:func:`refuse_ended`; a ``.failed`` folder of an
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 from chillfl.stop_signals import made_held
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, remove_tree
 from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, same_sweep, write_sweep
@@ -126,7 +125,7 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
 def _holds(folder: Path, record: SweepRecord) -> bool:
     """Whether ``folder``'s ``sweep.json`` is ``record`` (:func:`~chillfl.sweeps.record.same_sweep`: the folder each started in aside)."""
     try:
-        saved = json.loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        saved = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return False
     return same_sweep(saved, record)

@@ -67,8 +67,8 @@ def test_a_missing_context_key_a_ray_worker_finds_is_the_runs_config_error(tmp_p
     config = {"dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]}, "device": "cpu", "executor": "ray",
               "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1}, "client": {"lr": 0.05, "batch_size": 32}}
     try:
-        with pytest.raises(ContextError, match=r"^context: Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks") as err:
+        with pytest.raises(ContextError, match=r"^terms\[0\]: Shrink reads context key\(s\) 'shrink', which client \d+'s context lacks") as err:
             chillfl.run(config=config, aggregator=FedAvg(), terms=[ray_user_term.Shrink()], write=False, progress=False)
     finally:
         sys.modules.pop("ray_user_term", None)
-    assert err.value.field == "context"
+    assert err.value.field == "terms[0]"  # the field that put the term in the run (chillfl.run's terms=[...]), as under the other executors

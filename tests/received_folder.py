@@ -8,16 +8,16 @@ from pathlib import Path
 
 from chillfl.cli import main
 
-TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
+TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
 DEEP = "[" * 200000 + "]" * 200000
 """JSON nested past Python's recursion limit."""
 
 
-def make_run(root: Path) -> Path:
-    """A finished 2-round digits run under ``root``; its folder."""
+def make_run(root: Path, rounds: int = 2) -> Path:
+    """A finished digits run of ``rounds`` rounds under ``root``; its folder."""
     config = root / "exp.toml"
     config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n')
-    assert main(["run", str(config), "-q", *TINY]) == 0
+    assert main(["run", str(config), "-q", *TINY, f"federation.rounds={rounds}"]) == 0
     return root / "out" / "tiny"
 
 

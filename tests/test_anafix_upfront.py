@@ -12,7 +12,8 @@ import pytest
 
 from chillfl.cli import main
 
-RUN = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=1", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
+from received_folder import make_run
+
 SWEEP = ('name = "anafix"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\nhidden = [16]\n[federation]\nnum_clients = 3\n'
          "[client]\nepochs = 1\nbatch_size = 64\n[eval]\nclient_split_size = 30\n")
 OVER_RUNS = ["calibration", "cka", "aggregation-accuracy", "aggregation-entropy", "grad-norms"]
@@ -20,11 +21,7 @@ OVER_RUNS = ["calibration", "cka", "aggregation-accuracy", "aggregation-entropy"
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("anafix")
-    config = root / "exp.toml"
-    config.write_text(f'name = "tiny"\nout_dir = "{root / "out"}"\n')
-    assert main(["run", str(config), "-q", *RUN]) == 0
-    return root / "out" / "tiny"
+    return make_run(tmp_path_factory.mktemp("anafix"), rounds=1)
 
 
 def _err_lines(capsys: pytest.CaptureFixture[str]) -> list[str]:

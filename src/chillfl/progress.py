@@ -2,8 +2,10 @@
 
 A ``\\r``-redrawn bar written to a file or a CI log piles up into one huge line
 of updates; where stderr is not a terminal the CLI asks for ``"lines"``
-instead: one ``chillfl: NAME round r/R ...`` line every :data:`LINE_EVERY_S`
-seconds (and at the last round), or every round at ``-v``.
+instead: one ``chillfl: NAME round r/R ...`` line after the first round this
+process trains (so a log shows the pace and an ETA at once, not after
+:data:`LINE_EVERY_S` seconds of silence), then every :data:`LINE_EVERY_S`
+seconds and at the last round, or every round at ``-v``.
 """
 
 from __future__ import annotations
@@ -63,7 +65,8 @@ class Lines:
     def update(self, n: int = 1) -> None:
         self.n += n
         now = time.monotonic()
-        due = now - self.last >= self.every_s or self.n >= self.total or log.isEnabledFor(logging.DEBUG)
+        first = self.n - n == self.done_at_start  # the first round trained here: its line gives the pace and an ETA
+        due = first or now - self.last >= self.every_s or self.n >= self.total or log.isEnabledFor(logging.DEBUG)
         if due:
             self.last = now
             if log.isEnabledFor(logging.INFO):  # the command line's log (its -q turns progress off altogether)

@@ -54,7 +54,7 @@ class Counted:
 
 
 class ItemLines(Lines):
-    """:class:`chillfl.progress.Lines` (a line every 30 s and at the end) counting ``unit`` items, not rounds."""
+    """:class:`chillfl.progress.Lines` (a line after the first item, every 30 s and at the end) counting ``unit`` items, not rounds."""
 
     def __init__(self, total: int, desc: str, unit: str) -> None:
         super().__init__(total, 0, desc)

@@ -3,9 +3,12 @@
 A ``\\r``-redrawn bar written to a file or a CI log piles up into one huge line
 of updates; where stderr is not a terminal the CLI asks for ``"lines"``
 instead: one ``chillfl: NAME round r/R ...`` line after the first round this
-process trains (so a log shows the pace and an ETA at once, not after
-:data:`LINE_EVERY_S` seconds of silence), then every :data:`LINE_EVERY_S`
-seconds and at the last round, or every round at ``-v``.
+process trains (so a log shows at once that rounds run, and how long that
+first one took: not after :data:`LINE_EVERY_S` seconds of silence), then every
+:data:`LINE_EVERY_S` seconds and at the last round, or every round at ``-v``.
+The ETA is measured from the end of that first round: the first round's time
+holds the start-up (workers importing torch, a checkpoint restored) and gave
+"ETA 1h36m" for a run of 72 s.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class Lines:
         self.total, self.n, self.desc, self.every_s = total, initial, desc, every_s
         self.start = self.last = time.monotonic()
         self.done_at_start = initial
+        self.paced_from: tuple[float, int] | None = None  # (time, rounds) at the end of the first round trained here
         self.postfix: dict[str, str] = {}
 
     def __enter__(self) -> Lines:
@@ -67,6 +71,8 @@ class Lines:
         now = time.monotonic()
         first = self.n - n == self.done_at_start  # the first round trained here: its line gives the pace and an ETA
         due = first or now - self.last >= self.every_s or self.n >= self.total or log.isEnabledFor(logging.DEBUG)
+        if first:
+            self.paced_from = (now, self.n)
         if due:
             self.last = now
             if log.isEnabledFor(logging.INFO):  # the command line's log (its -q turns progress off altogether)
@@ -76,10 +82,16 @@ class Lines:
 
     def line(self, now: float) -> str:
         elapsed = now - self.start
-        rate = (self.n - self.done_at_start) / elapsed if elapsed > 0 else 0.0
-        eta = f", ETA {format_seconds((self.total - self.n) / rate)}" if rate > 0 and self.n < self.total else ""
         values = "".join(f" {k}={v}" for k, v in self.postfix.items())
-        return f"{self.desc} round {self.n}/{self.total}{values} ({format_seconds(elapsed)}{eta})"
+        return f"{self.desc} round {self.n}/{self.total}{values} ({format_seconds(elapsed)}{self.eta(now)})"
+
+    def eta(self, now: float) -> str:
+        """``", ETA 3m10s"`` at the pace since the end of the first round trained here; ``""`` before a second round."""
+        if self.paced_from is None or self.n >= self.total:
+            return ""
+        since, rounds = self.paced_from
+        rate = (self.n - rounds) / (now - since) if now > since else 0.0
+        return f", ETA {format_seconds((self.total - self.n) / rate)}" if rate > 0 else ""
 
 
 def make_bar(progress: Progress, total: int, initial: int, desc: str) -> tqdm | Lines:

@@ -62,7 +62,5 @@ class ItemLines(Lines):
 
     def line(self, now: float) -> str:
         elapsed = now - self.start
-        rate = self.n / elapsed if elapsed > 0 else 0.0
-        eta = f", ETA {format_seconds((self.total - self.n) / rate)}" if rate > 0 and self.n < self.total else ""
         values = "".join(f" {k}={v}" for k, v in self.postfix.items())
-        return f"{self.desc}: {self.unit} {self.n}/{self.total}{values} ({format_seconds(elapsed)}{eta})"
+        return f"{self.desc}: {self.unit} {self.n}/{self.total}{values} ({format_seconds(elapsed)}{self.eta(now)})"

@@ -57,9 +57,17 @@ Choices
   ``selection = "uniform"`` draws the M uniformly, as it runs. The draws come from a generator seeded by
   (run seed, round, client).
 * A core model client i holds no copy of (it was never sent one, or its owner has not trained yet) is taken to be
-  the global model it is sent this round, which travels anyway: at round 0 that is every core model's start w^0,
-  as in the authors' code (which downloads every model at round 0, all still equal to w^0); a copy once received
-  is kept, stale, until the next one replaces it (the authors' ``ClientNet`` keeps them the same way).
+  the global model it is sent this round: at round 0 that is every core model's start w^0, as in the authors' code
+  (which downloads every model at round 0, all still equal to w^0); a copy once received is kept, stale, until the
+  next one replaces it (the authors' ``ClientNet`` keeps them the same way).
+* What travels. The global model goes down while the client reads it: before its first upload (theta_i starts from
+  it) and while some client j != i has a slot it holds no copy of (the fill above). A client with a core model whose
+  every other slot it holds a copy of (the server knows which: the ids it reported) never reads it -- its own slot's
+  weight in the mixture is p_ii (1 - 1) = 0 -- so its downlink marks the global model held (``Downlink.held``,
+  unpriced). p^0 goes down in a client's first round only: the client keeps it in its state, and later downlinks mark
+  it local. p_i goes up in its own dtype (the model's; the server widens it to float64, exactly). The ids of the core
+  models sent (int32, 4 bytes each: the ledger's index size) come back with p_i, so that the server's record of what
+  each client holds is a function of the uploads alone, kept nothing of a round's downlinks until their replies.
 * Partial participation (the paper has all clients every round): a client's core model and p_i start, at its first
   participation, from the global model it is sent and p_i^0; an unsampled client's core model stays the server's
   copy of its last upload. r in the scheduler and the download rule is the run's round.
@@ -159,9 +167,9 @@ class APPLEOptions:
 
 IDS, MODEL, PROX, P0, P = "apple_ids", "apple_model_", "apple_prox", "apple_p0", "apple_p"
 """Context keys: the ids and tables of the core models sent, lambda(r) mu, p^0; and the report of p_i."""
-CORE, BANK, RELATION, HELD, OWN = "apple.core.", "apple.bank.", "apple.p", "apple.held", "apple.own"
+CORE, BANK, RELATION, HELD, OWN, START = "apple.core.", "apple.bank.", "apple.p", "apple.held", "apple.own", "apple.p0"
 """Where theta_i, the copies it holds (one (K, ...) stack per parameter, K the copies held), p_i, the ids of those copies
-(int64, ascending) and i's one-hot live in the state."""
+(int64, ascending), i's one-hot and p^0 (sent in its first round only) live in the state."""
 FLOOR = 0.001
 """The exponential scheduler's value at r = L (the authors' ``epsilon``)."""
 
@@ -255,7 +263,7 @@ class APPLEClient:
         device = next(iter(g.values())).device
         names = [n for n, _ in self.model.named_parameters()]
         core = {k: v.to(device) for k, v in own_entries(local.state, CORE).items()} or g
-        start_p = read_tensor(local.context, P0)
+        start_p = local.state[START].to(device) if START in local.state else read_tensor(local.context, P0)  # kept since its first round
         p = local.state[RELATION].to(device) if RELATION in local.state else start_p.to(device, g[names[0]].dtype)
         bank, held = unpacked(local.state, self.num_clients, g, names)
         ids, models = received(local.context)
@@ -267,13 +275,14 @@ class APPLEClient:
         own[local.client_id] = 1.0
         filled = fill(bank, held, g)
         start = {"p": p, "own": own, **with_prefix(core, "core."), **{f"bank.b{k}": filled[n] for k, n in enumerate(names)}}
-        context = {k: v for k, v in local.context.items() if k != IDS and not k.startswith(MODEL)}
+        context = {**{k: v for k, v in local.context.items() if k != IDS and not k.startswith(MODEL)}, P0: start_p}
         out = yield Train(start, context, objective=0)
         new_core = own_entries(out.params, "core.")
         new_p = out.params["p"]
         slots = torch.nonzero(held > 0).reshape(-1)  # the copies held: only they are kept (the others are the global model's)
-        state = {**with_prefix(new_core, CORE), **with_prefix({n: stack[slots] for n, stack in bank.items()}, BANK), RELATION: new_p, HELD: slots, OWN: own}
-        report: Report = {IDS: ids, P: new_p.detach().to(torch.float64)}
+        state = {**with_prefix(new_core, CORE), **with_prefix({n: stack[slots] for n, stack in bank.items()}, BANK), RELATION: new_p, HELD: slots, OWN: own,
+                 START: start_p}
+        report: Report = {IDS: ids, P: new_p.detach()}  # p_i in its own dtype (the model's): the server widens it to float64
         return Personal(new_core, out.num_steps, out.mean_loss, personalised(new_core, filled, new_p, own), state, report)
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
@@ -413,13 +422,26 @@ class APPLE(AggregatorBase):
         return choose_downloads(candidates, never, relations, o.downloads, base, generator, o.selection)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        """lambda(r) mu, p^0 (local to a client that has trained: it keeps it), the chosen core models and their ids; the
+        global model held (unpriced) when the client reads it nowhere (:meth:`reads_global`)."""
         like = next(iter(global_params.values()))
         context: dict[str, Wire] = {PROX: self.proximal_weight(round), P0: self.start_relations().to(like.device, like.dtype)}
         chosen = self.choose(client_id, round)
         if chosen:
-            context[IDS] = torch.tensor(chosen, dtype=torch.int64)
+            context[IDS] = torch.tensor(chosen, dtype=torch.int32)
             context.update({f"{MODEL}{k}": {n: v.to(like.device) for n, v in self.models[j].items()} for k, j in enumerate(chosen)})
-        return Downlink(context=context)
+        returning = client_id in self.models
+        held = () if self.reads_global(client_id, chosen) else tuple(global_params)
+        return Downlink(context=context, local=(P0,) if returning else (), held=held)
+
+    def reads_global(self, client_id: int, chosen: Collection[int]) -> bool:
+        """Whether the client reads the global model this round: it has no core model yet (theta_i starts from it), or
+        some other client's slot is one it holds no copy of after this downlink (:func:`fill`). Its own slot is filled too,
+        but its weight in the mixture is 0 (``combine``'s ``p (1 - own)``), so its value is never read."""
+        if client_id not in self.models:
+            return True
+        holds = self.sent.get(client_id, set()) | set(chosen)
+        return any(j not in holds for j in range(self.num_clients) if j != client_id)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         for r in results:

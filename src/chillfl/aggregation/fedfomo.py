@@ -49,7 +49,14 @@ Choices
 * A client's model before its first participation is the global model it is
   sent. The global model, used for the global evaluation and first-time
   clients, is the FedAvg (n_i / n) of the round's uploads; FedFomo has none.
-* The downlink carries the M models besides the global model (counted).
+* The downlink carries the M models and their ids. The global model goes to a
+  client's first round only: a client the server holds a model of starts from
+  theta_i, its own, and never reads the global one, so the downlink marks it
+  held (``Downlink.held``) and the ledger does not price it. The ids (int32,
+  4 bytes each: the ledger's index size) travel back with the weights, so
+  that the server's update of P is a function of the uploads alone: it keeps
+  nothing of a round's downlinks until their replies (in memory or in a
+  checkpoint).
 
 Checked against PFLlib (TsingZ0/PFLlib ``system/flcore/clients/clientfomo.py``
 ``weight_cal``/``weight_scale``/``aggregate_parameters``/``load_train_data``,
@@ -204,7 +211,7 @@ class FedFomoClient:
             raw = fomo_weights(own_loss, losses, [distance(m, own, self.param_keys, self.norm) for m in models])
             start = combine_models(own, models, raw, sorted(self.param_keys))
         out = yield Train(start, context, rows=None if rows is None else rows.to(local.y.device))
-        report: Report = {IDS: ids, WEIGHTS: torch.tensor(raw, dtype=torch.float64)} if raw else {}
+        report: Report = {IDS: ids, WEIGHTS: torch.tensor(raw, dtype=torch.float64)} if raw else {}  # the ids: see the module's Choices
         return Personal(out.params, out.num_steps, out.mean_loss, state=with_prefix(out.params, PREFIX), report=report)
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
@@ -279,13 +286,16 @@ class FedFomo(AggregatorBase):
         return epsilon_greedy(self.affinity.get(client_id, {}), candidates, o.m, epsilon, generator)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
+        """The chosen models and their ids; the global model is held (unpriced) by a client the server holds a model of:
+        such a client has trained, keeps theta_i and starts from it (:meth:`FedFomoClient.train`), never from the global model."""
+        held = tuple(global_params) if client_id in self.models else ()
         chosen = self.choose(client_id, round)
         if not chosen:
-            return Downlink()
-        context: dict[str, Wire] = {IDS: torch.tensor(chosen, dtype=torch.int64)}
+            return Downlink(held=held)
+        context: dict[str, Wire] = {IDS: torch.tensor(chosen, dtype=torch.int32)}
         device = next(iter(global_params.values())).device  # a checkpoint may have brought them back on another
         context.update({f"{MODEL}{i}": {k: v.to(device) for k, v in self.models[j].items()} for i, j in enumerate(chosen)})
-        return Downlink(context=context)
+        return Downlink(context=context, held=held)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         for r in results:

@@ -1,4 +1,4 @@
-"""What FedFomo and APPLE put on the wire, counted by hand on a tiny model.
+"""What FedFomo, APPLE and VRL-SGD put on the wire, counted by hand on a tiny model.
 
 :class:`Tiny` is ``body`` Linear(4, 3) (12 + 3 = 15 floats, 60 bytes) then ``fc`` Linear(3, 2) (6 + 2 = 8 floats,
 32 bytes): :data:`MODEL` = 92 bytes of float32. Every client takes part in every round (:data:`CLIENTS` of them), so
@@ -9,6 +9,7 @@ a client's second round is its first as a returning client. Ids travel as int32 
 * APPLE, round 1: the global model, lambda(r) mu (8) and p^0 (4 float32, 16): 116 bytes; up the core model and p_i
   in float32 (16): 108. Round 2: lambda(r) mu and the 3 core models with their ids; p^0 is kept by the client and
   the global model read nowhere (it holds a copy of every other core model): 8 + 276 + 12 = 296.
+* VRL-SGD: round 1 is FedAvg's (no Delta_i yet: the zero correction is not priced); round 2 adds -Delta_i (92).
 """
 
 from __future__ import annotations
@@ -94,6 +95,18 @@ def test_apple_sends_the_global_model_while_a_slot_is_not_held() -> None:
     assert set(server.downlink(0, 2, g).held) == set(g)  # 2 and 3 chosen now: every other slot held after this downlink
 
 
+def test_vrl_sgd_prices_no_zero_correction(data: chillfl.TensorData) -> None:
+    assert traffic(run("vrl_sgd", data)) == [(CLIENTS * MODEL, CLIENTS * MODEL)] + [(CLIENTS * MODEL, CLIENTS * 2 * MODEL)] * (ROUNDS - 1)
+
+
+def test_vrl_sgd_first_rounds_cost_fedavgs_under_sampling(data: chillfl.TensorData) -> None:
+    """Two clients a round: a round's new clients cost FedAvg's downlink, its returning ones one model more."""
+    records = run("vrl_sgd", data, per_round=2)
+    seen: set[int] = set()
+    for r in records:
+        returning = sum(c in seen for c in r["clients"])
+        assert r["bytes_down"] == 2 * MODEL + returning * MODEL
+        seen.update(r["clients"])
 
 
 

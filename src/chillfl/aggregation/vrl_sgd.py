@@ -49,6 +49,19 @@ Choices
   which the paper does not count, and which it leaves undefined when only
   sampled clients take part: whose buffers are averaged, and what a client
   sampled for the first time starts from).
+* ``Delta_i`` stays on the server, which sends ``-Delta_i`` as downlink
+  context (``correction``): its update reads x_hat, the round's new average,
+  which exists only after aggregation, when the client has replied. Keeping
+  it on the client would need x_hat sent to every client after each round
+  (under full participation, the next round's global model: the paper's
+  setting, where each worker updates its own ``Delta_i`` from it); under
+  client sampling a client sampled again rounds later would need the x_hat of
+  its last round, which is not the model it is then sent. So the downlink
+  costs one model more than FedAvg's for each client with a ``Delta_i``, each
+  round: one model per client per round, avoidable under full participation
+  only. A client sampled for the first time has none (zeros): it is sent no
+  correction it must pay for (``Downlink.local``: it knows the zeros), so
+  round 1 costs FedAvg's bytes.
 * Only trainable parameters carry ``Delta_i``; buffers are averaged. A frozen
   weight (``requires_grad = False``: :attr:`LocalSpec.frozen`) never moves, so it
   carries none either (:meth:`BuildContext.trainable_keys`): it would be a
@@ -107,7 +120,7 @@ class VRLSGD(OnParameters, AggregatorBase):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         own = self.deltas.get(client_id)
         correction = {k: -own[k] if own is not None else torch.zeros_like(global_params[k]) for k in self.rule_keys(global_params)}
-        return Downlink(context={"correction": correction})
+        return Downlink(context={"correction": correction}, local=() if own is not None else ("correction",))  # zeros: no bytes
 
     def aggregate(
         self, global_params: Params, results: Sequence[ClientResult], round: int, weights: torch.Tensor | None = None

@@ -1,4 +1,4 @@
-"""What FedFomo, APPLE and VRL-SGD put on the wire, counted by hand on a tiny model.
+"""What FedFomo, APPLE, VRL-SGD and FedPAC put on the wire, counted by hand on a tiny model.
 
 :class:`Tiny` is ``body`` Linear(4, 3) (12 + 3 = 15 floats, 60 bytes) then ``fc`` Linear(3, 2) (6 + 2 = 8 floats,
 32 bytes): :data:`MODEL` = 92 bytes of float32. Every client takes part in every round (:data:`CLIENTS` of them), so
@@ -10,6 +10,8 @@ a client's second round is its first as a returning client. Ids travel as int32 
   in float32 (16): 108. Round 2: lambda(r) mu and the 3 core models with their ids; p^0 is kept by the client and
   the global model read nowhere (it holds a copy of every other core model): 8 + 276 + 12 = 296.
 * VRL-SGD: round 1 is FedAvg's (no Delta_i yet: the zero correction is not priced); round 2 adds -Delta_i (92).
+* FedPAC's report, d = 3 features, C = 2 classes: the class means (6 float32, 24), counts (2 int32, 8), V_i
+  (1 float32, 4) and h_i (6 float32, 24): 60 bytes.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ from torch import nn
 
 import chillfl
 from chillfl.aggregation.apple import APPLE, P, P0
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import ClientResult, Local
+from chillfl.aggregation.fedpac import COUNTS, MEANS, STATS, VAR, FedPACClient, features, statistics
 from chillfl.protocols.parameters import ParameterSharing
+from chillfl.training.local import LocalOutcome, LocalSpec
 
 CLIENTS, ROUNDS = 4, 3
 MODEL = 60 + 32
@@ -109,7 +113,37 @@ def test_vrl_sgd_first_rounds_cost_fedavgs_under_sampling(data: chillfl.TensorDa
         seen.update(r["clients"])
 
 
+def test_fedpac_reports_in_the_models_dtype_and_counts_as_int32(data: chillfl.TensorData) -> None:
+    report = 2 * 3 * 4 + 2 * 4 + 4 + 2 * 3 * 4  # means, counts, V_i, h_i
+    assert {up for up, _ in traffic(run("fedpac", data))} == {CLIENTS * (MODEL + report)}
 
+
+def test_fedpac_features_are_in_the_models_dtype() -> None:
+    model = Tiny().double()
+    state = {k: v.detach() for k, v in model.state_dict().items()}
+    x = torch.randn(5, 4, dtype=torch.float64)
+    out = features(model, state, x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, torch.relu(model.body(x)).detach(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_fedpac_reports_in_the_models_dtype(dtype: torch.dtype) -> None:
+    """The client's statistics as it sends them (its two trainings answered with the start model)."""
+    model = Tiny().to(dtype)
+    half = FedPACClient(model, frozenset({"fc.weight", "fc.bias"}), frozenset({"body.weight", "body.bias"}), 2, 1)
+    start = {k: v.detach() for k, v in model.state_dict().items()}
+    x, y = torch.randn(6, 4, dtype=dtype), torch.tensor([0, 1, 0, 1, 1, 0])
+    program = half.train(Local(0, x, y, start, {}, 0.1, {}, 0, LocalSpec(1, 6)))
+    outcome = LocalOutcome(next(program).start, 1, 0.0)
+    program.send(outcome)
+    with pytest.raises(StopIteration) as stop:
+        program.send(outcome)
+    report = stop.value.value.report
+    assert report[MEANS].dtype == report[VAR].dtype == report[STATS].dtype == dtype
+    assert report[COUNTS].dtype == torch.int32 and report[COUNTS].tolist() == [3, 3]
+    v, h = statistics(features(model, start, x).double(), y, 2)
+    assert torch.equal(report[VAR], v.to(dtype)) and torch.equal(report[STATS], h.to(dtype))  # float64 sums, rounded once
 
 
 @pytest.fixture

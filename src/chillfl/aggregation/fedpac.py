@@ -44,7 +44,10 @@ Choices
   are renormalised to sum to 1 (their ``agg_classifier_weighted_p`` divides by the weights' sum).
 * The statistics are computed in eval mode, with the body received this
   round (before training), as the authors' code does; they travel with the
-  upload and the server uses them in that round's aggregation.
+  upload and the server uses them in that round's aggregation. The features,
+  class means, V_i and h_i are in the model's dtype on the wire (V_i and h_i
+  are summed in float64 on the client and rounded once; the QP widens them
+  back and runs in float64 on the server), the counts as int32.
 * The head and body phases train in train mode (dropout active, batch-norm
   statistics updated), as every training of the run and as the paper implies.
   The authors' ``local_training`` calls ``model.train()`` and then
@@ -187,14 +190,15 @@ class AlignTerm:
 
 @torch.no_grad()
 def features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """The representation of ``x`` under ``state``, in eval mode, ``[n, d]`` float32."""
+    """The representation of ``x`` under ``state``, in eval mode, ``[n, d]`` in the model's dtype (its first floating entry's)."""
     model.eval()
     params, buffers = split_state(model, state)
     parts = []
     head = head_name(model, warn=False)  # once, not per batch; FedPAC's build (head_keys) warned
+    dtype = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
     for i in range(0, len(x), batch_size):
         rep, _ = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)), head=head)
-        parts.append(rep.float())
+        parts.append(rep.to(dtype))
     return torch.cat(parts)
 
 
@@ -302,7 +306,9 @@ class FedPACClient:
             mask = mask | fill
         body = yield Train(head.params, {**context, PROTOS: protos, MASK: mask}, objective=1)
         means, counts = class_means(features(self.model, body.params, local.x, self.eval_batch_size), local.y, self.num_classes)
-        report: Report = {MEANS: means, COUNTS: counts.double(), VAR: v, STATS: h}
+        # in the model's dtype, the counts as int32 (the ledger's 4-byte integers): V_i and h_i are computed in float64 and
+        # rounded once here; the server's QP widens them back and solves in float64
+        report: Report = {MEANS: means, COUNTS: counts.to(torch.int32), VAR: v.to(received.dtype), STATS: h.to(received.dtype)}
         return Personal(body.params, head.num_steps + body.num_steps, body.mean_loss, report=report)
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:

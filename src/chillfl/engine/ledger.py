@@ -31,6 +31,13 @@ Choices
   alike (round, lr, temperature, seeds, sample counts, training loss) and the
   cluster ids COMET sends are not counted
   (SCARLET Appendix B counts COMET's assignment as free).
+* Evaluation-only traffic is not counted: ``eval.clients = "all"`` scores
+  the global model on every client's split (clients not sampled that round
+  included), and ``local_eval = "averaged"`` evaluates the clients' personal
+  models on the server after the average (from their kept states). A
+  deployment would pay for both; they measure the method, they are not part
+  of its training, and counting them would make a method's bytes depend on
+  how it is evaluated.
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ code weighs its sites 1/K, ``weighting = "uniform"``, on sites cut to one
 size, where the two agree). A returning client starts from
 the global non-BN entries plus its own BN entries: they are the client's own
 state (:class:`KeepLocal` puts them into its start model and keeps the trained
-ones), as in the paper, where BN layers never leave the client.
+ones), as in the paper, where BN layers never leave the client (here they are
+uploaded, for the global model's BN entries, under the default
+``global_bn = "average"``, and never sent back to a returning client).
 
 Choices
 -------

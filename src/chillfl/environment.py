@@ -90,11 +90,19 @@ def cpu_model() -> str:
 
 @lru_cache(maxsize=1)
 def git_commit() -> str | None:
-    """The commit of the checkout chillfl is imported from (``+dirty`` with local changes); None when installed."""
+    """The commit of the checkout chillfl is imported from (``+dirty`` with local changes); None when installed.
+
+    Only a repository that tracks chillfl's own files names its code: an installed chillfl can sit in a virtual
+    environment inside the user's own repository, whose HEAD says nothing of chillfl's code, and would make
+    ``chillfl resume`` warn of another set-up after every commit of the user's.
+    """
     source = Path(__file__).resolve().parent
     if not any((p / ".git").exists() for p in (source, *source.parents)):
         return None
     try:
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", "__init__.py"], cwd=source, capture_output=True, text=True, timeout=5, check=False)
+        if tracked.returncode != 0:  # not chillfl's checkout: a repository around an installed copy (or git refuses it)
+            return None
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=source, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "."], cwd=source, capture_output=True, text=True, timeout=5, check=True).stdout.strip()
     except (OSError, subprocess.SubprocessError):

@@ -539,6 +539,7 @@ def _stop_on_sigterm() -> None:
 
 
 def default_files() -> list[Path]:
+    """README.md and docs/*.md of the checkout this module lies in (``src/chillfl/``); none for an installed chillfl."""
     root = Path(__file__).resolve().parents[2]
     return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
 
@@ -561,6 +562,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--only: rewrites blocks; --check and --list take every block", file=sys.stderr)
         return 2
     files = list(args.files or default_files())
+    if not files:  # an installed chillfl (site-packages holds no docs): checking nothing is no pass
+        print("no README.md or docs/ beside this chillfl: name the files", file=sys.stderr)
+        return 2
     for path in files:  # a page that cannot be read: one line, before anything runs
         if not path.is_file():
             print(f"{path}: no such file", file=sys.stderr)

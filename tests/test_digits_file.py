@@ -59,5 +59,5 @@ def test_package_file_finds_without_importing_and_names_the_extra() -> None:
     found = package_file("sklearn", "datasets", "the digits data", "datasets", "data", "digits.csv.gz")
     assert found is not None and found.name == "digits.csv.gz" and found.parent.parent.parent.name == "sklearn"
     assert package_file("sklearn", "datasets", "the digits data", "no", "such.csv") is None
-    with pytest.raises(MissingExtra, match=r'need no-such-package-xyz: pip install "chillfl\[datasets\]"'):
+    with pytest.raises(MissingExtra, match=r'no-such-package-xyz is needed for the data: pip install "chillfl\[datasets\]"'):
         package_file("no-such-package-xyz", "datasets", "the data")

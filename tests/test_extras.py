@@ -92,7 +92,7 @@ def test_core_imports_and_runs_a_tiny_experiment_without_extras(tmp_path: Path) 
     assert (folder / "summary.json").is_file() and (folder / "config.toml").is_file()
     assert not list(folder.glob("*.png"))
     skipped = [line for line in out.stderr.splitlines() if "figures skipped" in line]
-    assert skipped == ['LOG chillfl.runner plots need matplotlib: pip install "chillfl[plots]"; figures skipped']
+    assert skipped == ['LOG chillfl.runner matplotlib is needed for plots: pip install "chillfl[plots]"; figures skipped']
 
 
 def test_cli_run_without_extras_writes_metrics(tmp_path: Path) -> None:
@@ -102,19 +102,19 @@ def test_cli_run_without_extras_writes_metrics(tmp_path: Path) -> None:
     progress = [line for line in out.stderr.splitlines() if line.startswith("chillfl: tiny round ")]  # stderr is no terminal: plain lines
     assert progress and progress[-1].startswith("chillfl: tiny round 2/2 ")
     lines = [line for line in out.stderr.splitlines() if line.startswith("chillfl:") and line not in progress]
-    assert lines == ['chillfl: plots need matplotlib: pip install "chillfl[plots]"; figures skipped']
+    assert lines == ['chillfl: matplotlib is needed for plots: pip install "chillfl[plots]"; figures skipped']
     assert "Traceback" not in out.stderr
     assert (tmp_path / "res" / "tiny" / "metrics.jsonl").is_file()
 
 
 STOPPED = [
-    (["run", "--out", "res"], 'chillfl: the digits data need scikit-learn: pip install "chillfl[datasets]"'),  # the demo
-    (["compare", "digits.toml", "--grid", "client.lr=0.1,0.2", "--out", "res"], 'chillfl: the digits data need scikit-learn: pip install "chillfl[datasets]"'),
-    (["run", "digits.toml", "--out", "res"], 'chillfl: the digits data need scikit-learn: pip install "chillfl[datasets]"'),
-    (["run", "mnist1d.toml", "--out", "res"], 'chillfl: the mnist1d data need mnist1d: pip install "chillfl[datasets]"'),
-    (["data", "show", "tiny.toml", "-o", "res/heat.png"], 'chillfl: heat maps need matplotlib: pip install "chillfl[plots]"'),
-    (["analyze", "cache-ratio"], 'chillfl: plots need matplotlib: pip install "chillfl[analysis]"'),
-    (["analyze", "temperature-sweep", "tiny.toml", "out_dir=res"], 'chillfl: correlations need scipy: pip install "chillfl[analysis]"'),
+    (["run", "--out", "res"], 'chillfl: scikit-learn is needed for the digits data: pip install "chillfl[datasets]"'),  # the demo
+    (["compare", "digits.toml", "--grid", "client.lr=0.1,0.2", "--out", "res"], 'chillfl: scikit-learn is needed for the digits data: pip install "chillfl[datasets]"'),
+    (["run", "digits.toml", "--out", "res"], 'chillfl: scikit-learn is needed for the digits data: pip install "chillfl[datasets]"'),
+    (["run", "mnist1d.toml", "--out", "res"], 'chillfl: mnist1d is needed for the mnist1d data: pip install "chillfl[datasets]"'),
+    (["data", "show", "tiny.toml", "-o", "res/heat.png"], 'chillfl: matplotlib is needed for heat maps: pip install "chillfl[plots]"'),
+    (["analyze", "cache-ratio"], 'chillfl: matplotlib is needed for plots: pip install "chillfl[analysis]"'),
+    (["analyze", "temperature-sweep", "tiny.toml", "out_dir=res"], 'chillfl: scipy is needed for correlations: pip install "chillfl[analysis]"'),
 ]
 
 
@@ -144,7 +144,7 @@ def test_a_missing_extra_that_stops_a_command_is_one_line_and_exit_2(tmp_path: P
 def test_need_names_the_extra_and_is_a_config_error() -> None:
     with pytest.raises(MissingExtra) as info:
         need("chillfl_no_such_package_xyz", "plots", "plots")
-    assert str(info.value) == 'plots need chillfl_no_such_package_xyz: pip install "chillfl[plots]"'
+    assert str(info.value) == 'chillfl_no_such_package_xyz is needed for plots: pip install "chillfl[plots]"'
     assert isinstance(info.value, ConfigError) and info.value.field == "plots"
 
 

@@ -91,7 +91,7 @@ def test_a_missing_sink_package_stops_the_run_before_flower_starts(tmp_path: Pat
     monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kwargs: pytest.fail("Flower started"))
     with pytest.raises(MissingExtra) as err:
         run_simulation(_config(tmp_path, log={"sinks": ["csv", "tensorboard"]}), num_supernodes=NODES)
-    assert "TensorBoard logs need tensorboard" in str(err.value)
+    assert "tensorboard is needed for TensorBoard logs" in str(err.value)
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 

@@ -21,7 +21,7 @@ def test_a_missing_sink_package_stops_a_comparison_before_its_first_run(tmp_path
     config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["csv", "wandb"]})
     with caplog.at_level(logging.INFO, logger="chillfl"), pytest.raises(MissingExtra) as info:
         run_compare(config, ["client.lr=0.05,0.1"], progress=False)
-    assert str(info.value) == 'W&B logs need wandb: pip install "chillfl[wandb]"'
+    assert str(info.value) == 'wandb is needed for W&B logs: pip install "chillfl[wandb]"'
     assert not [r for r in caplog.records if "run 1 of 2" in r.getMessage()]
     assert not (tmp_path / "results").exists()
 

@@ -167,8 +167,9 @@ def test_sinks_are_refused_with_one_line_in_the_config() -> None:
         load_config(None, {"log.sinks": "csv"})
 
 
-@pytest.mark.parametrize(("sink", "line"), [("tensorboard", 'TensorBoard logs need tensorboard: pip install "chillfl[tensorboard]"'), ("wandb", 'W&B logs need wandb: pip install "chillfl[wandb]"'),
-                                          ("mlflow", 'MLflow logs need mlflow: pip install "chillfl[mlflow]"')])
+@pytest.mark.parametrize(("sink", "line"), [("tensorboard", 'tensorboard is needed for TensorBoard logs: pip install "chillfl[tensorboard]"'),
+                                          ("wandb", 'wandb is needed for W&B logs: pip install "chillfl[wandb]"'),
+                                          ("mlflow", 'mlflow is needed for MLflow logs: pip install "chillfl[mlflow]"')])
 def test_a_missing_sink_package_stops_the_run_before_its_folder_exists(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sink: str, line: str) -> None:
     monkeypatch.setitem(sys.modules, sink, None)  # import of a None entry raises ModuleNotFoundError, as if not installed
     config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["csv", sink]})

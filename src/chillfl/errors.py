@@ -260,12 +260,13 @@ class MissingExtra(ConfigError):
 
     A :class:`ConfigError` (field = the extra), so every path that turns user
     errors into exit 2 with nothing written handles it too; ``str()`` reads
-    ``plots need matplotlib: pip install "chillfl[plots]"``.
+    ``matplotlib is needed for plots: pip install "chillfl[plots]"``: the package leads, so the line reads right
+    whatever ``what`` is (``plots``, ``[privacy]``, ``reading the LEAF parquet files``).
     """
 
     def __init__(self, what: str, module: str, extra: str) -> None:
         self.what, self.module, self.extra = what, module, extra
-        super().__init__(extra, f"{what} need {module}: pip install \"chillfl[{extra}]\"")
+        super().__init__(extra, f"{module} is needed for {what}: pip install \"chillfl[{extra}]\"")
 
     def __str__(self) -> str:
         return one_line(self.message)

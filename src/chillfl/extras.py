@@ -38,7 +38,7 @@ PACKAGES = {"PIL": "pillow", "matplotlib": "matplotlib", "scipy": "scipy", "skle
 
 
 def need(module: str, extra: str, what: str) -> ModuleType:
-    """``import module``, or :class:`MissingExtra` (``what`` need ``package``: pip install "chillfl[extra]").
+    """``import module``, or :class:`MissingExtra` (``package`` is needed for ``what``: pip install "chillfl[extra]").
 
     A handler that the import puts on the root logger is taken off again: opacus calls ``logging.basicConfig``
     when imported, which would print every ``chillfl`` log line of a private run a second time, in its format.

@@ -85,7 +85,7 @@ def test_the_citation_file_agrees_with_the_package_and_the_readme() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert cff["cff-version"] == "1.2.0" and cff["type"] == "software" and cff["message"] and cff["title"].startswith("chillfl")
     assert cff["authors"] and all(a.get("name") or a.get("family-names") for a in cff["authors"])
-    assert str(cff["version"]) == project["version"] and cff["license"] == project["license"]["text"]
+    assert str(cff["version"]) == project["version"] and cff["license"] == project["license"]
     for ref in cff["references"]:  # every paper cited, each with its authors as the paper gives them
         assert ref["title"] and ref["authors"] and all(a.get("name") or a.get("family-names") for a in ref["authors"])
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

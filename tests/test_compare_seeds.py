@@ -130,8 +130,8 @@ def test_a_comparison_builds_each_variants_config_once_its_table_too(monkeypatch
 def test_rows_and_table_over_three_seeds() -> None:
     # base T=1: final [0.80, 0.90, 0.70]; T=0.1: final [0.85, 0.88, 0.80]
     # paired diffs [0.05, -0.02, 0.10]: mean 0.043333, std 0.060277 (see test_stats), sign holds 2/3
-    # T=1 accuracy: mean 0.8, std 0.1, half width 4.3027 * 0.1 / sqrt(3) = 0.248417 -> [55.16, 104.84] %, an accuracy past
-    # 100 %: printed clipped to its range as [55.16, 100.00] and marked †, with the footnote; table.json keeps 1.048417
+    # T=1 accuracy: mean 0.8, std 0.1, half width 4.302653 * 0.1 / sqrt(3) = 0.248414 -> [55.16, 104.84] %, an accuracy past
+    # 100 %: printed clipped to its range as [55.16, 100.00] and marked †, with the footnote; table.json keeps 1.048414
     # target at each seed = best of T=1 (reference) = [0.8, 0.9, 0.7]; T=0.1's curves reach it at rounds 2, never, 1
     base, chill = Variant("T=1", {}, 1.0), Variant("T=0.1", {}, 0.1)
     runs = {
@@ -141,8 +141,8 @@ def test_rows_and_table_over_three_seeds() -> None:
     rows = build_seed_rows([base, chill], runs, [0, 1, 2], base, base, None)
     t1, t01 = rows
     assert t1["final_acc"]["mean"] == pytest.approx(0.8) and t1["final_acc"]["std"] == pytest.approx(0.1)
-    assert t1["final_acc"]["ci_low"] == pytest.approx(0.8 - 0.248417, abs=1e-6)
-    assert t1["final_acc"]["ci_high"] == pytest.approx(0.8 + 0.248417, abs=1e-6) and t1["final_acc"]["range"] == [0.0, 1.0]
+    assert t1["final_acc"]["ci_low"] == pytest.approx(0.8 - 0.248414, abs=1e-6)
+    assert t1["final_acc"]["ci_high"] == pytest.approx(0.8 + 0.248414, abs=1e-6) and t1["final_acc"]["range"] == [0.0, 1.0]
     assert t01["delta_acc"]["range"] == [-1.0, 1.0] and "range" not in t1["final_loss"]  # a loss has no upper bound
     assert t01["delta_acc"]["mean"] == pytest.approx(0.043333, abs=1e-6) and t01["delta_acc"]["sign_holds"] == 2
     assert t01["delta_acc"]["per_seed"] == pytest.approx([0.05, -0.02, 0.10])

@@ -82,18 +82,18 @@ def test_the_caption_says_how_many_seeds_and_whether_there_is_an_interval() -> N
 
 def test_a_difference_interval_past_100_points_is_drawn_clipped_and_named() -> None:
     """Hand-worked: per-seed differences +0.90, +0.10, +0.50 (fractions) -> mean +0.50, sample std 0.40, half width
-    t(0.975, 2) * 0.40 / sqrt(3) = 4.3027 * 0.23094 = 0.993666, so the t-interval is [-0.493666, +1.493666]: in points
+    t(0.975, 2) * 0.40 / sqrt(3) = 4.302653 * 0.23094 = 0.993655, so the t-interval is [-0.493655, +1.493655]: in points
     [-49.37, +149.37]. A difference of two accuracies cannot pass +100 (its ``range`` [-1, 1], as ``chillfl compare``
     writes it), so the bar is drawn to [-49.37, +100.00], flagged clipped; the label ends in a dagger, the caption says why."""
     from chillfl.metrics.stats import FRACTION, paired_difference
 
     p = paired_difference([0.90, 0.10, 0.50], [0.0, 0.0, 0.0], FRACTION)
-    assert (p.summary.low, p.summary.high) == (pytest.approx(-0.493666, abs=1e-6), pytest.approx(1.493666, abs=1e-6))
+    assert (p.summary.low, p.summary.high) == (pytest.approx(-0.493655, abs=1e-6), pytest.approx(1.493655, abs=1e-6))
     wide = {"n": 3, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
             "per_seed": list(p.differences), "range": [-1.0, 1.0]}
     (one,) = differences([ROWS[0], {"variant": "W", "delta_acc": wide}], "FedAvg", "delta_acc")
-    assert ends(one) == (pytest.approx(-49.367, abs=1e-3), 100.0) and one.interval is not None and one.interval.clipped
+    assert ends(one) == (pytest.approx(-49.3655, abs=1e-3), 100.0) and one.interval is not None and one.interval.clipped
     assert one.side == "crosses" and row_label(one) == "W †"
     assert caption([one]) == "dots: 3 seeds; bar: 95 % CI; † bar clipped to ±100 points, the CI reaches past it"
     unbounded = differences([ROWS[0], {"variant": "W", "delta_acc": {**wide, "range": None}}], "FedAvg", "delta_acc")[0]  # an older table.json
-    assert ends(unbounded) == (pytest.approx(-49.367, abs=1e-3), pytest.approx(149.367, abs=1e-3)) and row_label(unbounded) == "W"
+    assert ends(unbounded) == (pytest.approx(-49.3655, abs=1e-3), pytest.approx(149.3655, abs=1e-3)) and row_label(unbounded) == "W"

@@ -23,10 +23,10 @@ SMALLER = "same sign, much smaller"
 
 
 def test_a_large_mean_whose_interval_contains_0_is_no_artefact() -> None:
-    # 40, -5, -1 points: mean 11.33 (3.4x the paper's 3.37), std 24.91, half-width 4.3027 * 24.91 / sqrt(3) = 61.88:
-    # [-50.54, +73.21] contains 0
+    # 40, -5, -1 points: mean 11.33 (3.4x the paper's 3.37), std 24.91, half-width 4.302653 * 24.91 / sqrt(3) = 61.87:
+    # [-50.54, +73.20] contains 0
     measured, verdict = accuracy_verdict([0.40, -0.05, -0.01], 3.37)
-    assert verdict == "does not at this scale" and "[95 % CI -50.54, +73.21]" in measured and "mistuned" not in measured
+    assert verdict == "does not at this scale" and "[95 % CI -50.54, +73.20]" in measured and "mistuned" not in measured
 
 
 def test_one_seed_far_beyond_the_paper_is_no_verdict() -> None:

@@ -12,14 +12,14 @@ from chillfl.metrics.stats import FRACTION, T975, Bounds, Interval, clip_interva
 def test_mean_std_ci_of_1_2_3_4() -> None:
     # mean = 10 / 4 = 2.5; squared deviations 2.25 + 0.25 + 0.25 + 2.25 = 5;
     # sample variance 5 / 3, std = sqrt(5/3) = 1.290994;
-    # half width = t_{0.975,3} * std / sqrt(4) = 3.1824 * 1.290994 / 2 = 2.054232
+    # half width = t_{0.975,3} * std / sqrt(4) = 3.182446 * 1.290994 / 2 = 2.054260
     s = summarize([1, 2, 3, 4])
     assert s.n == 4
     assert s.mean == 2.5
     assert s.std == pytest.approx(math.sqrt(5 / 3))
-    assert s.half_width == pytest.approx(3.1824 * 1.290994 / 2, abs=1e-5)
-    assert s.low == pytest.approx(2.5 - 2.054232, abs=1e-5)
-    assert s.high == pytest.approx(2.5 + 2.054232, abs=1e-5)
+    assert s.half_width == pytest.approx(3.182446 * 1.290994 / 2, abs=1e-5)
+    assert s.low == pytest.approx(2.5 - 2.054260, abs=1e-5)
+    assert s.high == pytest.approx(2.5 + 2.054260, abs=1e-5)
 
 
 def test_one_value_has_no_spread() -> None:
@@ -30,18 +30,18 @@ def test_one_value_has_no_spread() -> None:
 
 
 def test_two_values() -> None:
-    # [0, 1]: mean 0.5, std = sqrt(0.5) = 0.707107; half = 12.7062 * 0.707107 / sqrt(2) = 12.7062 / 2 = 6.3531
+    # [0, 1]: mean 0.5, std = sqrt(0.5) = 0.707107; half = 12.706205 * 0.707107 / sqrt(2) = 12.706205 / 2 = 6.3531025
     s = summarize([0.0, 1.0])
     assert s.std == pytest.approx(math.sqrt(0.5))
-    assert s.half_width == pytest.approx(6.3531)
+    assert s.half_width == pytest.approx(6.3531025)
 
 
 def test_t_quantiles() -> None:
     # table values from any t table; df = 31 from the Cornish-Fisher expansion vs the table value 2.0395;
     # df = 60: 2.0003; df = 120: 1.9799; large df -> z = 1.95996
-    assert t_quantile_975(1) == 12.7062
-    assert t_quantile_975(2) == 4.3027
-    assert t_quantile_975(30) == 2.0423
+    assert t_quantile_975(1) == 12.706205
+    assert t_quantile_975(2) == 4.302653
+    assert t_quantile_975(30) == 2.042272
     assert t_quantile_975(31) == pytest.approx(2.0395, abs=2e-4)
     assert t_quantile_975(60) == pytest.approx(2.0003, abs=1e-4)
     assert t_quantile_975(120) == pytest.approx(1.9799, abs=1e-4)
@@ -59,7 +59,7 @@ def test_paired_difference_by_seed() -> None:
     assert p.differences == pytest.approx((0.05, -0.02, 0.10))
     assert p.summary.mean == pytest.approx(0.043333, abs=1e-6)
     assert p.summary.std == pytest.approx(0.060277, abs=1e-6)
-    assert p.summary.half_width == pytest.approx(4.3027 * 0.060277 / math.sqrt(3), abs=1e-5)
+    assert p.summary.half_width == pytest.approx(4.302653 * 0.060277 / math.sqrt(3), abs=1e-5)
     assert (p.sign_holds, p.n) == (2, 3)
 
 

@@ -477,7 +477,7 @@ def chosen_points(plan: Plan, picked: Picked) -> list[tuple[str, Point, dict[str
     for v in plan.variants:
         if v.label in picked.chosen:
             point, scores = picked.chosen[v.label]
-            if any(not math.isinf(x) for x in scores):
+            if any(math.isfinite(x) for x in scores):  # a point finished with a finite score at every seed
                 out.append((v.label, point, {**plan.tune_table, **v.tune}))
     return out
 

@@ -70,7 +70,7 @@ def test_a_comparison_where_every_run_failed_exits_3_with_one_line(tmp_path: Pat
 def test_a_comparison_where_only_the_baseline_finished_compares_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, lines = _compare(tmp_path, capsys, 0.05, 1e12)
     assert code == DIVERGED_EXIT
-    assert "chillfl: every comparison failed: only the baseline base finished; the 1 other variant failed at every seed it finished" in lines
+    assert "chillfl: every comparison failed: only the baseline base finished; the 1 other variant failed at every seed where the baseline finished" in lines
 
 
 def test_a_comparison_whose_baseline_failed_compares_nothing_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -126,9 +126,9 @@ def test_no_comparison_on_given_rows() -> None:
     baseline_failed = CompareResult(None, [_row("T=4", None), _row("T=1", None, None), _row("T=0.5", None, None)], "")
     assert baseline_failed.no_comparison() == "the baseline failed at every seed, so no variant has a difference to it (finished: T=4)"
     alone = CompareResult(None, [_row("T=1", 0.0), _row("T=0.5", None, None)], "")
-    assert alone.no_comparison() == "only the baseline T=1 finished; the 1 other variant failed at every seed it finished"
+    assert alone.no_comparison() == "only the baseline T=1 finished; the 1 other variant failed at every seed where the baseline finished"
     two_failed = CompareResult(None, [_row("T=1", 0.0), _row("T=0.5", None, None), _row("T=0.1", None, None)], "")
-    assert two_failed.no_comparison() == "only the baseline T=1 finished; the 2 other variants failed at every seed it finished"
+    assert two_failed.no_comparison() == "only the baseline T=1 finished; the 2 other variants failed at every seed where the baseline finished"
     assert CompareResult(None, [_row("T=1", 0.0)], "").no_comparison() is None  # one variant, finished
     assert CompareResult(None, [_row("T=1", None, None)], "").no_comparison() == "its one variant T=1 failed"
     assert CompareResult(None, [], "").no_comparison() is None  # a dry run: nothing ran

@@ -316,7 +316,7 @@ def test_the_baselines_own_differences_are_null_not_zero_and_the_tables_print_as
     read_back = json.loads(json.dumps(rows))  # as ``table.json`` holds them
     assert CompareResult(None, read_back, "").no_comparison() is None
     assert CompareResult(None, [read_back[0], {**read_back[1], "delta_acc": None, "final_acc": None}], "").no_comparison() == (
-        "only the baseline FedAvg finished; the 1 other variant failed at every seed it finished")
+        "only the baseline FedAvg finished; the 1 other variant failed at every seed where the baseline finished")
 
 
 @pytest.mark.parametrize("where", ["cli", "config"])

@@ -326,7 +326,7 @@ def run_claim(
         delta = row["delta_acc"]
         if delta is None:
             return Outcome(claim, list(seeds), "diverged" + _fewer(used, dropped, seeds), "does not at this scale", ratio, compared.folder, rests_on=used)
-        per_seed = _per_seed(delta)
+        per_seed = [d for d in _per_seed(delta) if d is not None]  # table.json keeps null at a seed without a pair
         measured, verdict = accuracy_verdict(per_seed, claim.paper_points, bool(claim.tune))
         measured += _fewer(used, dropped, seeds)
     rounds = None

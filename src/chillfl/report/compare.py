@@ -108,7 +108,7 @@ class CompareResult:
         if len(paired) >= 2:
             return None
         if paired:  # the baseline's own row (finished; an older chillfl wrote 0 as its difference): every other variant failed
-            return f"only the baseline {paired[0]} finished; the {counted(len(self.rows) - 1, 'other variant')} failed at every seed it finished"
+            return f"only the baseline {paired[0]} finished; the {counted(len(self.rows) - 1, 'other variant')} failed at every seed where the baseline finished"
         finished = [r["variant"] for r in self.rows if r.get("final_acc") is not None]
         return "the baseline failed at every seed, so no variant has a difference to it" + (f" (finished: {', '.join(finished)})" if finished else "")
 
@@ -176,6 +176,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         return f"{100 * x:+.2f}" if signed else f"{100 * x:.2f}"
 
     target = rows[0]["target"] if rows else None
+    ref_failed = bool(rows) and any(r["variant"] == ref_label and r.get("failed") for r in rows)
     header = ["variant", "accuracy % (diff)", "loss", "local acc %", "rounds to target (speed-up)"]
     with_mb = any("cumulative_mb" in r for r in rows)
     if with_mb:
@@ -186,13 +187,18 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
     with_asr = any("attack_success_rate" in r for r in rows)
     if with_asr:
         header.append("attack success %")
+    if target is None:  # no target, so no rounds to it: "-%" and "never" read as a target no variant reached
+        why = f"the reference {ref_label} failed" if ref_failed else f"the reference {ref_label} recorded no global accuracy"
+        said = f"target: none ({why}), so no rounds to target"
+    else:
+        said = f"target = best global accuracy of {target_of(ref_label, base_label)}: {pct(target)}%"
     lines = [
-        f"target = best global accuracy of {target_of(ref_label, base_label)}: {pct(target)}%; differences and speed-ups relative to {base_label}",
+        f"{said}; differences and speed-ups relative to {base_label}",
         "| " + " | ".join(header) + " |",
         "|" + "|".join("---" for _ in header) + "|",
     ]
     for r in rows:
-        rounds = "-" if r.get("failed") else "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        rounds = "-" if r.get("failed") or target is None else "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
         loss = "-" if r["final_loss"] is None else fixed(r["final_loss"], 3)
         name = r["variant"] + (f" ({r['failed']})" if r.get("failed") else "")
@@ -232,13 +238,23 @@ def _stat(values: Sequence[float | None], bounds: Bounds | None = None) -> dict[
 
 def _paired(values: Sequence[float | None], base: Sequence[float | None], bounds: Bounds | None = None) -> dict[str, Any] | None:
     """values - base, paired per seed (the seeds where both exist); None when there is no pair. ``bounds``: the metric's
-    range; the difference's ``range`` is that of a difference of two such values."""
+    range; the difference's ``range`` is that of a difference of two such values. ``per_seed`` has one entry per seed,
+    None where a side has no value, as :func:`_stat`'s: dropping those put a difference under another seed."""
     pairs = [(a, b) for a, b in zip(values, base) if a is not None and b is not None]
     if not pairs:
         return None
     p = paired_difference([a for a, _ in pairs], [b for _, b in pairs], bounds)
+    differences = iter(p.differences)
+    per_seed = [next(differences) if a is not None and b is not None else None for a, b in zip(values, base)]
     return {"n": p.n, "mean": p.summary.mean, "std": p.summary.std, "ci_low": p.summary.low, "ci_high": p.summary.high,
-            "per_seed": list(p.differences), "sign_holds": p.sign_holds, **_range(p.summary.bounds)}
+            "per_seed": per_seed, "sign_holds": p.sign_holds, **_range(p.summary.bounds)}
+
+
+def nonfinite_local_acc(out: RunOutput | None) -> bool:
+    """Whether a finished run's last recorded local accuracy is NaN or infinite: it finished and counts, but its local
+    accuracy is no number for the seed table's statistics, which leave it out (and say so: :func:`local_acc_caveat`)."""
+    value = last_value(out.records, "local_acc") if out is not None else None
+    return isinstance(value, float) and not math.isfinite(value)
 
 
 def build_seed_rows(
@@ -299,6 +315,9 @@ def build_seed_rows(
             "rounds_to_target": rounds,
             "target": targets,
         }
+        nonfinite_local = [s for s in seeds if nonfinite_local_acc(runs[(v.label, s)])]
+        if nonfinite_local:  # finished, but left out of the local acc statistics: named under the table (local_acc_caveat)
+            row["nonfinite_local_acc_seeds"] = nonfinite_local
         mb = [None if (b := final_record(v.label, s, "bytes_cumulative")) is None else b / 1e6 for s in seeds]
         if any(x is not None for x in mb):  # communication (SCARLET Sec. IV-A)
             row["cumulative_mb"] = _stat(mb)
@@ -311,6 +330,7 @@ def build_seed_rows(
         if chosen is not None:
             point, scores = chosen[v.label]
             row["tuned"] = dict(point)
+            # None: diverged at a seed (null in table.json); NaN: finished with a non-finite score at a seed (null there too)
             row["validation_scores"] = [None if math.isinf(x) else x for x in scores]
         rows.append(row)
     return rows
@@ -362,17 +382,50 @@ def few_seeds_warning(n: int) -> str:
             f"run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4)")
 
 
-def fewer_pairs_warnings(rows: Sequence[Mapping[str, Any]], seeds: int) -> list[str]:
-    """:func:`few_seeds_warning` for the rows whose paired difference rests on fewer than :data:`MIN_SEEDS` of the
-    ``seeds`` (the others failed, the variant's run or the baseline's): one line per count, naming the rows (quoted).
+NONFINITE_LOCAL = "the others failed or ended with a non-finite local accuracy"
+"""Why a local statistic has fewer seeds than the runs that finished: a run can finish with a NaN local accuracy."""
+
+
+def fewer_pairs_warnings(rows: Sequence[Mapping[str, Any]], seeds: int, local: bool = False) -> list[str]:
+    """:func:`few_seeds_warning` for the rows whose numbers rest on fewer than :data:`MIN_SEEDS` of the ``seeds``: a
+    paired difference (the others failed, the variant's run or the baseline's), or a row's own accuracy where its
+    difference does not say so already (the baseline's, a lone variant's); with ``local`` the local accuracy and its
+    difference too (a finished run's NaN local accuracy is left out). One line per count, naming the rows (quoted).
     The table's own warning counts the seeds asked for; a "sign holds 2/2" over 3 seeds said nothing of its width."""
+    def n_of(row: Mapping[str, Any], key: str) -> int | None:
+        stat = row.get(key)
+        return stat["n"] if isinstance(stat, Mapping) and stat.get("n") is not None and stat["n"] < MIN_SEEDS else None
+
+    kinds = [("delta_acc", "final_acc", "diff", "accuracy", "the others failed")]
+    if local:
+        kinds.append(("delta_local_acc", "final_local_acc", "local diff", "local acc", NONFINITE_LOCAL))
     fewer: dict[int, list[str]] = {}
-    for r in rows:
-        delta = r.get("delta_acc")
-        if isinstance(delta, Mapping) and delta["n"] < MIN_SEEDS:
-            fewer.setdefault(delta["n"], []).append(repr(r["variant"]))
-    return [f"{few_seeds_warning(n)} (the diff of {', '.join(labels)} pairs {n} of the {seeds} seeds: the others failed)"
-            for n, labels in sorted(fewer.items())]
+    for delta_key, own_key, diff_name, own_name, why in kinds:
+        diffs: dict[int, list[str]] = {}
+        owns: dict[int, list[str]] = {}
+        for r in rows:
+            label = repr(r["variant"])
+            if (n := n_of(r, delta_key)) is not None:
+                diffs.setdefault(n, []).append(label)
+            elif (n := n_of(r, own_key)) is not None:  # no difference on fewer seeds names it: the row's own values
+                owns.setdefault(n, []).append(label)
+        for n, labels in diffs.items():
+            fewer.setdefault(n, []).append(f"the {diff_name} of {', '.join(labels)} pairs {n} of the {seeds} seeds: {why}")
+        for n, labels in owns.items():
+            fewer.setdefault(n, []).append(f"the {own_name} of {', '.join(labels)} rests on {n} of the {seeds} seeds: {why}")
+    return [f"{few_seeds_warning(n)} ({'; '.join(parts)})" for n, parts in sorted(fewer.items())]
+
+
+def local_acc_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line naming the finished runs whose final local accuracy is non-finite (``nonfinite_local_acc_seeds``); None
+    when there are none. Their local accuracy is left out of the local acc column and its paired difference, which
+    otherwise rested on fewer seeds unsaid; the run still counts everywhere else (it finished)."""
+    runs = [f"{r['variant']!r} at seed {s}" for r in rows for s in r.get("nonfinite_local_acc_seeds") or []]
+    if not runs:
+        return None
+    count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    return (f"local accuracy caveat: {count} finished with a non-finite final local accuracy (not diverged; their global "
+            f"numbers count, the local acc column and its diff leave them out): {', '.join(runs)}.")
 
 
 def _differences(row: Mapping[str, Any], base_label: str) -> tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]:
@@ -418,7 +471,7 @@ def format_seed_table(
     if seeds and len(seeds) < MIN_SEEDS:
         lines.append(few_seeds_warning(len(seeds)))
     else:
-        lines += fewer_pairs_warnings(rows, len(seeds))
+        lines += fewer_pairs_warnings(rows, len(seeds), local)
     local_rule = is_local(select)
     grid = "; ".join([f"{k} in {{{', '.join(map(str, v))}}}" for k, v in (tune or {}).items()]
                      + [f"{label} also {k} in {{{', '.join(map(str, v))}}}" for label, table in own.items() for k, v in table.items()])
@@ -460,8 +513,8 @@ def format_seed_table(
         cells = [name]
         if tune is not None:
             picked = point_label(r.get("tuned") or {}) or "-"
-            if r.get("validation_scores") and all(x is None for x in r["validation_scores"]):
-                # no point finished at every seed, so none was chosen: the row's numbers are the grid's first point's
+            if r.get("validation_scores") and not any(x is not None and math.isfinite(x) for x in r["validation_scores"]):
+                # no point finished with a finite score at every seed, so none was chosen: the row's numbers are the first point's
                 picked = f"none chosen (every point failed at a seed); {picked} shown"
             cells.append(picked)
         cells += [_pm(r.get(val_key)), _pm(r["final_acc"]), _ci(r["final_acc"])]
@@ -482,14 +535,18 @@ def format_seed_table(
         clipped = clipped or any_clipped(cells)
     if clipped:  # after a blank line: a line right under a markdown table would be read as one of its rows
         lines += ["", CLIPPED_NOTE]
+    if local and (caveat := local_acc_caveat(rows)) is not None:
+        lines += ["", caveat]
     if tune is not None:
         points = parse_tune(tune)
         what = "local validation accuracy" if local_rule else "validation accuracy"
         when = "best" if select.endswith("best") else "final"
-        lines += ["", f"{what} % at every tuning point ({when} round, mean over seeds; diverged = at one seed or more)",
+        nonfinite = any(x is not None and not math.isfinite(x) for r in rows for x in r["validation_scores"])
+        said = "diverged = at one seed or more" + ("; non-finite = finished with a non-finite score at one seed or more" if nonfinite else "")
+        lines += ["", f"{what} % at every tuning point ({when} round, mean over seeds; {said})",
                   "| variant | " + " | ".join(point_label(p) or "no shared grid" for p in points) + " |", "|---|" + "|".join("---" for _ in points) + "|"]
         for r in rows:
-            scores = ["diverged" if x is None else f"{100 * x:.2f}" for x in r["validation_scores"]]
+            scores = ["diverged" if x is None else "non-finite" if not math.isfinite(x) else f"{100 * x:.2f}" for x in r["validation_scores"]]
             extra = parse_tune(own[r["variant"]]) if r["variant"] in own else [{}]  # its own points vary fastest: one line each
             for i, point in enumerate(extra):
                 label = r["variant"] + (f", {point_label(point)}" if point else "")

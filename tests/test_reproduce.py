@@ -125,7 +125,7 @@ def test_verdicts_when_every_claim_diverged_are_a_table_without_a_figure(tmp_pat
 
 def test_an_accuracy_difference_past_100_points_is_shown_clipped_marked_and_footnoted() -> None:
     """d = [0.90, 0.10, 0.50]: mean 0.50, deviations +0.4, -0.4, 0 -> variance 0.32 / 2 = 0.16, std 0.40; half width
-    4.3027 * 0.40 / sqrt(3) = 0.993666 -> t-interval [-0.493666, +1.493666] = [-49.37, +149.37] points. A difference of
+    4.302653 * 0.40 / sqrt(3) = 0.993655 -> t-interval [-0.493655, +1.493655] = [-49.37, +149.37] points. A difference of
     two accuracies lies in [-100, +100] points, so the table shows [-49.37, +100.00] and the dagger, with the shared
     footnote under the table; the verdict reads the interval as computed (it contains 0)."""
     from chillfl.metrics.stats import CLIPPED_NOTE
@@ -141,7 +141,7 @@ def test_an_accuracy_difference_past_100_points_is_shown_clipped_marked_and_foot
     assert CLIPPED_NOTE not in format_outcomes([inside])  # nothing clipped: no footnote
     # the figure: the same interval in points, [-49.37, +149.37] -> drawn to [-49.37, +100], the label marked
     a, b = verdict_points([clipped, inside])
-    assert a.interval is not None and a.interval.clipped and (a.interval.low, a.interval.high) == (pytest.approx(-49.3666, abs=1e-4), 100.0)
+    assert a.interval is not None and a.interval.clipped and (a.interval.low, a.interval.high) == (pytest.approx(-49.3655, abs=1e-4), 100.0)
     assert label(a) == f"{a.label} †" and label(b) == b.label and b.interval is not None and not b.interval.clipped
     assert CLIPPED_LEGEND.startswith("†") and "±100 points" in CLIPPED_LEGEND
 

@@ -22,6 +22,9 @@ Choices
   else branch (line 10) sets the counter to 0. The counter starts at 0 and
   cannot grow before the history is long enough, so this equals "counter
   unchanged" in every reachable state.
+* A_n is kept to its last three entries (:data:`KEPT_HISTORY`): all that
+  line 7 reads in either mode, so the decisions are those of the whole
+  history, and a client's state stays the same size over a long run.
 * At the floor (T <= 1.1 T_min) Algorithm 1 neither decays nor resets the
   counter (the reset, line 15, is inside the decay branch); we keep that, so
   the counter keeps growing there (it only matters for logging). T may
@@ -81,6 +84,11 @@ Compare = Literal["previous", "two_back"]
 MIN_HISTORY = 3
 """Algorithm 1, line 7: compare only once |A_n| >= 3."""
 
+KEPT_HISTORY = MIN_HISTORY
+"""Entries of A_n a client keeps: the last three, all Algorithm 1 reads (A_n[-1] against A_n[-2] or A_n[-3], once
+|A_n| >= 3, which a kept length of min(|A_n|, 3) still tells). The whole history grew each client's state, and every
+checkpoint, by one entry per participation."""
+
 FLOOR_MARGIN = 1.1
 """Algorithm 1, line 13: decay only while T > 1.1 * T_min."""
 
@@ -101,7 +109,7 @@ def initial_temperature(h: float, t_max: float = 1.0, t_min: float = 0.05, s: fl
 
 @dataclass(frozen=True)
 class ClientTemperatureState:
-    """One client's Algorithm 1 state: current T, its accuracy history A_n, stagnation count."""
+    """One client's Algorithm 1 state: current T, the last :data:`KEPT_HISTORY` entries of its accuracy history A_n, stagnation count."""
 
     temperature: float
     history: list[float] = dataclasses.field(default_factory=list)
@@ -117,8 +125,8 @@ def decay_step(
     t_min: float,
     compare: Compare = "previous",
 ) -> ClientTemperatureState:
-    """One round of Algorithm 1 (Eq. 8); returns the new state, ``state`` is left untouched."""
-    history = [*state.history, float(accuracy)]
+    """One round of Algorithm 1 (Eq. 8); returns the new state (A_n cut to its last :data:`KEPT_HISTORY` entries), ``state`` is left untouched."""
+    history = [*state.history[-KEPT_HISTORY:], float(accuracy)]
     back = 2 if compare == "previous" else 3
     if len(history) >= MIN_HISTORY and history[-1] <= history[-back]:
         counter = state.counter + 1
@@ -128,7 +136,7 @@ def decay_step(
     if counter >= patience and temperature > FLOOR_MARGIN * t_min:
         temperature = max(gamma * temperature, t_min)
         counter = 0
-    return ClientTemperatureState(temperature=temperature, history=history, counter=counter)
+    return ClientTemperatureState(temperature=temperature, history=history[-KEPT_HISTORY:], counter=counter)
 
 
 @dataclass(frozen=True)
@@ -237,12 +245,13 @@ def to_entries(state: ClientTemperatureState) -> TemperatureState:
 
 
 def from_entries(state: Mapping[str, torch.Tensor]) -> ClientTemperatureState | None:
-    """Inverse of :func:`to_entries` (None: the client has run no decay step yet)."""
+    """Inverse of :func:`to_entries` (None: the client has run no decay step yet). A longer A_n (an older chillfl's
+    state kept it whole) is cut to its last :data:`KEPT_HISTORY` entries: Algorithm 1 decides the same on them."""
     if PREFIX + "temperature" not in state:
         return None
     return ClientTemperatureState(
         temperature=float(state[PREFIX + "temperature"]),
-        history=[float(a) for a in state[PREFIX + "history"].tolist()],
+        history=[float(a) for a in state[PREFIX + "history"][-KEPT_HISTORY:].tolist()],
         counter=int(state[PREFIX + "counter"]),
     )
 

@@ -77,21 +77,20 @@ def test_fedavg_parameter_upload() -> None:
     assert ledger.round_totals(1) == {"up": 120, "down": 120, "total": 240, "down.params": 120, "up.params": 120}
 
 
-def test_cumulative_and_cost_to_reach() -> None:
+def test_cumulative_and_latest_round() -> None:
     ledger = CommunicationLedger()
     ledger.record(1, "up", "soft_labels", 100)
     ledger.record(2, "up", "soft_labels", 150)
     ledger.record(2, "down", "cache_signals", 50)
+    assert ledger.cumulative() == {"up": 250, "down": 50, "total": 300, "down.cache_signals": 50, "up.soft_labels": 250}
     ledger.record(3, "down", "sync", 300)
     assert ledger.cumulative()["total"] == 600
-    assert ledger.cumulative(through_round=2) == {"up": 250, "down": 50, "total": 300, "down.cache_signals": 50, "up.soft_labels": 250}
-    assert ledger.cumulative_series() == [(1, 100), (2, 300), (3, 600)]
-    acc = {1: 0.2, 2: 0.5, 3: 0.7}
-    assert ledger.cost_to_reach(acc, 0.5) == 300  # first reached at round 2: 100 + 200
-    assert ledger.cost_to_reach(acc, 0.1) == 100
-    assert ledger.cost_to_reach(acc, 0.7) == 600
-    assert ledger.cost_to_reach(acc, 0.9) is None
-    assert ledger.to_dict()["3"]["down.sync"] == 300
+    assert ledger.latest_round == 3 and ledger.round_totals(3) == {"up": 0, "down": 300, "total": 300, "down.sync": 300}
+    assert ledger.round_totals(4) == {"up": 0, "down": 0, "total": 0}  # nothing recorded yet
+    with pytest.raises(ValueError, match="latest round"):
+        ledger.round_totals(2)  # only the latest round is kept: earlier rounds' bytes are in their records
+    with pytest.raises(ValueError, match="latest round"):
+        ledger.record(2, "up", "params", 1)
 
 
 def test_record_rejects_bad_input() -> None:
@@ -135,6 +134,6 @@ def test_pa3feds_reported_floats_are_counted_in_each_uplinks_control_bytes() -> 
 
     _, protocol, done = protocol_rounds(config(**{"algorithm.name": "pa3fed", "model.name": "mlp"}), rounds=2)  # 3 of 4 clients a round
     ledger = protocol.book.ledger
-    assert [ledger.round_totals(r).get("up.control") for r in ledger.rounds()] == [3 * 3 * 8, 3 * 3 * 8]
-    assert [ledger.round_totals(r).get("down.control", 0) for r in ledger.rounds()] == [0, 0]
+    assert ledger.latest_round == 1 and ledger.round_totals(1).get("up.control") == 3 * 3 * 8  # the second round's
+    assert ledger.cumulative().get("up.control") == 2 * 3 * 3 * 8 and ledger.cumulative().get("down.control", 0) == 0  # so the first's too
     assert [len(r["clients"]) for r in done] == [3, 3]

@@ -113,29 +113,47 @@ def signal_bytes(n: int) -> int:
 
 
 class CommunicationLedger:
-    """Byte counts per (round, direction, kind) and per client; cumulative totals on demand.
+    """Byte counts of the run so far, of its latest round and of each client, per (direction, kind).
 
-    Totals are aggregated as they are recorded (no per-message list is kept),
-    so a 2,000-round, 100-client run stays small. Keys of the dicts returned
-    by :meth:`round_totals` and :meth:`cumulative`: ``"up"``, ``"down"``,
+    Kept as running totals (no per-message list, no per-round table), so both
+    the ledger and its checkpoint stay the same size however many rounds a run
+    has: a checkpoint written at round 10,000 is as small as one at round 10,
+    and a round's ``bytes_cumulative`` costs no re-summing of past rounds.
+    Each round's own bytes are in its record (``bytes_up``, ``bytes_down``,
+    ``bytes_detail``, ``bytes_cumulative``), which is where curves and the
+    cost to reach a target accuracy are read from
+    (:mod:`chillfl.metrics.communication`). Keys of the dicts returned by
+    :meth:`round_totals` and :meth:`cumulative`: ``"up"``, ``"down"``,
     ``"total"`` and ``"<direction>.<kind>"`` (e.g. ``"up.soft_labels"``).
     """
 
     def __init__(self) -> None:
-        self._by_round: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
+        self._total: dict[tuple[str, str], int] = defaultdict(int)
+        self._latest: int | None = None
+        """The latest round with a record: the only one whose cells are kept (``_round``)."""
+        self._round: dict[tuple[str, str], int] = defaultdict(int)
         self._by_client: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
 
     def record(self, round: int, direction: Direction, kind: str, nbytes: int, client_id: int | None = None) -> None:
-        """Add one message of ``nbytes`` sent in ``direction`` during ``round`` (``client_id``: the client end)."""
+        """Add one message of ``nbytes`` sent in ``direction`` during ``round`` (``client_id``: the client end).
+
+        Rounds come in order: a record for a round before the latest one is refused (its cells are gone)."""
         if direction not in DIRECTIONS:
             raise ValueError(f"direction must be 'up' or 'down', got {direction!r}")
         if not kind:
             raise ValueError("kind must be a non-empty string")
         if isinstance(nbytes, bool) or int(nbytes) != nbytes or nbytes < 0:
             raise ValueError(f"nbytes must be a non-negative integer, got {nbytes!r}")
-        self._by_round[int(round)][(direction, kind)] += int(nbytes)
+        round = int(round)
+        if self._latest is None or round > self._latest:
+            self._latest, self._round = round, defaultdict(int)
+        elif round < self._latest:
+            raise ValueError(f"round {round} recorded after round {self._latest}: the ledger keeps only the latest round")
+        key = (direction, kind)
+        self._round[key] += int(nbytes)
+        self._total[key] += int(nbytes)
         if client_id is not None:
-            self._by_client[int(client_id)][(direction, kind)] += int(nbytes)
+            self._by_client[int(client_id)][key] += int(nbytes)
 
     @staticmethod
     def _totals(cells: Mapping[tuple[str, str], int]) -> dict[str, int]:
@@ -146,80 +164,83 @@ class CommunicationLedger:
             out["total"] += nbytes
         return out
 
-    def rounds(self) -> list[int]:
-        """Rounds with at least one record, ascending."""
-        return sorted(self._by_round)
+    @property
+    def latest_round(self) -> int | None:
+        """The latest round with a record (None before the first)."""
+        return self._latest
 
     def round_totals(self, round: int) -> dict[str, int]:
-        """Bytes of one round: up, down, total and per ``direction.kind`` (zeros for an empty round)."""
-        return self._totals(self._by_round.get(int(round), {}))
+        """Bytes of one round: up, down, total and per ``direction.kind`` (zeros for a round with no record yet).
+
+        Only the latest round's cells are kept: asking for an earlier round raises ValueError
+        (its bytes are in its record)."""
+        round = int(round)
+        if self._latest is not None and round < self._latest:
+            raise ValueError(f"round {round} is before the latest round {self._latest}: the ledger keeps only the latest round")
+        return self._totals(self._round if round == self._latest else {})
 
     def client_totals(self, client_id: int) -> dict[str, int]:
         """Bytes exchanged with one client over the whole run (records that named it)."""
         return self._totals(self._by_client.get(int(client_id), {}))
 
-    def cumulative(self, through_round: int | None = None) -> dict[str, int]:
-        """Totals over all rounds ``<= through_round`` (all rounds when None)."""
-        merged: dict[tuple[str, str], int] = defaultdict(int)
-        for r, cells in self._by_round.items():
-            if through_round is None or r <= through_round:
-                for key, nbytes in cells.items():
-                    merged[key] += nbytes
-        return self._totals(merged)
-
-    def cumulative_series(self) -> list[tuple[int, int]]:
-        """(round, cumulative total bytes through that round) for every recorded round: the x-axis of Figs. 7-10."""
-        running = 0
-        series = []
-        for r in self.rounds():
-            running += sum(self._by_round[r].values())
-            series.append((r, running))
-        return series
-
-    def cost_to_reach(self, accuracies_by_round: Mapping[int, float], target: float) -> int | None:
-        """Cumulative bytes through the first round (ascending) whose accuracy is >= target; None if never reached."""
-        for r in sorted(accuracies_by_round):
-            if accuracies_by_round[r] >= target:
-                return self.cumulative(through_round=r)["total"]
-        return None
-
-    def to_dict(self) -> dict[str, dict[str, int]]:
-        """Per-round totals keyed by the round as a string (JSON-ready)."""
-        return {str(r): self.round_totals(r) for r in self.rounds()}
+    def cumulative(self) -> dict[str, int]:
+        """Totals over every round so far."""
+        return self._totals(self._total)
 
     # ---- checkpoints -----------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:
-        """Every recorded cell: ``{"rounds": {str(round): {"<direction>.<kind>": bytes}}, "clients": {str(cid): ...}}``.
+        """The running totals: ``{"total": {"<direction>.<kind>": bytes}, "latest": {str(round): {...}}, "clients": {str(cid): {...}}}``.
 
+        ``latest`` holds the latest round's cells (empty before the first record).
         Directions never contain a dot, so ``"up.a.b"`` splits back into
         ("up", "a.b"); insertion order is kept.
         """
         return {
-            "rounds": {str(r): self._cells_state(cells) for r, cells in self._by_round.items()},
+            "total": self._cells_state(self._total),
+            "latest": {} if self._latest is None else {str(self._latest): self._cells_state(self._round)},
             "clients": {str(c): self._cells_state(cells) for c, cells in self._by_client.items()},
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if set(state) != {"rounds", "clients"}:
-            raise ValueError(f"CommunicationLedger state must have keys ['clients', 'rounds'], got {sorted(state)}")
-        by_round = self._load_table(state["rounds"])
+        """Restore :meth:`state_dict`; also the per-round table of an older chillfl
+        (``{"rounds": ..., "clients": ...}``), summed into the totals on load."""
+        if set(state) == {"rounds", "clients"}:
+            rounds = self._load_table(state["rounds"])
+            total: dict[tuple[str, str], int] = defaultdict(int)
+            for r in sorted(rounds):
+                for key, nbytes in rounds[r].items():
+                    total[key] += nbytes
+            latest = {max(rounds): rounds[max(rounds)]} if rounds else {}
+        elif set(state) == {"total", "latest", "clients"}:
+            total = self._load_cells(state["total"])
+            latest = self._load_table(state["latest"])
+            if len(latest) > 1:
+                raise ValueError(f"CommunicationLedger state must hold at most one latest round, got {len(latest)}")
+        else:
+            raise ValueError(f"CommunicationLedger state must have keys ['clients', 'latest', 'total'], got {sorted(state)}")
         by_client = self._load_table(state["clients"])
-        self._by_round, self._by_client = by_round, by_client
+        self._total, self._by_client = total, by_client
+        self._latest, self._round = next(iter(latest.items()), (None, defaultdict(int)))
 
     @staticmethod
     def _cells_state(cells: Mapping[tuple[str, str], int]) -> dict[str, int]:
         return {f"{direction}.{kind}": int(nbytes) for (direction, kind), nbytes in cells.items()}
 
     @staticmethod
-    def _load_table(table: Mapping[str, Any]) -> dict[int, dict[tuple[str, str], int]]:
+    def _load_cells(cells: Mapping[str, Any]) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = defaultdict(int)
+        for name, nbytes in cells.items():
+            direction, _, kind = str(name).partition(".")
+            if direction not in DIRECTIONS or not kind:
+                raise ValueError(f"ledger cell {name!r} is not '<up|down>.<kind>'")
+            if not is_whole(nbytes) or nbytes < 0:
+                raise ValueError(f"ledger cell {name!r} must hold a non-negative integer, got {nbytes!r}")
+            out[(direction, kind)] = nbytes
+        return out
+
+    @classmethod
+    def _load_table(cls, table: Mapping[str, Any]) -> dict[int, dict[tuple[str, str], int]]:
         out: dict[int, dict[tuple[str, str], int]] = defaultdict(lambda: defaultdict(int))
         for key, cells in table.items():
-            row = out[int(key)]
-            for name, nbytes in cells.items():
-                direction, _, kind = str(name).partition(".")
-                if direction not in DIRECTIONS or not kind:
-                    raise ValueError(f"ledger cell {name!r} is not '<up|down>.<kind>'")
-                if not is_whole(nbytes) or nbytes < 0:
-                    raise ValueError(f"ledger cell {name!r} must hold a non-negative integer, got {nbytes!r}")
-                row[(direction, kind)] = nbytes
+            out[int(key)] = cls._load_cells(cells)
         return out

@@ -3,8 +3,7 @@
 Every round record of both protocols carries ``bytes_cumulative`` (and
 ``bytes_up`` / ``bytes_down``); these functions read only the records. The
 cost to reach a target is the cumulative bytes *through* the first round whose
-accuracy is >= target (that round's bytes included), as in
-:meth:`~chillfl.engine.ledger.CommunicationLedger.cost_to_reach`. Kept apart
+accuracy is >= target (that round's bytes included; :func:`bytes_to_reach`). Kept apart
 from the plots so that computing a run's summary never imports matplotlib.
 
 Units: bytes (8 bits) throughout, as :mod:`chillfl.engine.ledger` counts them

@@ -13,7 +13,7 @@ Choices
   (B, kB, MB or GB) so that small CPU runs and full-size runs both read well.
 * The cost to reach a target is the cumulative bytes *through* the first round
   whose accuracy is >= target (the bytes of that round included), as in
-  :meth:`~chillfl.engine.ledger.CommunicationLedger.cost_to_reach`.
+  :func:`~chillfl.metrics.communication.bytes_to_reach`.
 """
 
 from __future__ import annotations

@@ -453,7 +453,7 @@ def _build_experiment(
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))
-    sample = torch.zeros((1, *data.dataset.input_shape))  # the conv sizes decide "auto"
+    sample = sample_input(model, data.dataset.input_shape)  # the conv sizes decide "auto"
     memory_format, precision = resolve_compute(config.memory_format, config.precision, model, device, sample)
     if config.compile:
         check_toolchain(device)
@@ -514,6 +514,16 @@ def check_one_sample_batches(config: RunConfig, data: FederatedData, model: nn.M
         if config.client.batch_size == 1:
             raise ConfigError("client.batch_size", f"is 1, and {why}") from None
         raise ConfigError("partition", f"gives {len(single)} client(s) a single training sample (client {single[0]}), and {why}; raise partition.min_size or split otherwise") from None
+
+
+def sample_input(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor:
+    """One zero input of ``input_shape`` in the model's own floating dtype and on its device: a user's model whose
+    dtype is not torch's default (``model.double()``, or ``set_default_dtype`` called after the model was made)
+    raised a dtype mismatch on a sample of the default dtype before anything ran."""
+    like = next((t for t in (*model.parameters(), *model.buffers()) if t.is_floating_point()), None)
+    if like is None:
+        return torch.zeros((1, *input_shape))
+    return torch.zeros((1, *input_shape), dtype=like.dtype, device=like.device)
 
 
 def check_sendable(executor: str, parts: Any) -> None:

@@ -181,7 +181,7 @@ class FedGen(FedAvg):
         self.seed = seed
         self.num_classes = num_classes
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(seed, "fedgen-init"))
+            torch.random.default_generator.manual_seed(derive_seed(seed, "fedgen-init"))  # the CPU's alone: the fork restores no CUDA generator
             self.generator = FeatureGenerator(num_classes, options.noise_dim, options.hidden, feature_dim)
         self.params: Params = {k: v.detach().clone() for k, v in self.generator.named_parameters()}
         self.moments: dict[str, Params] = {"m": {}, "v": {}}

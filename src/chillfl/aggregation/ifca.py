@@ -167,7 +167,7 @@ def fresh_model(model: nn.Module, seed: int, like: Mapping[str, torch.Tensor]) -
     """``model``'s architecture re-initialised from ``seed`` (every ``reset_parameters``), as ``like``'s devices and dtypes."""
     m = copy.deepcopy(model).to("cpu")
     with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.manual_seed(seed)
+        torch.random.default_generator.manual_seed(seed)  # not torch.manual_seed: it reseeds the caller's CUDA generators too, unrestored
         for module in m.modules():
             if isinstance(module, Resettable):
                 module.reset_parameters()

@@ -131,7 +131,7 @@ def build_model(
 
     ``options`` is the model's option table; a ``name`` key in it is ignored,
     so the whole ``[model]`` table may be passed. With ``seed`` the weights are
-    initialised from ``torch.manual_seed(seed)`` inside a forked RNG, leaving
+    initialised from the CPU generator seeded with ``seed`` inside a forked RNG, leaving
     the global RNG state untouched; without it torch's global RNG is used.
     """
     spec = model_spec(name, section)
@@ -146,7 +146,7 @@ def build_model(
         if seed is None:
             return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
         with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
+            torch.random.default_generator.manual_seed(seed)  # the CPU's alone: torch.manual_seed also reseeds the caller's CUDA generators
             return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
 
 

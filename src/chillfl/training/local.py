@@ -48,7 +48,7 @@ learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 from __future__ import annotations
 
 import dataclasses
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
 
@@ -638,17 +638,28 @@ class LocalOutcome:
 
 
 def seed_dropout(seed: int, device: torch.device) -> None:
-    """Seed the generator dropout draws from on ``device``: on the CPU, torch's CPU generator alone.
+    """Seed the generators dropout draws from on ``device``: torch's CPU generator, and on an accelerator that device's own.
 
-    Why not ``torch.manual_seed`` there too: it also queues a seed for every accelerator backend not yet started
-    (CUDA, XPU, MTIA), each with a Python stack trace (``traceback.format_stack``), about 0.7 ms a client job
-    under pytest, for generators a CPU step never draws from and the CPU-only fork does not restore. On an
-    accelerator, ``torch.manual_seed`` as before: its dropout draws from that device's generator.
+    Why not ``torch.manual_seed``: it also seeds (or queues a seed for) every accelerator backend and every device
+    (CUDA, XPU, MTIA; queued with a Python stack trace, about 0.7 ms a client job under pytest), generators a step never
+    draws from, which no fork restored: a run left the caller's CUDA generators reseeded. The two seeded here are
+    forked by :func:`dropout_rng`. The draws are the same as ``torch.manual_seed``'s on the CPU and on ``device``.
     """
+    torch.random.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
+    elif device.type != "cpu":
+        torch.get_device_module(device.type).manual_seed(seed)
+
+
+def dropout_rng(device: torch.device) -> AbstractContextManager[Any]:
+    """A fork of the generators :func:`seed_dropout` seeds (the CPU's; ``device``'s own on an accelerator): the caller's
+    RNG states are as they were after a client's steps."""
     if device.type == "cpu":
-        torch.random.default_generator.manual_seed(seed)
-    else:
-        torch.manual_seed(seed)
+        return torch.random.fork_rng(devices=[])
+    index = device.index if device.index is not None else torch.get_device_module(device.type).current_device() if device.type == "cuda" else 0
+    return torch.random.fork_rng(devices=[index], device_type=device.type)
 
 
 def check_rows(x: torch.Tensor, y: torch.Tensor, stamp: RowStamp | None) -> None:
@@ -706,7 +717,7 @@ def train_client(
     restamp = stamp if spec.augment is not None else None  # unaugmented, ``x`` holds the stamped rows: the same bits
     # Dropout draws from torch's global generator: fork it and seed it from the client's
     # own stream so runs are reproducible and the caller's RNG state is untouched.
-    with torch.random.fork_rng(devices=[]), torch.enable_grad():
+    with dropout_rng(x.device), torch.enable_grad():
         seed_dropout(derive_seed(generator.initial_seed(), "dropout"), x.device)
         for step, idx in enumerate(order):
             if restamp is not None:

@@ -24,7 +24,8 @@ from chillfl.stderr import say
 
 ProgressMode = Literal["bar", "lines", "off"]
 Progress = Union[bool, ProgressMode]
-"""What run functions take: True = ``"bar"``, False = ``"off"``."""
+"""What run functions take: True = ``"bar"`` where stderr shows one (a terminal, a Jupyter cell), else ``"lines"``;
+False = ``"off"`` (:func:`as_mode`)."""
 LINE_EVERY_S = 30.0
 
 log = logging.getLogger("chillfl.progress")
@@ -39,12 +40,41 @@ def mode_for(quiet: bool, stream: Any = None) -> ProgressMode:
     return "bar" if callable(isatty) and isatty() else "lines"
 
 
-def as_mode(progress: Progress) -> ProgressMode:
+def as_mode(progress: Progress, stream: Any = None) -> ProgressMode:
+    """``progress`` as a mode: True is a bar where ``stream`` (stderr) redraws one, a terminal or a Jupyter cell, and plain
+    lines elsewhere: a script's stderr redirected to a file got every ``\\r`` redraw of the bar, as the CLI's did before
+    :func:`mode_for`."""
     if progress is True:
-        return "bar"
+        stream = sys.stderr if stream is None else stream
+        return "bar" if mode_for(False, stream) == "bar" or in_jupyter(stream) else "lines"
     if progress is False:
         return "off"
     return progress
+
+
+def in_jupyter(stream: Any) -> bool:
+    """Whether ``stream`` is a Jupyter kernel's output stream (ipykernel's ``OutStream``: no terminal, yet the notebook
+    redraws a ``\\r`` bar in place)."""
+    kernel = sys.modules.get("ipykernel.iostream")
+    kind = getattr(kernel, "OutStream", None) if "ipykernel" in sys.modules else None
+    return isinstance(kind, type) and isinstance(stream, kind)
+
+
+class NoBar:
+    """The bar of ``progress = "off"``: tqdm's interface, doing nothing. ``tqdm(disable=True)`` still started tqdm's
+    monitor thread, which outlived the run."""
+
+    def __enter__(self) -> NoBar:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def set_postfix(self, values: dict[str, str], refresh: bool = False) -> None:
+        return None
+
+    def update(self, n: int = 1) -> None:
+        return None
 
 
 class Lines:
@@ -94,11 +124,13 @@ class Lines:
         return f", ETA {format_seconds((self.total - self.n) / rate)}" if rate > 0 else ""
 
 
-def make_bar(progress: Progress, total: int, initial: int, desc: str) -> tqdm | Lines:
+def make_bar(progress: Progress, total: int, initial: int, desc: str) -> tqdm | Lines | NoBar:
     mode = as_mode(progress)
     if mode == "lines":
         return Lines(total, initial, desc)
-    return tqdm(total=total, initial=initial, desc=desc, unit="round", disable=mode == "off", leave=True, dynamic_ncols=True)
+    if mode == "off":
+        return NoBar()
+    return tqdm(total=total, initial=initial, desc=desc, unit="round", leave=True, dynamic_ncols=True)
 
 
 def format_seconds(seconds: float) -> str:

@@ -450,9 +450,6 @@ def _quiet_once_orphaned(parent: int, wait: float = 1.0) -> None:
     sys.excepthook = hook
 
 
-_sharer_quiet = False
-
-
 def _from_resource_sharer(tb: TracebackType | None) -> bool:
     """Whether a traceback is of multiprocessing's resource-sharer server (``_serve``, which hands file descriptors over)."""
     from multiprocessing import resource_sharer
@@ -460,25 +457,36 @@ def _from_resource_sharer(tb: TracebackType | None) -> bool:
     return any(f.f_code.co_name == "_serve" and f.f_code.co_filename == resource_sharer.__file__ for f, _ in traceback.walk_tb(tb))
 
 
-def _quiet_resource_sharer() -> None:
-    """Install (once) a ``sys.excepthook`` that says nothing of a connection error in this process's resource sharer.
+class _QuietSharer:
+    """A ``sys.excepthook`` that says nothing of a connection error in this process's resource sharer, for one pool's lifetime.
 
     A worker killed (kill -9, the OOM killer) while it fetched a task's tensors from the parent resets that connection:
     the sharer's server thread printed a ConnectionResetError traceback before the pool's own one line. The dead worker
-    is the pool's error to report (:class:`WorkerError`); every other error is printed as before.
+    is the pool's error to report (:class:`WorkerError`); every other error is printed as before. :meth:`remove` (the
+    pool's shutdown) gives the caller its own hook back: installed for good, it outlived every pool.
     """
-    global _sharer_quiet
-    if _sharer_quiet:
-        return
-    _sharer_quiet = True
-    printed = sys.excepthook
 
-    def hook(kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
-        if issubclass(kind, (ConnectionError, EOFError)) and _from_resource_sharer(tb):
+    def __init__(self) -> None:
+        self.printed = sys.excepthook
+        self.active = True
+        sys.excepthook = self
+
+    def __call__(self, kind: type[BaseException], value: BaseException, tb: TracebackType | None) -> None:
+        if self.active and issubclass(kind, (ConnectionError, EOFError)) and _from_resource_sharer(tb):
             return
-        printed(kind, value, tb)
+        self.printed(kind, value, tb)
 
-    sys.excepthook = hook
+    def remove(self) -> None:
+        """Put the hook it displaced back, where it is still the installed one (a hook set since, the caller's or another
+        pool's, stays, and this one then only passes errors on)."""
+        self.active = False
+        if sys.excepthook is self:
+            sys.excepthook = self.printed
+
+
+def _quiet_resource_sharer() -> _QuietSharer:
+    """Install a :class:`_QuietSharer`; the caller removes it when its workers are gone."""
+    return _QuietSharer()
 
 
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
@@ -531,8 +539,16 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
             results.put((task.index, False, text))
 
 
-def _shutdown(processes: list[Any], tasks: Any, results: Any) -> None:
-    """Stop every worker (sentinel, then kill if needed) and release the queues."""
+def _shutdown(processes: list[Any], tasks: Any, results: Any, quiet: _QuietSharer | None = None) -> None:
+    """Stop every worker (sentinel, then kill if needed), release the queues, then remove the pool's ``quiet`` hook."""
+    try:
+        _stop_workers(processes, tasks, results)
+    finally:
+        if quiet is not None:
+            quiet.remove()
+
+
+def _stop_workers(processes: list[Any], tasks: Any, results: Any) -> None:
     processes = [p for p in processes if p.pid is not None]  # started ones only
     for p in processes:
         if p.is_alive():
@@ -640,7 +656,6 @@ class WorkerPool:
         self.threads_per_worker = threads_per_worker
         ctx = tmp.get_context("spawn")
         _tracker_keeps_sighup_blocked()  # before the queues, which would start it
-        _quiet_resource_sharer()
         temp = short_socket_folder()
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)
@@ -653,7 +668,8 @@ class WorkerPool:
             )
             for i in range(self.workers)
         ]
-        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._tasks, self._results)
+        quiet = _quiet_resource_sharer()  # for the pool's lifetime: its shutdown gives the caller's hook back
+        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._tasks, self._results, quiet)
         with _unimportable_main_hidden(), _stop_signals_blocked():
             for p in self._processes:
                 _block_stop_signals()  # again: a resource tracker relaunched by the previous start unblocked SIGINT/SIGTERM here

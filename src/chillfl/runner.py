@@ -76,7 +76,7 @@ from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
 from chillfl.stop_signals import Repeats, made_held, stop_signals
-from chillfl.training.local import evaluate
+from chillfl.training.local import evaluate, run_precision
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -167,32 +167,30 @@ def _set_deterministic(mode: bool, warn_only: bool = False) -> None:
 
 @contextmanager
 def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
-    """On CUDA: ``deterministic = true`` -> PyTorch's deterministic algorithms; ``precision = "tf32"`` -> TF32 matmuls
-    and convolutions. Both for the run only, restored after: the caller's own settings (a notebook's ``warn_only=True``,
-    its ``CUBLAS_WORKSPACE_CONFIG`` or none) are as they were when the run returns."""
-    if device.type != "cuda":
-        yield
-        return
-    was, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
-    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
-    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
-    if config.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
-        _set_deterministic(True)
-        torch.backends.cudnn.benchmark = False
-    if config.precision == "tf32":
-        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-    try:
-        yield
-    finally:
-        _set_deterministic(was, warn_only)
-        if workspace is None:
-            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
-        else:
-            os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
-        torch.backends.cudnn.benchmark = bench
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+    """The run's ``precision`` on every device (:func:`~chillfl.training.local.run_precision`: IEEE fp32 matmuls and
+    convolutions, TF32 on CUDA for ``"tf32"``, no autocast of the caller's); on CUDA, ``deterministic = true`` ->
+    PyTorch's deterministic algorithms. For the run only, restored after: the caller's own settings (a notebook's
+    ``warn_only=True``, its ``CUBLAS_WORKSPACE_CONFIG`` or none, its matmul precision) are as they were when the run returns."""
+    with run_precision(config.precision, device):
+        if device.type != "cuda":
+            yield
+            return
+        was, bench = torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.benchmark
+        warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+        workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
+        if config.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
+            _set_deterministic(True)
+            torch.backends.cudnn.benchmark = False
+        try:
+            yield
+        finally:
+            _set_deterministic(was, warn_only)
+            if workspace is None:
+                os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+            else:
+                os.environ["CUBLAS_WORKSPACE_CONFIG"] = workspace
+            torch.backends.cudnn.benchmark = bench
 
 
 class _Signals:

@@ -79,7 +79,7 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
-from chillfl.training.local import LocalOutcome, LocalSpec
+from chillfl.training.local import LocalOutcome, LocalSpec, pin_precision
 
 log = logging.getLogger(__name__)
 
@@ -245,6 +245,7 @@ class Worker:
             import ray
 
             model, spec, client = ray.get(parts[0])
+            pin_precision(spec.precision)  # the driver's fp32 math for this run (a fresh worker has cuDNN in TF32)
             self.executor = SequentialExecutor(model, spec, client=client)
             self.parts, self.data, self.received_data_bytes = key, {}, 0
         return self.executor

@@ -48,15 +48,16 @@ learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 from __future__ import annotations
 
 import dataclasses
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
 
 import torch
 from torch import nn
 from torch.func import functional_call
 from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
+from torch.torch_version import TorchVersion
 
 from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features, head_name
@@ -300,6 +301,79 @@ def batch_layout(spec: LocalSpec, x: torch.Tensor) -> torch.Tensor:
     if spec.memory_format != "channels_last" or x.dim() != 5:
         return x
     return x.permute(0, 1, 3, 4, 2).contiguous().permute(0, 1, 4, 2, 3)
+
+
+FP32_PRECISION_API = TorchVersion(torch.__version__) >= "2.9"
+"""torch's per-backend ``fp32_precision`` settings (2.9 on), beside the legacy ones (``set_float32_matmul_precision``,
+``allow_tf32``). torch keeps both and refuses to read a legacy one that disagrees with its new ones (a RuntimeError
+about a "mix of the legacy and new APIs"), so each is set through the legacy API first and the new one after, in step."""
+
+
+def _fp32_settings() -> tuple[tuple[Any, Any], ...]:
+    """Each per-op fp32 precision setting (oneDNN's matmul, convolution, RNN; cuBLAS's matmul, cuDNN's convolution,
+    RNN), with the backend-wide one it reads while it is ``"none"``."""
+    b: Any = torch.backends
+    return ((b.mkldnn.matmul, b.mkldnn), (b.mkldnn.conv, b.mkldnn), (b.mkldnn.rnn, b.mkldnn),
+            (b.cuda.matmul, b.cudnn), (b.cudnn.conv, b.cudnn), (b.cudnn.rnn, b.cudnn))
+
+
+def _readable(read: Callable[[], Any]) -> Any:
+    """A legacy setting's value, or None where torch refuses to read it (the caller mixed the two APIs)."""
+    try:
+        return read()
+    except RuntimeError:
+        return None
+
+
+def pin_precision(precision: str) -> Callable[[], None]:
+    """Set this process's fp32 math for a run of ``precision``; returns what sets the previous settings back.
+
+    IEEE fp32 for every matmul, convolution and RNN (oneDNN's, cuBLAS's, cuDNN's); TF32 on CUDA for ``"tf32"``. A
+    caller's ``torch.set_float32_matmul_precision("medium")`` (bf16 matmuls on the CPU, TF32 on CUDA),
+    ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``, or cuDNN's TF32 default changed an ``fp32`` run's numbers
+    while its config said fp32. ``bf16`` runs its forward under its own autocast, the rest in IEEE fp32. Worker
+    processes pin it too (a fresh process has cuDNN in TF32). A per-op setting that was the value of the backend-wide
+    one it reads comes back as ``"none"`` (reading it again); a legacy setting torch refused to read stays as pinned.
+    """
+    b: Any = torch.backends
+    tf32 = precision == "tf32"
+    legacy = (_readable(torch.get_float32_matmul_precision), _readable(lambda: b.cuda.matmul.allow_tf32), _readable(lambda: b.cudnn.allow_tf32))
+    settings = _fp32_settings() if FP32_PRECISION_API else ()
+    saved = [setting.fp32_precision for setting, _ in settings]
+    torch.set_float32_matmul_precision("highest")
+    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = tf32
+    for i, (setting, _) in enumerate(settings):  # after the legacy ones, agreeing with them
+        setting.fp32_precision = "tf32" if tf32 and i >= 3 else "ieee"
+
+    def restore() -> None:
+        matmul, cublas, cudnn = legacy
+        if matmul is not None:  # its cuBLAS flag with it ("highest" is TF32 off); setting the flag after made "medium" "high"
+            torch.set_float32_matmul_precision(matmul)
+        elif cublas is not None:
+            b.cuda.matmul.allow_tf32 = cublas
+        if cudnn is not None:
+            b.cudnn.allow_tf32 = cudnn
+        for (setting, fallback), value in zip(settings, saved):
+            if setting.fp32_precision != value:
+                setting.fp32_precision = "none" if value == fallback.fp32_precision else value
+
+    return restore
+
+
+@contextmanager
+def run_precision(precision: str, device: torch.device) -> Iterator[None]:
+    """The run's own precision, whatever the caller's: :func:`pin_precision`, and a caller's ``torch.autocast`` (on the
+    run's device or the CPU) turned off, both until it returns (an exception and a Ctrl-C too). A ``bf16`` run enters its
+    own autocast inside (:func:`autocast_for`); under the caller's, an fp32 run trained and evaluated in bf16."""
+    restore = pin_precision(precision)
+    try:
+        with ExitStack() as stack:
+            for kind in dict.fromkeys((device.type, "cpu")):
+                if torch.is_autocast_enabled(kind):
+                    stack.enter_context(torch.autocast(kind, enabled=False))
+            yield
+    finally:
+        restore()
 
 
 def autocast_for(spec: LocalSpec, device: torch.device) -> Any:

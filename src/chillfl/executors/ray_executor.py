@@ -60,8 +60,10 @@ import hashlib
 import logging
 import math
 import os
+import random
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -104,10 +106,14 @@ def import_ray(address: str | None = None) -> Any:
     # it back to SIG_DFL from a thread of Ray's: a SIGTERM then killed chillfl with nothing said (exit -15,
     # tests/private_net/test_ray.py). Ray reads this when it is imported; an explicit "0" keeps Ray's handler.
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
+    imported = "ray" in sys.modules
+    hook, path, client_mode = sys.excepthook, list(sys.path), os.environ.get("RAY_CLIENT_MODE")
     try:
         import ray
     except ImportError:
         raise ConfigError("executor", f"'ray' needs the Ray package, which is not installed here: {EXTRA}") from None
+    if not imported:
+        undo_import(hook, path, client_mode)
     if address is not None and not (address or os.environ.get("RAY_ADDRESS")):
         variable = "RAY_TMPDIR" if "RAY_TMPDIR" in os.environ else "TMPDIR" if "TMPDIR" in os.environ else None
         temp = os.environ[variable] if variable else "/tmp"
@@ -118,6 +124,69 @@ def import_ray(address: str | None = None) -> Any:
                 f"AF_UNIX paths: set RAY_TMPDIR to a folder of at most {AF_UNIX_PATH_MAX - RAY_SOCKET_SUFFIX} bytes (e.g. /tmp)",
             )
     return ray
+
+
+def undo_import(hook: Any, path: Sequence[str], client_mode: str | None) -> None:
+    """Give the caller back what ``import ray`` changed in this process: ``sys.excepthook`` (Ray's reports a driver's
+    uncaught exception to its GCS, then calls the one it displaced), ``sys.path`` (Ray puts its ``thirdparty_files``
+    first; psutil and colorama, imported from there, are imported by now) and ``RAY_CLIENT_MODE`` (read at the import,
+    and written ``"0"`` where absent, which reads the same). ``hook``, ``path``, ``client_mode``: as before the import."""
+    worker = sys.modules.get("ray._private.worker")
+    if sys.excepthook is getattr(worker, "custom_excepthook", None):
+        sys.excepthook = hook
+    added = [entry for entry in sys.path if entry not in path]
+    for entry in added:
+        sys.path.remove(entry)
+    if client_mode is None:
+        os.environ.pop("RAY_CLIENT_MODE", None)
+
+
+@dataclass
+class DriverState:
+    """What connecting to Ray changes in this (driver) process beyond the import (:func:`undo_import`), given back when
+    the connection closes: ``ray.init`` sets ``PYTHONBREAKPOINT`` (a ``breakpoint()`` after the run would reach Ray's
+    debugger hook) and draws from Python's ``random``; chillfl sets ``RAY_USAGE_STATS_ENABLED=0``. The child processes
+    a local Ray started (GCS, raylet, its agents), killed by ``ray.shutdown``, are reaped (:meth:`reap`): they stayed
+    zombies until some later ``subprocess`` call."""
+
+    environ: dict[str, str | None]
+    random_state: Any
+
+    VARIABLES = ("PYTHONBREAKPOINT", "RAY_USAGE_STATS_ENABLED")
+
+    @classmethod
+    def take(cls) -> "DriverState":
+        return cls({name: os.environ.get(name) for name in cls.VARIABLES}, random.getstate())
+
+    def restore(self) -> None:
+        for name, value in self.environ.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        random.setstate(self.random_state)
+
+
+def ray_children(ray: Any) -> list[subprocess.Popen[Any]]:
+    """The processes the local Ray of this driver started as its children (Ray's own record of them; empty where there is none)."""
+    node = getattr(getattr(ray, "_private", None), "worker", None)
+    node = getattr(node, "_global_node", None)
+    processes = getattr(node, "all_processes", None)
+    if not isinstance(processes, dict):
+        return []
+    found = [getattr(info, "process", None) for infos in processes.values() for info in infos]
+    return [p for p in found if isinstance(p, subprocess.Popen)]
+
+
+def reap(children: Sequence[subprocess.Popen[Any]], wait: float = 2.0) -> None:
+    """Collect the exit status of ``children`` (``ray.shutdown`` killed them), ``wait`` seconds at most in all: one
+    still running after that is left to ``subprocess``'s own clean-up."""
+    deadline = time.monotonic() + wait
+    for child in children:
+        try:
+            child.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def local_ray_folder() -> str:
@@ -331,6 +400,7 @@ class RayWorkers:
         self.started_local = False
         self.connected_here = not ray.is_initialized()  # then close() disconnects too
         temp: str | None = None
+        driver = DriverState.take() if self.connected_here else None  # given back when it disconnects
         if self.connected_here:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # never phone home
             address = options.address or os.environ.get("RAY_ADDRESS", "") or "local"
@@ -347,13 +417,15 @@ class RayWorkers:
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 if temp:
                     shutil.rmtree(temp, ignore_errors=True)
+                if driver is not None:
+                    driver.restore()
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         self.lost: str | None = None
         """Why an actor is gone for good (set by an executor that found it dead after its retries)."""
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
         self.actors: list[Any] = []
-        self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here, temp)
+        self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here, temp, driver)
         try:
             self._start_actors(clients_per_round)
         except BaseException:
@@ -567,14 +639,16 @@ class RayExecutor:
         self.close()
 
 
-def _shutdown(ray: Any, actors: list[Any], connected_here: bool, temp: str | None = None) -> None:
+def _shutdown(ray: Any, actors: list[Any], connected_here: bool, temp: str | None = None, driver: DriverState | None = None) -> None:
     """Kill our actors; disconnect if we connected, which also stops a local Ray we started (raylet, object store,
-    workers); then remove that local Ray's ``temp`` folder."""
+    workers), and reap its processes; then remove that local Ray's ``temp`` folder and give ``driver`` back."""
     try:
         _stop(ray, actors, connected_here)
     finally:
         if temp is not None:
             shutil.rmtree(temp, ignore_errors=True)
+        if driver is not None:
+            driver.restore()
 
 
 def _stop(ray: Any, actors: list[Any], connected_here: bool) -> None:
@@ -586,7 +660,9 @@ def _stop(ray: Any, actors: list[Any], connected_here: bool) -> None:
         except Exception:  # noqa: BLE001 - already gone
             pass
     if connected_here:
+        children = ray_children(ray)  # before the shutdown forgets them
         keeping_signal_handlers(ray.shutdown)
+        reap(children)
 
 
 def keeping_signal_handlers(stop: Callable[[], None]) -> None:

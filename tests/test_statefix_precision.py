@@ -125,8 +125,9 @@ def test_pin_gives_every_setting_back(caller: str, precision: str) -> None:
         before = _all_settings()
         restore = pin_precision(precision)
         pinned = _all_settings()[6:]
-        assert pinned == ["ieee"] * 3 + (["tf32"] * 3 if precision == "tf32" else ["ieee"] * 3)
-        assert _all_settings()[:3] == (["high", True, True] if precision == "tf32" else ["highest", False, False])  # readable: no mix
+        # oneDNN IEEE; cuBLAS TF32 for tf32 only; cuDNN on TF32 always (torch's default, which fp32 has always meant)
+        assert pinned == ["ieee"] * 3 + (["tf32"] * 3 if precision == "tf32" else ["ieee", "tf32", "tf32"])
+        assert _all_settings()[:3] == (["high", True, True] if precision == "tf32" else ["highest", False, True])  # readable: no mix
         restore()
         assert _all_settings() == before
     finally:

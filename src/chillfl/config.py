@@ -492,9 +492,10 @@ class RunConfig:
     updates of the fp32 state stay fp32) on a CPU or GPU that supports it; faster, slightly less accurate.
     ``tf32`` (CUDA only): fp32 tensors, with matmuls and convolutions on TF32 tensor cores for the whole
     run (``torch.backends.cuda.matmul.allow_tf32`` and ``cudnn.allow_tf32``, restored after); refused on
-    other devices, which have no such mode. ``fp32``: IEEE fp32 matmuls and convolutions, whatever the caller
-    set (autocast, ``set_float32_matmul_precision``, oneDNN's bf16) and with cuDNN's TF32 default off, for the
-    run, restored after (:func:`chillfl.training.local.run_precision`)."""
+    other devices, which have no such mode. ``fp32``: torch's defaults, whatever the caller set (autocast,
+    ``set_float32_matmul_precision``, oneDNN's bf16 are off for the run, restored after:
+    :func:`chillfl.training.local.run_precision`): IEEE fp32 matmuls; on CUDA, cuDNN convolutions may use TF32
+    (torch's own default)."""
     batched_conv: Literal["auto", "grouped", "gemm", "nhwc", "loop"] = "auto"
     """How the vectorised executor's vmapped step runs the clients' convolutions (Conv2d, Conv1d): ``auto`` (``nhwc``
     on CUDA in bf16 or TF32 where ``cuda_graphs`` records the steps (plain SGD at a constant local rate, no DP-SGD),

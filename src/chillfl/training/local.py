@@ -328,12 +328,14 @@ def _readable(read: Callable[[], Any]) -> Any:
 def pin_precision(precision: str) -> Callable[[], None]:
     """Set this process's fp32 math for a run of ``precision``; returns what sets the previous settings back.
 
-    IEEE fp32 for every matmul, convolution and RNN (oneDNN's, cuBLAS's, cuDNN's); TF32 on CUDA for ``"tf32"``. A
-    caller's ``torch.set_float32_matmul_precision("medium")`` (bf16 matmuls on the CPU, TF32 on CUDA),
-    ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"``, or cuDNN's TF32 default changed an ``fp32`` run's numbers
-    while its config said fp32. ``bf16`` runs its forward under its own autocast, the rest in IEEE fp32. Worker
-    processes pin it too (a fresh process has cuDNN in TF32). A per-op setting that was the value of the backend-wide
-    one it reads comes back as ``"none"`` (reading it again); a legacy setting torch refused to read stays as pinned.
+    torch's own defaults, whatever the caller changed: IEEE fp32 matmuls (oneDNN's, cuBLAS's) and oneDNN
+    convolutions and RNNs; cuDNN's convolutions and RNNs on TF32 (torch's default, and what ``fp32`` has always meant
+    here: docs/gpu.md; the GPU timings and BlazeFL's fp32 runs use it); cuBLAS's matmuls on TF32 too for ``"tf32"``. A
+    caller's ``torch.set_float32_matmul_precision("medium")`` (bf16 matmuls on the CPU, TF32 on CUDA) or
+    ``torch.backends.mkldnn.matmul.fp32_precision = "bf16"`` changed an ``fp32`` run's numbers while its config said
+    fp32. ``bf16`` runs its forward under its own autocast, the rest as ``fp32``. Worker processes pin it too. A per-op
+    setting that was the value of the backend-wide one it reads comes back as ``"none"`` (reading it again); a legacy
+    setting torch refused to read stays as pinned.
     """
     b: Any = torch.backends
     tf32 = precision == "tf32"
@@ -341,9 +343,9 @@ def pin_precision(precision: str) -> Callable[[], None]:
     settings = _fp32_settings() if FP32_PRECISION_API else ()
     saved = [setting.fp32_precision for setting, _ in settings]
     torch.set_float32_matmul_precision("highest")
-    b.cuda.matmul.allow_tf32 = b.cudnn.allow_tf32 = tf32
-    for i, (setting, _) in enumerate(settings):  # after the legacy ones, agreeing with them
-        setting.fp32_precision = "tf32" if tf32 and i >= 3 else "ieee"
+    b.cuda.matmul.allow_tf32, b.cudnn.allow_tf32 = tf32, True  # cuDNN: torch's default, kept for every precision
+    for i, (setting, _) in enumerate(settings):  # after the legacy ones, agreeing with them (see _fp32_settings' order)
+        setting.fp32_precision = "tf32" if i >= 4 or (tf32 and i == 3) else "ieee"
 
     def restore() -> None:
         matmul, cublas, cudnn = legacy

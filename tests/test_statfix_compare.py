@@ -106,3 +106,22 @@ def test_a_finished_point_with_a_nan_local_score_is_non_finite_not_diverged() ->
     # no point with a finite score at every seed: none chosen
     none = build_seed_rows([A], runs, [0, 1], A, A, {"A": ({"client.lr": 0.1}, scores[:2])})
     assert "none chosen" in format_seed_table(none, "A", "A", {"client.lr": [0.1, 0.2]}, "local_final", 0.2)
+
+
+def test_table_json_is_strict_json_with_a_non_finite_score() -> None:
+    """A tuned point that finished with a NaN score kept NaN in the rows (table.md says "non-finite"); table.json
+    was written with a bare NaN literal, which is not JSON."""
+    from chillfl.sweeps.run import table_json
+
+    runs = {("A", s): _out(0.5, 0.5) for s in range(2)}
+    rows = build_seed_rows([A], runs, [0, 1], A, A, {"A": ({"client.lr": 0.3}, [math.nan, -math.inf, 0.5])})
+    text = table_json(rows)
+    assert "NaN" not in text
+    assert json.loads(text)[0]["validation_scores"] == [None, None, 0.5]
+
+
+def test_an_infinite_difference_is_not_taken_for_zero() -> None:
+    from chillfl.metrics.stats import paired_difference
+
+    assert paired_difference([math.inf, 1.0, 2.0], [1.0, 1.0, 1.0]).summary.mean == math.inf
+    assert paired_difference([1.0, 1.0, 1.0], [math.inf, 1.0, 1.0]).summary.mean == -math.inf

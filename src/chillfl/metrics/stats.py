@@ -199,7 +199,7 @@ def paired_difference(values: Sequence[float], reference: Sequence[float], bound
     diffs = tuple(float(a) - float(b) for a, b in zip(values, reference))
     s = summarize(diffs, None if bounds is None else bounds.difference())
     scale = max((abs(float(x)) for x in (*values, *reference)), default=0.0)
-    if abs(s.mean) <= ZERO_TOLERANCE * scale:  # 0 up to rounding: +0.00 and no sign, as an exact 0
+    if math.isfinite(s.mean) and math.isfinite(scale) and abs(s.mean) <= ZERO_TOLERANCE * scale:  # 0 up to rounding: +0.00 and no sign, as an exact 0
         half = s.half_width
         s = replace(s, mean=0.0, low=None if half is None else 0.0 - half, high=None if half is None else 0.0 + half)
     sign = (s.mean > 0) - (s.mean < 0)

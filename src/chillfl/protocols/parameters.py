@@ -296,9 +296,11 @@ class ParameterSharing:
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
-            held = (*self.held(cid, unchanged, down.params), *(k for k in down.held if k in start))  # and what the aggregator says it holds
-            if cid in self.finished and self.kept:  # and what its half puts its own values in place of
-                held = (*held, *(k for k in start if k in self.kept and k not in held))
+            held = self.held(cid, unchanged, down.params)
+            if not self.anchors:  # an [objective] anchor reads the server's values of every entry: priced, not held
+                held = (*held, *(k for k in down.held if k in start))  # and what the aggregator says it holds
+                if cid in self.finished and self.kept:  # and what its half puts its own values in place of
+                    held = (*held, *(k for k in start if k in self.kept and k not in held))
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
@@ -317,7 +319,9 @@ class ParameterSharing:
         it, so after its first round a client is sent only what the server computes from the uploads. A client's
         first downlink is priced whole, and so is every entry an ``aggregate`` has changed (:attr:`moved`) or that
         the aggregator sends this client on its own (``Downlink.params``). The aggregator's ``Downlink.held``
-        (entries its client half replaces with the client's own) are added to these in :meth:`configure`.
+        (entries its client half replaces with the client's own) are added to these in :meth:`configure`, unless an
+        ``[objective]`` term anchors on the round's start model: it reads the server's values of those entries, so
+        they are priced (FedFomo, FedPer, LG-FedAvg with ``proximal_mu`` read them).
         """
         if client_id not in self.seen:
             return ()

@@ -47,6 +47,7 @@ from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.sinks import comparison_ended
 from chillfl.executors.processes import ClientCodeError, WorkerError
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
+from chillfl.storage.jsonl import strict
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
 from chillfl.stop_signals import made_held
 from chillfl.storage.run_folder import folder_named
@@ -528,6 +529,12 @@ def two_setups_warning(plan: Plan, sweep: Sweep, resume: Path | None) -> str | N
     return "; ".join(said) or None
 
 
+def table_json(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``table.json``'s text: strict JSON, every non-finite number null (a tuned point's NaN score, which table.md
+    prints as "non-finite", was written as a bare ``NaN`` literal that jq and JavaScript refuse)."""
+    return json.dumps(strict(list(rows)), indent=2, allow_nan=False) + "\n"
+
+
 def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder, warnings: Sequence[str] = ()) -> None:
     """``table.md`` (the printed table, under the comparison's ``warnings`` where there are any: a reader of the folder sees
     them too), ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
@@ -536,7 +543,7 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
         return
     try:
         (partial / "table.md").write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
-        (partial / "table.json").write_text(json.dumps(tables.rows, indent=2) + "\n", encoding="utf-8")
+        (partial / "table.json").write_text(table_json(tables.rows), encoding="utf-8")
         units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
         if plan.multi:
             bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}

@@ -168,12 +168,15 @@ def test_a_signal_inside_torchs_import_stops_the_command_with_its_line(tmp_path:
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.parametrize("command", [["run", "CONFIG", "-q"], ["resume", "TMP/none.partial"]], ids=["run", "resume"])
-def test_a_signal_inside_torchs_import_of_the_chillfl_command_is_its_line(tmp_path: Path, command: list[str]) -> None:
+@pytest.mark.parametrize(("command", "said"), [
+    (["run", "CONFIG", "-q"], RUN), (["compare", "CONFIG", "-q", "--grid", "client.lr=0.05,0.1"], COMPARISON), (["resume", "TMP/none.partial"], NOTHING),
+], ids=["run", "compare", "resume"])
+def test_a_signal_inside_torchs_import_of_the_chillfl_command_is_its_line(tmp_path: Path, command: list[str], said: str) -> None:
     """The command (``entry``) imports the runner before parsing, to freeze it: that import was outside the held
-    start-up, and a Ctrl-C there ended in a traceback from inside torch's import."""
+    start-up, and a Ctrl-C there ended in a traceback from inside torch's import. ``run`` and ``compare`` say what had
+    not started, as they do later in their start-up (usage.md); it said only "nothing was written"."""
     code, lines = _child(tmp_path, "torch_import+own", signal.SIGINT, command)
-    assert lines == [NOTHING], lines  # before its arguments are read: nothing was written
+    assert lines == [said], lines  # before its arguments are read: nothing was written
     assert code == 128 + signal.SIGINT, lines
 
 

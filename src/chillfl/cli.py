@@ -32,19 +32,21 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
-from chillfl._version import __version__
-from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file, variant_config
-from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
-                            Unreachable, did_you_mean, one_line, signal_in, stopped_as)
-from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
-from chillfl.extras import need, package_file
-from chillfl.once import said_once
-from chillfl.options import short_path, short_repr
-from chillfl.paths import shell_path
-from chillfl.stderr import say
-from chillfl.stop_signals import HeldSignals, stop_signals
-from chillfl.wording import counted
-from chillfl.tune import SELECT_RULES
+from chillfl.stop_signals import HeldSignals, command_start, stop_signals
+
+with command_start():  # a signal while these import (a few tenths of a second) ends the command with one line, not a traceback or a silent kill
+    from chillfl._version import __version__
+    from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file, variant_config
+    from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
+                                Unreachable, did_you_mean, one_line, signal_in, stopped_as)
+    from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
+    from chillfl.extras import need, package_file
+    from chillfl.once import said_once
+    from chillfl.options import short_path, short_repr
+    from chillfl.paths import shell_path
+    from chillfl.stderr import say
+    from chillfl.wording import counted
+    from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
@@ -981,6 +983,16 @@ def _command(argv: Sequence[str] | None) -> str | None:
     return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
 
 
+def _starting(argv: Sequence[str] | None) -> str | None:
+    """What a stop signal during :func:`main`'s start-up (torch's import) had not started: ``"run"`` for ``chillfl run``,
+    ``"comparison"`` for ``chillfl compare``, as their own start-up says it (:func:`cmd_run`, :func:`cmd_compare`); None
+    for another command, a dry run or a help text, which write nothing in any case."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    if {"--dry-run", "-h", "--help"} & set(words):
+        return None
+    return {"run": "run", "compare": "comparison"}.get(_command(words) or "")
+
+
 _TRAINING_COMMANDS = frozenset({"run", "resume", "compare", "reproduce"})
 """The commands that import torch and train: the ones whose start-up the GC freeze shortens."""
 
@@ -1016,7 +1028,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     of the start-up, as torch's import must be (a Ctrl-C there was a traceback from inside torch's import)."""
     with _logger_kept(), said_once(), _CommandSignals():
         try:
-            with _before_writing(None), _signals_held():  # `analyze`: its subcommands' modules import torch
+            with _before_writing(_starting(argv)), _signals_held():  # `analyze`: its subcommands' modules import torch
                 if own_process:
                     _own_process(_command(argv))
                 parser = build_parser(analyses=_command(argv) == "analyze")
@@ -1246,7 +1258,9 @@ def _signal_exit(exc: KeyboardInterrupt) -> int:
 def _interrupted(exc: RunInterrupted, shard: str | None = None) -> int:
     """The interrupted run's one line: the round it stopped at and how to resume (``shard``: a shard's ``--shard K/N``)."""
     if exc.folder is not None:
-        kept = f"; the checkpoint of round {exc.checkpoint} is kept" if exc.at_once else ""
+        kept = ""
+        if exc.at_once:  # a comparison's run stopped in its first rounds has no checkpoint: the comparison runs it again
+            kept = f"; the checkpoint of round {exc.checkpoint} is kept" if exc.checkpoint is not None else "; that run had no checkpoint yet: resuming runs it again"
         again = f"; resume with: {exc.resume_command}" if exc.resume_command else _go_on(exc.folder, shard)
         say(f"chillfl: {exc}{kept}{again}")
     else:

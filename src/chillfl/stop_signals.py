@@ -1,15 +1,18 @@
 """The signals that ask chillfl to stop: SIGINT (Ctrl-C), SIGTERM (a scheduler, ``kill``), SIGHUP (an ssh disconnect).
 
-All three stop a run the same way (after the round, checkpointed, exit 128 + the signal's number). SIGHUP is
-held only where it is not ignored: ``nohup chillfl run ...`` starts the run with SIGHUP ignored so that the
-run outlives the terminal, and a handler installed over that would turn the disconnect back into a stop.
+All three stop a run the same way (after the round, checkpointed, exit 128 + the signal's number). SIGHUP and
+SIGINT are held only where they are not ignored: ``nohup chillfl run ...`` starts the run with SIGHUP ignored so
+that the run outlives the terminal, and a shell starts a background job of a script (``chillfl run ... &``) with
+SIGINT ignored so that a Ctrl-C meant for the foreground leaves it running; a handler installed over either would
+turn it back into a stop.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 T = TypeVar("T")
 
@@ -21,11 +24,10 @@ SIGINT_REPEAT_WINDOW_S = 0.05
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
-    """SIGINT, SIGTERM and SIGHUP, less SIGHUP where this process ignores it now (``nohup``; and a ``SIG_IGN`` inherited)."""
-    held = [signal.SIGINT, signal.SIGTERM]
-    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
-        held.append(signal.SIGHUP)
-    return tuple(held)
+    """SIGINT, SIGTERM and SIGHUP, less SIGINT and SIGHUP where this process ignores them now (a ``SIG_IGN`` inherited:
+    ``nohup``'s SIGHUP, a script's background job's SIGINT). SIGTERM is always held: nothing ignores it on purpose."""
+    return tuple(sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+                 if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN)
 
 
 class Repeats:
@@ -104,3 +106,45 @@ def made_held(make: Callable[[], T]) -> tuple[T, HeldSignals]:
     except BaseException:
         held.release()
         raise
+
+
+STARTING_LINE = "chillfl: interrupted; nothing was written"
+"""What the ``chillfl`` command says when a stop signal came while it imported its own modules (:func:`command_start`)."""
+
+
+def _is_command() -> bool:
+    """Whether this process is the ``chillfl`` command: ``python -m chillfl``, or the console script (its ``__main__`` is
+    the script ``chillfl``). Not a notebook, a test or a script that imports :mod:`chillfl.cli`, nor a spawned worker
+    (whose copy of the parent's script runs as ``__mp_main__``)."""
+    import sys
+    from pathlib import Path
+
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name == "chillfl.__main__":
+        return True
+    return getattr(main, "__name__", None) == "__main__" and Path(getattr(main, "__file__", None) or "").name == "chillfl"
+
+
+@contextlib.contextmanager
+def command_start() -> Iterator[None]:
+    """Around the command line's module imports (``chillfl.cli``'s own, a few tenths of a second before its handlers are
+    installed): a stop signal meanwhile is held, and once they are done ends the command with one line
+    (:data:`STARTING_LINE`) and 128 + the signal's number. Only in the ``chillfl`` command (:func:`_is_command`); an
+    import of the module anywhere else keeps the caller's handlers.
+
+    Why: SIGTERM's default action killed the command there with nothing said (exit -15), SIGINT a KeyboardInterrupt
+    traceback from inside an import. Held rather than raised: the imports complete, whatever their code does with an
+    exception (:class:`HeldSignals`). A signal ignored on entry (``nohup``, a background job) stays ignored."""
+    held = HeldSignals() if _is_command() else None
+    try:
+        yield
+    finally:
+        if held is not None:
+            received, held.received = held.received, None
+            held.release()
+            if received is not None:
+                from chillfl.stderr import say
+
+                say(STARTING_LINE)
+                raise SystemExit(128 + received)

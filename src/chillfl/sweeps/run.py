@@ -19,7 +19,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -388,6 +388,20 @@ def run_points(
     return sweep
 
 
+@contextlib.contextmanager
+def named_if_stopped(where: SweepFolder) -> Iterator[None]:
+    """A stop signal while a comparison whose runs are all done writes its table and figures: :class:`ComparisonInterrupted`
+    naming its ``.partial`` folder, as between two runs (:func:`run_points`), so the line says what ``chillfl resume`` goes on
+    with (it writes the table). Without it the line was the generic one, with no folder. Once the folder is renamed final
+    nothing is left to resume: the signal's own exception goes on as it is."""
+    try:
+        yield
+    except KeyboardInterrupt as exc:
+        if isinstance(exc, ComparisonInterrupted) or where.partial is None or not where.partial.is_dir():
+            raise
+        raise ComparisonInterrupted(where.partial) from exc
+
+
 def refuse_all_failed(plan: Plan, sweep: Sweep, where: SweepFolder) -> None:
     """:class:`~chillfl.errors.SweepFailed` when no run finished; its folder then becomes ``NAME-compare.failed`` (or, when
     that is taken, by an earlier comparison of the name that failed too, the next free ``NAME-compare.failed-2``, ...)."""
@@ -639,14 +653,15 @@ def run_plan(
         where, lock = open_folder(config, plan, resume, write, resumable=dataset is None and model is None and plugged is None)
     try:
         sweep = run_points(plan, where, resume is not None, force, progress, datasets, model, plugged, dataset=dataset, started_in=started_in)
-        refuse_all_failed(plan, sweep, where)
-        picked = pick_tuned(plan, sweep)
-        tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None)
-        warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
-        for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
-            log.warning(warning)
-        setups = two_setups_warning(plan, sweep, resume)  # in table.md alone: each resume said its own on stderr already
-        write_tables(config, plan, picked, tables, where, [*warnings, *([setups] if setups else [])])
+        with named_if_stopped(where):
+            refuse_all_failed(plan, sweep, where)
+            picked = pick_tuned(plan, sweep)
+            tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None)
+            warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
+            for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
+                log.warning(warning)
+            setups = two_setups_warning(plan, sweep, resume)  # in table.md alone: each resume said its own on stderr already
+            write_tables(config, plan, picked, tables, where, [*warnings, *([setups] if setups else [])])
         failures = {c.config.name: sweep.failures[c.key] for c in plan.cells if c.key in sweep.failures}
         return CompareResult(where.folder, tables.rows, tables.table, tables.outputs, failures=failures, runs=len(plan.cells))
     finally:

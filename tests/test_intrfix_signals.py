@@ -1,0 +1,162 @@
+"""Stop signals at the edges of a command (intrfix): while ``chillfl.cli`` imports its modules, inherited as ignored,
+a comparison's run stopped before its first checkpoint, and while a comparison writes its table.
+
+The import-time signal is forced deterministically (no timing): an import hook in the child sends the signal to its own
+process when ``chillfl.config`` is first looked up, inside the command's own imports.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from chillfl import cli
+from chillfl.errors import ComparisonInterrupted
+from chillfl.stop_signals import STARTING_LINE, stop_signals
+
+CHILD = textwrap.dedent(
+    """
+    import os, runpy, signal, sys
+
+    signum = signal.Signals[sys.argv[1]]
+
+
+    class Signalling:
+        '''The signal arrives while the command imports chillfl.config (before main() installs its handlers).'''
+
+        def find_spec(self, name, path=None, target=None):
+            if name == "chillfl.config":
+                sys.meta_path.remove(self)
+                os.kill(os.getpid(), signum)
+            return None
+
+
+    sys.meta_path.insert(0, Signalling())
+    sys.argv = ["chillfl", "list", "--options"]
+    runpy.run_module("chillfl", run_name="__main__", alter_sys=True)  # as `python -m chillfl list` runs
+    """
+)
+
+
+def _command(signum: signal.Signals, ignored: signal.Signals | None = None) -> subprocess.CompletedProcess[str]:
+    def ignore() -> None:
+        if ignored is not None:
+            signal.signal(ignored, signal.SIG_IGN)
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(cli.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
+    return subprocess.run([sys.executable, "-c", CHILD, signum.name], capture_output=True, text=True, timeout=120, env=env, preexec_fn=ignore)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_while_the_command_imports_its_modules_is_its_line(signum: signal.Signals) -> None:
+    """SIGINT was a KeyboardInterrupt traceback from inside the import, SIGTERM and SIGHUP a silent kill (exit -15, -1)."""
+    proc = _command(signum)
+    assert proc.stderr.strip().splitlines() == [STARTING_LINE], proc.stderr
+    assert proc.returncode == 128 + signum, proc.stderr
+    assert proc.stdout == ""  # stopped before the command ran
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_ignored_on_entry_stays_ignored_while_the_command_imports(signum: signal.Signals) -> None:
+    """``nohup`` (SIGHUP) and a script's background job (SIGINT) start the command with the signal ignored: it goes on."""
+    proc = _command(signum, ignored=signum)
+    assert proc.returncode == 0, proc.stderr
+    assert "chillfl: interrupted" not in proc.stderr
+    assert "client.lr" in proc.stdout
+
+
+def test_sigint_ignored_on_entry_is_not_held(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A background job of a non-interactive shell (``chillfl run ... &`` in a script) inherits SIGINT ignored; the
+    command's handlers turned it back on, so a Ctrl-C meant for the script's foreground stopped the run."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert signal.SIGINT not in stop_signals()
+        with cli._CommandSignals():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert signal.SIGINT in stop_signals()
+
+
+def test_a_comparisons_run_stopped_before_its_first_checkpoint_says_it_runs_again(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A second Ctrl-C in a comparison's run before that run's first checkpoint said "the checkpoint of round None is kept"."""
+    from chillfl.runner import RunInterrupted
+
+    exc = RunInterrupted(signal.SIGINT, None, 0, at_once=True)
+    exc.folder, exc.run = tmp_path / "tiny-compare.partial", "T0.25-s0"
+    assert cli._interrupted(exc) == 130
+    line = capsys.readouterr().err.strip()
+    assert "round None" not in line
+    assert "; that run had no checkpoint yet: resuming runs it again; resume with: chillfl resume " in line, line
+
+
+def test_main_says_what_had_not_started() -> None:
+    """The command's own start-up (torch's import, before its arguments are parsed) names what a signal there stopped."""
+    assert cli._starting(["run", "a.toml", "-q"]) == "run"
+    assert cli._starting(["-q", "compare", "a.toml"]) == "comparison"
+    assert cli._starting(["run", "a.toml", "--dry-run"]) is None
+    assert cli._starting(["compare", "--help"]) is None
+    assert cli._starting(["resume", "x.partial"]) is None
+    assert cli._starting([]) is None
+
+
+TINY = """\
+name = "tiny"
+seed = 0
+threads = 1
+device = "cpu"
+out_dir = "{out}"
+[dataset]
+name = "digits"
+[model]
+name = "mlp"
+hidden = [8]
+[federation]
+num_clients = 4
+clients_per_round = 2
+rounds = 1
+[client]
+epochs = 1
+batch_size = 32
+[eval]
+client_split_size = 20
+"""
+
+
+@pytest.mark.parametrize("where", ["tabulate", "write_tables"])
+def test_a_signal_while_a_comparison_writes_its_table_names_its_folder(where: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """Its runs done, a comparison tabulates and writes its table and figures: a signal there said only
+    "chillfl: interrupted", without the folder that ``chillfl resume`` writes them in."""
+    import chillfl.sweeps.run as sweep_run
+
+    def stopped(*args: object, **kwargs: object) -> None:
+        raise cli.Terminated()
+
+    monkeypatch.setattr(sweep_run, where, stopped)
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.format(out=(tmp_path / "out").as_posix()))
+    code = cli.main(["compare", str(config), "-q", "--grid", "client.lr=0.05,0.1"])
+    partial = tmp_path / "out" / "tiny-compare.partial"
+    assert capsys.readouterr().err.strip().splitlines()[-1] == f"chillfl: interrupted; resume with: chillfl resume {partial}"
+    assert code == 128 + signal.SIGTERM
+    assert partial.is_dir()
+
+
+def test_named_if_stopped_leaves_a_finished_folder_unnamed(tmp_path: Path) -> None:
+    """Once the folder is renamed final there is nothing to resume: the signal's own exception goes on."""
+    from chillfl.sweeps.run import SweepFolder, named_if_stopped
+
+    with pytest.raises(KeyboardInterrupt) as info, named_if_stopped(SweepFolder(tmp_path / "done", tmp_path / "done.partial")):
+        raise KeyboardInterrupt
+    assert not isinstance(info.value, ComparisonInterrupted)
+    (tmp_path / "done.partial").mkdir()
+    with pytest.raises(ComparisonInterrupted) as named, named_if_stopped(SweepFolder(tmp_path / "done", tmp_path / "done.partial")):
+        raise KeyboardInterrupt
+    assert named.value.folder == tmp_path / "done.partial"

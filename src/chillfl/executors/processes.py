@@ -77,7 +77,6 @@ import multiprocessing.util as mp_util
 import os
 import pickle
 import queue
-import shutil
 import signal
 import sys
 import tempfile
@@ -96,6 +95,7 @@ from torch import nn
 
 from chillfl.environment import usable_cores
 from chillfl.errors import ConfigError
+from chillfl.executors.parent_watch import WATCH_S, Watched, remove_parent_temp, watch_parent
 from chillfl.executors.sequential import ClientJob, train_job
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
@@ -104,7 +104,7 @@ from chillfl.training.optim import Carried
 
 _POLL_S = 0.5
 _JOIN_S = 5.0
-_WATCH_S = 0.2
+_WATCH_S = WATCH_S
 AF_UNIX_PATH_MAX = 103 if sys.platform == "darwin" else 107
 """Longest socket path the OS accepts (``sockaddr_un.sun_path`` is 108 bytes on Linux, 104 on macOS, with its NUL)."""
 _SOCKET_TAIL = len("/pymp-abcdefgh/listener-abcdefgh")
@@ -418,18 +418,8 @@ def _orphaned(parent: int, wait: float = 2.0) -> bool:
     return True
 
 
-def _remove_parent_temp(folder: str) -> None:
-    """Remove the dead parent's multiprocessing temp folder (``pymp-*``): a SIGKILLed process cannot remove its own."""
-    if os.path.basename(folder).startswith("pymp-"):
-        shutil.rmtree(folder, ignore_errors=True)  # the other workers may be removing it too
-
-
-def _watch_parent(parent: int, parent_temp: str, every: float = _WATCH_S) -> None:
-    """Exit this worker as soon as its parent is gone, whatever the main thread is doing (a long job included)."""
-    while os.getppid() == parent:
-        time.sleep(every)
-    _remove_parent_temp(parent_temp)
-    os._exit(0)  # no clean-up to wait for: the parent that would collect the results is gone
+_remove_parent_temp = remove_parent_temp
+_watch_parent = watch_parent  # started in the worker before torch's import: chillfl.executors.parent_watch.Watched
 
 
 def _quiet_once_orphaned(parent: int, wait: float = 1.0) -> None:
@@ -501,8 +491,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
     if not _fits(tempfile.gettempdir()):
         short_socket_folder(warn=False)  # its results' tensors pass through a socket of its own (the parent warned)
     _quiet_once_orphaned(parent)
-    threading.Thread(target=_watch_parent, args=(parent, parent_temp), name="chillfl-parent-watch", daemon=True).start()
-    torch.set_num_threads(threads)
+    torch.set_num_threads(threads)  # the parent watch runs already: the pool's target is Watched
     gc.freeze()  # chillfl owns this process: torch's import-time objects out of every later full collection
     key: int | None = None
     while True:
@@ -662,7 +651,7 @@ class WorkerPool:
         self._results = _Results(ctx=ctx)
         self._processes = [
             ctx.Process(
-                target=_worker_main,
+                target=Watched(_worker_main, os.getpid(), temp),  # watches its parent from its start, before it imports torch
                 args=(threads_per_worker, self._tasks, self._results, os.getpid(), temp),
                 name=f"chillfl-worker-{i}",
                 daemon=True,

@@ -304,7 +304,7 @@ def test_a_named_stopped_or_diverged_run_says_so_in_the_results_table(runs: Path
         lines = (folder / "metrics.jsonl").read_text().splitlines(keepends=True)
         (folder / "metrics.jsonl").write_text("".join(lines[:2]))
     (failed / "failure.json").write_text('{"round": 3}')
-    for folder, state in ((partial, "stopped (before its first checkpoint: runs again), 2/3 rounds"), (failed, "diverged (at round 3), 2/3 rounds")):
+    for folder, state in ((partial, "stopped (before its first checkpoint: resume refuses it; run its config.toml again), 2/3 rounds"), (failed, "diverged (at round 3), 2/3 rounds")):
         page = render([folder], models=False, partitions=False)
         results = page.split("<h2>Results</h2>")[1].split("</table>")[0]
         assert f"warm (warm: {state})" in results
@@ -320,7 +320,7 @@ def test_a_stopped_run_with_a_torn_last_line_is_reported_as_resume_reads_it(runs
     (partial / "metrics.jsonl").write_text("".join(lines[:2]) + lines[2][: len(lines[2]) // 2])  # cut mid-line, no newline
     assert main(["report", str(partial), "--no-models", "--no-partitions", "-o", str(tmp_path / "r.html")]) == 0, capsys.readouterr().err
     results = (tmp_path / "r.html").read_text().split("<h2>Results</h2>")[1].split("</table>")[0]
-    assert "warm (warm: stopped (before its first checkpoint: runs again), 2/3 rounds)" in results
+    assert "warm (warm: stopped (before its first checkpoint: resume refuses it; run its config.toml again), 2/3 rounds)" in results
     assert [r["round"] for r in load_run(partial).records] == [1, 2]
     (partial / "metrics.jsonl").write_text("".join(lines[:1]) + "garbled\n" + lines[2])  # a bad line that is not the last stays an error
     assert main(["report", str(partial), "--no-models", "--no-partitions", "-o", str(tmp_path / "r2.html")]) == 2

@@ -160,3 +160,68 @@ def test_named_if_stopped_leaves_a_finished_folder_unnamed(tmp_path: Path) -> No
     with pytest.raises(ComparisonInterrupted) as named, named_if_stopped(SweepFolder(tmp_path / "done", tmp_path / "done.partial")):
         raise KeyboardInterrupt
     assert named.value.folder == tmp_path / "done.partial"
+
+
+def test_status_says_a_single_run_without_a_checkpoint_is_run_again_from_its_config(tmp_path: Path) -> None:
+    """``chillfl status`` said "runs again" for any ``.partial`` without a checkpoint; ``chillfl resume`` refuses a single
+    one (inside a comparison its resume does run it again)."""
+    from chillfl.storage.run_state import SINGLE_UNCHECKPOINTED, folder_state
+
+    single = tmp_path / "tiny.partial"
+    single.mkdir()
+    (single / "metrics.jsonl").write_text("")
+    assert folder_state(single, "tiny").detail == SINGLE_UNCHECKPOINTED
+    inner = tmp_path / "tiny-compare.partial" / "T1-s0.partial"
+    inner.mkdir(parents=True)
+    (inner.parent / "sweep.json").write_text("{}")
+    assert folder_state(inner, "T1-s0").detail == "before its first checkpoint: runs again"
+
+
+def test_a_single_run_stopped_at_once_in_its_first_round_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A second signal in round 1 said "nothing to resume" and left ``NAME.partial`` (its config, an empty metrics.jsonl,
+    its partition), which ``chillfl resume`` refuses and which pushed the next run of the name to ``NAME-2``."""
+    import chillfl.executors.sequential as sequential
+
+    train, calls = sequential.train_job, []
+
+    def stopped_twice(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)  # stop after this round
+            signal.raise_signal(signal.SIGTERM)  # another signal: at once
+        return train(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sequential, "train_job", stopped_twice)
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.format(out=(tmp_path / "out").as_posix()))
+    code = cli.main(["run", str(config), "-q"])
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[-1] == "chillfl: interrupted by a second SIGTERM during round 1; no checkpoint had been written yet, so there is nothing to resume", lines
+    assert code == 128 + signal.SIGTERM
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
+
+
+def test_a_comparisons_run_stopped_at_once_in_its_first_round_runs_again_on_resume(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Its folder removed (nothing in it), the stopped run of a comparison is run again by ``chillfl resume``."""
+    import chillfl.executors.sequential as sequential
+
+    train, calls = sequential.train_job, []
+
+    def stopped_twice(*args: object, **kwargs: object) -> object:
+        calls.append(1)
+        if len(calls) == 1:
+            signal.raise_signal(signal.SIGINT)
+            signal.raise_signal(signal.SIGTERM)
+        return train(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(sequential, "train_job", stopped_twice)
+    config = tmp_path / "tiny.toml"
+    config.write_text(TINY.format(out=(tmp_path / "out").as_posix()))
+    assert cli.main(["compare", str(config), "-q", "--grid", "client.lr=0.05,0.1"]) == 128 + signal.SIGTERM
+    partial = tmp_path / "out" / "tiny-compare.partial"
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "; that run had no checkpoint yet: resuming runs it again; resume with: chillfl resume " in line, line
+    assert cli.main(["resume", str(partial), "-q"]) == 0, capsys.readouterr().err
+    assert (tmp_path / "out" / "tiny-compare" / "table.json").is_file()

@@ -20,6 +20,8 @@ from procs import alive
 
 from chillfl import cli
 
+pytestmark = pytest.mark.slow  # a child that imports torch and spawns a worker (seconds): left out of the fast loop, run by CI
+
 SLOW_TORCH = textwrap.dedent(
     """
     import sys, time

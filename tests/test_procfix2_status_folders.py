@@ -50,7 +50,7 @@ def test_several_folders_are_shown_one_after_another(tmp_path: Path, capsys: pyt
     tables = _tables(captured.out)
     assert [t[0] for t in tables] == [f"{a}: one run", f"{b}: one run"]
     assert tables[0][3] == "| a | diverged (at round 1) | 0/2 | - |"
-    assert tables[1][3] == "| b | stopped (before its first checkpoint: runs again) | 1/2 | - |"
+    assert tables[1][3] == "| b | stopped (before its first checkpoint: resume refuses it; run its config.toml again) | 1/2 | - |"
 
 
 def test_a_folder_of_result_folders_shows_each_of_them(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

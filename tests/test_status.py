@@ -118,7 +118,7 @@ def test_a_runs_rounds_are_its_distinct_rounds_and_never_silently_past_the_plan(
     folder = _stopped_run(tmp_path, rounds)
     capsys.readouterr()
     assert main(["status", str(folder)]) == 0
-    assert capsys.readouterr().out.splitlines()[3] == f"| x | stopped (before its first checkpoint: runs again) | {cell} | - |"
+    assert capsys.readouterr().out.splitlines()[3] == f"| x | stopped (before its first checkpoint: resume refuses it; run its config.toml again) | {cell} | - |"
 
 
 def test_a_line_that_is_no_rounds_record_is_no_round(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -680,6 +680,8 @@ def _run_rounds(
             writer.abort()
         if exc.folder is None and writer is not None and (writer.path / CHECKPOINT).is_file():
             exc.folder, exc.checkpoint = writer.path, _checkpoint_round(writer)
+        elif exc.folder is None and writer is not None:  # stopped at once before its first checkpoint: resume would refuse the folder
+            _discard_unstarted(writer)  # removed unless a round is in it (its config and partition alone are nothing to keep)
         raise
     except BaseException as exc:
         if writer:

@@ -154,6 +154,11 @@ def run_state(parent: Path, name: str, planned: int | None = None) -> RunState:
     return RunState(name, "not started", "", None, planned)
 
 
+SINGLE_UNCHECKPOINTED = "before its first checkpoint: resume refuses it; run its config.toml again"
+"""A single run's ``.partial`` without a checkpoint: ``chillfl resume`` has nothing to go on from (a comparison's such run, by
+contrast, its resume runs again). It said "runs again" for both, true only inside a comparison."""
+
+
 def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:
     """The state of the one folder ``folder`` of run ``name``, told by its suffix (``.failed``, ``.partial``, none):
     ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
@@ -167,7 +172,7 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         rounds = _rounds_written(folder)
         if _locked(folder):
             return RunState(name, "running", "", rounds, planned)
-        how = "before its first checkpoint: runs again"
+        how = "before its first checkpoint: runs again" if is_sweep(folder.parent) else SINGLE_UNCHECKPOINTED
         if (folder / CHECKPOINT).is_file():  # its metrics may run past the checkpoint: those rounds run again
             done = saved_round(folder / CHECKPOINT)
             how = "resumes from its checkpoint" if done is None else f"resumes after round {done}, its checkpoint"

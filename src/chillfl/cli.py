@@ -182,8 +182,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
     A mistake a run would hit exits 2 here. For ``compare``, every variant, tuning point and
     seed is checked. Without the dataset's files only names and options are checked (one note).
     """
-    from chillfl.resolve import unset_options
-    from chillfl.storage.results import to_toml
+    from chillfl.storage.results import to_toml, unset_comment
     from chillfl.runner import check_sinks
 
     if writes:  # what a run checks before it writes anything
@@ -213,9 +212,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         print("# compare (not part of the config): " + planned[0])
         for line in planned[1:]:
             print(textwrap.fill(line, width=100, initial_indent="#   ", subsequent_indent="#     ", break_on_hyphens=False))
-    unset = unset_options(config)
-    if unset:  # TOML has no null: what the file leaves out is derived at run time (first: a comment after the last table reads as its own)
-        print(textwrap.fill("# unset (derived at run time; TOML has no null): " + ", ".join(unset), width=100, subsequent_indent="#   "))
+    print(unset_comment(config.to_dict()), end="")  # as a run folder's config.toml has it, above the tables
     # one run: as its folder's config.toml will hold it (empty tables left out); a comparison: as its folder's will
     print(recorded if planned else to_toml(config.to_saved_dict()), end="")
     return 0

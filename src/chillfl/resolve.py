@@ -41,6 +41,7 @@ from chillfl.models.registry import model_options
 from chillfl.numeric import is_real
 from chillfl.settings.distillation import DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
+from chillfl.storage.results import unset_names
 from chillfl.options import parse_options
 from chillfl.temperature import policy_options, policy_spec
 from chillfl.training.terms import entry_name, term_spec
@@ -233,17 +234,7 @@ def _leaves(value: Any, keys: tuple[str, ...]) -> Iterator[tuple[str, Any]]:
 
 def unset_options(config: RunConfig) -> list[str]:
     """The options of ``config``'s parts left unset (``None``: derived at run time), as ``section.option``: what the TOML form omits."""
-    return sorted(_unset(config.to_dict(), ()))
-
-
-def _unset(node: Any, keys: tuple[str, ...]) -> Iterator[str]:
-    if isinstance(node, Mapping):
-        for key, value in node.items():
-            if key in ("variants", "compare", "tune") and not keys:
-                continue
-            yield from _unset(value, (*keys, str(key)))
-    elif node is None:
-        yield ".".join(keys)
+    return unset_names(config.to_dict())
 
 
 def is_default_table(part: str, table: Mapping[str, Any], name: str) -> bool:

@@ -33,6 +33,8 @@ import math
 import os
 import shutil
 import stat
+import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -64,6 +66,44 @@ def _without_none(value: Any) -> Any:
 def to_toml(data: Mapping[str, Any]) -> str:
     """``data`` as TOML (tomli-w: lists of tables, nested tables and every scalar round-trip; None omitted)."""
     return tomli_w.dumps(_without_none(data))
+
+
+UNSET_COMMENT = "# unset (derived at run time; TOML has no null): "
+"""How :func:`unset_comment` opens."""
+
+_NOT_RUN_OPTIONS = ("variants", "compare", "tune")  # a comparison's own top-level tables: no run option in them is derived
+
+
+def unset_names(config: Mapping[str, Any]) -> list[str]:
+    """The options a config's dict leaves unset (``None``: derived at run time), as sorted ``section.option``: what
+    :func:`to_toml` omits."""
+    return sorted(_unset(config, ()))
+
+
+def _unset(node: Any, keys: tuple[str, ...]) -> Iterator[str]:
+    if isinstance(node, Mapping):
+        for key, value in node.items():
+            if key in _NOT_RUN_OPTIONS and not keys:
+                continue
+            yield from _unset(value, (*keys, str(key)))
+    elif node is None:
+        yield ".".join(keys)
+
+
+def unset_comment(config: Mapping[str, Any]) -> str:
+    """The options a config's dict leaves unset, as TOML comment lines to go above its tables ("" when none): what
+    ``--dry-run`` prints and a run folder's ``config.toml`` holds.
+
+    Why: the saved TOML omits them (TOML has no null), so without these lines a folder would not say that a value
+    (SCARLET's ``cache_duration``, ...) was worked out at run time. Names only: the values exist inside the parts that
+    derive them. Comments, so rereading the file gives the same config; above the tables, as a comment after the last
+    table would read as part of it; every line starts with ``#``, so a header read as the leading comment lines keeps it.
+    """
+    unset = unset_names(config)
+    if not unset:
+        return ""
+    text = UNSET_COMMENT + ", ".join(unset)
+    return textwrap.fill(text, width=100, subsequent_indent="#   ", break_on_hyphens=False, break_long_words=False) + "\n"
 
 
 def _taken(candidate: Path) -> bool:
@@ -267,8 +307,9 @@ class ResultWriter:
         return self._sha.hexdigest()
 
     def write_config(self, config: Mapping[str, Any], header: str = "") -> None:
-        """``config.toml``; ``header``: comment lines on top (what the run ran with). ``config_bytes``: what was written, for the checkpoint's checksum."""
-        data = (header + to_toml(config)).encode("utf-8")
+        """``config.toml``; ``header``: comment lines on top (what the run ran with), then the options left unset
+        (:func:`unset_comment`: ``config`` is the dict with its ``None`` values). ``config_bytes``: what was written, for the checkpoint's checksum."""
+        data = (header + unset_comment(config) + to_toml(config)).encode("utf-8")
         write_atomic(self.path / "config.toml", data)
         self.config_bytes = data
 

@@ -48,7 +48,7 @@ from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_st
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
-from chillfl.engine.protocol import ServerProtocol
+from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.engine.record import round_number
 from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
@@ -58,7 +58,7 @@ from chillfl.environment import CHUNKED, COMPARED, NO_CODE, ResumedSetup, as_com
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
 from chillfl.once import once_per_call
 from chillfl.paths import shell_path
-from chillfl.executors.parallel import follows_cores
+from chillfl.executors.parallel import executor_record, follows_cores
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.processes import WorkerError
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, run_notes, say_notes
@@ -658,7 +658,7 @@ def _run_rounds(
         signals.finishing = True  # a signal now waits until the run's results are complete
         close_run_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
         stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
-        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped)
+        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped, executor=executor)
         for cb in callbacks:
             cb.on_end(output)
         return output
@@ -741,12 +741,13 @@ def close_run_sinks(sinks: list["Sink"], failure: BaseException | None) -> None:
 
 def finish_run(
     exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
-    stopped: dict[str, Any] | None = None, runtime: str | None = None,
+    stopped: dict[str, Any] | None = None, runtime: str | None = None, executor: Executor | None = None,
 ) -> RunOutput:
     """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``.
 
     ``runtime``: the backend whose round loop ran, where it is not chillfl's own (the Flower ServerApp's ``"flower"``),
     recorded in ``summary.json``; the Flower server finishes its folder here too, so that both write the same files.
+    ``executor``: what trained the clients, recorded in ``environment`` (:func:`~chillfl.executors.parallel.executor_record`).
     """
     summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
     if runtime is not None:
@@ -764,7 +765,7 @@ def finish_run(
         summary["privacy"] = private
     summary["num_parameters"] = count_parameters(exp.model)  # trainable parameters, as architectures.*.parameters counts them (no BatchNorm statistics)
     summary["device"] = str(exp.device)
-    summary["environment"] = environment(exp.device)
+    summary["environment"] = environment(exp.device) | (executor_record(executor) if executor is not None else {})  # config.toml may say "auto"
     if writer is not None and writer.resumed:  # resumed on another setup: the rounds ran on two (resumed_across)
         summary["resumed"] = writer.resumed
     if per_client_architectures(config.model):  # heterogeneous clients: parameters per architecture

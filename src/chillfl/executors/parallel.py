@@ -7,7 +7,8 @@ result for the same seed (vectorized: up to float rounding; processes:
 bitwise, at equal intra-op thread counts).
 
 ``auto`` picks by round size and cores (:func:`choose_executor`) and logs its
-choice. Timing one local round (32 clients of 64 to 157 samples, batch 16,
+choice; the run records what trained its clients, a fallback included, in
+``summary.json``'s ``environment`` (:func:`executor_record`). Timing one local round (32 clients of 64 to 157 samples, batch 16,
 one intra-op thread, 2 cores: ``python benchmarks/executor_sizes.py``), vectorised with 2 worker threads vs sequential was 3.6x faster for
 a 5k-parameter MLP, 1.7x for a 6k-parameter CNN, 2.7x for a 197k-parameter
 MLP and 1.7x for the 879k-parameter McMahan CNN, where the process pool was
@@ -64,6 +65,7 @@ from chillfl.executors.sequential import Executor, SequentialExecutor
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.processes import ProcessExecutor, default_workers, main_importable
 from chillfl.engine.protocol import ClientSide
+from chillfl.executors.ray_executor import RayExecutor
 from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.errors import ConfigError, choice_error
 from chillfl.training.local import LocalSpec
@@ -191,10 +193,35 @@ def make_parallel_executor(name: str, parts: ExecutorSpec) -> Executor:
     if name == "sequential":
         return SequentialExecutor(parts.model, parts.spec, client=parts.client)
     if name == "vectorized":
+        fallback_name = "processes" if fallback else "sequential"
         fallback = fallback or partial(SequentialExecutor, parts.model, parts.spec, client=parts.client)
-        return VectorizedExecutor(parts.model, parts.spec, workers=workers if on_cpu else 1, fallback=fallback, client=parts.client)
+        return VectorizedExecutor(parts.model, parts.spec, workers=workers if on_cpu else 1, fallback=fallback, fallback_name=fallback_name, client=parts.client)
     if name == "processes":
         if not on_cpu:
             raise ConfigError("executor", f"'processes' trains on the CPU; on device {parts.device!r} use 'vectorized', 'sequential' or 'auto'")
         return parts.process_executor(pool_size)
     raise choice_error("executor", name, EXECUTORS)
+
+
+def executor_record(executor: Executor) -> dict[str, str | int]:
+    """What trained the run's clients, for ``summary.json``'s ``environment``: ``executor`` (a
+    :data:`~chillfl.config.EXECUTORS` name), ``executor_workers`` and, for ``vectorized``, the ``executor_fallback``
+    it would have taken; where it took it (a step could not be vmapped), ``executor`` names the fallback, with
+    ``executor_fallback_from`` and ``executor_fallback_reason``.
+
+    Why: ``config.toml`` keeps ``executor = "auto"`` (a rerun or a resume chooses again, perhaps on other cores),
+    and the choice, whose bits can differ (docs/reproducibility.md), was only a log line.
+    """
+    if isinstance(executor, VectorizedExecutor) and (taken := executor.fell_back_to) is not None:
+        return {**executor_record(taken), "executor_fallback_from": "vectorized", "executor_fallback_reason": executor.fallback_reason or ""}
+    record: dict[str, str | int] = {"executor": _EXECUTOR_NAMES.get(type(executor), type(executor).__qualname__)}
+    workers = getattr(executor, "workers", 1)
+    record["executor_workers"] = workers if isinstance(workers, int) else 1
+    if isinstance(executor, VectorizedExecutor):
+        record["executor_fallback"] = executor.fallback_name
+    return record
+
+
+_EXECUTOR_NAMES: dict[type, str] = {
+    SequentialExecutor: "sequential", VectorizedExecutor: "vectorized", ProcessExecutor: "processes", RayExecutor: "ray",
+}

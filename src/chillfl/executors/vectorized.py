@@ -361,6 +361,7 @@ class VectorizedExecutor:
         memory_budget: int = DEFAULT_MEMORY_BUDGET,
         workers: int = 1,
         fallback: Callable[[], Executor] | None = None,
+        fallback_name: str = "sequential",
         client: ClientSide | None = None,
         accelerator: bool | None = None,
         free_memory: Callable[[torch.device], int] = free_device_memory,
@@ -383,6 +384,8 @@ class VectorizedExecutor:
         """How ``cuda_graphs`` records steps on a device: None = CUDA graphs on CUDA devices, no recording elsewhere
         (tests pass :class:`~chillfl.executors.step_graphs.TapeRecorder` to replay recorded steps on the CPU)."""
         self.fallback_reason: str | None = None
+        self.fallback_name = fallback_name
+        """What ``fallback`` builds, as a :data:`chillfl.config.EXECUTORS` name: the run's record names it (``summary.json``)."""
         self._specs: dict[int, VectorizedExecutor] = {}  # executors for the other objectives client updates yield
         self._verified = False
         self._per_client: bool | None = None  # decided on the first round's data (:func:`per_client_steps`)
@@ -406,6 +409,11 @@ class VectorizedExecutor:
             self._replicas.put(_Replica(replica, StepLoss(replica, spec, vmapped=True)))
         self._pool: ThreadPoolExecutor | None = None
         self.predict = BatchedPredictor(workers=workers)  # client updates' PredictJobs: many clients per vmapped forward pass
+
+    @property
+    def fell_back_to(self) -> Executor | None:
+        """The executor that has run this one's rounds since a step could not be vmapped (:attr:`fallback_reason`); None: none has."""
+        return self._fallback if self.fallback_reason is not None else None
 
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         """Every task's client update; the training jobs of one stage are trained as vmapped chunks."""

@@ -167,8 +167,8 @@ def _set_deterministic(mode: bool, warn_only: bool = False) -> None:
 
 @contextmanager
 def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
-    """The run's ``precision`` on every device (:func:`~chillfl.training.local.run_precision`: IEEE fp32 matmuls and
-    convolutions, TF32 on CUDA for ``"tf32"``, no autocast of the caller's); on CUDA, ``deterministic = true`` ->
+    """The run's ``precision`` on every device (:func:`~chillfl.training.local.run_precision`: IEEE fp32 matmuls, cuDNN
+    convolutions on TF32 as torch's default has them, TF32 matmuls too on CUDA for ``"tf32"``, no autocast of the caller's); on CUDA, ``deterministic = true`` ->
     PyTorch's deterministic algorithms. For the run only, restored after: the caller's own settings (a notebook's
     ``warn_only=True``, its ``CUBLAS_WORKSPACE_CONFIG`` or none, its matmul precision) are as they were when the run returns."""
     with run_precision(config.precision, device):

@@ -91,14 +91,14 @@ from chillfl.metrics.correlation import CorrelationRow, correlation_table, undef
 from chillfl.metrics.correlation import format_table as format_correlation
 from chillfl.metrics.correlation import undefined_notes
 from chillfl.options import parse_options
-from chillfl.progress import Progress, as_mode, mode_for
+from chillfl.progress import NoBar, Progress, as_mode, mode_for
 from chillfl.seeds import derive_seed
 from chillfl.stderr import say
 from chillfl.stop_signals import made_held
 from chillfl.temperature.base import MIN_TEMPERATURE
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
-from chillfl.training.local import LocalSpec, evaluate, train_client
+from chillfl.training.local import LocalSpec, evaluate, run_precision, train_client
 
 DEFAULT_TEMPERATURES: tuple[float, ...] = (0.05, 0.1, 0.25, 0.5, 1.0)
 """The grid of the task (FedChill Fig. 1 spans T = 0.05 ... 1)."""
@@ -279,17 +279,19 @@ def run_temperature_sweep(
     acc = np.zeros((len(clients), len(grid)))
     loss = np.zeros_like(acc)
     mode = as_mode(progress)  # the CLI's "lines" where stderr is no terminal: a \r-redrawn bar piles up into one line in a log
-    bar: tqdm | ItemLines = (ItemLines(len(clients), "temperature sweep", "client") if mode == "lines" else
-                             tqdm(total=len(clients), desc="temperature sweep", unit="client", disable=mode == "off", dynamic_ncols=True))
-    for i, cid in enumerate(clients):
-        x, y = data.client_train(cid)
-        xe, ye = data.client_eval(cid)
-        seed = derive_seed(config.seed, "sweep", cid)
-        for j, t in enumerate(grid):
-            out = train_client(model, initial, x, y, spec=spec, lr=config.client.lr, temperature=t, context={}, generator=torch.Generator().manual_seed(seed))
-            acc[i, j], loss[i, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
-        bar.set_postfix({"best T": f"{best_temperatures(acc[i : i + 1], grid, ties)[0]:g}"}, refresh=False)
-        bar.update(1)
+    bar: tqdm | ItemLines | NoBar = (ItemLines(len(clients), "temperature sweep", "client") if mode == "lines" else NoBar() if mode == "off" else
+                                     tqdm(total=len(clients), desc="temperature sweep", unit="client", dynamic_ncols=True))
+    device = next(iter(initial.values())).device
+    with run_precision(config.precision, device):  # the config's math, not the caller's autocast or matmul precision (as a run)
+        for i, cid in enumerate(clients):
+            x, y = data.client_train(cid)
+            xe, ye = data.client_eval(cid)
+            seed = derive_seed(config.seed, "sweep", cid)
+            for j, t in enumerate(grid):
+                out = train_client(model, initial, x, y, spec=spec, lr=config.client.lr, temperature=t, context={}, generator=torch.Generator().manual_seed(seed))
+                acc[i, j], loss[i, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
+            bar.set_postfix({"best T": f"{best_temperatures(acc[i : i + 1], grid, ties)[0]:g}"}, refresh=False)
+            bar.update(1)
     if isinstance(bar, tqdm):
         bar.close()
 

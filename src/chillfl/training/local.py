@@ -380,8 +380,11 @@ def run_precision(precision: str, device: torch.device) -> Iterator[None]:
 
 def autocast_for(spec: LocalSpec, device: torch.device) -> Any:
     """The context the training forward runs in: bf16 autocast on ``device`` or nothing."""
-    if spec.precision == "bf16":  # a recorded step must not keep autocast's cast weights from one step to the next
-        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=not spec.cuda_graphs)
+    if spec.precision == "bf16":  # no cast cache: a recorded step must not keep autocast's cast weights from one step to
+        # the next, and neither may an eager one: torch empties the cache only when the outermost autocast exits, so under
+        # a caller's autocast (turned off for the run by run_precision, still entered) a client trained on the bf16 copies
+        # of its first step's weights
+        return torch.autocast(device.type, dtype=torch.bfloat16, cache_enabled=False)
     return nullcontext()
 
 

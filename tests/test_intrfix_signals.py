@@ -162,6 +162,22 @@ def test_named_if_stopped_leaves_a_finished_folder_unnamed(tmp_path: Path) -> No
     assert named.value.folder == tmp_path / "done.partial"
 
 
+def test_named_if_stopped_names_the_folder_for_a_signal_a_package_wrapped(tmp_path: Path) -> None:
+    """A signal landing in a lazily imported class body (matplotlib's, while the figures are drawn) arrives as a
+    RuntimeError from the KeyboardInterrupt: the line named no folder."""
+    from chillfl.sweeps.run import SweepFolder, named_if_stopped
+
+    (tmp_path / "done.partial").mkdir()
+    with pytest.raises(ComparisonInterrupted) as named, named_if_stopped(SweepFolder(tmp_path / "done", tmp_path / "done.partial")):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("Error calling __set_name__") from exc
+    assert named.value.folder == tmp_path / "done.partial"
+    with pytest.raises(ValueError), named_if_stopped(SweepFolder(tmp_path / "done", tmp_path / "done.partial")):
+        raise ValueError("not a signal")  # any other error goes on as it is
+
+
 def test_status_says_a_single_run_without_a_checkpoint_is_run_again_from_its_config(tmp_path: Path) -> None:
     """``chillfl status`` said "runs again" for any ``.partial`` without a checkpoint; ``chillfl resume`` refuses a single
     one (inside a comparison its resume does run it again)."""

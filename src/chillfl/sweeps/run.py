@@ -34,7 +34,7 @@ from chillfl.aggregation.registry import dropped_choices
 from chillfl.config import RunConfig, load_config
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.loaders import data_absent
-from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, StorageError, SweepFailed, Unreachable, one_line, stopped_as
+from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, StorageError, SweepFailed, Unreachable, one_line, signal_in, stopped_as
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
@@ -396,10 +396,11 @@ def named_if_stopped(where: SweepFolder) -> Iterator[None]:
     nothing is left to resume: the signal's own exception goes on as it is."""
     try:
         yield
-    except KeyboardInterrupt as exc:
-        if isinstance(exc, ComparisonInterrupted) or where.partial is None or not where.partial.is_dir():
+    except (KeyboardInterrupt, Exception) as exc:  # an Exception: a signal a package wrapped (matplotlib's lazy imports)
+        signalled = exc if isinstance(exc, KeyboardInterrupt) else signal_in(exc)
+        if signalled is None or isinstance(exc, ComparisonInterrupted) or where.partial is None or not where.partial.is_dir():
             raise
-        raise ComparisonInterrupted(where.partial) from exc
+        raise ComparisonInterrupted(where.partial) from signalled
 
 
 def refuse_all_failed(plan: Plan, sweep: Sweep, where: SweepFolder) -> None:

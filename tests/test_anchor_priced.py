@@ -12,7 +12,7 @@ import torch
 
 import chillfl
 from chillfl.protocols.parameters import ParameterSharing
-from tests.test_commfix_traffic import CLIENTS, MODEL, ROUNDS, Tiny, data, without_bytes  # noqa: F401
+from test_commfix_traffic import CLIENTS, MODEL, ROUNDS, Tiny, data, without_bytes  # noqa: F401
 
 __all__ = ["data"]
 

@@ -287,6 +287,7 @@ def _model_counts(shape: tuple[int, ...], classes: int, model_items: tuple[tuple
     import torch  # lazy, with the models below: `chillfl list` imports no torch until a FLOP count is asked for
     from torch.utils.flop_counter import FlopCounterMode
 
+    from chillfl.experiment import sample_input
     from chillfl.models import build_model
 
     options = {k: ast.literal_eval(v) for k, v in model_items}
@@ -296,7 +297,7 @@ def _model_counts(shape: tuple[int, ...], classes: int, model_items: tuple[tuple
                 model = build_model(str(options["name"]), shape, classes, options)
                 model.eval()
                 with torch.no_grad(), FlopCounterMode(display=False) as counter:
-                    model(torch.zeros((1, *shape)))
+                    model(sample_input(model, shape))  # the model's dtype: registered models are float32 under a float64 default
             return float(counter.get_total_flops()), float(sum(p.numel() for p in model.parameters() if p.requires_grad))
         except Exception:  # noqa: BLE001 - a model that cannot run on meta tensors is counted on the CPU; failing both, "-"
             continue

@@ -76,6 +76,9 @@ class NoBar:
     def update(self, n: int = 1) -> None:
         return None
 
+    def close(self) -> None:
+        return None
+
 
 class Lines:
     """tqdm's small interface used by the runner (update, set_postfix, a context), as plain log lines."""

@@ -51,7 +51,7 @@ from typing import Any
 
 from chillfl.data.sources import HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
-from chillfl.progress import Progress, as_mode
+from chillfl.progress import NoBar, Progress, as_mode
 
 log = logging.getLogger(__name__)
 
@@ -169,7 +169,7 @@ def _fetch_once(url: str, part: Path, progress: Progress, timeout: float) -> Non
         name = part.name.removesuffix(".part")
         if as_mode(progress) == "lines":  # the size the server gives (a mirror's repacked file may differ from the official one)
             log.info("fetching %s (%s) from %s%s", name, _size(total), url, f", resuming at {_size(offset)}" if offset else "")
-        bar = _bar(name, total, offset, as_mode(progress) == "bar")
+        bar = _bar(name, total, offset, progress)
         try:
             out = open(part, "ab" if offset else "wb")
         except OSError as exc:
@@ -193,10 +193,14 @@ def _fetch_once(url: str, part: Path, progress: Progress, timeout: float) -> Non
             raise http.client.IncompleteRead(b"", total - part.stat().st_size)
 
 
-def _bar(desc: str, total: int | None, initial: int, enabled: bool) -> Any:
+def _bar(desc: str, total: int | None, initial: int, progress: Progress) -> Any:
+    """A byte bar for ``progress = "bar"``; else :class:`~chillfl.progress.NoBar` (``tqdm(disable=True)`` still started
+    tqdm's monitor thread, which outlived the download)."""
+    if as_mode(progress) != "bar":
+        return NoBar()
     from tqdm import tqdm
 
-    return tqdm(total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, disable=not enabled, file=sys.stderr, leave=False)
+    return tqdm(total=total, initial=initial, desc=desc, unit="B", unit_scale=True, unit_divisor=1024, file=sys.stderr, leave=False)
 
 
 TRANSIENT = (http.client.IncompleteRead, ConnectionResetError, ConnectionAbortedError, socket.timeout, TimeoutError, http.client.RemoteDisconnected)

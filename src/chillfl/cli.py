@@ -212,7 +212,8 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
         print("# compare (not part of the config): " + planned[0])
         for line in planned[1:]:
             print(textwrap.fill(line, width=100, initial_indent="#   ", subsequent_indent="#     ", break_on_hyphens=False))
-    print(unset_comment(config.to_dict()), end="")  # as a run folder's config.toml has it, above the tables
+    if not planned:  # a comparison's recorded TOML opens with it (comparison_toml)
+        print(unset_comment(config.to_dict()), end="")  # as a run folder's config.toml has it, above the tables
     # one run: as its folder's config.toml will hold it (empty tables left out); a comparison: as its folder's will
     print(recorded if planned else to_toml(config.to_saved_dict()), end="")
     return 0

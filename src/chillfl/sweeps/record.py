@@ -37,7 +37,7 @@ from chillfl.errors import ConfigError, json_loads
 from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
-from chillfl.storage.results import PARTIAL, refuse_links, to_toml
+from chillfl.storage.results import PARTIAL, refuse_links, to_toml, unset_comment
 from chillfl.storage.run_folder import STARTED_IN, config_changes, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, parse_grid, repeats, typed_comparison, with_controls
@@ -72,8 +72,13 @@ class SweepRecord(TypedDict):
 def comparison_toml(config: RunConfig, plan: Plan) -> str:
     """The comparison's ``config.toml``: ``config`` as written, each number of an option as the option holds it
     (:func:`~chillfl.sweeps.plan.typed_comparison`), so ``mu = 0`` and ``mu = 0.0`` record one comparison, with what
-    ``plan`` ran beyond the file (:func:`as_planned`), so ``chillfl compare FOLDER/config.toml`` runs it again."""
-    return to_toml(as_planned(typed_comparison(config), plan).to_dict())
+    ``plan`` ran beyond the file (:func:`as_planned`), so ``chillfl compare FOLDER/config.toml`` runs it again.
+
+    Above its tables, the options it leaves unset (:func:`~chillfl.storage.results.unset_comment`), as a run folder's
+    ``config.toml`` and ``--dry-run`` have them: the TOML omits them (no null), so without the comment the comparison's
+    file alone did not say a value was derived at run time. One writer of the file, its record's checksum and the dry run's text."""
+    planned = as_planned(typed_comparison(config), plan).to_dict()
+    return unset_comment(planned) + to_toml(planned)
 
 
 def as_planned(config: RunConfig, plan: Plan) -> RunConfig:

@@ -87,11 +87,16 @@ class ParamDownlink:
     """Context entries the client holds already (the aggregator's :attr:`Downlink.local`): they cost no bytes."""
     held: tuple[str, ...] = ()
     """Entries of ``start`` the client holds already (:meth:`ParameterSharing.held`): they cost no bytes."""
+    anchor_unsent: int = 0
+    """Bytes of the ``[objective]`` anchor's entries (the server's model, in ``context`` under the anchor keys, which
+    are ``local``) that ``start`` does not carry, because the aggregator sends this client values of its own there
+    (``Downlink.params``, :func:`anchor_unsent`): the anchor reads the server's, which were not sent, so they are priced
+    (once, however many anchor keys read them). A count, not the tensors: the anchor carries them already."""
 
     def nbytes(self) -> dict[str, int]:
         control = {k: v for k, v in self.context.items() if k not in self.local}
         sent = {k: v for k, v in self.start.items() if k not in self.held} if self.held else self.start
-        return {"params": state_bytes(sent), "control": state_bytes(control)}
+        return {"params": state_bytes(sent), "control": state_bytes(control) + self.anchor_unsent}
 
 
 @dataclass
@@ -243,6 +248,29 @@ class ParamStore:
         self.states.clear()
 
 
+def anchor_unsent(state: Params, params: Params | None) -> Params:
+    """The entries of ``state`` (the ``[objective]`` anchor) that a client's start does not carry: those the aggregator
+    sends it values of its own of (``Downlink.params``: FedMut's mutated model, CFL's and IFCA-like cluster models,
+    pFedSim's personalised one, FedExP's iterate, CCVR's and FedPAC's heads), unless the value sent is the server's.
+
+    Why: the anchor is the server's model the round started from, whatever start the aggregator sent (FedMut's anchor
+    is the unmutated model, docs/pa3fed.md), so FedProx's ``mu/2 ||w - w^t||^2`` keeps the method's own start as it is;
+    the anchor was marked held (free) as "the global model was sent", while for these entries it was not: a client
+    reading them must be sent them, so :meth:`ParamDownlink.nbytes` prices them (:attr:`ParamDownlink.anchor_unsent`)."""
+    if not params:
+        return {}
+    return {k: state[k] for k, v in params.items() if k in state and not _same(v, state[k])}
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Whether ``a`` is ``b``'s value (the very tensor, or equal ones of one shape, dtype and device)."""
+    if a is b:
+        return True
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
+        return False
+    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b))
+
+
 class ParameterSharing:
     """The server side: global state, aggregator, temperature policy, ledger, local-accuracy log."""
 
@@ -293,15 +321,18 @@ class ParameterSharing:
             down = check_downlink(self.aggregator.downlink(cid, round, self.state), self.aggregator)
             start = self.state if down.params is None else {**self.state, **down.params}
             context, local = down.context, down.local
+            unsent = 0
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
+                if self.anchors:  # except where the aggregator sent this client values of its own: priced
+                    unsent = state_bytes(anchor_unsent(self.state, down.params))
             held = self.held(cid, unchanged, down.params)
             if not self.anchors:  # an [objective] anchor reads the server's values of every entry: priced, not held
                 held = (*held, *(k for k in down.held if k in start))  # and what the aggregator says it holds
                 if cid in self.finished and self.kept:  # and what its half puts its own values in place of
                     held = (*held, *(k for k in start if k in self.kept and k not in held))
-            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held)
+            message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held, unsent)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
         return tasks

@@ -82,7 +82,7 @@ from chillfl.once import once_per_call, said_once
 from chillfl.plugins import is_custom
 from chillfl.protocols.registry import protocol_of
 from chillfl.resolve import resolved
-from chillfl.runner import RunInterrupted, check_sinks, close_run_sinks, run_sinks, finish_run, write_folder_start
+from chillfl.runner import RunInterrupted, check_sinks, close_run_sinks, device_settings, run_sinks, finish_run, write_folder_start
 from chillfl.errors import Diverged, StorageError
 from chillfl.paths import shell_path
 from chillfl.stderr import say
@@ -417,9 +417,13 @@ def run_server(
     simulation's stop signals (:func:`run_simulation`): the loop stops after the round in which the first came
     (:class:`FlowerRunInterrupted`). A run that stops or fails leaves no ``.partial`` folder: nothing in it can be
     resumed (a Flower run is not checkpointed); a StorageError, whose message names the folder, keeps it.
+
+    The server computes (aggregates, evaluates) under the run's ``precision`` and ``deterministic``
+    (:func:`~chillfl.runner.device_settings`, as ``chillfl run``'s loop): a caller's ``torch.autocast`` or
+    ``set_float32_matmul_precision("medium")`` changed a Flower run's numbers, and ``deterministic = true`` did nothing.
     """
     exp, protocol = built or build_server(config)
-    with registered_float32(config):
+    with registered_float32(config), device_settings(config, exp.device):  # the run's precision and determinism, as chillfl run's
         return _run_server(config, grid, min_nodes, exp, protocol, stop)
 
 
@@ -531,6 +535,7 @@ class ClientRuntime:
                 protocol = build_protocol(exp)
             self.parts["executor"] = SequentialExecutor(exp.model, exp.spec, client=protocol.client)
             self.parts["evaluation"] = getattr(protocol, "evaluation")
+            self.parts["device"] = exp.device
             protocol.close()
         return self.parts["executor"], self.parts["evaluation"]
 
@@ -549,11 +554,15 @@ class ClientRuntime:
         ``records`` is the node's ``Context.state``: each client's state is read
         from it before and written back after its update; the reply carries
         no state, only which clients now hold one (``held``).
+
+        The updates run under the run's ``precision`` and ``deterministic`` (:func:`~chillfl.runner.device_settings`,
+        set back after): as chillfl's worker processes and Ray actors pin them, so a node trains as a chillfl run's
+        client does, whatever its process had set (a ClientApp in the caller's process: its autocast, its matmul precision).
         """
         tasks = decode(content)
         executor, evaluation = self.ready()
         full = [dataclasses.replace(t, data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id)) for t in tasks]
-        with registered_float32(self.config):  # FedGen's generator and a method's noise: float32, as on the server
+        with registered_float32(self.config), device_settings(self.config, self.parts["device"]):  # float32: FedGen's generator, a method's noise
             replies = executor.map(full)
         held = []
         for reply in replies:

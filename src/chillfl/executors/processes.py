@@ -467,11 +467,20 @@ class _QuietSharer:
         self.printed(kind, value, tb)
 
     def remove(self) -> None:
-        """Put the hook it displaced back, where it is still the installed one (a hook set since, the caller's or another
-        pool's, stays, and this one then only passes errors on)."""
+        """Take itself out of the hook chain: put the hook it displaced back where it is the installed one, or, under
+        another pool's (two pools open at once, closed in opening order), link that one to the hook it displaced, so
+        the last pool's close gives the caller its own hook. A hook the caller set since stays, and this one then only
+        passes errors on."""
         self.active = False
         if sys.excepthook is self:
             sys.excepthook = self.printed
+            return
+        hook = sys.excepthook
+        while isinstance(hook, _QuietSharer):  # the pools' hooks installed over this one, newest first
+            if hook.printed is self:
+                hook.printed = self.printed
+                return
+            hook = hook.printed
 
 
 def _quiet_resource_sharer() -> _QuietSharer:

@@ -145,18 +145,18 @@ def undo_import(hook: Any, path: Sequence[str], client_mode: str | None) -> None
 class DriverState:
     """What connecting to Ray changes in this (driver) process beyond the import (:func:`undo_import`), given back when
     the connection closes: ``ray.init`` sets ``PYTHONBREAKPOINT`` (a ``breakpoint()`` after the run would reach Ray's
-    debugger hook) and draws from Python's ``random``; chillfl sets ``RAY_USAGE_STATS_ENABLED=0``. The child processes
-    a local Ray started (GCS, raylet, its agents), killed by ``ray.shutdown``, are reaped (:meth:`reap`): they stayed
-    zombies until some later ``subprocess`` call."""
+    debugger hook); chillfl sets ``RAY_USAGE_STATS_ENABLED=0``. (``ray.init`` and ``ray.shutdown`` also draw from
+    Python's ``random``: :func:`random_kept` around each, not a state taken here and set back at the close, which
+    rewound the draws the caller's callbacks made during the run.) The child processes a local Ray started (GCS, raylet, its agents), killed by
+    ``ray.shutdown``, are reaped (:meth:`reap`): they stayed zombies until some later ``subprocess`` call."""
 
     environ: dict[str, str | None]
-    random_state: Any
 
     VARIABLES = ("PYTHONBREAKPOINT", "RAY_USAGE_STATS_ENABLED")
 
     @classmethod
     def take(cls) -> "DriverState":
-        return cls({name: os.environ.get(name) for name in cls.VARIABLES}, random.getstate())
+        return cls({name: os.environ.get(name) for name in cls.VARIABLES})
 
     def restore(self) -> None:
         for name, value in self.environ.items():
@@ -164,7 +164,17 @@ class DriverState:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        random.setstate(self.random_state)
+
+
+@contextlib.contextmanager
+def random_kept() -> Iterator[None]:
+    """Python's ``random`` as the block found it: ``ray.init`` and ``ray.shutdown`` draw from it (a local Ray's
+    spill-folder pick, its log subscriber), and a seeded caller's stream must not move for them."""
+    state = random.getstate()
+    try:
+        yield
+    finally:
+        random.setstate(state)
 
 
 def ray_children(ray: Any) -> list[subprocess.Popen[Any]]:
@@ -412,7 +422,7 @@ class RayWorkers:
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:
-                with without_ray_tip(), stop_signals_blocked(started_local=address == "local"):
+                with without_ray_tip(), stop_signals_blocked(started_local=address == "local"), random_kept():
                     ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 if temp:
@@ -661,7 +671,8 @@ def _stop(ray: Any, actors: list[Any], connected_here: bool) -> None:
             pass
     if connected_here:
         children = ray_children(ray)  # before the shutdown forgets them
-        keeping_signal_handlers(ray.shutdown)
+        with random_kept():
+            keeping_signal_handlers(ray.shutdown)
         reap(children)
 
 

@@ -48,6 +48,7 @@ learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 from __future__ import annotations
 
 import dataclasses
+import threading
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
@@ -362,12 +363,79 @@ def pin_precision(precision: str) -> Callable[[], None]:
     return restore
 
 
+def _pinned_as(precision: str) -> str:
+    """The process-wide settings ``precision`` pins: ``bf16``'s are ``fp32``'s (its autocast is per thread)."""
+    return "tf32" if precision == "tf32" else "fp32"
+
+
+@dataclass(eq=False)
+class _Hold:
+    """One :func:`run_precision` in progress: its thread and precision (compared by identity)."""
+
+    thread: int
+    precision: str
+
+
+class _SharedPin:
+    """The process's fp32 settings as every run in it holds them (runs in threads of one process too).
+
+    torch's precision settings are process-wide: each run pinning and restoring on its own let the first run to end
+    set the caller's settings back under a run still going in another thread (which then computed in the caller's
+    ``"medium"``), and the last to end "restore" the first one's pin (the caller's settings lost). So the first run in
+    pins and keeps the caller's settings, the last one out gives them back; a run in another thread that needs other
+    settings (``tf32`` beside ``fp32``/``bf16``) is refused, as there is one set for both. A run nested in the same
+    thread (a callback's run) pins its own and gives the outer one's back when it ends, as before.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: list[_Hold] = []
+        self.caller: Callable[[], None] | None = None  # sets the caller's settings back, while any run holds the pin
+        self.pinned = ""  # _pinned_as of the settings now set
+
+    def enter(self, precision: str) -> _Hold:
+        me, want = threading.get_ident(), _pinned_as(precision)
+        with self.lock:
+            if not self.held:
+                self.caller = pin_precision(precision)
+            elif self.pinned != want or any(_pinned_as(h.precision) != want for h in self.held):
+                others = [h for h in self.held if h.thread != me]
+                if others:
+                    raise ConfigError(
+                        "precision",
+                        f"{precision!r}: another run in this process computes in {others[-1].precision!r}; torch's precision "
+                        "settings are process-wide (run the two in separate processes, or with one precision)",
+                    )
+                pin_precision(precision)  # nested in this thread: the outer run's pin is set again when it ends
+            self.pinned = want
+            hold = _Hold(me, precision)
+            self.held.append(hold)
+            return hold
+
+    def exit(self, hold: _Hold) -> None:
+        with self.lock:
+            self.held = [h for h in self.held if h is not hold]
+            if not self.held:
+                caller, self.caller, self.pinned = self.caller, None, ""
+                if caller is not None:
+                    caller()
+            elif self.pinned != _pinned_as(self.held[-1].precision):  # a nested run of other settings ended
+                pin_precision(self.held[-1].precision)
+                self.pinned = _pinned_as(self.held[-1].precision)
+
+
+_SHARED_PIN = _SharedPin()
+"""This process's one set of torch precision settings, shared by its runs (:class:`_SharedPin`)."""
+
+
 @contextmanager
 def run_precision(precision: str, device: torch.device) -> Iterator[None]:
     """The run's own precision, whatever the caller's: :func:`pin_precision`, and a caller's ``torch.autocast`` (on the
     run's device or the CPU) turned off, both until it returns (an exception and a Ctrl-C too). A ``bf16`` run enters its
-    own autocast inside (:func:`autocast_for`); under the caller's, an fp32 run trained and evaluated in bf16."""
-    restore = pin_precision(precision)
+    own autocast inside (:func:`autocast_for`); under the caller's, an fp32 run trained and evaluated in bf16. The pin is
+    the process's, shared by runs in several threads (:class:`_SharedPin`: ConfigError for a run in another thread that
+    needs other settings); autocast is per thread, turned off for this one only."""
+    hold = _SHARED_PIN.enter(precision)
     try:
         with ExitStack() as stack:
             for kind in dict.fromkeys((device.type, "cpu")):
@@ -375,7 +443,7 @@ def run_precision(precision: str, device: torch.device) -> Iterator[None]:
                     stack.enter_context(torch.autocast(kind, enabled=False))
             yield
     finally:
-        restore()
+        _SHARED_PIN.exit(hold)
 
 
 def autocast_for(spec: LocalSpec, device: torch.device) -> Any:

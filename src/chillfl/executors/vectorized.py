@@ -193,6 +193,7 @@ from chillfl.training.local import (
     LARGE_CONV_OUTPUTS,
     conv2d_model,
     conv_outputs_per_sample,
+    dropout_rng,
     leaf_params,
     optimizer_step_,
     split_state,
@@ -515,8 +516,13 @@ class VectorizedExecutor:
                 # kernels reduce in the same order (the same bits) on every thread.
                 threads = torch.get_num_threads()
                 self._pool = ThreadPoolExecutor(self.workers, "chillfl-vectorized", torch.set_num_threads, (threads,))
-            futures = [self._pool.submit(train, chunk) for chunk in chunks]
-            wait(futures)  # every chunk has stopped before a failure falls back to the (shared) template
+            # A per-client job forks and seeds the process's one CPU generator (dropout_rng, seed_dropout) on its pool
+            # thread: interleaved, one fork restored another's seeded state, and the caller's generator was left
+            # changed. Forked once here, around every thread's, the caller's state comes back whatever the order (the
+            # steps draw nothing from it: the probe verified them free of global RNG draws, so no thread's bits change).
+            with dropout_rng(jobs[0].x.device):
+                futures = [self._pool.submit(train, chunk) for chunk in chunks]
+                wait(futures)  # every chunk has stopped before a failure falls back to the (shared) template
             trained = [f.result() for f in futures]
         else:
             trained = [train(chunk) for chunk in chunks]

@@ -13,7 +13,8 @@ so the two cannot drift apart and the report imports no sweep code.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -60,6 +61,23 @@ def short_setting(key: str, value: Any) -> str:
     return text if leaf in NAME_KEYS else f"{leaf}{text}"
 
 
+def folder_key(name: str) -> str:
+    """What a file system compares of a folder name: macOS's default APFS (and Windows') ignore case and Unicode
+    normalisation, so ``T`` and ``t`` are one folder there and two runs named so would read each other's results."""
+    return unicodedata.normalize("NFC", name).casefold()
+
+
+def folder_clash(names: Iterable[str]) -> tuple[str, str] | None:
+    """The first two of ``names`` that name one folder on a case-insensitive file system (:func:`folder_key`), or None."""
+    seen: dict[str, str] = {}
+    for name in names:
+        key = folder_key(name)
+        if key in seen:
+            return seen[key], name
+        seen[key] = name
+    return None
+
+
 def run_name(variant: Named, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
     """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
     if long:
@@ -82,14 +100,15 @@ def suffixed(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequen
 
 def run_labels(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, str]:
     """Run folder name -> its variant's label (with its tuning point): the names :func:`run_name` gives the comparison's
-    runs, short ones unless two collide (then every name is the long one), as the comparison's plan chose them."""
+    runs, short ones unless two collide, in case too (:func:`folder_clash`; then every name is the long one), as the
+    comparison's plan chose them."""
     suffix = suffixed(variants, shared, seeds)
     labels: dict[str, str] = {}
     for long in (False, True):
         named = [(run_name(v, point, seed, long) if suffix else run_name(v, {}, None, long), ", ".join(x for x in (v.label, point_label(point)) if x))
                  for v in variants for point in variant_points(shared, v) for seed in seeds]
         labels = dict(named)
-        if len(labels) == len(named):
+        if folder_clash(name for name, _ in named) is None:
             break
     return labels
 

@@ -33,7 +33,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options
 from chillfl.temperature.registry import constant_temperature
-from chillfl.run_names import TEMPERATURE_SHORTHAND, run_name, short_setting, suffixed, variant_points
+from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_name, short_setting, suffixed, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
 from chillfl.wording import counted
 
@@ -641,7 +641,8 @@ class Plan:
 
 
 def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
-    """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide.
+    """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide (in
+    case too: macOS's and Windows' file systems ignore it, :func:`~chillfl.run_names.folder_clash`).
     ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run."""
     cells: list[Cell] = []
     for long in (False, True):
@@ -651,13 +652,17 @@ def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence
                 for pi, point in enumerate(variant_points(shared, v)):
                     for seed in seeds:
                         cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long, applied)))
-        if len({c.config.name for c in cells}) == len(cells):
+        clash = folder_clash(c.config.name for c in cells)
+        if clash is None:
             return cells
-    names = [c.config.name for c in cells]  # the full labels collide too: two runs would write one folder
-    clash = next(n for n in names if names.count(n) > 1)
-    labels = ", ".join(dict.fromkeys(repr(c.variant.label) for c in cells if c.config.name == clash))
-    raise ConfigError("variants", f"{labels} name their runs' folders alike ({clash!r}: a folder name keeps letters, digits, '-', '_' and '.'); "
-                                  "give them labels that differ in those")
+    assert clash is not None  # the full labels collide too: two runs would write one folder
+    first, second = clash
+    labels = ", ".join(dict.fromkeys(repr(c.variant.label) for c in cells if c.config.name in clash))
+    if first == second:
+        raise ConfigError("variants", f"{labels} name their runs' folders alike ({first!r}: a folder name keeps letters, digits, '-', '_' and '.'); "
+                                      "give them labels that differ in those")
+    raise ConfigError("variants", f"{labels} name their runs' folders alike but for case ({first!r}, {second!r}), which macOS's and Windows' "
+                                  "file systems ignore: one run would read the other's results; give them labels that differ in more than case")
 
 
 def variant_configs(config: RunConfig, variants: Sequence[Variant], built: Sequence[RunConfig], from_grid: bool) -> list[RunConfig]:

@@ -836,7 +836,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", default=[], help="section.option=value overrides, e.g. client.lr=0.05")
         _verbosity(p, trains)
         if trains:  # the partition is drawn on the CPU, the same on every device: `data show` has no device to choose
-            p.add_argument("--device", help="cpu | cuda | cuda:N | mps | auto (the config's `device`)")
+            p.add_argument("--device", help="cpu | cuda | cuda:N | auto (the config's `device`; mps is not supported yet)")
         seed_help = "the run seed (the config's `seed`; a comparison with seeds of its own: --seeds)" if trains else "the seed the partition is drawn with (the config's `seed`)"
         p.add_argument("--seed", type=int, help=seed_help)
         out = "parent folder of the result folder" if trains else "the heat map goes to OUT_DIR/data-show/"  # data show writes no result folder

@@ -479,8 +479,8 @@ class RunConfig:
     One thread suits the small CPU models; raise it for large models. The vectorised executor
     trains chunks of clients on ``cores // threads`` worker threads (one when 0)."""
     device: str = "auto"
-    """Where data, models and states live: ``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto``
-    (the first CUDA GPU if there is one, else the CPU). Results are bitwise reproducible per device."""
+    """Where data, models and states live: ``cpu``, ``cuda``, ``cuda:N`` or ``auto`` (the first CUDA GPU if there is
+    one, else the CPU); ``mps`` is refused at run start (no float64 on Metal). Results are bitwise reproducible per device."""
     deterministic: bool = True
     """On CUDA: use PyTorch's deterministic algorithms (``torch.use_deterministic_algorithms``)."""
     memory_format: Literal["auto", "contiguous", "channels_last"] = "auto"

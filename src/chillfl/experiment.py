@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str) -> torch.device:
-    """``config.device`` -> a device that exists here; ``auto``: the first CUDA GPU, else the CPU."""
+    """``config.device`` -> a device that exists here; ``auto``: the first CUDA GPU, else the CPU. ``mps`` is a known name
+    but refused: Apple's Metal backend has no float64, which chillfl's loss and metric sums are kept in."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name.startswith("cuda"):
@@ -70,8 +71,9 @@ def resolve_device(name: str) -> torch.device:
         index = int(name.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
             raise ConfigError("device", f"{name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("device", "'mps' needs Apple's Metal backend, which torch does not see here; use 'cpu' or 'auto'")
+    if name == "mps":  # refused before a client trains: the float64 sums (losses, metrics) would fail there, deep in a traceback
+        raise ConfigError("device", "'mps' is not supported yet: chillfl accumulates losses and metrics in float64, which Apple's Metal "
+                                    "backend lacks; use 'cpu'")
     return torch.device(name)
 
 

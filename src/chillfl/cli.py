@@ -32,7 +32,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
-from chillfl.stop_signals import HeldSignals, command_start, stop_signals
+from chillfl.stop_signals import SIGHUP, STOP_SIGNALS, HeldSignals, command_start, stop_signals
 
 with command_start():  # a signal while these import (a few tenths of a second) ends the command with one line, not a traceback or a silent kill
     from chillfl._version import __version__
@@ -1014,7 +1014,7 @@ def entry() -> NoReturn:
     Python's own handler, while the interpreter tears down. Before, only ``python -m chillfl`` ignored them; the console
     script, which called :func:`main` directly, exited 130 with nothing said after writing all its output."""
     code = main(own_process=True)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in STOP_SIGNALS:
         signal.signal(sig, signal.SIG_IGN)
     raise SystemExit(code)
 
@@ -1063,7 +1063,7 @@ class Terminated(KeyboardInterrupt):
 class HungUp(Terminated):
     """SIGHUP (the terminal or ssh session went away) outside a run's own handling: handled as SIGTERM is, exit 129."""
 
-    signum = signal.SIGHUP
+    signum: int = 1 if SIGHUP is None else SIGHUP  # never raised where there is no SIGHUP (Windows): 1, its POSIX number
 
 
 RESEND_S = 0.05
@@ -1100,7 +1100,7 @@ class _CommandSignals:
         if self.raised:
             return
         self.raised, self.signum = True, signum
-        raise {signal.SIGTERM: Terminated, signal.SIGHUP: HungUp}.get(signal.Signals(signum), KeyboardInterrupt)()
+        raise {signal.SIGTERM: Terminated, SIGHUP: HungUp}.get(signal.Signals(signum), KeyboardInterrupt)()
 
     def unraisable(self, info: sys.UnraisableHookArgs) -> None:
         """A signal that landed in a finaliser or a garbage-collection callback (matplotlib's): Python drops the exception

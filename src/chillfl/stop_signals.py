@@ -23,10 +23,18 @@ SIGINT_REPEAT_WINDOW_S = 0.05
 """:data:`REPEAT_WINDOW_S` for SIGINT: shorter than any person's double Ctrl-C, which means "now"."""
 
 
+SIGHUP: signal.Signals | None = getattr(signal, "SIGHUP", None)
+"""SIGHUP where the platform has it; None on Windows, which has no hang-up signal (a bare ``signal.SIGHUP`` there made
+``import chillfl`` fail with an AttributeError)."""
+
+STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(sig for sig in (signal.SIGINT, signal.SIGTERM, SIGHUP) if sig is not None)
+"""SIGINT, SIGTERM and SIGHUP, those of them this platform has: what every stop-signal handler and mask lists."""
+
+
 def stop_signals() -> tuple[signal.Signals, ...]:
     """SIGINT, SIGTERM and SIGHUP, less SIGINT and SIGHUP where this process ignores them now (a ``SIG_IGN`` inherited:
     ``nohup``'s SIGHUP, a script's background job's SIGINT). SIGTERM is always held: nothing ignores it on purpose."""
-    return tuple(sig for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    return tuple(sig for sig in STOP_SIGNALS
                  if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN)
 
 

@@ -101,6 +101,7 @@ from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_precision
 from chillfl.training.optim import Carried
+from chillfl.stop_signals import STOP_SIGNALS
 
 _POLL_S = 0.5
 _JOIN_S = 5.0
@@ -585,7 +586,7 @@ def default_workers() -> int:
     return usable_cores()
 
 
-_STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM, signal.SIGHUP})
+_STOP_SIGNALS = frozenset(STOP_SIGNALS)  # SIGHUP only where the platform has one
 
 
 @contextlib.contextmanager

@@ -81,6 +81,7 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
+from chillfl.stop_signals import STOP_SIGNALS
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_precision
 
 log = logging.getLogger(__name__)
@@ -258,9 +259,6 @@ def adopt_import_path(driver: Sequence[str]) -> None:
     """
     own = [entry for entry in sys.path if entry not in driver]
     sys.path[:] = [*driver, *own]
-
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def ignore_stop_signals() -> None:

@@ -12,6 +12,7 @@ import hashlib
 import os
 import platform
 import subprocess
+import sys
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Sequence, TypedDict
@@ -79,12 +80,22 @@ def device_name(device: torch.device) -> str:
 
 @lru_cache(maxsize=1)
 def cpu_model() -> str:
+    """The CPU's model name: Linux's ``/proc/cpuinfo``, macOS's ``sysctl`` (``Apple M2 Pro``), else what
+    :func:`platform.processor` says. Why sysctl: on macOS that says ``arm`` or ``i386`` of every chip, so two Macs'
+    results looked as if from one machine."""
     try:
         for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
             if line.startswith("model name"):
                 return line.partition(":")[2].strip()
     except OSError:
         pass
+    if sys.platform == "darwin":
+        try:
+            brand = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=2, check=False)
+        except (OSError, subprocess.SubprocessError):
+            brand = None
+        if brand is not None and brand.returncode == 0 and brand.stdout.strip():
+            return brand.stdout.strip()
     return platform.processor()
 
 

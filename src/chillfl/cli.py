@@ -1063,7 +1063,7 @@ class Terminated(KeyboardInterrupt):
 class HungUp(Terminated):
     """SIGHUP (the terminal or ssh session went away) outside a run's own handling: handled as SIGTERM is, exit 129."""
 
-    signum: int = 1 if SIGHUP is None else SIGHUP  # never raised where there is no SIGHUP (Windows): 1, its POSIX number
+    signum = signal.SIGTERM if SIGHUP is None else SIGHUP  # never raised where there is no SIGHUP (Windows)
 
 
 RESEND_S = 0.05

@@ -1,10 +1,12 @@
 """The signals that ask chillfl to stop: SIGINT (Ctrl-C), SIGTERM (a scheduler, ``kill``), SIGHUP (an ssh disconnect).
 
-All three stop a run the same way (after the round, checkpointed, exit 128 + the signal's number). SIGHUP and
-SIGINT are held only where they are not ignored: ``nohup chillfl run ...`` starts the run with SIGHUP ignored so
-that the run outlives the terminal, and a shell starts a background job of a script (``chillfl run ... &``) with
-SIGINT ignored so that a Ctrl-C meant for the foreground leaves it running; a handler installed over either would
-turn it back into a stop.
+All three stop a run the same way (after the round, checkpointed, exit 128 + the signal's number). SIGHUP is
+held only where it is not ignored: ``nohup chillfl run ...`` starts the run with SIGHUP ignored so that the run
+outlives the terminal, and a handler installed over that would turn the disconnect back into a stop. SIGINT is
+always held, even where it was inherited ignored (a script's background job ``chillfl run ... &``, a CI harness, a
+job started under ``nohup ... &``): a SIGINT that reaches chillfl was sent to it (a Ctrl-C to the script's process
+group, ``kill -INT``), and stopping after the round, checkpointed and resumable, is what it asks; keeping it ignored
+made ``kill -INT`` and ``timeout -s INT`` do nothing in such jobs.
 """
 
 from __future__ import annotations
@@ -32,10 +34,9 @@ STOP_SIGNALS: tuple[signal.Signals, ...] = tuple(sig for sig in (signal.SIGINT, 
 
 
 def stop_signals() -> tuple[signal.Signals, ...]:
-    """SIGINT, SIGTERM and SIGHUP, less SIGINT and SIGHUP where this process ignores them now (a ``SIG_IGN`` inherited:
-    ``nohup``'s SIGHUP, a script's background job's SIGINT). SIGTERM is always held: nothing ignores it on purpose."""
-    return tuple(sig for sig in STOP_SIGNALS
-                 if sig == signal.SIGTERM or signal.getsignal(sig) is not signal.SIG_IGN)
+    """SIGINT, SIGTERM and SIGHUP, less SIGHUP where this process ignores it now (``nohup``; and a ``SIG_IGN`` inherited).
+    SIGINT and SIGTERM are always held (the module's docstring says why)."""
+    return tuple(sig for sig in STOP_SIGNALS if sig != SIGHUP or signal.getsignal(sig) is not signal.SIG_IGN)
 
 
 class Repeats:
@@ -143,7 +144,7 @@ def command_start() -> Iterator[None]:
 
     Why: SIGTERM's default action killed the command there with nothing said (exit -15), SIGINT a KeyboardInterrupt
     traceback from inside an import. Held rather than raised: the imports complete, whatever their code does with an
-    exception (:class:`HeldSignals`). A signal ignored on entry (``nohup``, a background job) stays ignored."""
+    exception (:class:`HeldSignals`). SIGHUP ignored on entry (``nohup``) stays ignored."""
     held = HeldSignals() if _is_command() else None
     try:
         yield

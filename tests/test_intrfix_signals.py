@@ -45,9 +45,9 @@ CHILD = textwrap.dedent(
 
 
 def _command(signum: signal.Signals, ignored: signal.Signals | None = None) -> subprocess.CompletedProcess[str]:
-    def ignore() -> None:
-        if ignored is not None:
-            signal.signal(ignored, signal.SIG_IGN)
+    def ignore() -> None:  # the child starts as a terminal's command would, whatever this job inherited (nohup: SIGHUP ignored)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN if sig == ignored else signal.SIG_DFL)
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(Path(cli.__file__).parents[1]), os.environ.get("PYTHONPATH")) if p)}
     return subprocess.run([sys.executable, "-c", CHILD, signum.name], capture_output=True, text=True, timeout=120, env=env, preexec_fn=ignore)

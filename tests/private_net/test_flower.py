@@ -141,8 +141,10 @@ def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path, monkeypa
     expected = own.records if own is not None else run_experiment(config, write=False, progress=False).records
     ray_tmp = Path(tempfile.mkdtemp(prefix="f8t", dir="/tmp"))  # short: Ray's socket paths
     monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    monkeypatch.setenv("PYTHONPATH", "/kept")
     try:
         out = run_simulation(config, num_supernodes=2)  # 2 SuperNodes: clients 0, 2 on one, 1, 3 on the other
+        assert os.environ["PYTHONPATH"] == "/kept"  # Flower's Ray backend wrote the driver's sys.path there: given back
         assert [p.name for p in ray_tmp.iterdir()] == []  # the simulation's Ray sessions (logs, sockets) went with it
     finally:
         shutil.rmtree(ray_tmp, ignore_errors=True)

@@ -136,9 +136,11 @@ def undo_import(hook: Any, path: Sequence[str], client_mode: str | None) -> None
     worker = sys.modules.get("ray._private.worker")
     if sys.excepthook is getattr(worker, "custom_excepthook", None):
         sys.excepthook = hook
-    added = [entry for entry in sys.path if entry not in path]
-    for entry in added:
-        sys.path.remove(entry)
+    # counted, not "not in path": where thirdparty_files is on sys.path already (from PYTHONPATH), Ray's insert is a
+    # duplicate of it, which must go too
+    for entry, count in (Counter(sys.path) - Counter(path)).items():
+        for _ in range(count):
+            sys.path.remove(entry)  # the first occurrence: Ray inserts at 0
     if client_mode is None:
         os.environ.pop("RAY_CLIENT_MODE", None)
 
@@ -177,22 +179,6 @@ def random_kept() -> Iterator[None]:
         yield
     finally:
         random.setstate(state)
-
-
-@contextlib.contextmanager
-def path_kept() -> Iterator[None]:
-    """``sys.path`` without the entries the block added (counted, so a duplicate of an entry there already goes too):
-    ``ray.init`` can put a folder on the driver's ``sys.path`` (connecting to a local Ray another run left, it added one
-    in CI's private-network suite), which a caller's later imports would then search. Entries the block removed, or
-    the caller's own order, are left as they are."""
-    before = Counter(sys.path)
-    try:
-        yield
-    finally:
-        extra = Counter(sys.path) - before
-        for entry, count in extra.items():
-            for _ in range(count):
-                sys.path.remove(entry)
 
 
 def ray_children(ray: Any) -> list[subprocess.Popen[Any]]:
@@ -437,7 +423,7 @@ class RayWorkers:
                 kwargs = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}
                 self.started_local = True
             try:
-                with without_ray_tip(), stop_signals_blocked(started_local=address == "local"), random_kept(), path_kept():
+                with without_ray_tip(), stop_signals_blocked(started_local=address == "local"), random_kept():
                     ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
             except (ConnectionError, RuntimeError, ValueError) as exc:
                 if temp:
@@ -686,7 +672,7 @@ def _stop(ray: Any, actors: list[Any], connected_here: bool) -> None:
             pass
     if connected_here:
         children = ray_children(ray)  # before the shutdown forgets them
-        with random_kept(), path_kept():
+        with random_kept():
             keeping_signal_handlers(ray.shutdown)
         reap(children)
 

@@ -54,6 +54,7 @@ import contextvars
 import copy
 import dataclasses
 import logging
+import os
 import shlex
 import shutil
 import signal
@@ -658,6 +659,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
         with stop_signals_blocked(started_local=True):  # the Ray it starts leaves SIGTERM/SIGHUP to this process, as chillfl's Ray executor's
             flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
 
+    pythonpath = os.environ.get("PYTHONPATH")  # Flower's RayBackend.init_ray writes the driver's sys.path there, for good
     try:
         with without_ray_tip(), without_log_line("flwr", RUN_SIMULATION_DEPRECATED):
             if threading.current_thread() is threading.main_thread():
@@ -668,6 +670,10 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     finally:
         stop.ended.set()  # a ServerApp still waiting for replies gives up now, not after NODE_TIMEOUT_S
         shutil.rmtree(temp, ignore_errors=True)
+        if pythonpath is None:  # later subprocesses of the caller would search the caller's whole sys.path first
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = pythonpath
     if not out:
         built[1].close()
         raise WorkerError("the Flower simulation ended without finishing the run (see Flower's log above)")

@@ -52,3 +52,16 @@ def test_outside_a_starting_worker_nothing_is_refused(monkeypatch: pytest.Monkey
     with pytest.raises(SystemExit) as stop:
         refuse_in_worker_start("chillfl.compare")
     assert str(stop.value.code).startswith("chillfl: error: chillfl.compare was called while a worker process started")
+
+
+def test_the_command_line_entry_called_from_an_unguarded_script_is_refused_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``chillfl.cli.main([...])`` from a script is an entry point as ``chillfl.run`` is: its workers claimed
+    ``c-2.partial``, ``c-3.partial`` and printed multiprocessing's traceback each."""
+    import multiprocessing
+
+    import chillfl.cli
+
+    monkeypatch.setattr(multiprocessing.current_process(), "_inheriting", True, raising=False)
+    with pytest.raises(SystemExit) as stop:
+        chillfl.cli.main(["list"])
+    assert str(stop.value.code).startswith("chillfl: error: chillfl.cli.main was called while a worker process started")

@@ -39,6 +39,7 @@ from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError, InterruptedAfterRun
+from chillfl.worker_start import refuse_in_worker_start
 from chillfl.experiment import (COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
                                 dataset_record, plugged_records, record_conflict)
 from chillfl.experiment import check_model_fits as check_fits
@@ -144,26 +145,6 @@ class Result:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-GUARD_SECTION = 'docs/python-api.md, "Worker processes: the __main__ guard"'
-
-
-def refuse_in_worker_start(entry: str) -> None:
-    """End this process with one line when ``entry`` is called while it starts as a spawned worker.
-
-    Why: a worker started with ``spawn`` (``executor = "processes"``; forkserver too) runs the parent's script again as
-    ``__mp_main__`` before it is handed its work. A script without the ``__main__`` guard then called chillfl again in
-    every worker: each claimed a run folder of its own (``run-2.partial`` ... left behind) and failed deep in
-    multiprocessing, in a traceback a screen long. multiprocessing marks exactly that phase on the process object
-    (``_inheriting``, what its own "bootstrapping phase" check reads); a worker's own code after it (chillfl's workers,
-    a Ray actor, a forked child) is not refused. Exits rather than raises: the process exists only to be a worker, and
-    an exception here printed multiprocessing's start-up frames."""
-    import multiprocessing
-
-    if getattr(multiprocessing.current_process(), "_inheriting", False):
-        raise SystemExit(f"chillfl: error: {entry} was called while a worker process started: a spawned worker re-runs your script, "
-                         f"whose top level starts a run again; put the call under 'if __name__ == \"__main__\":' ({GUARD_SECTION})")
-
 
 def _top_level(fn: F) -> F:
     """An API entry point that trains: refused inside ``torch.inference_mode()``, and one call's scope for the notes said

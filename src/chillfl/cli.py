@@ -32,6 +32,7 @@ import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
+from chillfl.worker_start import refuse_in_worker_start
 from chillfl.stop_signals import SIGHUP, STOP_SIGNALS, HeldSignals, command_start, stop_signals
 
 with command_start():  # a signal while these import (a few tenths of a second) ends the command with one line, not a traceback or a silent kill
@@ -1024,6 +1025,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     ``chillfl`` logger as it found it, and its notes are said once this command (:func:`chillfl.once.said_once`).
     ``own_process``: :func:`entry`'s (the command owns its process: :func:`_own_process`), done under the held signals
     of the start-up, as torch's import must be (a Ctrl-C there was a traceback from inside torch's import)."""
+    refuse_in_worker_start("chillfl.cli.main")  # a script without the __main__ guard, re-run by a spawned worker
     with _logger_kept(), said_once(), _CommandSignals():
         try:
             with _before_writing(_starting(argv)), _signals_held():  # `analyze`: its subcommands' modules import torch

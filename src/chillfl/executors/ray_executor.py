@@ -425,11 +425,13 @@ class RayWorkers:
             try:
                 with without_ray_tip(), stop_signals_blocked(started_local=address == "local"), random_kept():
                     ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **kwargs)
-            except (ConnectionError, RuntimeError, ValueError) as exc:
+            except BaseException as exc:  # whatever ended it (a timeout, an interrupt): the driver's state given back
                 if temp:
                     shutil.rmtree(temp, ignore_errors=True)
                 if driver is not None:
                     driver.restore()
+                if not isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
+                    raise
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
         self.lost: str | None = None

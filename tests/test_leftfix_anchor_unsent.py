@@ -17,8 +17,9 @@ from test_commfix_traffic import CLIENTS, MODEL, ROUNDS, Tiny, data, without_byt
 
 __all__ = ["data"]
 
-OWN_STARTS = [("fedexp", {"average_last_two": True}), ("fedmut", {})]
-"""Aggregators whose downlink replaces every entry of the start from round 2 on (round 1: the global model)."""
+OWN_STARTS = [("fedexp", {"average_last_two": True}), ("fedmut", {}), ("pfedsim", {"warmup": 0})]
+"""Aggregators whose downlink replaces every entry of the start from round 2 on (round 1: the global model); pFedSim's
+is the client's personalised model, its head the client's own (held): priced once, as the anchor the client reads."""
 
 
 def _run(name: str, data: chillfl.TensorData, mu: float, options: dict[str, Any]) -> list[dict[str, Any]]:
@@ -45,7 +46,7 @@ def test_the_anchor_entries_a_client_was_not_sent_are_priced(name: str, options:
 def test_pricing_the_anchor_changes_no_number_but_the_bytes(name: str, options: dict[str, Any], data: chillfl.TensorData,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     priced = _run(name, data, 0.1, options)
-    monkeypatch.setattr(parameters, "anchor_unsent", lambda state, params: {})
+    monkeypatch.setattr(parameters, "anchor_unsent", lambda state, params, reads=None: {})
     free = _run(name, data, 0.1, options)
     assert without_bytes(priced) == without_bytes(free)
     assert sum(r["bytes_down"] for r in priced) - sum(r["bytes_down"] for r in free) == MODEL * CLIENTS * (ROUNDS - 1)

@@ -69,6 +69,7 @@ from chillfl.protocols.common import (
     Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes,
 )
 from chillfl.protocols.parts import Experiment
+from chillfl.training.terms import anchor_reads_buffers
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
@@ -248,10 +249,11 @@ class ParamStore:
         self.states.clear()
 
 
-def anchor_unsent(state: Params, params: Params | None) -> Params:
+def anchor_unsent(state: Params, params: Params | None, reads: Collection[str] | None = None) -> Params:
     """The entries of ``state`` (the ``[objective]`` anchor) that a client's start does not carry: those the aggregator
     sends it values of its own of (``Downlink.params``: FedMut's mutated model, CFL's and IFCA-like cluster models,
-    pFedSim's personalised one, FedExP's iterate, CCVR's and FedPAC's heads), unless the value sent is the server's.
+    pFedSim's personalised one, FedExP's iterate, CCVR's and FedPAC's heads), unless the value sent is the server's;
+    of those, only the ones the anchor's terms read (``reads``; None: every entry, :attr:`ParameterSharing.anchor_reads`).
 
     Why: the anchor is the server's model the round started from, whatever start the aggregator sent (FedMut's anchor
     is the unmutated model, docs/pa3fed.md), so FedProx's ``mu/2 ||w - w^t||^2`` keeps the method's own start as it is;
@@ -259,7 +261,7 @@ def anchor_unsent(state: Params, params: Params | None) -> Params:
     reading them must be sent them, so :meth:`ParamDownlink.nbytes` prices them (:attr:`ParamDownlink.anchor_unsent`)."""
     if not params:
         return {}
-    return {k: state[k] for k, v in params.items() if k in state and not _same(v, state[k])}
+    return {k: state[k] for k, v in params.items() if k in state and (reads is None or k in reads) and not _same(v, state[k])}
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -282,6 +284,7 @@ class ParameterSharing:
         initial_state: Params,
         aggregator: Aggregator,
         policy: TemperaturePolicy,
+        anchor_buffers: bool = True,
         evaluation: Evaluation,
         client: ParameterClient,
         eval_clients: str,
@@ -311,6 +314,9 @@ class ParameterSharing:
         self.kept = kept_entries(client.half)
         self.after_average = measured_after_average(client.half)
         """Local accuracy is measured here after each ``aggregate`` (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`)."""
+        self.anchor_reads = None if anchor_buffers else frozenset(n for n, _ in client.model.named_parameters())
+        """The entries ``[objective]``'s anchor terms read (:attr:`~chillfl.training.terms.TermSpec.anchor_buffers`): the
+        model's parameters when none reads buffers (the proximal term), else (None) every entry."""
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         self.aggregator.begin_round(round, sampled)
@@ -326,12 +332,11 @@ class ParameterSharing:
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
                 local = (*local, *self.anchors)
                 if self.anchors:  # except where the aggregator sent this client values of its own: priced
-                    unsent = state_bytes(anchor_unsent(self.state, down.params))
+                    unsent = state_bytes(anchor_unsent(self.state, down.params, self.anchor_reads))
             held = self.held(cid, unchanged, down.params)
-            if not self.anchors:  # an [objective] anchor reads the server's values of every entry: priced, not held
-                held = (*held, *(k for k in down.held if k in start))  # and what the aggregator says it holds
-                if cid in self.finished and self.kept:  # and what its half puts its own values in place of
-                    held = (*held, *(k for k in start if k in self.kept and k not in held))
+            held = (*held, *(k for k in down.held if k in start and not self.anchor_sent(k, down.params)))  # and what the aggregator says it holds
+            if cid in self.finished and self.kept:  # and what its half puts its own values in place of
+                held = (*held, *(k for k in start if k in self.kept and k not in held and not self.anchor_sent(k, down.params)))
             message = ParamDownlink(start, lr, self.policy.temperature(cid, round), context, derive_seed(self.seed, "train", cid, round), local, held, unsent)
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
@@ -351,12 +356,25 @@ class ParameterSharing:
         first downlink is priced whole, and so is every entry an ``aggregate`` has changed (:attr:`moved`) or that
         the aggregator sends this client on its own (``Downlink.params``). The aggregator's ``Downlink.held``
         (entries its client half replaces with the client's own) are added to these in :meth:`configure`, unless an
-        ``[objective]`` term anchors on the round's start model: it reads the server's values of those entries, so
-        they are priced (FedFomo, FedPer, LG-FedAvg with ``proximal_mu`` read them).
+        ``[objective]`` term anchors on the round's start model and reads the server's values of those entries, which
+        the start carries: then they are priced (FedFomo, FedPer, LG-FedAvg with ``proximal_mu``; :meth:`anchor_sent`).
         """
         if client_id not in self.seen:
             return ()
         return tuple(k for k in unchanged if k not in (params or {}))
+
+    def anchor_sent(self, key: str, params: Params | None) -> bool:
+        """Whether ``key``, an entry the client's half puts its own value in place of, is sent all the same: an
+        ``[objective]`` anchor reads the server's value of it (:attr:`anchor_reads`), and the start carries that value.
+
+        Why: the anchor is the server's model, which the client holds only where it was sent. Where the aggregator sends
+        a value of its own instead (pFedSim's held head is the client's last upload), :func:`anchor_unsent` prices the
+        server's: the start's value stays held, else the client would pay for its own head twice. An entry the anchor
+        does not read (a buffer under the proximal term) stays held too.
+        """
+        if not self.anchors or (self.anchor_reads is not None and key not in self.anchor_reads):
+            return False
+        return params is None or key not in params or _same(params[key], self.state[key])
 
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]
@@ -493,6 +511,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
         initial_state=exp.initial_state,
         aggregator=exp.aggregator,
         policy=exp.policy,
+        anchor_buffers=anchor_reads_buffers(exp.config.objective),
         evaluation=evaluation,
         client=ParameterClient(
             exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes),

@@ -143,7 +143,7 @@ PROXIMAL = register_term(
     "proximal",
     TermSpec(
         ProximalOptions, lambda o: ProximalTerm(), "the proximal term mu/2 ||w - w^t||^2 (FedProx)",
-        sends=lambda o: {"mu": o.mu}, anchor="global_params",
+        sends=lambda o: {"mu": o.mu}, anchor="global_params", anchor_buffers=False,  # ProximalTerm: trainable keys only
         cost=Cost(pass_overhead=PARAMETER_TERM),  # over every parameter tensor a pass: calls, next to no FLOPs
     ),
 )

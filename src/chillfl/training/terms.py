@@ -249,6 +249,10 @@ class TermSpec:
     """Numbers the term reads from each client's context, from its options (the proximal term's ``mu``)."""
     anchor: str | None = None
     """The context key under which the term reads the round's start model (``global_params``); None: it reads none."""
+    anchor_buffers: bool = True
+    """Whether the term reads the anchor's buffers (BN statistics, counters) as well as its parameters: a forward pass on
+    it does (NTD's teacher); the proximal term, over the trainable parameters alone, does not. Why: a client is sent
+    (priced) the server's values of the entries an anchor reads that it does not hold, and only those."""
     cost: Cost = Cost()
     """The work it adds to a local step, for time estimates (a frozen model's forward a step: ``Cost(step_passes=1 + FORWARD)``)."""
 
@@ -426,3 +430,9 @@ def objective_context(objective: ObjectiveTable) -> tuple[dict[str, float], tupl
         if term.spec.anchor is not None and term.spec.anchor not in anchors:
             anchors.append(term.spec.anchor)
     return numbers, tuple(anchors)
+
+
+def anchor_reads_buffers(objective: ObjectiveTable) -> bool:
+    """Whether one of ``[objective]``'s terms reads the buffers of the round's start model (:attr:`TermSpec.anchor_buffers`);
+    False when none does, or none reads the model: the parameter-sharing protocol then prices only its parameters."""
+    return any(term.spec.anchor is not None and term.spec.anchor_buffers for term in configured_terms(objective))

@@ -86,7 +86,9 @@ class Downlink:
     its own previous model (MOON's, on the client in the paper).
     ``held``: entries of the start model the client holds already and its
     client half puts in place of the sent ones (a head it keeps), so they
-    cost no bytes on the wire either.
+    cost no bytes on the wire either, unless an ``[objective]`` anchor
+    (``proximal_mu``, ``ntd``) reads the server's values of them: then they
+    are priced (parameters only under ``proximal_mu``, which reads no buffers).
     """
 
     params: Params | None = None

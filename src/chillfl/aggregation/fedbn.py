@@ -10,7 +10,8 @@ the global non-BN entries plus its own BN entries: they are the client's own
 state (:class:`KeepLocal` puts them into its start model and keeps the trained
 ones), as in the paper, where BN layers never leave the client (here they are
 uploaded, for the global model's BN entries, under the default
-``global_bn = "average"``, and never sent back to a returning client).
+``global_bn = "average"``, and never sent back to a returning client, unless an ``[objective]`` anchor reads
+them: ``ntd`` reads every BN entry, ``proximal_mu`` the BN weights and biases, and those are priced).
 
 Choices
 -------

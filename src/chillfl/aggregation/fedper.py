@@ -4,7 +4,8 @@ Each client trains its whole model (base + its own head) for the run's local
 epochs, as FedAvg does; only the base layers are averaged (FedAvg weights
 n_i / n), and the head ("personalisation layers") stays the client's own
 (uploaded for the global model under the default ``global_head = "average"``;
-never sent back to a returning client): its client half (:class:`KeepLocal`) puts the client's own head into its
+never sent back to a returning client, unless an ``[objective]`` anchor, ``proximal_mu`` or ``ntd``, reads it:
+then it is priced): its client half (:class:`KeepLocal`) puts the client's own head into its
 start model and keeps the trained one, FedBN's pattern with other keys.
 Local accuracy measures the client's model after its training, with its own
 head (``local_eval = "trained"``, default); ``local_eval = "averaged"``

@@ -5,7 +5,9 @@ does; only the global layers (the classifier head and the ``global_layers - 1``
 parameterised modules before it, default 1: the classifier; :func:`~chillfl.aggregation.fedper.head_keys`) are averaged (n_i / n), and the local
 representation (every other entry, buffers included) stays the client's own
 (uploaded, for the global model's representation, under the default
-``global_body = "average"``; never sent back to a returning client): its
+``global_body = "average"``; never sent back to a returning client, unless an
+``[objective]`` anchor reads it: then priced, its parameters under
+``proximal_mu``, every entry under ``ntd``): its
 client half (:class:`~chillfl.aggregation.fedbn.KeepLocal`) puts the
 client's own representation into its start model and keeps the trained one,
 FedBN's pattern with the complement of FedPer's keys. Local accuracy measures

@@ -33,9 +33,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
 
 from chillfl.worker_start import refuse_in_worker_start
-from chillfl.stop_signals import SIGHUP, STOP_SIGNALS, HeldSignals, command_start, stop_signals
+from chillfl.stop_signals import SIGHUP, STOP_SIGNALS, HeldSignals, StartHold, command_start, stop_signals
 
-with command_start():  # a signal while these import (a few tenths of a second) ends the command with one line, not a traceback or a silent kill
+with command_start():  # a signal while these import (a few tenths of a second) ends the command with one line; held on until main() takes it over
     from chillfl._version import __version__
     from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file, variant_config
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
@@ -1026,12 +1026,14 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     ``own_process``: :func:`entry`'s (the command owns its process: :func:`_own_process`), done under the held signals
     of the start-up, as torch's import must be (a Ctrl-C there was a traceback from inside torch's import)."""
     refuse_in_worker_start("chillfl.cli.main")  # a script without the __main__ guard, re-run by a spawned worker
-    with _logger_kept(), said_once(), _CommandSignals():
+    with _logger_kept(), said_once(), _CommandSignals() as signals:
         try:
-            with _before_writing(_starting(argv)), _signals_held():  # `analyze`: its subcommands' modules import torch
-                if own_process:
-                    _own_process(_command(argv))
-                parser = build_parser(analyses=_command(argv) == "analyze")
+            with _before_writing(_starting(argv)):
+                signals.started()  # the command's start-up hold (command_start) released: a signal it held is raised here
+                with _signals_held():  # `analyze`: its subcommands' modules import torch
+                    if own_process:
+                        _own_process(_command(argv))
+                    parser = build_parser(analyses=_command(argv) == "analyze")
             args = _parse(parser, argv)
         except KeyboardInterrupt as exc:
             return _said_interrupted(exc, None)
@@ -1082,6 +1084,9 @@ class _CommandSignals:
     also when it ends interrupted: a further signal then lands here while that exception unwinds, and is
     either ignored or raised with the run's exception as its context (:func:`_dispatch` says the run's line).
     Without this, SIGTERM's default killed the process in that window with nothing said (exit -15).
+
+    In the ``chillfl`` command they take over the hold of its start-up (:class:`~chillfl.stop_signals.StartHold`), which
+    :meth:`started` releases into them: a signal from its imports to here is then raised where :func:`main` says its line.
     """
 
     def __init__(self) -> None:
@@ -1089,14 +1094,26 @@ class _CommandSignals:
         self.signum: int | None = None
         self.previous: dict[int, object] = {}
         self.hook: Callable[[sys.UnraisableHookArgs], object] | None = None
+        self.start: StartHold | None = None
 
     def __enter__(self) -> _CommandSignals:
         import threading
 
         if threading.current_thread() is threading.main_thread():  # chillfl.cli.main called from a thread: Python refuses handlers
-            self.previous = {sig: signal.signal(sig, self.handle) for sig in stop_signals()}
+            self.start = StartHold.in_place()
+            if self.start is not None:  # still held until started(): the inherited handlers are the ones given back
+                self.previous = self.start.hand_over(self.handle)
+            else:
+                self.previous = {sig: signal.signal(sig, self.handle) for sig in stop_signals()}
             self.hook, sys.unraisablehook = sys.unraisablehook, self.unraisable
         return self
+
+    def started(self) -> None:
+        """These handlers in place of the start-up's hold, if one was handed over; the signal it held, if one came, raised
+        into them here (inside :func:`main`'s ``try``, so that it is said as any other there)."""
+        start, self.start = self.start, None
+        if start is not None:
+            start.release()
 
     def handle(self, signum: int, frame: object) -> None:
         if self.raised:

@@ -135,6 +135,29 @@ def _is_command() -> bool:
     return getattr(main, "__name__", None) == "__main__" and Path(getattr(main, "__file__", None) or "").name == "chillfl"
 
 
+class StartHold(HeldSignals):
+    """The ``chillfl`` command's hold from :func:`command_start` until :func:`chillfl.cli.main` has its own handlers in
+    place: they take it over (:meth:`hand_over`) and release it inside the ``try`` that says a stop signal's line.
+
+    Why not released where the imports end: between there and ``main``'s handlers the rest of ``chillfl.cli``'s body
+    ran under the inherited handlers, where SIGTERM and SIGHUP killed the command with nothing said and SIGINT was a
+    KeyboardInterrupt traceback. Found where it is, in the process's signal handlers (:meth:`in_place`), not in a
+    variable of its own: a caller of ``main`` without one (a notebook, a test) finds none."""
+
+    @staticmethod
+    def in_place() -> StartHold | None:
+        """The hold that has the stop signals now, if it is a :class:`StartHold` (SIGTERM is always among them)."""
+        owner = getattr(signal.getsignal(signal.SIGTERM), "__self__", None)
+        return owner if isinstance(owner, StartHold) else None
+
+    def hand_over(self, handler: Callable[[int, Any], object]) -> dict[int, Any]:
+        """The handlers this hold displaced (the inherited ones: the new owner gives them back when it ends); from now on
+        :meth:`release` installs ``handler`` for each held signal instead, and passes it the held signal, if one came."""
+        displaced = self._previous
+        self._previous = dict.fromkeys(displaced, handler)
+        return displaced
+
+
 @contextlib.contextmanager
 def command_start() -> Iterator[None]:
     """Around the command line's module imports (``chillfl.cli``'s own, a few tenths of a second before its handlers are
@@ -142,14 +165,21 @@ def command_start() -> Iterator[None]:
     (:data:`STARTING_LINE`) and 128 + the signal's number. Only in the ``chillfl`` command (:func:`_is_command`); an
     import of the module anywhere else keeps the caller's handlers.
 
+    The imports done with no signal, the hold (:class:`StartHold`) goes on past the block: :func:`chillfl.cli.main`
+    takes it over once its own handlers are there, and a signal held in between is raised into them, inside its
+    ``try``. So the command has its stop signals from here to its end with no gap; only one before here (the
+    interpreter's start-up and ``import chillfl``, its first few hundredths of a second) meets Python's defaults.
+
     Why: SIGTERM's default action killed the command there with nothing said (exit -15), SIGINT a KeyboardInterrupt
     traceback from inside an import. Held rather than raised: the imports complete, whatever their code does with an
     exception (:class:`HeldSignals`). SIGHUP ignored on entry (``nohup``) stays ignored."""
-    held = HeldSignals() if _is_command() else None
+    held = StartHold() if _is_command() else None
+    imported = False
     try:
         yield
+        imported = True
     finally:
-        if held is not None:
+        if held is not None and (held.received is not None or not imported):  # else main() takes the hold over
             received, held.received = held.received, None
             held.release()
             if received is not None:

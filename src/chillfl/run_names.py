@@ -61,10 +61,24 @@ def short_setting(key: str, value: Any) -> str:
     return text if leaf in NAME_KEYS else f"{leaf}{text}"
 
 
+def _fold(char: str) -> str:
+    """One character as a case-insensitive file system compares it: its simple (one-character) case mapping, upper then
+    lower (``ǅ``, ``ǆ``, ``Ǆ`` -> ``ǆ``; ``ς`` -> ``σ``, as Windows' upcase table, ``Σ``, makes them one), or itself
+    where the mapping is longer (``ß``, ``ﬁ``, ``İ``: NTFS's upcase table keeps them, it maps one character to one)."""
+    upper = char.upper()
+    if len(upper) != 1:
+        upper = char
+    lower = upper.lower()
+    return lower if len(lower) == 1 else upper
+
+
 def folder_key(name: str) -> str:
     """What a file system compares of a folder name: macOS's default APFS (and Windows') ignore case and Unicode
-    normalisation, so ``T`` and ``t`` are one folder there and two runs named so would read each other's results."""
-    return unicodedata.normalize("NFC", name).casefold()
+    normalisation, so ``T`` and ``t`` are one folder there and two runs named so would read each other's results.
+    Case is folded one character at a time (:func:`_fold`), never into more: ``str.casefold`` made ``Straße`` and
+    ``strasse`` one name, which NTFS does not (it upcases a character at a time), and refused the two labels."""
+    nfc = unicodedata.normalize("NFC", name)
+    return unicodedata.normalize("NFC", "".join(_fold(c) for c in nfc))
 
 
 def folder_clash(names: Iterable[str]) -> tuple[str, str] | None:

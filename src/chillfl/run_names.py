@@ -13,14 +13,16 @@ so the two cannot drift apart and the report imports no sweep code.
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from chillfl.errors import json_loads
 from chillfl.config import safe_name
+from chillfl.paths import FAILED, PARTIAL
 from chillfl.storage.run_folder import SWEEP_FILE
 from chillfl.tune import Point, parse_tune, point_label
 
@@ -61,6 +63,28 @@ def short_setting(key: str, value: Any) -> str:
     return text if leaf in NAME_KEYS else f"{leaf}{text}"
 
 
+COMPARISON_CONFIG: Final = "config.toml"
+TABLE_MD: Final = "table.md"
+TABLE_JSON: Final = "table.json"
+CURVES_FIGURE: Final = "curves.png"
+LOCAL_CURVES_FIGURE: Final = "local_curves.png"
+DIFFERENCES_FIGURE: Final = "differences.png"
+BYTES_FIGURE: Final = "accuracy_vs_bytes.png"
+PRIVACY_UTILITY_FIGURE: Final = "privacy_utility.png"
+CLP_FIGURE: Final = "clp_curves.png"
+"""The files a comparison's folder holds beside its runs' folders (``python -m chillfl.plots.pa3fed`` adds ``clp_curves.png``).
+Their writers name them by these constants, so that :data:`COMPARISON_FILES` cannot miss one."""
+
+COMPARISON_FILES: Final = (COMPARISON_CONFIG, SWEEP_FILE, TABLE_MD, TABLE_JSON, CURVES_FIGURE, LOCAL_CURVES_FIGURE, DIFFERENCES_FIGURE,
+                           BYTES_FIGURE, PRIVACY_UTILITY_FIGURE, CLP_FIGURE)
+"""Names no run of a comparison may take (:func:`taken_name`): a run folder ``curves.png/`` stood where the figure goes, so the
+comparison could never write it, resume or not; a run ``config.toml`` was silently renamed ``config.toml-2``, which a resume never finds."""
+
+RUN_SUFFIX = re.compile(r"-([2-9]|[1-9][0-9]+)")
+"""The ``-N`` that :func:`~chillfl.storage.results.claim_dir` and :func:`~chillfl.storage.results.rename_free` add to a
+run folder whose name is taken (from 2 on)."""
+
+
 def _fold(char: str) -> str:
     """One character as a case-insensitive file system compares it: its simple (one-character) case mapping, upper then
     lower (``ǅ``, ``ǆ``, ``Ǆ`` -> ``ǆ``; ``ς`` -> ``σ``, as Windows' upcase table, ``Σ``, makes them one), or itself
@@ -92,6 +116,36 @@ def folder_clash(names: Iterable[str]) -> tuple[str, str] | None:
     return None
 
 
+def taken_name(names: Iterable[str]) -> tuple[str, str] | None:
+    """The first of a comparison's run folder names ``names`` that its folder keeps for something else, and what (as
+    :func:`folder_key` compares, case ignored), or None:
+
+    * a file the comparison writes (:data:`COMPARISON_FILES`, and the ``.tmp`` it is written through);
+    * a name with ``.partial`` or ``.failed`` in it: the readers of a comparison (``chillfl status``, ``report``, the
+      tables of :mod:`chillfl.metrics.records`) take such a folder for an unfinished run, so a finished ``base.partial``
+      was said to be stopped, and left out;
+    * ``NAME-N`` beside a run ``NAME``: the name ``NAME`` moves on to where its folder is taken (``-2``, ``-3``, ...)."""
+    names = list(names)
+    files = {folder_key(f): f for name in COMPARISON_FILES for f in (name, f"{name}.tmp")}
+    runs = {folder_key(n): n for n in names}
+    for name in names:
+        key = folder_key(name)
+        if key in files:
+            return name, f"its file {files[key]}"
+        if PARTIAL in key or FAILED in key:
+            return name, f"an unfinished run's folder (a name with {PARTIAL} or {FAILED} in it)"
+        stem, dash, number = key.rpartition("-")
+        if dash and RUN_SUFFIX.fullmatch(f"-{number}") and stem in runs:
+            return name, f"the folder run {runs[stem]!r} moves to when {runs[stem]!r} is taken"
+    return None
+
+
+def names_fit(names: Sequence[str]) -> bool:
+    """Whether ``names`` can be a comparison's run folder names: no two are one folder (:func:`folder_clash`) and none is
+    kept for something else (:func:`taken_name`). Else the comparison names its runs by the full labels."""
+    return folder_clash(names) is None and taken_name(names) is None
+
+
 def run_name(variant: Named, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
     """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
     if long:
@@ -114,15 +168,15 @@ def suffixed(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequen
 
 def run_labels(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, str]:
     """Run folder name -> its variant's label (with its tuning point): the names :func:`run_name` gives the comparison's
-    runs, short ones unless two collide, in case too (:func:`folder_clash`; then every name is the long one), as the
-    comparison's plan chose them."""
+    runs, short ones unless two collide, in case too, or one is kept for the comparison's own files (:func:`names_fit`; then
+    every name is the long one), as the comparison's plan chose them."""
     suffix = suffixed(variants, shared, seeds)
     labels: dict[str, str] = {}
     for long in (False, True):
         named = [(run_name(v, point, seed, long) if suffix else run_name(v, {}, None, long), ", ".join(x for x in (v.label, point_label(point)) if x))
                  for v in variants for point in variant_points(shared, v) for seed in seeds]
         labels = dict(named)
-        if folder_clash(name for name, _ in named) is None:
+        if names_fit([name for name, _ in named]):
             break
     return labels
 

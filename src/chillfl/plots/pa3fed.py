@@ -28,7 +28,7 @@ from chillfl.config import safe_name  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool  # noqa: E402
 from chillfl.metrics.spread import SPREAD, seed_band  # noqa: E402
-from chillfl.run_names import comparison_labels  # noqa: E402
+from chillfl.run_names import CLP_FIGURE, comparison_labels  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.figure import Figure, finish_figure, log_scale, save_png  # noqa: E402
@@ -168,7 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def draw() -> list[str]:
         groups = clp_groups(folder)
-        out = folder / "clp_curves.png"
+        out = folder / CLP_FIGURE
         drawn = (plot_compare_clp({label: runs[0] for label, runs in groups.items()}, out, title=folder.name)
                  if all(len(runs) == 1 for runs in groups.values()) else plot_compare_clp_seeds(groups, out, title=folder.name))
         if not drawn:

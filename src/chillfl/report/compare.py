@@ -36,6 +36,7 @@ from chillfl.metrics.communication import bytes_to_reach
 from chillfl.metrics.stats import CLIPPED_NOTE as CLIPPED_RANGE, FRACTION, Bounds, any_clipped, clip_interval, format_interval, paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
+from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput
 from chillfl.storage.results import last_value, rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
@@ -568,9 +569,9 @@ def write_compare_figures(
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
 
-    plot_curves({**{label: out.records for label, out in outputs.items()}, **{label: [] for label in unfinished}}, folder / "curves.png", title=title)
-    plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / "accuracy_vs_bytes.png", title=title)
-    plot_privacy_utility(rows, folder / "privacy_utility.png", title=title, units=units)
+    plot_curves({**{label: out.records for label, out in outputs.items()}, **{label: [] for label in unfinished}}, folder / CURVES_FIGURE, title=title)
+    plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / BYTES_FIGURE, title=title)
+    plot_privacy_utility(rows, folder / PRIVACY_UTILITY_FIGURE, title=title, units=units)
 
 
 def write_band_figures(
@@ -588,14 +589,14 @@ def write_band_figures(
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
 
-    plot_band_curves(bands, folder / "curves.png", title=title)
+    plot_band_curves(bands, folder / CURVES_FIGURE, title=title)
     if local:
-        plot_band_curves(bands, folder / "local_curves.png", key="local_acc", title=f"{title}, local models")
+        plot_band_curves(bands, folder / LOCAL_CURVES_FIGURE, key="local_acc", title=f"{title}, local models")
     if rows:
-        plot_differences(rows, baseline, folder / "differences.png", title=title, local=local)
+        plot_differences(rows, baseline, folder / DIFFERENCES_FIGURE, title=title, local=local)
     one, seed = one_seed(bands, first_seed, rows)
-    plot_compare_accuracy_vs_bytes(one, folder / "accuracy_vs_bytes.png", title=f"{title} (seed {seed})")
-    plot_privacy_utility(rows, folder / "privacy_utility.png", title=title, units=units)
+    plot_compare_accuracy_vs_bytes(one, folder / BYTES_FIGURE, title=f"{title} (seed {seed})")
+    plot_privacy_utility(rows, folder / PRIVACY_UTILITY_FIGURE, title=title, units=units)
 
 
 def one_seed(

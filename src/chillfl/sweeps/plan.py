@@ -33,7 +33,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options
 from chillfl.temperature.registry import constant_temperature
-from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_name, short_setting, suffixed, variant_points
+from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_name, short_setting, suffixed, taken_name, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
 from chillfl.wording import counted
 
@@ -642,7 +642,9 @@ class Plan:
 
 def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide (in
-    case too: macOS's and Windows' file systems ignore it, :func:`~chillfl.run_names.folder_clash`).
+    case too: macOS's and Windows' file systems ignore it, :func:`~chillfl.run_names.folder_clash`) or one is a name the
+    comparison's folder keeps (its ``curves.png``, a ``NAME.partial``: :func:`~chillfl.run_names.taken_name`), as
+    :func:`~chillfl.run_names.run_labels` reads them back; ConfigError (one line) when the full labels do too.
     ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run."""
     cells: list[Cell] = []
     for long in (False, True):
@@ -652,11 +654,16 @@ def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence
                 for pi, point in enumerate(variant_points(shared, v)):
                     for seed in seeds:
                         cells.append(Cell(v, pi, seed, cell_config(config, v, point, seed, suffix, long, applied)))
-        clash = folder_clash(c.config.name for c in cells)
-        if clash is None:
+        names = [c.config.name for c in cells]
+        clash, taken = folder_clash(names), taken_name(names)
+        if clash is None and taken is None:
             return cells
-    assert clash is not None  # the full labels collide too: two runs would write one folder
-    first, second = clash
+    if clash is None:  # the full labels are free of each other, but one is the comparison's own (a file, a run's unfinished folder)
+        assert taken is not None
+        name, what = taken
+        labels = ", ".join(dict.fromkeys(repr(c.variant.label) for c in cells if c.config.name == name))
+        raise ConfigError("variants", f"{labels} names a run's folder {name!r}, which the comparison's folder keeps for {what}; give it another label")
+    first, second = clash  # the full labels collide too: two runs would write one folder
     labels = ", ".join(dict.fromkeys(repr(c.variant.label) for c in cells if c.config.name in clash))
     if first == second:
         raise ConfigError("variants", f"{labels} name their runs' folders alike ({first!r}: a folder name keeps letters, digits, '-', '_' and '.'); "

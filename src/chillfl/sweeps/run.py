@@ -43,6 +43,7 @@ from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat, local_mix_warning, nonfinite_loss_caveat,
                                     other_test_rows_caveat, steering_caveat, step_size_caveat)
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
+from chillfl.run_names import COMPARISON_CONFIG, TABLE_JSON, TABLE_MD
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.sinks import comparison_ended
 from chillfl.executors.processes import ClientCodeError, WorkerError
@@ -342,7 +343,7 @@ def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool,
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         lock = RunLock(partial)
         toml = comparison_toml(config, plan)
-        write_atomic(partial / "config.toml", toml.encode("utf-8"))
+        write_atomic(partial / COMPARISON_CONFIG, toml.encode("utf-8"))
         write_sweep(partial, sweep_record(toml.encode(), plan, resumable=resumable))
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
@@ -557,8 +558,8 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
     if partial is None or folder is None:
         return
     try:
-        (partial / "table.md").write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
-        (partial / "table.json").write_text(table_json(tables.rows), encoding="utf-8")
+        (partial / TABLE_MD).write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
+        (partial / TABLE_JSON).write_text(table_json(tables.rows), encoding="utf-8")
         units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
         if plan.multi:
             bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}

@@ -282,7 +282,9 @@ def run_temperature_sweep(
     bar: tqdm | ItemLines | NoBar = (ItemLines(len(clients), "temperature sweep", "client") if mode == "lines" else NoBar() if mode == "off" else
                                      tqdm(total=len(clients), desc="temperature sweep", unit="client", dynamic_ncols=True))
     device = next(iter(initial.values())).device
-    with run_precision(config.precision, device):  # the config's math, not the caller's autocast or matmul precision (as a run)
+    # the bar first: closed however the loop ends (another thread's precision refused, a training error), or its tqdm
+    # monitor thread outlived the sweep; then the config's math, not the caller's autocast or matmul precision (as a run)
+    with bar, run_precision(config.precision, device):
         for i, cid in enumerate(clients):
             x, y = data.client_train(cid)
             xe, ye = data.client_eval(cid)
@@ -292,8 +294,6 @@ def run_temperature_sweep(
                 acc[i, j], loss[i, j] = evaluate(model, out.params, xe, ye, config.eval.batch_size)
             bar.set_postfix({"best T": f"{best_temperatures(acc[i : i + 1], grid, ties)[0]:g}"}, refresh=False)
             bar.update(1)
-    if isinstance(bar, tqdm):
-        bar.close()
 
     best_t = best_temperatures(acc, grid, ties)
     best_acc = best_accuracies(acc)

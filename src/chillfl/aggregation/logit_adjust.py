@@ -27,13 +27,13 @@ whole training set's (every local step uses the same n, as FedRepo's ``client_cn
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 import torch
 from torch import nn
 
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, FedAvg, Local, LocalProgram, Params, Personal, Report, Train, Trained, Weighting, Wire
-from chillfl.training.local import BaseLoss, LocalSpec, reads_features
+from chillfl.training.local import BaseLoss, DeclaredLoss, LocalSpec, reads_features
 from chillfl.training.objective import read_tensor
 
 Adjust = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -50,9 +50,12 @@ class AdjustedLoss:
 
     ``n`` is read from the context under ``key``. A base loss that reads the representation
     (``uses_features``) gets it, the parameters and the context as StepLoss passed them.
+    A :class:`~chillfl.training.local.DeclaredLoss` (public in :mod:`chillfl.extend`): it reads the context
+    always, and the features where its base loss does or a head bias is taken out.
     """
 
-    uses_context = True
+    uses_context: ClassVar[bool] = True
+    uses_features: bool
 
     def __init__(self, base_loss: BaseLoss, adjust: Adjust, key: str, bias: str | None = None) -> None:
         """``bias``: the head's bias entry to take out of the logits before ``adjust`` (FedRS's authors' code trains on
@@ -100,7 +103,8 @@ class CountsClient:
 
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the run's spec with its base loss on the adjusted logits (its terms, optimiser and frozen keys as they are)."""
-        return (replace(spec, base_loss=AdjustedLoss(spec.base_loss, self.adjust, self.key, self.bias)),)
+        loss: DeclaredLoss = AdjustedLoss(spec.base_loss, self.adjust, self.key, self.bias)  # its flags, checked by type
+        return (replace(spec, base_loss=loss),)
 
     def train(self, local: Local) -> LocalProgram:
         dtype = next((t.dtype for t in local.start.values() if t.is_floating_point()), torch.float32)

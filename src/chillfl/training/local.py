@@ -48,6 +48,8 @@ learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import inspect
 import threading
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -75,14 +77,90 @@ if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load
     from chillfl.data.augment import Augment
 
 Params = dict[str, torch.Tensor]
-BaseLoss = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
+LossFunction = Callable[[torch.Tensor, torch.Tensor, Any], torch.Tensor]
+"""A plain base loss, ``loss(logits, y, temperature) -> scalar`` (``client.loss``'s: the temperature cross-entropy)."""
+
+
+class DeclaredLoss(Protocol):
+    """A base loss (:attr:`LocalSpec.base_loss`) that reads more than ``(logits, y, temperature)``, and declares what.
+
+    The training step calls it by its flags (a loss that declares neither is a :data:`LossFunction`):
+
+    * ``uses_context`` (and not ``uses_features``): ``loss(logits, y, temperature, context=context)``, the client's
+      :data:`~chillfl.aggregation.base.Context` (FedLC's and FedRS's label counts), at no extra forward;
+    * ``uses_features``: ``loss(logits, y, temperature, features=features, params=params, context=context)``, also the
+      head's input and the parameters, frozen ones and buffers included (FedProto, FedRoD): one more forward a step.
+
+    Why declared: the flags decide the call (and the forward it needs), so a loss whose signature asks for what its
+    flags do not give, or a misspelt flag, is one ConfigError when its :class:`LocalSpec` is built
+    (:func:`check_base_loss`), not a TypeError mid-run. Declare them as class attributes
+    (``uses_context: ClassVar[bool] = True``) or, where they depend on the instance, in ``__init__``.
+    """
+
+    @property
+    def uses_context(self) -> bool:
+        ...
+
+    @property
+    def uses_features(self) -> bool:
+        ...
+
+    def __call__(
+        self, logits: torch.Tensor, y: torch.Tensor, temperature: Any, *,
+        features: torch.Tensor | None = None, params: Mapping[str, torch.Tensor] | None = None, context: Mapping[str, Any] | None = None,
+    ) -> torch.Tensor:
+        ...
+
+
+BaseLoss = LossFunction | DeclaredLoss
+"""What :attr:`LocalSpec.base_loss` holds: a plain :data:`LossFunction` or a :class:`DeclaredLoss`."""
+
+LOSS_FLAGS = ("uses_context", "uses_features")
+"""The flags a :class:`DeclaredLoss` declares; the training step reads these names and no other."""
 
 
 def reads_features(loss: BaseLoss) -> bool:
     """Whether a base loss declares ``uses_features``: it is also called with the head's input, the parameters (frozen
-    ones and buffers included) and the context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing, so
-    the flag is read with a default."""
+    ones and buffers included) and the context (FedProto, FedHKD, FedRoD). A plain loss function declares nothing
+    (:class:`DeclaredLoss`), so the flag is read with a default."""
     return bool(getattr(loss, "uses_features", False))
+
+
+def loss_call(loss: BaseLoss) -> dict[str, None]:
+    """The keyword arguments the training step passes ``loss`` besides ``(logits, y, temperature)``, by its flags
+    (:class:`DeclaredLoss`), with None in place of their values."""
+    if reads_features(loss):
+        return {"features": None, "params": None, "context": None}
+    return {"context": None} if reads_context(loss) else {}
+
+
+def check_base_loss(loss: BaseLoss, field: str) -> None:
+    """One ConfigError on ``field`` when ``loss`` cannot be called as its flags say (:class:`DeclaredLoss`): its signature asks
+    for an argument the step will not pass (a loss reading ``context`` that declares no ``uses_context``), takes no
+    keyword its flags ask the step to pass, or it sets a near-miss of a flag (``use_context``), which the step would
+    ignore silently. Why here: the flags are read once per training job, deep in a worker; the mistake is the method's,
+    so it is named before the run starts. A callable without a readable signature (a builtin) is trusted."""
+    what = getattr(loss, "__qualname__", None) or type(loss).__qualname__
+    for attr in dir(loss):
+        if attr.lower().startswith("use") and attr not in LOSS_FLAGS:
+            near = difflib.get_close_matches(attr, LOSS_FLAGS, n=1, cutoff=0.8)
+            if near:
+                raise ConfigError(field, f"the base loss {what} sets {attr}, which the training step never reads; declare {near[0]} "
+                                         "(chillfl.extend.DeclaredLoss)")
+    try:
+        signature = inspect.signature(loss)
+    except (TypeError, ValueError):
+        return
+    passed = loss_call(loss)
+    try:
+        signature.bind(None, None, None, **passed)
+    except TypeError as exc:
+        call = ", ".join(["logits", "y", "temperature", *(f"{k}=..." for k in passed)])
+        flags = [f for f in LOSS_FLAGS if bool(getattr(loss, f, False))]
+        said = f"it declares {' and '.join(flags)}" if flags else "it declares neither uses_context nor uses_features"
+        wanted = [f for f, arg in (("uses_context", "context"), ("uses_features", "features")) if arg in signature.parameters and arg not in passed]
+        fix = f"declare {wanted[0]} = True" if wanted else "make its signature take those arguments (by keyword) or change its flags"
+        raise ConfigError(field, f"the base loss {what} is called as loss({call}), since {said}, but {exc}; {fix} (chillfl.extend.DeclaredLoss)") from None
 
 
 def reads_representation(spec: LocalSpec) -> bool:
@@ -151,6 +229,8 @@ class LocalSpec:
     momentum: float = 0.0
     weight_decay: float = 0.0
     base_loss: BaseLoss = temperature_cross_entropy
+    """The data loss a step minimises before the terms: a :data:`LossFunction`, or a :class:`DeclaredLoss` that declares
+    what more it reads (checked against its signature when the spec is built: :func:`check_base_loss`)."""
     terms: Sequence[Term] = field(default_factory=tuple)
     term_fields: tuple[str, ...] = ()
     """The config field that put each of :attr:`terms` in the run, by position (``objective.terms[1]``, ``terms[0]`` from
@@ -204,6 +284,11 @@ class LocalSpec:
     def term_field(self, index: int) -> str | None:
         """The config field of the term at ``index`` in :attr:`terms` (:attr:`term_fields`, else :attr:`method_field`)."""
         return self.term_fields[index] if index < len(self.term_fields) else self.method_field
+
+    def __post_init__(self) -> None:
+        """The base loss's flags against its signature (:func:`check_base_loss`), named by the method that set it: a
+        client half's ``objectives`` put it here with ``dataclasses.replace``, which runs this again."""
+        check_base_loss(self.base_loss, self.method_field or "algorithm.name")
 
     def phase(self, epochs: int, batch_size: int, base_loss: BaseLoss = temperature_cross_entropy) -> LocalSpec:
         """The spec of a training phase besides private training (distillation, a server model, FedMD's transfer learning).

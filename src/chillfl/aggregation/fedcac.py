@@ -118,7 +118,7 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -388,12 +388,13 @@ def _on(params: Params, like: Params) -> Params:
     return {k: v.to(device) for k, v in params.items()}
 
 
-SPEC = register_algorithm(
+SPEC: AlgorithmSpec = register_algorithm(
     "fedcac",
     AlgorithmSpec(
         FedCACOptions,
         lambda o, ctx: (build(ctx.num_clients, ctx.param_keys(), o), []),
         "critical parameters averaged with the clients whose critical locations overlap (Wu et al. 2023)",
         capabilities=Capabilities(not_a_base="FedCAC's server sends each client its own customised model; its global model is only their non-critical part", personal_model=True),
+        capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
     ),
 )

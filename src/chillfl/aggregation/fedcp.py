@@ -113,7 +113,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.models.parts import head_name, head_size
 from chillfl.options import require
@@ -467,7 +467,7 @@ class FedCP(FedAvg):
         self.cpn = {k: v.detach().clone() for k, v in state["cpn"].items()}
 
 
-SPEC = register_algorithm(
+SPEC: AlgorithmSpec = register_algorithm(
     "fedcp",
     AlgorithmSpec(
         FedCPOptions,
@@ -482,5 +482,6 @@ SPEC = register_algorithm(
             linear_head="FedCP's conditional input sums the personal head's weight over its classes, and its split head computes W (h * s) + b",
             cost=Cost(step_passes=1 + FORWARD),
         ),
+        capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
     ),
 )

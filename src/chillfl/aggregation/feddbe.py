@@ -117,7 +117,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.models.parts import head_has_bias, head_name, head_size
@@ -329,7 +329,7 @@ class FedDBE(FedAvg):
         self.consensus = state["consensus"].get("mean")
 
 
-SPEC = register_algorithm(
+SPEC: AlgorithmSpec = register_algorithm(
     "feddbe",
     AlgorithmSpec(
         FedDBEOptions,
@@ -346,5 +346,6 @@ SPEC = register_algorithm(
             reports="each client's running mean of its representation",
             linear_head="FedDBE's client model folds the PRBM p into the head's bias, h(z + p) = W z + (b + W p)",
         ),
+        capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
     ),
 )

@@ -43,7 +43,7 @@ from torch import nn
 from chillfl.aggregation.base import ClientHalf
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
 from chillfl.options import require
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.models.parts import DeclaresHead, head_name, warn_undeclared
@@ -107,12 +107,13 @@ class FedPer(FedBN):
         return KeepLocal(self.bn_keys, "fedper.head.", after_average=self.options.local_eval == "averaged")
 
 
-SPEC = register_algorithm(
+SPEC: AlgorithmSpec = register_algorithm(
     "fedper",
     AlgorithmSpec(
         FedPerOptions,
         lambda o, ctx: (FedPer(ctx.model, o, ctx.section), []),
         "shared base, local head (Arivazhagan et al. 2019)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
+        capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
     ),
 )

@@ -49,7 +49,7 @@ from chillfl.aggregation.fedbn import KeepLocal
 from chillfl.aggregation.fedper import FedPer, FedPerOptions
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 
@@ -121,6 +121,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (FedRep(ctx.model, o, ctx.section), []),
         "shared representation, local head trained first (Collins et al. 2021)",
         capabilities=CAPABILITIES,
-        capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=o.head_epochs * FORWARD)),
+        capabilities_of=lambda o: after_average(replace(CAPABILITIES, cost=Cost(epochs=o.head_epochs * FORWARD)), "local_eval", "averaged", o.local_eval == "averaged"),
     ),
 )

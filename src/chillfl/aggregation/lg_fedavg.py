@@ -50,7 +50,7 @@ from torch import nn
 from chillfl.aggregation.base import ClientHalf
 from chillfl.aggregation.fedbn import FedBN, FedBNOptions, KeepLocal
 from chillfl.aggregation.fedper import head_keys
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
 
@@ -89,12 +89,13 @@ class LGFedAvg(FedBN):
         return KeepLocal(self.bn_keys, "lg_fedavg.local.", after_average=self.options.local_eval == "averaged")
 
 
-SPEC = register_algorithm(
+SPEC: AlgorithmSpec = register_algorithm(
     "lg_fedavg",
     AlgorithmSpec(
         LGFedAvgOptions,
         lambda o, ctx: (LGFedAvg(ctx.model, o, ctx.section), []),
         "local representation, global head (Liang et al. 2020)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
+        capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
     ),
 )

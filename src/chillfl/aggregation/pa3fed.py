@@ -84,7 +84,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 
 from chillfl.aggregation.base import (
-    ChoosesStart,
+    AroundAggregator,
     with_run_model,
     Json,
     Aggregator,
@@ -100,12 +100,11 @@ from chillfl.aggregation.base import (
     Report,
     Trained,
     Wire,
-    aggregated_keys,
     check_state_keys,
     combine,
 )
 from chillfl.aggregation.registry import (
-    AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_spec, check_algorithm, make_aggregator, register_algorithm, registered_algorithms,
+    AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_options, algorithm_spec, build_base, register_algorithm, registered_algorithms,
     UNDECLARED_WEIGHTS, require_client_sizes, undeclared_weights, weighted_bases,
 )
 from chillfl.capabilities import Capabilities
@@ -315,37 +314,28 @@ class PA3FedClient:
         return {SCORE: torch.tensor(score, dtype=torch.float64)}, alpha
 
 
-class PA3Fed:
-    """Period-aware adaptive aggregation around ``base``; keeps FGN(t-1) and each client's last score."""
+class PA3Fed(AroundAggregator):
+    """Period-aware adaptive aggregation around ``base``; keeps FGN(t-1) and each client's last score.
+
+    An :class:`~chillfl.aggregation.base.AroundAggregator` (public in :mod:`chillfl.extend`, as a plugin wrapper's):
+    the downlink, the round's announcement, the aggregated keys and the clients' start are the base's."""
+
+    base: WeightedAggregator
 
     def __init__(self, base: Aggregator, options: PA3FedOptions = PA3FedOptions(), total_samples: int | None = None) -> None:
         """``total_samples``: all clients' training rows, the denominator of m_i under ``fgn_weights = "total"`` (needed then)."""
         if options.fgn_weights == "total" and total_samples is None:
             raise ValueError("PA3Fed fgn_weights = 'total' needs total_samples, every client's training rows summed")
-        self.base = _with_weights(base)
+        super().__init__(_with_weights(base))
         self.options = options
         self.total_samples = total_samples if options.fgn_weights == "total" else None
         self.previous_fgn: float | None = None
         self._metrics: dict[str, Json] = {}
 
-    def begin_round(self, round: int, client_ids: Sequence[int]) -> None:
-        self.base.begin_round(round, client_ids)
-
-    def client_start(self, result: ClientResult, global_params: Params) -> Params | None:
-        """The base's (:class:`~chillfl.aggregation.base.ChoosesStart`; None where it chooses none)."""
-        return self.base.client_start(result, global_params) if isinstance(self.base, ChoosesStart) else None
-
     def learn_parameters(self, model: nn.Module) -> None:
         """Tells the base the run's model (:class:`~chillfl.aggregation.base.LearnsParameters`): built in Python,
         ``PA3Fed(FedOpt("adam"))``'s base would otherwise step batch-norm statistics with the server's Adam."""
         with_run_model(self.base, model)
-
-    def aggregated_keys(self, global_params: Params) -> tuple[str, ...]:
-        """The base's: PA3Fed changes the weights of its mean, not which entries it averages."""
-        return aggregated_keys(self.base, global_params)
-
-    def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
-        return self.base.downlink(client_id, round, global_params)
 
     def client_half(self) -> ClientHalf:
         """The base's client half, then Alg. 1's lines 7-10 (:class:`PA3FedClient`): options only, no server state."""
@@ -441,15 +431,16 @@ def _number(value: Wire, key: str, client_id: int) -> float:
 def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSpec:
     """The spec of the algorithm PA3Fed wraps, or a ConfigError on ``<section>.base`` when it cannot be a base.
 
-    Read from the base's declared capabilities, whatever its name: it must take per-client weights
-    (PA3Fed's coefficients are weights) and must not declare ``not_a_base`` (clients with trainings of
-    their own, a server step of its own). A plugin that declares nothing is refused here, not in round 1.
+    Read from what the base declares under its ``base_options`` (:meth:`AlgorithmSpec.declared`), whatever its name: it
+    must take per-client weights (PA3Fed's coefficients are weights) and must not declare ``not_a_base`` (clients with
+    trainings of their own, a server step of its own), for the options given (a variant's ``capabilities_of`` may say
+    so for some options only). A plugin that declares nothing is refused here, not in round 1.
     """
     field = f"{section}.base"
     if options.base not in algorithm_names() and not is_import_path(options.base):
         raise choice_error(field, options.base, weighted_bases())
     spec = algorithm_spec(options.base, section, field)
-    caps = spec.capabilities
+    caps = spec.declared(algorithm_options(spec, options.base, options.base_options, f"{section}.base_options", field))
     allowed = ", ".join(weighted_bases())
     if caps.not_a_base is not None:
         raise ConfigError(field, f"{options.base} cannot be PA3Fed's base: {caps.not_a_base}; use another base, allowed: {allowed}")
@@ -467,19 +458,7 @@ def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSp
 def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
     base_spec(options, ctx.section)
-    base, terms = make_aggregator(
-        options.base,
-        options.base_options,
-        num_clients=ctx.num_clients,
-        model=ctx.model,
-        seed=ctx.seed,
-        section=f"{ctx.section}.base_options",
-        client_momentum=ctx.client_momentum,
-        rounds=ctx.rounds,
-        clients_per_round=ctx.clients_per_round,
-        client_sizes=ctx.client_sizes,
-        objective_terms=ctx.objective_terms,
-    )
+    base, terms = build_base(options, ctx)
     half = base.client_half()
     if isinstance(half, Personalising):  # combine() runs prepare/finish only: the base's own trainings would be dropped silently
         raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(half).__name__} runs the clients' "
@@ -496,9 +475,9 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
 
 
 def _check(options: PA3FedOptions, config: RunConfig, section: str) -> None:
-    """The base's refusal, then the base's own checks (its plain-SGD limit, its ``check``): PA3Fed runs its maths."""
+    """The base's refusal as a base; its own limits (plain SGD, its ``check``) are checked after this by
+    :func:`~chillfl.aggregation.registry.check_algorithm`, which follows :attr:`AlgorithmSpec.wraps`."""
     base_spec(options, section)
-    check_algorithm(options.base, options.base_options, config, f"{section}.base_options")
 
 
 SPEC = register_algorithm(

@@ -316,6 +316,7 @@ def make_aggregator(
     clients_per_round: int | None = None,
     client_sizes: Sequence[int] | None = None,
     objective_terms: Sequence[ObjectiveTerm] | None = None,
+    field: str | None = None,
 ) -> Built:
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
@@ -323,12 +324,13 @@ def make_aggregator(
     ``rounds`` is the run's ``federation.rounds`` (:attr:`BuildContext.rounds`) and ``clients_per_round`` the clients it
     samples a round (:attr:`BuildContext.clients_per_round`); None: unknown. ``client_sizes``: each client's training
     rows (:attr:`BuildContext.client_sizes`), ``num_clients`` of them; None: unknown. ``objective_terms``: the run's
-    ``[objective]`` terms (:attr:`BuildContext.objective_terms`); None: unknown.
+    ``[objective]`` terms (:attr:`BuildContext.objective_terms`); None: unknown. ``field``: the key that named ``name``,
+    for errors (default ``<section>.name``; a wrapped base's: ``algorithm.base``, :func:`build_base`).
     What the built aggregator's client half keeps must agree with its declared ``personal_model``, and a method
     that declares ``linear_head`` needs a model whose head is an ``nn.Linear`` (a ConfigError on ``model``).
     """
-    spec = algorithm_spec(name, section)
-    parsed: Any = algorithm_options(spec, name, options, section)
+    spec = algorithm_spec(name, section, field)
+    parsed: Any = algorithm_options(spec, name, options, section, field)
     sizes = None if client_sizes is None else tuple(int(n) for n in client_sizes)
     if sizes is not None and len(sizes) != num_clients:
         raise ValueError(f"client_sizes holds {len(sizes)} sizes for {num_clients} clients")
@@ -339,8 +341,24 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
-    check_declarations(capabilities, built[0], repr(name), f"{section}.name")
+    check_declarations(capabilities, built[0], repr(name), field or f"{section}.name")
     return built
+
+
+def build_base(options: Any, ctx: BuildContext, key: str = "base") -> Built:
+    """The algorithm a wrapper wraps, built under the wrapper's run (``ctx``), as the run builds its own algorithm.
+
+    ``options``: the wrapper's parsed options; ``key``: its :attr:`AlgorithmSpec.wraps` option, which names the base
+    (``options.base``), whose option table is ``<key>_options``. Errors name those lines (``algorithm.base``,
+    ``algorithm.base_options.mu``). Why public: a plugin wrapper (``AlgorithmSpec(wraps="base")``) builds its base
+    through this rather than through the registry's internals; its limits are checked by the run (:func:`check_algorithm`).
+    """
+    return make_aggregator(
+        str(getattr(options, key)), getattr(options, f"{key}_options"), num_clients=ctx.num_clients, model=ctx.model, seed=ctx.seed,
+        section=f"{ctx.section}.{key}_options", client_momentum=ctx.client_momentum, rounds=ctx.rounds,
+        clients_per_round=ctx.clients_per_round, client_sizes=ctx.client_sizes, objective_terms=ctx.objective_terms,
+        field=f"{ctx.section}.{key}",
+    )
 
 
 def check_declarations(capabilities: Capabilities, aggregator: Aggregator, name: str, field: str) -> None:
@@ -438,6 +456,40 @@ def refuse_unused_options(table: Mapping[str, Any], name: str, why: str) -> None
             raise ConfigError(f"algorithm.{key}", f"{why}, so this option of {name!r} would be ignored; leave it at its default {default!r}, got {value!r}")
 
 
+@dataclass(frozen=True)
+class Part:
+    """One algorithm of a (possibly wrapped) ``[algorithm]`` table, with what it declares under its options."""
+
+    field: str
+    """The key that named it (``algorithm.name``, ``algorithm.base``)."""
+    section: str
+    """The table of its options (``algorithm``, ``algorithm.base_options``)."""
+    name: str
+    spec: AlgorithmSpec
+    declared: Capabilities
+    """:meth:`AlgorithmSpec.declared` under its parsed options (FedPer's ``local_eval = "averaged"`` is off Flower)."""
+
+    def limit_field(self) -> str:
+        """The field a refusal by :attr:`declared`'s limits names: the option it is ``limited_by`` (in this part's table),
+        else the key that named the part."""
+        return self.field if self.declared.limited_by is None else f"{self.section}.{self.declared.limited_by}"
+
+
+def declared_parts(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> list[Part]:
+    """Each algorithm of ``table`` (itself, then every one it wraps), outermost first, with what it declares under the
+    options the table gives it. Why: a limit that depends on an option (``capabilities_of``) holds for a base too, and
+    a refusal names the line that set it (:meth:`Part.limit_field`)."""
+    field = field or f"{section}.name"
+    name = str(table.get("name"))
+    spec = algorithm_spec(name, section, field)
+    options: Any = algorithm_options(spec, name, {k: v for k, v in table.items() if k != "name"}, section, field)
+    part = Part(field, section, name, spec, spec.declared(options))
+    inner = wrapped(spec, options, section)
+    if inner is None:
+        return [part]
+    return [part, *declared_parts({**inner.options, "name": inner.name}, inner.section, inner.field)]
+
+
 def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> list[tuple[str, str, AlgorithmSpec]]:
     """(name field, name, spec) of the algorithm ``table`` names and of every one it wraps, outermost first.
 
@@ -454,19 +506,6 @@ def algorithm_parts(table: Mapping[str, Any], section: str = "algorithm", field:
     return [(field, name, spec), *algorithm_parts({**inner.options, "name": inner.name}, inner.section, inner.field)]
 
 
-def option_field(table: Mapping[str, Any], key: str, section: str = "algorithm") -> str | None:
-    """The field that sets option ``key``: in ``table`` (``algorithm.local_eval``) or in the options of an algorithm it
-    wraps (``algorithm.base_options.local_eval``), outermost first; None when none sets it. Why: an error about an
-    option of the wrapped base names the line the user wrote, not the wrapper's name."""
-    if key in table:
-        return f"{section}.{key}"
-    name = str(table.get("name"))
-    spec = algorithm_spec(name, section)
-    options: Any = algorithm_options(spec, name, {k: v for k, v in table.items() if k != "name"}, section)
-    inner = wrapped(spec, options, section)
-    return None if inner is None else option_field({**inner.options, "name": inner.name}, key, inner.section)
-
-
 def half_field(table: Mapping[str, Any], section: str = "algorithm", field: str | None = None) -> tuple[str, str]:
     """The field that names the algorithm whose client half the run's clients run, and its name: ``algorithm.name`` for
     one that wraps none, else the wrapped base's (``algorithm.base`` under PA3Fed), innermost. Why: a wrapper runs its
@@ -480,15 +519,37 @@ def half_field(table: Mapping[str, Any], section: str = "algorithm", field: str 
     return half_field({**inner.options, "name": inner.name}, inner.section, inner.field)
 
 
-def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunConfig, section: str = "algorithm") -> None:
-    """Algorithm ``name``'s declared limits against the run: its plain-SGD requirement, then its own ``check``.
+AFTER_AVERAGE = "measures each client's own model on the server after the average, from the client's state, which stays on its node"
+"""Why a method whose client half is measured after the average (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`)
+cannot run on Flower (:func:`after_average`; the Flower apps say it of a half that asks by itself)."""
 
-    A wrapper's ``check`` runs its base's (PA3Fed's module does), so a wrapped method's limits hold too.
+
+def after_average(capabilities: Capabilities, option: str, value: str, asked: bool) -> Capabilities:
+    """``capabilities``, off Flower when the method's ``option`` set to ``value`` (``asked``) measures each client's model
+    after the server's average (FedPer's ``local_eval = "averaged"``), with the refusal named by that option
+    (:attr:`Capabilities.limited_by`); unchanged when not ``asked``. For a spec's ``capabilities_of``: the Flower apps
+    read the declaration, not the option's name."""
+    if not asked:
+        return capabilities
+    return replace(capabilities, on_flower=f'"{value}" {AFTER_AVERAGE}', limited_by=option)
+
+
+def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunConfig, section: str = "algorithm", field: str | None = None) -> None:
+    """Algorithm ``name``'s declared limits against the run: its plain-SGD requirement, its own ``check``, then those of
+    the algorithm it wraps (:attr:`AlgorithmSpec.wraps`), checked the same way under the field that named it.
+
+    Why: a wrapper runs its base's server maths and client half, so its effective limits are its own and its base's
+    (:func:`effective_capabilities`: each part's plain-SGD limit is checked here, the base's naming the base); a plugin
+    wrapper's ``check`` need not repeat the base's, and one that forgot to no longer lets the base's limits lapse.
+    ``field``: the key that chose ``name`` in errors (default ``<section>.name``; a wrapped base: ``algorithm.base``).
     """
-    spec = algorithm_spec(name, section)
-    parsed: Any = algorithm_options(spec, name, options, section)
+    spec = algorithm_spec(name, section, field)
+    parsed: Any = algorithm_options(spec, name, options, section, field)
     check_plain_sgd(spec.declared(parsed), config, name)
     spec.check(parsed, config, section)
+    inner = wrapped(spec, parsed, section)
+    if inner is not None:  # the base's own limits, its plain SGD and check included, named by the line that chose it
+        check_algorithm(inner.name, inner.options, config, inner.section, inner.field)
 
 
 def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:

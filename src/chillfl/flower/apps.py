@@ -67,7 +67,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from chillfl.aggregation.base import half_parts, measured_after_average
-from chillfl.aggregation.registry import algorithm_parts, half_field, option_field
+from chillfl.aggregation.registry import AFTER_AVERAGE, declared_parts, half_field
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.loop import run_rounds
@@ -184,10 +184,10 @@ def check_supported(config: RunConfig) -> None:
         why = kind.method_capabilities(config).on_flower
         if why is not None:
             raise ConfigError(f"{kind.method_table}.method", f"{why}; {RUNTIME}")
-    if kind.uses_aggregator:  # the algorithm and every one it wraps, by what each declares (``on_flower``)
-        for field_name, _, spec in algorithm_parts(config.algorithm):
-            if spec.capabilities.on_flower is not None:
-                raise ConfigError(field_name, f"{spec.capabilities.on_flower}; {RUNTIME}")
+    if kind.uses_aggregator:  # the algorithm and every one it wraps, by what each declares under its options (``on_flower``)
+        for part in declared_parts(config.algorithm):
+            if part.declared.on_flower is not None:  # named by the option that set it (limited_by), else the part's name
+                raise ConfigError(part.limit_field(), f"{part.declared.on_flower}; {RUNTIME}")
     check_node_computable(config)
 
 
@@ -395,13 +395,11 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
 def _build_server(config: RunConfig) -> tuple[Any, Any]:
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
     if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
-        where = "measures each client's own model on the server after the average, from the client's state, which stays on its node"
-        asked = option_field(config.algorithm, "local_eval")  # the option that asked for it (the built-ins', a wrapped base's too)
-        if asked is not None:  # a plugin's half may ask by itself
-            raise ConfigError(asked, f"\"averaged\" {where}; use \"trained\", or {RUNTIME}")
+        # a method whose option asks for it declares so (on_flower, limited_by), refused by check_supported on that
+        # option; a half that asks by itself is named with the algorithm that chose it
         half = ", ".join(type(p).__name__ for p in half_parts(exp.aggregator.client_half()) if measured_after_average(p))
         field, name = half_field(config.algorithm)  # algorithm.base where a wrapper (PA3Fed) runs its base's half
-        raise ConfigError(field, f"{name!r}: its client half {half} (after_average = True) {where}; {RUNTIME}")
+        raise ConfigError(field, f"{name!r}: its client half {half} (after_average = True) {AFTER_AVERAGE}; {RUNTIME}")
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
     return exp, protocol

@@ -11,7 +11,9 @@ docs/architecture.md the reference of the seams they plug into):
   weighted mean), and declare what core code may ask in ``capabilities = Capabilities(...)``
   (takes per-client weights, plain SGD only, runs on Flower, holds a personal model); a rule
   that computes only part of the global model from the uploads (FedPer's base, not its head)
-  says which part in ``aggregated_keys`` (:class:`AggregatesPart`), which ``[privacy]`` clips;
+  says which part in ``aggregated_keys`` (:class:`AggregatesPart`), which ``[privacy]`` clips; a wrapper over another
+  algorithm (``AlgorithmSpec(wraps="base")``) subclasses :class:`AroundAggregator` and builds its base with
+  :func:`build_base`, and the run holds it to its base's limits too;
 * **its client half** (:class:`ClientHalf`, optional, from ``Aggregator.client_half()``): it
   runs on the client around local training: ``prepare`` receives the client's own state
   (:data:`ClientState`, name -> tensor), the start model and the sent context, and returns the
@@ -36,7 +38,9 @@ docs/architecture.md the reference of the seams they plug into):
   batch's features): each receives the trainable parameters and the client's :data:`Context`
   and returns a scalar added to the loss; ``reads`` names the context keys it reads
   (:func:`read_table`, :func:`read_number`, :func:`read_tensor` read them typed); a
-  :class:`TermSpec` (:func:`register_term`) makes one a name for ``[objective] terms``;
+  :class:`TermSpec` (:func:`register_term`) makes one a name for ``[objective] terms``; a client half's ``objectives``
+  may replace the data loss itself (:data:`BaseLoss`: a plain :data:`LossFunction`, or a :class:`DeclaredLoss` that
+  declares ``uses_context`` / ``uses_features``, checked against its signature when its spec is built);
 * **a temperature policy** (:class:`TemperaturePolicy`): the softmax temperature each client
   trains with, per round, updated from the clients' local accuracy; where the temperature is
   the client's own (FedChill), its client half (:class:`TemperatureHalf`) keeps it in the
@@ -90,6 +94,7 @@ from __future__ import annotations
 from chillfl.aggregation.base import (
     Aggregator,
     AggregatorBase,
+    AroundAggregator,
     AggregatesPart,
     ChoosesStart,
     ClientHalf,
@@ -127,7 +132,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, build_base, register_algorithm
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
@@ -160,7 +165,7 @@ from chillfl.settings.distillation import MethodSettings
 from chillfl.plots.registry import FigureSpec, register_figure
 from chillfl.temperature import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.base import ConstantTemperature, TemperatureHalf, TemperaturePolicy, TemperatureState
-from chillfl.training.local import LocalSpec, PrivateGradients
+from chillfl.training.local import BaseLoss, DeclaredLoss, LocalSpec, LossFunction, PrivateGradients
 from chillfl.training.objective import BatchTerm, ContextError, LossTerm, ProximalTerm, StepView, Term, read_number, read_table, read_tensor
 from chillfl.training.terms import TermError, TermSpec, register_term
 
@@ -172,9 +177,11 @@ __all__ = [
     "ArrayDataset",
     "AggregatorBase",
     "AggregatesPart",
+    "AroundAggregator",
     "AlgorithmSpec",
     "AttackSpec",
     "BatchTerm",
+    "BaseLoss",
     "BuildContext",
     "Capabilities",
     "Charge",
@@ -192,6 +199,7 @@ __all__ = [
     "DatasetEntry",
     "DatasetSize",
     "DeclaresHead",
+    "DeclaredLoss",
     "FORWARD",
     "ONE_BATCH_JOB",
     "PARAMETER_TERM",
@@ -211,6 +219,7 @@ __all__ = [
     "LocalSpec",
     "ExemptsClients",
     "LossTerm",
+    "LossFunction",
     "MakesClientModels",
     "MeasuredAfterAverage",
     "AggregatesNobody",
@@ -262,7 +271,9 @@ __all__ = [
     "Wire",
     "aggregate_means",
     "aggregated_keys",
+    "after_average",
     "average_rows",
+    "build_base",
     "check_state_keys",
     "class_means",
     "combine",

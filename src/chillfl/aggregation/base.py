@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from chillfl.engine.record import Json
+from chillfl.errors import ConfigError
 from chillfl.once import warn_once
 from chillfl.training.objective import Context, LossTerm, Wire
 from chillfl.training.optim import Carried
@@ -409,9 +410,19 @@ class Stateless:
 
 @dataclass(frozen=True)
 class Halves:
-    """Several client halves run in order (PA3Fed's over its base's): each sees the others' context and owns its own keys."""
+    """Several client halves run in order (PA3Fed's over its base's): each sees the others' context and owns its own keys.
+
+    At most one part may run the client's trainings (:class:`Personalising`): the parameter-sharing client runs that
+    part's (:func:`half_parts`) around all parts' ``prepare`` and ``finish``.
+    """
 
     parts: tuple[ClientHalf, ...]
+
+    def __post_init__(self) -> None:
+        trainers = [type(part).__name__ for part in self.parts if isinstance(part, Personalising)]
+        if len(trainers) > 1:  # one client runs one program of trainings: a second would be dropped, or run twice
+            raise ConfigError(HALVES_FIELD, f"client halves {trainers[0]} and {trainers[1]} both run the client's own trainings "
+                                     "(objectives and train), and a client runs one half's; combine at most one of them")
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         out = dict(context)
@@ -429,8 +440,12 @@ class Halves:
         return new_state, report
 
 
+HALVES_FIELD = "algorithm.name"
+"""The field a :class:`Halves` refusal names: the method whose client half combines them."""
+
+
 def combine(*halves: ClientHalf | None) -> ClientHalf | None:
-    """The halves that exist, as one (None when there is none)."""
+    """The halves that exist, as one (None when there is none); refused when more than one of them personalises."""
     present = tuple(h for h in halves if h is not None)
     if not present:
         return None

@@ -317,9 +317,9 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
 def _undeclared_trainings(aggregator: Aggregator) -> str | None:
     """The safe side for a method that declares no ``private_steps``: a client half running its own trainings may run
     several a round, or read its data between them, and the accountant counts one."""
-    from chillfl.aggregation.base import Personalising
+    from chillfl.aggregation.base import Personalising, half_parts
 
-    if isinstance(aggregator.client_half(), Personalising):
+    if any(isinstance(part, Personalising) for part in half_parts(aggregator.client_half())):  # combined ones too
         return "its clients run their own trainings (a Personalising client half), which the accountant cannot count"
     return None
 

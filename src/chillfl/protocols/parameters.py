@@ -55,6 +55,7 @@ from chillfl.aggregation.base import (
     measured_after_average,
     client_params_state,
     first_state,
+    half_parts,
     load_client_params,
     client_base,
     personal_model,
@@ -502,7 +503,12 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
     """Parameter sharing (FedAvg family): the run's aggregator, its client reporter, ``[objective]``'s proximal term."""
     assert exp.aggregator is not None, "parameter sharing averages models: build_experiment builds its aggregator"
     half = exp.aggregator.client_half()  # the aggregator's client half: it travels, the aggregator does not
-    trainer = half if isinstance(half, Personalising) else None  # it runs the client's trainings (Ditto, FedRep, APFL, pFedMe)
+    # the part that runs the client's trainings (Ditto, FedRep, APFL, pFedMe), alone or combined with others (Halves: at most one)
+    trainer: Personalising | None = None
+    for part in half_parts(half):
+        if isinstance(part, Personalising):
+            trainer = part
+            break
     objectives = () if trainer is None else trainer.objectives(exp.spec)
     numbers, anchors = objective_context(exp.config.objective)  # what [objective]'s terms read from the run
     return ParameterSharing(

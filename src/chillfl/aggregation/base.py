@@ -412,8 +412,10 @@ class Stateless:
 class Halves:
     """Several client halves run in order (PA3Fed's over its base's): each sees the others' context and owns its own keys.
 
-    At most one part may run the client's trainings (:class:`Personalising`): the parameter-sharing client runs that
-    part's (:func:`half_parts`) around all parts' ``prepare`` and ``finish``.
+    Owning is checked, not assumed: a context, state or report key that two parts set would leave only the later
+    part's value, so the other part's reader (its term, its server) would read a number it never wrote; that is
+    refused, naming both halves and the key. At most one part may run the client's trainings (:class:`Personalising`):
+    the parameter-sharing client runs that part's (:func:`half_parts`) around all parts' ``prepare`` and ``finish``.
     """
 
     parts: tuple[ClientHalf, ...]
@@ -426,15 +428,24 @@ class Halves:
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         out = dict(context)
+        owners: dict[str, str] = {}
         for part in self.parts:
-            start, out = part.prepare(state, start, out)
+            start, given = part.prepare(state, start, out)
+            # a key this part added, replaced or took away: identity, since a part that passes a value on passes it as it came
+            written = {k for k in given if k not in out or given[k] is not out[k]} | {k for k in out if k not in given}
+            _claim(owners, written, type(part).__name__, "context")
+            out = dict(given)
         return start, out
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         new_state: ClientState = {}
         report: Report = {}
+        states: dict[str, str] = {}
+        reports: dict[str, str] = {}
         for part in self.parts:
             s, r = part.finish(model, state, trained)
+            _claim(states, s, type(part).__name__, "state")
+            _claim(reports, r, type(part).__name__, "report")
             new_state.update(s)
             report.update(r)
         return new_state, report
@@ -442,6 +453,15 @@ class Halves:
 
 HALVES_FIELD = "algorithm.name"
 """The field a :class:`Halves` refusal names: the method whose client half combines them."""
+
+
+def _claim(owners: dict[str, str], keys: Collection[str], part: str, what: str) -> None:
+    """Record ``part`` as the owner of ``keys`` in ``owners``; a key another part owns already is refused."""
+    for key in sorted(keys):
+        if key in owners:
+            raise ConfigError(HALVES_FIELD, f"client halves {owners[key]} and {part} both set {what} key {key!r}, and a combined half "
+                                     "keeps one value per key: give one of them another key")
+        owners[key] = part
 
 
 def combine(*halves: ClientHalf | None) -> ClientHalf | None:

@@ -74,7 +74,7 @@ from chillfl.training.terms import anchor_reads_buffers
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
-from chillfl.training.terms import objective_context
+from chillfl.training.terms import context_fields, objective_context
 
 @dataclass
 class ParamDownlink:
@@ -291,6 +291,7 @@ class ParameterSharing:
         eval_clients: str,
         objective_context: Mapping[str, float] | None = None,
         anchors: tuple[str, ...] = (),
+        objective_fields: Mapping[str, tuple[str, str]] | None = None,
     ) -> None:
         self.seed = seed
         self.lr_at = lr_at
@@ -304,6 +305,8 @@ class ParameterSharing:
         """``[objective]``'s terms' numbers (``proximal_mu`` as ``mu``), added to every client's context."""
         self.anchors = anchors
         """The context keys under which ``[objective]``'s terms read the round's start model (``global_params``)."""
+        self.objective_fields = dict(objective_fields or {})
+        """Each key ``[objective]``'s terms send, with the field that added the term and its name: a downlink sending it too is refused."""
         self.book = ServerBook(policy, evaluation, eval_clients)
         self.store: ParamStore = ParamStore()
         self.seen: set[int] = set()
@@ -328,6 +331,7 @@ class ParameterSharing:
             down = check_downlink(self.aggregator.downlink(cid, round, self.state), self.aggregator)
             start = self.state if down.params is None else {**self.state, **down.params}
             context, local = down.context, down.local
+            self.refuse_overridden(context)
             unsent = 0
             if self.objective_context or self.anchors:  # [objective] terms: the anchor is the model the round started from (sent already)
                 context = {**context, **self.objective_context, **{key: self.state for key in self.anchors}}
@@ -342,6 +346,16 @@ class ParameterSharing:
             tasks.append(ClientTask(cid, round, message, self.evaluation.client_data(cid), self.store.load(cid)))
         self.seen.update(sampled)
         return tasks
+
+    def refuse_overridden(self, context: Mapping[str, Wire]) -> None:
+        """A key that both the aggregator's downlink and an ``[objective]`` term send: the term's value would replace the
+        method's in every reader (the method's own term read the objective's mu), so it is refused on the term's field.
+        An anchor sent as the very model the round starts from is the same value, and passes."""
+        for key, (where, name) in self.objective_fields.items():
+            if key in context and not (key in self.anchors and context[key] is self.state):
+                raise ConfigError(where, f"term {name!r} sends context key {key!r}, which {type(self.aggregator).__name__}.downlink() sends too, "
+                                         "and the term's value would replace the method's for every reader; set one of the two "
+                                         "(or a term reading another key)")
 
     def unchanged(self) -> tuple[str, ...]:
         """The entries the server has not changed since the run began: outside ``aggregated_keys``, never :attr:`moved`."""
@@ -526,4 +540,5 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
         eval_clients=exp.config.eval.clients,
         objective_context=numbers,
         anchors=anchors,
+        objective_fields=context_fields(exp.config.objective),
     )

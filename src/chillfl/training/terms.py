@@ -420,6 +420,17 @@ def check_context(terms: list[ObjectiveTerm]) -> None:
             seen[key] = "anchor" if key == term.spec.anchor else "number"
 
 
+def context_fields(objective: ObjectiveTable) -> dict[str, tuple[str, str]]:
+    """Each context key ``[objective]``'s terms send (their numbers and anchors), with the field and the name of the first
+    term that sends it: what a refusal names when the aggregator's downlink sends that key too (the term's value would
+    replace the method's)."""
+    fields: dict[str, tuple[str, str]] = {}
+    for term in configured_terms(objective):
+        for key in (*term.spec.sends(term.options), *([term.spec.anchor] if term.spec.anchor else [])):
+            fields.setdefault(key, (term.field, str(term.name)))
+    return fields
+
+
 def objective_context(objective: ObjectiveTable) -> tuple[dict[str, float], tuple[str, ...]]:
     """What the parameter-sharing protocol adds to every client's context for ``[objective]``'s terms:
     their numbers (by key) and the keys under which they read the round's start model."""

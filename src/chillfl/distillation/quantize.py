@@ -49,22 +49,25 @@ FULL_PRECISION_BITS = 32
 OneBitMode = Literal["uniform", "argmax"]
 
 
-def _levels(bits: int) -> int:
+def _levels(bits: int, option: str) -> int:
+    """L = 2**bits - 1; bits outside 1..16 are refused on ``option``, the caller's field that set them."""
     if not 1 <= bits <= 16:
-        raise ConfigError("cfd.bits", f"must be in 1..16 for integer codes (32 = no quantisation), got {bits}")
+        raise ConfigError(option, f"must be in 1..16 for integer codes (32 = no quantisation), got {bits}")
     return 2**bits - 1
 
 
-def quantize(x: torch.Tensor, bits: int) -> torch.Tensor:
-    """Integer codes in {0, ..., 2**bits - 1}: floor(clamp(x, 0, 1) * L + 1/2) (round half up)."""
-    levels = _levels(bits)
+def quantize(x: torch.Tensor, bits: int, option: str = "bits") -> torch.Tensor:
+    """Integer codes in {0, ..., 2**bits - 1}: floor(clamp(x, 0, 1) * L + 1/2) (round half up).
+
+    ``option``: the config field that set ``bits`` (``distillation.bits_up``), which a refusal names."""
+    levels = _levels(bits, option)
     scaled = x.to(torch.float64).clamp(0.0, 1.0) * levels
     return torch.floor(scaled + 0.5).to(torch.int64)
 
 
-def dequantize(codes: torch.Tensor, bits: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Codes back to values code / L in [0, 1]."""
-    return (codes.to(torch.float64) / _levels(bits)).to(dtype)
+def dequantize(codes: torch.Tensor, bits: int, dtype: torch.dtype = torch.float32, option: str = "bits") -> torch.Tensor:
+    """Codes back to values code / L in [0, 1] (``option``: as :func:`quantize`'s)."""
+    return (codes.to(torch.float64) / _levels(bits, option)).to(dtype)
 
 
 def hard_labels(soft_labels: torch.Tensor) -> torch.Tensor:
@@ -79,16 +82,16 @@ def hard_label_bits(num_classes: int) -> int:
     return max(1, math.ceil(math.log2(num_classes)))
 
 
-def compress(soft_labels: torch.Tensor, bits: int, one_bit: OneBitMode = "uniform", renormalize: bool = False) -> torch.Tensor:
+def compress(soft_labels: torch.Tensor, bits: int, one_bit: OneBitMode = "uniform", renormalize: bool = False, option: str = "bits") -> torch.Tensor:
     """The soft-labels as the receiver reconstructs them after ``bits``-bit quantisation.
 
-    ``bits >= 32``: unchanged (float32). Bytes on the wire: :func:`payload_bytes`.
+    ``bits >= 32``: unchanged (float32). Bytes on the wire: :func:`payload_bytes`. ``option``: as :func:`quantize`'s.
     """
     if bits >= FULL_PRECISION_BITS:
         return soft_labels.to(torch.float32)
     if bits == 1 and one_bit == "argmax":
         return hard_labels(soft_labels)
-    values = dequantize(quantize(soft_labels, bits), bits, soft_labels.dtype)
+    values = dequantize(quantize(soft_labels, bits, option), bits, soft_labels.dtype, option)
     if renormalize:
         total = values.sum(dim=-1, keepdim=True)
         uniform = torch.full_like(values, 1.0 / values.shape[-1])
@@ -130,10 +133,12 @@ class DeltaCoder:
 
     bits: int
     num_classes: int
+    option: str = "bits"
+    """The config field that set ``bits`` (``distillation.bits_up``), which a refusal names."""
     _last: dict[int, torch.Tensor] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
-        _levels(self.bits)
+        _levels(self.bits, self.option)
 
     def _previous(self, indices: torch.Tensor) -> torch.Tensor:
         zeros = torch.zeros(self.num_classes, dtype=torch.int64)
@@ -146,7 +151,7 @@ class DeltaCoder:
 
     def encode(self, indices: torch.Tensor, soft_labels: torch.Tensor) -> DeltaMessage:
         """Quantise ``soft_labels`` ``[n, C]`` and code them against the last codes of the same indices."""
-        codes = quantize(soft_labels, self.bits)
+        codes = quantize(soft_labels, self.bits, self.option)
         changed = codes != self._previous(indices)
         self._remember(indices, codes)
         return DeltaMessage(indices=indices.clone(), changed=changed, new_codes=codes[changed], bits=self.bits)
@@ -165,4 +170,4 @@ class DeltaCoder:
         codes = self._previous(message.indices).clone()
         codes[message.changed] = message.new_codes
         self._remember(message.indices, codes)
-        return dequantize(codes, self.bits, dtype)
+        return dequantize(codes, self.bits, dtype, self.option)

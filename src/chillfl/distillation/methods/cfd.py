@@ -12,6 +12,7 @@ import torch
 
 from chillfl.distillation.quantize import FULL_PRECISION_BITS, DeltaCoder, OneBitMode, compress, payload_bytes
 from chillfl.options import require
+from chillfl.settings.distillation import SECTION
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, NoState
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
 
 
 Downlink = Literal["mean", "server"]
+UP, DOWN = f"{SECTION}.bits_up", f"{SECTION}.bits_down"
+"""The options that set the quantisers' bits, which the quantiser names when it refuses them."""
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,7 @@ class CFDClient(SoftLabelClientHooks[CFDMethodOptions]):
 
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: NoState) -> SoftLabelUplink:
         o = self.options
-        values = compress(probs, o.bits_up, o.one_bit, o.renormalize)
+        values = compress(probs, o.bits_up, o.one_bit, o.renormalize, UP)
         bits = None if o.bits_up >= FULL_PRECISION_BITS else o.bits_up
         return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=values, bits=bits)
 
@@ -83,7 +86,7 @@ class CFD(SoftLabelMethod[CFDMethodOptions]):
     def uplink_bytes(self, uplink: SoftLabelUplink) -> dict[str, int]:
         o = self.options
         if o.delta_coding:
-            coder = self._coders.setdefault(uplink.client_id, DeltaCoder(o.bits_up, self.num_classes))
+            coder = self._coders.setdefault(uplink.client_id, DeltaCoder(o.bits_up, self.num_classes, UP))
             return {"soft_labels": coder.encode(uplink.indices, uplink.soft_labels).nbytes()}
         return {"soft_labels": payload_bytes(uplink.soft_labels, o.bits_up, o.one_bit)}
 
@@ -92,12 +95,12 @@ class CFD(SoftLabelMethod[CFDMethodOptions]):
         if self.downlink_from_server:
             return mean
         o = self.options
-        return compress(mean, o.bits_down, o.one_bit, o.renormalize)
+        return compress(mean, o.bits_down, o.one_bit, o.renormalize, DOWN)
 
     def server_downlink(self, probs: torch.Tensor) -> torch.Tensor:
         """``downlink = "server"``: the server model's softmax outputs quantised to b_down bits."""
         o = self.options
-        return compress(probs, o.bits_down, o.one_bit, o.renormalize)
+        return compress(probs, o.bits_down, o.one_bit, o.renormalize, DOWN)
 
     def state_dict(self) -> dict[str, Any]:
         """Each client's last uplink codes as the server's delta decoder holds them."""
@@ -106,7 +109,7 @@ class CFD(SoftLabelMethod[CFDMethodOptions]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._coders = {}
         for cid, coder_state in state.items():
-            coder = DeltaCoder(self.options.bits_up, self.num_classes)
+            coder = DeltaCoder(self.options.bits_up, self.num_classes, UP)
             coder.load_state_dict(coder_state)
             self._coders[int(cid)] = coder
 

@@ -106,7 +106,6 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from chillfl.aggregation.base import (
     AggregatorBase,
@@ -132,10 +131,10 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.aggregation.fedper import head_keys
-from chillfl.models.parts import forward_with_features, head_name, head_size
+from chillfl.models.parts import head_inputs, head_name, head_size
 from chillfl.options import require
 from chillfl.prototypes.maths import aggregate_means, class_means, prototype_distance
-from chillfl.training.local import LocalSpec, split_state
+from chillfl.training.local import LocalSpec
 from chillfl.training.objective import StepView, read_number, read_tensor
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
@@ -188,18 +187,12 @@ class AlignTerm:
         return read_number(context, LAM) * prototype_distance(step.features, step.y, read_tensor(context, PROTOS), read_tensor(context, MASK))
 
 
-@torch.no_grad()
 def features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """The representation of ``x`` under ``state``, in eval mode, ``[n, d]`` in the model's dtype (its first floating entry's)."""
-    model.eval()
-    params, buffers = split_state(model, state)
-    parts = []
-    head = head_name(model, warn=False)  # once, not per batch; FedPAC's build (head_keys) warned
+    """The representation of ``x`` under ``state``, in eval mode, ``[n, d]`` in the model's dtype (its first floating entry's):
+    the head's inputs as every method that reads them computes them (:func:`~chillfl.models.parts.head_inputs`)."""
+    head = head_name(model, warn=False)  # FedPAC's build (head_keys) warned
     dtype = next((v.dtype for v in state.values() if v.is_floating_point()), torch.float32)
-    for i in range(0, len(x), batch_size):
-        rep, _ = forward_with_features(model, x[i : i + batch_size], call=lambda b: functional_call(model, (params, buffers), (b,)), head=head)
-        parts.append(rep.to(dtype))
-    return torch.cat(parts)
+    return head_inputs(model, head, state, x, batch_size)[0].to(dtype)
 
 
 def statistics(feats: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:

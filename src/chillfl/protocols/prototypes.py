@@ -41,7 +41,6 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import torch
 from torch import nn
-from torch.func import functional_call
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
@@ -54,7 +53,7 @@ from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
-from chillfl.models.parts import NoHeadError, forward_with_features, head_has_bias, head_name, head_size, refuse_nonlinear_head
+from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_name, head_size, refuse_nonlinear_head
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, mean_or_none, measured_mean, policy_accuracy, state_bytes
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
@@ -65,7 +64,7 @@ from chillfl.plugins import building
 from chillfl.temperature.base import TemperatureHalf, TemperaturePolicy
 from chillfl.training.linear_factors import factored_linears
 from chillfl.seeds import derive_seed
-from chillfl.training.local import LocalOutcome, LocalSpec, evaluate, split_state
+from chillfl.training.local import LocalOutcome, LocalSpec, evaluate
 
 # ---------------------------------------------------------------- messages
 
@@ -121,18 +120,10 @@ class KnowledgeState:
     own: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
 
 
-@torch.no_grad()
 def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(representation, logits) of ``state`` on ``x``, eval mode, in batches."""
-    model.eval()
-    params, buffers = split_state(model, state)
-    feats, logits = [], []
-    head = head_name(model, warn=False)  # once, not per batch; the run's check (check_prototype_sharing) warned
-    for i in range(0, len(x), batch_size):
-        f, z = forward_with_features(model, x[i : i + batch_size], call=lambda inp: functional_call(model, (params, buffers), (inp,)), head=head)
-        feats.append(f.reshape(f.shape[0], -1))
-        logits.append(z)
-    return torch.cat(feats), torch.cat(logits)
+    """(representation, logits) of ``state`` on ``x``, eval mode, in batches: :func:`~chillfl.models.parts.head_inputs`, one loop
+    for every reader of the head's inputs."""
+    return head_inputs(model, head_name(model, warn=False), state, x, batch_size)  # the run's check (check_prototype_sharing) warned
 
 
 def proto_accuracy(

@@ -52,18 +52,25 @@ def empty_splits_note(config: RunConfig, data: FederatedData) -> str | None:
     Why: such a client measures nothing, so ``local_acc`` (``local_val_acc``) averages the others and ``local_clients``
     counts only those; without a word a reader takes ``local_acc`` for every client's. Large ``eval.validation`` and
     ``eval.client_split = "partition"`` (a client's test rows follow its skewed training mix) leave splits empty.
+    A client the partition gave no training rows has an empty split by design (no class mix to follow) and never
+    trains: it is counted on its own, not blamed on too few test rows.
     """
     if config.eval.clients == "none":
         return None
     n = data.num_clients
-    empty, empty_val = len(empty_splits(data.eval_sizes())), len(empty_splits(data.validation_sizes()))
-    if not empty and not empty_val:
-        return None
+    idle = data.without_training_rows()
+    empty = len(empty_splits(data.eval_sizes()) - idle)
+    empty_val = len(empty_splits(data.validation_sizes()) - idle)
     said = [f"{empty} of the {n} clients have an empty local evaluation split (local_acc and local_clients cover only the others)"
             if empty else "",
             f"{empty_val} of the {n} clients an empty local validation split (local_val_acc leaves them out)" if empty_val else ""]
     why = f'eval.client_split = "{config.eval.client_split}", eval.validation = {config.eval.validation:g}'
-    return f"note: {'; '.join(part for part in said if part)}: the test rows left to them are too few ({why}; docs/personalised.md)"
+    notes = [f"{'; '.join(part for part in said if part)}: the test rows left to them are too few ({why}; docs/personalised.md)"
+             ] if empty or empty_val else []
+    if idle:
+        notes.append(f"{len(idle)} of the {n} clients hold no training rows (the partition gave them none): they never train "
+                     "and report no local_acc")
+    return f"note: {'; '.join(notes)}" if notes else None
 
 
 def state_bytes(payload: Any) -> int:

@@ -10,7 +10,8 @@ Partitioners
 ``iid``                 equal-size random split.
 ``dirichlet``           label skew, per class as the FedMA paper (Wang et al. 2020) writes it: each
                         class's samples are split over clients with proportions ~ Dir(alpha * 1),
-                        without the cap of its code; ``scheme="client"``: per client (Hsu et al. 2019).
+                        without the cap of its code; ``scheme="client"``: per client, floor(|D_k| p_k)
+                        (FLex&Chill App.; leaves rows unused).
 ``dirichlet_balanced``  FedChill Sec. 4.2.2: label skew with balanced client sizes,
                         then each client keeps a fraction ``frac``; its defaults are the split of
                         FedMA's, FedNova's and NIID-Bench's code ("noniid-labeldir").
@@ -302,9 +303,22 @@ MAX_RETRIES = 10_000
 """An impossible ``min_size`` must fail in seconds, not loop for days."""
 
 
+MAX_CONCENTRATION = 1e100
+"""The largest Dirichlet concentration taken (``alpha``, ``h``, ``label_alpha``). Why: near 1e308 the gamma draws' sum
+overflows and numpy returns all zeros, which :func:`dirichlet` would take for a tiny alpha's underflow and make one-hot,
+the most skewed split; far below this bound (alpha ~ 1e3) a split is already as good as IID."""
+
+
+def _validate_concentration(value: float, field: str) -> None:
+    """``value`` in (0, :data:`MAX_CONCENTRATION`] (NaN fails the first test), else one line on ``field``."""
+    require(value > 0, field, f"must be > 0, got {value}")
+    require(value <= MAX_CONCENTRATION, field,
+            f"must be <= {MAX_CONCENTRATION:g} (a larger one overflows the Dirichlet draw; the split is near IID long before), got {value}")
+
+
 @dataclass(frozen=True)
 class DirichletOptions:
-    """``alpha``: concentration (> 0); ``min_size``: redraw (at most ``max_retries`` times) until every client has this many samples."""
+    """``alpha``: concentration in (0, 1e100]; ``min_size``: redraw (at most ``max_retries`` times) until every client has this many samples."""
 
     alpha: float = 0.5
     min_size: int = 0
@@ -312,7 +326,7 @@ class DirichletOptions:
     scheme: Literal["class", "client"] = "class"
 
     def validate(self, section: str) -> None:
-        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        _validate_concentration(self.alpha, f"{section}.alpha")
         _validate_redraw(self.min_size, self.max_retries, section)
 
 
@@ -364,12 +378,14 @@ REDRAW_NOTE_AFTER = 20
 
 
 def _redraw(
-    draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str, concentration: str = "alpha"
+    draw: Callable[[], Partition], n: int, k: int, min_size: int, max_retries: int, section: str, concentration: str = "alpha",
+    origin: str = "",
 ) -> Partition:
     """Draw until every client holds ``min_size`` samples (NIID-Bench's loop); an impossible bound is one line.
 
-    ``concentration``: the option that spreads the sizes (``alpha``; ``h`` for ``quantity_skew``), named in that line."""
-    require(min_size * k <= n, f"{section}.min_size", f"min_size * num_clients = {min_size * k} exceeds the {n} training samples")
+    ``concentration``: the option that spreads the sizes (``alpha``; ``h`` for ``quantity_skew``), named in that line;
+    ``origin``: where ``min_size`` came from when the user did not choose it (:func:`_default_origin`), added to it."""
+    require(min_size * k <= n, f"{section}.min_size", f"min_size * num_clients = {min_size * k} exceeds the {n} training samples{origin}")
     closest = 0
     for tries in range(max_retries):
         part = draw()
@@ -385,13 +401,23 @@ def _redraw(
                      max_retries - tries - 1, concentration)
     raise ConfigError(
         f"{section}.min_size",
-        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise {concentration}",
+        f"no draw gave every client >= {min_size} samples in {max_retries} tries; lower min_size or raise {concentration}{origin}",
     )
+
+
+def _default_origin(opts: Any, name: str, section: str) -> str:
+    """`` (10 is dirichlet_balanced's default; ...)`` when option ``name`` of ``opts`` holds its default, else "". Why: a
+    bound the user never set, refused by its value alone, reads as their mistake and does not say how to lift it."""
+    value = getattr(opts, name)
+    field = next(f for f in dataclasses.fields(opts) if f.name == name)
+    if value != field.default:
+        return ""
+    return f" ({value} is the default; set {section}.{name} lower, 0 for none)"
 
 
 @dataclass(frozen=True)
 class DirichletBalancedOptions:
-    """``alpha``: concentration (> 0); ``frac`` in (0, 1]: share of its samples each client keeps;
+    """``alpha``: concentration in (0, 1e100]; ``frac`` in (0, 1]: share of its samples each client keeps;
     ``min_size``: redraw (at most ``max_retries`` times) until every client holds this many, before ``frac``.
 
     The defaults are FedChill's partition (Sec. 4.2.2) as the code it cites writes it: per-class
@@ -405,7 +431,7 @@ class DirichletBalancedOptions:
     max_retries: int = 1000
 
     def validate(self, section: str) -> None:
-        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        _validate_concentration(self.alpha, f"{section}.alpha")
         require(0 < self.frac <= 1, f"{section}.frac", f"must be in (0, 1], got {self.frac}")
         _validate_redraw(self.min_size, self.max_retries, section)
 
@@ -420,12 +446,14 @@ def _dirichlet_balanced(
         require(
             opts.min_size <= n // k,
             f"{section}.min_size",
-            f"{opts.min_size} exceeds the {n // k} samples of the smallest client ({n} training samples, {k} clients)",
+            f"{opts.min_size} exceeds the {n // k} samples of the smallest client ({n} training samples, {k} clients)"
+            f"{_default_origin(opts, 'min_size', section)}",
         )
         props = np.stack([dirichlet(rng, opts.alpha, c) for _ in range(k)])
         clients = _fill_clients(_balanced_sizes(n, k), props, _class_pools(labels, c, rng), rng)
     else:
-        clients = _redraw(lambda: _balanced_by_class(labels, k, c, rng, opts.alpha), n, k, opts.min_size, opts.max_retries, section).client_indices
+        clients = _redraw(lambda: _balanced_by_class(labels, k, c, rng, opts.alpha), n, k, opts.min_size, opts.max_retries, section,
+                          origin=_default_origin(opts, "min_size", section)).client_indices
     clients = [_subsample(rng.permutation(ix), labels, opts.frac, c) for ix in clients]
     return Partition(clients, class_proportions=props)
 
@@ -441,8 +469,14 @@ def _balanced_by_class(labels: np.ndarray, k: int, c: int, rng: np.random.Genera
     parts: list[list[np.ndarray]] = [[] for _ in range(k)]
     held = np.zeros(k, dtype=np.int64)
     for pool in _class_pools(labels, c, rng):
-        p = dirichlet(rng, alpha, k) * (held < n / k)
-        p = p / p.sum() if p.sum() > 0 else (held < n / k) / np.sum(held < n / k)
+        below = held < n / k
+        p = dirichlet(rng, alpha, k) * below  # drawn even for an empty class: the stream, and so every split, stays as it was
+        if p.sum() > 0:
+            p = p / p.sum()
+        elif below.any():
+            p = below / np.sum(below)
+        else:  # every client at N / K holds all n rows, so this class is empty (the data's num_classes names a class absent here)
+            p = np.full(k, 1.0 / k)
         for i, chunk in enumerate(split_by_proportions(pool, p)):
             parts[i].append(chunk)
             held[i] += len(chunk)
@@ -511,12 +545,9 @@ class QuantitySkewOptions:
     max_retries: int = 1000
 
     def validate(self, section: str) -> None:
-        require(self.h > 0, f"{section}.h", f"must be > 0, got {self.h}")
-        require(
-            self.label_alpha is None or self.label_alpha > 0,
-            f"{section}.label_alpha",
-            f"must be > 0 (or unset), got {self.label_alpha}",
-        )
+        _validate_concentration(self.h, f"{section}.h")
+        if self.label_alpha is not None:
+            _validate_concentration(self.label_alpha, f"{section}.label_alpha")
         _validate_redraw(self.min_size, self.max_retries, section)
 
 
@@ -628,7 +659,7 @@ class FlexChillDirichletOptions:
     seed: int | None = None
 
     def validate(self, section: str) -> None:
-        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        _validate_concentration(self.alpha, f"{section}.alpha")
         require(self.min_samples >= 0, f"{section}.min_samples", f"must be >= 0, got {self.min_samples}")
         require(self.seed is None or 0 <= self.seed < 2**32, f"{section}.seed", f"must be in [0, 2**32) (np.random.RandomState), got {self.seed}")
 
@@ -709,7 +740,7 @@ class ScarletDirichletOptions:
     seed: int | None = None
 
     def validate(self, section: str) -> None:
-        require(self.alpha > 0, f"{section}.alpha", f"must be > 0, got {self.alpha}")
+        _validate_concentration(self.alpha, f"{section}.alpha")
         require(self.seed is None or self.seed >= 0, f"{section}.seed", f"must be >= 0, got {self.seed}")
 
 
@@ -788,7 +819,7 @@ class PartitionerEntry(NamedTuple):
 PARTITIONERS: dict[str, PartitionerEntry] = {
     "iid": PartitionerEntry(NoOptions, _iid, summary="IID: a random permutation cut into equal shares"),
     "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet, leaves_unused=_dirichlet_leaves_unused,
-                                  summary='Dir(alpha) label skew per class, uncapped; scheme="client": per client (Hsu)'),
+                                  summary='Dir(alpha) label skew per class, uncapped; scheme="client": floor(|D_k| p_k) per client (FLex&Chill App.; leaves rows unused)'),
     "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced, rows_kept=_dirichlet_balanced_kept,
                                            summary="Dir(alpha) per class, capped at N/K: FedMA and NIID-Bench code (FedChill)"),
     "shards": PartitionerEntry(ShardsOptions, _shards, rows_kept=_shards_kept, summary="pathological label skew: label-sorted shards, a few a client (McMahan 2017)"),

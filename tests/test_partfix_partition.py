@@ -136,3 +136,17 @@ def test_a_default_min_size_says_it_is_the_default() -> None:
         with pytest.raises(ConfigError) as err:
             partition("dirichlet_balanced", labels, 20, np.random.default_rng(0), {"scheme": scheme, "min_size": 9})
         assert "default" not in err.value.message  # the user's own value: nothing to explain
+
+
+COMPARED = 'name = "cmp"\n[dataset]\nname = "digits"\n[partition]\nname = "dirichlet"\nalpha = 0.3\n[compare]\nseeds = [5, 6]\n'
+
+
+@pytest.mark.parametrize("extra, noted", [([], True), (["--seed", "5"], False), (["seed=0"], False)])
+def test_data_show_says_when_its_seed_is_none_of_the_comparisons(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], noted: bool
+) -> None:
+    config = tmp_path / "cmp.toml"
+    config.write_text(COMPARED)
+    assert main(["data", "show", str(config), *extra, "-o", str(tmp_path / "heat.png")]) == 0
+    err = capsys.readouterr().err
+    assert ("seed 0's partition, not among the [compare] seeds (5, 6); `--seed 5` shows one" in err) is noted

@@ -50,7 +50,8 @@ Choices
   parameters are reset to w before the outer step, the buffers are not:
   PFLlib); the HF probes' statistics are dropped. ``train_loss`` is the mean of
   f_i(w; D) over the steps.
-* The mean is n_i / n (``weighting = "uniform"``: FL-bench's weight 1).
+* The mean is n_i / n, PFLlib's (``weighting = "uniform"``: the plain mean over the sampled clients of the
+  paper's Algorithm 1, and FL-bench's weight 1).
 """
 
 from __future__ import annotations

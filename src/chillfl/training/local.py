@@ -502,10 +502,11 @@ class _SharedPin:
                 self.caller = pin_precision(precision)
             elif self.pinned != want or any(_pinned_as(h.precision) != want for h in self.held):
                 others = [h for h in self.held if h.thread != me]
-                if others:
+                if others:  # named: a hold whose settings differ (not a nested run that agrees with this one)
+                    other = next((h for h in others if _pinned_as(h.precision) != want), others[-1])
                     raise ConfigError(
                         "precision",
-                        f"{precision!r}: another run in this process computes in {others[-1].precision!r}; torch's precision "
+                        f"{precision!r}: another run in this process computes in {other.precision!r}; torch's precision "
                         "settings are process-wide (run the two in separate processes, or with one precision)",
                     )
                 pin_precision(precision)  # nested in this thread: the outer run's pin is set again when it ends

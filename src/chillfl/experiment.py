@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import copy
 import logging
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
@@ -41,7 +40,7 @@ from chillfl.models.assign import arch_section, base_table, plan_models, refuse_
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
 from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinear_head
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
-from chillfl.models.registry import MODELS, check_model_shape, float32_default, model_options
+from chillfl.models.registry import MODELS, caller_dtype, check_model_shape, float32_default, model_options
 from chillfl.protocols.common import Evaluation, empty_splits_note
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
@@ -406,7 +405,7 @@ def build_experiment(
     FedGen's generator; :func:`~chillfl.models.registry.float32_default`).
     """
     registered = model is None and not is_custom(config.model.get("name"))
-    with float32_default() if registered else nullcontext():
+    with float32_default() if registered else caller_dtype():
         return _build_experiment(config, dataset, data, model=model, plugged=plugged)
 
 

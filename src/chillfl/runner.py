@@ -30,7 +30,7 @@ import sys
 import signal
 import threading
 import time
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypeVar
@@ -70,7 +70,7 @@ from chillfl.metrics.stability import stability_summary
 from chillfl.models import count_parameters
 from chillfl.models.assign import per_client_architectures, summarize as architectures
 from chillfl.models.inputs import check_index_rows, index_readers
-from chillfl.models.registry import float32_default
+from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.progress import Progress, make_bar
 from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
@@ -304,8 +304,9 @@ def run_experiment(
         with stopped_as(RunNotStarted):  # a stop signal, or its exception that a package wrapped, before the folder is made
             config = resolved(config)  # the saved config.toml lists every default, however the config was made (a comparison's variant on the user's own model too)
             threads.enter_context(intra_op_threads(config.threads))
-            if not is_custom(config.model.get("name")):  # a registered model: float32 throughout, whatever the caller's default dtype
-                threads.enter_context(float32_default())
+            # a registered model: float32 throughout, whatever the caller's default dtype; the caller's own: the caller's
+            # (both shared with runs in other threads: chillfl.models.registry._SharedDtype)
+            threads.enter_context(float32_default() if not is_custom(config.model.get("name")) else caller_dtype())
             exp = experiment or build_experiment(config.paths_from(started_in), data=data)  # the config as given is what is saved
             say_notes(run_notes(config, exp))  # built: every check has passed, so a note cannot precede an error line
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
@@ -390,7 +391,7 @@ def resume_experiment(
         if point.done > config.federation.rounds:  # an edited config resumed with --force: no round would run, yet the folder would look finished
             raise ConfigError("federation.rounds", f"{point.path / CHECKPOINT} is of round {point.done}, past federation.rounds = {config.federation.rounds} in config.toml")
         check_sinks(config)
-        with intra_op_threads(config.threads), float32_default() if not is_custom(config.model.get("name")) else nullcontext():
+        with intra_op_threads(config.threads), float32_default() if not is_custom(config.model.get("name")) else caller_dtype():
             origin = started_in if started_in is not None else point.started_in
             exp = from_start_folder(config, origin, build or build_experiment)  # written below: the config as saved (config.toml, partition.json)
             state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device)

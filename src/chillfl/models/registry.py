@@ -19,6 +19,7 @@ import inspect
 import itertools
 import math
 import contextlib
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from collections.abc import Mapping
@@ -150,18 +151,82 @@ def build_model(
             return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
 
 
+@dataclasses.dataclass(eq=False)
+class _DtypeHold:
+    """One :func:`float32_default` (``float32``) or :func:`caller_dtype` in progress, in its thread (compared by identity)."""
+
+    thread: int
+    float32: bool
+
+
+class _SharedDtype:
+    """torch's default dtype as every run in the process holds it (runs in threads of one process too).
+
+    ``torch.set_default_dtype`` is process-wide: each registered-model run setting float32 and restoring its own saved
+    dtype let the first to end set the caller's float64 back under a run still going in another thread (FedGen's then
+    crashed on a dtype mismatch), and the last to end "restore" float32. So the first float32 hold saves the caller's
+    dtype and the last one gives it back. A run on a model of the caller's own computes in the caller's dtype
+    (:func:`caller_dtype`): beside a float32 run in another thread, that dtype is float32, so the two are refused
+    (ConfigError) where the caller's is not float32. Holds nested in one thread (a callback's run) are never refused.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.held: list[_DtypeHold] = []
+        self.saved: torch.dtype | None = None  # the caller's dtype, while any float32 hold is in
+
+    def enter(self, float32: bool) -> _DtypeHold:
+        me = threading.get_ident()
+        with self.lock:
+            caller = self.saved if self.saved is not None else torch.get_default_dtype()
+            if caller != torch.float32 and any(h.float32 != float32 for h in self.held if h.thread != me):
+                what = "a registered model (float32)" if float32 else f"your own model (in your default dtype, {caller})"
+                other = f"your own model in your default dtype, {caller}" if float32 else "a registered model in float32"
+                raise ConfigError("model", f"a run on {what} cannot start while a run in another thread of this process trains "
+                                           f"{other}: torch's default dtype is process-wide (run the two in separate processes)")
+            if float32:
+                if self.saved is None:
+                    self.saved = caller
+                torch.set_default_dtype(torch.float32)
+            hold = _DtypeHold(me, float32)
+            self.held.append(hold)
+            return hold
+
+    def exit(self, hold: _DtypeHold) -> None:
+        with self.lock:
+            self.held = [h for h in self.held if h is not hold]
+            if hold.float32 and self.saved is not None and not any(h.float32 for h in self.held):
+                torch.set_default_dtype(self.saved)
+                self.saved = None
+
+
+_SHARED_DTYPE = _SharedDtype()
+"""This process's one default dtype, shared by its runs (:class:`_SharedDtype`)."""
+
+
 @contextmanager
 def float32_default() -> Iterator[None]:
     """Registered models are float32, as the datasets are, whatever the caller's default dtype
     (``torch.set_default_dtype(torch.float64)`` in a notebook made float64 weights, and round 1 a dtype mismatch);
     a run on one is float32 throughout (:func:`chillfl.runner.run_experiment`: a method's own modules and noise too,
-    FedGen's generator)."""
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float32)
+    FedGen's generator). Shared by runs in several threads (:class:`_SharedDtype`): the caller's dtype is given back
+    when the last of them ends; ConfigError beside a run in another thread on a model of the caller's own."""
+    hold = _SHARED_DTYPE.enter(True)
     try:
         yield
     finally:
-        torch.set_default_dtype(previous)
+        _SHARED_DTYPE.exit(hold)
+
+
+@contextmanager
+def caller_dtype() -> Iterator[None]:
+    """A run on a model of the caller's own, which computes in the caller's default dtype: refused (ConfigError) while a
+    run in another thread holds float32 over a caller's other dtype (:class:`_SharedDtype`); changes nothing itself."""
+    hold = _SHARED_DTYPE.enter(False)
+    try:
+        yield
+    finally:
+        _SHARED_DTYPE.exit(hold)
 
 
 def _build(spec: ModelSpec, name: str, shape: tuple[int, ...], num_classes: int, options: Any, section: str) -> nn.Module:

@@ -475,6 +475,7 @@ def _build_experiment(
         augment=training_augment(config, data.dataset),
         memory_format=memory_format,
         precision=precision,
+        deterministic=config.deterministic,
         batched_conv=resolve_batched_conv(config.batched_conv, precision, device, config.cuda_graphs, optim=config.client.optim(), private=private),
         cuda_graphs=config.cuda_graphs,
         compiled=config.compile,

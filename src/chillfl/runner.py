@@ -76,7 +76,7 @@ from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
 from chillfl.stop_signals import Repeats, made_held, stop_signals
-from chillfl.training.local import evaluate, run_precision
+from chillfl.training.local import evaluate, pin_deterministic, run_precision, set_deterministic
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -152,19 +152,6 @@ def intra_op_threads(threads: int) -> Iterator[None]:
         torch.set_num_threads(previous)
 
 
-def _set_deterministic(mode: bool, warn_only: bool = False) -> None:
-    """``torch.use_deterministic_algorithms(mode, warn_only=warn_only)`` without its import of ``torch._inductor``.
-
-    That import pulls in ``torch._dynamo`` and sympy: 2.7 s of a CUDA run's start-up on an
-    H200 (traced there), for a flag that only compiled code reads; chillfl compiles
-    nothing. Where inductor is loaded already, its flag is kept in step.
-    """
-    inductor: Any = sys.modules.get("torch._inductor.config")
-    if inductor is not None:
-        inductor.deterministic = mode
-    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
-
-
 @contextmanager
 def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
     """The run's ``precision`` on every device (:func:`~chillfl.training.local.run_precision`: IEEE fp32 matmuls, cuDNN
@@ -179,13 +166,11 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
         warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
         workspace = os.environ.get("CUBLAS_WORKSPACE_CONFIG")
         if config.deterministic:
-            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS reads it when its first handle is made
-            _set_deterministic(True)
-            torch.backends.cudnn.benchmark = False
+            pin_deterministic(True)  # what a CUDA worker sets too (pin_worker)
         try:
             yield
         finally:
-            _set_deterministic(was, warn_only)
+            set_deterministic(was, warn_only)
             if workspace is None:
                 os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
             else:

@@ -99,7 +99,7 @@ from chillfl.executors.parent_watch import WATCH_S, Watched, remove_parent_temp,
 from chillfl.executors.sequential import ClientJob, train_job
 from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
 from chillfl.training.linear_factors import factored_linears
-from chillfl.training.local import LocalOutcome, LocalSpec, pin_precision
+from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
 from chillfl.training.optim import Carried
 from chillfl.stop_signals import STOP_SIGNALS
 
@@ -520,7 +520,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
             if task.setup.key != key:  # the first task of another executor: its template, objective, client side
                 key = None
                 model, spec, client = task.setup.unpack()
-                pin_precision(spec.precision)  # the parent's fp32 math for this run (a fresh process has cuDNN in TF32); this process is chillfl's
+                pin_worker(model, spec)  # the parent's fp32 math for this run (a fresh process has cuDNN in TF32); this process is chillfl's
                 key = task.setup.key
             if isinstance(task, _UpdateTask):
                 assert client is not None

@@ -83,7 +83,7 @@ from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, Worke
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.stop_signals import STOP_SIGNALS
-from chillfl.training.local import LocalOutcome, LocalSpec, pin_precision
+from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ class Worker:
             import ray
 
             model, spec, client = ray.get(parts[0])
-            pin_precision(spec.precision)  # the driver's fp32 math for this run (a fresh worker has cuDNN in TF32)
+            pin_worker(model, spec)  # the driver's fp32 math and, on CUDA, its deterministic algorithms for this run (set per run)
             self.executor = SequentialExecutor(model, spec, client=client)
             self.parts, self.data, self.received_data_bytes = key, {}, 0
         return self.executor

@@ -50,6 +50,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import inspect
+import itertools
+import os
+import sys
 import threading
 import weakref
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
@@ -266,6 +269,8 @@ class LocalSpec:
     """``contiguous`` or ``channels_last`` (4-d states and batches in NHWC order; see the module docstring)."""
     precision: str = "fp32"
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
+    deterministic: bool = True
+    """The run's ``deterministic``: a worker training on CUDA sets PyTorch's deterministic algorithms by it (:func:`pin_worker`)."""
     batched_conv: str = "grouped"
     """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution), ``gemm``
     (a gather of the windows + one batched matrix product: :mod:`chillfl.training.conv_gemm`), ``nhwc`` or ``loop`` (channels-last,
@@ -319,7 +324,7 @@ class LocalSpec:
         """
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
-            memory_format=self.memory_format, precision=self.precision, batched_conv=self.batched_conv,
+            memory_format=self.memory_format, precision=self.precision, deterministic=self.deterministic, batched_conv=self.batched_conv,
             optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False, sam_eta=0.0),
             cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen,
         )
@@ -547,6 +552,46 @@ def run_precision(precision: str, device: torch.device) -> Iterator[None]:
             yield
     finally:
         _SHARED_PIN.exit(hold)
+
+
+def set_deterministic(mode: bool, warn_only: bool = False) -> None:
+    """``torch.use_deterministic_algorithms(mode, warn_only=warn_only)`` without its import of ``torch._inductor``.
+
+    That import pulls in ``torch._dynamo`` and sympy: 2.7 s of a CUDA run's start-up on an
+    H200 (traced there), for a flag that only compiled code reads; chillfl compiles
+    nothing. Where inductor is loaded already, its flag is kept in step.
+    """
+    inductor: Any = sys.modules.get("torch._inductor.config")
+    if inductor is not None:
+        inductor.deterministic = mode
+    torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)
+
+
+def pin_deterministic(deterministic: bool) -> None:
+    """A CUDA run's ``deterministic``: on, PyTorch's deterministic algorithms, ``CUBLAS_WORKSPACE_CONFIG`` (unless set;
+    cuBLAS reads it when its first handle is made) and no cuDNN benchmarking; off, the deterministic algorithms off.
+    Not restored: :func:`chillfl.runner.device_settings` saves and restores the driver's; a worker sets it per run."""
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        set_deterministic(True)
+        torch.backends.cudnn.benchmark = False
+    else:
+        set_deterministic(False)
+
+
+def pin_worker(model: nn.Module, spec: LocalSpec) -> None:
+    """A worker's settings for the run whose template and spec it was sent (a process pool's worker, a Ray actor: the
+    process is chillfl's, and serves run after run, so each run sets its own, unrestored): the run's precision
+    (:func:`pin_precision`; a fresh process has cuDNN in TF32) and, where the template is on a CUDA device, its
+    ``deterministic`` (:func:`pin_deterministic`), as :func:`chillfl.runner.device_settings` sets the driver's."""
+    pin_precision(spec.precision)
+    if on_cuda(model):
+        pin_deterministic(spec.deterministic)
+
+
+def on_cuda(model: nn.Module) -> bool:
+    """Whether ``model``'s tensors are on a CUDA device (a worker's template: where its clients train)."""
+    return any(t.is_cuda for t in itertools.chain(model.parameters(), model.buffers()))
 
 
 def autocast_for(spec: LocalSpec, device: torch.device) -> Any:

@@ -27,6 +27,7 @@ from chillfl.data.loaders import data_absent
 from chillfl.data.partition import UNUSED_NOTE_SHARE, partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.compiled import check_toolchain
+from chillfl.global_rng import forked_rng
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
 from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
@@ -285,7 +286,7 @@ def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str
         raise ConfigError(field, f"{type(model).__qualname__} has no trainable parameters")
     model.eval()
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad(), forked_rng():
             out = model(x)
     except Exception as exc:  # noqa: BLE001 - the user's forward: any error is a mismatch with the data
         raise ConfigError(field, f"{type(model).__qualname__} fails on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
@@ -296,7 +297,7 @@ def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str
         raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
     model.train()  # as the clients run it: a forward that fails only in training, or logits cut off from the weights, failed in round 1
     try:
-        with torch.enable_grad(), torch.random.fork_rng(devices=[]):  # enable_grad: whatever the caller's grad mode, as training runs
+        with torch.enable_grad(), forked_rng():  # enable_grad: whatever the caller's grad mode, as training runs
             out = model(x)
     except Exception as exc:  # noqa: BLE001 - the user's forward, as above
         raise ConfigError(field, f"{type(model).__qualname__} fails in training mode on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
@@ -509,7 +510,7 @@ def check_one_sample_batches(config: RunConfig, data: FederatedData, model: nn.M
         return
     probe = copy.deepcopy(model).train()
     try:
-        with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        with torch.no_grad(), forked_rng():
             probe(data.dataset.x_train[:1])
     except Exception as exc:  # noqa: BLE001 - any failure on one sample is what a run would meet mid-round
         why = f"{type(model).__qualname__} cannot train on a batch of one sample ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"

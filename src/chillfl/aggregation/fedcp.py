@@ -115,6 +115,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
+from chillfl.global_rng import forked_rng
 from chillfl.models.parts import head_name, head_size
 from chillfl.options import require
 from chillfl.seeds import derive_seed
@@ -430,8 +431,7 @@ class FedCP(FedAvg):
         self.head = head_name(model)
         d = head_size(model).features
         dtype = cast(torch.Tensor, model.get_submodule(self.head).weight).dtype
-        with torch.random.fork_rng(devices=[]):  # PyTorch's default initialisation, from the run's own stream
-            torch.random.default_generator.manual_seed(derive_seed(seed, "fedcp", "cpn"))
+        with forked_rng(derive_seed(seed, "fedcp", "cpn")):  # PyTorch's default initialisation, from the run's own stream
             network = policy_network(d).to(dtype)
             training = FedCPModel(model, self.head, options, reference=options.lam > 0)  # their CPNs' values are never read
             own = FedCPModel(model, self.head, options, reference=False)

@@ -105,6 +105,7 @@ from chillfl.aggregation.base import (
     params_state,
 )
 from chillfl.options import require
+from chillfl.global_rng import forked_rng
 from chillfl.training.terms import Term
 from chillfl.training.fedgen import FeatureGenerator, Teacher, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
@@ -180,8 +181,7 @@ class FedGen(FedAvg):
         self.head = head
         self.seed = seed
         self.num_classes = num_classes
-        with torch.random.fork_rng(devices=[]):
-            torch.random.default_generator.manual_seed(derive_seed(seed, "fedgen-init"))  # the CPU's alone: the fork restores no CUDA generator
+        with forked_rng(derive_seed(seed, "fedgen-init")):  # the CPU's alone: the fork restores no CUDA generator
             self.generator = FeatureGenerator(num_classes, options.noise_dim, options.hidden, feature_dim)
         self.params: Params = {k: v.detach().clone() for k, v in self.generator.named_parameters()}
         self.moments: dict[str, Params] = {"m": {}, "v": {}}

@@ -78,6 +78,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
+from chillfl.global_rng import forked_rng
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, evaluate
@@ -166,8 +167,7 @@ class Resettable(Protocol):
 def fresh_model(model: nn.Module, seed: int, like: Mapping[str, torch.Tensor]) -> Params:
     """``model``'s architecture re-initialised from ``seed`` (every ``reset_parameters``), as ``like``'s devices and dtypes."""
     m = copy.deepcopy(model).to("cpu")
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        torch.random.default_generator.manual_seed(seed)  # not torch.manual_seed: it reseeds the caller's CUDA generators too, unrestored
+    with forked_rng(seed), torch.no_grad():  # not torch.manual_seed: it reseeds the caller's CUDA generators too, unrestored
         for module in m.modules():
             if isinstance(module, Resettable):
                 module.reset_parameters()

@@ -163,7 +163,7 @@ import os
 import queue
 import types
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Hashable, Iterable, Mapping, Sequence
 
 import torch
@@ -490,9 +490,10 @@ class VectorizedExecutor:
             # one client per chunk, trained unvmapped (large CPU convolutions; DP-SGD's and SAM's steps under compile: see
             # module Choices; a kept optimiser state, ClientJob.carry, whose Adam step counts differ between clients)
             chunks = [[i] for i in range(len(jobs))]
+            free = replace(self.spec, draw_free=True)  # the probe verified them: the workers neither fork nor hold torch's generators
 
             def work(replica: _Replica, chunk: list[int]) -> list[LocalOutcome]:
-                return [train_job(replica.model, self.spec, jobs[i]) for i in chunk]
+                return [train_job(replica.model, free, replace(jobs[i], spec=None)) for i in chunk]
         else:
             order = sorted(range(len(jobs)), key=lambda i: len(schedules[i]))  # stable: ties keep job order
             if self.chunk_size:

@@ -35,6 +35,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 
 from chillfl.errors import ConfigError, signal_in
+from chillfl.global_rng import forked_rng
 from chillfl.models import alexnet, char_lstm, cnn, cnn1d, fedchill, mlp, resnet, resnet_cifar, vit
 from chillfl.models.projection import PROJECTION_OPTION, with_projection_head
 from chillfl.models.spec import Builder, ModelSpec
@@ -146,8 +147,7 @@ def build_model(
     with float32_default():
         if seed is None:
             return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
-        with torch.random.fork_rng(devices=[]):
-            torch.random.default_generator.manual_seed(seed)  # the CPU's alone: torch.manual_seed also reseeds the caller's CUDA generators
+        with forked_rng(seed):  # the CPU's alone (torch.manual_seed also reseeds the caller's CUDA generators), held against other threads
             return with_projection_head(_build(spec, name, shape, num_classes, parsed, section), projection, f"{section}.{PROJECTION_OPTION}")
 
 

@@ -67,6 +67,7 @@ from torch.overrides import TorchFunctionMode
 from torch.torch_version import TorchVersion
 
 from chillfl.errors import ConfigError
+from chillfl.global_rng import GLOBAL_RNG
 from chillfl.models.parts import forward_with_features, head_name
 from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
@@ -271,6 +272,9 @@ class LocalSpec:
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
     deterministic: bool = True
     """The run's ``deterministic``: a worker training on CUDA sets PyTorch's deterministic algorithms by it (:func:`pin_worker`)."""
+    draw_free: bool = False
+    """The executor verified that the steps draw nothing from torch's global generators (the vectorized executor's probe:
+    vmap refuses a random op): :func:`train_client` neither forks nor holds them, whatever :func:`draws_global` assumes."""
     batched_conv: str = "grouped"
     """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution), ``gemm``
     (a gather of the windows + one batched matrix product: :mod:`chillfl.training.conv_gemm`), ``nhwc`` or ``loop`` (channels-last,
@@ -938,7 +942,8 @@ def seed_dropout(seed: int, device: torch.device) -> None:
     Why not ``torch.manual_seed``: it also seeds (or queues a seed for) every accelerator backend and every device
     (CUDA, XPU, MTIA; queued with a Python stack trace, about 0.7 ms a client job under pytest), generators a step never
     draws from, which no fork restored: a run left the caller's CUDA generators reseeded. The two seeded here are
-    forked by :func:`dropout_rng`. The draws are the same as ``torch.manual_seed``'s on the CPU and on ``device``.
+    forked by :func:`dropout_rng` (called inside :func:`client_rng`, which holds them against other threads). The draws
+    are the same as ``torch.manual_seed``'s on the CPU and on ``device``.
     """
     torch.random.default_generator.manual_seed(seed)
     if device.type == "cuda":
@@ -948,13 +953,63 @@ def seed_dropout(seed: int, device: torch.device) -> None:
         torch.get_device_module(device.type).manual_seed(seed)
 
 
-def dropout_rng(device: torch.device) -> AbstractContextManager[Any]:
-    """A fork of the generators :func:`seed_dropout` seeds (the CPU's; ``device``'s own on an accelerator): the caller's
-    RNG states are as they were after a client's steps."""
+def _fork(device: torch.device) -> AbstractContextManager[Any]:
+    """:func:`torch.random.fork_rng` of the generators :func:`seed_dropout` seeds (the CPU's; ``device``'s own on an accelerator)."""
     if device.type == "cpu":
         return torch.random.fork_rng(devices=[])
     index = device.index if device.index is not None else torch.get_device_module(device.type).current_device() if device.type == "cuda" else 0
     return torch.random.fork_rng(devices=[index], device_type=device.type)
+
+
+@contextmanager
+def dropout_rng(device: torch.device) -> Iterator[None]:
+    """A fork of the generators :func:`seed_dropout` seeds, around steps that draw nothing from them (the vectorized
+    executor's pool): the caller's RNG states are as they were after. Saved and restored under
+    :data:`~chillfl.global_rng.GLOBAL_RNG`, not held between: another thread's :func:`client_rng` block neither sees its
+    restore amid its draws nor waits for these steps (nor they for its; a pool thread's own block would deadlock)."""
+    fork = ExitStack()
+    with GLOBAL_RNG:
+        fork.enter_context(_fork(device))
+    try:
+        yield
+    finally:
+        with GLOBAL_RNG:
+            fork.close()
+
+
+@contextmanager
+def client_rng(device: torch.device, seed: int) -> Iterator[None]:
+    """A client's steps that draw from torch's global generators (dropout): forked, seeded with ``seed`` and drawn from as
+    one block under :data:`~chillfl.global_rng.GLOBAL_RNG`, so that a run in another thread of the process neither reseeds
+    them amid the draws nor restores its fork out of order (:mod:`chillfl.global_rng`)."""
+    with GLOBAL_RNG, _fork(device):
+        seed_dropout(seed, device)
+        yield
+
+
+_DRAWING_MODULES: tuple[type[nn.Module], ...] = (nn.modules.dropout._DropoutNd, nn.RReLU)
+"""torch's modules whose training forward draws from the global generator (every dropout, RReLU)."""
+
+
+def _foreign(code: object) -> bool:
+    """Whether ``code`` (a function, a callable object) is neither torch's nor chillfl's: it may draw from torch's global
+    generator (``F.dropout``, ``torch.randn``) where chillfl cannot see it."""
+    where = getattr(code, "__module__", None) or type(code).__module__
+    return not where.startswith(("torch.", "chillfl."))
+
+
+def draws_global(model: nn.Module, spec: LocalSpec) -> bool:
+    """Whether a client's steps may draw from torch's global generators, so that :func:`train_client` forks, seeds and
+    holds them (:func:`client_rng`; serialised against such steps in other threads); steps that draw nothing touch them
+    not at all, and run alongside other threads'. Conservative: a torch dropout or RReLU module, or a module's forward, a
+    term or the base loss of code outside torch and chillfl (a user's own class: its forward may call ``F.dropout``), or
+    a torch layer with a ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``).
+    A user's ``nn.Sequential`` of torch's layers without dropout draws nothing, nor do chillfl's models without it."""
+    for module in model.modules():
+        rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
+        if isinstance(module, _DRAWING_MODULES) or isinstance(rate, float) and rate > 0 or _foreign(type(module).forward):
+            return True
+    return any(_foreign(term) for term in spec.terms) or _foreign(spec.base_loss)
 
 
 def check_rows(x: torch.Tensor, y: torch.Tensor, stamp: RowStamp | None) -> None:
@@ -1010,10 +1065,11 @@ def train_client(
     order = completed_steps(batch_order(len(y), spec.batch_size, spec.epochs, generator), work)
     planned = planned_steps(len(y), spec.batch_size, spec.epochs)  # a straggler stops early on the same lr schedule
     restamp = stamp if spec.augment is not None else None  # unaugmented, ``x`` holds the stamped rows: the same bits
-    # Dropout draws from torch's global generator: fork it and seed it from the client's
-    # own stream so runs are reproducible and the caller's RNG state is untouched.
-    with dropout_rng(x.device), torch.enable_grad():
-        seed_dropout(derive_seed(generator.initial_seed(), "dropout"), x.device)
+    # Dropout draws from torch's global generator: fork it and seed it from the client's own stream so runs are
+    # reproducible and the caller's RNG state is untouched, held against other threads' runs (client_rng); a model
+    # that draws nothing from it (draws_global) leaves it alone and is not held
+    draws = not spec.draw_free and draws_global(model, spec)
+    with client_rng(x.device, derive_seed(generator.initial_seed(), "dropout")) if draws else nullcontext(), torch.enable_grad():
         for step, idx in enumerate(order):
             if restamp is not None:
                 xb = step_batch(spec, restamp.clean[idx][None], [generator.initial_seed()], step, restamp.marked[idx][None].long(), [restamp.pattern])[0]

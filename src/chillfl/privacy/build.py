@@ -92,6 +92,11 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
         from chillfl.protocols.softlabels.method import spec_of as method_spec
 
         _refuse_reports(p.mechanism, "the clients' soft-label rows", repr(setup.common.method), method_spec(setup).capabilities, "a method whose clients send only their rows")
+    policy = _policy_capabilities(config)
+    if policy.reports:  # read by the server from every client, whatever the mechanism noises
+        name = config.temperature.get("policy")
+        _refuse_reports(p.mechanism, spec.covers().get(config.protocol, "the clients' uploads"), f"temperature policy {name!r}", policy,
+                        "a temperature policy that reads no client's data on the server")
     if spec.check is not None:
         spec.check(p.options, config)
     fed = config.federation
@@ -296,6 +301,12 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
     plan = plan_privacy(config, data)
     if plan is None or plan.spec.step is None or config.protocol != PARAMETERS:
         return None
+    _refuse_coupled_terms(config, plan.mechanism)
+    policy = _policy_capabilities(config).private_steps
+    if policy:
+        instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")
+        raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises each sample's gradient, which does not bound what temperature policy "
+                                 f"{config.temperature.get('policy')!r} reads from a client's data: {policy}; use a temperature policy that reads none{instead}")
     if aggregator is not None:
         name = config.algorithm.get("name")
         capabilities = _capabilities(config, aggregator)
@@ -322,6 +333,29 @@ def _undeclared_trainings(aggregator: Aggregator) -> str | None:
     if any(isinstance(part, Personalising) for part in half_parts(aggregator.client_half())):  # combined ones too
         return "its clients run their own trainings (a Personalising client half), which the accountant cannot count"
     return None
+
+
+def _policy_capabilities(config: RunConfig) -> Capabilities:
+    """What the run's temperature policy declares (``reports``, ``private_steps``, as a method does); one passed from
+    Python (``custom``) declares nothing here."""
+    from chillfl.temperature.registry import is_custom, policy_capabilities
+
+    if "policy" not in config.temperature or is_custom(config.temperature.get("policy")):
+        return Capabilities()
+    return policy_capabilities(config.temperature)
+
+
+def _refuse_coupled_terms(config: RunConfig, mechanism: str) -> None:
+    """An ``[objective]`` term that couples the samples of a batch (``TermSpec.couples_samples``) under a per-sample
+    step: the step evaluates the loss one sample at a time, where the term is another one (FedDecorr's is 0), so the
+    run dropped it without a word and reported it as trained with it."""
+    from chillfl.training.terms import configured_terms
+
+    for term in configured_terms(config.objective):
+        if term.spec.couples_samples:
+            raise ConfigError(term.field, f"{term.name!r} couples the samples of a batch ({term.spec.summary}), and {mechanism!r} takes each sample's "
+                                          "gradient of the loss on that sample alone, where the term is not what it is on the batch: it would be "
+                                          "dropped without a word; remove it from objective.terms with this [privacy] mechanism")
 
 
 def with_privacy(exp: Experiment, protocol: ServerProtocol, unaccounted: frozenset[int] = frozenset()) -> ServerProtocol:

@@ -382,13 +382,21 @@ class FedChillPolicy:
 
 def capabilities(options: FedChillOptions) -> Capabilities:
     """Off Flower when the server must read every client's label counts (:func:`needs_federation`): they stay on the nodes.
-    With ``decay`` on, the clients' accuracy steers their temperatures (without a validation split, test rows do)."""
+    With ``decay`` on, the clients' accuracy steers their temperatures (without a validation split, test rows do).
+
+    Privacy: with ``init`` a client's T reads its own label counts, so one sample changes every sample's loss CE(z/T, y),
+    which per-sample clipping does not bound (``private_steps``, as FedLC's); where the server reads every client's counts,
+    they leave the clients without noise (``reports``), and one client's counts move every other client's T."""
     steers = "FedChill's decay (temperature.decay = true)" if options.decay else None
+    own = ("each client's start temperature (temperature.init = true) is computed from its label counts, so one sample changes "
+           "every sample's loss CE(z/T, y), which per-sample clipping does not bound") if options.init else None
     found = needs_federation(options)
     if found is None:
-        return Capabilities(steers_by_accuracy=steers)
+        return Capabilities(steers_by_accuracy=steers, private_steps=own)
     option, why = found
-    return Capabilities(on_flower=f"{why}, which no Flower node sees (a node's labels stay on it)", limited_by=option, steers_by_accuracy=steers)
+    return Capabilities(on_flower=f"{why}, which no Flower node sees (a node's labels stay on it)", limited_by=option, steers_by_accuracy=steers,
+                        reports=f"each client's label counts, from which the server sets every client's start temperature (temperature.{option}: {why})",
+                        private_steps=own)
 
 
 SPEC = register_policy(

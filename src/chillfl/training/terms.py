@@ -255,6 +255,12 @@ class TermSpec:
     (priced) the server's values of the entries an anchor reads that it does not hold, and only those."""
     cost: Cost = Cost()
     """The work it adds to a local step, for time estimates (a frozen model's forward a step: ``Cost(step_passes=1 + FORWARD)``)."""
+    couples_samples: bool = False
+    """Whether one sample's value of the term depends on the other samples of its batch (batch statistics: FedDecorr's
+    correlation matrix). Per-sample clipping (``dp-sgd``) evaluates the loss one sample at a time, where such a term is
+    another term (FedDecorr's is 0 for one sample), so a private run would drop it without a word: ``dp-sgd`` refuses
+    it. Not ``per_batch``, which says the term reads the step's batch, as MOON's and FedNTD's per-sample terms do. A term
+    class (no TermSpec) declares it in a ``couples_samples`` class attribute."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
@@ -299,14 +305,15 @@ def user_term(obj: Any, name: str, field: str) -> TermSpec:
         return obj
     if not _is_term_class(obj):
         raise ConfigError(field, f"{name!r} is not a loss term: give a TermSpec, or a class with a `reads` tuple and __call__ (see chillfl.extend.LossTerm, BatchTerm)")
+    couples = getattr(obj, "couples_samples", False) is True
     options = getattr(obj, "Options", None)
     if options is None:
         check_constructor(obj, False, name, field)
-        return TermSpec(NoOptions, lambda o: obj(), name)
+        return TermSpec(NoOptions, lambda o: obj(), name, couples_samples=couples)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
     check_constructor(obj, True, name, field)
-    return TermSpec(options, lambda o: obj(o), name)
+    return TermSpec(options, lambda o: obj(o), name, couples_samples=couples)
 
 
 def term_spec(name: Any, field: str) -> TermSpec:

@@ -92,6 +92,6 @@ class DecorrOptions:
 DECORR = register_term(
     "decorr",
     TermSpec(DecorrOptions, lambda o: DecorrTerm(), "representation decorrelation beta * (1/N) mean_{i!=j} (Z^T Z)_ij^2 of the z-scored features (FedDecorr)",
-             sends=lambda o: {"decorr_beta": o.beta}),
+             sends=lambda o: {"decorr_beta": o.beta}, couples_samples=True),  # the batch's correlation: 0 per sample, so dp-sgd refuses it
 )
 """FedDecorr's term on top of any parameter-sharing aggregator: it reads ``decorr_beta`` and the step's representation."""

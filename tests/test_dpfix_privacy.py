@@ -1,0 +1,130 @@
+"""[privacy] refusals and warnings that were missing: a batch-coupling term under dp-sgd, FedChill's label counts,
+dropped stragglers in the skipped-round warning."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import pytest
+import torch
+
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from chillfl.training.terms import Context, StepView, term_spec, user_term
+from test_privacy import TINY  # seed 3, digits, an MLP, 4 clients, dp-fedavg
+
+pytest.importorskip("opacus")
+
+
+def build(**over: Any) -> Any:
+    return build_experiment(load_config(None, {**TINY, **over}))
+
+
+def refusal(**over: Any) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        build(**over)
+    return info.value
+
+
+# ---------------------------------------------------------------- F1: a term that couples the batch's samples
+
+
+def test_dp_sgd_refuses_a_term_that_couples_the_samples_of_a_batch() -> None:
+    # dp-sgd evaluates the loss one sample at a time (xi[None]); FedDecorr's term is 0 for N = 1, so the run was the run
+    # without it, bitwise, and was reported as FedDecorr
+    err = refusal(**{"privacy.mechanism": "dp-sgd", "objective.terms": ["decorr"]})
+    assert err.field == "objective.terms" and "'decorr' couples the samples of a batch" in str(err) and "\n" not in str(err)
+    two = refusal(**{"privacy.mechanism": "dp-sgd", "objective.terms": ["ntd", {"name": "decorr", "beta": 0.5}]})
+    assert two.field == "objective.terms[1]"  # the entry, not the per-sample one before it
+
+
+@pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])
+def test_mechanisms_that_noise_the_update_keep_the_term(mechanism: str) -> None:
+    build(**{"privacy.mechanism": mechanism, "objective.terms": ["decorr"]})  # the batch's term is inside the clipped update
+
+
+def test_per_batch_is_not_coupling() -> None:
+    # FedNTD's and MOON's terms read the batch (per_batch) but are sums over its samples: dp-sgd keeps them
+    assert term_spec("decorr", "objective.terms").couples_samples
+    assert not term_spec("ntd", "objective.terms").couples_samples
+    build(**{"privacy.mechanism": "dp-sgd", "objective.terms": ["ntd"]})
+
+
+class CoupledTerm:
+    """A plugin's batch term over the batch's mean feature: it declares couples_samples as a class attribute."""
+
+    per_batch = True
+    couples_samples = True
+    captures: tuple[str, ...] = ()
+    reads: tuple[str, ...] = ()
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
+        return step.features.mean(dim=0).square().sum()
+
+
+def test_a_term_class_declares_coupling_as_a_class_attribute() -> None:
+    assert user_term(CoupledTerm, "CoupledTerm", "objective.terms").couples_samples
+    CoupledTerm.couples_samples = False
+    try:
+        assert not user_term(CoupledTerm, "CoupledTerm", "objective.terms").couples_samples
+    finally:
+        CoupledTerm.couples_samples = True
+
+
+# ---------------------------------------------------------------- F2: FedChill's temperatures read label counts
+
+
+@pytest.mark.parametrize("mechanism", ["dp-sgd", "dp-fedavg", "local"])
+@pytest.mark.parametrize("table", [{"normalisation": "minmax"}, {"measure": "size"}])
+def test_fedchill_whose_server_reads_every_clients_counts_is_refused_by_every_mechanism(mechanism: str, table: dict[str, Any]) -> None:
+    err = refusal(**{"privacy.mechanism": mechanism, "temperature": {"policy": "fedchill", **table}})
+    option = next(iter(table))
+    assert err.field == "privacy.mechanism" and "\n" not in str(err)
+    assert "temperature policy 'fedchill' also sends, without noise and outside epsilon, each client's label counts" in str(err)
+    assert f"temperature.{option}" in str(err)
+
+
+def test_dp_sgd_refuses_fedchill_whose_temperature_reads_the_clients_own_counts() -> None:
+    err = refusal(**{"privacy.mechanism": "dp-sgd", "temperature": {"policy": "fedchill"}})
+    assert err.field == "privacy.mechanism" and "\n" not in str(err)
+    assert "temperature policy 'fedchill'" in str(err) and "label counts" in str(err) and "dp-fedavg, local" in str(err)
+
+
+@pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])
+def test_fedchill_computed_on_each_client_is_inside_a_noised_update(mechanism: str) -> None:
+    build(**{"privacy.mechanism": mechanism, "temperature": {"policy": "fedchill"}})  # T is a function of the client's data, inside the clipped update
+
+
+@pytest.mark.parametrize("mechanism", ["dp-sgd", "dp-fedavg", "local"])
+def test_fedchill_without_initialisation_reads_no_counts(mechanism: str) -> None:
+    build(**{"privacy.mechanism": mechanism, "temperature": {"policy": "fedchill", "init": False}})
+
+
+@pytest.mark.parametrize("table", [{}, {"normalisation": "minmax"}, {"measure": "size"}])
+def test_fedchill_without_privacy_builds_as_before(table: dict[str, Any]) -> None:
+    exp = build(**{"privacy.mechanism": "none", "temperature": {"policy": "fedchill", **table}})
+    assert exp is not None
+
+
+# ---------------------------------------------------------------- F3: dropped stragglers thin who reports
+
+
+def test_the_skipped_round_warning_counts_dropped_stragglers(caplog: pytest.LogCaptureFixture) -> None:
+    # 4 clients, 4 a round under Poisson (q = 1), min_clients 2: everyone reports, P[1 <= Binomial(3, 1) < 2] = 0, no
+    # warning; stragglers = 0.9 dropped leave q = 0.1, P[exactly 1 of 3] = 0.243 a round, far above delta = 1e-3.
+    # Stragglers that report their partial work (the default) thin nobody.
+    from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions, _warn_skips, check
+
+    base = {**TINY, "federation.sampling": "poisson", "federation.min_clients": 2, "federation.stragglers": 0.9}
+    _warn_skips.cache_clear()
+    try:
+        with caplog.at_level("WARNING"):
+            check(DpFedAvgOptions(), load_config(None, base))
+        assert not any("privacy.delta" in r.getMessage() for r in caplog.records)
+        with caplog.at_level("WARNING"):
+            check(DpFedAvgOptions(), load_config(None, {**base, "federation.straggler_policy": "drop"}))
+        [line] = [r.getMessage() for r in caplog.records if "privacy.delta" in r.getMessage()]
+        assert "= 0.1 over 4 clients" in line
+    finally:
+        _warn_skips.cache_clear()

@@ -173,7 +173,7 @@ def epsilon_units(variants: Sequence[tuple[str, RunConfig]]) -> dict[str, str]:
     return {label: str(g) for label, config in variants if (g := guarantee(config)) is not None}
 
 
-def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
+def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]], tuning_points: Mapping[str, int] | None = None) -> str | None:
     """One line under a table with an ``epsilon`` column: what each variant's epsilon bounds; None when no variant is private.
 
     The column alone reads as one scale, but each value is the run's own (mechanism, neighbouring relation, delta)
@@ -181,6 +181,10 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
     soft-label row under ``local``): the line names them per group of variants, says that groups do not compare, and,
     where a subsampled mechanism runs under fixed-size client sampling, that its epsilon is the Poisson approximation
     (docs/privacy.md, *Sampling*), not a proven bound.
+
+    ``tuning_points``: label -> how many tuning points the variant chose among (``[tune]``). Each point is a private
+    training on the same data, and the chosen run's epsilon does not account the choice (Papernot & Steinke 2022):
+    the line says so, naming the tuned private variants, rather than let the column read as the tuned row's cost.
     """
     groups: dict[Guarantee, list[str]] = {}
     approximate = False
@@ -201,6 +205,14 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]]) -> str | None:
     if approximate:
         line += (" Under federation.sampling = \"fixed\" a subsampled mechanism's epsilon accounts the round's clients as Poisson sampled: "
                  "the usual approximation, not a proven bound.")
+    private = {label for labels in groups.values() for label in labels}
+    tuned: dict[int, list[str]] = {}
+    for label, n in (tuning_points or {}).items():
+        if label in private and n > 1:
+            tuned.setdefault(n, []).append(repr(label))
+    if tuned:
+        clauses = [f"{', '.join(labels)}: epsilon is one run's; the selection over {n} tuning points is not accounted" for n, labels in tuned.items()]
+        line += f" Tuned, each tuning point a private training on the same data: {'; '.join(clauses)} (Papernot & Steinke 2022)."
     return line + " (docs/privacy.md)"
 
 

@@ -211,7 +211,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
             to_target = "" if r.get("mb_to_target") is None else f" ({r['mb_to_target']:.3f})"
             line += f" {mb}{to_target} |"
         if with_eps:
-            line += " - |" if r.get("epsilon") is None else f" {r['epsilon']:.3g} |"
+            line += " - |" if r.get("epsilon") is None else f" {r['epsilon']:.3f} |"  # .3g printed 31.998 as 32: within a budget it is not
         if with_asr:
             line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)

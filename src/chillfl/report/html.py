@@ -690,7 +690,18 @@ def _inline(value: Any, nested: bool = False) -> str:
     return str(value)
 
 
-def _config_row(g: Group, other: Sequence[str] = ()) -> str:
+def _sigma_used(g: Group) -> str | None:
+    """``sigma used=1.66016``: the noise multiplier a private run's noise was drawn at (``summary.json``'s ``privacy`` block);
+    None for a run without one. Why: under ``target_epsilon`` the config keeps ``noise_multiplier`` as written (1.0, unused),
+    so the flat config showed a sigma that never ran and not the one that did."""
+    block = g.runs[0].summary.get("privacy")
+    sigma = block.get("noise_multiplier") if isinstance(block, dict) else None
+    return f"sigma used={sigma:.6g}" if is_real(sigma) else None
+
+
+def _config_row(g: Group, other: Sequence[str] = (), privacy: bool = False) -> str:
+    """One group's row; ``privacy``: some group ran private, so the "other" cell says each one's sigma used (:func:`_sigma_used`),
+    in place of a written ``privacy.noise_multiplier``."""
     c = g.runs[0].config
     part = lambda table, key: ", ".join(f"{k}={_inline(v)}" if k != key else str(v) for k, v in table.items())  # noqa: E731
     cells = [
@@ -699,9 +710,11 @@ def _config_row(g: Group, other: Sequence[str] = ()) -> str:
         f"{c.federation.rounds}", f"{c.federation.num_clients} / {c.federation.sample_size()}",
         f"lr {c.client.lr}, {c.client.epochs} ep, bs {c.client.batch_size}", ", ".join(map(str, g.seeds)),
     ]
-    if other:
+    if other or privacy:
         flat = _flat(c)
-        cells.append(", ".join(f"{k}={_inline(flat[k])}" for k in other if k in flat) or "–")
+        used = _sigma_used(g)
+        shown = [f"{k}={_inline(flat[k])}" for k in other if k in flat and not (used and k == "privacy.noise_multiplier")]
+        cells.append(", ".join([*shown, *([used] if used else [])]) or "–")
     return "<tr>" + "".join(f'<td class="l">{_e(x)}</td>' for x in cells) + "</tr>"
 
 
@@ -1011,6 +1024,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
     tuned = any(g.tuning is not None for g in groups)
     title = title or default_title(run_dirs, len(runs))
     other = _other_keys(groups)
+    private = any(_sigma_used(g) for g in groups)  # the sigma that ran, in the "other" column
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">', f"<title>{_e(title)}</title>", f"<style>{CSS}</style>",
         "</head><body>", f"<h1>{_e(title)}</h1>",
@@ -1021,8 +1035,8 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
         *([f'<p class="muted" id="skipped">{_e(_skipped_note(skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
             "group", "dataset", "partition", "model", "algorithm", "temperature", "distillation", "rounds", "clients / per round", "client", "seeds",
-            *(["other"] if other else []))) + "</tr>",
-        *(_config_row(g, other) for g in groups), "</table>",
+            *(["other"] if other or private else []))) + "</tr>",
+        *(_config_row(g, other, private) for g in groups), "</table>",
     ]
     for g in groups:
         parts.append(f"<details><summary>{_e(g.label)}: full config ({_e(g.runs[0].folder)}); {_e(_folders_note(g))}</summary>"

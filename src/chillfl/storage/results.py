@@ -418,7 +418,7 @@ scored on (:func:`chillfl.report.caveats.local_mix_warning` reads it)."""
 
 def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None, local_mix_tv: float | None = None) -> dict[str, Any]:
     """Final and best values of the accuracy/loss metrics, with the round of each best; the final privacy budget
-    spent (``final_epsilon``) and backdoor success (``final_attack_success_rate``) where the records have them;
+    spent (``final_epsilon``; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``) where the records have them;
     ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits)."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
     if local_mix_tv is not None:
@@ -434,9 +434,10 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
         out[f"final_{key}"] = values[-1]
         out[f"best_{key}"] = best
         out[f"best_{key}_round"] = best_round
-    spent = [r["epsilon"] for r in records if r.get("epsilon") is not None]  # [privacy]: the budget spent by the end
-    if spent:
-        out["final_epsilon"] = spent[-1]
+    for key in ("epsilon", "epsilon_upload"):  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
+        spent = [r[key] for r in records if r.get(key) is not None]
+        if spent:
+            out[f"final_{key}"] = spent[-1]
     success = [r["attack_success_rate"] for r in records if r.get("attack_success_rate") is not None]  # [attack] backdoor
     if success:
         out["final_attack_success_rate"] = success[-1]

@@ -480,8 +480,9 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     controls = plan.controls_added  # with_controls added them (as the plan records, not a scaled lr: a variant asked for may scale its own)
     uncontrolled = left_without_controls(plan.variants, configs) if controls else []
     controlled = [c for v, c in zip(plan.variants, configs) if controls and gets_controls(v, c)]
+    points = {v.label: len(plan.points_of(v)) for v in plan.variants}  # a tuned private variant's selection is not in its epsilon
     for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),
-                   other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), epsilon_caveat(labelled), steering_caveat(labelled, policy)):
+                   other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), epsilon_caveat(labelled, points), steering_caveat(labelled, policy)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)

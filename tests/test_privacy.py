@@ -465,7 +465,7 @@ def test_compare_table_has_epsilon_column() -> None:
            "rounds_to_target": 1, "speedup": None, "target": 0.5, "epsilon": 3.25}
     table = format_table([row, {**row, "variant": "plain", "epsilon": None}], "dp", "dp")
     assert "| epsilon |" in table.splitlines()[1]
-    assert table.splitlines()[3].endswith(" 3.25 |") and table.splitlines()[4].endswith(" - |")
+    assert table.splitlines()[3].endswith(" 3.250 |") and table.splitlines()[4].endswith(" - |")
 
 
 @pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])

@@ -306,7 +306,7 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
     if policy:
         instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")
         raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises each sample's gradient, which does not bound what temperature policy "
-                                 f"{config.temperature.get('policy')!r} reads from a client's data: {policy}; use a temperature policy that reads none{instead}")
+                                 f"{config.temperature.get('policy')!r} reads from a client's data: {policy}; use a temperature policy that reads no training labels{instead}")
     if aggregator is not None:
         name = config.algorithm.get("name")
         capabilities = _capabilities(config, aggregator)

@@ -181,6 +181,29 @@ def _prv_refusal(delta: float, sigma: float, rate: float, steps: int) -> Account
     return None
 
 
+def _policy_capabilities(config: RunConfig) -> Capabilities:
+    """What the run's temperature policy declares (``reports``, ``private_steps``, as a method does); one passed from
+    Python (``custom``) declares nothing here."""
+    from chillfl.temperature.registry import is_custom, policy_capabilities
+
+    if "policy" not in config.temperature or is_custom(config.temperature.get("policy")):
+        return Capabilities()
+    return policy_capabilities(config.temperature)
+
+
+def _refuse_coupled_terms(config: RunConfig, mechanism: str) -> None:
+    """An ``[objective]`` term that couples the samples of a batch (``TermSpec.couples_samples``) under a per-sample
+    step: the step evaluates the loss one sample at a time, where the term is another one (FedDecorr's is 0), so the
+    run dropped it without a word and reported it as trained with it."""
+    from chillfl.training.terms import configured_terms
+
+    for term in configured_terms(config.objective):
+        if term.spec.couples_samples:
+            raise ConfigError(term.field, f"{term.name!r} couples the samples of a batch ({term.spec.summary}), and {mechanism!r} takes each sample's "
+                                          "gradient of the loss on that sample alone, where the term is not what it is on the batch: it would be "
+                                          "dropped without a word; remove it from objective.terms with this [privacy] mechanism")
+
+
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
     """What the configured algorithm declares, with what the algorithm it wraps declares (a class passed from
     Python: its own ``capabilities`` attribute)."""
@@ -333,29 +356,6 @@ def _undeclared_trainings(aggregator: Aggregator) -> str | None:
     if any(isinstance(part, Personalising) for part in half_parts(aggregator.client_half())):  # combined ones too
         return "its clients run their own trainings (a Personalising client half), which the accountant cannot count"
     return None
-
-
-def _policy_capabilities(config: RunConfig) -> Capabilities:
-    """What the run's temperature policy declares (``reports``, ``private_steps``, as a method does); one passed from
-    Python (``custom``) declares nothing here."""
-    from chillfl.temperature.registry import is_custom, policy_capabilities
-
-    if "policy" not in config.temperature or is_custom(config.temperature.get("policy")):
-        return Capabilities()
-    return policy_capabilities(config.temperature)
-
-
-def _refuse_coupled_terms(config: RunConfig, mechanism: str) -> None:
-    """An ``[objective]`` term that couples the samples of a batch (``TermSpec.couples_samples``) under a per-sample
-    step: the step evaluates the loss one sample at a time, where the term is another one (FedDecorr's is 0), so the
-    run dropped it without a word and reported it as trained with it."""
-    from chillfl.training.terms import configured_terms
-
-    for term in configured_terms(config.objective):
-        if term.spec.couples_samples:
-            raise ConfigError(term.field, f"{term.name!r} couples the samples of a batch ({term.spec.summary}), and {mechanism!r} takes each sample's "
-                                          "gradient of the loss on that sample alone, where the term is not what it is on the batch: it would be "
-                                          "dropped without a word; remove it from objective.terms with this [privacy] mechanism")
 
 
 def with_privacy(exp: Experiment, protocol: ServerProtocol, unaccounted: frozenset[int] = frozenset()) -> ServerProtocol:

@@ -102,3 +102,13 @@ def test_every_file_the_comparison_writes_is_kept_from_its_runs(tmp_path: Path, 
     assert {"curves.png", "local_curves.png", "differences.png", "accuracy_vs_bytes.png", "privacy_utility.png"} <= names
     assert names <= set(COMPARISON_FILES)
     assert {"config.toml", "sweep.json", "table.md", "table.json", "clp_curves.png"} <= set(COMPARISON_FILES)
+
+
+def test_a_folder_begun_before_the_rule_is_planned_as_it_was_begun(tmp_path: Path) -> None:
+    """A comparison made before names were kept (variants ``a`` and ``a-2``) is still read (``status``) and resumed as
+    it was begun: ``existing`` plans its own names where the rule would refuse them; a fresh comparison is refused."""
+    config = load_config(labels_config(tmp_path, "a", "a-2", "c"))
+    with pytest.raises(ConfigError):
+        plan_runs(config, [], CompareOptions(seeds=[0]))
+    plan = plan_runs(config, [], CompareOptions(seeds=[0]), existing=True)
+    assert [c.config.name for c in plan.cells] == ["a", "a-2", "c"]

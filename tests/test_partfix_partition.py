@@ -138,6 +138,13 @@ def test_a_default_min_size_says_it_is_the_default() -> None:
         assert "default" not in err.value.message  # the user's own value: nothing to explain
 
 
+def test_quantity_skew_says_its_default_min_size_too() -> None:
+    labels = np.arange(200) % 10
+    with pytest.raises(ConfigError) as err:  # redraw: no draw gives every client a row
+        partition("quantity_skew", labels, 50, np.random.default_rng(0), {"h": 0.01, "min_rule": "redraw", "max_retries": 50})
+    assert err.value.field == "partition.min_size" and "1 is the default" in err.value.message
+
+
 COMPARED = 'name = "cmp"\n[dataset]\nname = "digits"\n[partition]\nname = "dirichlet"\nalpha = 0.3\n[compare]\nseeds = [5, 6]\n'
 
 

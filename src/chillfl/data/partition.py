@@ -406,7 +406,7 @@ def _redraw(
 
 
 def _default_origin(opts: Any, name: str, section: str) -> str:
-    """`` (10 is dirichlet_balanced's default; ...)`` when option ``name`` of ``opts`` holds its default, else "". Why: a
+    """`` (10 is the default; set partition.min_size lower, 0 for none)`` when option ``name`` of ``opts`` holds its default, else "". Why: a
     bound the user never set, refused by its value alone, reads as their mistake and does not say how to lift it."""
     value = getattr(opts, name)
     field = next(f for f in dataclasses.fields(opts) if f.name == name)
@@ -563,13 +563,14 @@ def _quantity_skew(
     require(
         opts.min_size * k <= n,
         f"{section}.min_size",
-        f"min_size * num_clients = {opts.min_size * k} exceeds the {n} training samples",
+        f"min_size * num_clients = {opts.min_size * k} exceeds the {n} training samples{_default_origin(opts, 'min_size', section)}",
     )
     if opts.min_rule == "floor":
         sizes = opts.min_size + proportional_counts(dirichlet(rng, opts.h, k), n - opts.min_size * k)
     else:  # NIID-Bench "iid-diff-quantity": cut the shuffled indices at floor(N * cumsum(p)), p ~ Dir(h), until all >= min_size
         sizes = _redraw(
-            lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section, concentration="h"
+            lambda: _cut_sizes(n, dirichlet(rng, opts.h, k)), n, k, opts.min_size, opts.max_retries, section, concentration="h",
+            origin=_default_origin(opts, "min_size", section),
         ).sizes
     if opts.label_alpha is None:
         return Partition(np.split(rng.permutation(n), np.cumsum(sizes)[:-1]))

@@ -640,13 +640,20 @@ class Plan:
         return self.tuned or len(self.seeds) > 1
 
 
-def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool) -> list[Cell]:
+def plan_cells(
+    config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool,
+    existing: bool = False,
+) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide (in
     case too: macOS's and Windows' file systems ignore it, :func:`~chillfl.run_names.folder_clash`) or one is a name the
     comparison's folder keeps (its ``curves.png``, a ``NAME.partial``: :func:`~chillfl.run_names.taken_name`), as
     :func:`~chillfl.run_names.run_labels` reads them back; ConfigError (one line) when the full labels do too.
-    ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run."""
+    ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run.
+    ``existing``: the comparison's folder exists (a resume, ``status``): where even the full labels are kept names, the
+    short ones it was started with before that rule (names clashing only in the comparison's own files) are planned,
+    not refused: its folder is read or finished as it was begun."""
     cells: list[Cell] = []
+    short: list[Cell] = []
     for long in (False, True):
         cells = []
         for v, applied in zip(variants, configs):
@@ -658,6 +665,10 @@ def plan_cells(config: RunConfig, variants: Sequence[Variant], configs: Sequence
         clash, taken = folder_clash(names), taken_name(names)
         if clash is None and taken is None:
             return cells
+        if not long:
+            short = cells
+    if existing and folder_clash(c.config.name for c in short) is None:
+        return short
     if clash is None:  # the full labels are free of each other, but one is the comparison's own (a file, a run's unfinished folder)
         assert taken is not None
         name, what = taken
@@ -684,9 +695,10 @@ def variant_configs(config: RunConfig, variants: Sequence[Variant], built: Seque
 
 def plan_runs(
     config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
-    reference: str | None = None,
+    reference: str | None = None, existing: bool = False,
 ) -> Plan:
-    """The whole comparison (:func:`plan_sweep`), bounded to :data:`MAX_RUNS`, with every run's config and the reference."""
+    """The whole comparison (:func:`plan_sweep`), bounded to :data:`MAX_RUNS`, with every run's config and the reference;
+    ``existing``: of a folder begun already (:func:`plan_cells`)."""
     from_grid = bool(grid) or variants is not None
     planned, saved, built = _plan_sweep(config, grid, options, variants)
     seeds, tune_table = saved.seeds or [], saved.tune or {}
@@ -708,7 +720,7 @@ def plan_runs(
                 else f"{per_variant} (variant, tuning point) pairs")
         raise ConfigError("compare.seeds", f"{runs} x {len(seeds)} seeds = {total} runs; at most {MAX_RUNS}")
     configs = variant_configs(config, planned, built, from_grid)
-    cells = plan_cells(config, planned, configs, tune_table, seeds, multi, from_grid)
+    cells = plan_cells(config, planned, configs, tune_table, seeds, multi, from_grid, existing)
     field = "--reference" if reference else "compare.reference"
     ref, base = choose_reference(planned, reference or config.compare.get("reference"), config.compare.get("baseline"), field)
     return Plan(planned, saved, points, cells, ref, base, from_grid, configs, reference)

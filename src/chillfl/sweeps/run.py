@@ -612,7 +612,7 @@ def run_compare(
     The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), then :func:`run_plan`.
     """
     with unstarted(resume):
-        plan = plan_runs(config, grid, options, variants, reference)
+        plan = plan_runs(config, grid, options, variants, reference, existing=resume is not None)
     return run_plan(config, plan, progress=progress, write=write, dry_run=dry_run, dataset=dataset, model=model, plugged=plugged, resume=resume, force=force, on_checked=on_checked, shard=shard)
 
 

@@ -117,3 +117,16 @@ def test_main_in_process_without_a_start_hold_leaves_the_handlers_as_it_found_th
     assert info.value.code == 0
     assert capsys.readouterr().out.startswith("chillfl ")
     assert {sig: signal.getsignal(sig) for sig in stop_signals()} == before
+
+
+def test_the_hold_begins_before_the_command_modules_standard_library_imports() -> None:
+    """Signals sent during ``chillfl.cli``'s argparse/logging/dataclasses imports (tens of ms) were tracebacks or silent
+    kills: every import of the module but ``__future__`` and the small signal module itself is inside the hold."""
+    import ast
+
+    import chillfl.cli
+
+    tree = ast.parse(Path(chillfl.cli.__file__).read_text(encoding="utf-8"))
+    outside = [node for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+               and not (isinstance(node, ast.ImportFrom) and node.module in ("__future__", "chillfl.stop_signals"))]
+    assert outside == [], [ast.unparse(node) for node in outside]

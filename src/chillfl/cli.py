@@ -18,24 +18,23 @@ Each command imports what it runs inside its handler, so ``chillfl --help`` impo
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import dataclasses
-import logging
-import os
-import re
-import shlex
-import shutil
-import signal
-import sys
-import textwrap
-from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
-
-from chillfl.worker_start import refuse_in_worker_start
 from chillfl.stop_signals import SIGHUP, STOP_SIGNALS, HeldSignals, StartHold, command_start, stop_signals
 
-with command_start():  # a signal while these import (a few tenths of a second) ends the command with one line; held on until main() takes it over
+with command_start():  # a signal from here (the standard library's imports too) ends the command with one line; held on until main() takes it over
+    import argparse
+    import contextlib
+    import dataclasses
+    import logging
+    import os
+    import re
+    import shlex
+    import shutil
+    import signal
+    import sys
+    import textwrap
+    from pathlib import Path
+    from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
+    from chillfl.worker_start import refuse_in_worker_start
     from chillfl._version import __version__
     from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file, variant_config
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,

@@ -167,8 +167,9 @@ def command_start() -> Iterator[None]:
 
     The imports done with no signal, the hold (:class:`StartHold`) goes on past the block: :func:`chillfl.cli.main`
     takes it over once its own handlers are there, and a signal held in between is raised into them, inside its
-    ``try``. So the command has its stop signals from here to its end with no gap; only one before here (the
-    interpreter's start-up and ``import chillfl``, its first few hundredths of a second) meets Python's defaults.
+    ``try``. So the command has its stop signals from here (the first line of ``chillfl.cli``, before its standard-library
+    imports) to its end with no gap; only one before here (the interpreter's start-up, ``import chillfl`` and this small
+    module, its first few hundredths of a second) meets Python's defaults.
 
     Why: SIGTERM's default action killed the command there with nothing said (exit -15), SIGINT a KeyboardInterrupt
     traceback from inside an import. Held rather than raised: the imports complete, whatever their code does with an

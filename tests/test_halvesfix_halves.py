@@ -88,3 +88,23 @@ def test_privacy_sees_a_combined_personalising_half() -> None:
     assert _undeclared_trainings(Alone()) is not None
     assert _undeclared_trainings(Combined()) is not None
     assert _undeclared_trainings(FedAvg()) is None
+
+
+class Nested(FedAvg):
+    capabilities = Capabilities(takes_weights=True, personal_model=True, not_a_base="test", reports="steps")
+
+    def client_half(self) -> Any:
+        return combine(combine(Reporter(), FineTune()), None)
+
+
+def test_a_combined_half_combined_again_stays_flat() -> None:
+    """combine() of a combination splices its parts in: a personalising part two levels down was found by nothing (the
+    trainings dropped silently, PA3Fed's base check passed), and a second trainer there was not refused."""
+    half = combine(combine(Reporter(), FineTune()), Reporter())
+    assert [type(p).__name__ for p in half.parts] == ["Reporter", "FineTune", "Reporter"]  # type: ignore[union-attr]
+    with pytest.raises(ConfigError, match="FineTune and OtherTune both run"):
+        combine(combine(Reporter(), FineTune()), OtherTune())
+    assert _undeclared_trainings(Nested()) is not None
+    CALLS["train"] = 0
+    chillfl.run(config=CONFIG, aggregator=Nested(), write=False, progress=False)
+    assert CALLS["train"] == 6

@@ -466,7 +466,8 @@ def _claim(owners: dict[str, str], keys: Collection[str], part: str, what: str) 
 
 def combine(*halves: ClientHalf | None) -> ClientHalf | None:
     """The halves that exist, as one (None when there is none); refused when more than one of them personalises."""
-    present = tuple(h for h in halves if h is not None)
+    # flat: a combined half among them gives its parts, so every capability and trainer is found one level down (half_parts)
+    present = tuple(part for h in halves if h is not None for part in half_parts(h) if part is not None)
     if not present:
         return None
     return present[0] if len(present) == 1 else Halves(present)

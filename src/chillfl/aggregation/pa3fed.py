@@ -85,6 +85,7 @@ from torch.func import functional_call, grad, vmap
 
 from chillfl.aggregation.base import (
     AroundAggregator,
+    half_parts,
     with_run_model,
     Json,
     Aggregator,
@@ -460,8 +461,9 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
     base_spec(options, ctx.section)
     base, terms = build_base(options, ctx)
     half = base.client_half()
-    if isinstance(half, Personalising):  # combine() runs prepare/finish only: the base's own trainings would be dropped silently
-        raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(half).__name__} runs the clients' "
+    trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)
+    if trainer is not None:  # PA3Fed's maths is not checked over a base's own trainings
+        raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(trainer).__name__} runs the clients' "
                                                  "own trainings (objectives and train), which PA3Fed's client half does not compose with; "
                                                  f"use another base, allowed: {', '.join(weighted_bases())}")
     if isinstance(base, MakesClientModels):  # PA3Fed is no MakesClientModels: client models and measures after the average would lose these entries

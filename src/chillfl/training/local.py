@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import inspect
 import itertools
 import os
@@ -145,13 +146,10 @@ def check_base_loss(loss: BaseLoss, field: str) -> None:
     keyword its flags ask the step to pass, or it sets a near-miss of a flag (``use_context``), which the step would
     ignore silently. Why here: the flags are read once per training job, deep in a worker; the mistake is the method's,
     so it is named before the run starts. A callable without a readable signature (a builtin) is trusted."""
-    owner = loss if inspect.isfunction(loss) else type(loss)
-    key = (reads_context(loss), reads_features(loss), tuple(sorted(vars(loss)) if hasattr(loss, "__dict__") and not inspect.isfunction(loss) else ()))
-    try:
-        if key in _LOSSES_CHECKED.get(owner, ()):
-            return  # specs are rebuilt per client and round (dataclasses.replace); the signature is read once
-    except TypeError:  # an owner that cannot be weakly referenced: checked every time
-        pass
+    owner = _loss_owner(loss)
+    key = (reads_context(loss), reads_features(loss), tuple(sorted(vars(loss))) if hasattr(loss, "__dict__") else ())
+    if owner is not None and key in _LOSSES_CHECKED.get(owner, ()):
+        return  # specs are rebuilt per client and round (dataclasses.replace); the signature is read once
     what = getattr(loss, "__qualname__", None) or type(loss).__qualname__
     for attr in dir(loss):
         if attr.lower().startswith("use") and attr not in LOSS_FLAGS:
@@ -173,10 +171,24 @@ def check_base_loss(loss: BaseLoss, field: str) -> None:
         wanted = [f for f, arg in (("uses_context", "context"), ("uses_features", "features")) if arg in signature.parameters and arg not in passed]
         fix = f"declare {wanted[0]} = True" if wanted else "make its signature take those arguments (by keyword) or change its flags"
         raise ConfigError(field, f"the base loss {what} is called as loss({call}), since {said}, but {exc}; {fix} (chillfl.extend.DeclaredLoss)") from None
-    try:
+    if owner is not None:
         _LOSSES_CHECKED.setdefault(owner, set()).add(key)
+
+
+def _loss_owner(loss: BaseLoss) -> Any:
+    """What a passed check of ``loss`` is remembered under: a plain function itself, or the class of a callable object
+    whose class defines ``__call__``; None (checked every time) for anything whose class says nothing of the code it
+    runs (a bound method, a ``functools.partial``: one passing let every later one of another function through)."""
+    if inspect.isfunction(loss):
+        return loss
+    kind = type(loss)
+    if inspect.ismethod(loss) or isinstance(loss, functools.partial) or "__call__" not in {k for c in kind.__mro__[:-1] for k in vars(c)}:
+        return None
+    try:
+        weakref.ref(kind)
     except TypeError:
-        pass
+        return None
+    return kind
 
 
 _LOSSES_CHECKED: weakref.WeakKeyDictionary[Any, set[tuple[bool, bool, tuple[str, ...]]]] = weakref.WeakKeyDictionary()

@@ -531,7 +531,7 @@ def after_average(capabilities: Capabilities, option: str, value: str, asked: bo
     read the declaration, not the option's name."""
     if not asked:
         return capabilities
-    return replace(capabilities, on_flower=f'"{value}" {AFTER_AVERAGE}', limited_by=option)
+    return replace(capabilities, on_flower=f'"{value}" {AFTER_AVERAGE}; set {option} to a value that measures on the node', limited_by=option)
 
 
 def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunConfig, section: str = "algorithm", field: str | None = None) -> None:

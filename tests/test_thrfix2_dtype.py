@@ -107,3 +107,20 @@ def test_chillfl_run_on_a_users_model_beside_a_registered_run_in_another_thread(
         t.start()
         t.join(120)
     assert len(result) == 1 and result[0].field == "model"
+
+
+def test_a_flower_run_on_the_callers_own_model_registers_the_callers_dtype(float64: None) -> None:
+    """flower.apps.registered_float32 of a user's model was a nullcontext: beside a registered-model run in another
+    thread (float32 over the caller's float64) it ran in float32 unrefused; now it is refused as chillfl run's is."""
+    from chillfl.config import config_from_dict
+    from chillfl.flower.apps import registered_float32
+    from chillfl.plugins import CUSTOM
+
+    config = config_from_dict({"model": {"name": CUSTOM}})
+    held = float32_default()
+    held.__enter__()
+    try:
+        caught = _in_thread(lambda: registered_float32(config))
+    finally:
+        held.__exit__(None, None, None)
+    assert isinstance(caught, ConfigError) and caught.field == "model"

@@ -78,7 +78,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import StatesRequest, decode, encode
-from chillfl.models.registry import float32_default
+from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.once import once_per_call, said_once
 from chillfl.plugins import is_custom
 from chillfl.protocols.registry import protocol_of
@@ -376,8 +376,9 @@ def registered_float32(config: RunConfig) -> contextlib.AbstractContextManager[N
 
     Why: under ``torch.set_default_dtype(torch.float64)`` the server built and ran FedGen's generator in float64
     against float32 features (round 1: "mat1 and mat2 must have the same dtype"), and a ClientApp in the caller's
-    process would build its parts the same way."""
-    return contextlib.nullcontext() if is_custom(config.model.get("name")) else float32_default()
+    process would build its parts the same way. A user's model registers the caller's dtype (:func:`caller_dtype`): refused
+    beside a run in another thread that holds float32 over another dtype, as ``chillfl run``'s."""
+    return caller_dtype() if is_custom(config.model.get("name")) else float32_default()
 
 
 @once_per_call

@@ -2,32 +2,11 @@
 
 from __future__ import annotations
 
-import threading
-from contextlib import AbstractContextManager
-from typing import Any, Callable
-
 import torch
 
 from chillfl.errors import ConfigError
 from chillfl.training.local import run_precision
-
-
-def _in_thread(enter: Callable[[], AbstractContextManager[Any]]) -> BaseException | None:
-    """``enter()``'s context entered in another thread: the exception it raised, or None."""
-    caught: list[BaseException] = []
-
-    def go() -> None:
-        try:
-            with enter():
-                pass
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
-            caught.append(exc)
-
-    t = threading.Thread(target=go)
-    t.start()
-    t.join(60)
-    return caught[0] if caught else None
-
+from test_thrfix2_dtype import _in_thread
 
 
 def test_the_precision_refusal_names_the_other_threads_differing_precision() -> None:

@@ -151,3 +151,27 @@ def test_a_seeded_initialisation_is_held_apart_from_another_threads_draws(init: 
         release()
         t.join(60)
         assert done.is_set()
+
+
+def test_a_hook_or_an_instance_forward_counts_as_drawing() -> None:
+    """A forward hook calling F.dropout, or a forward set on the instance, drew from an unseeded generator: results
+    followed the caller's RNG, which the run used up (the class's forward is torch's, so nothing else says so)."""
+    import types
+
+    import torch.nn.functional as F
+
+    spec = LocalSpec(epochs=1, batch_size=4)
+    hooked = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    assert not draws_global(hooked, spec)
+    hooked[1].register_forward_hook(lambda mod, i, o: F.dropout(o, 0.5, training=mod.training))
+    assert draws_global(hooked, spec)
+    own = nn.Sequential(nn.Linear(2, 2))
+    own.forward = types.MethodType(lambda self, x: F.dropout(self[0](x), 0.5), own)  # type: ignore[method-assign]
+    assert draws_global(own, spec)
+    pre = nn.Sequential(nn.Linear(2, 2))
+    handle = torch.nn.modules.module.register_module_forward_pre_hook(lambda mod, args: None)
+    try:
+        assert draws_global(pre, spec)  # a global hook of the user's runs in every module's forward
+    finally:
+        handle.remove()
+    assert not draws_global(pre, spec)

@@ -1017,11 +1017,29 @@ def draws_global(model: nn.Module, spec: LocalSpec) -> bool:
     term or the base loss of code outside torch and chillfl (a user's own class: its forward may call ``F.dropout``), or
     a torch layer with a ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``).
     A user's ``nn.Sequential`` of torch's layers without dropout draws nothing, nor do chillfl's models without it."""
+    from torch.nn.modules import module as torch_module
+
+    global_hooks = (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks, torch_module._global_backward_hooks,
+                    torch_module._global_backward_pre_hooks)
+    if any(_foreign(hook) for hooks in global_hooks for hook in hooks.values()):
+        return True
     for module in model.modules():
         rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
         if isinstance(module, _DRAWING_MODULES) or isinstance(rate, float) and rate > 0 or _foreign(type(module).forward):
             return True
+        if _foreign(vars(module).get("forward", _no_code)) or any(_foreign(hook) for hook in _module_hooks(module)):
+            return True  # a forward set on the instance, or a hook: code of the user's that may draw (F.dropout)
     return any(_foreign(term) for term in spec.terms) or _foreign(spec.base_loss)
+
+
+def _no_code() -> None:
+    """Stands for "no code of its own" where a module has no instance ``forward``."""
+
+
+def _module_hooks(module: nn.Module) -> Iterator[object]:
+    """The hooks registered on ``module`` (forward, forward-pre, backward, backward-pre)."""
+    for name in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks"):
+        yield from getattr(module, name, {}).values()
 
 
 def check_rows(x: torch.Tensor, y: torch.Tensor, stamp: RowStamp | None) -> None:

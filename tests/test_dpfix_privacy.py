@@ -72,6 +72,18 @@ def test_a_term_class_declares_coupling_as_a_class_attribute() -> None:
         CoupledTerm.couples_samples = True
 
 
+def test_dp_sgd_refuses_a_coupling_term_passed_from_python() -> None:
+    """Only [objective]'s terms were checked: the same class passed as chillfl.run(terms=[...]) ran, silently without it."""
+    import chillfl
+    from chillfl.extend import FedAvg
+
+    data = chillfl.TensorData(torch.randn(40, 6), torch.arange(40) % 3, torch.randn(12, 6), torch.arange(12) % 3, num_classes=3)
+    config = {"federation": {"num_clients": 2, "rounds": 1}, "privacy": {"mechanism": "dp-sgd", "noise_multiplier": 1.0}}
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(model=torch.nn.Linear(6, 3), data=data, aggregator=FedAvg(), terms=[CoupledTerm()], config=config, write=False, progress=False)
+    assert err.value.field == "terms[0]" and "couples the samples" in err.value.message
+
+
 # ---------------------------------------------------------------- F2: FedChill's temperatures read label counts
 
 
@@ -81,7 +93,8 @@ def test_fedchill_whose_server_reads_every_clients_counts_is_refused_by_every_me
     err = refusal(**{"privacy.mechanism": mechanism, "temperature": {"policy": "fedchill", **table}})
     option = next(iter(table))
     assert err.field == "privacy.mechanism" and "\n" not in str(err)
-    assert "temperature policy 'fedchill' also sends, without noise and outside epsilon, each client's label counts" in str(err)
+    read = "training-set size" if option == "measure" else "label counts"
+    assert f"temperature policy 'fedchill' also sends, without noise and outside epsilon, each client's {read}" in str(err)
     assert f"temperature.{option}" in str(err)
 
 
@@ -99,6 +112,17 @@ def test_fedchill_computed_on_each_client_is_inside_a_noised_update(mechanism: s
 @pytest.mark.parametrize("mechanism", ["dp-sgd", "dp-fedavg", "local"])
 def test_fedchill_without_initialisation_reads_no_counts(mechanism: str) -> None:
     build(**{"privacy.mechanism": mechanism, "temperature": {"policy": "fedchill", "init": False}})
+
+
+@pytest.mark.parametrize("table", [{"s": 0.0}, {"t_max": 0.5, "t_min": 0.5}, {"s": 0.0, "normalisation": "minmax"}])
+def test_fedchill_whose_eq7_gives_every_client_t_max_reads_nothing(table: dict[str, Any]) -> None:
+    """s = 0 or T_min = T_max: Eq. 7 is T_max whatever the counts, the schedule `fixed` would run (it was refused)."""
+    build(**{"privacy.mechanism": "dp-sgd", "temperature": {"policy": "fedchill", **table}})
+
+
+def test_fedchill_by_size_says_it_reads_sizes() -> None:
+    err = refusal(**{"privacy.mechanism": "dp-fedavg", "temperature": {"policy": "fedchill", "measure": "size"}})
+    assert "training-set size" in str(err) and "label counts" not in str(err)
 
 
 @pytest.mark.parametrize("table", [{}, {"normalisation": "minmax"}, {"measure": "size"}])

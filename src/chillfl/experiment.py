@@ -460,6 +460,12 @@ def _build_experiment(
     if config.compile:
         check_toolchain(device)
     private = private_steps(config, data, model, aggregator)  # [privacy] dp-sgd
+    if private is not None:  # terms of the method's or passed from Python (objective.terms': private_steps)
+        coupled = next((i for i, term in enumerate(terms) if getattr(type(term), "couples_samples", False) is True), None)
+        if coupled is not None:
+            raise ConfigError(term_fields[coupled], f"term {type(terms[coupled]).__name__} couples the samples of a batch (couples_samples), and "
+                                                    f"{config.privacy.mechanism!r} takes each sample's gradient on that sample alone, where the "
+                                                    "term is another one: it would be dropped without a word; leave it out with this [privacy] mechanism")
     if private is not None and config.client.sam_rho:  # the first gradient (not clipped, not noised) would steer the released one
         raise ConfigError("client.sam_rho", "sharpness-aware steps take a second gradient at weights moved by the first, which the private step "
                                             "neither clips nor noises: a leak outside epsilon; set sam_rho = 0 with this [privacy] mechanism")

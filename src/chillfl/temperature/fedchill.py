@@ -388,14 +388,17 @@ def capabilities(options: FedChillOptions) -> Capabilities:
     which per-sample clipping does not bound (``private_steps``, as FedLC's); where the server reads every client's counts,
     they leave the clients without noise (``reports``), and one client's counts move every other client's T."""
     steers = "FedChill's decay (temperature.decay = true)" if options.decay else None
-    own = ("each client's start temperature (temperature.init = true) is computed from its label counts, so one sample changes "
-           "every sample's loss CE(z/T, y), which per-sample clipping does not bound") if options.init else None
+    varies = options.init and options.s > 0 and options.t_max > options.t_min  # Eq. 7 is T_max for every client otherwise
+    read = "training-set size" if options.measure in FEDERATION_MEASURES and options.normalisation != "minmax" else "label counts"
+    own = (f"each client's start temperature (temperature.init = true) is computed from its {read}, so one sample changes "
+           "every sample's loss CE(z/T, y), which per-sample clipping does not bound") if varies else None
     found = needs_federation(options)
     if found is None:
         return Capabilities(steers_by_accuracy=steers, private_steps=own)
     option, why = found
     return Capabilities(on_flower=f"{why}, which no Flower node sees (a node's labels stay on it)", limited_by=option, steers_by_accuracy=steers,
-                        reports=f"each client's label counts, from which the server sets every client's start temperature (temperature.{option}: {why})",
+                        reports=(f"each client's {read}, from which the server sets every client's start temperature (temperature.{option}: {why})"
+                                 if varies else None),
                         private_steps=own)
 
 

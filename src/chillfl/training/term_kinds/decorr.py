@@ -72,6 +72,7 @@ class DecorrTerm:
     """``decorr_beta * L(features)``: a batch term (reads the step's representation), and nothing of the run but beta."""
 
     per_batch = True
+    couples_samples = True  # the batch's correlation matrix: a built term says so too (a method or Python may add it)
     captures: tuple[str, ...] = ()
     reads: tuple[str, ...] = ("decorr_beta",)
 

@@ -219,7 +219,7 @@ def test_the_skipped_round_warning_reads_the_reporting_rate_after_dropout(caplog
         with caplog.at_level("WARNING"):
             _warn_skips(10, 4, 4, 0.5, 2, 1e-3)
         [line] = [r.getMessage() for r in caplog.records]
-        assert "q(1 - dropout) = 0.5 " in line and "x 3.75 to delta" in line
+        assert "(1 - dropped stragglers) = 0.5 " in line and "x 3.75 to delta" in line
     finally:
         _warn_skips.cache_clear()
 

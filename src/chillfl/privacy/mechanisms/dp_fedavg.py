@@ -128,7 +128,7 @@ def _warn_skips(rounds: int, num_clients: int, per_round: int, lost: float, fewe
     mass = skipped_mass(rounds, num_clients - 1, rate, fewest)
     if 2 * mass > delta:  # (1 + e^epsilon) >= 2
         void = "; at least 2 x %.3g >= 1, so it holds no guarantee at all" % mass if 2 * mass >= 1 else ""  # a delta of 1 or more bounds nothing
-        log.warning("privacy.delta: with Poisson sampling at q(1 - dropout) = %.3g over %d clients, a round has 1 to min_clients - 1 = %d "
+        log.warning("privacy.delta: with Poisson sampling at a reporting rate q x (1 - dropout) x (1 - dropped stragglers) = %.3g over %d clients, a round has 1 to min_clients - 1 = %d "
                     "reporting clients often enough that retrying or skipping it adds (1 + e^epsilon) x %.3g to delta = %.3g: the reported epsilon "
                     "holds at that larger delta%s (more clients, a larger clients_per_round or min_clients = 1 shrink it; docs/privacy.md, \"Sampling\")",
                     rate, num_clients, fewest - 1, mass, delta, void)

@@ -36,7 +36,7 @@ def test_a_batch_term_is_one_line_exit_2_and_no_run_folder(method: str, tmp_path
 
 
 def test_a_representation_reading_loss_is_refused_on_client_loss_unless_the_method_takes_one() -> None:
-    def loss(logits, y, context):  # type: ignore[no-untyped-def]
+    def loss(logits, y, temperature, *, features=None, params=None, context=None):  # type: ignore[no-untyped-def]
         return logits.sum()
 
     loss.uses_features = True  # type: ignore[attr-defined]

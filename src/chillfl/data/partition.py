@@ -820,7 +820,7 @@ class PartitionerEntry(NamedTuple):
 PARTITIONERS: dict[str, PartitionerEntry] = {
     "iid": PartitionerEntry(NoOptions, _iid, summary="IID: a random permutation cut into equal shares"),
     "dirichlet": PartitionerEntry(DirichletOptions, _dirichlet, leaves_unused=_dirichlet_leaves_unused,
-                                  summary='Dir(alpha) label skew per class, uncapped; scheme="client": floor(|D_k| p_k) per client (FLex&Chill App.; leaves rows unused)'),
+                                  summary='Dir(alpha) label skew per class; "client": FLex&Chill floor rule, rows unused'),
     "dirichlet_balanced": PartitionerEntry(DirichletBalancedOptions, _dirichlet_balanced, rows_kept=_dirichlet_balanced_kept,
                                            summary="Dir(alpha) per class, capped at N/K: FedMA and NIID-Bench code (FedChill)"),
     "shards": PartitionerEntry(ShardsOptions, _shards, rows_kept=_shards_kept, summary="pathological label skew: label-sorted shards, a few a client (McMahan 2017)"),

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,13 +50,19 @@ SCRIPT = textwrap.dedent('''
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads child processes from Linux's /proc")
-def test_a_local_ray_run_gives_the_driver_back(tmp_path: Path) -> None:
-    script = tmp_path / "ray_run.py"
-    script.write_text(SCRIPT)
+def driver_script(tmp_path: Path, name: str, script: str) -> dict[str, Any]:
+    """The JSON last printed by ``script``, run as a fresh driver process in ``tmp_path`` without the job's Ray settings."""
+    path = tmp_path / name
+    path.write_text(script)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTHONBREAKPOINT"))}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return seen
+
+
+def test_a_local_ray_run_gives_the_driver_back(tmp_path: Path) -> None:
+    seen = driver_script(tmp_path, "ray_run.py", SCRIPT)
     assert seen["environ"] == ["RAY_DISABLE_FAILURE_SIGNAL_HANDLER"]  # documented: docs/ray.md
     # sys.path too, also where PYTHONPATH holds Ray's thirdparty_files already (CI's private-network suite, after the
     # Flower simulations: Ray's insert at the import is then a duplicate, which undo_import takes away as well)

@@ -3,16 +3,14 @@ keeps the draws the caller's callbacks make during the run (the close rewound th
 round left the caller's stream where it was before the run). In a fresh interpreter, so that chillfl's ``import ray``
 is the first."""
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("ray")
+
+from test_statefix_ray import driver_script  # noqa: E402  (after the skip: it needs ray too)
 
 SCRIPT = textwrap.dedent('''
     import json, random
@@ -38,11 +36,6 @@ SCRIPT = textwrap.dedent('''
 
 
 def test_the_callers_random_draws_during_a_ray_run_are_kept(tmp_path: Path) -> None:
-    script = tmp_path / "ray_random.py"
-    script.write_text(SCRIPT)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "PYTHONBREAKPOINT"))}
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    seen = driver_script(tmp_path, "ray_random.py", SCRIPT)
     assert seen["drawn"] == seen["expected"][:2]  # ray.init's own draws were put back before the first round
     assert seen["next"] == seen["expected"][2]  # and the callbacks' draws were not rewound at the close

@@ -1027,13 +1027,10 @@ def draws_global(model: nn.Module, spec: LocalSpec) -> bool:
         rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
         if isinstance(module, _DRAWING_MODULES) or isinstance(rate, float) and rate > 0 or _foreign(type(module).forward):
             return True
-        if _foreign(vars(module).get("forward", _no_code)) or any(_foreign(hook) for hook in _module_hooks(module)):
+        own = vars(module).get("forward")
+        if own is not None and _foreign(own) or any(_foreign(hook) for hook in _module_hooks(module)):
             return True  # a forward set on the instance, or a hook: code of the user's that may draw (F.dropout)
     return any(_foreign(term) for term in spec.terms) or _foreign(spec.base_loss)
-
-
-def _no_code() -> None:
-    """Stands for "no code of its own" where a module has no instance ``forward``."""
 
 
 def _module_hooks(module: nn.Module) -> Iterator[object]:

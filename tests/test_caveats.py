@@ -170,6 +170,31 @@ def test_epsilon_caveat_one_group_under_poisson_sampling_and_none_without_privac
     assert epsilon_caveat([("clean", clean)]) is None
 
 
+def test_epsilon_caveat_names_what_each_variant_approximates() -> None:
+    """The clause read "under fixed sampling a subsampled mechanism accounts the round's clients as Poisson sampled" for any
+    private variant under the default fixed sampling: at q = 1 (every client every round) that is Poisson sampling itself,
+    a proven bound, and dp-sgd accounts no client sampling at all but its shuffled fixed-size batches, under either
+    sampling. Now each variant's own approximation is named, from its mechanism."""
+    from chillfl.report.caveats import epsilon_caveat
+
+    def private(mechanism: str, **extra: object) -> RunConfig:
+        return load_config(None, {**TINY, "privacy.mechanism": mechanism, "privacy.delta": 1e-4, **extra})
+
+    all_clients = private("dp-fedavg", **{"federation.clients_per_round": 4})
+    assert all_clients.federation.sample_size() == all_clients.federation.num_clients
+    caveat = epsilon_caveat([("all", all_clients)])
+    assert caveat is not None and "proven" not in caveat and "Poisson" not in caveat
+
+    half = private("dp-fedavg", **{"federation.clients_per_round": 2})
+    sgd = private("dp-sgd", **{"federation.sampling": "poisson"})
+    caveat = epsilon_caveat([("half", half), ("all", all_clients), ("sgd", sgd)])
+    assert caveat is not None
+    assert ("The usual approximation, not a proven bound: 'half' accounts the round's clients, drawn without replacement under "
+            'federation.sampling = "fixed", as Poisson sampled at q = m / N; '
+            "'sgd' accounts each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k.") in caveat
+    assert "'all' account" not in caveat
+
+
 STEERING_PLUGIN = '''
 from chillfl.extend import Capabilities
 

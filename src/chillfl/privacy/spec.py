@@ -174,7 +174,12 @@ class MechanismSpec(Generic[Opt]):
       probabilities, not logits, and the release must return rows on the simplex: each entry >= 0, each row
       summing to 1, else a ConfigError on ``privacy.mechanism``, :class:`chillfl.privacy.softlabels.CheckedRelease`);
     * ``settle(options, noise)``: the options completed once sigma is known (a ConfigError for an impossible one);
-    * ``check(options, config)``: refuse a run these options make no sense in (a ConfigError naming the field).
+    * ``check(options, config)``: refuse a run these options make no sense in (a ConfigError naming the field);
+    * ``approximation(options, config)``: what the reported epsilon accounts as Poisson sampled though the run samples
+      it otherwise, as a phrase (``"each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k"``),
+      or None where the epsilon is a proven bound; printed in the comparison's epsilon caveat. Without the hook a
+      subsampled mechanism is read as sampling clients: an approximation under ``federation.sampling = "fixed"`` with
+      fewer clients a round than ``num_clients`` (docs/privacy.md, *Sampling*).
 
     ``adjacency``: the neighbouring inputs ``adjacency = "auto"`` means for it (``replace``: any two clipped
     values, sensitivity 2C; ``add_remove``: a value against none, C). ``subsampled``: whether sampling
@@ -191,6 +196,7 @@ class MechanismSpec(Generic[Opt]):
     rows: Callable[[Opt, Noise, bool], RowRelease] | None = None
     settle: Callable[[Opt, Noise], Opt] | None = None
     check: Callable[[Opt, RunConfig], None] | None = None
+    approximation: Callable[[Opt, RunConfig], str | None] | None = None
     adjacency: Literal["add_remove", "replace"] = "add_remove"
     subsampled: bool = True
     cost: Cost = Cost()
@@ -213,7 +219,7 @@ class MechanismSpec(Generic[Opt]):
             ("accounts", self.accounts, ("options", "sizes")), ("charges", self.charges, ("options", "sizes", "participants")),
             ("aggregator", self.aggregator, ("options", "noise", "base")), ("step", self.step, ("options", "noise")),
             ("rows", self.rows, ("options", "noise", "probabilities")), ("settle", self.settle, ("options", "noise")),
-            ("check", self.check, ("options", "config")),
+            ("check", self.check, ("options", "config")), ("approximation", self.approximation, ("options", "config")),
         ]
 
     def __post_init__(self) -> None:

@@ -167,6 +167,25 @@ def guarantee(config: RunConfig) -> Guarantee | None:
     return Guarantee(p.mechanism, p.spec.adjacency if p.adjacency == "auto" else p.adjacency, p.delta)
 
 
+CLIENTS_AS_POISSON = "the round's clients, drawn without replacement under federation.sampling = \"fixed\", as Poisson sampled at q = m / N"
+"""What a subsampled mechanism without an ``approximation`` hook approximates under fixed-size client sampling."""
+
+
+def approximation(config: RunConfig) -> str | None:
+    """What the private variant's epsilon accounts as Poisson sampled though the run samples it otherwise (docs/privacy.md,
+    *Sampling*); None for a proven bound or a run without ``[privacy]``. The mechanism's own
+    :attr:`~chillfl.privacy.spec.MechanismSpec.approximation` says it; without one, a subsampled mechanism is read as
+    sampling clients: fixed-size sampling of fewer than every client a round (all of them every round is Poisson at q = 1)."""
+    p = config.privacy
+    if not p.enabled:
+        return None
+    spec = p.spec
+    if spec.approximation is not None:
+        return spec.approximation(p.options, config)
+    fed = config.federation
+    return CLIENTS_AS_POISSON if spec.subsampled and fed.sampling == "fixed" and fed.sample_size() < fed.num_clients else None
+
+
 def epsilon_units(variants: Sequence[tuple[str, RunConfig]]) -> dict[str, str]:
     """Label -> what its epsilon bounds (:class:`Guarantee` as text), for the private variants: the marks of
     ``privacy_utility.png`` (:mod:`chillfl.plots.privacy_utility`), in the caveat's words."""
@@ -178,22 +197,23 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]], tuning_points: Map
 
     The column alone reads as one scale, but each value is the run's own (mechanism, neighbouring relation, delta)
     guarantee for its own privacy unit (a client under ``dp-fedavg``, a sample under ``dp-sgd``, a client's upload or a
-    soft-label row under ``local``): the line names them per group of variants, says that groups do not compare, and,
-    where a subsampled mechanism runs under fixed-size client sampling, that its epsilon is the Poisson approximation
-    (docs/privacy.md, *Sampling*), not a proven bound.
+    soft-label row under ``local``): the line names them per group of variants, says that groups do not compare, and
+    names the variants whose epsilon is the Poisson approximation (:func:`approximation`), not a proven bound.
 
     ``tuning_points``: label -> how many tuning points the variant chose among (``[tune]``). Each point is a private
     training on the same data, and the chosen run's epsilon does not account the choice (Papernot & Steinke 2022):
     the line says so, naming the tuned private variants, rather than let the column read as the tuned row's cost.
     """
     groups: dict[Guarantee, list[str]] = {}
-    approximate = False
+    approximations: dict[str, list[str]] = {}
     for label, config in variants:
         g = guarantee(config)
         if g is None:
             continue
         groups.setdefault(g, []).append(label)
-        approximate = approximate or (config.privacy.spec.subsampled and config.federation.sampling == "fixed")
+        what = approximation(config)
+        if what is not None:
+            approximations.setdefault(what, []).append(repr(label))
     if not groups:
         return None
     # labels quoted: a comparison's labels often hold commas themselves ("FedAvg, eps=8")
@@ -202,9 +222,9 @@ def epsilon_caveat(variants: Sequence[tuple[str, RunConfig]], tuning_points: Map
             + "; ".join(parts) + ".")
     if len(groups) > 1:
         line += " Other mechanisms, neighbours or deltas bound other things (a client, a sample, one client's update or soft-label row): do not compare epsilons across them."
-    if approximate:
-        line += (" Under federation.sampling = \"fixed\" a subsampled mechanism's epsilon accounts the round's clients as Poisson sampled: "
-                 "the usual approximation, not a proven bound.")
+    if approximations:
+        clauses = [f"{', '.join(labels)} account{'s' * (len(labels) == 1)} {what}" for what, labels in approximations.items()]
+        line += f" The usual approximation, not a proven bound: {'; '.join(clauses)}."
     private = {label for labels in groups.values() for label in labels}
     tuned: dict[int, list[str]] = {}
     for label, n in (tuning_points or {}).items():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, runtime_checkable
 
 from chillfl import plugins
 from chillfl.errors import choice_error
@@ -75,7 +75,7 @@ class PrivacyOptions:
                 f"is the RDP accountant's grid of orders, and accountant = {self.accountant!r} has none: set accountant = 'rdp' or drop rdp_orders")
 
 
-SPEC_FIELDS = ("name", "options", "summary", "accounts", "charges", "aggregator", "step", "rows", "settle", "check", "adjacency", "subsampled", "figures")
+SPEC_FIELDS = ("name", "options", "summary", "accounts", "charges", "aggregator", "step", "rows", "settle", "check", "approximation", "adjacency", "subsampled", "figures")
 """What a mechanism's spec has: how the family tells one apart without importing the mechanisms' runtime (the
 config sits below it); :func:`chillfl.privacy.spec.spec_of` checks the type where the runtime reads the hooks."""
 
@@ -92,6 +92,11 @@ class MechanismKind(NamedSpec, Protocol):
     @property
     def subsampled(self) -> bool:
         """Whether sampling amplifies its releases (then ``replace`` is refused)."""
+        ...
+
+    @property
+    def approximation(self) -> Callable[[Any, Any], str | None] | None:
+        """What its epsilon accounts as Poisson sampled though the run is not (options, config -> phrase or None)."""
         ...
 
 

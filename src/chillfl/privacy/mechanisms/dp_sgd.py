@@ -17,6 +17,7 @@ from chillfl.capabilities import Cost
 from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
 
 if TYPE_CHECKING:
+    from chillfl.config import RunConfig
     from chillfl.privacy.dpsgd import PerSampleClipping
 
 
@@ -96,6 +97,12 @@ one-step RDP once a run: 9.7 units on the MLP, 7.0 on the FLex&Chill CNN (16 bef
 per-round epsilon was 80 % of the MLP run's CPU; docs/privacy.md, "Cost")."""
 
 
+def approximation(options: DpSgdOptions, config: RunConfig) -> str:
+    """Its epsilon charges each step as a Poisson-sampled batch (:func:`step_rates`), and the batches are shuffled and
+    fixed-size: the usual approximation whatever ``federation.sampling`` is, which picks clients, not batches."""
+    return "each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k"
+
+
 SPEC = MechanismSpec(
     "dp-sgd",
     DpSgdOptions,
@@ -103,5 +110,6 @@ SPEC = MechanismSpec(
     summary="sample-level DP-SGD: each local step's per-sample gradients clipped to C, summed, plus N(0, (sigma C)^2)",
     charges=charges,
     step=step,
+    approximation=approximation,
     cost=Cost(pass_overhead=PER_SAMPLE_STEP),
 )

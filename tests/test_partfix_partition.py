@@ -157,3 +157,13 @@ def test_data_show_says_when_its_seed_is_none_of_the_comparisons(
     assert main(["data", "show", str(config), *extra, "-o", str(tmp_path / "heat.png")]) == 0
     err = capsys.readouterr().err
     assert ("seed 0's partition, not among the [compare] seeds (5, 6); `--seed 5` shows one" in err) is noted
+
+
+def test_data_show_of_one_variant_says_when_its_seed_is_none_of_the_comparisons(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--variant LABEL`` showed the variant's one run, whose config drops [compare]: the note on the seeds never came."""
+    config = tmp_path / "cmp.toml"
+    config.write_text(COMPARED + '[variants.sharp]\npartition = { name = "dirichlet", alpha = 0.1 }\n')
+    assert main(["data", "show", str(config), "--variant", "sharp", "-o", str(tmp_path / "heat.png")]) == 0
+    assert "seed 0's partition, not among the [compare] seeds (5, 6); `--seed 5` shows one" in capsys.readouterr().err
+    assert main(["data", "show", str(config), "--variant", "sharp", "--seed", "6", "-o", str(tmp_path / "heat.png")]) == 0
+    assert "not among the [compare] seeds" not in capsys.readouterr().err

@@ -559,7 +559,9 @@ def cmd_data_show(args: argparse.Namespace) -> int:
     if not args.variant and (other := _other_partitions(config)):
         which = f"the variant {other[0]!r} partitions" if len(other) == 1 else f"the variants {', '.join(map(repr, other))} partition"
         say(f"chillfl: note: this is the base config's partition; {which} otherwise (`--variant LABEL` shows one)")
-    seeds = config.compare.get("seeds") or []  # a comparison draws at these: seed (0 unset) may be none of them
+    # a comparison draws at these: seed (0 unset) may be none of them. A variant's one run drops [compare]: its base's say
+    compared = _load(args.config, [o for o in args.overrides if o.strip().startswith("compare.")], args) if args.variant else config
+    seeds = compared.compare.get("seeds") or []
     if seeds and config.seed not in seeds and args.seed is None and "seed" not in parse_overrides(list(args.overrides)):
         say(f"chillfl: note: this is seed {config.seed}'s partition, not among the [compare] seeds ({', '.join(map(str, seeds))}); "
             f"`--seed {seeds[0]}` shows one")

@@ -94,9 +94,14 @@ def ntd_loss(
 
 
 def teacher_logits(step: StepView, state: Mapping[str, torch.Tensor]) -> torch.Tensor:
-    """The logits of the model with ``state`` (parameters and buffers) on the step's batch: eval mode, no gradient."""
-    logits = frozen_forward(step, state, lambda call: call(step.x))
-    return logits.detach().float()
+    """The logits of the model with ``state`` (parameters and buffers) on the step's batch: eval mode, no gradient.
+
+    A half-precision teacher (float16, bfloat16) is raised to float32, as the student's bf16 logits are
+    (:class:`~chillfl.training.local.StepLoss`); float32 and float64 keep their dtype, so a float64 run's
+    teacher is not rounded to float32.
+    """
+    logits = frozen_forward(step, state, lambda call: call(step.x)).detach()
+    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
 
 
 class NtdTerm:

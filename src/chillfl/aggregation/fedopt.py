@@ -75,8 +75,9 @@ ServerOptimizer = Literal["adam", "yogi", "adagrad"]
 
 @dataclass(frozen=True)
 class FedOptOptions:
-    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1``, ``beta2`` (FedAdam's and FedYogi's: FedAdagrad
-    reads none, and a value set says so in a warning), ``tau`` (epsilon); ``weighting`` of Delta_t."""
+    """Server optimiser hyper-parameters: ``server_lr`` (eta), ``beta1`` (the momentum of m_t, read by all three, FedAdagrad
+    included, as Algorithm 2; ``beta1 = 0`` gives Flower's FedAdagrad), ``beta2`` (FedAdam's and FedYogi's: FedAdagrad
+    does not read it, and a value set says so in a warning), ``tau`` (epsilon); ``weighting`` of Delta_t."""
 
     server_lr: float = 0.01
     beta1: float = 0.9

@@ -29,7 +29,7 @@ Choices
   ``hs``), ``flearn/trainers/fedbase.py`` ``aggregate2`` (``w - sum Deltas / sum hs``) and
   ``flearn/utils/tf_utils.py`` ``norm_grad`` (a squared norm).
 * ``q = 1.0`` by default (the paper tunes q per data set in {0.001, ..., 15};
-  its code's default 0 is FedAvg). ``lipschitz`` unset: L = 1/lr of the
+  its code's default 0 is the plain mean, FedAvg with uniform weights). ``lipschitz`` unset: L = 1/lr of the
   round, the paper's estimate; set it to fix L. That estimate reads the
   client's displacement as plain SGD steps at lr: with momentum or Adam the
   displacement is another (momentum 0.9: about 10x), Delta_k and h_k with it,
@@ -73,7 +73,8 @@ LOG_FLOAT_MAX = math.log(sys.float_info.max)
 
 @dataclass(frozen=True)
 class QfflOptions:
-    """``q``: fairness exponent (0 = FedAvg); ``lipschitz``: L (unset: 1 / the round's lr, the paper's estimate)."""
+    """``q``: fairness exponent (0: the plain mean over the sampled clients, i.e. FedAvg with ``weighting = "uniform"``,
+    not the default sample-weighted FedAvg); ``lipschitz``: L (unset: 1 / the round's lr, the paper's estimate)."""
 
     q: float = 1.0
     lipschitz: float | None = None

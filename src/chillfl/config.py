@@ -146,6 +146,9 @@ class ClientConfig:
 
     epochs: int = 1
     batch_size: int = 16
+    """Rows per local step. An epoch's trailing batch of one row is merged into the batch before it (batch norm cannot
+    normalise one row: :func:`chillfl.training.local.batch_order`), with or without batch norm; so ``batch_size = 1`` is not
+    per-sample SGD: an epoch of n >= 2 rows takes n - 1 steps, its last of 2 rows (a 2-row client: 1 step of 2 rows)."""
     lr: float = 0.01
     lr_decay: float = 1.0
     """Multiplicative per-round decay: lr at round t (0-based) is lr * lr_decay**t (times ``lr_schedule``)."""

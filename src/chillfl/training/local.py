@@ -48,7 +48,6 @@ learning-rate schedules: :mod:`chillfl.training.optim` (``LocalSpec.optim``).
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import functools
 import inspect
 import itertools
@@ -147,16 +146,16 @@ def check_base_loss(loss: BaseLoss, field: str) -> None:
     ignore silently. Why here: the flags are read once per training job, deep in a worker; the mistake is the method's,
     so it is named before the run starts. A callable without a readable signature (a builtin) is trusted."""
     owner = _loss_owner(loss)
-    key = (reads_context(loss), reads_features(loss), tuple(sorted(vars(loss))) if hasattr(loss, "__dict__") else ())
+    own = tuple(sorted((k, isinstance(v, bool)) for k, v in vars(loss).items())) if hasattr(loss, "__dict__") else ()
+    key = (reads_context(loss), reads_features(loss), own)
     if owner is not None and key in _LOSSES_CHECKED.get(owner, ()):
         return  # specs are rebuilt per client and round (dataclasses.replace); the signature is read once
     what = getattr(loss, "__qualname__", None) or type(loss).__qualname__
     for attr in dir(loss):
-        if attr.lower().startswith("use") and attr not in LOSS_FLAGS:
-            near = difflib.get_close_matches(attr, LOSS_FLAGS, n=1, cutoff=0.8)
-            if near:
-                raise ConfigError(field, f"the base loss {what} sets {attr}, which the training step never reads; declare {near[0]} "
-                                         "(chillfl.extend.DeclaredLoss)")
+        near = misspelt_flag(attr, inspect.getattr_static(loss, attr, None))
+        if near is not None:
+            raise ConfigError(field, f"the base loss {what} sets {attr}, which the training step never reads; declare {near} "
+                                     "(chillfl.extend.DeclaredLoss)")
     try:
         signature = inspect.signature(loss)
     except (TypeError, ValueError):
@@ -175,6 +174,35 @@ def check_base_loss(loss: BaseLoss, field: str) -> None:
         _LOSSES_CHECKED.setdefault(owner, set()).add(key)
 
 
+def misspelt_flag(name: str, value: object) -> str | None:
+    """The flag of :data:`LOSS_FLAGS` that attribute ``name`` holding ``value`` misspells, or None. A misspelling is
+    shaped like a flag: ``use_``/``uses_`` (any case) and a rest within one edit (a letter added, dropped, changed or two
+    swapped) of ``context``/``features``, holding a bool or a property. Why so narrow: ``used_features = 0`` or
+    ``user_context`` are a loss's own state, not a flag, and refusing them would refuse a working loss."""
+    if name in LOSS_FLAGS or not (isinstance(value, (bool, property))):
+        return None
+    lower = name.lower()
+    prefix = next((p for p in ("uses_", "use_") if lower.startswith(p)), None)
+    if prefix is None:
+        return None
+    rest = lower[len(prefix):]
+    return next((flag for flag in LOSS_FLAGS if _within_one_edit(rest, flag.removeprefix("uses_"))), None)
+
+
+def _within_one_edit(a: str, b: str) -> bool:
+    """Whether ``a`` becomes ``b`` by at most one insertion, deletion, substitution or swap of two neighbours."""
+    if a == b:
+        return True
+    if abs(len(a) - len(b)) > 1:
+        return False
+    if len(a) == len(b):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        return len(diff) == 1 or len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
+    short, long = (a, b) if len(a) < len(b) else (b, a)
+    i = next((k for k in range(len(short)) if short[k] != long[k]), len(short))
+    return short[i:] == long[i + 1:]
+
+
 def _loss_owner(loss: BaseLoss) -> Any:
     """What a passed check of ``loss`` is remembered under: a plain function itself, or the class of a callable object
     whose class defines ``__call__``; None (checked every time) for anything whose class says nothing of the code it
@@ -191,9 +219,10 @@ def _loss_owner(loss: BaseLoss) -> Any:
     return kind
 
 
-_LOSSES_CHECKED: weakref.WeakKeyDictionary[Any, set[tuple[bool, bool, tuple[str, ...]]]] = weakref.WeakKeyDictionary()
-"""Loss functions and classes :func:`check_base_loss` passed, by their flags and instance attribute names: a cache keyed
-by the code, as :mod:`~chillfl.executors.compiled`'s, so that the check costs once, not at every spec (about 70 us)."""
+_LOSSES_CHECKED: weakref.WeakKeyDictionary[Any, set[tuple[bool, bool, tuple[tuple[str, bool], ...]]]] = weakref.WeakKeyDictionary()
+"""Loss functions and classes :func:`check_base_loss` passed, by their flags and instance attribute names (and whether
+each holds a bool, as a misspelt flag does): a cache keyed by the code, as :mod:`~chillfl.executors.compiled`'s, so
+that the check costs once, not at every spec (about 70 us)."""
 
 
 def reads_representation(spec: LocalSpec) -> bool:

@@ -31,6 +31,7 @@ Checked against (2026-12): DataLoader semantics (a transform draws at each item 
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from chillfl.errors import ConfigError, one_line
+from chillfl.global_rng import GLOBAL_RNG
 from chillfl.options import short_repr
 from chillfl.seeds import derive_seed
 
@@ -76,40 +78,63 @@ def _seed_all(seed: int) -> None:
     np.random.seed(seed & 0xFFFF_FFFF)  # NumPy's legacy seed takes 32 bits
 
 
+HOLD_S = 0.005
+"""Seconds :func:`read_items` holds :data:`~chillfl.global_rng.GLOBAL_RNG` for at most (past the item it is reading)
+before it lets other threads' blocks in: a save and restore of the three RNGs costs about 0.1 ms (NumPy's state), more
+than a cheap item, so it is paid once per hold, not per item, and another thread waits about this long at most."""
+
+
 def read_items(dataset: Any, field: str, rows: Sequence[int] | np.ndarray, seeds: np.ndarray, shape: tuple[int, ...] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Items ``rows`` of ``dataset`` as (inputs, labels), item ``rows[k]`` read under ``seeds[k]``.
 
     Inputs go into one preallocated tensor (the dataset is never held twice);
     ``shape``: the shape every input must have (None: item 0's). Errors name ``field``.
+
+    The seeding, the reads and the restore of the RNGs are blocks under :data:`~chillfl.global_rng.GLOBAL_RNG` (a few
+    items each, :data:`HOLD_S`): a run in another thread neither reseeds them amid a transform's draws (its items would
+    differ from a run alone) nor has this seed land amid its own block (its dropout would), and the restores never
+    cross, so the caller's states are as they were. The lock is re-entrant: a transform that itself enters a block of
+    chillfl's runs as before; one that waits for another thread that enters such a block would wait for ever.
     """
     n = len(rows)
     x: torch.Tensor | None = None
     y = torch.empty(n, dtype=torch.int64)
-    with preserved_rngs():
-        for k in range(n):
-            i = int(rows[k])
-            _seed_all(int(seeds[k]))
-            try:
-                item = dataset[i]
-            except Exception as exc:  # noqa: BLE001 - the user's __getitem__ / transform: a bad item, named, before anything is written
-                raise ConfigError(field, f"reading item {i} failed: {type(exc).__name__}: {one_line(str(exc))}") from None
-            if not isinstance(item, (tuple, list)) or len(item) < 2:
-                raise ConfigError(field, f"item {i} must be (input, label), got {type(item).__name__}")
-            xi, yi = item[0], item[1]
-            if not isinstance(xi, torch.Tensor):
-                if not isinstance(xi, np.ndarray):
-                    raise ConfigError(field, f"item {i}'s input is a {type(xi).__name__}; make the transform return a tensor (e.g. torchvision's ToTensor())")
-                xi = torch.from_numpy(np.ascontiguousarray(xi))
-            if x is None:
-                expected = tuple(xi.shape) if shape is None else shape
-                x = torch.empty((n, *expected), dtype=xi.dtype)
-            if tuple(xi.shape) != tuple(x.shape[1:]):
-                raise ConfigError(field, f"item {i}'s input has shape {tuple(xi.shape)}, item {int(rows[0])}'s {tuple(x.shape[1:])}")
-            x[k] = xi
-            y[k] = label(yi, field, i)
+    k = 0
+    while k < n:
+        with GLOBAL_RNG, preserved_rngs():
+            held = time.perf_counter()
+            while k < n:
+                i = int(rows[k])
+                _seed_all(int(seeds[k]))
+                try:
+                    item = dataset[i]
+                except Exception as exc:  # noqa: BLE001 - the user's __getitem__ / transform: a bad item, named, before anything is written
+                    raise ConfigError(field, f"reading item {i} failed: {type(exc).__name__}: {one_line(str(exc))}") from None
+                xi, yi = _input_label(item, field, i)
+                if x is None:
+                    x = torch.empty((n, *(tuple(xi.shape) if shape is None else shape)), dtype=xi.dtype)
+                if tuple(xi.shape) != tuple(x.shape[1:]):
+                    raise ConfigError(field, f"item {i}'s input has shape {tuple(xi.shape)}, item {int(rows[0])}'s {tuple(x.shape[1:])}")
+                x[k] = xi
+                y[k] = label(yi, field, i)
+                k += 1
+                if time.perf_counter() - held > HOLD_S:
+                    break
     if x is None:
         x = torch.empty((0, *(shape or ())))
     return x, y
+
+
+def _input_label(item: Any, field: str, index: int) -> tuple[torch.Tensor, Any]:
+    """An item's (input as a tensor, label as read)."""
+    if not isinstance(item, (tuple, list)) or len(item) < 2:
+        raise ConfigError(field, f"item {index} must be (input, label), got {type(item).__name__}")
+    xi, yi = item[0], item[1]
+    if not isinstance(xi, torch.Tensor):
+        if not isinstance(xi, np.ndarray):
+            raise ConfigError(field, f"item {index}'s input is a {type(xi).__name__}; make the transform return a tensor (e.g. torchvision's ToTensor())")
+        xi = torch.from_numpy(np.ascontiguousarray(xi))
+    return xi, yi
 
 
 def materialize(dataset: Any, field: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:

@@ -23,6 +23,7 @@ same seed gives bitwise the same numbers on the same executor.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
@@ -40,7 +41,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 
 from chillfl.engine.footprint import activation_bytes, nbytes
-from chillfl.training.local import evaluate, split_state
+from chillfl.training.local import EVAL_SEED, client_rng, evaluate, model_draws, split_state
 
 STRICT_FALLBACKS = "CHILLFL_STRICT_VECTORIZED"
 """Environment variable: ``1`` turns every vmap fallback (batched predictions, the vectorised executor) into an error.
@@ -111,9 +112,10 @@ def outputs(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor
     model.eval()
     params, buffers = split_state(model, state)
     out = []
-    for i in range(0, len(x), batch_size):
-        z = functional_call(model, (params, buffers), (x[i : i + batch_size],))
-        out.append(z if logits else torch.softmax(z, dim=-1))
+    with client_rng(x.device, EVAL_SEED) if model_draws(model, training=False) else contextlib.nullcontext():  # as evaluate()
+        for i in range(0, len(x), batch_size):
+            z = functional_call(model, (params, buffers), (x[i : i + batch_size],))
+            out.append(z if logits else torch.softmax(z, dim=-1))
     return torch.cat(out).to(torch.float32)
 
 

@@ -408,7 +408,8 @@ def conv_outputs_per_sample(model: nn.Module, x: torch.Tensor) -> int:
     was_training = model.training
     try:
         model.eval()
-        with torch.no_grad():
+        draws = client_rng(x.device, EVAL_SEED) if model_draws(model, training=False) else nullcontext()
+        with torch.no_grad(), draws:  # fractional max-pooling draws in eval mode: the caller's generator is kept
             model(x[:1])
     finally:
         for h in handles:
@@ -1028,38 +1029,67 @@ def client_rng(device: torch.device, seed: int) -> Iterator[None]:
         yield
 
 
-_DRAWING_MODULES: tuple[type[nn.Module], ...] = (nn.modules.dropout._DropoutNd, nn.RReLU)
-"""torch's modules whose training forward draws from the global generator (every dropout, RReLU)."""
+_DRAWING_MODULES: tuple[type[nn.Module], ...] = (nn.modules.dropout._DropoutNd, nn.RReLU, nn.FractionalMaxPool2d, nn.FractionalMaxPool3d)
+"""torch's modules whose forward draws from the global generator: every dropout and RReLU in training, fractional
+max-pooling in training and eval alike (its pooling regions, unless given ``_random_samples``). Checked against torch
+2.13's ``torch.nn.modules`` (2026-12): no other module's forward draws (``nn.MultiheadAttention`` and the RNNs draw
+through a ``dropout`` rate of their own, read apart)."""
+
+_EVAL_DRAWING_MODULES: tuple[type[nn.Module], ...] = (nn.FractionalMaxPool2d, nn.FractionalMaxPool3d)
+"""Those of :data:`_DRAWING_MODULES` that draw in eval mode too (dropout and RReLU are the identity and a fixed slope there)."""
+
+_OWN_MODULES = ("torch", "chillfl")
+"""Where code is known: torch's and chillfl's; anything else may draw where chillfl cannot see it."""
 
 
 def _foreign(code: object) -> bool:
     """Whether ``code`` (a function, a callable object) is neither torch's nor chillfl's: it may draw from torch's global
     generator (``F.dropout``, ``torch.randn``) where chillfl cannot see it."""
     where = getattr(code, "__module__", None) or type(code).__module__
-    return not where.startswith(("torch.", "chillfl."))
+    return where.split(".")[0] not in _OWN_MODULES
+
+
+def _global_hooks_foreign() -> bool:
+    """Whether a global module hook (``register_module_forward_hook``) is the user's: it runs in every forward."""
+    from torch.nn.modules import module as torch_module
+
+    global_hooks = (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks, torch_module._global_backward_hooks,
+                    torch_module._global_backward_pre_hooks)
+    return any(_foreign(hook) for hooks in global_hooks for hook in hooks.values())
+
+
+def model_draws(model: nn.Module, *, training: bool = True) -> bool:
+    """Whether ``model``'s forward (in training mode, or with ``training=False`` in eval mode) may draw from torch's
+    global generators: a module of :data:`_DRAWING_MODULES` (in eval mode only fractional max-pooling), a torch layer
+    with a ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``; in training), or code
+    outside torch and chillfl: a module's forward (a user's own class: it may call ``F.dropout``), a forward set on an
+    instance, a hook. Conservative."""
+    if _global_hooks_foreign():
+        return True
+    drawing = _DRAWING_MODULES if training else _EVAL_DRAWING_MODULES
+    for module in model.modules():
+        rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
+        if isinstance(module, drawing) or training and isinstance(rate, float) and rate > 0 or _foreign(type(module).forward):
+            return True
+        own = vars(module).get("forward")
+        if own is not None and _foreign(own) or any(_foreign(hook) for hook in _module_hooks(module)):
+            return True  # a forward set on the instance, or a hook: code of the user's that may draw (F.dropout)
+    return False
 
 
 def draws_global(model: nn.Module, spec: LocalSpec) -> bool:
     """Whether a client's steps may draw from torch's global generators, so that :func:`train_client` forks, seeds and
     holds them (:func:`client_rng`; serialised against such steps in other threads); steps that draw nothing touch them
-    not at all, and run alongside other threads'. Conservative: a torch dropout or RReLU module, or a module's forward, a
-    term or the base loss of code outside torch and chillfl (a user's own class: its forward may call ``F.dropout``), or
-    a torch layer with a ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``).
-    A user's ``nn.Sequential`` of torch's layers without dropout draws nothing, nor do chillfl's models without it."""
-    from torch.nn.modules import module as torch_module
+    not at all, and run alongside other threads'. Conservative: a model that may draw in training (:func:`model_draws`:
+    a torch dropout, RReLU or fractional max-pool module, a torch layer with a ``dropout`` rate of its own, a module of
+    the user's own class), or a term or the base loss of code outside torch and chillfl.
+    A user's ``nn.Sequential`` of torch's layers without these draws nothing, nor do chillfl's models without them."""
+    return model_draws(model) or any(_foreign(term) for term in spec.terms) or _foreign(spec.base_loss)
 
-    global_hooks = (torch_module._global_forward_hooks, torch_module._global_forward_pre_hooks, torch_module._global_backward_hooks,
-                    torch_module._global_backward_pre_hooks)
-    if any(_foreign(hook) for hooks in global_hooks for hook in hooks.values()):
-        return True
-    for module in model.modules():
-        rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
-        if isinstance(module, _DRAWING_MODULES) or isinstance(rate, float) and rate > 0 or _foreign(type(module).forward):
-            return True
-        own = vars(module).get("forward")
-        if own is not None and _foreign(own) or any(_foreign(hook) for hook in _module_hooks(module)):
-            return True  # a forward set on the instance, or a hook: code of the user's that may draw (F.dropout)
-    return any(_foreign(term) for term in spec.terms) or _foreign(spec.base_loss)
+
+EVAL_SEED = derive_seed("evaluate")
+"""The seed of torch's global generators for an evaluation whose model draws in eval mode (fractional max-pooling): the
+same draws at every evaluation, whatever the caller's generator held."""
 
 
 def _module_hooks(module: nn.Module) -> Iterator[object]:
@@ -1168,6 +1198,9 @@ def evaluate(
     ``precision``: those are training-speed choices, and metrics of one state
     must not depend on them (a state given channels-last is read contiguously).
 
+    A model whose eval forward draws from torch's global generators (:func:`model_draws`: fractional max-pooling, code
+    of the user's) draws them from :data:`EVAL_SEED` in a fork: the caller's generators are as they were.
+
     Logits that are not all finite give a NaN accuracy, as they give a NaN loss: the argmax of NaN logits is
     index 0 or whichever is NaN first, and counting it as a prediction reports chance-like accuracy for a broken model.
     """
@@ -1178,13 +1211,16 @@ def evaluate(
     correct = torch.zeros((), dtype=torch.int64, device=y.device)
     loss = torch.zeros((), dtype=torch.float64, device=y.device)  # tensors: one host sync per call, not per batch
     finite = torch.ones((), dtype=torch.bool, device=y.device)
-    for i in range(0, len(y), batch_size):
-        logits = functional_call(model, (params, buffers), (x[i : i + batch_size],))
-        yb = y[i : i + batch_size]
-        loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
-        correct += (logits.argmax(1) == yb).sum()
-        finite &= torch.isfinite(logits).all()
-        if observe is not None:
-            observe(logits, yb)
+    # fractional max-pooling draws in eval mode too: a fork seeded alike at every evaluation, held against other threads
+    # (client_rng), so metrics do not follow the caller's generator and leave it as it was
+    with client_rng(x.device, EVAL_SEED) if model_draws(model, training=False) else nullcontext():
+        for i in range(0, len(y), batch_size):
+            logits = functional_call(model, (params, buffers), (x[i : i + batch_size],))
+            yb = y[i : i + batch_size]
+            loss += torch.nn.functional.cross_entropy(logits, yb, reduction="sum")  # float32 batch sums, added in float64
+            correct += (logits.argmax(1) == yb).sum()
+            finite &= torch.isfinite(logits).all()
+            if observe is not None:
+                observe(logits, yb)
     right = int(torch.where(finite, correct, -1))  # -1: not finite (one host read for both)
     return (right / len(y) if right >= 0 else float("nan")), float(loss) / len(y)

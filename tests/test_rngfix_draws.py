@@ -1,12 +1,15 @@
 """Models whose forward draws from torch's global generator are forked and seeded: fractional max-pooling (in training
-and in eval mode alike)."""
+and in eval mode alike) and a user's subclass of chillfl's block overriding a helper its inherited forward calls."""
 
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from chillfl.engine.predict import outputs
+from chillfl.models.resnet_cifar import BasicBlock
+from chillfl.models.mlp import MLP
 from chillfl.training.local import LocalSpec, conv_outputs_per_sample, draws_global, evaluate, train_client
 
 
@@ -60,3 +63,26 @@ def test_evaluation_with_fractional_max_pooling_keeps_the_callers_generator() ->
         assert torch.equal(torch.get_rng_state(), before)
         seen.append((metrics, probs))
     assert seen[0][0] == seen[1][0] and torch.equal(seen[0][1], seen[1][1])
+
+
+class JitteredShortcut(BasicBlock):
+    """A user's subclass of chillfl's block: its own shortcut draws, the forward it calls it from is chillfl's."""
+
+    def _pad_shortcut(self, x: torch.Tensor, cout: int) -> torch.Tensor:
+        return F.dropout(super()._pad_shortcut(x, cout), 0.5, self.training)
+
+
+def test_a_subclass_of_chillfls_model_is_the_users_code() -> None:
+    block = JitteredShortcut(2, 4, 2, "pad")
+    assert draws_global(block, LocalSpec(1, 8))
+    assert not draws_global(BasicBlock(2, 4, 2, "pad"), LocalSpec(1, 8))
+    assert not draws_global(MLP(4, (8,), 3), LocalSpec(1, 8))
+    x, y = torch.randn(8, 2, 4, 4, generator=torch.Generator().manual_seed(0)), torch.zeros(8, dtype=torch.int64)
+    head = nn.Sequential(block, nn.Flatten(), nn.Linear(16, 2))
+    results = []
+    for caller in (1, 2):
+        torch.manual_seed(caller)
+        out = train_client(head, head.state_dict(), x, y, spec=LocalSpec(epochs=1, batch_size=4), lr=0.1, temperature=1.0, context={},
+                           generator=torch.Generator().manual_seed(3))
+        results.append(torch.cat([v.flatten() for v in out.params.values()]))
+    assert torch.equal(results[0], results[1])

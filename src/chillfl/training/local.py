@@ -1049,6 +1049,17 @@ def _foreign(code: object) -> bool:
     return where.split(".")[0] not in _OWN_MODULES
 
 
+def _foreign_class(kind: type) -> bool:
+    """Whether a class in ``kind``'s MRO is the user's (neither torch's, chillfl's nor the standard library's): a
+    subclass of chillfl's model that overrides a helper its inherited ``forward`` calls (``F.dropout`` in a block's
+    shortcut) draws where ``type(module).forward`` is chillfl's."""
+    return any(c.__module__.split(".")[0] not in _KNOWN_PACKAGES for c in kind.__mro__)
+
+
+_KNOWN_PACKAGES = frozenset((*_OWN_MODULES, *sys.stdlib_module_names))
+"""Top-level packages whose classes are not the user's (``object``, ``typing.Generic``, ``abc.ABC`` in an MRO)."""
+
+
 def _global_hooks_foreign() -> bool:
     """Whether a global module hook (``register_module_forward_hook``) is the user's: it runs in every forward."""
     from torch.nn.modules import module as torch_module
@@ -1062,14 +1073,14 @@ def model_draws(model: nn.Module, *, training: bool = True) -> bool:
     """Whether ``model``'s forward (in training mode, or with ``training=False`` in eval mode) may draw from torch's
     global generators: a module of :data:`_DRAWING_MODULES` (in eval mode only fractional max-pooling), a torch layer
     with a ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``; in training), or code
-    outside torch and chillfl: a module's forward (a user's own class: it may call ``F.dropout``), a forward set on an
-    instance, a hook. Conservative."""
+    outside torch and chillfl: a module whose class or a class it derives from is the user's (its forward, or a helper
+    an inherited forward calls, may call ``F.dropout``), a forward set on an instance, a hook. Conservative."""
     if _global_hooks_foreign():
         return True
     drawing = _DRAWING_MODULES if training else _EVAL_DRAWING_MODULES
     for module in model.modules():
         rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
-        if isinstance(module, drawing) or training and isinstance(rate, float) and rate > 0 or _foreign(type(module).forward):
+        if isinstance(module, drawing) or training and isinstance(rate, float) and rate > 0 or _foreign_class(type(module)) or _foreign(type(module).forward):
             return True
         own = vars(module).get("forward")
         if own is not None and _foreign(own) or any(_foreign(hook) for hook in _module_hooks(module)):

@@ -14,9 +14,10 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, holds_personal_model, measured_after_average, with_run_model
-from chillfl.aggregation.registry import (Wrapped, algorithm_names, algorithm_options, algorithm_spec, check_algorithm, check_declarations, check_plain_sgd,
-                                         declared_capabilities, largest_tolerated, make_aggregator, wrapped)
+from chillfl.aggregation.base import Aggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
+from chillfl.aggregation.registry import (INSTANCE_OPTIONS, Wrapped, algorithm_names, algorithm_options, algorithm_spec, built_by, check_algorithm,
+                                         check_declarations, check_instance, check_plain_sgd, declared_capabilities, largest_tolerated, make_aggregator,
+                                         wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, forges_models, forges_rows, poisoned_data, skipping_local_dp, with_attack
 from chillfl.config import RunConfig
@@ -311,7 +312,10 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
 
     A named algorithm is checked against the run by what its spec declares (:func:`check_algorithm`:
     its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name; an instance passed from
-    Python by its class's own ``capabilities`` (its linear-head need and plain-SGD limit), as that class named in a config.
+    Python by its class's own ``capabilities`` (its linear-head need and plain-SGD limit), as that class named in a config,
+    and by the spec it declares it is built by (:func:`~chillfl.aggregation.registry.check_instance`: Krum's ``f`` against
+    the clients a round); its terms are the caller's, then those it needs that the caller did not pass
+    (:func:`~chillfl.aggregation.base.with_needed_terms`: ``Scaffold(3)`` alone runs SCAFFOLD, not FedAvg).
     ``client_sizes``: each client's training rows (:attr:`~chillfl.aggregation.registry.BuildContext.client_sizes`).
     """
     name, options = RunConfig.component(config.algorithm)
@@ -323,7 +327,9 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
         check_declarations(declared, plugged.aggregator, method, "aggregator")
-        built = with_run_model(copy.deepcopy(plugged.aggregator), model), list(copy.deepcopy(plugged.terms))  # its parameters, as a builder passes them
+        check_instance(plugged.aggregator, config)  # its spec's check, as a config naming the method is checked
+        aggregator = with_run_model(copy.deepcopy(plugged.aggregator), model)  # its parameters, as a builder passes them
+        built = aggregator, with_needed_terms(aggregator, copy.deepcopy(plugged.terms))  # its own terms, as its spec's builder returns them
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
                                rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes,
@@ -448,7 +454,8 @@ def _build_experiment(
         aggregator = attacked_aggregator(config, data, aggregator, state)  # [attack]: the attackers' uploads, before aggregation (and clipping)
     method_field = "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name"
     configured = objective_terms(config, terms)
-    term_fields = (*(f"terms[{i}]" if method_field == "aggregator" else method_field for i in range(len(terms))), *(f for _, f in configured))
+    passed = len(plugged.terms) if plugged is not None and plugged.aggregator is not None else 0  # the caller's, then the aggregator's own
+    term_fields = (*(f"terms[{i}]" if i < passed else method_field for i in range(len(terms))), *(f for _, f in configured))
     terms = [*terms, *(t for t, _ in configured)]
     policy = build_policy(config, data, plugged)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
@@ -583,7 +590,7 @@ def steering_note(config: RunConfig, policy: TemperaturePolicy | None = None) ->
             "the run reports (eval.validation = 0): test rows steer training; eval.validation = 0.2 keeps them out")
 
 
-def fewer_attackers_note(config: RunConfig) -> str | None:
+def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None) -> str | None:
     """The note (said once a process, :func:`say_notes`) when the run's algorithm declares an option counting the byzantine clients
     it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`) and ``[attack]`` has more attackers
     than that option: at 0 (the default) the robust rule defends against no one, below the attackers against some.
@@ -595,22 +602,31 @@ def fewer_attackers_note(config: RunConfig) -> str | None:
 
     A note, not an error: a run at f = 0, or below the attackers, is a fair baseline to ask for. Called once the whole
     run is built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
+    ``aggregator``: the run's built one, whose instance passed from Python is read through the spec it declares it is
+    built by (:class:`~chillfl.aggregation.base.BuiltBySpec`), its option named ``aggregator.options.<option>``.
     """
     if not config.attack.enabled:
         return None
     name, options = RunConfig.component(config.algorithm)
+    section = "algorithm"
     if is_custom(name):
-        return None
-    spec = algorithm_spec(name)
+        found = built_by(innermost(aggregator))  # the instance, without the attack's and privacy's layers around it
+        if found is None:
+            return None
+        name, spec, parsed = found
+        section, options = INSTANCE_OPTIONS, dataclasses.asdict(parsed)
+    else:
+        spec = algorithm_spec(name)
+        parsed = algorithm_options(spec, name, options)
     if spec.tolerates is None:
         return None
-    tolerated = getattr(algorithm_options(spec, name, options), spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
+    tolerated = getattr(parsed, spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
     attacking = len(attacker_ids(config, config.federation.num_clients))
     per_round = config.federation.sample_size()
     most = min(attacking, per_round)  # the rule counts a round's attackers: a round samples at most per_round clients
     if tolerated >= most:
         return None
-    field = f"algorithm.{spec.tolerates}"
+    field = f"{section}.{spec.tolerates}"
     largest = largest_tolerated(name, options, config, most)
     here = f"here ({per_round} clients per round)"
     if largest >= most:
@@ -712,7 +728,8 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     bad value still ends in its one error line. A dry run says what the run would: ``--dry-run`` said only the
     ignored fraction, so a config checked with it hid Krum's ``f`` below the attackers and an idle ``local_dp``.
     """
-    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), fewer_attackers_note(config),
+    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config),
+             fewer_attackers_note(config, None if exp is None else exp.aggregator),
              oversubscribed_threads_note(config)]
     if exp is not None:
         notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data)]

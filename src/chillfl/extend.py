@@ -27,7 +27,9 @@ docs/architecture.md the reference of the seams they plug into):
   (FML's independently initialised local model) implements :class:`StartsOwnState`, and one whose local accuracy is taken
   on the server after the average (FedPer's ``local_eval = "averaged"``) is :class:`MeasuredAfterAverage`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. A server rule that acts on the
-  parameters and averages the buffers implements :class:`LearnsParameters`, told the run's model. An aggregator that makes part of each
+  parameters and averages the buffers implements :class:`LearnsParameters`, told the run's model. One whose downlink feeds
+  local terms declares them (:class:`NeedsTerms`; its spec returns them with :func:`with_terms`), so that an instance passed
+  from Python runs them too, and one built by a spec with checks against the run names it (:class:`BuiltBySpec`). An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
   built on it (for every client that took part, even one whose half keeps no state). A half whose client's own model
   is not the run's architecture (FedCP's policy-split head) implements :class:`OwnArchitecture`: local accuracy runs it
@@ -108,6 +110,8 @@ from chillfl.aggregation.base import (
     KeepsEntries,
     LearnsParameters,
     Local,
+    NeedsTerms,
+    BuiltBySpec,
     MakesClientModels,
     MeasuredAfterAverage,
     AggregatesNobody,
@@ -132,7 +136,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, build_base, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, build_base, register_algorithm, with_terms
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
@@ -212,6 +216,9 @@ __all__ = [
     "HoldsKeptEntries",
     "KeepsEntries",
     "LearnsParameters",
+    "NeedsTerms",
+    "BuiltBySpec",
+    "with_terms",
     "Knowledge",
     "LinearCorrectionTerm",
     "Local",

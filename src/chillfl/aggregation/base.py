@@ -37,6 +37,7 @@ from chillfl.training.optim import Carried
 
 if TYPE_CHECKING:  # annotations only: the aggregators stay importable without the training loop
     from chillfl.training.local import LocalOutcome, LocalSpec
+    from chillfl.training.terms import Term
 
 log = logging.getLogger(__name__)
 
@@ -578,6 +579,61 @@ def with_run_model(aggregator: Aggregator, model: nn.Module) -> Aggregator:
     return aggregator
 
 
+@runtime_checkable
+class NeedsTerms(Protocol):
+    """An aggregator whose downlink feeds local objective terms it cannot run without (SCAFFOLD's ``correction`` is read
+    by :class:`~chillfl.aggregation.scaffold.LinearCorrectionTerm`; without the term the clients run FedAvg's steps).
+
+    Why a method, not only the spec's builder: an instance passed from Python (``chillfl.run(aggregator=Scaffold(3))``)
+    has no builder, so the run asks the instance, built from its own options, and adds the terms it lacks
+    (:func:`with_needed_terms`); the built-ins' specs return the same list, so there is one home for it. A plugin rule
+    declares its own the same way.
+    """
+
+    def needed_terms(self) -> list[Term]:
+        """Fresh instances of the local terms its downlink is read by (an empty list: none)."""
+        ...
+
+
+def needed_terms(aggregator: object) -> list[Term]:
+    """What ``aggregator`` declares (:class:`NeedsTerms`); none when it declares nothing."""
+    return list(aggregator.needed_terms()) if isinstance(aggregator, NeedsTerms) else []
+
+
+def same_term(a: object, b: object) -> bool:
+    """Whether ``a`` stands for ``b``: the same class reading the same context keys (its ``reads``), so that a run with both
+    would count one term twice."""
+    return type(a) is type(b) and getattr(a, "reads", ()) == getattr(b, "reads", ())
+
+
+def with_needed_terms(aggregator: object, terms: Sequence[Term]) -> list[Term]:
+    """``terms`` (a caller's, kept first and in order), then each term ``aggregator`` needs (:class:`NeedsTerms`) that none
+    of them already is (:func:`same_term`): a caller who passed the term gets it once, one who did not gets it at all."""
+    out = list(terms)
+    out += [t for t in needed_terms(aggregator) if not any(same_term(u, t) for u in terms)]
+    return out
+
+
+@runtime_checkable
+class BuiltBySpec(Protocol):
+    """An aggregator that names the algorithm spec it is built by and the options it was built from, so that an instance
+    passed from Python is held to that spec's checks against the run (its ``check``: Krum's ``f`` against the clients a
+    round) and to its ``tolerates`` note, as the method named in a config is. Why: the run reads the spec, not the name.
+    """
+
+    def built_by(self) -> tuple[str, Any]:
+        """(the name its :class:`~chillfl.aggregation.registry.AlgorithmSpec` is registered under, or its import path;
+        its parsed options, that spec's options dataclass)."""
+        ...
+
+
+def innermost(aggregator: object) -> object:
+    """``aggregator`` without the :class:`AroundAggregator` layers a run adds around it (privacy's, an attack's)."""
+    while isinstance(aggregator, AroundAggregator):
+        aggregator = aggregator.base
+    return aggregator
+
+
 class OnParameters:
     """:class:`LearnsParameters` for a rule that keeps its parameter names in ``param_keys`` (None: not known yet).
 
@@ -874,6 +930,10 @@ class AroundAggregator:
 
     def client_half(self) -> ClientHalf | None:
         return self.base.client_half()
+
+    def needed_terms(self) -> list[Term]:
+        """The base's (:class:`NeedsTerms`): the base's downlink still feeds them."""
+        return needed_terms(self.base)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.base.downlink(client_id, round, global_params)

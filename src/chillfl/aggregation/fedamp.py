@@ -78,7 +78,7 @@ from chillfl.aggregation.base import (
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_terms
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
@@ -184,6 +184,10 @@ class FedAMP(AggregatorBase):
     def client_half(self) -> ClientHalf:
         return FedAMPClient()
 
+    def needed_terms(self) -> list[Term]:
+        """lambda/(2 alpha_k) ||w - u_i||^2 (:func:`fedamp_terms`): without it the clients train alone, never pulled to u_i."""
+        return fedamp_terms()
+
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         o = self.options
         own = _on(self.models[client_id], global_params) if client_id in self.models else global_params
@@ -215,7 +219,7 @@ SPEC = register_algorithm(
     "fedamp",
     AlgorithmSpec(
         FedAMPOptions,
-        lambda o, ctx: (FedAMP(ctx.param_keys(), o), fedamp_terms()),
+        lambda o, ctx: with_terms(FedAMP(ctx.param_keys(), o)),
         "attentive message passing between similar clients (Huang et al. 2021)",
         capabilities=Capabilities(
             not_a_base="FedAMP's server sends each client its own cloud model; its global model is only a reference",

@@ -88,7 +88,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term, read_number
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_client_sizes
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_client_sizes, with_terms
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
@@ -148,16 +148,19 @@ class FedDynClient:
 class FedDyn(AggregatorBase):
     """FedDyn server: owns h; every g_k is its client's own (:class:`FedDynClient`)."""
 
-    def __init__(self, num_clients: int, options: FedDynOptions = FedDynOptions(), param_keys: Collection[str] = (),
+    def __init__(self, num_clients: int, options: FedDynOptions = FedDynOptions(), param_keys: Collection[str] | None = None,
                  alphas: Sequence[float | None] | None = None) -> None:
-        """``alphas``: each client's own alpha (``alpha_scaling = "client_size"``, :func:`client_alphas`); None: ``options.alpha`` for all."""
+        """``alphas``: each client's own alpha (``alpha_scaling = "client_size"``, :func:`client_alphas`); None: ``options.alpha`` for all.
+        ``param_keys``: the parameters h and each g_k cover; None: the run's trainable ones, learnt when the run is built
+        (:meth:`learn_parameters`), as the config's builder passes them (outside a run: none)."""
         if num_clients < 1:
             raise ValueError(f"num_clients must be >= 1, got {num_clients}")
         if alphas is not None and len(alphas) != num_clients:
             raise ValueError(f"FedDyn got {len(alphas)} client alphas for {num_clients} clients")
         self.num_clients = num_clients
         self.options = options
-        self.param_keys = tuple(param_keys)
+        self.param_keys: tuple[str, ...] = () if param_keys is None else tuple(param_keys)
+        self._learns = param_keys is None
         self.alphas = None if alphas is None else tuple(alphas)
         self.h: Params = {}
 
@@ -170,8 +173,20 @@ class FedDyn(AggregatorBase):
             raise ValueError(f"FedDyn: client {client_id} has no training rows, so no alpha (such a client never trains)")
         return alpha
 
+    def learn_parameters(self, model: nn.Module) -> None:
+        """The run's trainable parameters, unless built with its own (:class:`~chillfl.aggregation.base.LearnsParameters`): an
+        instance passed from Python (``FedDyn(3)``) would otherwise regularise nothing while its server still subtracts h / alpha."""
+        if self._learns:
+            self.param_keys = tuple(name for name, p in model.named_parameters() if p.requires_grad)
+            self._learns = False
+
     def client_half(self) -> ClientHalf:
         return FedDynClient(self.param_keys)
+
+    def needed_terms(self) -> list[Term]:
+        """-<g_k, theta> and alpha/2 ||theta - theta^{t-1}||^2 (:func:`feddyn_terms`): without them the clients run FedAvg's
+        steps while the server still subtracts h / alpha."""
+        return feddyn_terms()
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink(context={ALPHA: self.client_alpha(client_id)})  # theta^{t-1} is the model sent, g_k the client's own
@@ -204,7 +219,7 @@ def _build(options: FedDynOptions, ctx: BuildContext) -> Built:
     if options.alpha_scaling == "client_size":
         sizes = require_client_sizes(ctx, f"{ctx.section}.alpha_scaling", "'client_size' scales each client's alpha by its training rows")
         alphas = client_alphas(options.alpha, sizes)
-    return FedDyn(ctx.num_clients, options, ctx.trainable_keys(), alphas), feddyn_terms()
+    return with_terms(FedDyn(ctx.num_clients, options, ctx.trainable_keys(), alphas))
 
 
 SPEC = register_algorithm(

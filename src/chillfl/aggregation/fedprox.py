@@ -34,10 +34,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 from chillfl.aggregation.base import Downlink, FedAvg, Params
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_terms
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 from chillfl.options import require
-from chillfl.training.objective import ProximalTerm
+from chillfl.training.objective import ProximalTerm, Term
 
 __all__ = ["FedProx", "FedProxOptions", "ProximalTerm"]
 
@@ -70,12 +70,16 @@ class FedProx(FedAvg):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return Downlink(context={"mu": self.mu, "global_params": global_params}, local=("global_params",))
 
+    def needed_terms(self) -> list[Term]:
+        """The proximal term that reads ``mu`` (:class:`ProximalTerm`): without it the clients run FedAvg's steps."""
+        return [ProximalTerm()]
+
 
 SPEC = register_algorithm(
     "fedprox",
     AlgorithmSpec(
         FedProxOptions,
-        lambda o, ctx: (FedProx(o), [ProximalTerm()]),
+        lambda o, ctx: with_terms(FedProx(o)),
         "FedAvg + proximal term (Li et al. 2020)",
         # the term over every parameter tensor a step: calls, next to no FLOPs (PARAMETER_TERM, measured on FedProx itself)
         capabilities=Capabilities(takes_weights=True, cost=Cost(pass_overhead=PARAMETER_TERM)),

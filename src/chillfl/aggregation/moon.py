@@ -39,7 +39,8 @@ from torch import nn
 
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, Downlink, FedAvg, Params, Report, Trained, Wire, own_entries, with_prefix
 from chillfl.options import require
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.training.objective import Term
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head, with_terms
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 
@@ -90,12 +91,17 @@ class Moon(FedAvg):
         """The client keeps its previous local model (:class:`MoonClient`)."""
         return MoonClient()
 
+    def needed_terms(self) -> list[Term]:
+        """The model-contrastive term that reads ``moon_weight`` (:class:`~chillfl.training.moon.MoonTerm`): without it the
+        clients run FedAvg's steps."""
+        from chillfl.training.moon import MoonTerm  # the representation's forward lives with the training loop
+
+        return [MoonTerm()]
+
 
 def _build(options: MoonOptions, ctx: BuildContext) -> Built:
-    from chillfl.training.moon import MoonTerm
-
     require_head(ctx, "MOON")
-    return Moon(options), [MoonTerm()]
+    return with_terms(Moon(options))
 
 
 SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)", capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + 2 * FORWARD))))

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, holds_personal_model
+from chillfl.aggregation.base import Aggregator, BuiltBySpec, holds_personal_model, needed_terms
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
@@ -70,6 +70,12 @@ class BuildContext:
         """The parameters local training updates: a frozen weight (``requires_grad = False``, :attr:`LocalSpec.frozen`)
         never moves, so a method's per-parameter state (a client's correction, server moments) would only be zeros."""
         return [name for name, p in self.model.named_parameters() if p.requires_grad]
+
+
+def with_terms(aggregator: Aggregator) -> Built:
+    """``aggregator`` with the local terms it declares it needs (:class:`~chillfl.aggregation.base.NeedsTerms`): how a
+    spec's builder returns them, so that the config's method and the instance passed from Python read one list."""
+    return aggregator, needed_terms(aggregator)
 
 
 Check = Callable[[Any, "RunConfig", str], None]
@@ -194,8 +200,9 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
 
     ``obj`` is an ``AlgorithmSpec`` (options, builder, summary and capabilities: the built-ins' form), or an
     aggregator class: ``cls(options)`` when it declares an ``Options`` dataclass (its options are then parsed
-    and validated like a built-in's), ``cls()`` otherwise; it adds no local objective terms, and declares its
-    capabilities in its own class attribute ``capabilities`` (:func:`declared_capabilities`).
+    and validated like a built-in's), ``cls()`` otherwise; its local objective terms are those the instance declares
+    it needs (:class:`~chillfl.aggregation.base.NeedsTerms`, none otherwise), and it declares its capabilities in its
+    own class attribute ``capabilities`` (:func:`declared_capabilities`).
     """
     if isinstance(obj, AlgorithmSpec):
         declared(obj.capabilities, name, field)
@@ -210,11 +217,11 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
         check_constructor(obj, False, name, field)
-        return AlgorithmSpec(NoOptions, lambda o, ctx: (obj(), []), name, capabilities=capabilities)
+        return AlgorithmSpec(NoOptions, lambda o, ctx: with_terms(obj()), name, capabilities=capabilities)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
     check_constructor(obj, True, name, field)
-    return AlgorithmSpec(options, lambda o, ctx: (obj(o), []), name, capabilities=capabilities)
+    return AlgorithmSpec(options, lambda o, ctx: with_terms(obj(o)), name, capabilities=capabilities)
 
 
 def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:
@@ -550,6 +557,36 @@ def check_algorithm(name: str, options: Mapping[str, Any] | None, config: RunCon
     inner = wrapped(spec, parsed, section)
     if inner is not None:  # the base's own limits, its plain SGD and check included, named by the line that chose it
         check_algorithm(inner.name, inner.options, config, inner.section, inner.field)
+
+
+INSTANCE_OPTIONS = "aggregator.options"
+"""How a refusal names an option of an aggregator passed from Python (``aggregator.options.f``: the instance's ``options``
+dataclass, recorded under ``[algorithm.options]``), where a config's method names ``algorithm.f``."""
+
+
+def built_by(aggregator: object) -> tuple[str, AlgorithmSpec, Any] | None:
+    """(name, spec, options) of the spec an instance declares it is built by (:class:`~chillfl.aggregation.base.BuiltBySpec`);
+    None when it declares none."""
+    if not isinstance(aggregator, BuiltBySpec):
+        return None
+    name, options = aggregator.built_by()
+    return name, algorithm_spec(name, field="aggregator"), options
+
+
+def check_instance(aggregator: object, config: RunConfig) -> None:
+    """An aggregator passed from Python against the run, as its spec checks the method a config names
+    (:class:`~chillfl.aggregation.base.BuiltBySpec`): its options' own ``validate``, its plain-SGD limit and the spec's
+    ``check`` (Krum's ``f`` against the clients a round), each refusal naming ``aggregator.options.<option>``. An instance
+    that declares no spec is checked by its class's capabilities alone (the caller)."""
+    found = built_by(aggregator)
+    if found is None:
+        return
+    name, spec, options = found
+    validate = getattr(options, "validate", None)
+    if callable(validate):  # a dataclass built in Python is not parsed, so not validated
+        validate(INSTANCE_OPTIONS)
+    check_plain_sgd(spec.declared(options), config, name)
+    spec.check(options, config, INSTANCE_OPTIONS)
 
 
 def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:

@@ -92,8 +92,8 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.training.local import split_state, to_memory_format
 from chillfl.options import require
-from chillfl.training.objective import read_table, temperature_cross_entropy
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
+from chillfl.training.objective import Term, read_table, temperature_cross_entropy
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum, with_terms
 from chillfl.capabilities import Capabilities, Cost
 
 
@@ -257,6 +257,10 @@ class Scaffold(OnParameters, AggregatorBase):
         """c_i and its update run on the client (:class:`ScaffoldClient`, with the clients' momentum)."""
         return ScaffoldClient(self.options.momentum or 0.0, self.options.option)
 
+    def needed_terms(self) -> list[Term]:
+        """The corrected step's ``c - c_i`` (:class:`LinearCorrectionTerm`): without it the clients run FedAvg's steps."""
+        return [LinearCorrectionTerm()]
+
     def state_dict(self) -> dict[str, Any]:
         """The server control ``c`` (each c_i is in its client's state)."""
         return {"control": params_state(self.control)}
@@ -282,7 +286,7 @@ SPEC = register_algorithm(
     "scaffold",
     AlgorithmSpec(
         ScaffoldOptions,
-        lambda o, ctx: (Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys()), [LinearCorrectionTerm()]),
+        lambda o, ctx: with_terms(Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys())),
         "control variates, option II (Karimireddy et al. 2020)",
         capabilities=CAPABILITIES,
         # option I's c_i+ = g_i(x): a forward + backward over the client's rows after its training, one more epoch (option II's

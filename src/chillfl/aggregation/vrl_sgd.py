@@ -90,7 +90,8 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum
+from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum, with_terms
+from chillfl.training.objective import Term
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
 
@@ -144,12 +145,16 @@ class VRLSGD(OnParameters, AggregatorBase):
         check_state_keys(state, ("deltas",), "VRL-SGD")
         self.deltas = ClientParams.of(load_client_params(state["deltas"]))
 
+    def needed_terms(self) -> list[Term]:
+        """The corrected step's ``-Delta_i`` (:class:`LinearCorrectionTerm`): without it the clients run FedAvg's steps."""
+        return [LinearCorrectionTerm()]
+
 
 SPEC = register_algorithm(
     "vrl_sgd",
     AlgorithmSpec(
         VRLSGDOptions,
-        lambda o, ctx: (VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.trainable_keys()), [LinearCorrectionTerm()]),
+        lambda o, ctx: with_terms(VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.trainable_keys())),
         "variance-reduced local SGD (Liang et al. 2019)",
         capabilities=Capabilities(
             plain_sgd="VRL-SGD's Delta_i = (x - y_i) / (k lr)",

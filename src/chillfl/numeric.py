@@ -17,9 +17,10 @@ layer may use it and imports keep flowing one way.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import TypeGuard
 
-__all__ = ["is_finite_real", "is_real", "is_whole"]
+__all__ = ["floored_share", "is_finite_real", "is_real", "is_whole", "rounded_share"]
 
 
 def is_real(x: object) -> TypeGuard[int | float]:
@@ -39,3 +40,16 @@ def is_finite_real(x: object) -> TypeGuard[int | float]:
 def is_whole(x: object) -> TypeGuard[int]:
     """``x`` is an int and not a bool: a seed, an index, a round or a byte count (a float, even ``3.0``, is not)."""
     return isinstance(x, int) and not isinstance(x, bool)
+
+
+def rounded_share(fraction: float, total: int) -> int:
+    """round(fraction * total), halves to the even count, on the fraction as written (its shortest decimal form), not on
+    the float product: 0.35 of 90 is 31.5 -> 32 (the float product, 31.499999999999996, rounded to 31), 0.14 of 75 is
+    10.5 -> 10 (10.500000000000002 gave 11). Where the product is exact in floating point (0.25 of 10, 0.3 of 5) nothing changes."""
+    return round(Fraction(repr(float(fraction))) * total)
+
+
+def floored_share(fraction: float, total: int) -> int:
+    """floor(fraction * total) on the fraction as written, as :func:`rounded_share`: 0.29 of 100 is 29 (the float product,
+    28.999999999999996, floored to 28). A trimmed mean's or a filter's count of clients, exact at every n."""
+    return math.floor(Fraction(repr(float(fraction))) * total)

@@ -66,7 +66,6 @@ read here): the centred subsampled updates, the top right singular vector, s_i =
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
@@ -76,6 +75,7 @@ from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params,
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.aggregation.robust import ROBUST, flat_models, float_keys
 from chillfl.errors import ConfigError
+from chillfl.numeric import floored_share
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 
@@ -106,7 +106,7 @@ class DnCOptions:
 
     def removed(self) -> int:
         """floor(c f): the clients each iteration drops."""
-        return math.floor(self.c * self.f)
+        return floored_share(self.c, self.f)  # on c as written, not the float product (0.29 * 100 = 28.999999999999996)
 
 
 def outlier_scores(rows: torch.Tensor) -> torch.Tensor:
@@ -161,6 +161,11 @@ class DnC(AggregatorBase):
     def round_metrics(self) -> Mapping[str, Json]:
         """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}
+
+    def built_by(self) -> tuple[str, DnCOptions]:
+        """Its spec, ``dnc``, and its options (:class:`~chillfl.aggregation.base.BuiltBySpec`): an instance passed from Python is
+        checked by :func:`check_dnc` and noted below the attackers, as ``name = "dnc"`` is."""
+        return "dnc", self.options
 
 
 def check_dnc(options: DnCOptions, config: RunConfig, section: str) -> None:

@@ -62,6 +62,7 @@ from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
+from chillfl.numeric import floored_share
 from chillfl.options import require
 
 if TYPE_CHECKING:  # annotations only
@@ -95,7 +96,7 @@ def coordinate_median(values: torch.Tensor) -> torch.Tensor:
 def trimmed_mean(values: torch.Tensor, beta: float) -> torch.Tensor:
     """Mean over dim 0 after dropping the ``floor(beta n)`` largest and smallest values of every entry."""
     n = values.shape[0]
-    b = math.floor(beta * n)
+    b = floored_share(beta, n)  # on beta as written: floor(0.29 * 100) of the float product is 28, of 0.29 itself 29
     return values.sort(dim=0).values[b : n - b].mean(dim=0)
 
 
@@ -243,10 +244,17 @@ class Krum(AggregatorBase):
         """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}
 
+    def built_by(self) -> tuple[str, KrumOptions]:
+        """Its spec, ``krum``, and its options (:class:`~chillfl.aggregation.base.BuiltBySpec`): an instance passed from Python is
+        checked by :func:`check_krum` and noted below the attackers, as ``name = "krum"`` is."""
+        return "krum", self.options
+
 
 def check_krum(options: KrumOptions, config: RunConfig, section: str) -> None:
     """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
     clients = config.federation.sample_size()
+    if clients < 3:  # no f is tolerated: the bound below would suggest f <= 0 and then refuse f = 0
+        raise ConfigError("federation.clients_per_round", f"{clients} clients per round are too few for Krum (it needs at least 3)")
     if clients <= 2 * options.f + 2:
         raise ConfigError(f"{section}.f", f"Krum needs clients per round > 2f + 2; {clients} clients per round tolerate f <= {max((clients - 3) // 2, 0)}, got {options.f}")
     if options.m > clients - options.f:

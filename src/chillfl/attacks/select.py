@@ -7,11 +7,10 @@ attackers are fixed once, and attack in every round they are sampled.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 import numpy as np
 
 from chillfl.errors import ConfigError
+from chillfl.numeric import rounded_share  # shared with the robust rules' floored counts (floored_share)
 from chillfl.seeds import derive_seed
 from chillfl.settings.attack import AttackConfig
 
@@ -33,10 +32,3 @@ def attackers(attack: AttackConfig, num_clients: int, seed: int) -> frozenset[in
                                              "lower it, or name every client in attack.clients if that is meant")
     rng = np.random.default_rng(derive_seed(seed, "attack", "clients"))
     return frozenset(int(c) for c in rng.choice(num_clients, size=count, replace=False))
-
-
-def rounded_share(fraction: float, total: int) -> int:
-    """round(fraction * total), halves to the even count, on the fraction as written (its shortest decimal form), not on
-    the float product: 0.35 of 90 is 31.5 -> 32 (the float product, 31.499999999999996, rounded to 31), 0.14 of 75 is
-    10.5 -> 10 (10.500000000000002 gave 11). Where the product is exact in floating point (0.25 of 10, 0.3 of 5) nothing changes."""
-    return round(Fraction(repr(float(fraction))) * total)

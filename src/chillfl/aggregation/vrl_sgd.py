@@ -21,8 +21,12 @@ Choices
 * VRL-SGD assumes every worker takes part in every round. With client
   sampling, only the round's clients update their ``Delta_i`` (others keep
   theirs), and ``x_hat`` is the average over the round's clients.
-* ``p_i = n_i / sum n_j`` (the paper uses 1/N with equal shards); caller
-  weights (PA3Fed) replace ``p_i``, so ``sum_i p_i (x_hat - x_i) = 0`` still holds.
+* ``p_i = n_i / sum n_j`` by default (``weighting = "samples"``, as FedAvg);
+  ``weighting = "uniform"`` is the paper's reading, ``1/N`` (Alg. 1 averages the
+  workers uniformly, on equal shards, as the authors' code). On equal shards
+  the two agree; on unequal ones only the uniform mean is the paper's. Caller
+  weights (PA3Fed) replace ``p_i``; whichever ``p_i``, ``sum_i p_i (x_hat - x_i) = 0``
+  holds, so the Delta_i stay centred.
 * ``k`` and ``gamma`` are each client's reported ``num_steps`` and ``lr``.
   With local momentum rho, ``k`` is replaced by FedNova's effective steps
   ``a(k) = (k - rho(1 - rho^k)/(1 - rho))/(1 - rho)``: k momentum steps of a
@@ -84,7 +88,8 @@ from chillfl.aggregation.base import (
     check_state_keys,
     client_params_state,
     load_client_params,
-    sample_weights,
+    Weighting,
+    client_weights,
     weighted_average,
 )
 from chillfl.aggregation.client_states import ClientParams
@@ -98,9 +103,12 @@ from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
 
 @dataclass(frozen=True)
 class VRLSGDOptions:
-    """``momentum``: the clients' SGD momentum (unset = ``client.momentum``, 0 outside a config); k and gamma come from the clients."""
+    """``momentum``: the clients' SGD momentum (unset = ``client.momentum``, 0 outside a config); k and gamma come from the clients;
+    ``weighting``: the average x_hat by samples (n_i / n, the default) or ``uniform`` (1/|S|, the paper's 1/N on equal shards)."""
 
     momentum: float | None = None
+    weighting: Weighting = "samples"
+    """The model average's p_i: ``samples`` (n_i / n, as FedAvg) or ``uniform`` (1/|S|, the paper's 1/N on equal shards)."""
 
     def validate(self, section: str) -> None:
         if self.momentum is not None:
@@ -116,7 +124,7 @@ class VRLSGD(OnParameters, AggregatorBase):
         self.deltas = ClientParams()  # Delta_i of the clients sampled so far, flat on the CPU
 
     def default_weights(self, results: Sequence[ClientResult]) -> torch.Tensor:
-        return sample_weights(results)
+        return client_weights(results, self.options.weighting)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         own = self.deltas.get(client_id)

@@ -304,7 +304,7 @@ def test_privacy_refuses_what_does_not_fit() -> None:
     assert err.value.field == "privacy.mechanism" and "fine-tunes the global model" in err.value.message
     with pytest.raises(ConfigError) as err:  # nothing to average, so nothing to clip and noise
         build_experiment(cfg_of({"name": "local_only"}, **private, **{"privacy.mechanism": "dp-fedavg"}))
-    assert err.value.field == "privacy.mechanism" and "takes no client weights" in err.value.message
+    assert err.value.field == "privacy.mechanism" and "takes no external per-client weights" in err.value.message
 
 
 # ---------------------------------------------------------------- executors and resume

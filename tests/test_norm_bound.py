@@ -134,7 +134,7 @@ def test_dp_fedavg_refuses_it_as_a_base() -> None:
     pytest.importorskip("opacus")
     with pytest.raises(ConfigError) as err:
         build_experiment(cfg)
-    assert err.value.field == "privacy.mechanism" and "takes no client weights" in err.value.message
+    assert err.value.field == "privacy.mechanism" and "takes no external per-client weights" in err.value.message
 
 
 # ---------------------------------------------------------------- end to end

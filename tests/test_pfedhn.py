@@ -343,7 +343,7 @@ def test_privacy_dp_sgd_bounds_the_upload_and_the_weighted_mechanisms_refuse() -
     private = {"privacy.clip_norm": 1.0, "privacy.noise_multiplier": 1.5, "privacy.delta": 1e-3, "model.name": "mlp", "algorithm.name": "pfedhn"}
     # one training a round, the model alone uploaded; the hypernetwork's step is post-processing of it: dp-sgd runs
     assert build_experiment(config(**private, **{"privacy.mechanism": "dp-sgd"})).aggregator is not None
-    for mechanism, why in (("dp-fedavg", "takes no client weights"), ("local", "which the server step of algorithm 'pfedhn' is not")):  # no shared model's rule
+    for mechanism, why in (("dp-fedavg", "takes no external per-client weights"), ("local", "which the server step of algorithm 'pfedhn' is not")):  # no shared model's rule
         with pytest.raises(ConfigError) as err:
             build_experiment(config(**private, **{"privacy.mechanism": mechanism}))
         assert err.value.field == "privacy.mechanism" and why in err.value.message

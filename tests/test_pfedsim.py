@@ -201,7 +201,7 @@ def test_privacy_dp_sgd_bounds_the_upload_and_the_weighted_mechanisms_refuse() -
     assert build_experiment(config(**private, **{"privacy.mechanism": "dp-sgd"})).aggregator is not None
     with pytest.raises(ConfigError) as err:  # personalised extractors are no weighted mean to clip and noise
         build_experiment(config(**private, **{"privacy.mechanism": "dp-fedavg"}))
-    assert err.value.field == "privacy.mechanism" and "takes no client weights" in err.value.message
+    assert err.value.field == "privacy.mechanism" and "takes no external per-client weights" in err.value.message
 
 
 # ---------------------------------------------------------------- a replayed round, the downlink's price, executors, resume

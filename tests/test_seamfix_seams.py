@@ -220,12 +220,12 @@ def test_the_dp_refusal_says_a_subclass_that_takes_weights_must_declare_it(plugi
     with pytest.raises(ConfigError) as err:
         build_experiment(config)
     assert err.value.field == "privacy.mechanism"
-    assert "(it declares no takes_weights: chillfl treats it as a rule that takes no client weights; its aggregate() does take weights=, but capabilities " \
+    assert "(it declares no takes_weights: chillfl treats it as a rule that takes no external per-client weights; its aggregate() does take weights=, but capabilities " \
            "are not inherited: declare capabilities = Capabilities(takes_weights=True))" in err.value.message
     config = load_config(None, {**TINY, "algorithm": {"name": "seamfix_plugins:NoWeights"}, "privacy": {"mechanism": "dp-fedavg", **PRIVATE}})
     with pytest.raises(ConfigError) as err:
         build_experiment(config)
-    assert "(it declares no takes_weights: chillfl treats it as a rule that takes no client weights); " in err.value.message
+    assert "(it declares no takes_weights: chillfl treats it as a rule that takes no external per-client weights); " in err.value.message
 
 
 # ---------------------------------------------------------------- F4: client-side noise under any server rule

@@ -262,7 +262,9 @@ def check_krum(options: KrumOptions, config: RunConfig, section: str) -> None:
 
 
 ROBUST = Capabilities()
-"""A robust rule's ``aggregate`` takes no client weights (its point is to ignore how much any client claims to weigh)."""
+"""A robust rule's ``aggregate`` takes no external per-client weights (no ``takes_weights``: a wrapper's weights, PA3Fed's,
+cannot reach it; its point is to ignore how much any client claims to weigh). Not every such rule is unweighted: geomed and
+norm_bound weight by sample counts unless ``weighting = "uniform"``."""
 
 MEDIAN = register_algorithm(
     "median", AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST)

@@ -291,7 +291,7 @@ def _unweighted(capabilities: Capabilities, aggregator: Aggregator, any_rule: bo
     if any_rule:  # any rule over the updates will do: what is refused is a server step that is no such rule, said alone
         return own
     inherited = UNDECLARED_WEIGHTS if undeclared_weights(type(aggregator)) else ""
-    return f"it declares no takes_weights: chillfl treats it as a rule that takes no client weights{inherited}"
+    return f"it declares no takes_weights: chillfl treats it as a rule that takes no external per-client weights{inherited}"
 
 
 class EqualWeights(AroundAggregator):

@@ -693,10 +693,20 @@ def _inline(value: Any, nested: bool = False) -> str:
 def _sigma_used(g: Group) -> str | None:
     """``sigma used=1.66016``: the noise multiplier a private run's noise was drawn at (``summary.json``'s ``privacy`` block);
     None for a run without one. Why: under ``target_epsilon`` the config keeps ``noise_multiplier`` as written (1.0, unused),
-    so the flat config showed a sigma that never ran and not the one that did."""
-    block = g.runs[0].summary.get("privacy")
-    sigma = block.get("noise_multiplier") if isinstance(block, dict) else None
-    return f"sigma used={sigma:.6g}" if is_real(sigma) else None
+    so the flat config showed a sigma that never ran and not the one that did. Every seed's is read: under ``target_epsilon``
+    sigma is calibrated to each seed's client sizes (0.675049 and 0.681458), and the first seed's alone read as the group's;
+    where they differ, ``sigma used=0.675049–0.681458 (differs by seed)``."""
+    shown: dict[str, float] = {}
+    for run in g.runs:
+        block = run.summary.get("privacy")
+        sigma = block.get("noise_multiplier") if isinstance(block, dict) else None
+        if is_real(sigma):
+            shown.setdefault(f"{sigma:.6g}", float(sigma))
+    if not shown:
+        return None
+    if len(shown) == 1:
+        return f"sigma used={next(iter(shown))}"
+    return f"sigma used={min(shown.values()):.6g}–{max(shown.values()):.6g} (differs by seed)"
 
 
 def _config_row(g: Group, other: Sequence[str] = (), privacy: bool = False) -> str:

@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +44,7 @@ from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat, local_mix_warning, nonfinite_loss_caveat,
                                     other_test_rows_caveat, steering_caveat, step_size_caveat)
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
-from chillfl.run_names import COMPARISON_CONFIG, TABLE_JSON, TABLE_MD
+from chillfl.run_names import BYTES_FIGURE, COMPARISON_CONFIG, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE, TABLE_JSON, TABLE_MD
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
 from chillfl.sinks import comparison_ended
 from chillfl.executors.processes import ClientCodeError, WorkerError
@@ -552,21 +553,68 @@ def table_json(rows: Sequence[Mapping[str, Any]]) -> str:
     return json.dumps(strict(list(rows)), indent=2, allow_nan=False) + "\n"
 
 
+COMPARISON_OUTPUTS = (TABLE_MD, TABLE_JSON, CURVES_FIGURE, LOCAL_CURVES_FIGURE, DIFFERENCES_FIGURE, BYTES_FIGURE, PRIVACY_UTILITY_FIGURE)
+"""The files :func:`write_tables` writes in a comparison's folder, once its runs have ended."""
+
+
+def blocked_outputs(plan: Plan, partial: Path) -> list[str]:
+    """The comparison's own files (``table.md``, ``curves.png``...) that one of its kept run folders stands where they go.
+
+    Why: an older chillfl let a run take such a name (variant ``"curves.png"``, folder ``curves.png/``); writing the figure
+    failed with "Is a directory" and advised a resume, which planned the same names (the folder is finished as it was
+    begun) and failed again, every time. Such a file is left out instead (:func:`blocked_note`); the runs are all kept."""
+    runs = {c.config.name for c in plan.cells}
+    return [name for name in COMPARISON_OUTPUTS if name in runs and (partial / name).is_dir()]
+
+
+def outputs_in_way(plan: Plan, partial: Path) -> bool:
+    """Whether a kept run folder stands where :func:`write_tables` writes: on one of its files (:func:`blocked_outputs`)
+    or on the ``NAME.tmp`` a figure is written through (:func:`~chillfl.storage.checkpoint.write_atomic`)."""
+    runs = {c.config.name for c in plan.cells}
+    return any(n in runs and (partial / n).is_dir() for name in COMPARISON_OUTPUTS for n in (name, f"{name}.tmp"))
+
+
+def blocked_note(name: str) -> str:
+    """The one line saying that run folder ``name`` kept the comparison from writing its file ``name``."""
+    return (f"the comparison's {name} is not written: its run folder {name}/ (a name an older chillfl let a variant take) "
+            f"stands where it goes; the run is kept")
+
+
+@contextlib.contextmanager
+def staged(partial: Path) -> Iterator[Path]:
+    """A new hidden folder in ``partial`` to write the tables and figures into where a kept run's folder stands in the way
+    (:func:`outputs_in_way`), removed after (with what is left in it: the files not moved out, :func:`blocked_outputs`).
+    Beside the runs, on their file system: moving a file out is a rename."""
+    stage = Path(tempfile.mkdtemp(prefix=".outputs-", dir=partial))
+    try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
 def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, where: SweepFolder, warnings: Sequence[str] = ()) -> None:
     """``table.md`` (the printed table, under the comparison's ``warnings`` where there are any: a reader of the folder sees
     them too), ``table.json`` and the figures in the ``.partial`` folder, then its rename to the finished folder."""
     partial, folder = where.partial, where.folder
     if partial is None or folder is None:
         return
+    blocked = blocked_outputs(plan, partial)
+    for name in blocked:
+        log.warning("%s", blocked_note(name))
+    notes = [*warnings, *(blocked_note(name) for name in blocked if name != TABLE_MD)]
     try:
-        (partial / TABLE_MD).write_text("".join(f"warning: {w}\n" for w in warnings) + tables.table + "\n", encoding="utf-8")
-        (partial / TABLE_JSON).write_text(table_json(tables.rows), encoding="utf-8")
-        units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
-        if plan.multi:
-            bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
-            write_band_figures(bands, plan.seeds[0], partial, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
-        else:
-            write_compare_figures(tables.outputs, partial, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
+        with staged(partial) if outputs_in_way(plan, partial) else contextlib.nullcontext(partial) as stage:
+            (stage / TABLE_MD).write_text("".join(f"warning: {w}\n" for w in notes) + tables.table + "\n", encoding="utf-8")
+            (stage / TABLE_JSON).write_text(table_json(tables.rows), encoding="utf-8")
+            units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
+            if plan.multi:
+                bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
+                write_band_figures(bands, plan.seeds[0], stage, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
+            else:
+                write_compare_figures(tables.outputs, stage, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
+            for made in sorted(stage.iterdir()) if stage != partial else ():  # drawn aside: each moved in but where a run's folder stands
+                if made.name not in blocked:
+                    os.replace(made, partial / made.name)
     except OSError as exc:  # a full disk while the tables or figures are written (a traceback from savefig): the folder stays .partial
         if not storage_failed(exc, partial):
             raise

@@ -13,9 +13,10 @@ so the two cannot drift apart and the report imports no sweep code.
 
 from __future__ import annotations
 
+import os
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -105,15 +106,31 @@ def folder_key(name: str) -> str:
     return unicodedata.normalize("NFC", "".join(_fold(c) for c in nfc))
 
 
-def folder_clash(names: Iterable[str]) -> tuple[str, str] | None:
-    """The first two of ``names`` that name one folder on a case-insensitive file system (:func:`folder_key`), or None."""
-    seen: dict[str, str] = {}
+def folder_clash(names: Iterable[str], apart: Collection[str] = ()) -> tuple[str, str] | None:
+    """The first two of ``names`` that name one folder on a case-insensitive file system (:func:`folder_key`), or None.
+
+    ``apart``: names of run folders that stand apart on disk already (:func:`run_folders`): two of them are no clash
+    (this file system keeps them apart, and they hold their runs), where one of ``names`` folded alike but not on disk is.
+    Why: the fold changed (``ı`` and ``i`` were two names to ``str.casefold``, are one to :func:`_fold`); an older
+    chillfl's comparison of ``lr-ı`` and ``lr-i`` has both folders, and was refused by ``status`` and ``resume``."""
+    seen: dict[str, list[str]] = {}
     for name in names:
-        key = folder_key(name)
-        if key in seen:
-            return seen[key], name
-        seen[key] = name
+        group = seen.setdefault(folder_key(name), [])
+        for other in group:
+            if other == name or other not in apart or name not in apart:
+                return other, name
+        group.append(name)
     return None
+
+
+def run_folders(folder: Path) -> frozenset[str]:
+    """The run names whose folders ``folder`` (a comparison's) holds, as its listing spells them: ``NAME``,
+    ``NAME.partial`` and ``NAME.failed`` (a run stopped, or failed) all name run ``NAME``; nothing where it cannot be read."""
+    try:
+        entries = [e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return frozenset()
+    return frozenset(name.removesuffix(PARTIAL).removesuffix(FAILED) for name in entries)
 
 
 def taken_name(names: Iterable[str]) -> tuple[str, str] | None:

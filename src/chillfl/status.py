@@ -29,7 +29,7 @@ def comparison_states(folder: Path) -> list[RunState]:
     from chillfl.sweeps.record import read_sweep
 
     variants, options, reference = read_sweep(folder, force=True)  # an edited config.toml still shows where the runs stand
-    plan = plan_runs(load_config(folder / "config.toml"), [], options, variants, reference, existing=True)
+    plan = plan_runs(load_config(folder / "config.toml"), [], options, variants, reference, existing=folder)
     return [run_state(folder, c.config.name, c.config.federation.rounds) for c in plan.cells]
 
 

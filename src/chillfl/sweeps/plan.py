@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from chillfl.config import (RunConfig, apply_overrides, dotted_keys, inherited_note, check_compare_option, check_sweep_switches, config_from_dict, own_tune, parse_value, safe_name,
@@ -33,7 +34,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options
 from chillfl.temperature.registry import constant_temperature
-from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_name, short_setting, suffixed, taken_name, variant_points
+from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_folders, run_name, short_setting, suffixed, taken_name, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
 from chillfl.wording import counted
 
@@ -642,7 +643,7 @@ class Plan:
 
 def plan_cells(
     config: RunConfig, variants: Sequence[Variant], configs: Sequence[RunConfig], shared: Mapping[str, Any], seeds: Sequence[int], suffix: bool, from_grid: bool,
-    existing: bool = False,
+    existing: bool | Path = False,
 ) -> list[Cell]:
     """Every run's config; short folder names (``fedavg-lr0.01-s0``), or the full labels if two short ones collide (in
     case too: macOS's and Windows' file systems ignore it, :func:`~chillfl.run_names.folder_clash`) or one is a name the
@@ -651,7 +652,9 @@ def plan_cells(
     ``configs``: each variant's config, in order (:func:`variant_configs`): built once a variant, not once a run.
     ``existing``: the comparison's folder exists (a resume, ``status``): where even the full labels are kept names, the
     short ones it was started with before that rule (names clashing only in the comparison's own files) are planned,
-    not refused: its folder is read or finished as it was begun."""
+    not refused: its folder is read or finished as it was begun. ``existing`` as that folder's path: names that fold
+    alike (:func:`~chillfl.run_names.folder_key`) but whose runs' folders it holds apart are planned too, as an older
+    chillfl named them (``lr-ı`` and ``lr-i``: ``str.casefold`` kept them apart); a new comparison keeps the strict fold."""
     cells: list[Cell] = []
     short: list[Cell] = []
     for long in (False, True):
@@ -669,6 +672,11 @@ def plan_cells(
             short = cells
     if existing and folder_clash(c.config.name for c in short) is None:
         return short
+    if isinstance(existing, Path):  # names that fold alike but whose runs' folders stand apart on disk: the folder as begun
+        kept = run_folders(existing)
+        for begun in (short, cells):
+            if folder_clash((c.config.name for c in begun), kept) is None:
+                return begun
     if clash is None:  # the full labels are free of each other, but one is the comparison's own (a file, a run's unfinished folder)
         assert taken is not None
         name, what = taken
@@ -695,7 +703,7 @@ def variant_configs(config: RunConfig, variants: Sequence[Variant], built: Seque
 
 def plan_runs(
     config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
-    reference: str | None = None, existing: bool = False,
+    reference: str | None = None, existing: bool | Path = False,
 ) -> Plan:
     """The whole comparison (:func:`plan_sweep`), bounded to :data:`MAX_RUNS`, with every run's config and the reference;
     ``existing``: of a folder begun already (:func:`plan_cells`)."""

@@ -660,7 +660,7 @@ def run_compare(
     The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), then :func:`run_plan`.
     """
     with unstarted(resume):
-        plan = plan_runs(config, grid, options, variants, reference, existing=resume is not None)
+        plan = plan_runs(config, grid, options, variants, reference, existing=resume if resume is not None else False)
     return run_plan(config, plan, progress=progress, write=write, dry_run=dry_run, dataset=dataset, model=model, plugged=plugged, resume=resume, force=force, on_checked=on_checked, shard=shard)
 
 

@@ -34,6 +34,24 @@ def said_once() -> Iterator[None]:
         _SAID.reset(token)
 
 
+class _Everything(set[tuple[str, str]]):
+    """A record that holds every warning: :func:`hushed`'s."""
+
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
+@contextmanager
+def hushed() -> Iterator[None]:
+    """Nothing :func:`warn_once` says is said inside: options tried, not run (a refusal asking a declaration again under
+    another value), whose warnings would read as the run's ("this run ignores it")."""
+    token = _SAID.set(_Everything())
+    try:
+        yield
+    finally:
+        _SAID.reset(token)
+
+
 def once_per_call(fn: F) -> F:
     """``fn`` inside :func:`said_once`: an API entry point, or a step a caller may take alone (``build_experiment``,
     ``run_experiment``), whose parts would otherwise repeat one another's warnings (an option checked at each build)."""

@@ -79,6 +79,46 @@ def refusal(spec: MechanismSpec[Any], protocol: str, name: str) -> str:
     return f"{name!r} noises {what}, and the {protocol} protocol has none ({why}); mechanisms that run under {protocol}: {', '.join(_mechanisms_under(protocol)) or 'none yet'}"
 
 
+def _reads_and_reports(mechanism: str, policy_name: Any, policy: Capabilities, settings: Sequence[str]) -> str:
+    """The one line for a temperature policy that declares both ``reports`` and ``private_steps`` under a per-sample
+    step. Why: each was refused alone, the reports first, whose advice (another normalisation) ran into the second, whose
+    advice (a mechanism that noises the uploads) runs into the first again: only a policy reading no client's data runs,
+    and ``settings`` (:func:`_settings_reading_nothing`) are this policy's own that make it read none."""
+    own = f" (this one reads none with {' or '.join(settings)})" if settings else ""
+    return (f"{mechanism!r} clips and noises each sample's gradient, which does not bound what temperature policy {policy_name!r} reads "
+            f"from a client's data: {policy.private_steps}; and it also sends, without noise and outside epsilon (under any mechanism), "
+            f"{policy.reports}; use a temperature policy that reads no client's data{own}")
+
+
+def _settings_reading_nothing(config: RunConfig) -> list[str]:
+    """The single settings of the run's temperature policy under which it declares neither ``reports`` nor ``private_steps``
+    (``temperature.KEY = false`` for an option on, ``= 0`` for a number that is not): its own declaration, asked again with
+    each one changed, the table checked as a run's is. Why: the policy's name is no part of this module."""
+    from chillfl.once import hushed
+    from chillfl.temperature.registry import parse_policy, policy_capabilities
+
+    _, options = parse_policy(config.temperature)
+    if not dataclasses.is_dataclass(options):
+        return []
+    found = []
+    for field in dataclasses.fields(options):
+        value = getattr(options, field.name)
+        if value is True:
+            changed: Any = False
+        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0:
+            changed = 0
+        else:
+            continue
+        try:
+            with hushed():  # its notes are of a table tried, not run
+                other = policy_capabilities({**config.temperature, field.name: changed})
+        except ConfigError:  # not a value this policy takes
+            continue
+        if not other.reports and not other.private_steps:
+            found.append(f"temperature.{field.name} = {'false' if changed is False else changed}")
+    return sorted(found, key=lambda setting: not setting.endswith("= false"))  # a switch off first: the plainest
+
+
 def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     """The ``[privacy]`` plan of this run (None: off), or a ConfigError for a budget that is impossible here."""
     p = config.privacy
@@ -95,6 +135,8 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
     policy = _policy_capabilities(config)
     if policy.reports:  # read by the server from every client, whatever the mechanism noises
         name = config.temperature.get("policy")
+        if policy.private_steps and spec.step is not None and config.protocol == PARAMETERS:  # both refusals, in one line
+            raise ConfigError(FIELD, _reads_and_reports(p.mechanism, name, policy, _settings_reading_nothing(config)))
         _refuse_reports(p.mechanism, spec.covers().get(config.protocol, "the clients' uploads"), f"temperature policy {name!r}", policy,
                         "a temperature policy that reads no client's data on the server")
     if spec.check is not None:

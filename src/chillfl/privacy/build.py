@@ -85,9 +85,9 @@ def _reads_and_reports(mechanism: str, policy_name: Any, policy: Capabilities, s
     advice (a mechanism that noises the uploads) runs into the first again: only a policy reading no client's data runs,
     and ``settings`` (:func:`_settings_reading_nothing`) are this policy's own that make it read none."""
     own = f" (this one reads none with {' or '.join(settings)})" if settings else ""
-    return (f"{mechanism!r} clips and noises each sample's gradient, which does not bound what temperature policy {policy_name!r} reads "
-            f"from a client's data: {policy.private_steps}; and it also sends, without noise and outside epsilon (under any mechanism), "
-            f"{policy.reports}; use a temperature policy that reads no client's data{own}")
+    return (f"{mechanism!r} clips and noises each sample's gradient, but temperature policy {policy_name!r} also sends, without noise and "
+            f"outside epsilon, {policy.reports}; nor does clipping each sample's gradient bound what it reads from a client's data: "
+            f"{policy.private_steps}; use a temperature policy that reads no client's data{own}")
 
 
 def _settings_reading_nothing(config: RunConfig) -> list[str]:

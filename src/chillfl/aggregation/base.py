@@ -383,11 +383,27 @@ def holds_personal_model(half: ClientHalf | None) -> bool:
     return any(isinstance(part, HoldsPersonalModel) for part in half_parts(half))
 
 
+def client_maker(aggregator: object) -> MakesClientModels | None:
+    """What makes part of each client's model (:class:`MakesClientModels`): ``aggregator``, or the first base down its
+    :class:`AroundAggregator` chain that does (None: none does).
+
+    Why the chain: a wrapper (a plugin's server EMA, an attack, ``[privacy]``) that leaves the base's client models as
+    they are defines no ``client_model``, and asking the outer aggregator alone lost the base's (FedCAC's and pFedHN's
+    client models, FedCP's CPN). A wrapper whose ``aggregate`` changes the model in a way the base's ``client_model``
+    cannot follow says so by defining ``client_model`` itself: the first level that defines one answers."""
+    while aggregator is not None:
+        if isinstance(aggregator, MakesClientModels):
+            return aggregator
+        aggregator = aggregator.base if isinstance(aggregator, AroundAggregator) else None
+    return None
+
+
 def client_base(aggregator: Aggregator, client_id: int, global_model: Params) -> Params:
-    """What ``client_id``'s own model is built on: the global model, with the entries ``aggregator`` makes for that
-    client in place of the global ones (:class:`MakesClientModels`)."""
-    if isinstance(aggregator, MakesClientModels):
-        return {**global_model, **aggregator.client_model(client_id, global_model)}
+    """What ``client_id``'s own model is built on: the global model, with the entries ``aggregator`` (or a base it wraps,
+    :func:`client_maker`) makes for that client in place of the global ones (:class:`MakesClientModels`)."""
+    maker = client_maker(aggregator)
+    if maker is not None:
+        return {**global_model, **maker.client_model(client_id, global_model)}
     return global_model
 
 
@@ -573,9 +589,16 @@ class LearnsParameters(Protocol):
 
 
 def with_run_model(aggregator: Aggregator, model: nn.Module) -> Aggregator:
-    """``aggregator``, told the run's ``model`` where it asks (:class:`LearnsParameters`)."""
-    if isinstance(aggregator, LearnsParameters):
-        aggregator.learn_parameters(model)
+    """``aggregator``, told the run's ``model`` where it asks (:class:`LearnsParameters`): itself, or the first base down
+    its :class:`AroundAggregator` chain that asks, so a wrapper passed from Python (``Ema(FedOpt("adam"))``) that does
+    not define ``learn_parameters`` is transparent (its base's Adam stepped batch-norm statistics). A wrapper that
+    defines it is told alone, and passes the model on where its base needs it too (PA3Fed does)."""
+    level: object = aggregator
+    while level is not None:
+        if isinstance(level, LearnsParameters):
+            level.learn_parameters(model)
+            break
+        level = level.base if isinstance(level, AroundAggregator) else None
     return aggregator
 
 
@@ -923,7 +946,10 @@ class AroundAggregator:
     """An aggregator around another (privacy's clipped updates, an attack's forged uploads): each part is the base's.
 
     A subclass overrides what it changes (``aggregate``, and ``round_metrics`` / ``state_dict`` where it keeps
-    something of its own); the client half, downlink, announcement of the round and aggregated keys stay the base's."""
+    something of its own); the client half, downlink, announcement of the round and aggregated keys stay the base's.
+    So do the capabilities asked down the chain: the client models the base makes (:func:`client_maker`) and the run's
+    model it learns its parameters from (:func:`with_run_model`), unless the subclass defines ``client_model`` or
+    ``learn_parameters`` itself."""
 
     def __init__(self, base: Aggregator) -> None:
         self.base = base

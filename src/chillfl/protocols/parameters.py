@@ -42,7 +42,6 @@ from chillfl.aggregation.base import (
     ClientResult,
     ClientState,
     Local,
-    MakesClientModels,
     Params,
     Personal,
     Personalising,
@@ -58,6 +57,7 @@ from chillfl.aggregation.base import (
     half_parts,
     load_client_params,
     client_base,
+    client_maker,
     personal_model,
     personal_template,
 )
@@ -474,7 +474,7 @@ class ParameterSharing:
         built on the model the server makes for that client where it makes one (:func:`~chillfl.aggregation.base.client_base`),
         and then for every client that took part, even one that keeps no state (full pFedHN)."""
         out: dict[int, Params] = {}
-        makes = isinstance(self.aggregator, MakesClientModels)  # the server makes each client's model (pFedHN's h(v_i; phi))
+        makes = client_maker(self.aggregator) is not None  # the server makes each client's model (pFedHN's h(v_i; phi)), a wrapper's base included
         for cid in sorted(set(self.store.ids()) | (self.finished if makes else set())):
             state = self.store.load(cid)
             if state is None and makes:  # a client that took part and keeps nothing: its model is the one the server makes

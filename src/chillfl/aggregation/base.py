@@ -447,7 +447,7 @@ class Halves:
         out = dict(context)
         owners: dict[str, str] = {}
         for part in self.parts:
-            start, given = part.prepare(state, start, out)
+            start, given = part.prepare(state, start, dict(out))  # a copy: a part editing it in place leaves ``out`` as it was
             # a key this part added, replaced or took away: identity, since a part that passes a value on passes it as it came
             written = {k for k in given if k not in out or given[k] is not out[k]} | {k for k in out if k not in given}
             _claim(owners, written, type(part).__name__, "context")

@@ -41,6 +41,7 @@ from chillfl.aggregation.base import (
     ClientHalf,
     ClientResult,
     ClientState,
+    Halves,
     Local,
     Params,
     Personal,
@@ -145,13 +146,18 @@ class ParameterClient:
     spec: LocalSpec | None = None
     """The run's own objective (the executors' spec), which the trainer's objectives derive from."""
     objectives: tuple[LocalSpec, ...] = ()
+    objective_keys: tuple[tuple[str, str, str], ...] = ()
+    """Each context key ``[objective]``'s terms send, with the field that added the term and its name
+    (:func:`~chillfl.training.terms.context_fields`): the half's ``prepare`` may not add, replace or drop one."""
 
     def update(self, task: ClientTask[ParamDownlink, ClientState]) -> ClientProgram:
         d, data = task.downlink, task.data
         state: ClientState = task.state or first_state(self.half, task.client_id, d.start)  # {} unless the half starts one
         t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
-        start, context = (d.start, d.context) if self.half is None else check_pair(
-            self.half.prepare(state, d.start, d.context), f"{type(self.half).__name__}.prepare()", "(start, context)", "algorithm.name")
+        start, context = d.start, d.context
+        if self.half is not None:  # given a copy, so that an edit in place is seen (and the sent context stays as sent)
+            start, context = check_pair(self.half.prepare(state, d.start, dict(d.context)), f"{type(self.half).__name__}.prepare()", "(start, context)", "algorithm.name")
+            self.refuse_rewritten(d.context, context)
         if self.trainer is None:
             out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp)
             done, nonfinite = Personal(out.params, out.num_steps, out.mean_loss), None
@@ -183,6 +189,21 @@ class ParameterClient:
         return ClientReply(task.client_id, uplink, new_state if new_state or forgot else None, acc, loss, None if self.temperature is None else t,
                            local_val_acc=val_acc, nonfinite=nonfinite)
 
+    def refuse_rewritten(self, sent: Mapping[str, Wire], context: Mapping[str, Wire]) -> None:
+        """A context key of an ``[objective]`` term that the client half's ``prepare`` added, replaced or dropped (by
+        identity, as :class:`~chillfl.aggregation.base.Halves` tells its parts' keys apart) is refused on the term's field.
+
+        Why: the server refuses a downlink sending such a key (:meth:`ParameterSharing.refuse_overridden`), but a half
+        completing the context on the client (``{**context, "mu": 5.0}``) replaced the term's value silently, for the
+        term and every other reader alike."""
+        for key, where, name in self.objective_keys:
+            had, has = key in sent, key in context
+            if had == has and (not had or context[key] is sent[key]):
+                continue
+            did = "drops" if had and not has else "replaces" if had else "adds"
+            raise ConfigError(where, f"term {name!r} sends context key {key!r}, which {half_name(self.half)}.prepare() {did} on the client, "
+                                     "and the term would read the half's value; set one of the two (or a term reading another key)")
+
     def _trainings(self, task: ClientTask[ParamDownlink, ClientState], t: float, local: Local) -> Generator[ClientJob, LocalOutcome, tuple[Personal, str | None]]:
         """The personalising half's :class:`Train` requests as jobs: the first with the round's seed, the others with seeds derived from it.
         With the :class:`Personal` it returns the first further training whose loss was non-finite (its reply's ``nonfinite``):
@@ -212,6 +233,13 @@ class ParameterClient:
             if i and nonfinite is None and not math.isfinite(outcome.mean_loss):
                 nonfinite = f"the loss of {type(self.trainer).__name__}'s training {i + 1} is {outcome.mean_loss} (lower client.lr?)"
         raise AssertionError("unreachable")
+
+
+def half_name(half: ClientHalf | None) -> str:
+    """How a refusal names ``half``: its class, or its parts' joined by ``+``, in brackets (:class:`~chillfl.aggregation.base.Halves`)."""
+    if isinstance(half, Halves):
+        return "(" + " + ".join(type(part).__name__ for part in half.parts) + ")"
+    return type(half).__name__
 
 
 class ParamStore:
@@ -525,6 +553,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
             break
     objectives = () if trainer is None else trainer.objectives(exp.spec)
     numbers, anchors = objective_context(exp.config.objective)  # what [objective]'s terms read from the run
+    fields = context_fields(exp.config.objective)
     return ParameterSharing(
         seed=exp.config.seed,
         lr_at=exp.config.lr_at,
@@ -536,9 +565,10 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
         client=ParameterClient(
             exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes),
             trainer=trainer, spec=exp.spec if trainer else None, objectives=objectives,
+            objective_keys=tuple((key, where, name) for key, (where, name) in fields.items()),
         ),
         eval_clients=exp.config.eval.clients,
         objective_context=numbers,
         anchors=anchors,
-        objective_fields=context_fields(exp.config.objective),
+        objective_fields=fields,
     )

@@ -249,10 +249,6 @@ class TermSpec:
     """Numbers the term reads from each client's context, from its options (the proximal term's ``mu``)."""
     anchor: str | None = None
     """The context key under which the term reads the round's start model (``global_params``); None: it reads none."""
-    anchor_buffers: bool = True
-    """Whether the term reads the anchor's buffers (BN statistics, counters) as well as its parameters: a forward pass on
-    it does (NTD's teacher); the proximal term, over the trainable parameters alone, does not. Why: a client is sent
-    (priced) the server's values of the entries an anchor reads that it does not hold, and only those."""
     cost: Cost = Cost()
     """The work it adds to a local step, for time estimates (a frozen model's forward a step: ``Cost(step_passes=1 + FORWARD)``)."""
     couples_samples: bool = False
@@ -261,6 +257,11 @@ class TermSpec:
     another term (FedDecorr's is 0 for one sample), so a private run would drop it without a word: ``dp-sgd`` refuses
     it. Not ``per_batch``, which says the term reads the step's batch, as MOON's and FedNTD's per-sample terms do. A term
     class (no TermSpec) declares it in a ``couples_samples`` class attribute."""
+    anchor_buffers: bool = True
+    """Whether the term reads the anchor's buffers (BN statistics, counters) as well as its parameters: a forward pass on
+    it does (NTD's teacher); the proximal term, over the trainable parameters alone, does not. Why: a client is sent
+    (priced) the server's values of the entries an anchor reads that it does not hold, and only those. Last, after
+    ``cost``: a spec written positionally before the field came keeps its meaning."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -311,11 +311,6 @@ class LocalSpec:
     """``contiguous`` or ``channels_last`` (4-d states and batches in NHWC order; see the module docstring)."""
     precision: str = "fp32"
     """``fp32`` or ``bf16`` (the forward under bf16 autocast; see the module docstring)."""
-    deterministic: bool = True
-    """The run's ``deterministic``: a worker training on CUDA sets PyTorch's deterministic algorithms by it (:func:`pin_worker`)."""
-    draw_free: bool = False
-    """The executor verified that the steps draw nothing from torch's global generators (the vectorized executor's probe:
-    vmap refuses a random op): :func:`train_client` neither forks nor holds them, whatever :func:`draws_global` assumes."""
     batched_conv: str = "grouped"
     """How a vmapped step runs the clients' ``conv2d`` / ``conv1d``: ``grouped`` (vmap's grouped convolution), ``gemm``
     (a gather of the windows + one batched matrix product: :mod:`chillfl.training.conv_gemm`), ``nhwc`` or ``loop`` (channels-last,
@@ -347,6 +342,11 @@ class LocalSpec:
     private: PrivateGradients | None = None
     """DP-SGD (``[privacy] mechanism = "dp-sgd"``, :mod:`chillfl.privacy.dpsgd`): each step's gradient from clipped, noised
     per-sample gradients. None: the plain step. Training phases besides private training (:meth:`phase`) drop it."""
+    deterministic: bool = True
+    """The run's ``deterministic``: a worker training on CUDA sets PyTorch's deterministic algorithms by it (:func:`pin_worker`)."""
+    draw_free: bool = False
+    """(These two last, after the fields of before they came: a spec built positionally keeps its meaning.) The executor verified that the steps draw nothing from torch's global generators (the vectorized executor's probe:
+    vmap refuses a random op): :func:`train_client` neither forks nor holds them, whatever :func:`draws_global` assumes."""
 
     def term_field(self, index: int) -> str | None:
         """The config field of the term at ``index`` in :attr:`terms` (:attr:`term_fields`, else :attr:`method_field`)."""

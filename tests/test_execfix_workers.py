@@ -54,20 +54,18 @@ def test_the_parents_resource_sharer_is_quiet_about_a_fetch_cut_short(capfd: pyt
 def test_an_error_elsewhere_is_still_printed() -> None:
     seen: list[type[BaseException]] = []
     previous = sys.excepthook
-    processes._quiet_resource_sharer()
-    hook = sys.excepthook
+    sys.excepthook = lambda kind, value, tb: seen.append(kind)
+    quiet = processes._quiet_resource_sharer()
     try:
-        sys.excepthook = previous
-        processes._sharer_quiet = False
-        sys.excepthook = lambda kind, value, tb: seen.append(kind)
-        processes._quiet_resource_sharer()
         try:
             raise ConnectionResetError("not the sharer's")
         except ConnectionResetError:
             sys.excepthook(*sys.exc_info())
         assert seen == [ConnectionResetError]
-    finally:
-        sys.excepthook, processes._sharer_quiet = hook, True
+    finally:  # the pool's own way out: the process's hook is the caller's again, nothing left installed
+        quiet.remove()
+        sys.excepthook = previous
+    assert sys.excepthook is previous
 
 
 def _vm_size(pid: int) -> int:

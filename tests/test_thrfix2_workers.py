@@ -17,7 +17,9 @@ from chillfl.training.local import LocalSpec
 def flags() -> Iterator[None]:
     mode, warn = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
     env, bench = os.environ.get("CUBLAS_WORKSPACE_CONFIG"), torch.backends.cudnn.benchmark
+    restore = local.pin_precision("fp32")  # what pin_worker pins is a worker's for good: this process gets its own back
     yield
+    restore()
     torch.use_deterministic_algorithms(mode, warn_only=warn)
     torch.backends.cudnn.benchmark = bench
     if env is None:

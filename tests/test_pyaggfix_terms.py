@@ -104,3 +104,38 @@ def test_user_rule_declares_its_terms() -> None:
     assert same(python, state({"name": "fedprox", "mu": 0.5}))
     _, terms = make_aggregator(f"{__name__}:Nudged", {}, num_clients=3, model=model(), seed=0)
     assert [type(t) for t in terms] == [ProximalTerm]
+
+
+def test_a_subclass_of_the_term_stands_for_it() -> None:
+    """``terms=[MyProx()]`` (a user's subclass of ProximalTerm on the same keys) counted as another term: the proximal
+    pull was applied twice (mu/2 ||w - w^t||^2 from each)."""
+    from chillfl.aggregation.base import with_needed_terms
+
+    class MyProx(ProximalTerm):
+        pass
+
+    assert [type(t) for t in with_needed_terms(FedProx(FedProxOptions(mu=0.5)), [MyProx()])] == [MyProx]
+    configured = state({"name": "fedprox", "mu": 0.5})
+    assert same(state({"name": "fedavg"}, aggregator=FedProx(FedProxOptions(mu=0.5)), terms=[MyProx()]), configured)
+
+
+def test_a_folder_saved_without_the_needed_terms_is_not_resumed_with_them() -> None:
+    """A run saved before the needed terms were added (``Scaffold(3)`` alone ran FedAvg's steps) records no terms: its
+    resume with the same instance would add SCAFFOLD's correction from the next round on, a method changed midway.
+    The saved record now lists every term that runs, so the old one differs and the resume is refused in one line."""
+    import dataclasses
+
+    from chillfl.api import RUN_FROM_PYTHON, _check_same_parts
+    from chillfl.errors import ConfigError
+    from chillfl.experiment import Plugged, plugged_records
+
+    plugged = Plugged(aggregator=Scaffold(3))
+    record = plugged_records(plugged)["algorithm"]
+    assert [t if isinstance(t, str) else t["class"] for t in record["terms"]] == ["chillfl.aggregation.scaffold.LinearCorrectionTerm"]
+
+    saved = dataclasses.replace(chillfl.load_config(None, {}), algorithm=record)  # what a run of it saves now
+    _check_same_parts(saved, None, None, plugged, RUN_FROM_PYTHON)  # as saved now: the same parts
+    old = dataclasses.replace(saved, algorithm={**saved.algorithm, "terms": []})  # as the version before saved it
+    with pytest.raises(ConfigError) as refused:
+        _check_same_parts(old, None, None, plugged, RUN_FROM_PYTHON)
+    assert refused.value.field == "aggregator" and "terms" in refused.value.message

@@ -191,11 +191,14 @@ def _class_path(obj: object) -> str:
 
 def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
     """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran
-    (with each instance's ``options`` dataclass, when it keeps one: :func:`options_record`)."""
+    (with each instance's ``options`` dataclass, when it keeps one: :func:`options_record`). Its ``terms`` are every term
+    the run trains with, the aggregator's own included: a folder saved before an aggregator's needed terms were added
+    (``Scaffold(3)`` ran FedAvg's steps) records fewer, and its resume is refused rather than change method midway."""
     out: dict[str, dict[str, Any]] = {}
-    if plugged.aggregator is not None:
+    if plugged.aggregator is not None:  # every term that runs: the caller's and those the aggregator needs (with_needed_terms)
+        terms = with_needed_terms(plugged.aggregator, plugged.terms)
         out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator),
-                            "terms": [term_record(t, f"algorithm.terms[{i}]") for i, t in enumerate(plugged.terms)],
+                            "terms": [term_record(t, f"algorithm.terms[{i}]") for i, t in enumerate(terms)],
                             **options_record(plugged.aggregator, "algorithm")}
     if plugged.policy is not None:
         out["temperature"] = {"policy": CUSTOM, "class": _class_path(plugged.policy), **options_record(plugged.policy, "temperature")}

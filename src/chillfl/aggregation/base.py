@@ -624,9 +624,10 @@ def needed_terms(aggregator: object) -> list[Term]:
 
 
 def same_term(a: object, b: object) -> bool:
-    """Whether ``a`` stands for ``b``: the same class reading the same context keys (its ``reads``), so that a run with both
-    would count one term twice."""
-    return type(a) is type(b) and getattr(a, "reads", ()) == getattr(b, "reads", ())
+    """Whether the caller's term ``a`` stands for the needed term ``b``: of its class or a subclass of it (a user's
+    ``MyProx(ProximalTerm)``), reading the same context keys (its ``reads``), so that a run with both would count one
+    term twice (the proximal pull applied twice)."""
+    return isinstance(a, type(b)) and getattr(a, "reads", ()) == getattr(b, "reads", ())
 
 
 def with_needed_terms(aggregator: object, terms: Sequence[Term]) -> list[Term]:

@@ -345,8 +345,9 @@ class LocalSpec:
     deterministic: bool = True
     """The run's ``deterministic``: a worker training on CUDA sets PyTorch's deterministic algorithms by it (:func:`pin_worker`)."""
     draw_free: bool = False
-    """(These two last, after the fields of before they came: a spec built positionally keeps its meaning.) The executor verified that the steps draw nothing from torch's global generators (the vectorized executor's probe:
-    vmap refuses a random op): :func:`train_client` neither forks nor holds them, whatever :func:`draws_global` assumes."""
+    """(These two last, after the fields of before they came: a spec built positionally keeps its meaning.) The executor
+    verified that the steps draw nothing from torch's global generators (the vectorized executor's probe: vmap refuses a random op):
+    :func:`train_client` neither forks nor holds them, whatever :func:`draws_global` assumes."""
 
     def term_field(self, index: int) -> str | None:
         """The config field of the term at ``index`` in :attr:`terms` (:attr:`term_fields`, else :attr:`method_field`)."""

@@ -7,7 +7,7 @@ the runs alone) and the forks restored out of order (the caller's generator left
 fork, seed and draw of chillfl's is one block under :data:`GLOBAL_RNG`, so blocks of different threads never overlap:
 each restores what it found, and its draws are its own seed's. A block is only entered where something draws (a
 client's training only for a model that may draw: :func:`chillfl.training.local.draws_global`; an evaluation only
-for one that draws in eval mode, fractional max-pooling; a Dataset's items a few at a time,
+for one with a torch layer that draws in eval mode, fractional max-pooling; a Dataset's items a few at a time,
 :func:`chillfl.data.items.read_items`), so runs that draw nothing are not serialised. Draws your own code makes in another thread while a run is going on are not held by it:
 they may land inside a run's block (its results change) and are undone when it ends.
 """

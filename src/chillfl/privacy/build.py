@@ -141,6 +141,11 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
                         "a temperature policy that reads no client's data on the server")
     if spec.check is not None:
         spec.check(p.options, config)
+    if spec.approximation is not None:  # asked again under the comparison's table, after every run: a bad return is said now
+        said = spec.approximation(p.options, config)
+        if said is not None and not isinstance(said, str):
+            raise ConfigError(FIELD, f"{p.mechanism!r}: its approximation hook must return a str (what its epsilon accounts as Poisson sampled) "
+                                     f"or None, got {type(said).__name__}")
     fed = config.federation
     sizes = RunSizes(data.num_clients, fed.sample_size(), fed.rounds, config.client.batch_size, config.client.epochs, _client_sizes(data))
     try:

@@ -196,7 +196,6 @@ class MechanismSpec(Generic[Opt]):
     rows: Callable[[Opt, Noise, bool], RowRelease] | None = None
     settle: Callable[[Opt, Noise], Opt] | None = None
     check: Callable[[Opt, RunConfig], None] | None = None
-    approximation: Callable[[Opt, RunConfig], str | None] | None = None
     adjacency: Literal["add_remove", "replace"] = "add_remove"
     subsampled: bool = True
     cost: Cost = Cost()
@@ -212,6 +211,9 @@ class MechanismSpec(Generic[Opt]):
     """The run figures it adds, by name (:func:`chillfl.plots.registry.register_figure`), drawn after the run:
     ``privacy`` (accuracy against the ``epsilon`` every private run records, and epsilon over rounds) by default;
     a mechanism with round metrics of its own adds its figure beside it (``("privacy", "mine")``)."""
+    approximation: Callable[[Opt, RunConfig], str | None] | None = None
+    """The ``approximation`` hook above; last, after the fields of before it came, so that a spec built positionally
+    keeps its meaning."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -151,8 +151,11 @@ def check_base_loss(loss: BaseLoss, field: str) -> None:
     if owner is not None and key in _LOSSES_CHECKED.get(owner, ()):
         return  # specs are rebuilt per client and round (dataclasses.replace); the signature is read once
     what = getattr(loss, "__qualname__", None) or type(loss).__qualname__
+    held = getattr(loss, "__func__", loss)  # a bound method's flags are its function's (as reads_context reads them)
     for attr in dir(loss):
-        near = misspelt_flag(attr, inspect.getattr_static(loss, attr, None))
+        if not attr.lower().startswith(("use_", "uses_")):  # the cheap test first: losses not cached are checked per spec
+            continue
+        near = misspelt_flag(attr, inspect.getattr_static(held, attr, None))
         if near is not None:
             raise ConfigError(field, f"the base loss {what} sets {attr}, which the training step never reads; declare {near} "
                                      "(chillfl.extend.DeclaredLoss)")
@@ -1072,16 +1075,21 @@ def _global_hooks_foreign() -> bool:
 
 def model_draws(model: nn.Module, *, training: bool = True) -> bool:
     """Whether ``model``'s forward (in training mode, or with ``training=False`` in eval mode) may draw from torch's
-    global generators: a module of :data:`_DRAWING_MODULES` (in eval mode only fractional max-pooling), a torch layer
-    with a ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``; in training), or code
-    outside torch and chillfl: a module whose class or a class it derives from is the user's (its forward, or a helper
-    an inherited forward calls, may call ``F.dropout``), a forward set on an instance, a hook. Conservative."""
+    global generators. In training, conservatively: a module of :data:`_DRAWING_MODULES`, a torch layer with a
+    ``dropout`` rate of its own (``nn.LSTM(dropout=0.2)``, ``nn.MultiheadAttention``), or code outside torch and
+    chillfl: a module whose class or a class it derives from is the user's (its forward, or a helper an inherited
+    forward calls, may call ``F.dropout``), a forward set on an instance, a hook. In eval mode only torch's modules that
+    draw there (fractional max-pooling): an evaluation is a block under the lock, and counting every user class would
+    queue the predictor's threads one behind another for models that draw nothing in eval mode; a model of the user's
+    that draws there (MC dropout) draws from the caller's generators, as it always did (docs/python-api.md)."""
+    if not training:
+        return any(isinstance(module, _EVAL_DRAWING_MODULES) for module in model.modules())
     if _global_hooks_foreign():
         return True
-    drawing = _DRAWING_MODULES if training else _EVAL_DRAWING_MODULES
+    drawing = _DRAWING_MODULES
     for module in model.modules():
         rate = getattr(module, "dropout", None)  # nn.LSTM / GRU / RNN, nn.MultiheadAttention: a dropout of their own
-        if isinstance(module, drawing) or training and isinstance(rate, float) and rate > 0 or _foreign_class(type(module)) or _foreign(type(module).forward):
+        if isinstance(module, drawing) or isinstance(rate, float) and rate > 0 or _foreign_class(type(module)) or _foreign(type(module).forward):
             return True
         own = vars(module).get("forward")
         if own is not None and _foreign(own) or any(_foreign(hook) for hook in _module_hooks(module)):
@@ -1210,8 +1218,8 @@ def evaluate(
     ``precision``: those are training-speed choices, and metrics of one state
     must not depend on them (a state given channels-last is read contiguously).
 
-    A model whose eval forward draws from torch's global generators (:func:`model_draws`: fractional max-pooling, code
-    of the user's) draws them from :data:`EVAL_SEED` in a fork: the caller's generators are as they were.
+    A model whose eval forward draws from torch's global generators (:func:`model_draws`: fractional max-pooling)
+    draws them from :data:`EVAL_SEED` in a fork: the caller's generators are as they were.
 
     Logits that are not all finite give a NaN accuracy, as they give a NaN loss: the argmax of NaN logits is
     index 0 or whichever is NaN first, and counting it as a prediction reports chance-like accuracy for a broken model.

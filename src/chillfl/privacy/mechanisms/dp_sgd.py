@@ -100,7 +100,7 @@ per-round epsilon was 80 % of the MLP run's CPU; docs/privacy.md, "Cost")."""
 def approximation(options: DpSgdOptions, config: RunConfig) -> str:
     """Its epsilon charges each step as a Poisson-sampled batch (:func:`step_rates`), and the batches are shuffled and
     fixed-size: the usual approximation whatever ``federation.sampling`` is, which picks clients, not batches."""
-    return "each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k"
+    return "each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k (a proven bound only where batch_size >= n_k)"
 
 
 SPEC = MechanismSpec(

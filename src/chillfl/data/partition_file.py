@@ -83,6 +83,15 @@ def encode_partition(record: Mapping[str, Any]) -> bytes:
     return (json.dumps(record, separators=(",", ":")) + "\n").encode("utf-8")
 
 
+def _relative_to(path: str) -> str:
+    """For a relative path: where it was looked for. Why: a result folder's config.toml keeps ``partition.from`` as it was
+    typed where that run started, and rerun from another folder it failed with a bare FileNotFoundError."""
+    if os.path.isabs(path):
+        return ""
+    return (f" (a relative path is read from the folder the command runs in, {short_path(os.getcwd())}; a result folder's "
+            "config.toml keeps it as typed in the folder its run started in: run from there, or give the absolute path)")
+
+
 def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray, *, labels: np.ndarray | None = None) -> list[np.ndarray]:
     """Each client's training indices from the file ``options["from"]``, checked against this run.
 
@@ -103,7 +112,7 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         if isinstance(exc, ConfigError):
             raise
         said = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:120]  # an OSError's own text repeats the path
-        raise ConfigError(FIELD, f"cannot read {short_path(path)}: {type(exc).__name__}: {said}") from None
+        raise ConfigError(FIELD, f"cannot read {short_path(path)}{_relative_to(path)}: {type(exc).__name__}: {said}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("clients"), list):
         raise ConfigError(FIELD, f"{short_path(path)} is not a chillfl partition file (a run folder's {PARTITION_FILE})")
     version = doc.get("version", 1)  # a file another tool wrote may have none: read as version 1, the plain one

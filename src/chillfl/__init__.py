@@ -26,6 +26,8 @@ _API = {
     "reproduce_paper": "api",
     "Comparison": "api",
     "Result": "api",
+    "FinishedRun": "api",
+    "load_run": "api",
     "TensorData": "api",
     "DatasetData": "api",
     "available": "api",
@@ -45,6 +47,7 @@ __all__ = [
     "Comparison",
     "ConfigError",
     "DatasetData",
+    "FinishedRun",
     "Result",
     "RunConfig",
     "RunOutput",
@@ -54,6 +57,7 @@ __all__ = [
     "available",
     "compare",
     "load_config",
+    "load_run",
     "make_config",
     "reproduce_paper",
     "resume",
@@ -62,7 +66,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from chillfl.api import Comparison, DatasetData, Result, TensorData, available, compare, make_config, reproduce_paper, resume, resume_compare, run
+    from chillfl.api import Comparison, DatasetData, FinishedRun, Result, load_run, TensorData, available, compare, make_config, reproduce_paper, resume, resume_compare, run
     from chillfl.config import RunConfig, load_config
     from chillfl.data import ArrayDataset
     from chillfl.errors import ConfigError

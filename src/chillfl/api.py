@@ -34,7 +34,7 @@ from torch import nn
 
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
 from chillfl.config import SWITCHED, RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, dotted_overrides, read_config_file, set_dotted
-from chillfl.data import ArrayDataset, dataset_names, partitioner_names
+from chillfl.data import ArrayDataset, FederatedData, dataset_names, partitioner_names
 from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
@@ -61,6 +61,7 @@ from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
+from chillfl.training.local import evaluate
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
@@ -74,7 +75,7 @@ log = logging.getLogger(__name__)
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 UserData = Union["TensorData", "DatasetData", ArrayDataset]
 
-__all__ = ["Comparison", "DatasetData", "Result", "TensorData", "available", "compare", "make_config", "resume_compare", "run"]
+__all__ = ["Comparison", "DatasetData", "FinishedRun", "Result", "TensorData", "available", "compare", "load_run", "make_config", "resume_compare", "run"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,6 +143,33 @@ class Result:
     config: RunConfig
     state: dict[str, torch.Tensor] | None = None
     client_states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, eq=False)
+class FinishedRun:
+    """A finished run folder read back (:func:`load_run`): what its metrics were computed on.
+
+    ``model``: the final global model (a module holding ``model.safetensors``, in eval mode, on the CPU); None for a run
+    without a global model. ``data``: the run's federated data rebuilt from its config: ``data.test()`` are the test rows
+    its ``global_*`` metrics scored (the server validation split, ``data.validation()``, left out), ``data.client_eval(k)``
+    client k's evaluation rows. ``client_states``: client id -> its saved model (``checkpoint.client_models = true``),
+    else empty. Why: a registry run's model class, standardisation and class-wise test split live in chillfl, and a
+    hand-made test set scored another set of rows than the recorded accuracy.
+    """
+
+    folder: Path
+    config: RunConfig
+    model: nn.Module | None
+    data: FederatedData
+    client_states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
+
+    def evaluate(self, x: torch.Tensor, y: torch.Tensor, state: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float]:
+        """(accuracy, mean cross-entropy) of the global model (or of ``state``, e.g. ``client_states[k]``, in the same
+        architecture) on (x, y), scored as the run scores: eval mode, ``eval.batch_size`` batches, fp32."""
+        if self.model is None:
+            raise ConfigError("model", f"{self.folder} has no global model to evaluate")
+        weights = state if state is not None else dict(self.model.state_dict())
+        return evaluate(self.model, weights, x, y, self.config.eval.batch_size)
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -284,6 +312,22 @@ def resume(
     with _result_kept(lambda out: _result(model, built[0], built[0].config, out)):
         out = resume_experiment(folder, progress=progress, callbacks=hooks, hooks=[h.hook for h in hooks], force=force, build=build)
     return _result(model, built[0], built[0].config, out)
+
+
+def load_run(folder: str | Path, model: nn.Module | None = None, data: UserData | None = None) -> FinishedRun:
+    """A finished run folder's config, final global model, federated data and saved client models (:class:`FinishedRun`).
+
+    A registry run is rebuilt from its ``config.toml`` alone; a run on your own ``model`` or ``data`` needs them again
+    (the same class and data; the weights come from ``model.safetensors``). Everything stays on the CPU. Why: the
+    recorded accuracies are reproducible only on the rows and the model the run used (docs/python-api.md).
+    """
+    from chillfl.analysis.replay import finished_run
+
+    folder = arguments.path(folder, "folder")
+    _check_model(model)
+    dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
+    parts = finished_run(folder, model, dataset, field="folder")
+    return FinishedRun(Path(folder), parts.config, parts.model, parts.data, parts.client_states)
 
 
 def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged, entry: FromPython) -> None:

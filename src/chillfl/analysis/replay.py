@@ -49,7 +49,14 @@ from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig, load_config
 from chillfl.engine.loop import availability, draw_clients, releases_empty
 from chillfl.storage.checkpoint import write_atomic
-from chillfl.storage.model_file import read_model
+from chillfl.storage.model_file import read_client_models, read_model
+from chillfl.storage.run_folder import CLIENT_MODELS
+from chillfl.attacks.build import poisoned_data
+from chillfl.data import ArrayDataset
+from chillfl.engine.view import model_with_state
+from chillfl.experiment import check_data_record
+from chillfl.models.registry import float32_default
+from chillfl.plugins import is_custom
 from chillfl.storage.results import FAILED, FAILURE, PARTIAL, strict
 from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
@@ -167,6 +174,58 @@ def build_evaluation(run_dir: str | Path, field: str = "run_dir") -> Evaluation:
     data = build_data(config)
     model, _ = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     return Evaluation(config, data, model.to(device), device)
+
+
+@dataclass(frozen=True)
+class FinishedParts:
+    """What :func:`finished_run` reads back: the config, the final global model (None without one), the data, client models."""
+
+    config: RunConfig
+    model: nn.Module | None
+    data: FederatedData
+    client_states: dict[int, Params]
+
+
+def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: ArrayDataset | None = None,
+                 field: str = "run_dir") -> FinishedParts:
+    """A finished run's parts on the CPU for :func:`chillfl.load_run`: its data (the server validation split held out as the
+    run held it out), its global model loaded into the config's model (or into a copy of ``model``, for a run on the user's
+    own module) and its saved client models. Why: the recorded metrics are reproducible only on these rows and this model."""
+    path = Path(run_dir)
+    check_finished(path, field)
+    config = load_run(path, field)
+    entry = f"chillfl.load_run({shell_path(path)!r}, model=..., data=...)"
+    if model is None and is_custom(config.model.get("name")):
+        held = config.model.get("class", "your module")
+        raise ConfigError("model", f"{path} is a run on your own nn.Module ({held}), which a config file cannot rebuild: pass one "
+                                   f"of the same class again, {entry}")
+    if model is not None and not is_custom(config.model.get("name")):
+        raise ConfigError("model", f"{path} is a run on the registered model {config.model.get('name')!r}, which it rebuilds itself: leave model out")
+    if dataset is None and is_custom(config.dataset.get("name")):
+        raise ConfigError("data", f"{path} is a run on your own data ({config.dataset.get('source', 'tensors')}), which a config file cannot "
+                                  f"rebuild: pass the same data again, {entry}")
+    if dataset is not None:
+        if not is_custom(config.dataset.get("name")):
+            raise ConfigError("data", f"{path} is a run on the registered dataset {config.dataset.get('name')!r}, which it rebuilds itself: leave data out")
+        check_data_record(config, dataset)
+    data = poisoned_data(config, build_data(config, dataset))  # [attack]: the attackers' training rows, as the run trained on them
+    client_states = read_client_models(path / CLIENT_MODELS) if (path / CLIENT_MODELS).is_file() else {}
+    if not (path / MODEL).is_file():  # a protocol without a global model (each client keeps its own)
+        return FinishedParts(config, None, data, client_states)
+    if model is None:
+        with float32_default():
+            model, _ = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    state = load_model_state(path, "cpu", field)
+    try:
+        model = model_with_state(model.cpu(), state) if model is not None else None
+    except (RuntimeError, KeyError) as exc:
+        raise ConfigError("model", f"{type(model).__qualname__} does not hold {path / MODEL}: {one_line(str(exc))}") from None
+    if model is not None and set(model.state_dict()) != set(state):
+        extra = sorted(set(state) ^ set(model.state_dict()))[:5]
+        raise ConfigError("model", f"{type(model).__qualname__} does not hold {path / MODEL}: the names {extra} differ")
+    if model is not None:
+        model.eval()
+    return FinishedParts(config, model, data, client_states)
 
 
 @dataclass

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -15,6 +17,8 @@ from chillfl.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+DOC = Path(__file__).resolve().parents[1] / "docs" / "python-api.md"
+
 CONFIG = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "partition": {"name": "dirichlet", "alpha": 0.3},
           "federation": {"num_clients": 4, "clients_per_round": 4, "rounds": 2}, "log": {"per_client": True}}
 
@@ -23,25 +27,45 @@ def _summary(folder: Path) -> dict[str, float]:
     return json.loads((folder / "summary.json").read_text(encoding="utf-8"))
 
 
-def test_the_documented_snippet_reproduces_the_recorded_accuracy_with_a_validation_split(tmp_path: Path) -> None:
-    result = chillfl.run(config=CONFIG, out_dir=tmp_path, progress=False, **{"eval.validation": 0.2, "checkpoint.client_models": True,
-                                                                             "algorithm.name": "ditto"})
-    assert result.folder is not None
-    folder = result.folder
-    # the snippet of docs/python-api.md, "Reusing the outputs"
-    run = chillfl.load_run(folder)
-    x, y = run.data.test()                      # the test rows the run scored (validation rows left out)
-    with torch.no_grad():
-        acc = (run.model(x).argmax(1) == y).sum().item() / len(y)
-    summary = _summary(folder)
-    assert acc == summary["final_global_acc"]
-    assert run.evaluate(x, y)[0] == summary["final_global_acc"]
-    assert run.evaluate(x, y)[1] == pytest.approx(summary["final_global_loss"], rel=1e-6)
-    validation = run.data.validation()
-    assert validation is not None and len(validation[1]) + len(y) == 359  # digits' test set, split
-    assert sorted(run.client_states) == [0, 1, 2, 3]
-    assert isinstance(run.config, chillfl.RunConfig) and run.folder == folder
-    assert not run.model.training
+def _doc_example(name: str) -> str:
+    """The python block right after ``<!-- example: NAME -->`` in docs/python-api.md."""
+    found = re.search(rf"<!-- example: {re.escape(name)} -->\n```python\n(.*?)^```", DOC.read_text(encoding="utf-8"), flags=re.S | re.M)
+    assert found is not None, f"no example {name!r} in {DOC}"
+    return found.group(1)
+
+
+def test_the_documented_snippet_reproduces_the_recorded_accuracy_with_a_validation_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {"__name__": "docs_example"}
+    exec(compile(_doc_example("load-run"), f"{DOC}:load-run", "exec"), namespace)  # asserts the recorded accuracy itself
+    saved, summary = namespace["saved"], _summary(namespace["folder"])
+    assert namespace["acc"] == summary["final_global_acc"]
+    x, y = saved.data.test()
+    assert saved.evaluate(x, y)[1] == pytest.approx(summary["final_global_loss"], rel=1e-6)
+    validation = saved.data.validation()
+    assert validation is not None and (len(validation[1]), len(y)) == (72, 287)  # digits' 359 test rows, as the page says
+    assert isinstance(saved.config, chillfl.RunConfig) and saved.folder == namespace["folder"]
+    assert not saved.model.training and saved.client_states == {}
+
+
+def test_a_saved_client_model_scores_its_local_accuracy_where_the_docs_say_so(tmp_path: Path) -> None:
+    """docs/usage.md, ``client_models``: Ditto's saved v_k and FedPer's under local_eval = "averaged" are what local_acc
+    measured; FedPer's under the default "trained" is not (the client's head on the averaged body)."""
+    def client_accs(name: str, **options: Any) -> tuple[list[float], list[float]]:
+        config = {**CONFIG, "algorithm": {"name": name, **options}}
+        result = chillfl.run(config=config, out_dir=tmp_path, progress=False, **{"checkpoint.client_models": True})
+        assert result.folder is not None
+        saved = chillfl.load_run(result.folder)
+        last = [json.loads(line) for line in (result.folder / "metrics.jsonl").read_text(encoding="utf-8").splitlines()][-1]
+        mine = [saved.evaluate(*saved.data.client_eval(k), state)[0] for k, state in sorted(saved.client_states.items())]
+        return mine, [last["local_accs"][str(k)] for k in sorted(saved.client_states)]
+
+    mine, recorded = client_accs("ditto")
+    assert mine == pytest.approx(recorded, abs=1e-12)
+    mine, recorded = client_accs("fedper", local_eval="averaged")
+    assert mine == pytest.approx(recorded, abs=1e-12)
+    mine, recorded = client_accs("fedper")
+    assert mine != pytest.approx(recorded, abs=1e-12)
 
 
 def test_a_run_on_a_module_from_python_asks_for_it_and_loads_into_it(tmp_path: Path) -> None:

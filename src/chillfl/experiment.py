@@ -16,7 +16,7 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
 from chillfl.aggregation.registry import (INSTANCE_OPTIONS, Wrapped, algorithm_names, algorithm_options, algorithm_spec, built_by, check_algorithm,
-                                         check_declarations, check_instance, check_plain_sgd, declared_capabilities, largest_tolerated, make_aggregator,
+                                         check_declarations, check_instance, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
                                          wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, forges_models, forges_rows, poisoned_data, skipping_local_dp, with_attack
@@ -316,8 +316,8 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
     A named algorithm is checked against the run by what its spec declares (:func:`check_algorithm`:
     its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name; an instance passed from
     Python by its class's own ``capabilities`` (its linear-head need and plain-SGD limit), as that class named in a config,
-    and by the spec it declares it is built by (:func:`~chillfl.aggregation.registry.check_instance`: Krum's ``f`` against
-    the clients a round); its terms are the caller's, then those it needs that the caller did not pass
+    and by the spec that builds it (:func:`~chillfl.aggregation.registry.check_instance`: ``Scaffold(3)``'s plain-SGD limit,
+    Krum's ``f`` against the clients a round, a wrapper's base's); its terms are the caller's, then those it needs that the caller did not pass
     (:func:`~chillfl.aggregation.base.with_needed_terms`: ``Scaffold(3)`` alone runs SCAFFOLD, not FedAvg).
     ``client_sizes``: each client's training rows (:attr:`~chillfl.aggregation.registry.BuildContext.client_sizes`).
     """
@@ -329,8 +329,9 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         declared = declared_capabilities(type(plugged.aggregator), method, "aggregator")  # read as a class named in the config is
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
-        check_declarations(declared, plugged.aggregator, method, "aggregator")
-        check_instance(plugged.aggregator, config)  # its spec's check, as a config naming the method is checked
+        check_instance(plugged.aggregator, config, model)  # its spec's limits and check (a wrapper's base's too), as a config naming the method is checked
+        by_spec = instance_capabilities(plugged.aggregator)  # what its spec declares (a personal model), where a spec builds it
+        check_declarations(declared if by_spec is None else by_spec, plugged.aggregator, method, "aggregator")
         aggregator = with_run_model(copy.deepcopy(plugged.aggregator), model)  # its parameters, as a builder passes them
         built = aggregator, with_needed_terms(aggregator, copy.deepcopy(plugged.terms))  # its own terms, as its spec's builder returns them
     else:
@@ -605,8 +606,8 @@ def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None
 
     A note, not an error: a run at f = 0, or below the attackers, is a fair baseline to ask for. Called once the whole
     run is built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
-    ``aggregator``: the run's built one, whose instance passed from Python is read through the spec it declares it is
-    built by (:class:`~chillfl.aggregation.base.BuiltBySpec`), its option named ``aggregator.options.<option>``.
+    ``aggregator``: the run's built one, whose instance passed from Python is read through the spec that builds it
+    (:func:`~chillfl.aggregation.registry.built_by`), its option named ``aggregator.options.<option>``.
     """
     if not config.attack.enabled:
         return None
@@ -614,7 +615,7 @@ def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None
     section = "algorithm"
     if is_custom(name):
         found = built_by(innermost(aggregator))  # the instance, without the attack's and privacy's layers around it
-        if found is None:
+        if found is None or found[2] is None:  # no spec builds it, or its options are not the spec's: no count to read
             return None
         name, spec, parsed = found
         section, options = INSTANCE_OPTIONS, dataclasses.asdict(parsed)

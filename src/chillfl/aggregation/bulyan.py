@@ -123,11 +123,6 @@ class Bulyan(AggregatorBase):
         """``selected``: the client ids in Bulyan's selection S this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}
 
-    def built_by(self) -> tuple[str, BulyanOptions]:
-        """Its spec, ``bulyan``, and its options (:class:`~chillfl.aggregation.base.BuiltBySpec`): an instance passed from Python
-        is checked by :func:`check_bulyan` and noted below the attackers, as ``name = "bulyan"`` is."""
-        return "bulyan", self.options
-
 
 def check_bulyan(options: BulyanOptions, config: RunConfig, section: str) -> None:
     """Bulyan's ``f`` against the clients a round samples: n >= 4f + 3 (El Mhamdi et al. 2018)."""
@@ -146,5 +141,6 @@ SPEC = register_algorithm(
         capabilities=ROBUST,
         check=check_bulyan,
         tolerates="f",
+        makes=(Bulyan,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

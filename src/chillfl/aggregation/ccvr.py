@@ -354,5 +354,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
         check=check,
+        makes=(CCVR,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

@@ -162,11 +162,6 @@ class DnC(AggregatorBase):
         """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}
 
-    def built_by(self) -> tuple[str, DnCOptions]:
-        """Its spec, ``dnc``, and its options (:class:`~chillfl.aggregation.base.BuiltBySpec`): an instance passed from Python is
-        checked by :func:`check_dnc` and noted below the attackers, as ``name = "dnc"`` is."""
-        return "dnc", self.options
-
 
 def check_dnc(options: DnCOptions, config: RunConfig, section: str) -> None:
     """floor(c f) against the clients a round samples: at least one must remain to average."""
@@ -185,5 +180,6 @@ SPEC = register_algorithm(
         capabilities=ROBUST,
         check=check_dnc,
         tolerates="f",
+        makes=(DnC,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

@@ -483,5 +483,6 @@ SPEC: AlgorithmSpec = register_algorithm(
             cost=Cost(step_passes=1 + FORWARD),
         ),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
+        makes=(FedCP,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

@@ -347,5 +347,6 @@ SPEC: AlgorithmSpec = register_algorithm(
             linear_head="FedDBE's client model folds the PRBM p into the head's bias, h(z + p) = W z + (b + W p)",
         ),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
+        makes=(FedDBE,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

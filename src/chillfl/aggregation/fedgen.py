@@ -361,5 +361,6 @@ SPEC = register_algorithm(
         "server-trained feature generator as regulariser (Zhu et al. 2021)",
         capabilities=CAPABILITIES,
         capabilities_of=_capabilities,
+        makes=(FedGen,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

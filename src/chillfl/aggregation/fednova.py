@@ -187,5 +187,6 @@ SPEC = register_algorithm(
         _build,
         "normalised averaging (Wang et al. 2020)",
         capabilities=Capabilities(plain_sgd="FedNova's normalised update (x - y_i) / (a_i lr)", takes_weights=True),
+        makes=(FedNova,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

@@ -410,5 +410,6 @@ SPEC = register_algorithm(
         "feature alignment to global prototypes and classifier collaboration (Xu et al. 2023)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        makes=(FedPAC,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

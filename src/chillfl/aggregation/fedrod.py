@@ -267,5 +267,6 @@ SPEC = register_algorithm(
             personal_model=True,
             linear_head="FedRoD's personal-head loss computes P(z) = W_P z + b_P, and its client model is the head W_G + W_P, b_G + b_P",
         ),
+        makes=(FedRoD,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

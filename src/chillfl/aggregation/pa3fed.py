@@ -492,5 +492,6 @@ SPEC = register_algorithm(
         capabilities=Capabilities(reports="each client's score and gradient norm on its training data, which set the weights and the critical periods"),
         check=_check,
         wraps="base",
+        makes=(PA3Fed,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

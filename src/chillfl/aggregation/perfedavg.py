@@ -230,5 +230,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
         check=_check,
+        makes=(PerFedAvg,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

@@ -366,5 +366,6 @@ SPEC = register_algorithm(
         "feature extractors averaged among clients of similar classifiers (Tan et al. 2023)",
         capabilities=Capabilities(not_a_base="pFedSim's server sends each client its own extractor; its global model is only a reference", personal_model=True),
         check=_check,
+        makes=(PFedSim,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

@@ -190,5 +190,6 @@ SPEC = register_algorithm(
             cost=Cost(epochs=FORWARD),  # F_k: the received model's forward over the client's training rows, before it trains
         ),
         check=_check,
+        makes=(Qffl,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

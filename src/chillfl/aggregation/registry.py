@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, BuiltBySpec, holds_personal_model, needed_terms
+from chillfl.aggregation.base import Aggregator, AroundAggregator, BuiltBySpec, holds_personal_model, needed_terms
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
@@ -110,6 +110,11 @@ class AlgorithmSpec:
     """The integer option counting the byzantine clients of a round the rule is built to withstand (Krum's ``f``);
     None: it declares none. Below the attackers of ``[attack]`` (0, the default, defends against no one), the run says
     so in one note (:func:`chillfl.experiment.fewer_attackers_note`), suggesting a value the rule accepts."""
+    makes: tuple[type, ...] = ()
+    """The aggregator classes its builder makes (``krum``'s: ``(Krum,)``), each made by no other spec, so that an instance
+    of one passed from Python (``chillfl.run(aggregator=Scaffold(3))``) is held to this spec's checks as the method a config
+    names is (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not
+    inherited (:func:`declared_capabilities`). Declared next to the code, in the module that registers the spec."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
@@ -564,29 +569,68 @@ INSTANCE_OPTIONS = "aggregator.options"
 dataclass, recorded under ``[algorithm.options]``), where a config's method names ``algorithm.f``."""
 
 
-def built_by(aggregator: object) -> tuple[str, AlgorithmSpec, Any] | None:
-    """(name, spec, options) of the spec an instance declares it is built by (:class:`~chillfl.aggregation.base.BuiltBySpec`);
-    None when it declares none."""
-    if not isinstance(aggregator, BuiltBySpec):
-        return None
-    name, options = aggregator.built_by()
-    return name, algorithm_spec(name, field="aggregator"), options
+def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, AlgorithmSpec, Any] | None:
+    """(name, spec, options) of the spec that builds ``aggregator``: the one it names
+    (:class:`~chillfl.aggregation.base.BuiltBySpec`, a plugin's class whose spec is not registered), else the registered
+    spec whose :attr:`AlgorithmSpec.makes` holds its type. ``options``: the instance's ``options`` attribute where it is
+    that spec's options dataclass, else None (what they decide cannot be checked). None when no spec builds it."""
+    if isinstance(aggregator, BuiltBySpec):
+        name, options = aggregator.built_by()
+        return name, algorithm_spec(name, field=field), options
+    for name, spec in registered_algorithms().items():
+        if type(aggregator) in spec.makes:
+            options = getattr(aggregator, "options", None)
+            return name, spec, options if isinstance(options, spec.options) else None
+    return None
 
 
-def check_instance(aggregator: object, config: RunConfig) -> None:
-    """An aggregator passed from Python against the run, as its spec checks the method a config names
-    (:class:`~chillfl.aggregation.base.BuiltBySpec`): its options' own ``validate``, its plain-SGD limit and the spec's
-    ``check`` (Krum's ``f`` against the clients a round), each refusal naming ``aggregator.options.<option>``. An instance
-    that declares no spec is checked by its class's capabilities alone (the caller)."""
+def instance_capabilities(aggregator: object) -> Capabilities | None:
+    """What the spec that builds ``aggregator`` (:func:`built_by`) declares under its options, a wrapper's completed by
+    what its base declares (as :func:`effective_capabilities` completes a config's); None when no spec builds it (its
+    class's own ``capabilities`` count). Why: ``PFedSim`` passed from Python keeps a personal model its spec declares and
+    its class does not, and the run holds its client half to the declaration (:func:`check_declarations`)."""
     found = built_by(aggregator)
     if found is None:
-        return
-    name, spec, options = found
-    validate = getattr(options, "validate", None)
-    if callable(validate):  # a dataclass built in Python is not parsed, so not validated
-        validate(INSTANCE_OPTIONS)
-    check_plain_sgd(spec.declared(options), config, name)
-    spec.check(options, config, INSTANCE_OPTIONS)
+        return None
+    _, spec, options = found
+    own = spec.capabilities if options is None else spec.declared(options)
+    if not isinstance(aggregator, AroundAggregator):
+        return own
+    base = aggregator.base
+    inner = instance_capabilities(base)
+    return own.wrapping(declared_capabilities(type(base), type(base).__name__, "aggregator.base") if inner is None else inner)
+
+
+def check_instance(aggregator: object, config: RunConfig, model: nn.Module | None = None, section: str = INSTANCE_OPTIONS) -> None:
+    """An aggregator passed from Python against the run, as its spec checks the method a config names (:func:`built_by`,
+    :func:`check_algorithm`): its options' own ``validate``, its declared plain-SGD limit and linear head (against
+    ``model``, the run's), and the spec's ``check`` (Krum's ``f`` against the clients a round), each refusal naming
+    ``aggregator.options.<option>``; then, for a wrapper (:class:`~chillfl.aggregation.base.AroundAggregator`: PA3Fed),
+    the base it holds, as its own instance (``aggregator.base.options.<option>``). Without its spec's options, what they
+    do not decide (:attr:`AlgorithmSpec.capabilities`). An instance no spec builds is checked by its class's own
+    capabilities alone (the caller).
+
+    Why: the run reads the spec, not how the aggregator came in: ``Scaffold(3)`` with Adam is refused as
+    ``name = "scaffold"`` is. A wrapper's own ``check`` reads the base its options name, so an instance's is left out:
+    its base is the one it holds, checked here.
+    """
+    found = built_by(aggregator)
+    if found is not None:
+        name, spec, options = found
+        if options is None:
+            declared = spec.capabilities
+        else:
+            validate = getattr(options, "validate", None)
+            if callable(validate):  # a dataclass built in Python is not parsed, so not validated
+                validate(section)
+            declared = spec.declared(options)
+        if model is not None:
+            refuse_nonlinear_head(model, declared.linear_head, name)
+        check_plain_sgd(declared, config, name)
+        if options is not None and spec.wraps is None:
+            spec.check(options, config, section)
+    if isinstance(aggregator, AroundAggregator):
+        check_instance(aggregator.base, config, model, f"{section.removesuffix('.options')}.base.options")
 
 
 def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:

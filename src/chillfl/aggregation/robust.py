@@ -244,11 +244,6 @@ class Krum(AggregatorBase):
         """``selected``: the client ids whose models were averaged this round (``agg_selected`` in metrics.jsonl)."""
         return {"selected": list(self._selected)}
 
-    def built_by(self) -> tuple[str, KrumOptions]:
-        """Its spec, ``krum``, and its options (:class:`~chillfl.aggregation.base.BuiltBySpec`): an instance passed from Python is
-        checked by :func:`check_krum` and noted below the attackers, as ``name = "krum"`` is."""
-        return "krum", self.options
-
 
 def check_krum(options: KrumOptions, config: RunConfig, section: str) -> None:
     """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
@@ -267,13 +262,16 @@ cannot reach it; its point is to ignore how much any client claims to weigh). No
 norm_bound weight by sample counts unless ``weighting = "uniform"``."""
 
 MEDIAN = register_algorithm(
-    "median", AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST)
+    "median", AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST,
+                            makes=(Median,))
 )
 TRIMMED_MEAN = register_algorithm(
     "trimmed_mean",
-    AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST),
+    AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST,
+                 makes=(TrimmedMean,)),
 )
 KRUM = register_algorithm(
     "krum",
-    AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)", capabilities=ROBUST, check=check_krum, tolerates="f"),
+    AlgorithmSpec(KrumOptions, lambda o, ctx: (Krum(o), []), "(Multi-)Krum, byzantine-robust (Blanchard et al. 2017)", capabilities=ROBUST, check=check_krum, tolerates="f",
+                 makes=(Krum,)),
 )

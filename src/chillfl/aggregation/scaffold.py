@@ -292,5 +292,6 @@ SPEC = register_algorithm(
         # option I's c_i+ = g_i(x): a forward + backward over the client's rows after its training, one more epoch (option II's
         # (x - y_i) / (K lr) works on the parameters alone, once a round)
         capabilities_of=lambda o: OPTION_I if o.option == "I" else CAPABILITIES,
+        makes=(Scaffold,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

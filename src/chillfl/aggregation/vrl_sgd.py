@@ -170,5 +170,6 @@ SPEC = register_algorithm(
             takes_weights=True,
             cost=Cost(pass_overhead=CORRECTION_TERM),  # SCAFFOLD's correction term, with Delta_i, on every pass
         ),
+        makes=(VRLSGD,),  # an instance passed from Python meets this spec's checks (check_instance)
     ),
 )

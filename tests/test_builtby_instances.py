@@ -1,0 +1,96 @@
+"""A built-in aggregator passed from Python meets the checks of the method a config names: the spec that makes its class
+(``AlgorithmSpec.makes``) is found by the instance's type, its options read from the instance (check_instance)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+import chillfl
+from chillfl.aggregation.fedavg import FedAvg
+from chillfl.aggregation.pa3fed import PA3Fed
+from chillfl.aggregation.qffl import Qffl
+from chillfl.aggregation.registry import _no_check, make_aggregator, registered_algorithms
+from chillfl.aggregation.robust import Krum, KrumOptions
+from chillfl.aggregation.scaffold import Scaffold
+from chillfl.errors import ConfigError
+
+X = torch.randn(12, 2, generator=torch.Generator().manual_seed(0))
+Y = torch.tensor([0, 1] * 6)
+
+
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+
+
+def run(aggregator: Any = None, algorithm: dict[str, Any] | None = None, rounds: int = 1, **client: Any) -> Any:
+    config: dict[str, Any] = {"federation": {"num_clients": 4, "rounds": rounds}, "client": {"lr": 0.1, "batch_size": 100, **client},
+                              "eval": {"clients": "none", "client_split": "none"}}
+    if algorithm is not None:
+        config["algorithm"] = algorithm
+    return chillfl.run(model=model(), data=chillfl.TensorData(X, Y, X, Y, num_classes=2), config=config, aggregator=aggregator,
+                       write=False, progress=False)
+
+
+def refusal(**kwargs: Any) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        run(**kwargs)
+    return info.value
+
+
+@pytest.mark.parametrize(("instance", "table"), [
+    (lambda: Scaffold(4), {"name": "scaffold"}),
+    (lambda: PA3Fed(Scaffold(4)), {"name": "pa3fed", "base": "scaffold"}),
+    (lambda: Qffl(), {"name": "qffl"}),
+], ids=["scaffold", "pa3fed-over-scaffold", "qffl-check"])
+def test_instance_refused_as_the_config_method(instance: Any, table: dict[str, Any]) -> None:
+    """Adam under a plain-SGD limit (SCAFFOLD's, PA3Fed's base's) or a spec check (q-FFL's L = 1/lr): the same line."""
+    from_python = refusal(aggregator=instance(), optimizer="adam")
+    from_config = refusal(algorithm=table, optimizer="adam")
+    assert from_python.field == from_config.field == "client.optimizer"
+    assert from_python.message.replace("aggregator.options.", "algorithm.") == from_config.message  # an option: the instance's
+
+
+def test_instance_spec_check_names_the_instance_option() -> None:
+    """pFedSim's warm-up against the rounds: ``aggregator.options.warmup`` where a config says ``algorithm.warmup``."""
+    pfedsim, _ = make_aggregator("pfedsim", {"warmup": 3}, num_clients=4, model=model(), seed=0)
+    err = refusal(aggregator=pfedsim, rounds=3)
+    assert err.field == "aggregator.options.warmup" and "must be < federation.rounds (3)" in err.message
+    assert refusal(algorithm={"name": "pfedsim", "warmup": 3}, rounds=3).field == "algorithm.warmup"
+
+
+def test_instance_with_a_personal_model_its_spec_declares_runs() -> None:
+    """pFedSim's class declares nothing; its spec declares the personal model its client half keeps, and that counts."""
+    pfedsim, _ = make_aggregator("pfedsim", {"warmup": 0.5}, num_clients=4, model=model(), seed=0, rounds=2)
+    assert run(aggregator=pfedsim, rounds=2) is not None
+
+
+def test_plain_fedavg_instance_unaffected() -> None:
+    """No spec makes FedAvg alone (several build it): it runs under Adam, as before."""
+    assert run(aggregator=FedAvg(), optimizer="adam") is not None
+
+
+def test_plugin_subclass_meets_its_named_spec() -> None:
+    """A subclass is not its parent's spec (exact type), but one that names a spec (BuiltBySpec) meets its check."""
+
+    class Named(Krum):
+        def built_by(self) -> tuple[str, KrumOptions]:
+            return "krum", self.options
+
+    assert refusal(aggregator=Named(KrumOptions(f=2))).field == "aggregator.options.f"
+
+
+def test_every_checked_spec_makes_a_class() -> None:
+    """Each built-in whose spec checks the run or limits the client optimiser names the class(es) it makes, and no class is
+    made by two specs: a new method cannot leave its instances from Python unchecked."""
+    owner: dict[type, str] = {}
+    for name, spec in registered_algorithms().items():
+        default = spec.declared(spec.options())
+        if spec.check is not _no_check or spec.capabilities.plain_sgd or default.plain_sgd:
+            assert spec.makes, f"{name}: its spec has checks against the run but names no class it makes (AlgorithmSpec.makes)"
+        for cls in spec.makes:
+            assert owner.setdefault(cls, name) == name, f"{cls.__name__} is made by both {owner[cls]} and {name}"
+            assert cls.__module__.startswith("chillfl.aggregation."), name

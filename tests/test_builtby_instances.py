@@ -94,3 +94,9 @@ def test_every_checked_spec_makes_a_class() -> None:
         for cls in spec.makes:
             assert owner.setdefault(cls, name) == name, f"{cls.__name__} is made by both {owner[cls]} and {name}"
             assert cls.__module__.startswith("chillfl.aggregation."), name
+
+
+def test_qffl_instance_suggests_its_own_option() -> None:
+    """q-FFL's refusal suggests setting L where the instance keeps it, not a config's ``algorithm.lipschitz``."""
+    err = refusal(aggregator=Qffl(), momentum=0.9)
+    assert err.field == "client.momentum" and "set aggregator.options.lipschitz" in err.message and "algorithm." not in err.message

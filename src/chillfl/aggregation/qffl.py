@@ -169,14 +169,14 @@ def _check(options: QfflOptions, config: "RunConfig", section: str) -> None:
     if options.lipschitz is not None:
         return
     client = config.client
-    why = "q-FFL's L = 1/lr (algorithm.lipschitz unset) reads each client's displacement as plain SGD steps at lr"
+    why = f"q-FFL's L = 1/lr ({section}.lipschitz unset) reads each client's displacement as plain SGD steps at lr"
     if client.optimizer != "sgd":
-        raise ConfigError("client.optimizer", f"{why}; with {client.optimizer!r} it is another: use optimizer = 'sgd' or set algorithm.lipschitz")
+        raise ConfigError("client.optimizer", f"{why}; with {client.optimizer!r} it is another: use optimizer = 'sgd' or set {section}.lipschitz")
     if client.momentum != 0:
-        raise ConfigError("client.momentum", f"{why}; momentum {client.momentum} scales it by about 1 / (1 - momentum): use momentum = 0 or set algorithm.lipschitz")
+        raise ConfigError("client.momentum", f"{why}; momentum {client.momentum} scales it by about 1 / (1 - momentum): use momentum = 0 or set {section}.lipschitz")
     if client.lr_schedule != "constant" and client.lr_schedule_over == "steps":  # the round's lr is then its steps' peak, not their rate
         raise ConfigError("client.lr_schedule_over", f"{why}; under lr_schedule = {client.lr_schedule!r} over 'steps' the steps run below lr, "
-                                                     "the round's peak: use lr_schedule_over = 'rounds' or set algorithm.lipschitz")
+                                                     f"the round's peak: use lr_schedule_over = 'rounds' or set {section}.lipschitz")
 
 
 SPEC = register_algorithm(

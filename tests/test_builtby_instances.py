@@ -71,6 +71,14 @@ def test_instance_with_a_personal_model_its_spec_declares_runs() -> None:
     assert run(aggregator=pfedsim, rounds=2) is not None
 
 
+@pytest.mark.parametrize("name", ["ditto", "fedrep", "local_only"])
+def test_personal_model_instances_run(name: str) -> None:
+    """Their classes declare no capabilities; their specs declare the personal model their client halves keep, and the
+    run reads the spec (refused on ``aggregator`` before: "declares no personal_model")."""
+    instance, _ = make_aggregator(name, {}, num_clients=4, model=model(), seed=0, rounds=1)
+    assert run(aggregator=instance) is not None
+
+
 def test_plain_fedavg_instance_unaffected() -> None:
     """No spec makes FedAvg alone (several build it): it runs under Adam, as before."""
     assert run(aggregator=FedAvg(), optimizer="adam") is not None
@@ -87,15 +95,16 @@ def test_plugin_subclass_meets_its_named_spec() -> None:
 
 
 def test_every_checked_spec_makes_a_class() -> None:
-    """Each built-in whose spec checks the run or limits the client optimiser names the class(es) it makes, and no class is
-    made by two specs: a new method cannot leave its instances from Python unchecked."""
+    """Each built-in whose spec checks the run, limits the client optimiser or the head, or keeps a personal model names
+    the class(es) it makes, and no class is made by two specs: a new method cannot leave its instances from Python
+    unchecked (or refused: a personal model its class does not declare)."""
     owner: dict[type, str] = {}
     built_ins = {name: spec for name, spec in registered_algorithms().items() if spec.build.__module__.startswith("chillfl.aggregation.")}
     assert len(built_ins) > 40
     for name, spec in built_ins.items():
         default = spec.declared(spec.options())
-        if spec.check is not _no_check or spec.capabilities.plain_sgd or default.plain_sgd:
-            assert spec.makes, f"{name}: its spec has checks against the run but names no class it makes (AlgorithmSpec.makes)"
+        if spec.check is not _no_check or spec.capabilities.plain_sgd or default.plain_sgd or default.personal_model or default.linear_head:
+            assert spec.makes, f"{name}: its spec declares what the run checks but names no class it makes (AlgorithmSpec.makes)"
         for cls in spec.makes:
             assert owner.setdefault(cls, name) == name, f"{cls.__name__} is made by both {owner[cls]} and {name}"
 

@@ -278,5 +278,6 @@ SPEC = register_algorithm(
             trains_global_model=True,  # w_i, stepped on f_i(w_i) alone, is what the server averages; v_i and alpha_i stay home
             cost=Cost(step_passes=2.0),  # each step's forward + backward of w (f_i(w)) and of v_bar (f_i(v_bar)): two models' passes
         ),
+        makes=(APFL,),
     ),
 )

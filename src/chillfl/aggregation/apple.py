@@ -513,5 +513,6 @@ SPEC = register_algorithm(
             reports="each client's directed-relationship vector p_i, learnt from its data",
             cost=COST,
         ),
+        makes=(APPLE,),
     ),
 )

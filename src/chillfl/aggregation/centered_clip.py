@@ -114,5 +114,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (CenteredClip(o), []),
         "centered clipping around the last aggregate, byzantine-robust (Karimireddy et al. 2021)",
         capabilities=ROBUST,
+        makes=(CenteredClip,),
     ),
 )

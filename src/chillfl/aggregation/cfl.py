@@ -219,5 +219,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (Cfl(ctx.num_clients, ctx.param_keys(), o), []),
         "clustered FL by splitting on update similarity (Sattler et al. 2020)",
         capabilities=Capabilities(),
+        makes=(Cfl,),
     ),
 )

@@ -144,5 +144,6 @@ SPEC = register_algorithm(
         "personal models regularised towards FedAvg's (Li et al. 2021)",
         capabilities=CAPABILITIES,
         capabilities_of=_capabilities,
+        makes=(Ditto,),
     ),
 )

@@ -291,5 +291,6 @@ SPEC = register_algorithm(
         "adaptive local aggregation of the global model into the local one (Zhang et al. 2023)",
         capabilities=replace(CAPABILITIES, cost=cost(FedALAOptions())),
         capabilities_of=lambda o: replace(CAPABILITIES, cost=cost(o)),
+        makes=(FedALA,),
     ),
 )

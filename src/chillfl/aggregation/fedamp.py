@@ -226,5 +226,6 @@ SPEC = register_algorithm(
             personal_model=True,
             cost=Cost(pass_overhead=PARAMETER_TERM),  # its proximal term to the cloud model u_i, FedProx's term (PARAMETER_TERM)
         ),
+        makes=(FedAMP,),
     ),
 )

@@ -154,5 +154,6 @@ SPEC = register_algorithm(
         "FedAvg, local accuracy of the global model fine-tuned on each client's data (a personalised-FL sanity baseline)",
         capabilities=CAPABILITIES,
         capabilities_of=lambda o: replace(CAPABILITIES, cost=Cost(epochs=o.finetune_epochs)),  # the fine-tuning, a client a round
+        makes=(FedAvgFT,),
     ),
 )

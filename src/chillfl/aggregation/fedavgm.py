@@ -93,5 +93,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (FedAvgM(o, ctx.trainable_keys()), []),
         "FedAvg with server momentum (Hsu et al. 2019)",
         capabilities=Capabilities(takes_weights=True),
+        makes=(FedAvgM,),
     ),
 )

@@ -105,5 +105,6 @@ SPEC = register_algorithm(
         "body federated with a frozen random head, then fine-tuned (Oh et al. 2022)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        makes=(FedBABU,),
     ),
 )

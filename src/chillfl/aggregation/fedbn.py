@@ -186,5 +186,6 @@ SPEC = register_algorithm(
         _build,
         "local batch norm (Li et al. 2021)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
+        makes=(FedBN,),
     ),
 )

@@ -396,5 +396,6 @@ SPEC: AlgorithmSpec = register_algorithm(
         "critical parameters averaged with the clients whose critical locations overlap (Wu et al. 2023)",
         capabilities=Capabilities(not_a_base="FedCAC's server sends each client its own customised model; its global model is only their non-critical part", personal_model=True),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
+        makes=(FedCAC,),
     ),
 )

@@ -231,5 +231,6 @@ SPEC = register_algorithm(
         # its two terms on every pass, over every parameter tensor: -<g_k, theta> (SCAFFOLD's correction term) and the proximal term
         capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average",
                                   cost=Cost(pass_overhead=CORRECTION_TERM + PARAMETER_TERM)),
+        makes=(FedDyn,),
     ),
 )

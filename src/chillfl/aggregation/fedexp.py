@@ -154,5 +154,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (FedExP(o, ctx.param_keys()), []),
         "FedAvg with adaptive server extrapolation (Jhunjhunwala et al. 2023)",
         capabilities=Capabilities(),
+        makes=(FedExP,),
     ),
 )

@@ -343,5 +343,6 @@ SPEC = register_algorithm(
         "clients combine the models that help their validation loss (Zhang et al. 2021)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        makes=(FedFomo,),
     ),
 )

@@ -177,5 +177,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (FedMut(ctx.seed, o, ctx.param_keys()), []),
         "stochastic mutation (Hu et al. 2024)",
         capabilities=Capabilities(takes_weights=True),
+        makes=(FedMut,),
     ),
 )

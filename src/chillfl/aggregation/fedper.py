@@ -115,5 +115,6 @@ SPEC: AlgorithmSpec = register_algorithm(
         "shared base, local head (Arivazhagan et al. 2019)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
+        makes=(FedPer,),
     ),
 )

@@ -254,5 +254,6 @@ SPEC = register_algorithm(
             personal_model=True,
             cost=Cost(step_passes=1 + FORWARD),  # the frozen HPM h_k's forward on each step's batch (the transfer's teacher)
         ),
+        makes=(FedPHP,),
     ),
 )

@@ -83,5 +83,6 @@ SPEC = register_algorithm(
         "FedAvg + proximal term (Li et al. 2020)",
         # the term over every parameter tensor a step: calls, next to no FLOPs (PARAMETER_TERM, measured on FedProx itself)
         capabilities=Capabilities(takes_weights=True, cost=Cost(pass_overhead=PARAMETER_TERM)),
+        makes=(FedProx,),
     ),
 )

@@ -122,5 +122,6 @@ SPEC = register_algorithm(
         "shared representation, local head trained first (Collins et al. 2021)",
         capabilities=CAPABILITIES,
         capabilities_of=lambda o: after_average(replace(CAPABILITIES, cost=Cost(epochs=o.head_epochs * FORWARD)), "local_eval", "averaged", o.local_eval == "averaged"),
+        makes=(FedRep,),
     ),
 )

@@ -212,5 +212,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (Fesem(ctx.num_clients, ctx.param_keys(), ctx.model, ctx.seed, o), []),
         "multi-center FL: K centres, each client's model assigned to the nearest by L2 distance, stochastic EM (Xie et al. 2023)",
         capabilities=Capabilities(),
+        makes=(Fesem,),
     ),
 )

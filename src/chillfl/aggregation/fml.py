@@ -285,5 +285,6 @@ SPEC = register_algorithm(
             personal_model=True,
             cost=Cost(step_passes=2.0),  # each step trains the meme and the local model on the batch: two forward + backward passes
         ),
+        makes=(FML,),
     ),
 )

@@ -145,5 +145,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (GeoMed(o), []),
         "geometric median by smoothed Weiszfeld (RFA), byzantine-robust (Pillutla et al. 2022)",
         capabilities=ROBUST,
+        makes=(GeoMed,),
     ),
 )

@@ -252,5 +252,6 @@ SPEC = register_algorithm(
         "k cluster models, each client trains the best-fitting one (Ghosh et al. 2020)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        makes=(Ifca,),
     ),
 )

@@ -242,6 +242,7 @@ SPEC = register_algorithm(
         build,
         "FedAvg, local accuracy of the global model interpolated with a kNN over each client's own representations (Marfoq et al. 2022)",
         capabilities=CAPABILITIES,
+        makes=(KNNPer,),
     ),
 )
 

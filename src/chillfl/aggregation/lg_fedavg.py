@@ -97,5 +97,6 @@ SPEC: AlgorithmSpec = register_algorithm(
         "local representation, global head (Liang et al. 2020)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
+        makes=(LGFedAvg,),
     ),
 )

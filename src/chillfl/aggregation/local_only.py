@@ -137,5 +137,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (LocalOnly(ctx.model, o), []),
         "each client trains its own model on its own data, never aggregated (a personalised-FL sanity baseline)",
         capabilities=Capabilities(personal_model=True),
+        makes=(LocalOnly,),
     ),
 )

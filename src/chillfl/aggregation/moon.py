@@ -104,5 +104,6 @@ def _build(options: MoonOptions, ctx: BuildContext) -> Built:
     return with_terms(Moon(options))
 
 
-SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)", capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + 2 * FORWARD))))
+SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)",
+                                                capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + 2 * FORWARD)), makes=(Moon,)))
 """Its cost: the global and the previous model's forwards on each step's batch."""

@@ -126,5 +126,6 @@ SPEC = register_algorithm(
         lambda o, ctx: (NormBound(ctx.seed, o), []),
         "FedAvg of updates clipped to L2 norm M, optional weak-DP noise: bounds a backdoor (Sun et al. 2019)",
         capabilities=ROBUST,
+        makes=(NormBound,),
     ),
 )

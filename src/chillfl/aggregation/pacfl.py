@@ -439,5 +439,6 @@ SPEC = register_algorithm(
         "clustered FL, clusters made once from the principal angles between the clients' data subspaces (Vahidian et al. 2023)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        makes=(Pacfl,),
     ),
 )

@@ -458,5 +458,6 @@ SPEC = register_algorithm(
         "a server hypernetwork generates each client's model from its embedding (Shamsian et al. 2021)",
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
+        makes=(PFedHN,),
     ),
 )

@@ -168,5 +168,6 @@ SPEC = register_algorithm(
         "Moreau-envelope personalisation (Dinh et al. 2020)",
         capabilities=CAPABILITIES,
         capabilities_of=lambda o: replace(CAPABILITIES, cost=cost(o.inner_steps)),
+        makes=(PFedMe,),
     ),
 )

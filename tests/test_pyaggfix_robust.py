@@ -61,8 +61,21 @@ def test_krum_too_few_clients_names_the_clients() -> None:
         chillfl.run(
             config={"algorithm": {"name": "krum"}, "federation": {"num_clients": 2, "rounds": 1}, "eval": {"clients": "none", "client_split": "none"}},
             model=torch.nn.Linear(2, 2), data=chillfl.TensorData(X, Y, X, Y, num_classes=2), write=False, progress=False)
-    assert info.value.field == "federation.clients_per_round"
+    assert info.value.field == "federation.num_clients"  # every client a round: only more clients give more
     assert "2 clients per round are too few for Krum (it needs at least 3)" in str(info.value)
+
+
+@pytest.mark.parametrize(("federation", "field"), [({"clients_per_round": 2}, "federation.clients_per_round"),
+                                                   ({"client_fraction": 0.2}, "federation.client_fraction")])
+def test_krum_too_few_clients_names_the_field_that_set_them(federation: dict, field: str) -> None:
+    """It named clients_per_round where the user had set client_fraction (10 clients x 0.2 = 2 a round)."""
+    from chillfl.aggregation.robust import KrumOptions, check_krum
+    from chillfl.config import load_config
+
+    config = load_config(None, {"algorithm.name": "krum", "federation.num_clients": 10, **{f"federation.{k}": v for k, v in federation.items()}})
+    with pytest.raises(ConfigError) as info:
+        check_krum(KrumOptions(), config, "algorithm")
+    assert info.value.field == field
 
 
 def test_trims_are_exact() -> None:
@@ -76,3 +89,15 @@ def test_floored_share() -> None:
     from chillfl.numeric import floored_share
 
     assert floored_share(0.29, 100) == 29 and floored_share(0.5, 7) == 3 and floored_share(0.0, 9) == 0
+
+
+def test_an_instances_options_are_parsed_as_a_tables_are() -> None:
+    """``Krum(KrumOptions(f=1.5))`` passed the range check and crashed in a round (slice indices must be integers):
+    an instance's options are parsed as a config's table, so its type is refused in one line."""
+    from chillfl.aggregation.robust import Krum, KrumOptions
+
+    with pytest.raises(ConfigError) as info:
+        chillfl.run(config={"federation": {"num_clients": 6, "rounds": 1}, "eval": {"clients": "none", "client_split": "none"}},
+                    model=torch.nn.Linear(2, 2), data=chillfl.TensorData(X, Y, X, Y, num_classes=2), aggregator=Krum(KrumOptions(f=1.5)),  # type: ignore[arg-type]
+                    write=False, progress=False)
+    assert info.value.field == "aggregator.options.f"

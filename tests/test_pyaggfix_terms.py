@@ -139,3 +139,14 @@ def test_a_folder_saved_without_the_needed_terms_is_not_resumed_with_them() -> N
     with pytest.raises(ConfigError) as refused:
         _check_same_parts(old, None, None, plugged, RUN_FROM_PYTHON)
     assert refused.value.field == "aggregator" and "terms" in refused.value.message
+
+
+def test_objective_refusal_names_the_instances_class() -> None:
+    """``objective.proximal_mu`` beside ``aggregator=FedProx(...)`` named "algorithm 'custom'"."""
+    from chillfl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as info:
+        chillfl.run(model=model(), data=chillfl.TensorData(X, Y, X, Y, num_classes=2), aggregator=FedProx(FedProxOptions(mu=1.0)),
+                    config={"federation": {"num_clients": 3, "rounds": 1}, "objective": {"proximal_mu": 0.5},
+                            "eval": {"clients": "none", "client_split": "none"}}, write=False, progress=False)
+    assert info.value.field == "objective.proximal_mu" and info.value.message.startswith("aggregator FedProx already adds the proximal term")

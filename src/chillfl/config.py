@@ -120,6 +120,14 @@ class FederationConfig:
             )
         require(1 <= self.min_clients <= self.sample_size(), f"{section}.min_clients", f"must be in [1, clients per round = {self.sample_size()}], got {self.min_clients}")
 
+    @property
+    def size_field(self) -> str:
+        """The field that sets :meth:`sample_size` here, for a refusal of it: ``clients_per_round`` where given, else
+        ``client_fraction`` below 1, else ``num_clients`` (every client a round: only more of them give more)."""
+        if self.clients_per_round is not None:
+            return "federation.clients_per_round"
+        return "federation.client_fraction" if self.client_fraction < 1 else "federation.num_clients"
+
     def sample_size(self) -> int:
         """Clients a round: the count under ``fixed`` sampling, the expected count (q N) under ``poisson``.
 

@@ -780,7 +780,9 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
         if term in algorithm_terms:  # FedProx's keys (Ditto's, FedDyn's own copies read other keys)
             inner = wrapped_table(config)  # a method over another (PA3Fed over FedProx): the term may be the wrapped one's
             whose = " (its own options)" if inner is None else f" (its own options, or those of {inner.name!r}, {inner.section})"
-            raise ConfigError(entry.field, f"algorithm {config.algorithm.get('name')!r} already adds {entry.spec.summary}{whose}; set one of the two")
+            name = config.algorithm.get("name")  # an instance passed from Python: its class, not "custom"
+            what = f"aggregator {str(config.algorithm['class']).rsplit('.', 1)[-1]}" if is_custom(name) and config.algorithm.get("class") else f"algorithm {name!r}"
+            raise ConfigError(entry.field, f"{what} already adds {entry.spec.summary}{whose}; set one of the two")
         out.append((term, entry.field))
     return out
 

@@ -619,10 +619,10 @@ def check_instance(aggregator: object, config: RunConfig, model: nn.Module | Non
         name, spec, options = found
         if options is None:
             declared = spec.capabilities
-        else:
-            validate = getattr(options, "validate", None)
-            if callable(validate):  # a dataclass built in Python is not parsed, so not validated
-                validate(section)
+        else:  # a dataclass built in Python is not parsed: parsed here as a config's table is (types, ranges, validate)
+            if spec.wraps is None:  # a wrapper's options name a base table; its base is checked as its own instance below
+                written = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if getattr(options, f.name) is not None}
+                algorithm_options(spec, name, written, section, "aggregator")
             declared = spec.declared(options)
         if model is not None:
             refuse_nonlinear_head(model, declared.linear_head, name)

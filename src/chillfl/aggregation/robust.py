@@ -249,7 +249,7 @@ def check_krum(options: KrumOptions, config: RunConfig, section: str) -> None:
     """Krum's ``f`` and ``m`` against the clients a round samples: n > 2f + 2 (Blanchard et al.), m <= n - f."""
     clients = config.federation.sample_size()
     if clients < 3:  # no f is tolerated: the bound below would suggest f <= 0 and then refuse f = 0
-        raise ConfigError("federation.clients_per_round", f"{clients} clients per round are too few for Krum (it needs at least 3)")
+        raise ConfigError(config.federation.size_field, f"{clients} clients per round are too few for Krum (it needs at least 3)")
     if clients <= 2 * options.f + 2:
         raise ConfigError(f"{section}.f", f"Krum needs clients per round > 2f + 2; {clients} clients per round tolerate f <= {max((clients - 3) // 2, 0)}, got {options.f}")
     if options.m > clients - options.f:

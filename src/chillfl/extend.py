@@ -29,7 +29,9 @@ docs/architecture.md the reference of the seams they plug into):
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. A server rule that acts on the
   parameters and averages the buffers implements :class:`LearnsParameters`, told the run's model. One whose downlink feeds
   local terms declares them (:class:`NeedsTerms`; its spec returns them with :func:`with_terms`), so that an instance passed
-  from Python runs them too, and one built by a spec with checks against the run names it (:class:`BuiltBySpec`). An aggregator that makes part of each
+  from Python runs them too; an instance passed from Python is held to the checks of the spec that builds it, found by
+  :attr:`AlgorithmSpec.makes` (the classes a registered spec makes) or named by the instance (:class:`BuiltBySpec`, for a
+  spec registered nowhere). An aggregator that makes part of each
   client's model itself (pFedHN's hypernetwork) implements :class:`MakesClientModels`, and the half's personal model is
   built on it (for every client that took part, even one whose half keeps no state). A half whose client's own model
   is not the run's architecture (FedCP's policy-split head) implements :class:`OwnArchitecture`: local accuracy runs it

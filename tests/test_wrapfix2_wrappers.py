@@ -22,38 +22,7 @@ from chillfl.aggregation.base import FedAvg, client_base, client_maker, with_run
 from chillfl.aggregation.fedopt import FedOpt
 from chillfl.extend import AroundAggregator, ClientResult, Params
 
-WRAPPER = '''
-from dataclasses import dataclass, field
-
-from chillfl.extend import AlgorithmSpec, AroundAggregator, build_base
-
-
-@dataclass(frozen=True)
-class EmaOptions:
-    base: str = "fedavg"
-    base_options: dict = field(default_factory=dict)
-    beta: float = 0.5
-
-
-class Ema(AroundAggregator):
-    """extending.md's server EMA over any base."""
-
-    def __init__(self, base, beta):
-        super().__init__(base)
-        self.beta = beta
-
-    def aggregate(self, global_params, results, round):
-        new = self.base.aggregate(global_params, results, round)
-        return {k: self.beta * global_params[k] + (1 - self.beta) * v if v.is_floating_point() else v for k, v in new.items()}
-
-
-def build(o, ctx):
-    base, terms = build_base(o, ctx)
-    return Ema(base, o.beta), terms
-
-
-EMA = AlgorithmSpec(EmaOptions, build, "server EMA over any base", wraps="base")
-'''
+from test_wrapfix_seams import WRAPPER  # extending.md's server EMA over any base
 
 TINY: dict[str, Any] = {"executor": "sequential", "device": "cpu", "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [16]},
                         "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 2}, "client": {"lr": 0.05, "batch_size": 32}}

@@ -166,9 +166,15 @@ class FinishedRun:
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, state: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float]:
         """(accuracy, mean cross-entropy) of the global model (or of ``state``, e.g. ``client_states[k]``, in the same
         architecture) on (x, y), scored as the run scores: eval mode, ``eval.batch_size`` batches, fp32."""
-        if self.model is None:
-            raise ConfigError("model", f"{self.folder} has no global model to evaluate")
+        if self.model is None:  # a protocol whose clients keep their own models (prototypes): no architecture is read back
+            kept = "; its client_states are in each client's own model: load one into your module yourself" if self.client_states else ""
+            raise ConfigError("model", f"{self.folder} has no global model, the architecture evaluate scores in{kept}")
         weights = state if state is not None else dict(self.model.state_dict())
+        own = set(self.model.state_dict())
+        if set(weights) != own:  # another architecture (FedCP's own template) or a partial state: not silently filled from the global model
+            differ = sorted(set(weights) ^ own)[:4]
+            raise ConfigError("state", f"holds other entries than the run's {type(self.model).__qualname__} ({', '.join(differ)}, ...): "
+                                       "a method whose clients keep another architecture (FedCP, FedDBE) is not scored here")
         return evaluate(self.model, weights, x, y, self.config.eval.batch_size)
 
 

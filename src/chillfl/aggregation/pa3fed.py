@@ -466,10 +466,10 @@ def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
         raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(trainer).__name__} runs the clients' "
                                                  "own trainings (objectives and train), which PA3Fed's client half does not compose with; "
                                                  f"use another base, allowed: {', '.join(weighted_bases())}")
-    if isinstance(base, MakesClientModels):  # PA3Fed is no MakesClientModels: client models and measures after the average would lose these entries
+    if isinstance(base, MakesClientModels):  # PA3Fed's weights are over one shared model's updates
         raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its server makes part of each client's model "
-                                                 "(client_model), which PA3Fed does not pass on, so the clients' models it saves and measures would "
-                                                 f"lack it; use another base, allowed: {', '.join(weighted_bases())}")
+                                                 "(client_model), and PA3Fed's period-aware weights are defined over the updates of one shared model, "
+                                                 f"not checked over server-made client models; use another base, allowed: {', '.join(weighted_bases())}")
     total = None
     if options.fgn_weights == "total":
         total = sum(require_client_sizes(ctx, f"{ctx.section}.fgn_weights", "'total' divides each m_i by all clients' training rows"))

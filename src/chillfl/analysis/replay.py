@@ -201,6 +201,10 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
                                    f"of the same class again, {entry}")
     if model is not None and not is_custom(config.model.get("name")):
         raise ConfigError("model", f"{path} is a run on the registered model {config.model.get('name')!r}, which it rebuilds itself: leave model out")
+    held_class = config.model.get("class")
+    given_class = f"{type(model).__module__}.{type(model).__qualname__}"
+    if model is not None and held_class is not None and held_class != given_class:  # as resume checks the class it is given
+        raise ConfigError("model", f"is a {given_class}; the run in {path} trained a {held_class}: pass one of that class")
     if dataset is None and is_custom(config.dataset.get("name")):
         raise ConfigError("data", f"{path} is a run on your own data ({config.dataset.get('source', 'tensors')}), which a config file cannot "
                                   f"rebuild: pass the same data again, {entry}")

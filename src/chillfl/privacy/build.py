@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import AroundAggregator, ClientResult, MakesClientModels, Params
+from chillfl.aggregation.base import AroundAggregator, ClientResult, Params, client_maker
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.extras import need
@@ -334,7 +334,7 @@ def _unweighted(capabilities: Capabilities, aggregator: Aggregator, any_rule: bo
     from chillfl.aggregation.registry import UNDECLARED_WEIGHTS, undeclared_weights
 
     own = capabilities.not_a_base or ("each client has a model of its own, which the privatised updates would not rebuild"
-                                      if capabilities.personal_model or isinstance(aggregator, MakesClientModels) else None)
+                                      if capabilities.personal_model or client_maker(aggregator) is not None else None)
     if any_rule:  # any rule over the updates will do: what is refused is a server step that is no such rule, said alone
         return own
     inherited = UNDECLARED_WEIGHTS if undeclared_weights(type(aggregator)) else ""

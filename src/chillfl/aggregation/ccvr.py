@@ -336,7 +336,7 @@ def capabilities(options: CCVROptions) -> Capabilities:
 def check(options: CCVROptions, config: RunConfig, section: str) -> None:
     """Without ``every_round`` the last round calibrates and trains nothing: a run needs a round to train before it."""
     if not options.every_round and config.federation.rounds < 2:
-        raise ConfigError("federation.rounds", f"CCVR ({section}.name) calibrates in its last round, which trains nothing "
+        raise ConfigError("federation.rounds", f"CCVR{'' if section.startswith('aggregator') else f' ({section}.name)'} calibrates in its last round, which trains nothing "
                                                f"({section}.every_round = false): it needs rounds >= 2, got {config.federation.rounds}")
 
 

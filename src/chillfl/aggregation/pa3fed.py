@@ -327,7 +327,9 @@ class PA3Fed(AroundAggregator):
         """``total_samples``: all clients' training rows, the denominator of m_i under ``fgn_weights = "total"`` (needed then)."""
         if options.fgn_weights == "total" and total_samples is None:
             raise ValueError("PA3Fed fgn_weights = 'total' needs total_samples, every client's training rows summed")
-        super().__init__(_with_weights(base))
+        weighted = _with_weights(base)
+        refuse_base(weighted, type(base).__name__, "aggregator.base")  # an instance built in Python: as its config is refused
+        super().__init__(weighted)
         self.options = options
         self.total_samples = total_samples if options.fgn_weights == "total" else None
         self.previous_fgn: float | None = None
@@ -456,20 +458,26 @@ def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSp
     return spec
 
 
+def refuse_base(base: Aggregator, named: str, field: str) -> None:
+    """A base PA3Fed's maths is not checked over, refused on ``field``: one whose client half runs the clients' own
+    trainings, or whose server makes part of each client's model. Asked by the spec's builder and by the constructor,
+    so that ``PA3Fed(Ditto())`` passed from Python is refused as ``base = "ditto"`` is."""
+    trainer = next((part for part in half_parts(base.client_half()) if isinstance(part, Personalising)), None)
+    if trainer is not None:  # PA3Fed's maths is not checked over a base's own trainings
+        raise ConfigError(field, f"{named} cannot be PA3Fed's base: its client half {type(trainer).__name__} runs the clients' "
+                                 "own trainings (objectives and train), which PA3Fed's client half does not compose with; "
+                                 f"use another base, allowed: {', '.join(weighted_bases())}")
+    if isinstance(base, MakesClientModels):  # PA3Fed's weights are over one shared model's updates
+        raise ConfigError(field, f"{named} cannot be PA3Fed's base: its server makes part of each client's model "
+                              "(client_model), and PA3Fed's period-aware weights are defined over the updates of one shared model, "
+                              f"not checked over server-made client models; use another base, allowed: {', '.join(weighted_bases())}")
+
+
 def _build(options: PA3FedOptions, ctx: BuildContext) -> Built:
     """PA3Fed around the ``base`` entry, which keeps its own local objective terms."""
     base_spec(options, ctx.section)
     base, terms = build_base(options, ctx)
-    half = base.client_half()
-    trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)
-    if trainer is not None:  # PA3Fed's maths is not checked over a base's own trainings
-        raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its client half {type(trainer).__name__} runs the clients' "
-                                                 "own trainings (objectives and train), which PA3Fed's client half does not compose with; "
-                                                 f"use another base, allowed: {', '.join(weighted_bases())}")
-    if isinstance(base, MakesClientModels):  # PA3Fed's weights are over one shared model's updates
-        raise ConfigError(f"{ctx.section}.base", f"{options.base} cannot be PA3Fed's base: its server makes part of each client's model "
-                                                 "(client_model), and PA3Fed's period-aware weights are defined over the updates of one shared model, "
-                                                 f"not checked over server-made client models; use another base, allowed: {', '.join(weighted_bases())}")
+    refuse_base(base, options.base, f"{ctx.section}.base")
     total = None
     if options.fgn_weights == "total":
         total = sum(require_client_sizes(ctx, f"{ctx.section}.fgn_weights", "'total' divides each m_i by all clients' training rows"))

@@ -623,6 +623,8 @@ def check_instance(aggregator: object, config: RunConfig, model: nn.Module | Non
             if spec.wraps is None:  # a wrapper's options name a base table; its base is checked as its own instance below
                 written = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if getattr(options, f.name) is not None}
                 algorithm_options(spec, name, written, section, "aggregator")
+            elif callable(validate := getattr(options, "validate", None)):  # its own ranges at least (PA3Fed's delta > -1)
+                validate(section)
             declared = spec.declared(options)
         if model is not None:
             refuse_nonlinear_head(model, declared.linear_head, name)

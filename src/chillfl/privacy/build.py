@@ -22,6 +22,7 @@ from torch import nn
 from chillfl.aggregation.base import AroundAggregator, ClientResult, Params, client_maker
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
+from chillfl.numeric import is_real
 from chillfl.extras import need
 from chillfl.models.common import variance_buffers
 from chillfl.options import short_repr
@@ -105,7 +106,7 @@ def _settings_reading_nothing(config: RunConfig) -> list[str]:
         value = getattr(options, field.name)
         if value is True:
             changed: Any = False
-        elif isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0:
+        elif is_real(value) and value != 0:
             changed = 0
         else:
             continue

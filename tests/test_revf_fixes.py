@@ -7,22 +7,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
 
 import chillfl
 from chillfl.errors import ConfigError
 
+from test_revd_fixes import Net  # a user's module: Linear(4, 2)
+
 X = torch.randn(40, 4, generator=torch.Generator().manual_seed(0))
 Y = (X[:, 0] > 0).long()
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.fc = nn.Linear(4, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(x)
 
 
 class Other(Net):

@@ -51,3 +51,15 @@ def test_ccvr_instance_refusal_names_no_missing_field() -> None:
     with pytest.raises(ConfigError) as refused:
         chillfl.run(config=copy.deepcopy(BASE), aggregator=CCVR(model), progress=False, write=False)
     assert refused.value.field == "federation.rounds" and "aggregator.options.name" not in refused.value.message
+
+
+def test_objective_clash_names_the_wrapped_base_of_an_instance() -> None:
+    """``PA3Fed(FedProx(...))`` with ``objective.proximal_mu`` said the term came from PA3Fed's "own options"."""
+    from chillfl.aggregation.fedprox import FedProx, FedProxOptions
+    from chillfl.aggregation.pa3fed import PA3Fed
+
+    config = {**copy.deepcopy(BASE), "objective": {"proximal_mu": 0.1}}
+    with pytest.raises(ConfigError) as refused:
+        chillfl.run(config=config, aggregator=PA3Fed(FedProx(FedProxOptions(mu=0.5))), progress=False, write=False)
+    assert refused.value.field == "objective.proximal_mu"
+    assert "aggregator PA3Fed already adds" in refused.value.message and "the base it wraps, FedProx" in refused.value.message

@@ -14,7 +14,7 @@ from typing import Any, Iterable, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
+from chillfl.aggregation.base import Aggregator, AroundAggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
 from chillfl.aggregation.registry import (INSTANCE_OPTIONS, Wrapped, algorithm_names, algorithm_options, algorithm_spec, built_by, check_algorithm,
                                          check_declarations, check_instance, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
                                          wrapped)
@@ -457,7 +457,8 @@ def _build_experiment(
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances
         aggregator = attacked_aggregator(config, data, aggregator, state)  # [attack]: the attackers' uploads, before aggregation (and clipping)
     method_field = "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name"
-    configured = objective_terms(config, terms)
+    held = plugged.aggregator.base if plugged is not None and isinstance(plugged.aggregator, AroundAggregator) else None
+    configured = objective_terms(config, terms, None if held is None else type(held).__name__)
     passed = len(plugged.terms) if plugged is not None and plugged.aggregator is not None else 0  # the caller's, then the aggregator's own
     term_fields = (*(f"terms[{i}]" if i < passed else method_field for i in range(len(terms))), *(f for _, f in configured))
     terms = [*terms, *(t for t, _ in configured)]
@@ -763,9 +764,10 @@ def wrapped_table(config: RunConfig) -> Wrapped | None:
     return wrapped(spec, algorithm_options(spec, name, options))
 
 
-def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[tuple[Term, str]]:
+def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term], held_base: str | None = None) -> list[tuple[Term, str]]:
     """The ``[objective]`` terms (``proximal_mu``, then ``terms``), checked against the protocol and the algorithm's own terms,
-    each with its config field (``objective.terms[1]``: a term's errors in training name it)."""
+    each with its config field (``objective.terms[1]``: a term's errors in training name it). ``held_base``: the class of
+    the base an aggregator instance passed from Python wraps (``PA3Fed(FedProx(...))``), whose term it may be."""
     configured = configured_terms(config.objective)
     if not configured:
         return []
@@ -779,7 +781,8 @@ def objective_terms(config: RunConfig, algorithm_terms: Sequence[Term]) -> list[
         term = entry.build()
         if term in algorithm_terms:  # FedProx's keys (Ditto's, FedDyn's own copies read other keys)
             inner = wrapped_table(config)  # a method over another (PA3Fed over FedProx): the term may be the wrapped one's
-            whose = " (its own options)" if inner is None else f" (its own options, or those of {inner.name!r}, {inner.section})"
+            whose = (f" (its own options, or those of {inner.name!r}, {inner.section})" if inner is not None
+                     else f" (its own options, or those of the base it wraps, {held_base})" if held_base is not None else " (its own options)")
             name = config.algorithm.get("name")  # an instance passed from Python: its class, not "custom"
             what = f"aggregator {str(config.algorithm['class']).rsplit('.', 1)[-1]}" if is_custom(name) and config.algorithm.get("class") else f"algorithm {name!r}"
             raise ConfigError(entry.field, f"{what} already adds {entry.spec.summary}{whose}; set one of the two")

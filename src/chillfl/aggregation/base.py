@@ -623,11 +623,11 @@ def needed_terms(aggregator: object) -> list[Term]:
     return list(aggregator.needed_terms()) if isinstance(aggregator, NeedsTerms) else []
 
 
-def same_term(a: object, b: object) -> bool:
+def same_term(a: Term, b: Term) -> bool:
     """Whether the caller's term ``a`` stands for the needed term ``b``: of its class or a subclass of it (a user's
-    ``MyProx(ProximalTerm)``), reading the same context keys (its ``reads``), so that a run with both would count one
-    term twice (the proximal pull applied twice)."""
-    return isinstance(a, type(b)) and getattr(a, "reads", ()) == getattr(b, "reads", ())
+    ``MyProx(ProximalTerm)``), reading the same context keys (its ``reads``, which every term declares), so that a run
+    with both would count one term twice (the proximal pull applied twice)."""
+    return isinstance(a, type(b)) and a.reads == b.reads
 
 
 def with_needed_terms(aggregator: object, terms: Sequence[Term]) -> list[Term]:

@@ -104,6 +104,14 @@ def test_dp_sgd_refuses_fedchill_whose_temperature_reads_the_clients_own_counts(
     assert "temperature policy 'fedchill'" in str(err) and "label counts" in str(err) and "dp-fedavg, local" in str(err)
 
 
+def test_the_dp_sgd_refusal_of_fedchill_names_its_settings_that_read_nothing() -> None:
+    """It said only "use a temperature policy that reads no training labels": FedChill itself reads none with one setting changed."""
+    err = str(refusal(**{"privacy.mechanism": "dp-sgd", "temperature": {"policy": "fedchill"}}))
+    assert "(this one reads none with temperature.init = false or temperature.s = 0)" in err
+    assert "with temperature.t_min = temperature.t_max every client starts at T_max and none is read" in err
+    build(**{"privacy.mechanism": "dp-sgd", "temperature": {"policy": "fedchill", "init": False}})
+
+
 @pytest.mark.parametrize("mechanism", ["dp-fedavg", "local"])
 def test_fedchill_computed_on_each_client_is_inside_a_noised_update(mechanism: str) -> None:
     build(**{"privacy.mechanism": mechanism, "temperature": {"policy": "fedchill"}})  # T is a function of the client's data, inside the clipped update

@@ -85,10 +85,14 @@ def _reads_and_reports(mechanism: str, policy_name: Any, policy: Capabilities, s
     step. Why: each was refused alone, the reports first, whose advice (another normalisation) ran into the second, whose
     advice (a mechanism that noises the uploads) runs into the first again: only a policy reading no client's data runs,
     and ``settings`` (:func:`_settings_reading_nothing`) are this policy's own that make it read none."""
-    own = f" (this one reads none with {' or '.join(settings)})" if settings else ""
     return (f"{mechanism!r} clips and noises each sample's gradient, but temperature policy {policy_name!r} also sends, without noise and "
             f"outside epsilon, {policy.reports}; nor does clipping each sample's gradient bound what it reads from a client's data: "
-            f"{policy.private_steps}; use a temperature policy that reads no client's data{own}")
+            f"{policy.private_steps}; use a temperature policy that reads no client's data{_reading_none(settings)}")
+
+
+def _reading_none(settings: Sequence[str]) -> str:
+    """`` (this one reads none with a or b)`` for :func:`_settings_reading_nothing`'s finds (empty without one)."""
+    return f" (this one reads none with {' or '.join(settings)})" if settings else ""
 
 
 def _settings_reading_nothing(config: RunConfig) -> list[str]:
@@ -380,7 +384,8 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
     if policy:
         instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")
         raise ConfigError(FIELD, f"{plan.mechanism!r} clips and noises each sample's gradient, which does not bound what temperature policy "
-                                 f"{config.temperature.get('policy')!r} reads from a client's data: {policy}; use a temperature policy that reads no training labels{instead}")
+                                 f"{config.temperature.get('policy')!r} reads from a client's data: {policy}; use a temperature policy that reads "
+                                 f"no training labels{_reading_none(_settings_reading_nothing(config))}{instead}")
     if aggregator is not None:
         name = config.algorithm.get("name")
         capabilities = _capabilities(config, aggregator)

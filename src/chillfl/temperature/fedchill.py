@@ -391,7 +391,8 @@ def capabilities(options: FedChillOptions) -> Capabilities:
     varies = options.init and options.s > 0 and options.t_max > options.t_min  # Eq. 7 is T_max for every client otherwise
     read = "training-set size" if options.measure in FEDERATION_MEASURES and options.normalisation != "minmax" else "label counts"
     own = (f"each client's start temperature (temperature.init = true) is computed from its {read}, so one sample changes "
-           "every sample's loss CE(z/T, y), which per-sample clipping does not bound") if varies else None
+           "every sample's loss CE(z/T, y), which per-sample clipping does not bound; with temperature.t_min = temperature.t_max "
+           "every client starts at T_max and none is read") if varies else None
     found = needs_federation(options)
     if found is None:
         return Capabilities(steers_by_accuracy=steers, private_steps=own)

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from chillfl.config import RunConfig
+from chillfl.config import RunConfig, load_config
 from chillfl.report.html import _markdown_html, render, selected_points
 from chillfl.run_names import RecordedVariant, run_labels
 from chillfl.storage.jsonl import strict
@@ -84,3 +84,21 @@ def test_a_variants_own_grid_point_is_its_row(tmp_path: Path) -> None:
           "| FedProx, algorithm.mu=0.0 | 10.00 | 70.00 |\n| FedProx, algorithm.mu=0.1 | 20.00 | 65.00 |\n")
     out = "".join(_markdown_html(md, selection.cells))
     assert re.findall(r"<strong>(.*?)</strong>", out) == ["70.00"]
+
+
+def test_the_results_tables_epsilon_caveat_says_the_selection_is_not_accounted(tmp_path: Path) -> None:
+    """The page's own caveat under the results table lacked the sentence the comparison's table has: each of the 2 tuning
+    points is a private training on the same data, and the selected row's epsilon does not account the choice."""
+    folder = tuned_comparison(tmp_path / "c-compare")
+    for run in folder.iterdir():
+        if run.is_dir():
+            config = load_config(run / "config.toml", {"privacy.mechanism": "dp-fedavg"})
+            (run / "config.toml").write_text(to_toml(config.to_dict()))
+            recs = [{"round": 1, "global_acc": 0.5, "global_loss": 1.0, "epsilon": 2.0}]
+            (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            (run / "summary.json").write_text(json.dumps(strict(summarize(recs))))
+    assert selected_points(folder).points == {"A, client.lr=0.01": 2, "B, client.lr=0.1": 2}  # type: ignore[union-attr]
+    page = html.unescape(render([folder], models=False, partitions=False))
+    caveat = re.findall(r'<p class="muted" id="epsilon-caveat">(.*?)</p>', page)
+    assert len(caveat) == 1, caveat
+    assert "'A, client.lr=0.01', 'B, client.lr=0.1': epsilon is one run's; the selection over 2 tuning points is not accounted" in caveat[0]

@@ -65,7 +65,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
-from chillfl.run_names import comparison_labels
+from chillfl.run_names import RecordedVariant, comparison_labels, variant_points
 from chillfl.tune import point_label
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
@@ -109,6 +109,8 @@ class Run:
     selected: bool | None = None
     """Whether its tuning point is the one its variant selected (the point the comparison's table reports,
     :func:`selected_points`); None: not a tuned comparison's run."""
+    points: int | None = None
+    """How many tuning points its variant selected among (:attr:`Selection.points`); None where not known."""
 
 
 @dataclass
@@ -126,6 +128,13 @@ class Group:
         tuned comparison's grid; None: no run of it is a tuned comparison's."""
         marks = {r.selected for r in self.runs} - {None}
         return None if not marks else "selected" if marks == {True} else "-"
+
+    @property
+    def points(self) -> int | None:
+        """How many tuning points the selected group's variant chose among (None: not a selected group, or not known):
+        its epsilon is one run's, and the choice among them is not accounted (the epsilon caveat says so)."""
+        counts = {r.points for r in self.runs}
+        return counts.pop() if self.tuning == "selected" and len(counts) == 1 else None
 
 
 def _is_run(folder: Path) -> bool:
@@ -359,6 +368,9 @@ class Selection:
     cells: frozenset[tuple[str, str]]
     """(row, column) of the selected point in the validation table at every tuning point (``table.md``): the variant
     with its own grid's point, and the shared grid's point (``no shared grid`` without one)."""
+    points: Mapping[str, int] = field(default_factory=dict)
+    """Selected run's label -> how many tuning points its variant chose among (the shared grid crossed with its own, as
+    ``sweep.json`` recorded them); a variant ``sweep.json`` does not name is left out."""
 
 
 def selected_points(folder: Path) -> Selection | None:
@@ -366,19 +378,24 @@ def selected_points(folder: Path) -> Selection | None:
     not tuned (no row has ``tuned``) or its files are missing or unreadable."""
     try:
         rows = json_loads((folder / "table.json").read_text(encoding="utf-8"))
-        options = json_loads((folder / "sweep.json").read_text(encoding="utf-8"))["options"]
-        shared = set(options.get("tune") or {})
+        record = json_loads((folder / "sweep.json").read_text(encoding="utf-8"))
+        grid = dict(record["options"].get("tune") or {})
+        shared = set(grid)
         tuned = [(str(row["variant"]), dict(row["tuned"])) for row in rows if isinstance(row, dict) and isinstance(row.get("tuned"), dict)]
+        sizes = {str(v["label"]): len(variant_points(grid, RecordedVariant(str(v["label"]), v.get("short"), dict(v.get("tune") or {}))))
+                 for v in record.get("variants") or []}
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     if not tuned:
         return None
-    labels = frozenset(", ".join(x for x in (variant, point_label(point)) if x) for variant, point in tuned)
+    named = {variant: ", ".join(x for x in (variant, point_label(point)) if x) for variant, point in tuned}
+    labels = frozenset(named.values())
+    points = {named[variant]: sizes[variant] for variant, _ in tuned if variant in sizes}
     cells = set()
     for variant, point in tuned:
         own = point_label({k: v for k, v in point.items() if k not in shared})
         cells.add((variant + (f", {own}" if own else ""), point_label({k: v for k, v in point.items() if k in shared}) or "no shared grid"))
-    return Selection(labels, frozenset(cells))
+    return Selection(labels, frozenset(cells), points)
 
 
 def _variant_label(group: Group) -> str | None:
@@ -974,7 +991,7 @@ def _epsilon_caveat(groups: Sequence[Group], columns: Sequence[tuple[str, str, b
     if not any(key == "final_epsilon" for key, _, _ in columns):
         return None
     try:
-        return epsilon_caveat([(g.label, g.runs[0].config) for g in groups])
+        return epsilon_caveat([(g.label, g.runs[0].config) for g in groups], {g.label: n for g in groups if (n := g.points) is not None})
     except ConfigError:  # a plugin's mechanism, read as data: its guarantee is not known here
         return None
 
@@ -1030,6 +1047,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
     for run in runs:  # a tuned comparison's run: at its variant's selected point or not, as its table.json says
         if (selection := chosen[run.folder.parent]) is not None and run.variant is not None:
             run.selected = run.variant in selection.labels
+            run.points = selection.points.get(run.variant)
     groups = group_runs(runs)
     tuned = any(g.tuning is not None for g in groups)
     title = title or default_title(run_dirs, len(runs))

@@ -179,7 +179,7 @@ def check_supported(config: RunConfig) -> None:
         raise ConfigError("variants", "a Flower run runs one experiment: pick one variant's config")
     kind = protocol_of(config)
     if kind.on_flower is not None:
-        raise ConfigError(kind.method_table or "algorithm", kind.on_flower)
+        raise ConfigError(kind.method_table or "algorithm", f"{kind.on_flower}; {RUNTIME}")
     if kind.method_capabilities is not None:  # the soft-label or prototype method, by what it declares
         why = kind.method_capabilities(config).on_flower
         if why is not None:

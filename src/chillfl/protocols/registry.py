@@ -121,7 +121,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective",
         check=check_prototype_sharing,
         cost=prototype_cost,
-        on_flower="chillfl.flower carries parameter sharing and soft-label sharing; run a [prototypes] method with chillfl's own runtime",
+        on_flower="chillfl.flower carries parameter sharing and soft-label sharing, not a [prototypes] method",
     ),
     "softlabels": ProtocolKind(
         name="softlabels",

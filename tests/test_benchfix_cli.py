@@ -4,12 +4,10 @@ that was not asked for. Nothing here measures."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import executor_sizes  # noqa: E402
 import gpu_targets  # noqa: E402

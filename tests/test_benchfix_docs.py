@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import run  # noqa: E402
 from workloads import PEAK_GFLOPS  # noqa: E402

@@ -4,13 +4,11 @@ before anything is measured. Nothing here measures: the measured process and the
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import run  # noqa: E402
 from workloads import workload  # noqa: E402

@@ -4,13 +4,11 @@ a run of something else than asked; gpu_targets.py says when it judged no GPU ru
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import estimates  # noqa: E402
 import gpu_targets  # noqa: E402

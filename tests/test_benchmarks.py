@@ -14,7 +14,6 @@ import numpy as np
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import mode_chillfl  # noqa: E402
 import run  # noqa: E402

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
-sys.path.insert(0, str(BENCHMARKS))
 
 from workloads import data_dir, workload, write_data  # noqa: E402
 

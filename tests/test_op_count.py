@@ -11,12 +11,9 @@ no host ``add`` per client for the step's batch rows). No time is asserted.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 from op_count import OpCounter, vectorized_step_ops  # noqa: E402
 

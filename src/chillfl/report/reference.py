@@ -8,10 +8,12 @@ Regenerate with ``chillfl list --options > docs/reference.md``.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import inspect
 import importlib
 import logging
+import re
 import textwrap
 import types
 import typing
@@ -340,7 +342,40 @@ def options_table(cls: type, where: str, claimed: Claimed = types.MappingProxyTy
     for f in fields:
         type_name, allowed = _type_and_allowed(hints[f.name], f"{where}.{f.name}", claimed)
         lines.append(_row(f.name, type_name, _default(f), allowed))
-    return lines
+    return lines + _option_docs(cls, [f.name for f in fields])
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Option -> the first paragraph of its attribute docstring (the string under it in the class body), for the listing
+    beneath its table: ``[client]``'s ``batch_size = 1`` caveat was in the source alone. Python keeps no such docstring at
+    run time, so the source is read (parsed, never run); a class whose source cannot be read (one made in a REPL) has none."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):  # a subclass's own docstring replaces its base's
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(after, ast.Expr)
+                    and isinstance(after.value, ast.Constant) and isinstance(after.value.value, str)):
+                first = inspect.cleandoc(after.value.value).split("\n\n")[0]
+                docs[node.target.id] = _markdown(" ".join(line.strip() for line in first.splitlines()))
+    return docs
+
+
+def _markdown(text: str) -> str:
+    """A docstring's reST as markdown: ````x```` and ``:func:`x``` as ```x```."""
+    return re.sub(r"``([^`]+)``", r"`\1`", re.sub(r":[a-z]+:`~?([^`]+)`", r"``\1``", text))
+
+
+def _option_docs(cls: type, names: Sequence[str]) -> list[str]:
+    """Under a table: a markdown list of its options that have a docstring, wrapped as the reference's paragraphs."""
+    docs = attribute_docs(cls)
+    listed = [line for name in names if name in docs
+              for line in textwrap.wrap(f"`{name}`: {docs[name]}", PARAGRAPH_WIDTH, initial_indent="- ", subsequent_indent="  ",
+                                        break_long_words=False, break_on_hyphens=False)]
+    return ["", *listed] if listed else []
 
 
 def _row(name: str, type_name: str, default: str, allowed: str) -> str:

@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, AroundAggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
-from chillfl.aggregation.registry import (INSTANCE_OPTIONS, Wrapped, algorithm_names, algorithm_options, algorithm_spec, built_by, check_algorithm,
+from chillfl.aggregation.registry import (INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec, bind_instance, built_by, check_algorithm,
                                          check_declarations, check_instance, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
                                          wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
@@ -329,10 +329,11 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
         declared = declared_capabilities(type(plugged.aggregator), method, "aggregator")  # read as a class named in the config is
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
-        check_instance(plugged.aggregator, config, model)  # its spec's limits and check (a wrapper's base's too), as a config naming the method is checked
-        by_spec = instance_capabilities(plugged.aggregator)  # what its spec declares (a personal model), where a spec builds it
-        check_declarations(declared if by_spec is None else by_spec, plugged.aggregator, method, "aggregator")
         aggregator = with_run_model(copy.deepcopy(plugged.aggregator), model)  # its parameters, as a builder passes them
+        bind_instance(aggregator, run_context(config, model, client_sizes, INSTANCE_OPTIONS))  # what its builder takes from the run (momentum, rounds)
+        check_instance(aggregator, config, model)  # its spec's limits and check (a wrapper's base's too), as a config naming the method is checked
+        by_spec = instance_capabilities(aggregator)  # what its spec declares (a personal model), a wrapper's completed by its base's
+        check_declarations(declared if by_spec is None else by_spec, aggregator, method, "aggregator")
         built = aggregator, with_needed_terms(aggregator, copy.deepcopy(plugged.terms))  # its own terms, as its spec's builder returns them
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
@@ -342,6 +343,16 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
     check_client_half(built[0], "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name")
     warn_no_client_models(config, built[0])
     return built
+
+
+def run_context(config: RunConfig, model: nn.Module, client_sizes: Sequence[int] | None, section: str) -> BuildContext:
+    """What a builder is told of the run (:class:`~chillfl.aggregation.registry.BuildContext`), for an instance passed from
+    Python (:func:`~chillfl.aggregation.registry.bind_instance`), as :func:`make_aggregator` tells the config's method."""
+    return BuildContext(num_clients=config.federation.num_clients, model=model, seed=config.seed, section=section,
+                        client_momentum=config.client.momentum, rounds=config.federation.rounds,
+                        clients_per_round=config.federation.sample_size(),
+                        client_sizes=None if client_sizes is None else tuple(int(n) for n in client_sizes),
+                        objective_terms=tuple(configured_terms(config.objective)))
 
 
 def check_client_half(aggregator: Aggregator, field: str) -> None:

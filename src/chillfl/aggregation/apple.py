@@ -115,7 +115,7 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, run_value
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 from chillfl.options import require, require_memory
 from chillfl.seeds import derive_seed
@@ -387,6 +387,8 @@ class APPLE(AggregatorBase):
         self.options = options
         self.seed = seed
         self.client_sizes = None if client_sizes is None else tuple(client_sizes)
+        self.rounds = rounds
+        """The run's rounds (None: unknown, refused by the scheduler; a run fills them, :func:`_bind`)."""
         self.decay_rounds = None if rounds is None else int(options.schedule_share * rounds)
         self.models = ClientParams()
         """client id -> its latest uploaded core model."""
@@ -402,7 +404,7 @@ class APPLE(AggregatorBase):
     def proximal_weight(self, round: int) -> float:
         """What the client's ||p_i - p_i^0||^2 is multiplied by: lambda(r) mu, or lambda(r) mu / 2 (``proximal = "half"``)."""
         if self.decay_rounds is None:
-            raise ValueError("APPLE's loss scheduler needs the run's rounds (make_aggregator(..., rounds=...))")
+            raise ValueError("APPLE's loss scheduler needs the run's rounds (APPLE(..., rounds=...), make_aggregator(..., rounds=...))")
         half = 0.5 if self.options.proximal == "half" else 1.0
         return half * self.options.mu * loss_scheduler(round, self.decay_rounds, self.options.scheduler)
 
@@ -490,6 +492,17 @@ def build(options: APPLEOptions, ctx: BuildContext) -> Built:
     return APPLE(ctx.num_clients, ctx.model, options, ctx.client_sizes, ctx.rounds, ctx.seed), []
 
 
+def _bind(aggregator: APPLE, ctx: BuildContext) -> None:
+    """An instance passed from Python, bound as the builder builds one: its ``num_clients`` the run's (the banks and p_i's
+    size), and its ``rounds`` (the scheduler's L) and ``client_sizes`` (p^0) the run's where None; another value is
+    refused on ``aggregator.<argument>`` (without rounds it failed in round 0)."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.client_sizes = run_value(aggregator.client_sizes, ctx.client_sizes, instance_field(ctx, "client_sizes"), "clients' training rows")
+    aggregator.rounds = run_value(aggregator.rounds, ctx.rounds, instance_field(ctx, "rounds"), "federation.rounds")
+    if aggregator.rounds is not None:
+        aggregator.decay_rounds = int(aggregator.options.schedule_share * aggregator.rounds)
+
+
 MIXTURE_FLOPS = 36.0
 """What a pass of the mixture costs beyond the model's, per parameter of the model and per client of the federation, in FLOPs at
 the model's training throughput: the forward's sum_j p_ij theta_j and the backward's <g, theta_j> read every (N, ...) stack, and
@@ -514,5 +527,6 @@ SPEC = register_algorithm(
             cost=COST,
         ),
         makes=(APPLE,),
+        bind=_bind,
     ),
 )

@@ -624,15 +624,18 @@ def needed_terms(aggregator: object) -> list[Term]:
 
 
 def same_term(a: Term, b: Term) -> bool:
-    """Whether the caller's term ``a`` stands for the needed term ``b``: of its class or a subclass of it (a user's
-    ``MyProx(ProximalTerm)``), reading the same context keys (its ``reads``, which every term declares), so that a run
-    with both would count one term twice (the proximal pull applied twice)."""
-    return isinstance(a, type(b)) and a.reads == b.reads
+    """Whether the caller's term ``a`` stands for the needed term ``b``: it reads the same context keys (its ``reads``,
+    which every term declares), whatever its class, so that a run with both would count one term twice (the proximal pull,
+    SCAFFOLD's correction applied twice). Why not by class: a term of the caller's own class on SCAFFOLD's ``correction``
+    was how SCAFFOLD ran from Python before the aggregator added its own, and it is the caller's version of that term.
+    A needed term that reads no key is stood for by its class (or a subclass) alone: reading nothing says nothing."""
+    return tuple(a.reads) == tuple(b.reads) and (bool(b.reads) or isinstance(a, type(b)))
 
 
 def with_needed_terms(aggregator: object, terms: Sequence[Term]) -> list[Term]:
     """``terms`` (a caller's, kept first and in order), then each term ``aggregator`` needs (:class:`NeedsTerms`) that none
-    of them already is (:func:`same_term`): a caller who passed the term gets it once, one who did not gets it at all."""
+    of them already stands for (:func:`same_term`: reading the same context keys, of any class): a caller who passed the
+    term, or their own term on its keys, gets it once; one who did not gets it at all."""
     out = list(terms)
     out += [t for t in needed_terms(aggregator) if not any(same_term(u, t) for u in terms)]
     return out

@@ -81,7 +81,7 @@ from chillfl.aggregation.base import (
     report_tensor,
     weighted_average,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_head, require_model_head, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.errors import ConfigError
 from chillfl.models.parts import head_inputs, head_name, head_size
@@ -274,7 +274,7 @@ class CCVR(AggregatorBase):
 
     def last_round(self) -> int:
         if self.rounds is None:
-            raise ValueError("CCVR calibrates in the run's last round: it needs the run's rounds (make_aggregator(..., rounds=...))")
+            raise ValueError("CCVR calibrates in the run's last round: it needs the run's rounds (CCVR(..., rounds=...), make_aggregator(..., rounds=...))")
         return self.rounds - 1
 
     def phase(self, round: int) -> float | None:
@@ -345,6 +345,17 @@ def build(options: CCVROptions, ctx: BuildContext) -> Built:
     return CCVR(ctx.model, options, ctx.rounds, ctx.seed, head=require_head(ctx, "CCVR")), []
 
 
+def _bind(aggregator: CCVR, ctx: BuildContext) -> None:
+    """An instance passed from Python calibrates in the run's last round: its ``rounds`` the run's (None: filled), another
+    refused on ``aggregator.rounds`` (it never calibrated, or failed in round 0 without any)."""
+    aggregator.rounds = run_value(aggregator.rounds, ctx.rounds, instance_field(ctx, "rounds"), "federation.rounds")
+
+
+def _check_model(options: CCVROptions, model: nn.Module) -> None:
+    """CCVR calibrates the classifier head on virtual representations: a model without one is refused (both paths)."""
+    require_model_head(model, "CCVR")
+
+
 SPEC = register_algorithm(
     "ccvr",
     AlgorithmSpec(
@@ -355,5 +366,7 @@ SPEC = register_algorithm(
         capabilities_of=capabilities,
         check=check,
         makes=(CCVR,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
+        check_model=_check_model,
     ),
 )

@@ -162,11 +162,11 @@ class FedBN(AggregatorBase):
         check_state_keys(state, (), "FedBN")
 
 
-def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
-    """FedBN over the model's batch-norm entries; a model without batch norm is refused, since FedBN would silently be FedAvg."""
-    keys = batchnorm_keys(ctx.model)
-    if not keys:
-        setting = ctx.model.batch_norm_setting() if isinstance(ctx.model, SwitchesBatchNorm) else None
+def _check_model(options: FedBNOptions, model: nn.Module) -> None:
+    """A model without batch norm is refused, since FedBN would silently be FedAvg: by config and for an instance passed
+    from Python alike (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.check_model`; ``FedBN([])`` ran as FedAvg)."""
+    if not batchnorm_keys(model):
+        setting = model.batch_norm_setting() if isinstance(model, SwitchesBatchNorm) else None
         if setting is not None:  # the model at hand has an option for it: name that one
             option, value = setting
             raise ConfigError(f"model.{option}", "FedBN keeps each client's batch-norm layers local, and this model has none, so it would run as "
@@ -176,7 +176,11 @@ def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
             "FedBN keeps each client's batch-norm layers local, and this model has none, so it would run as plain FedAvg: "
             "choose a model with batch norm (flexchill_cnn: model.batch_norm = true)",
         )
-    return FedBN(keys, options), []
+
+
+def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
+    """FedBN over the model's batch-norm entries (a model without any is refused first, :func:`_check_model`)."""
+    return FedBN(batchnorm_keys(ctx.model), options), []
 
 
 SPEC = register_algorithm(
@@ -187,5 +191,6 @@ SPEC = register_algorithm(
         "local batch norm (Li et al. 2021)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
         makes=(FedBN,),
+        check_model=_check_model,
     ),
 )

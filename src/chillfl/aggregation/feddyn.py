@@ -86,9 +86,10 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.training.objective import ProximalTerm, Term, read_number
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_client_sizes, with_terms
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_client_sizes, run_value, with_terms
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
@@ -214,12 +215,28 @@ class FedDyn(AggregatorBase):
         self.h = load_params(state["h"])
 
 
+def _alphas(options: FedDynOptions, ctx: BuildContext) -> tuple[float | None, ...] | None:
+    """Each client's alpha under ``alpha_scaling = "client_size"`` (from the run's client sizes), else None (``alpha`` for all)."""
+    if options.alpha_scaling != "client_size":
+        return None
+    sizes = require_client_sizes(ctx, f"{ctx.section}.alpha_scaling", "'client_size' scales each client's alpha by its training rows")
+    return client_alphas(options.alpha, sizes)
+
+
 def _build(options: FedDynOptions, ctx: BuildContext) -> Built:
-    alphas = None
-    if options.alpha_scaling == "client_size":
-        sizes = require_client_sizes(ctx, f"{ctx.section}.alpha_scaling", "'client_size' scales each client's alpha by its training rows")
-        alphas = client_alphas(options.alpha, sizes)
-    return with_terms(FedDyn(ctx.num_clients, options, ctx.trainable_keys(), alphas))
+    return with_terms(FedDyn(ctx.num_clients, options, ctx.trainable_keys(), _alphas(options, ctx)))
+
+
+def _bind(aggregator: FedDyn, ctx: BuildContext) -> None:
+    """An instance passed from Python, bound as the builder builds one: its ``num_clients`` the run's (h's 1/m), and under
+    ``alpha_scaling = "client_size"`` its ``alphas`` the run's client sizes' (None: filled); per-client alphas the options
+    do not ask for would run while the recorded config says one alpha, so they are refused."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    wanted = _alphas(aggregator.options, ctx)
+    if wanted is None and aggregator.alphas is not None:
+        raise ConfigError(instance_field(ctx, "alphas"), f"gives each client its own alpha, but {ctx.section}.alpha_scaling is "
+                                                         f"{aggregator.options.alpha_scaling!r}; set alpha_scaling = 'client_size' (alphas None: the run's)")
+    aggregator.alphas = run_value(aggregator.alphas, wanted, instance_field(ctx, "alphas"), "client-size alphas (alpha_scaling = 'client_size')")
 
 
 SPEC = register_algorithm(
@@ -232,5 +249,6 @@ SPEC = register_algorithm(
         capabilities=Capabilities(not_a_base="FedDyn's server step is its own (a uniform mean corrected by h), not a weighted average",
                                   cost=Cost(pass_overhead=CORRECTION_TERM + PARAMETER_TERM)),
         makes=(FedDyn,),
+        bind=_bind,
     ),
 )

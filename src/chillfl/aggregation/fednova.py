@@ -180,6 +180,13 @@ def _build(options: FedNovaOptions, ctx: BuildContext) -> Built:
     return FedNova(_with_run(options, ctx), ctx.param_keys()), []
 
 
+def _bind(aggregator: FedNova, ctx: BuildContext) -> None:
+    """An instance passed from Python takes ``client.momentum`` and the run's proximal mu as the builder's does (a_i; unset:
+    the run's, a different one refused on ``aggregator.options.momentum`` / ``.proximal_mu``)."""
+    options = _with_run(aggregator.options, ctx)
+    aggregator.options, aggregator.momentum, aggregator.proximal_mu = options, options.momentum or 0.0, options.proximal_mu or 0.0
+
+
 SPEC = register_algorithm(
     "fednova",
     AlgorithmSpec(
@@ -188,5 +195,6 @@ SPEC = register_algorithm(
         "normalised averaging (Wang et al. 2020)",
         capabilities=Capabilities(plain_sgd="FedNova's normalised update (x - y_i) / (a_i lr)", takes_weights=True),
         makes=(FedNova,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

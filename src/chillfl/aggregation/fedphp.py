@@ -95,8 +95,9 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_model_head
 from chillfl.capabilities import FORWARD, Capabilities, Cost
+from chillfl.errors import ConfigError
 from chillfl.models.parts import forward_with_features
 from chillfl.options import require
 from chillfl.training.local import LocalSpec
@@ -231,13 +232,34 @@ def expected_participations(num_clients: int, clients_per_round: int, rounds: in
     return max(clients_per_round * rounds // num_clients, 1)
 
 
+def _check_model(options: FedPHPOptions, model: nn.Module) -> None:
+    """FedPHP's transfer reads the representation before the classifier head: a model without one is refused, by config
+    and for an instance passed from Python alike (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.check_model`)."""
+    require_model_head(model, "FedPHP")
+
+
+def _horizon(options: FedPHPOptions, ctx: BuildContext) -> int:
+    """H: ``options.horizon``, else the clients' expected participations in the run."""
+    if options.horizon is not None:
+        return options.horizon
+    known = ctx.rounds is not None and ctx.clients_per_round is not None  # built outside a run config: H = 1, a constant mu after the first round
+    return expected_participations(ctx.num_clients, ctx.clients_per_round or 0, ctx.rounds or 0) if known else 1
+
+
 def _build(options: FedPHPOptions, ctx: BuildContext) -> Built:
-    require_head(ctx, "FedPHP")
-    horizon = options.horizon
-    if horizon is None:  # built outside a run config (rounds or clients a round unknown): H = 1, a constant mu after the first round
-        known = ctx.rounds is not None and ctx.clients_per_round is not None
-        horizon = expected_participations(ctx.num_clients, ctx.clients_per_round or 0, ctx.rounds or 0) if known else 1
-    return FedPHP(horizon, options), []
+    return FedPHP(_horizon(options, ctx), options), []
+
+
+def _bind(aggregator: FedPHP, ctx: BuildContext) -> None:
+    """An instance passed from Python runs its constructor's H, which the recorded options must say: a ``horizon`` other
+    than ``options.horizon`` (unset: the run's expected participations, what the config's builder takes) is refused on
+    ``aggregator.horizon``, since the saved config would rerun another H."""
+    wanted = _horizon(aggregator.options, ctx)
+    if aggregator.horizon != wanted:
+        said = f"options.horizon = {aggregator.options.horizon}" if aggregator.options.horizon is not None else \
+               f"the run's expected participations a client, max(floor(clients_per_round * rounds / num_clients), 1) = {wanted}, with options.horizon unset"
+        raise ConfigError(instance_field(ctx, "horizon"), f"must equal {said}, got {aggregator.horizon}; "
+                                                          f"set FedPHPOptions(horizon={aggregator.horizon}) for that H")
 
 
 SPEC = register_algorithm(
@@ -255,5 +277,7 @@ SPEC = register_algorithm(
             cost=Cost(step_passes=1 + FORWARD),  # the frozen HPM h_k's forward on each step's batch (the transfer's teacher)
         ),
         makes=(FedPHP,),
+        bind=_bind,
+        check_model=_check_model,
     ),
 )

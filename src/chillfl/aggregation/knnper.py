@@ -69,7 +69,7 @@ from chillfl.aggregation.base import (
     Stateless,
     Train,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head, require_model_head
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.models.parts import forward_with_features, head_inputs, head_size
 from chillfl.options import require
@@ -235,6 +235,12 @@ def build(options: KNNPerOptions, ctx: BuildContext) -> Built:
     return KNNPer(ctx.model, require_head(ctx, "kNN-Per"), options), []
 
 
+def _check_model(options: KNNPerOptions, model: nn.Module) -> None:
+    """kNN-Per's kNN runs on the representation before the classifier head: a model without one is refused, by config and
+    for an instance passed from Python alike (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.check_model`)."""
+    require_model_head(model, "kNN-Per")
+
+
 SPEC = register_algorithm(
     "knnper",
     AlgorithmSpec(
@@ -243,6 +249,7 @@ SPEC = register_algorithm(
         "FedAvg, local accuracy of the global model interpolated with a kNN over each client's own representations (Marfoq et al. 2022)",
         capabilities=CAPABILITIES,
         makes=(KNNPer,),
+        check_model=_check_model,
     ),
 )
 

@@ -40,7 +40,7 @@ from torch import nn
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, Downlink, FedAvg, Params, Report, Trained, Wire, own_entries, with_prefix
 from chillfl.options import require
 from chillfl.training.objective import Term
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head, with_terms
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_model_head, with_terms
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 
@@ -100,10 +100,16 @@ class Moon(FedAvg):
 
 
 def _build(options: MoonOptions, ctx: BuildContext) -> Built:
-    require_head(ctx, "MOON")
     return with_terms(Moon(options))
 
 
+def _check_model(options: MoonOptions, model: nn.Module) -> None:
+    """MOON's term reads the representation before the classifier head: a model without one is refused, by config and
+    for an instance passed from Python alike (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.check_model`)."""
+    require_model_head(model, "MOON")
+
+
 SPEC = register_algorithm("moon", AlgorithmSpec(MoonOptions, _build, "model-contrastive FL (Li et al. 2021)",
-                                                capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + 2 * FORWARD)), makes=(Moon,)))
+                                                capabilities=Capabilities(takes_weights=True, cost=Cost(step_passes=1 + 2 * FORWARD)), makes=(Moon,),
+                                                check_model=_check_model))
 """Its cost: the global and the previous model's forwards on each step's batch."""

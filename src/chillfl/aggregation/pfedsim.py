@@ -120,7 +120,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fedper import head_keys
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -358,6 +358,30 @@ def _check(options: PFedSimOptions, config: RunConfig, section: str) -> None:
             "give a smaller share, or a count of rounds > 1")
 
 
+def warmup_option(count: int, rounds: int) -> float:
+    """The ``warmup`` option that gives ``count`` warm-up rounds of ``rounds`` (:func:`warmup_rounds`): a count when it is
+    more than 1, else a share (1.5 / rounds: int(1.5) rounds, far from a rounding edge), 0 for none."""
+    return float(count) if count > 1 else 1.5 / rounds if count == 1 else 0.0
+
+
+def _bind(aggregator: PFedSim, ctx: BuildContext) -> None:
+    """An instance passed from Python runs the warm-up it was built with (its positional ``warmup``: R_w rounds), not its
+    options' share: None takes the options' share of the run's rounds, as the builder does; a count is refused on
+    ``aggregator.warmup`` unless it leaves a personalised round, and its options then say that count
+    (:func:`warmup_option`), so the spec's check (:func:`_check`) reads the warm-up the instance runs."""
+    rounds = ctx.rounds
+    if rounds is None:
+        return
+    if aggregator.warmup is None:
+        aggregator.warmup = warmup_rounds(aggregator.options.warmup, rounds)
+        return
+    if warmup_rounds(aggregator.options.warmup, rounds) == aggregator.warmup:  # its options say it: the spec's check names them
+        return
+    require(0 <= aggregator.warmup < rounds, instance_field(ctx, "warmup"),
+            f"must leave a personalised round: a count of warm-up rounds in [0, federation.rounds = {rounds}), got {aggregator.warmup}")
+    aggregator.options = replace(aggregator.options, warmup=warmup_option(aggregator.warmup, rounds))
+
+
 SPEC = register_algorithm(
     "pfedsim",
     AlgorithmSpec(
@@ -367,5 +391,6 @@ SPEC = register_algorithm(
         capabilities=Capabilities(not_a_base="pFedSim's server sends each client its own extractor; its global model is only a reference", personal_model=True),
         check=_check,
         makes=(PFedSim,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

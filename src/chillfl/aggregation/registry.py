@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, AroundAggregator, BuiltBySpec, holds_personal_model, needed_terms
+from chillfl.aggregation.base import Aggregator, AroundAggregator, BuiltBySpec, holds_personal_model, needed_terms, with_needed_terms
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
@@ -116,10 +116,24 @@ class AlgorithmSpec:
     names is (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not
     inherited (:func:`declared_capabilities`). Declared next to the code, in the module that registers the spec."""
 
+    bind: Callable[[Any, BuildContext], None] | None = None
+    """``bind(aggregator, context)``, for an instance of :attr:`makes` passed from Python, on the run's copy of it before it
+    is checked (:func:`bind_instance`): what the builder takes from the run (``context``: its clients, rounds, momentum,
+    client sizes, ``[objective]`` terms) given to the instance where its constructor left it None, and a ConfigError where
+    the instance's own value disagrees with the run's, as the config's builder refuses it (an option on
+    ``<context.section>.<option>``, ``aggregator.options.momentum``; a constructor argument on :func:`instance_field`,
+    ``aggregator.num_clients``). None: the instance takes nothing from the run. Why: ``Scaffold(3)`` in a run with
+    ``client.momentum = 0.9`` ran with momentum 0, and ``Scaffold(5)`` in a 3-client run with the wrong |S| / N."""
+    check_model: Callable[[Any, nn.Module], None] | None = None
+    """``check_model(options, model)``: a ConfigError when the run's ``model`` lacks what the method needs under ``options``
+    (MOON's classifier head, FedBN's batch norm), called before the builder (:func:`make_aggregator`) and for an instance
+    passed from Python (:func:`check_instance`), so that both paths refuse alike. None: it needs nothing of the model."""
+
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
         return [("build", self.build, ("options", "context")), ("check", self.check, ("options", "config", "section")),
-                ("capabilities_of", self.capabilities_of, ("options",))]
+                ("capabilities_of", self.capabilities_of, ("options",)), ("bind", self.bind, ("aggregator", "context")),
+                ("check_model", self.check_model, ("options", "model"))]
 
     def declared(self, options: Any) -> Capabilities:
         """What it declares under ``options`` (:attr:`capabilities_of`, else :attr:`capabilities`)."""
@@ -137,7 +151,17 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     A name registered twice is a programming error (two methods would answer to it).
     """
     check_hooks(name, spec.calls(), "algorithm.name")  # registered by a plugin module: its hooks checked as a spec named by import path
-    return _REGISTRY.register(name, spec)
+    for cls in spec.makes:  # an instance is held to one spec's checks (built_by): a second spec making the class would be ignored or shadow it
+        other = _MADE.get(cls)
+        if other is not None and other != name:
+            raise ValueError(f"algorithm {name!r} declares it makes {cls.__qualname__}, which {other!r} makes: each class is made by one spec")
+    registered = _REGISTRY.register(name, spec)
+    _MADE.update(dict.fromkeys(spec.makes, name))
+    return registered
+
+
+_MADE: dict[type, str] = {}
+"""Each class in a registered spec's :attr:`AlgorithmSpec.makes`, with the name of that spec (checked at registration)."""
 
 
 def registered_algorithms() -> dict[str, AlgorithmSpec]:
@@ -255,10 +279,16 @@ def require_client_sizes(ctx: BuildContext, field: str, why: str) -> tuple[int, 
 
 def require_head(ctx: BuildContext, method: str) -> str:
     """The model's classifier head name; a model without one is a ConfigError on ``model.name``."""
+    return require_model_head(ctx.model, method)
+
+
+def require_model_head(model: nn.Module, method: str) -> str:
+    """:func:`require_head` of ``model``: for a spec's :attr:`AlgorithmSpec.check_model`, which an instance passed from
+    Python meets too (a raw NoHeadError traceback otherwise)."""
     from chillfl.models.parts import NoHeadError, head_name
 
     try:
-        return head_name(ctx.model)
+        return head_name(model)
     except NoHeadError as exc:
         raise ConfigError("model.name", f"{method} works on the representation before the classifier head, and {exc}") from None
 
@@ -350,11 +380,15 @@ def make_aggregator(
                        clients_per_round=clients_per_round, client_sizes=sizes, objective_terms=None if objective_terms is None else tuple(objective_terms))
     capabilities = effective_capabilities(spec, parsed, section)
     refuse_nonlinear_head(model, capabilities.linear_head, name)  # before its build reads the head
+    if spec.check_model is not None:  # what it needs of the model, asked as for an instance passed from Python (check_instance)
+        spec.check_model(parsed, model)
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
     check_declarations(capabilities, built[0], repr(name), field or f"{section}.name")
-    return built
+    # the terms its aggregator declares it needs, where the builder left them out (a plugin's): the instance passed from
+    # Python gets them (with_needed_terms), so the config's method runs the same steps
+    return built[0], with_needed_terms(built[0], built[1])
 
 
 def build_base(options: Any, ctx: BuildContext, key: str = "base") -> Built:
@@ -573,27 +607,41 @@ def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, Algori
     """(name, spec, options) of the spec that builds ``aggregator``: the one it names
     (:class:`~chillfl.aggregation.base.BuiltBySpec`, a plugin's class whose spec is not registered), else the registered
     spec whose :attr:`AlgorithmSpec.makes` holds its type. ``options``: the instance's ``options`` attribute where it is
-    that spec's options dataclass, else None (what they decide cannot be checked). None when no spec builds it."""
+    that spec's options dataclass, else None (what they decide cannot be checked). None when no spec builds it.
+    Options a ``built_by()`` names that are not its spec's options dataclass (a dict) are a ConfigError on ``field``:
+    every check after reads them as that dataclass."""
     if isinstance(aggregator, BuiltBySpec):
         name, options = aggregator.built_by()
-        return name, algorithm_spec(name, field=field), options
-    for name, spec in registered_algorithms().items():
-        if type(aggregator) in spec.makes:
-            options = getattr(aggregator, "options", None)
-            return name, spec, options if isinstance(options, spec.options) else None
-    return None
+        spec = algorithm_spec(name, field=field)
+        if options is not None and not isinstance(options, spec.options):
+            raise ConfigError(field, f"{type(aggregator).__name__}.built_by() names {name!r} with options of type {type(options).__name__}, "
+                                     f"but that spec's options are a {spec.options.__name__} (or None)")
+        return name, spec, options
+    makers = [(name, spec) for name, spec in registered_algorithms().items() if type(aggregator) in spec.makes]
+    if len(makers) > 1:  # register_algorithm refuses it; a registry changed otherwise must not pick one by name order
+        raise ConfigError(field, f"{type(aggregator).__name__} is made by {' and '.join(repr(n) for n, _ in makers)}: each class is made by one spec")
+    if not makers:
+        return None
+    name, spec = makers[0]
+    options = getattr(aggregator, "options", None)
+    return name, spec, options if isinstance(options, spec.options) else None
 
 
 def instance_capabilities(aggregator: object) -> Capabilities | None:
     """What the spec that builds ``aggregator`` (:func:`built_by`) declares under its options, a wrapper's completed by
-    what its base declares (as :func:`effective_capabilities` completes a config's); None when no spec builds it (its
-    class's own ``capabilities`` count). Why: ``PFedSim`` passed from Python keeps a personal model its spec declares and
-    its class does not, and the run holds its client half to the declaration (:func:`check_declarations`)."""
+    what its base declares (as :func:`effective_capabilities` completes a config's); None when no spec builds it and it
+    wraps nothing (its class's own ``capabilities`` count). Why: ``PFedSim`` passed from Python keeps a personal model its
+    spec declares and its class does not, and the run holds its client half to the declaration (:func:`check_declarations`);
+    a wrapper no spec builds (a user's ``AroundAggregator`` around ``Ditto()``) declares its class's own, completed by its
+    base's, as a plugin wrapper named in a config is, so one identity wrapper wraps FedAvg and Ditto alike."""
     found = built_by(aggregator)
-    if found is None:
+    if found is None and not isinstance(aggregator, AroundAggregator):
         return None
-    _, spec, options = found
-    own = spec.capabilities if options is None else spec.declared(options)
+    if found is None:
+        own = declared_capabilities(type(aggregator), type(aggregator).__name__, "aggregator")
+    else:
+        _, spec, options = found
+        own = spec.capabilities if options is None else spec.declared(options)
     if not isinstance(aggregator, AroundAggregator):
         return own
     base = aggregator.base
@@ -601,14 +649,45 @@ def instance_capabilities(aggregator: object) -> Capabilities | None:
     return own.wrapping(declared_capabilities(type(base), type(base).__name__, "aggregator.base") if inner is None else inner)
 
 
+def instance_field(ctx: BuildContext, argument: str) -> str:
+    """How a refusal names a constructor argument of an instance passed from Python (:attr:`AlgorithmSpec.bind`):
+    ``aggregator.num_clients`` (``aggregator.base.rounds`` for a wrapper's base), beside its options'
+    ``aggregator.options.<option>`` (``ctx.section``)."""
+    return f"{ctx.section.removesuffix('.options')}.{argument}"
+
+
+def run_value(given: Any, run: Any, field: str, what: str) -> Any:
+    """``given``, an instance's own value of what the run decides (``what``, the run's value ``run``; None: unknown), or the
+    run's where it gave None; a ConfigError on ``field`` where the two differ (the config's builder takes the run's and
+    has no other). For a spec's :attr:`AlgorithmSpec.bind`."""
+    if given is None:
+        return run
+    if run is not None and given != run:
+        raise ConfigError(field, f"must equal the run's {what} = {run!r}, got {given!r}; pass None (the run's) or {run!r}")
+    return given
+
+
+def bind_instance(aggregator: object, ctx: BuildContext) -> None:
+    """Bind an instance passed from Python to the run (``ctx``; its section: ``aggregator.options``) through the spec that
+    builds it (:attr:`AlgorithmSpec.bind`), then the base a wrapper holds, under ``aggregator.base.options``: what the
+    config's builder takes from the run, the instance takes too, or is refused where it disagrees. In place: called on
+    the run's own copy, before :func:`check_instance` reads it."""
+    found = built_by(aggregator)
+    if found is not None and found[1].bind is not None:
+        found[1].bind(aggregator, ctx)
+    if isinstance(aggregator, AroundAggregator):
+        bind_instance(aggregator.base, replace(ctx, section=f"{ctx.section.removesuffix('.options')}.base.options"))
+
+
 def check_instance(aggregator: object, config: RunConfig, model: nn.Module | None = None, section: str = INSTANCE_OPTIONS) -> None:
     """An aggregator passed from Python against the run, as its spec checks the method a config names (:func:`built_by`,
     :func:`check_algorithm`): its options' own ``validate``, its declared plain-SGD limit and linear head (against
-    ``model``, the run's), and the spec's ``check`` (Krum's ``f`` against the clients a round), each refusal naming
-    ``aggregator.options.<option>``; then, for a wrapper (:class:`~chillfl.aggregation.base.AroundAggregator`: PA3Fed),
-    the base it holds, as its own instance (``aggregator.base.options.<option>``). Without its spec's options, what they
-    do not decide (:attr:`AlgorithmSpec.capabilities`). An instance no spec builds is checked by its class's own
-    capabilities alone (the caller).
+    ``model``, the run's), its needs of that model (:attr:`AlgorithmSpec.check_model`) and the spec's ``check`` (Krum's
+    ``f`` against the clients a round), each refusal naming ``aggregator.options.<option>``; then, for a wrapper
+    (:class:`~chillfl.aggregation.base.AroundAggregator`: PA3Fed), the base it holds, as its own instance
+    (``aggregator.base.options.<option>``). Without its spec's options, what they do not decide
+    (:attr:`AlgorithmSpec.capabilities`). An instance no spec builds is checked by its class's own capabilities alone
+    (the caller). What it takes from the run is bound first (:func:`bind_instance`), so the checks read what runs.
 
     Why: the run reads the spec, not how the aggregator came in: ``Scaffold(3)`` with Adam is refused as
     ``name = "scaffold"`` is. A wrapper's own ``check`` reads the base its options name, so an instance's is left out:
@@ -628,6 +707,8 @@ def check_instance(aggregator: object, config: RunConfig, model: nn.Module | Non
             declared = spec.declared(options)
         if model is not None:
             refuse_nonlinear_head(model, declared.linear_head, name)
+            if spec.check_model is not None and options is not None:
+                spec.check_model(options, model)
         check_plain_sgd(declared, config, name)
         if options is not None and spec.wraps is None:
             spec.check(options, config, section)

@@ -93,7 +93,7 @@ from chillfl.aggregation.fednova import effective_steps
 from chillfl.training.local import split_state, to_memory_format
 from chillfl.options import require
 from chillfl.training.objective import Term, read_table, temperature_cross_entropy
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum, with_terms
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value, with_client_momentum, with_terms
 from chillfl.capabilities import Capabilities, Cost
 
 
@@ -282,6 +282,13 @@ OPTION_I = replace(CAPABILITIES, cost=CAPABILITIES.cost.plus(Cost(epochs=1.0)),
 bounds the training, not g_i(x); option II's (x - y_i) / (K lr) is the private model's own post-processing)."""
 
 
+def _bind(aggregator: Scaffold, ctx: BuildContext) -> None:
+    """An instance passed from Python, bound to the run as the builder builds one: its ``num_clients`` the run's (the N of
+    c's |S| / N update), its ``momentum`` ``client.momentum`` (option II's a(K); unset: the run's)."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.options = with_client_momentum(aggregator.options, ctx, "SCAFFOLD's c_i")
+
+
 SPEC = register_algorithm(
     "scaffold",
     AlgorithmSpec(
@@ -293,5 +300,6 @@ SPEC = register_algorithm(
         # (x - y_i) / (K lr) works on the parameters alone, once a round)
         capabilities_of=lambda o: OPTION_I if o.option == "I" else CAPABILITIES,
         makes=(Scaffold,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

@@ -95,7 +95,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.fednova import effective_steps
 from chillfl.options import require
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_client_momentum, with_terms
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, register_algorithm, with_client_momentum, with_terms
 from chillfl.training.objective import Term
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
@@ -158,6 +158,11 @@ class VRLSGD(OnParameters, AggregatorBase):
         return [LinearCorrectionTerm()]
 
 
+def _bind(aggregator: VRLSGD, ctx: BuildContext) -> None:
+    """An instance passed from Python takes ``client.momentum`` as the builder's does (Delta_i's a(k); unset: the run's)."""
+    aggregator.options = with_client_momentum(aggregator.options, ctx, "VRL-SGD's Delta_i")
+
+
 SPEC = register_algorithm(
     "vrl_sgd",
     AlgorithmSpec(
@@ -171,5 +176,6 @@ SPEC = register_algorithm(
             cost=Cost(pass_overhead=CORRECTION_TERM),  # SCAFFOLD's correction term, with Delta_i, on every pass
         ),
         makes=(VRLSGD,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

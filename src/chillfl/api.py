@@ -169,8 +169,11 @@ class FinishedRun:
         if self.model is None:  # a protocol whose clients keep their own models (prototypes): no architecture is read back
             kept = "; its client_states are in each client's own model: load one into your module yourself" if self.client_states else ""
             raise ConfigError("model", f"{self.folder} has no global model, the architecture evaluate scores in{kept}")
-        weights = state if state is not None else dict(self.model.state_dict())
-        own = set(self.model.state_dict())
+        # model.safetensors' names (model_state): parameters and buffers, non-persistent ones included and a tied module
+        # once, where state_dict() drops the one and repeats the other
+        held = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        weights = state if state is not None else held
+        own = set(held)
         if set(weights) != own:  # another architecture (FedCP's own template) or a partial state: not silently filled from the global model
             differ = sorted(set(weights) ^ own)[:4]
             raise ConfigError("state", f"holds other entries than the run's {type(self.model).__qualname__} ({', '.join(differ)}, ...): "

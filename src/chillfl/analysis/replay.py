@@ -220,15 +220,17 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
         with float32_default():
             model, _ = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     state = load_model_state(path, "cpu", field)
-    try:
-        model = model_with_state(model.cpu(), state) if model is not None else None
+    # the names are those model.safetensors was written with (training.local.model_state: parameters and buffers, non-persistent ones
+    # included, a tied module once), not state_dict()'s, which drops the one and repeats the other
+    names = {n for n, _ in (*model.named_parameters(), *model.named_buffers())}
+    if names != set(state):
+        extra = sorted(set(state) ^ names)[:5]
+        raise ConfigError("model", f"{type(model).__qualname__} does not hold {path / MODEL}: the names {extra} differ")
+    try:  # model_with_state copies first: the caller's module is neither loaded into nor moved off its device
+        model = model_with_state(model, state).cpu()
     except (RuntimeError, KeyError) as exc:
         raise ConfigError("model", f"{type(model).__qualname__} does not hold {path / MODEL}: {one_line(str(exc))}") from None
-    if model is not None and set(model.state_dict()) != set(state):
-        extra = sorted(set(state) ^ set(model.state_dict()))[:5]
-        raise ConfigError("model", f"{type(model).__qualname__} does not hold {path / MODEL}: the names {extra} differ")
-    if model is not None:
-        model.eval()
+    model.eval()
     return FinishedParts(config, model, data, client_states)
 
 

@@ -50,6 +50,14 @@ def rounded_share(fraction: float, total: int) -> int:
 
 
 def floored_share(fraction: float, total: int) -> int:
-    """floor(fraction * total) on the fraction as written, as :func:`rounded_share`: 0.29 of 100 is 29 (the float product,
-    28.999999999999996, floored to 28). A trimmed mean's or a filter's count of clients, exact at every n."""
-    return math.floor(Fraction(repr(float(fraction))) * total)
+    """floor(fraction * total) on the fraction as meant: 0.29 of 100 is 29 (the float product, 28.999999999999996,
+    floored to 28), 1/3 of 3 is 1 and 2/3 of 3 is 2 (their shortest decimals, 0.333...3 and 0.666...6, lie just below
+    and floor them to 0 and 1). A trimmed mean's or a filter's count of clients.
+
+    The fraction as meant: the shortest fraction (denominator up to a million) that is this float, where one is (1/3,
+    29/100), else the decimal as written (0.1234567). Why: a floor is off by one client wherever the value read lies
+    just below a whole count, and both the float and a never-ending decimal's digits do."""
+    x = float(fraction)
+    written = Fraction(repr(x))
+    short = written.limit_denominator(10**6)
+    return math.floor((short if float(short) == x else written) * total)

@@ -112,7 +112,8 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         if isinstance(exc, ConfigError):
             raise
         said = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)[:120]  # an OSError's own text repeats the path
-        raise ConfigError(FIELD, f"cannot read {short_path(path)}{_relative_to(path)}: {type(exc).__name__}: {said}") from None
+        where = _relative_to(path) if isinstance(exc, FileNotFoundError) else ""  # a file found and read is in the right folder
+        raise ConfigError(FIELD, f"cannot read {short_path(path)}{where}: {type(exc).__name__}: {said}") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("clients"), list):
         raise ConfigError(FIELD, f"{short_path(path)} is not a chillfl partition file (a run folder's {PARTITION_FILE})")
     version = doc.get("version", 1)  # a file another tool wrote may have none: read as version 1, the plain one

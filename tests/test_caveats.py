@@ -191,8 +191,8 @@ def test_epsilon_caveat_names_what_each_variant_approximates() -> None:
     assert caveat is not None
     assert ("The usual approximation, not a proven bound: 'half' accounts the round's clients, drawn without replacement under "
             'federation.sampling = "fixed", as Poisson sampled at q = m / N; '
-            "'sgd' accounts each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k "
-            "(a proven bound only where batch_size >= n_k).") in caveat
+            "'sgd' accounts each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k, "
+            "where its epoch is more than one batch (n_k > batch_size + 1; a one-batch epoch is charged q = 1, a proven bound).") in caveat
     assert "'all' account" not in caveat
 
 

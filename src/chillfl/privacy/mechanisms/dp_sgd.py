@@ -99,8 +99,13 @@ per-round epsilon was 80 % of the MLP run's CPU; docs/privacy.md, "Cost")."""
 
 def approximation(options: DpSgdOptions, config: RunConfig) -> str:
     """Its epsilon charges each step as a Poisson-sampled batch (:func:`step_rates`), and the batches are shuffled and
-    fixed-size: the usual approximation whatever ``federation.sampling`` is, which picks clients, not batches."""
-    return "each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k (a proven bound only where batch_size >= n_k)"
+    fixed-size: the usual approximation whatever ``federation.sampling`` is, which picks clients, not batches.
+
+    Said conditionally: the hook sees the config, not the clients' sizes, and a client whose epoch is one batch
+    (n_k <= batch_size, or batch_size + 1 merged into one) is charged q = 1, a proven bound; a full-batch run's caveat
+    must not claim otherwise."""
+    return ("each client's shuffled fixed-size batches as Poisson sampled at q = batch_size / n_k, where its epoch is more "
+            "than one batch (n_k > batch_size + 1; a one-batch epoch is charged q = 1, a proven bound)")
 
 
 SPEC = MechanismSpec(

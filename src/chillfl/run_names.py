@@ -183,30 +183,45 @@ def suffixed(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequen
     return len(parse_tune(shared)) > 1 or bool(shared) or len(seeds) > 1 or any(v.tune for v in variants)
 
 
-def run_labels(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequence[int]) -> dict[str, str]:
+def run_labels(variants: Sequence[Named], shared: Mapping[str, Any], seeds: Sequence[int], apart: Collection[str] | None = None) -> dict[str, str]:
     """Run folder name -> its variant's label (with its tuning point): the names :func:`run_name` gives the comparison's
     runs, short ones unless two collide, in case too, or one is kept for the comparison's own files (:func:`names_fit`; then
-    every name is the long one), as the comparison's plan chose them."""
+    every name is the long one), as the comparison's plan chose them.
+
+    ``apart``: the run folders a comparison's folder holds (:func:`run_folders`), for a comparison begun already, read as
+    :func:`~chillfl.sweeps.plan.plan_cells` plans it then: where neither set of names fits, the short ones if only the
+    comparison's files took them, else the first set whose names that fold alike stand apart on disk (:func:`folder_clash`:
+    an older chillfl's ``lr-ı`` and ``lr-i``), else the set more of whose folders it holds (one stopped before its second
+    fold-alike run began, which resume refuses and ``chillfl report`` and ``status`` still read)."""
     suffix = suffixed(variants, shared, seeds)
-    labels: dict[str, str] = {}
+    sets: list[dict[str, str]] = []
     for long in (False, True):
         named = [(run_name(v, point, seed, long) if suffix else run_name(v, {}, None, long), ", ".join(x for x in (v.label, point_label(point)) if x))
                  for v in variants for point in variant_points(shared, v) for seed in seeds]
-        labels = dict(named)
+        sets.append(dict(named))
         if names_fit([name for name, _ in named]):
-            break
-    return labels
+            return sets[-1]
+    short, full = sets
+    if apart is None:
+        return full
+    if folder_clash(short) is None:
+        return short
+    for begun in (short, full):
+        if folder_clash(begun, apart) is None:
+            return begun
+    return short if len(short.keys() & set(apart)) > len(full.keys() & set(apart)) else full
 
 
 def comparison_labels(folder: Path) -> dict[str, str]:
-    """Run folder name -> variant label of the comparison in ``folder`` (its ``sweep.json``); empty when ``folder`` holds
-    no readable record (a plain folder of runs, a foreign or hand-edited file): its runs keep the report's own labels."""
+    """Run folder name -> variant label of the comparison in ``folder`` (its ``sweep.json``), named as the folder holds
+    its runs (:func:`run_labels` with its :func:`run_folders`); empty when ``folder`` holds no readable record (a plain
+    folder of runs, a foreign or hand-edited file): its runs keep the report's own labels."""
     try:
         record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         options = record["options"]
         seeds = [int(s) for s in options["seeds"]]
         shared = dict(options.get("tune") or {})
         variants = [RecordedVariant(str(v["label"]), v.get("short"), dict(v.get("tune") or {})) for v in record["variants"]]
-        return run_labels(variants, shared, seeds)
+        return run_labels(variants, shared, seeds, run_folders(folder))
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return {}

@@ -29,8 +29,41 @@ def comparison_states(folder: Path) -> list[RunState]:
     from chillfl.sweeps.record import read_sweep
 
     variants, options, reference = read_sweep(folder, force=True)  # an edited config.toml still shows where the runs stand
-    plan = plan_runs(load_config(folder / "config.toml"), [], options, variants, reference, existing=folder)
+    try:
+        plan = plan_runs(load_config(folder / "config.toml"), [], options, variants, reference, existing=folder)
+    except ConfigError:
+        begun = _folded_names(folder)
+        if begun is None:
+            raise
+        return [run_state(folder, name, _own_rounds(folder, name)) for name in begun]
     return [run_state(folder, c.config.name, c.config.federation.rounds) for c in plan.cells]
+
+
+def _folded_names(folder: Path) -> list[str] | None:
+    """The run names of an older comparison in ``folder`` whose names fold alike (:func:`~chillfl.run_names.folder_key`)
+    and are not all on disk apart, in plan order, as :func:`~chillfl.run_names.comparison_labels` reads them; None for
+    any other comparison. Why: its plan is refused (a resume would run the missing one into the other's folder), but
+    status only reads: an older chillfl's ``lr-ı/``, stopped before ``lr-i`` began, was refused with "give them labels
+    that differ in more than case", which no one can do to a folder begun already."""
+    from chillfl.run_names import comparison_labels, folder_clash
+
+    names = list(comparison_labels(folder))
+    if folder_clash(names) is None or folder_clash(names, apart=names) is not None:  # no fold clash, or one name twice
+        return None
+    return names
+
+
+def _own_rounds(folder: Path, name: str) -> int | None:
+    """The rounds run ``name``'s own ``config.toml`` plans (its folder, stopped or failed), None where it has none."""
+    from chillfl.config import load_config
+
+    for held in (folder / name, folder / f"{name}{PARTIAL}", folder / f"{name}{FAILED}"):
+        if (held / "config.toml").is_file():
+            try:
+                return load_config(held / "config.toml").federation.rounds
+            except ConfigError:
+                return None
+    return None
 
 
 def status_table(path: str | Path) -> str:

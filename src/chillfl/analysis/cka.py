@@ -1,7 +1,12 @@
 """``chillfl analyze cka``: layer-wise linear CKA against a reference model (FLex&Chill Sec. 4.6, Figs. 12-13, Table 6).
 
-Features are taken on the first ``--samples`` inputs of the global test set
-(the same inputs for every model) with forward hooks on named modules:
+Features are taken on ``--samples`` inputs of the global test set (the same
+inputs for every model of a run) with forward hooks on named modules. When the
+test set is larger, the inputs are a uniform random subset seeded from the
+run's seed (:func:`chillfl.analysis.grad_norms.sample_subset`, as grad-norms
+does): the first N rows of a test set ordered by client or device (e.g.
+``synthetic``) were a few classes only. The JSON records ``n`` (used),
+``available`` and ``random_subset`` per run.
 
 * layers: by default every ``nn.Conv1d/2d/3d`` and ``nn.Linear`` module, in
   registration order (for the paper's 2-layer CNN: conv1, conv2, fc1, fc2 =
@@ -54,6 +59,7 @@ from torch.func import functional_call
 
 from chillfl.analysis.replay import Params, build_run, check_finished, check_out, check_runs, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.analysis.counting import Counted
+from chillfl.analysis.grad_norms import sample_subset
 from chillfl.analysis.output import add_out
 from chillfl.config import RunConfig
 from chillfl.data import load_dataset
@@ -61,6 +67,7 @@ from chillfl.experiment import build_initial_model, check_rebuildable
 from chillfl.extras import need
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
+from chillfl.seeds import derive_seed
 from chillfl.metrics.cka import linear_cka
 from chillfl.models.parts import NoHeadError, head_name
 from chillfl.training.local import split_state
@@ -169,12 +176,14 @@ def analyze(run_dirs: Sequence[str], reference: str | None, *, samples: int = 50
         exp = build_run(run_dir)
         refuse_personal_models(exp.config, run_dir)  # checked above too: here for a folder changed since
         names = check_layers(exp.model, layers, run_dir) if layers else default_layers(exp.model)
-        x = exp.data.test()[0][:samples].to(exp.device)
+        x_all, y_all = exp.data.test()
+        x = sample_subset(x_all, y_all, samples, derive_seed(exp.config.seed, "cka"))[0].to(exp.device)
         own = load_model_state(run_dir, exp.device)
         ref_state = load_model_state(reference, exp.device, "--reference") if reference else {k: v.to(exp.device) for k, v in exp.initial_state.items()}
         _check_same_shapes(own, ref_state, run_dir)
         feats = {"REF": layer_features(exp.model, ref_state, x, names), "GLOBAL": layer_features(exp.model, own, x, names)}
-        run: dict[str, Any] = {"run_dir": str(run_dir), "layers": names, "n": int(len(x)), "global_vs_reference": cka_per_layer(feats["GLOBAL"], feats["REF"], center)}
+        run: dict[str, Any] = {"run_dir": str(run_dir), "layers": names, "n": int(len(x)), "available": int(len(y_all)),
+                               "random_subset": len(x) < len(y_all), "global_vs_reference": cka_per_layer(feats["GLOBAL"], feats["REF"], center)}
         if clients:
             replay = replay_round(run_dir, start, exp)  # type: ignore[arg-type]
             feats["INIT"] = layer_features(exp.model, replay.start, x, names)
@@ -274,7 +283,8 @@ def add_parser(subparsers: Any) -> None:
                               "(CKA per layer; with --clients, the models' CKA matrix) into -o (default: <first RUN_DIR>/analysis/).")
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="finished run folder(s)")
     p.add_argument("--reference", metavar="RUN_DIR", help="the reference run (e.g. trained on i.i.d. data); default: each run's initial model (seeded, round 0)")
-    p.add_argument("--samples", type=int, default=500, help="test inputs the features are computed on (default 500)")
+    p.add_argument("--samples", type=int, default=500, help="test inputs the features are computed on (default 500; a random subset "
+                   "seeded from the run's seed when the test set is larger)")
     p.add_argument("--layers", help="comma-separated module names (default: every conv/linear module + representation)")
     p.add_argument("--clients", action="store_true", help="replay one round and compare the client models too (Fig. 13)")
     p.add_argument("--start", default=None, choices=("final", "initial"), help="replay start with --clients (default: final); only with --clients")

@@ -33,6 +33,12 @@ Choices
   baseline and its PA3Fed version are measured alike); ``source =
   "agg_scores"`` uses PA3Fed's score s_i (Eq. 8: the trained local model's
   cross-entropy on its own data at T = 1), recorded by PA3Fed runs only.
+* Table 1's means over clients and Fig. 5's take the clients with at least
+  2 values (``MIN_VALUES``): a client that trained once has std = MAD =
+  range = 0 and no change rate, so averaging each measure over the clients
+  where it is defined made thin participation look stable in three columns
+  and not the other two. ``table1_clients`` says how many clients each
+  measure rests on.
 * A trajectory has one value per participation (about rounds x 20% values
   per client in the paper's setting), not one per round.
 
@@ -57,6 +63,8 @@ from chillfl.errors import ConfigError
 from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool
 
 MOVING_WINDOW = 5
+MIN_VALUES = 2
+"""Values a client's trajectory needs to count in Table 1's and Fig. 5's means: one value's spread is 0 by definition."""
 
 
 def _array(losses: Sequence[float]) -> np.ndarray:
@@ -126,7 +134,7 @@ def inside_vs_outside_std(losses: Sequence[float], clp_flags: Sequence[bool], dd
 
 
 def mean_inside_vs_outside_std(
-    client_losses: Mapping[int, Mapping[int, float]], clp_by_round: Mapping[int, bool], ddof: int = 0, min_values: int = 2
+    client_losses: Mapping[int, Mapping[int, float]], clp_by_round: Mapping[int, bool], ddof: int = 0, min_values: int = MIN_VALUES
 ) -> tuple[float, float]:
     """Fig. 5: average over clients of :func:`inside_vs_outside_std`.
 
@@ -184,8 +192,14 @@ def stability_summary(
     """Table 1 and Fig. 5 for one run; None when the records hold no per-client trajectory.
 
     ``table1``: each measure of :func:`stability_measures` over each client's
-    trajectory, averaged over the clients where it is defined (Table 1 shows
-    one client; the mean over clients does not depend on picking one).
+    trajectory, averaged over the clients with at least ``MIN_VALUES`` (2)
+    values where it is defined (Table 1 shows one client; the mean over
+    clients does not depend on picking one). Why: a client that trained once
+    has std = MAD = range = 0 but no change rate, so counting it in some
+    columns and not others made thin participation look stable (Fig. 5's
+    rule, :func:`mean_inside_vs_outside_std`). ``table1_clients`` says how
+    many clients each measure rests on (the moving std needs ``window``
+    values); ``clients`` counts every client with a trajectory.
     With PA3Fed's CLP flags in the records (``agg_clp``) it adds the CLP
     rounds and Fig. 5's mean loss std inside / outside the CLP.
     NaN (undefined) values are written as None so summary.json stays strict JSON.
@@ -195,13 +209,16 @@ def stability_summary(
     trajectories = client_trajectories(records, source)
     if not trajectories:
         return None
-    per_client = [stability_measures([v for _, v in sorted(t.items())], window=window, ddof=ddof) for t in trajectories.values()]
-    table1 = {key: _mean_or_nan([m[key] for m in per_client if not math.isnan(m[key])]) for key in per_client[0]}
+    per_client = [stability_measures([v for _, v in sorted(t.items())], window=window, ddof=ddof)
+                  for t in trajectories.values() if len(t) >= MIN_VALUES]
+    keys = tuple(stability_measures([0.0, 0.0]))
+    kept = {key: [m[key] for m in per_client if not math.isnan(m[key])] for key in keys}
     out: dict[str, Any] = {
         "source": source,
         "window": window,
         "clients": len(trajectories),
-        "table1": table1,
+        "table1": {key: _mean_or_nan(values) for key, values in kept.items()},
+        "table1_clients": {key: len(values) for key, values in kept.items()},
     }
     flags = clp_flags(records)
     if flags:
@@ -220,9 +237,12 @@ def _json_safe(value: Any) -> Any:
 
 
 def format_stability_table(summaries: Mapping[str, Mapping[str, Any] | None]) -> str:
-    """A markdown table (one row per run label) of Table 1's measures and Fig. 5's inside / outside CLP std."""
+    """A markdown table (one row per run label) of Table 1's measures and Fig. 5's inside / outside CLP std.
+
+    ``clients (moving_std)``: "k of n (m)": the std, MAD, range and max change rate are means over the k of the run's n
+    clients with at least 2 values, the moving std over the m with at least ``window`` values."""
     keys = ("std", "moving_std", "mad", "range", "max_change_rate")
-    header = ["run", *keys, "std in CLP", "std outside CLP", "CLP rounds"]
+    header = ["run", *keys, "clients (moving_std)", "std in CLP", "std outside CLP", "CLP rounds"]
     lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
 
     def num(x: Any) -> str:
@@ -234,6 +254,8 @@ def format_stability_table(summaries: Mapping[str, Mapping[str, Any] | None]) ->
             continue
         clp = s.get("clp_rounds")
         cells = [num(s["table1"].get(k)) for k in keys]
+        rests = s.get("table1_clients") or {}
+        cells.append(f"{rests.get('std', '-')} of {s['clients']} ({rests.get('moving_std', '-')})")
         cells += [num(s.get("loss_std_inside_clp")), num(s.get("loss_std_outside_clp")), "-" if clp is None else _ranges(clp)]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -2,7 +2,9 @@
 
 FedChill motivates per-client temperatures with a sweep (Sec. 2.1-2.2, Fig. 1):
 every client is trained alone at every temperature T of a grid and evaluated
-on its own validation split. The client x T accuracy heat map shows that the
+on its own validation split (here: its local validation split when
+``eval.validation`` > 0, else its evaluation split, drawn from the test rows,
+and the outputs say which). The client x T accuracy heat map shows that the
 best T differs between clients (Fig. 1 left); plotting accuracy against the
 client's heterogeneity score (Eq. 6), coloured by T, shows that skewed clients
 prefer low T (Fig. 1 right). App. A.5 then correlates client characteristics
@@ -14,7 +16,7 @@ the library, :func:`chillfl.training.local.train_client`, with the loss
 CE(z / T, y) of Eq. 3-4 (or the config's ``client.loss``), from the seeded
 initial model of the config (the model every federated run starts from), with
 the config's client settings (epochs, batch size, lr, momentum, weight decay),
-and evaluates the result at T = 1 on the client's validation split.
+and evaluates the result at T = 1 on the client's own split (:func:`scoring_split`).
 
 Outputs (one folder ``<out_dir>/<name>-temperature-sweep``, written as
 ``.partial`` and renamed when complete): ``heatmap.png``, ``scatter.png``,
@@ -31,7 +33,13 @@ Choices
 * Same batch order at every temperature: client n's minibatch stream is seeded
   from (seed, "sweep", n), not from T, so the columns of a row differ only by
   the temperature.
-* Best temperature (A.5): the T with the highest validation accuracy. Ties
+* Which split scores a client: with ``eval.validation`` > 0 its local
+  validation split (``client_validation``, rows no test metric reports);
+  without one, its evaluation split (``client_eval``), which is drawn from the
+  test rows its ``local_acc`` reports. The paper's "validation" is the first;
+  the second picks each best T on test rows, so it is labelled as such (the
+  plots' axes, ``split`` in ``temperature_sweep.json``, a printed line).
+* Best temperature (A.5): the T with the highest accuracy on that split. Ties
   (likely with a 100-sample split) are resolved by ``ties``: ``"mean"``
   (default; the arithmetic mean of the tied temperatures, so neither end of
   the grid is favoured), ``"lowest"`` or ``"highest"``.
@@ -81,6 +89,7 @@ from tqdm import tqdm
 from chillfl.analysis.counting import PREFIX, ItemLines
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
+from chillfl.data.federated import FederatedData
 from chillfl.storage.results import claim_dir, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
 from chillfl.errors import ConfigError, choice_error
@@ -108,6 +117,35 @@ TEMPERATURES_FIELD = "--temperatures"
 TIES_FIELD = "--ties"
 
 
+VALIDATION_SPLIT = "client_validation"
+"""The client's local validation split (``eval.validation`` > 0): rows no test metric reports."""
+EVAL_SPLIT = "client_eval"
+"""The client's evaluation split: drawn from the test rows its ``local_acc`` reports."""
+
+
+def scoring_split(data: FederatedData) -> str:
+    """The split the sweep scores each client on: its validation split when the config holds one out, else its
+    evaluation split. Why: the paper picks each client's best T on validation rows; the evaluation split is test rows."""
+    return VALIDATION_SPLIT if data.client_validation_indices is not None else EVAL_SPLIT
+
+
+def split_rows(data: FederatedData, split: str, cid: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Client ``cid``'s rows of ``split`` (:func:`scoring_split`)."""
+    if split == VALIDATION_SPLIT:
+        rows = data.client_validation(cid)
+        assert rows is not None  # scoring_split chose it because the data holds it
+        return rows
+    return data.client_eval(cid)
+
+
+def describe_split(split: str, validation: float) -> str:
+    """One line saying which rows scored the clients (printed by the CLI)."""
+    if split == VALIDATION_SPLIT:
+        return f"scored on: each client's own validation split (eval.validation = {validation:g})"
+    return ("scored on: each client's own evaluation split, drawn from the test rows (eval.validation = 0: no validation "
+            "split; set eval.validation > 0 to pick the best T on held-out rows)")
+
+
 @dataclass
 class SweepResult:
     """Per-client sweep outcome; arrays are indexed [client] or [client, temperature]."""
@@ -126,6 +164,12 @@ class SweepResult:
     """The client id of each row (empty: rows 0..n-1); clients without training rows have none."""
     score_note: str | None = None
     """Set when :attr:`heterogeneity` is FedChill's default score, not one the config chose (:func:`score_options`)."""
+    split: str = EVAL_SPLIT
+    """The split :attr:`accuracy` is on: ``VALIDATION_SPLIT`` or ``EVAL_SPLIT`` (:func:`scoring_split`)."""
+
+    def accuracy_label(self) -> str:
+        """The accuracy axis' label, naming the split: test rows are not called validation rows."""
+        return "validation accuracy (%)" if self.split == VALIDATION_SPLIT else "accuracy on own test-row split (%)"
 
     def client_ids(self) -> list[int]:
         return self.clients or list(range(self.accuracy.shape[0]))
@@ -266,9 +310,12 @@ def run_temperature_sweep(
         say(f"{PREFIX}temperature sweep: clients {idle} have no training rows (a run lists them under no_data); skipped")
     if len(clients) < 2:
         raise ConfigError("federation.num_clients", f"the correlations need at least 2 clients with training rows, got {len(clients)}")
-    empty = [cid for cid in clients if len(data.client_eval(cid)[1]) == 0]
+    split = scoring_split(data)
+    empty = [cid for cid in clients if len(split_rows(data, split, cid)[1]) == 0]
+    if empty and split == VALIDATION_SPLIT:
+        raise ConfigError("eval.validation", f"clients {empty} have no local validation rows; the sweep scores every client on its own (raise eval.validation)")
     if empty:
-        raise ConfigError("eval.client_split", f"clients {empty} have no validation samples; the sweep needs a split for every client")
+        raise ConfigError("eval.client_split", f"clients {empty} have no evaluation samples; the sweep needs a split for every client")
     model, initial = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     spec = local_spec(config)
     counts = all_counts[clients]
@@ -287,7 +334,7 @@ def run_temperature_sweep(
     with bar, run_precision(config.precision, device):
         for i, cid in enumerate(clients):
             x, y = data.client_train(cid)
-            xe, ye = data.client_eval(cid)
+            xe, ye = split_rows(data, split, cid)
             seed = derive_seed(config.seed, "sweep", cid)
             for j, t in enumerate(grid):
                 out = train_client(model, initial, x, y, spec=spec, lr=config.client.lr, temperature=t, context={}, generator=torch.Generator().manual_seed(seed))
@@ -299,7 +346,7 @@ def run_temperature_sweep(
     best_acc = best_accuracies(acc)
     gain = best_acc - acc[:, -1]
     measures = measure_table(counts, p_g)
-    result = SweepResult(grid, acc, loss, counts, h, best_t, best_acc, gain, clients=clients, score_note=note)
+    result = SweepResult(grid, acc, loss, counts, h, best_t, best_acc, gain, clients=clients, score_note=note, split=split)
     left_out(result)
     result.correlation = {"best_temperature": finite_correlation(measures, best_t), "gain": finite_correlation(measures, gain)}
     if write:
@@ -375,7 +422,7 @@ def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> N
         for i, cid in enumerate(result.client_ids())
     ]
     skipped = sorted(set(range(max(result.client_ids()) + 1)) - set(result.client_ids()))  # no training rows (a run's no_data)
-    sweep = {"temperatures": result.temperatures, "ties": ties, "clients": clients, "skipped_no_training_rows": skipped,
+    sweep = {"temperatures": result.temperatures, "ties": ties, "split": result.split, "clients": clients, "skipped_no_training_rows": skipped,
              **({"heterogeneity_note": result.score_note} if result.score_note else {})}
     (partial / TEMPERATURE_SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
     (partial / "correlation.json").write_text(json.dumps(result.correlation, indent=2) + "\n", encoding="utf-8")
@@ -388,7 +435,8 @@ def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> N
 
 
 def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None:
-    """Fig. 1 (left): client x temperature validation accuracy, rows sorted by heterogeneity (top: least)."""
+    """Fig. 1 (left): client x temperature accuracy on each client's own split (its label names which), rows sorted by
+    heterogeneity (top: least)."""
     need("matplotlib", "plots", "plots")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -402,7 +450,7 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
     image = ax.imshow(100 * grid, aspect="auto", cmap="viridis", interpolation="nearest")
-    fig.colorbar(image, ax=ax, label="validation accuracy (%)")
+    fig.colorbar(image, ax=ax, label=result.accuracy_label())
     ax.set_xticks(range(m), [f"{t:g}" for t in result.temperatures])
     ids = result.client_ids()
     ax.set_yticks(range(n), [f"client {ids[c]} (h={result.heterogeneity[c]:.2f})" for c in order], fontsize=7 if n > 20 else 9)
@@ -456,7 +504,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     points = ax.scatter(h, 100 * result.accuracy.ravel(), c=colour, cmap="coolwarm", norm=LogNorm(temps.min(), temps.max()), s=22, alpha=0.85)
     ax.scatter(result.heterogeneity, 100 * result.best_accuracy, facecolors="none", edgecolors="black", s=70, linewidths=1.0, label="client's best")
     plain_log_labels(fig.colorbar(points, ax=ax, label="temperature T").ax.yaxis)  # 0.1, 0.5, 1, not 10^-1 and 10^0 alone
-    ax.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="validation accuracy (%)", title="accuracy vs heterogeneity, by T")
+    ax.set(xlabel="heterogeneity score h (Eq. 6)", ylabel=result.accuracy_label(), title="accuracy vs heterogeneity, by T")
     ax.legend(fontsize=8)
     ax_best.scatter(result.heterogeneity, result.best_temperature, color="tab:blue", s=30)
     rows = {row["measure"]: row for row in result.correlation.get("best_temperature", [])}
@@ -495,6 +543,7 @@ def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
         need(module, "analysis", what)
     result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=mode_for(args.quiet))
+    print(describe_split(result.split, config.eval.validation))
     print("best temperature per client: " + ", ".join(f"{c}: {t:g}" if math.isfinite(t) else f"{c}: none" for c, t in zip(result.client_ids(), result.best_temperature)))
     if cells := describe_cells(result.non_finite()):
         print(f"not finite (training diverged; the best is over the other cells): {cells}")
@@ -510,7 +559,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "temperature-sweep",
         help="train each client alone at each temperature: FedChill Fig. 1 heat map, scatter and A.5 correlations",
-        description="Train every client alone at every temperature of a grid, evaluate on its own validation split, "
+        description="Train every client alone at every temperature of a grid, evaluate on its own validation split "
+        "(with eval.validation > 0; else its evaluation split, drawn from the test rows, and said so), "
         "and write config.toml, heatmap.png, scatter.png, correlation.md/.json and temperature_sweep.json (FedChill Fig. 1, App. A.5) "
         "into the folder <out_dir>/<name>-temperature-sweep/ (e.g. results/demo-temperature-sweep/; -2, -3, ... when it exists; "
         "-o DIR (or the override out_dir=PATH) sets where). "

@@ -22,6 +22,10 @@ explain it. The verdict reads the paired per-seed difference:
   when in more at every seed, otherwise **does not at this scale**; faster at every seed but with a
   mean gain (speed-up - 1) under 1/EXCESS of the paper's is **same sign, much smaller**; and where
   the accuracy part is a likely step-size artefact, a positive rounds verdict says so too (the same runs);
+  where the variant's or the baseline's runs did not evaluate the global model every round (``eval.every`` > 1,
+  each row's ``eval_interval``), the rounds part is **no verdict (eval.every > 1)**: a rounds to target is then the
+  first *evaluated* round at the target, so a tie at one interval may be a win by up to ``eval.every`` - 1 rounds
+  and a verdict could flip on the evaluation interval alone;
 * a verdict reads the seeds where the variant and the baseline both finished: the measured cell says
   how many of the seeds that is and how each other seed failed, with the few-seeds warning under 3;
 * communication claims (a byte ratio): **reproduces** when the mean ratio
@@ -112,6 +116,9 @@ EXCESS = 3.0
 is far likelier a mistuned baseline step size than the paper's effect. Below 1/EXCESS of it, it is not "reproduces"
 either (:data:`SMALLER`): +0.8 points with an interval above 0 is no reproduction of "up to +8.35"."""
 ARTEFACT = "likely a step-size artefact"
+NO_ROUNDS_VERDICT = "no verdict (eval.every > 1)"
+"""The rounds part where the runs were not evaluated every round: their rounds to target are quantised to the
+evaluated rounds, so a speed-up (or a tie) between them is the interval's as much as the method's."""
 SMALLER = "same sign, much smaller"
 
 SCARLET_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
@@ -262,6 +269,13 @@ def _rounds_of(row: Mapping[str, Any]) -> list[int | None]:
     return [None if str(s) in failed else r for s, r in zip(row.get("seeds") or [], rounds)]
 
 
+def _interval(row: Mapping[str, Any]) -> int:
+    """A row's evaluation interval (``eval_interval``: the most rounds between two evaluations of its runs); 1 where the
+    row has none (a failed variant, or a ``table.json`` written before rows recorded it)."""
+    interval = row.get("eval_interval")
+    return int(interval) if is_whole(interval) and interval > 1 else 1
+
+
 def _paired_rounds(row: Mapping[str, Any], base: Mapping[str, Any], used: Sequence[int]) -> tuple[list[int | None], list[int | None]]:
     """The variant's and the baseline's rounds to the target at the seeds both finished (``used``): a seed where the
     baseline diverged read as "baseline never", a win the verdict it stood beside did not count."""
@@ -330,7 +344,11 @@ def run_claim(
         measured, verdict = accuracy_verdict(per_seed, claim.paper_points, bool(claim.tune))
         measured += _fewer(used, dropped, seeds)
     rounds = None
-    if claim.paper_speedup is not None:
+    if claim.paper_speedup is not None and (interval := max(_interval(row), _interval(base))) > 1:
+        measured += (f"; rounds to target: not judged, the global model was evaluated every {interval} rounds (eval.every), so each "
+                     f"is the first evaluated round at the target, up to {interval - 1} late (rerun with eval.every = 1)")
+        rounds = NO_ROUNDS_VERDICT
+    elif claim.paper_speedup is not None:
         said, rounds = rounds_verdict(*_paired_rounds(row, base, used), claim.paper_speedup)
         measured += f"; {said}"
         if verdict == ARTEFACT and (rounds == "reproduces" or rounds.startswith(SMALLER)):  # the same runs, at the same step sizes
@@ -377,7 +395,7 @@ def _check_numbers(row: Mapping[str, Any], folder: Path | None) -> None:
         where = "the comparison's rows" if folder is None else f"{folder / 'table.json'}"  # None: a run without writing
         return ConfigError("reproduce", f"{where}: row {row['variant']!r} has no readable {key!r}; remove {folder or 'it'} and its comparison runs again")
 
-    for key, whole in (("delta_acc", False), ("cumulative_mb", False), ("rounds_to_target", True)):
+    for key, whole in (("delta_acc", False), ("cumulative_mb", False), ("rounds_to_target", True), ("eval_interval", True)):
         cell = row.get(key)  # over seeds a statistic (rounds: a list), one seed untuned the number itself
         values = cell if whole and isinstance(cell, list) else cell.get("per_seed") if isinstance(cell, Mapping) and not whole else [cell]
         if not isinstance(values, list) or not all(_is_number(v, whole) for v in values):

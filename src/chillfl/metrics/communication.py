@@ -39,7 +39,9 @@ def accuracy_vs_bytes(records: Sequence[Mapping[str, Any]], key: str) -> tuple[l
 
 
 def bytes_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
-    """Cumulative bytes through the first round whose ``key`` is >= target; None if never reached."""
+    """Cumulative bytes through the first round whose ``key`` is >= target; None if never reached. The first *measured*
+    round: under ``eval.every`` = k the target may have been reached up to k - 1 rounds (and their bytes) earlier
+    (:func:`chillfl.storage.results.evaluation_interval`, which ``summary.json`` records as ``target_eval_interval``)."""
     for nbytes, acc in zip(*accuracy_vs_bytes(records, key)):
         if acc >= target:
             return nbytes

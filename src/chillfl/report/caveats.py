@@ -15,6 +15,11 @@ split (``eval.validation = 0``), on the client's evaluation split, drawn from th
 variants' accuracies are then not on rows their training never saw. The run says so on stderr; the table's reader sees
 only the table, so it names them too (:func:`steering_caveat`).
 
+The evaluation-interval caveat: a rounds (or MB) to target is that of the first round that *evaluated* the global
+model at or above the target, so under ``eval.every`` = k it may lag the round that reached it by up to k - 1 rounds,
+and two variants that reached it in different rounds of one interval tie (:func:`eval_interval_caveat`; each row's
+``eval_interval`` in ``table.json``, :func:`chillfl.storage.results.evaluation_interval`).
+
 The local validation warning: a client's local validation split may not follow its training class mix
 (:meth:`chillfl.data.FederatedData.local_validation_mismatch`, each run's ``local_val_mix_tv``), so ``local_val_acc``
 scores the client on another mix than it trains on. It matters only where a comparison *selects* on that number
@@ -255,6 +260,30 @@ def steering_caveat(variants: Sequence[tuple[str, RunConfig]], policy: Temperatu
     return (f"steering caveat: {parts} read{'s' if len(groups) == 1 else ''} each client's accuracy on its evaluation split, drawn from the "
             "test rows this table reports (eval.validation = 0): test rows steer those variants' training, so their accuracies "
             "are not on held-out rows; rerun with eval.validation = 0.2 to keep them out (docs/comparisons.md).")
+
+
+def eval_interval_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line when a row's rounds to target rests on runs not evaluated every round (``eval_interval`` > 1), naming
+    the interval(s) and the rows; None otherwise (or without a target: no rounds to it)."""
+    if not any(t is not None for r in rows for t in _as_list(r.get("target"))):
+        return None
+    by_interval: dict[int, list[str]] = {}
+    for r in rows:
+        interval = r.get("eval_interval") or 1
+        if interval > 1:
+            by_interval.setdefault(int(interval), []).append(repr(r["variant"]))
+    if not by_interval:
+        return None
+    said = "; ".join(f"every {k} rounds in {', '.join(labels)}" for k, labels in sorted(by_interval.items()))
+    most = max(by_interval)
+    return (f"rounds-to-target caveat: the global model was evaluated {said} (eval.every), so rounds to target (and MB to "
+            f"target) are the first evaluated round at the target: up to {most - 1} round{'s' if most > 2 else ''} late, and "
+            "variants that reached it within one interval tie; set eval.every = 1 to count every round.")
+
+
+def _as_list(value: Any) -> list[Any]:
+    """A row's per-seed list (a seed table's) or its one value (a one-seed table's) as a list."""
+    return list(value) if isinstance(value, list) else [value]
 
 
 def ends_with_nonfinite_loss(records: Sequence[Mapping[str, Any]]) -> bool:

@@ -38,7 +38,8 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput
-from chillfl.storage.results import last_value, rounds_to_reach
+from chillfl.report.caveats import eval_interval_caveat
+from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
 
@@ -138,7 +139,7 @@ def build_rows(
         out = outputs.get(v.label)
         if out is None:
             rows.append({"variant": v.label, "baseline": v.label == base.label, "failed": failed.get(v.label, "failed"), "final_acc": None, "delta_acc": None, "best_acc": None,
-                         "final_loss": None, "final_local_acc": None, "rounds_to_target": None, "speedup": None, "target": target})
+                         "final_loss": None, "final_local_acc": None, "rounds_to_target": None, "speedup": None, "target": target, "eval_interval": None})
             continue
         s = out.summary
         rounds = rounds_to_reach(out.records, metric, target) if target is not None else None
@@ -156,6 +157,8 @@ def build_rows(
                 "rounds_to_target": rounds,
                 "speedup": speedup,
                 "target": target,
+                # > 1: rounds_to_target (and mb_to_target) is the first *evaluated* round at the target (eval.every)
+                "eval_interval": evaluation_interval(out.records, metric),
             }
         )
         records = out.records
@@ -215,6 +218,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         if with_asr:
             line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)
+    if (caveat := eval_interval_caveat(rows)) is not None:  # after a blank line: not read as a row of the table
+        lines += ["", caveat]
     return "\n".join(lines)
 
 
@@ -315,6 +320,8 @@ def build_seed_rows(
             "delta_local_acc": None if own else _paired(local, base_local, FRACTION),
             "rounds_to_target": rounds,
             "target": targets,
+            # the most over its finished seeds; > 1: rounds_to_target is the first *evaluated* round at the target (eval.every)
+            "eval_interval": max((evaluation_interval(o.records, metric) for s in seeds if (o := runs[(v.label, s)]) is not None), default=None),
         }
         nonfinite_local = [s for s in seeds if nonfinite_local_acc(runs[(v.label, s)])]
         if nonfinite_local:  # finished, but left out of the local acc statistics: named under the table (local_acc_caveat)
@@ -537,6 +544,8 @@ def format_seed_table(
     if clipped:  # after a blank line: a line right under a markdown table would be read as one of its rows
         lines += ["", CLIPPED_NOTE]
     if local and (caveat := local_acc_caveat(rows)) is not None:
+        lines += ["", caveat]
+    if (caveat := eval_interval_caveat(rows)) is not None:
         lines += ["", caveat]
     if tune is not None:
         points = parse_tune(tune)

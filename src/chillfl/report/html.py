@@ -52,7 +52,7 @@ from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
-from chillfl.storage.results import last_value, read_metrics, series, to_toml
+from chillfl.storage.results import evaluation_interval, last_value, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import folder_state, is_sweep, run_state
@@ -785,12 +785,17 @@ def _value(run: Run, key: str) -> Any:
 
 def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ...]:
     """The results table's columns: rounds to target only where a run set ``eval.target_accuracy``
-    (a comparison's own target, the reference's best accuracy per seed, is in its comparison table)."""
+    (a comparison's own target, the reference's best accuracy per seed, is in its comparison table); its header says
+    "first evaluated round" where such a run was not evaluated every round (``eval.every`` > 1)."""
     has_target = any("target_accuracy" in r.summary for g in groups for r in g.runs)
     private = any("final_epsilon" in r.summary for g in groups for r in g.runs)  # [privacy]: epsilon only where a run spent one
     attacked = any(_value(r, "final_attack_success_rate") is not None for g in groups for r in g.runs)  # [attack]: a backdoor's success
-    return tuple(c for c in TABLE_METRICS if (has_target or c[0] != "rounds_to_target") and (private or c[0] != "final_epsilon")
-                 and (attacked or c[0] != "final_attack_success_rate"))
+    intervals = sorted({evaluation_interval(r.records) for g in groups for r in g.runs if "target_accuracy" in r.summary} - {1})
+    label = (f"rounds to target (first evaluated round; evaluated every {' or '.join(map(str, intervals))} rounds, eval.every)"
+             if intervals else None)  # > 1: the round a target was reached may be up to that - 1 earlier (its summary's target_eval_interval)
+    return tuple((key, label, pct) if key == "rounds_to_target" and label else (key, name, pct) for key, name, pct in TABLE_METRICS
+                 if (has_target or key != "rounds_to_target") and (private or key != "final_epsilon")
+                 and (attacked or key != "final_attack_success_rate"))
 
 
 def _unfinished_note(g: Group) -> str:

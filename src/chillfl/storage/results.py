@@ -403,11 +403,36 @@ def last_value(records: Sequence[Mapping[str, Any]], key: str) -> Any:
 
 
 def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
-    """First round whose ``key`` is >= target (None if never)."""
+    """First round whose ``key`` is >= target (None if never): the first *evaluated* one, so under ``eval.every`` = k it
+    may lag the round that reached it by up to k - 1 rounds (:func:`evaluation_interval`)."""
     for rnd, value in zip(*series(records, key)):
         if value >= target:
             return rnd
     return None
+
+
+def evaluation_interval(records: Sequence[Mapping[str, Any]], key: str = "global_acc") -> int:
+    """The most rounds between two measurements of ``key``, counted in rounds that trained (1: every round that trained
+    measured it; ``eval.every`` = k: k). A rounds or bytes to a target is that of the first *measured* round reaching it,
+    so it may be up to this - 1 rounds late. Why from the records, not the config: they are what a target round is read
+    from, and a skipped round (nobody trained) leaves the model unchanged, so it hides nothing. 1 without measurements."""
+    unmeasured = longest = 0
+    measured = False
+    for r in records:
+        if r.get(key) is not None:
+            longest, unmeasured, measured = max(longest, unmeasured), 0, True
+        elif not r.get("skipped"):
+            unmeasured += 1
+    return longest + 1 if measured else 1
+
+
+def interval_note(interval: int, what: str = "rounds to target") -> str | None:
+    """The caveat a target's rounds (or bytes) need when the model was not evaluated every round (None when it was)."""
+    if interval <= 1:
+        return None
+    return (f"{what} = the first evaluated round: the global model was evaluated every {interval} rounds (eval.every), so a "
+            f"target may have been reached up to {interval - 1} round{'s' if interval > 2 else ''} earlier; "
+            "set eval.every = 1 to count every round")
 
 
 LOCAL_MIX_TV = "local_val_mix_tv"
@@ -419,7 +444,10 @@ scored on (:func:`chillfl.report.caveats.local_mix_warning` reads it)."""
 def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None, local_mix_tv: float | None = None) -> dict[str, Any]:
     """Final and best values of the accuracy/loss metrics, with the round of each best; the final privacy budget
     spent (``final_epsilon``; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``) where the records have them;
-    ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits)."""
+    ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits).
+    With a ``target``: ``rounds_to_target`` (the first evaluated round reaching it) and ``target_eval_interval``
+    (:func:`evaluation_interval`: > 1 means that round, and ``communication.bytes_to_target``, may be up to that - 1
+    rounds late)."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
     if local_mix_tv is not None:
         out[LOCAL_MIX_TV] = local_mix_tv
@@ -444,6 +472,7 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
     if target is not None:
         out["target_accuracy"] = target
         out["rounds_to_target"] = rounds_to_reach(records, "global_acc", target)
+        out["target_eval_interval"] = evaluation_interval(records)  # > 1: rounds_to_target is the first *evaluated* round
     return out
 
 

@@ -12,13 +12,14 @@ from torch import nn
 
 from chillfl.analysis.aggregation import accuracy_change, entropy_change
 from chillfl.analysis.cka import REPRESENTATION, default_layers, layer_features
-from chillfl.analysis.grad_norms import input_gradient_norms
+from chillfl.analysis.grad_norms import input_gradient_norms, sample_subset
 from chillfl.analysis.replay import accuracy, entropy, load_model_state, predict, replay_round
 from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.metrics.cka import linear_cka
 from chillfl.storage.results import read_metrics
 from chillfl.models.parts import forward_with_features
+from chillfl.seeds import derive_seed
 
 TINY = ["dataset.name=digits", "federation.num_clients=4", "federation.rounds=2", "federation.clients_per_round=2", "model.name=mlp", "eval.client_split_size=20"]
 
@@ -192,7 +193,7 @@ def test_cka_without_a_reference_compares_with_the_runs_initial_model(run_dir: P
     assert all(0 < v < 1 for v in values.values())  # two rounds of training moved every layer's features
     # the same numbers as against that model's features computed here, from the replay's round-1 start
     replay = replay_round(run_dir, "initial")
-    x, layers = replay.exp.data.test()[0][:64], default_layers(replay.exp.model)
+    x, layers = sample_subset(*replay.exp.data.test(), 64, derive_seed(replay.exp.config.seed, "cka"))[0], default_layers(replay.exp.model)
     trained = layer_features(replay.exp.model, load_model_state(run_dir), x, layers)
     initial = layer_features(replay.exp.model, replay.start, x, layers)
     assert values == {k: linear_cka(trained[k], initial[k]) for k in layers}

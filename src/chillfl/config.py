@@ -279,7 +279,7 @@ class EvalConfig:
     client_split_size: int = 100
     batch_size: int = 1024
     target_accuracy: float | None = None
-    """Optional: report the first round whose global accuracy reaches this value."""
+    """Optional: report the first evaluated round (every ``every`` rounds) whose global accuracy reaches this value."""
     ece_bins: int = 15
     """Equal-width confidence bins of ``global_ece`` (see docs/analysis.md)."""
     validation: float = 0.0

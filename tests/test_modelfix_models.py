@@ -92,8 +92,8 @@ def test_a_built_in_models_slip_is_not_blamed_on_the_user(monkeypatch: pytest.Mo
     ({"model.name": "resnet18", "model.norm": "group"}, "model.norm", 'set model.norm = "batch"'),
     ({"model.name": "resnet18", "model.norm": "none"}, "model.norm", 'set model.norm = "batch"'),
     ({"model.name": "flexchill_cnn"}, "model.batch_norm", "set model.batch_norm = true"),
-    ({"model.name": "mcmahan_cnn"}, "model.name", "choose a model with batch norm"),  # the same module as flexchill_cnn, without the option
-    ({"model.name": "mlp"}, "model.name", "choose a model with batch norm"),
+    ({"model.name": "mcmahan_cnn"}, "model.name", "choose a model with batch-norm layers"),  # the same module as flexchill_cnn, without the option
+    ({"model.name": "mlp"}, "model.name", "choose a model with batch-norm layers"),
 ])
 def test_fedbns_refusal_names_the_option_of_the_model_at_hand(overrides: dict[str, object], field: str, setting: str) -> None:
     """It said ``model.batch_norm = true`` for every model; resnet18 has no such option (its is ``norm``)."""

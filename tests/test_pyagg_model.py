@@ -70,7 +70,7 @@ def test_instance_meets_the_specs_model_needs(name: str, make: Callable[[], Any]
     """Finding 7: a raw NoHeadError traceback (MOON), or FedBN([]) on a model without batch norm running as FedAvg."""
     python = refused(make())
     configured = refused(None, {"name": name})
-    assert python.field == configured.field == "model.name" and said in python.message and python.message == configured.message
+    assert python.field == configured.field == "model" and said in python.message and python.message == configured.message  # a caller's module: no model.name
 
 
 class Identity(AroundAggregator):
@@ -89,3 +89,22 @@ def test_wrapper_without_a_spec_declares_its_bases_personal_model() -> None:
     assert same(state({"name": "fedavg"}, aggregator=Identity(Ditto())), state({"name": "fedavg"}, aggregator=Ditto()))
     with pytest.raises(ConfigError, match="declares personal_model = True"):
         state({"name": "fedavg"}, aggregator=Personal(FedAvg()))
+
+
+@pytest.mark.parametrize("name", ["fedbn", "moon"])
+def test_a_callers_module_is_refused_on_model_not_model_name(name: str) -> None:
+    """A method's need of a caller's own module (FedBN's batch norm, MOON's head) was refused on ``model.name``, a key the
+    caller never set (and FedBN's advice named a registered model's option alone)."""
+
+    class Plain(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.body = torch.nn.Conv1d(1, 3, 6)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.body(x.unsqueeze(1)).flatten(1)
+
+    data = chillfl.TensorData(torch.randn(40, 6), torch.arange(40) % 3, torch.randn(12, 6), torch.arange(12) % 3, num_classes=3)
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(model=Plain(), data=data, config={"algorithm": {"name": name}, "federation": {"num_clients": 2, "rounds": 1}}, write=False, progress=False)
+    assert err.value.field == "model", err.value

@@ -321,6 +321,17 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
     (:func:`~chillfl.aggregation.base.with_needed_terms`: ``Scaffold(3)`` alone runs SCAFFOLD, not FedAvg).
     ``client_sizes``: each client's training rows (:attr:`~chillfl.aggregation.registry.BuildContext.client_sizes`).
     """
+    try:
+        return _build_algorithm(config, model, plugged, client_sizes)
+    except ConfigError as exc:  # a method's need of the model (a head, batch norm) refused on the name a caller's module has not
+        if exc.field == "model.name" and is_custom(config.model.get("name")):
+            raise ConfigError("model", exc.message) from None
+        raise
+
+
+def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None,
+                     client_sizes: Sequence[int] | None) -> tuple[Aggregator, list[Term]]:
+    """:func:`build_algorithm`'s body."""
     name, options = RunConfig.component(config.algorithm)
     if plugged is not None and plugged.aggregator is not None:
         if not is_custom(name):  # e.g. a comparison's variant naming a built-in: the instance would be silently dropped

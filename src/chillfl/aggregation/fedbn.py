@@ -174,7 +174,7 @@ def _check_model(options: FedBNOptions, model: nn.Module) -> None:
         raise ConfigError(
             "model.name",
             "FedBN keeps each client's batch-norm layers local, and this model has none, so it would run as plain FedAvg: "
-            "choose a model with batch norm (flexchill_cnn: model.batch_norm = true)",
+            "choose a model with batch-norm layers (a registered one: flexchill_cnn with model.batch_norm = true)",
         )
 
 

@@ -29,8 +29,10 @@ Choices
 * ``p_i = 1/|S|`` as in the paper (``weighting = "uniform"``); ``"samples"``
   uses ``n_i / sum n_j``. Caller-supplied weights (PA3Fed) replace ``p_i``;
   the ``c`` update always stays the paper's uniform mean so the invariant holds.
-* Control variates cover trainable parameters only; buffers (BN statistics)
-  are averaged with ``p_i``, integer buffers take the max.
+* Control variates cover trainable parameters only (a frozen weight,
+  ``requires_grad = False``, never moves: its c and c_i would be zeros sent
+  each round); buffers (BN statistics) and frozen weights are averaged with
+  ``p_i``, integer buffers take the max.
 * The local optimiser may use momentum / weight decay; the correction is then
   added to the raw gradient before them. Option II assumes plain SGD, where
   K steps of a constant gradient g move the model by ``K * eta_l * g``; with
@@ -206,7 +208,7 @@ def _table(value: Wire) -> Params:
 class Scaffold(OnParameters, AggregatorBase):
     """SCAFFOLD server: owns ``c``; each client's ``c_i`` is the client's own (:class:`ScaffoldClient`)."""
 
-    trainable_only = False  # as its builder
+    trainable_only = True  # as its builder: a frozen weight never moves, so its c and c_i would stay zeros, sent each round
 
     def __init__(self, num_clients: int, options: ScaffoldOptions = ScaffoldOptions(), param_keys: Collection[str] | None = None) -> None:
         if num_clients < 1:
@@ -293,7 +295,7 @@ SPEC = register_algorithm(
     "scaffold",
     AlgorithmSpec(
         ScaffoldOptions,
-        lambda o, ctx: with_terms(Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.param_keys())),
+        lambda o, ctx: with_terms(Scaffold(ctx.num_clients, with_client_momentum(o, ctx, "SCAFFOLD's c_i"), ctx.trainable_keys())),
         "control variates, option II (Karimireddy et al. 2020)",
         capabilities=CAPABILITIES,
         # option I's c_i+ = g_i(x): a forward + backward over the client's rows after its training, one more epoch (option II's

@@ -417,7 +417,16 @@ def user_initial_model(config: RunConfig, model: nn.Module) -> tuple[nn.Module, 
     if not is_custom(name):
         raise ConfigError("model.name", f"a run on a user's nn.Module must record model.name = {CUSTOM!r}, got {name!r}")
     refuse_with_user_model(config.model)
-    template = copy.deepcopy(model)
+    try:
+        template = copy.deepcopy(model)
+    except (RuntimeError, TypeError) as exc:  # torch's own refusal (an old weight_norm's non-leaf weight), or an uncopyable attribute
+        from torch.nn.utils.weight_norm import WeightNorm
+
+        old = [name for name, m in model.named_modules() if any(isinstance(h, WeightNorm) for h in m._forward_pre_hooks.values())]
+        hint = (f"its layer {old[0]!r} uses the old torch.nn.utils.weight_norm, whose weight torch cannot copy: "
+                "use torch.nn.utils.parametrizations.weight_norm instead") if old else "give it attributes copy.deepcopy can copy"
+        raise ConfigError("model", f"{type(model).__name__} cannot be copied (the run trains a copy and leaves yours as it is): "
+                                   f"{str(exc).split('.')[0]}; {hint}") from None
     return template, model_state(template)
 
 

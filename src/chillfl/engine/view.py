@@ -18,12 +18,14 @@ import torch
 from torch import nn
 
 from chillfl.engine.protocol import ServerProtocol
+from chillfl.training.local import persistent_buffers
 
 
 def model_with_state(template: nn.Module, state: Mapping[str, torch.Tensor]) -> nn.Module:
-    """A deep copy of ``template`` (on its own device) with ``state`` copied into its parameters and buffers."""
+    """A deep copy of ``template`` (on its own device) with ``state`` copied into its parameters and persistent buffers
+    (a ``persistent=False`` buffer is the template's own, not in the state: :func:`~chillfl.training.local.model_state`)."""
     model = copy.deepcopy(template)
-    named: dict[str, torch.Tensor] = {**dict(model.named_parameters()), **dict(model.named_buffers())}
+    named: dict[str, torch.Tensor] = {**dict(model.named_parameters()), **dict(persistent_buffers(model))}
     missing = sorted(set(named) - set(state))
     if missing:  # pragma: no cover - the run's state is the template's own
         raise RuntimeError(f"state lacks {missing[:5]}")

@@ -262,9 +262,25 @@ def split_state(model: nn.Module, state: Mapping[str, torch.Tensor], frozen: fro
 
 
 def model_state(model: nn.Module) -> Params:
-    """The model's parameters and buffers as detached clones (the 'global model' payload)."""
+    """The model's parameters and persistent buffers as detached clones (the 'global model' payload): ``state_dict()``'s
+    entries, a tied tensor once, under its first name.
+
+    A buffer registered ``persistent=False`` (a rotary ``inv_freq``, a cos/sin cache) is left out: it is the module's
+    own constant, not in its ``state_dict()``, so it is neither averaged nor noised nor priced nor saved, and a saved
+    model loads into the class. The module keeps it, and every executor's forward reads it from there."""
     out = {k: v.detach().clone() for k, v in model.named_parameters()}
-    out.update({k: v.detach().clone() for k, v in model.named_buffers()})
+    out.update({k: v.detach().clone() for k, v in persistent_buffers(model)})
+    return out
+
+
+def persistent_buffers(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``model.named_buffers()`` without those registered ``persistent=False`` (which ``state_dict()`` leaves out too)."""
+    modules = dict(model.named_modules())
+    out = []
+    for name, buffer in model.named_buffers():
+        owner, _, leaf = name.rpartition(".")
+        if leaf not in modules[owner]._non_persistent_buffers_set:
+            out.append((name, buffer))
     return out
 
 

@@ -26,7 +26,8 @@ reads more than the models and weights is refused under privacy already: ``repor
 optimiser (FedAdam) then acts on that noised mean: post-processing, no privacy cost. Under adaptive clipping the
 count is released in such a round too (no bit, its noise alone). The entries the base does not aggregate take
 no part in the sensitivity: it does not read them into the global model, and leaving them out of the clip
-keeps the client's personal part from shrinking its shared update (no noise is drawn for them). Under
+keeps the client's personal part from shrinking its shared update (no noise is drawn for them). The model's frozen
+parameters (``requires_grad = False``, ``frozen``) are left out the same way: no client moves them. Under
 ``dp-fedavg`` (a trusted server) they reach the base as the client sent them; under ``local`` (an untrusted
 server) the client keeps them, and the base gets the global model's own values in their place, so that
 nothing the server holds comes from a client unprivatised.
@@ -122,8 +123,8 @@ class PrivateAggregation(AroundAggregator):
 
     Server noise with no client result: the noise alone, on the fixed denominator (:meth:`aggregates_nobody`).
 
-    Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`);
-    the rest of each model goes to the base as the client sent it (server noise) or as the global model's (``client_noise``:
+    Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`)
+    but the ``frozen`` parameters; the rest of each model goes to the base as the client sent it (server noise) or as the global model's (``client_noise``:
     the client keeps it)."""
 
     base: WeightedMean
@@ -131,7 +132,7 @@ class PrivateAggregation(AroundAggregator):
     def __init__(
         self, base: WeightedMean, *, client_noise: bool, clip_norm: float, noise_multiplier: float, expected: int, seed: int, adaptive: AdaptiveClip | None = None,
         weights: Sequence[float] | None = None, w_min_share: float | None = None, exempt: frozenset[int] = frozenset(), per_layer: bool = False,
-        nonnegative: Collection[str] = frozenset(),
+        nonnegative: Collection[str] = frozenset(), frozen: Collection[str] = frozenset(),
     ) -> None:
         super().__init__(base)
         self.client_noise = client_noise
@@ -163,6 +164,10 @@ class PrivateAggregation(AroundAggregator):
         clamped at 0 in the new global model. Noise takes a variance near 0 below it, and a BatchNorm layer's output is then
         NaN (sqrt of a negative): every later evaluation would be NaN. The clamp reads nothing but the released model,
         so it is post-processing and costs no privacy."""
+        self.frozen = frozenset(frozen)
+        """The model's frozen parameters (``requires_grad = False``, :attr:`~chillfl.privacy.spec.Noise.frozen`): no client
+        moves them, so they are neither clipped nor noised nor counted in per-layer clipping's k, and reach the base as
+        the entries it does not aggregate do. Noised, a frozen (pretrained) backbone took a random walk every round."""
         self._metrics: dict[str, Json] = {}
         self.sent = SentStarts()
         """What this round's downlinks told each client to start from (FedMut's mutated models): its update is taken from that."""
@@ -172,7 +177,7 @@ class PrivateAggregation(AroundAggregator):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         read = set(aggregated_keys(self.base, global_params))  # what the base averages: the sum whose sensitivity is C
-        keys = [k for k in float_keys(global_params) if k in read and all(k in r.params for r in results)]
+        keys = [k for k in float_keys(global_params) if k in read and k not in self.frozen and all(k in r.params for r in results)]
         clip = self.clip_norm  # this round's C (adaptive: C_t)
         sigma = self.noise_multiplier if self.adaptive is None else self.adaptive.update_noise(self.noise_multiplier)
         std = sigma * clip

@@ -70,7 +70,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities
-from chillfl.models.parts import head_name, head_size, prefixed
+from chillfl.models.parts import head_name, head_size, prefixed, refuse_tied_head
 from chillfl.options import require
 from chillfl.training.local import BaseLoss, LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm, Term, read_tensor, temperature_cross_entropy
@@ -245,6 +245,7 @@ class FedRoD(FedAvg):
         super().__init__(options.weighting)
         self.options = options  # recorded for an instance passed from Python
         self.head = head_name(model)
+        refuse_tied_head(model, [self.head])  # its P is the head's own parameters, by the head's names
         self.client = FedRoDClient(model, self.head, head_size(model).classes, options.balanced, options.prior_scaling)
 
     def client_half(self) -> ClientHalf:

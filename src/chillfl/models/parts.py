@@ -171,6 +171,29 @@ def head_has_bias(model: nn.Module, name: str | None = None) -> bool:
     return dict(head_of(model, name).named_parameters(recurse=False)).get("bias") is not None
 
 
+def refuse_tied_head(model: nn.Module, head_modules: list[str]) -> None:
+    """A ConfigError on ``model`` when a parameter of the head (``head_modules``, dotted names) is tied to one outside it.
+
+    Called where a method splits the model at its head (keeps it local, frozen, or apart from the body). The state
+    holds a tied tensor once, under its first name (``emb.weight`` of a char-LM whose output layer reuses its
+    embedding), so the head's own name is not in it: the method would average its "personal" head, train its "frozen"
+    one, or fail mid-run looking for the name. Keeping one name local and sharing the other cannot be done at all.
+    """
+    inside = set(head_modules)
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    for name, p in model.named_parameters(remove_duplicate=False):
+        owner = name.rpartition(".")[0]
+        if owner not in inside:
+            continue
+        outside = [n for n in names[id(p)] if n.rpartition(".")[0] not in inside]
+        if outside:
+            raise ConfigError("model", f"{type(model).__name__}'s classifier head parameter {name!r} is tied to {outside[0]!r} (one tensor under two names), "
+                                       "and this algorithm keeps the head apart from the body, which a tied head cannot be: give the head a parameter of "
+                                       "its own, or run a method that does not split the model at its head")
+
+
 def check_declared_head(model: nn.Module, num_classes: int) -> None:
     """Before a run: a head the model declares exists and has ``num_classes`` rows (ConfigError on ``model``).
 

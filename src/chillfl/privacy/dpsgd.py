@@ -27,15 +27,43 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-from torch.func import grad, vmap
+from torch import nn
+from torch.func import functional_call, grad, vmap
 
 from chillfl.clipping import cast_toward_zero, clip_factor, gaussian_like
+from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
 
 Params = dict[str, torch.Tensor]
 LossFn = Callable[..., tuple[torch.Tensor, Any]]
 StackedLossFn = Callable[[Params, Params, torch.Tensor, torch.Tensor, torch.Tensor, list[torch.Tensor]], tuple[torch.Tensor, Any]]
 """One client's ``(params, buffers, x, y, temperature, context leaves) -> (loss, aux)`` under the vmap over clients."""
+
+
+def check_per_sample(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mechanism: str = "dp-sgd") -> None:
+    """Before a run: one per-sample gradient step (``vmap`` over ``grad``, as :meth:`PerSampleClipping.gradients` runs it)
+    on ``model`` with two rows ``x``, ``y``; a model it fails on is one ConfigError on ``privacy.mechanism``.
+
+    Why a probe: a layer without a per-sample rule in ``torch.func`` (``nn.GRU``: its fused kernel's output does not
+    broadcast over the vmapped sample) fails inside the first training step, mid-run, as a torch traceback. There is no
+    fallback to fall to (every executor takes per-sample gradients the same way), so the run is refused up front.
+    """
+    params = {k: v.detach() for k, v in model.named_parameters() if v.requires_grad}
+    buffers = {k: v.detach() for k, v in model.named_buffers()}
+
+    def one(p: Params, xi: torch.Tensor, yi: torch.Tensor) -> torch.Tensor:
+        logits = functional_call(model, (p, buffers), (xi[None],))
+        return torch.nn.functional.cross_entropy(logits.float(), yi[None].long())
+
+    try:
+        vmap(grad(one), in_dims=(None, 0, 0), randomness="different")(params, x, y)
+    except RuntimeError as exc:
+        recurrent = [f"{type(m).__name__} {name!r}" for name, m in model.named_modules() if isinstance(m, nn.RNNBase)]
+        where = f" (its fused recurrent layers: {', '.join(recurrent)})" if recurrent else ""
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ConfigError("privacy.mechanism", f"{mechanism!r} takes each sample's gradient under torch.func.vmap, which fails on model "
+                                               f"{type(model).__name__}{where}: {reason}; use a mechanism that clips the uploads instead "
+                                               "(dp-fedavg, local), or build the layer from nn.Linear cells") from None
 
 
 @dataclass(frozen=True)

@@ -54,3 +54,36 @@ def test_a_head_tied_to_a_body_weight_is_refused_on_model(algorithm: str) -> Non
 def test_a_tied_head_runs_where_nothing_splits_at_it() -> None:
     result = chillfl.run(model=TiedLM(), data=tokens(), write=False, progress=False, config={"federation": {"num_clients": 2, "rounds": 1}})
     assert result.model.head.weight is result.model.emb.weight
+
+
+class PoolHead(nn.Module):
+    """No nn.Linear makes the logits: the last one has 8 rows, pooled down to the 4 classes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2, self.pool = nn.Linear(6, 16), nn.Linear(16, 8), nn.AdaptiveAvgPool1d(4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.pool(self.l2(torch.relu(self.l1(x))).unsqueeze(1)).squeeze(1)
+
+
+def features() -> chillfl.TensorData:
+    x = torch.randn(48, 6, generator=torch.Generator().manual_seed(0))
+    y = torch.arange(48) % 4
+    return chillfl.TensorData(x, y, x[:8], y[:8])
+
+
+@pytest.mark.filterwarnings("ignore:.*declares no classifier head")
+@pytest.mark.parametrize("config", [{"algorithm": {"name": "fedrod"}}, {"algorithm": {"name": "fedper"}}, {"algorithm": {"name": "moon"}}],
+                         ids=["fedrod", "fedper", "moon"])
+def test_a_guessed_head_with_other_rows_than_classes_is_refused_on_model(config: dict[str, Any]) -> None:
+    # FedRoD crashed mid-run on its [batch, 8] + [4] prior; FedPer and MOON split at 'l2' with only the generic warning
+    err = refusal(PoolHead(), features(), **config)
+    assert err.field == "model"
+    assert "'l2'" in err.message and "8 outputs" in err.message and "4 classes" in err.message and "head_name()" in err.message
+
+
+def test_a_guessed_head_is_not_checked_where_no_method_reads_it() -> None:
+    result = chillfl.run(model=PoolHead(), data=features(), write=False, progress=False, config={"federation": {"num_clients": 2, "rounds": 1}})
+    assert set(result.state) == set(PoolHead().state_dict())
+

@@ -46,7 +46,7 @@ from chillfl.options import require
 from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
-from chillfl.models.parts import DeclaresHead, head_name, refuse_tied_head, warn_undeclared
+from chillfl.models.parts import DeclaresHead, check_guessed_head, head_name, refuse_tied_head, warn_undeclared
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,7 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
         if end < layers:
             raise ConfigError(field, f"{type(model).__name__}'s declared head {head!r} has {end - 1} parameterised module(s) before it; a head of {layers} needs {layers - 1}")
     else:
+        check_guessed_head(model, owners[-1][0])  # a last nn.Linear that is not the classifier
         warn_undeclared(model, f"keeps its last {layers} parameterised module(s), {[name for name, _ in owners[-layers:]]}, as its head")
     refuse_tied_head(model, [name for name, _ in owners[end - layers : end]])  # its keys would name a tensor the state holds under the body's name
     keys: list[str] = []

@@ -23,6 +23,7 @@ so ``python -W always`` does not repeat it at every batch.
 from __future__ import annotations
 
 import warnings
+import weakref
 from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import torch
@@ -102,9 +103,31 @@ def head_name(model: nn.Module, *, warn: bool = True) -> str:
         head = declared_head(model, name)
         return prefixed(name, head_name(head, warn=warn)) if isinstance(head, DeclaresHead) else name
     name = last_linear(model)
+    check_guessed_head(model, name)
     if warn:
         warn_undeclared(model, f"uses its last nn.Linear, {name!r}")
     return name
+
+
+RUN_CLASSES: weakref.WeakKeyDictionary[nn.Module, int] = weakref.WeakKeyDictionary()
+"""The class count of the run each model was built for (:func:`check_declared_head` records it), so that a head guessed
+while the run's method is built (:func:`check_guessed_head`) is checked against it. Why here: the methods look the head up
+from the model alone, and only a method that reads the head needs the guess to be one (FedAvg runs any last layer)."""
+
+
+def check_guessed_head(model: nn.Module, name: str) -> None:
+    """A ConfigError on ``model`` when the module guessed as the head of a model that declares none, ``name``, is an
+    ``nn.Linear`` whose row count is not the run's class count (:data:`RUN_CLASSES`; unknown outside a run: not checked).
+
+    Such a layer is not the classifier (a parameterless layer after it makes the logits): a method reading it as the
+    head would split the model at the wrong layer without a word, or fail mid-run on a [batch, rows] prior or logit.
+    """
+    classes = RUN_CLASSES.get(model)
+    module = model.get_submodule(name)
+    if classes is None or not isinstance(module, nn.Linear) or module.out_features == classes:
+        return
+    raise ConfigError("model", f"{type(model).__name__} declares no classifier head, and its last nn.Linear {name!r}, which would be read as it, "
+                               f"has {module.out_features} outputs where the data have {classes} classes: {HOW_TO_DECLARE}")
 
 
 def warn_undeclared(model: nn.Module, picked: str) -> None:
@@ -197,8 +220,10 @@ def refuse_tied_head(model: nn.Module, head_modules: list[str]) -> None:
 def check_declared_head(model: nn.Module, num_classes: int) -> None:
     """Before a run: a head the model declares exists and has ``num_classes`` rows (ConfigError on ``model``).
 
-    A model that declares none is not checked (nor warned about) here: only the methods that read a head need one.
+    A model that declares none is not checked (nor warned about) here: only the methods that read a head need one, and
+    they check the layer they guess (:func:`check_guessed_head`) against the ``num_classes`` recorded here.
     """
+    RUN_CLASSES[model] = num_classes
     if not isinstance(model, DeclaresHead):
         return
     classes = head_size(model).classes

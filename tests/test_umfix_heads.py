@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,3 +88,16 @@ def test_a_guessed_head_is_not_checked_where_no_method_reads_it() -> None:
     result = chillfl.run(model=PoolHead(), data=features(), write=False, progress=False, config={"federation": {"num_clients": 2, "rounds": 1}})
     assert set(result.state) == set(PoolHead().state_dict())
 
+
+def test_a_tied_models_state_loads_with_strict_false_as_documented(tmp_path: Path) -> None:
+    # docs/python-api.md: the tied tensor is saved once, under its first name; strict=False fills the alias through the tie
+    import safetensors.torch
+
+    result = chillfl.run(model=TiedLM(), data=tokens(), out_dir=tmp_path, progress=False, config={"federation": {"num_clients": 2, "rounds": 1}})
+    assert "emb.weight" in result.state and "head.weight" not in result.state
+    assert result.folder is not None
+    for state in (result.state, safetensors.torch.load_file(result.folder / "model.safetensors")):
+        fresh = TiedLM()
+        missing, unexpected = fresh.load_state_dict(state, strict=False)
+        assert missing == ["head.weight"] and not unexpected
+        assert torch.equal(fresh.head.weight, result.state["emb.weight"])

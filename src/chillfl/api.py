@@ -61,7 +61,7 @@ from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
-from chillfl.training.local import evaluate
+from chillfl.training.local import evaluate, persistent_buffers
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
@@ -169,9 +169,9 @@ class FinishedRun:
         if self.model is None:  # a protocol whose clients keep their own models (prototypes): no architecture is read back
             kept = "; its client_states are in each client's own model: load one into your module yourself" if self.client_states else ""
             raise ConfigError("model", f"{self.folder} has no global model, the architecture evaluate scores in{kept}")
-        # model.safetensors' names (model_state): parameters and buffers, non-persistent ones included and a tied module
-        # once, where state_dict() drops the one and repeats the other
-        held = {**dict(self.model.named_parameters()), **dict(self.model.named_buffers())}
+        # model.safetensors' names (model_state): parameters and persistent buffers, a tied tensor once, where state_dict()
+        # repeats a tied submodule under its every name
+        held = {**dict(self.model.named_parameters()), **dict(persistent_buffers(self.model))}
         weights = state if state is not None else held
         own = set(held)
         if set(weights) != own:  # another architecture (FedCP's own template) or a partial state: not silently filled from the global model

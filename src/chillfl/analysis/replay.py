@@ -67,7 +67,7 @@ from chillfl.data import FederatedData
 from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
 from chillfl.protocols.parameters import ParameterSharing
 from chillfl.protocols.registry import protocol_of
-from chillfl.training.local import split_state
+from chillfl.training.local import persistent_buffers, split_state
 
 Params = dict[str, torch.Tensor]
 MODEL = "model.safetensors"  # the runner's name for the saved global model
@@ -220,9 +220,9 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
         with float32_default():
             model, _ = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     state = load_model_state(path, "cpu", field)
-    # the names are those model.safetensors was written with (training.local.model_state: parameters and buffers, non-persistent ones
-    # included, a tied module once), not state_dict()'s, which drops the one and repeats the other
-    names = {n for n, _ in (*model.named_parameters(), *model.named_buffers())}
+    # the names are those model.safetensors was written with (training.local.model_state: parameters and persistent buffers, a tied
+    # tensor once), not state_dict()'s, which repeats a tied submodule under its every name
+    names = {n for n, _ in (*model.named_parameters(), *persistent_buffers(model))}
     if names != set(state):
         extra = sorted(set(state) ^ names)[:5]
         raise ConfigError("model", f"{type(model).__qualname__} does not hold {path / MODEL}: the names {extra} differ")

@@ -28,6 +28,7 @@ from chillfl.models.common import variance_buffers
 from chillfl.options import short_repr
 from chillfl.plugins import has_methods
 from chillfl.privacy.accounting import AccountantError, Ledger, noise_for
+from chillfl.privacy.dpsgd import PerSampleClipping, check_per_sample
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, rate_and_count, spec_of
 from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
@@ -321,7 +322,8 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         base = EqualWeights(aggregator)  # a client-side release (any_rule): the rule post-processes what is already private
     from chillfl.privacy.aggregate import PrivateAggregation
 
-    noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt), nonnegative=frozenset() if model is None else variance_buffers(model))
+    noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt), nonnegative=frozenset() if model is None else variance_buffers(model),
+                                frozen=frozenset() if model is None else frozenset(n for n, p in model.named_parameters() if not p.requires_grad))
     private = plan.spec.aggregator(plan.options, noise, base)
     if private is base:  # nothing would be clipped or noised, and the run would report an epsilon for it
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook returned the run's aggregator itself, which clips and noises nothing; "
@@ -401,7 +403,10 @@ def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggr
         instead = _hint(_mechanisms_where(lambda m: m.step is None), "that noises the uploads instead")  # FedBN needs the batch norm
         raise ConfigError(FIELD, f"{plan.mechanism!r} clips per-sample gradients, and model {model_name!r} has batch norm (a sample's gradient depends on its batch); "
                                  f"use a model without it{instead}")
-    return plan.spec.step(plan.options, plan.noise)
+    step = plan.spec.step(plan.options, plan.noise)
+    if isinstance(step, PerSampleClipping):  # a layer without a per-sample rule (nn.GRU) refused before the run, not mid-round
+        check_per_sample(model, data.dataset.x_train[:2], data.dataset.y_train[:2], plan.mechanism)
+    return step
 
 
 def _undeclared_trainings(aggregator: Aggregator) -> str | None:

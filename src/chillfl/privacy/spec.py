@@ -136,6 +136,10 @@ class Noise:
     noise can take them below 0, where the layer's output is NaN, so an ``aggregator`` hook passes them to
     :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``nonnegative=``), which clamps them at 0 after the noised mean
     (post-processing: no privacy cost). Empty: a model without them, or built without the model."""
+    frozen: frozenset[str] = frozenset()
+    """The model's frozen parameters (``requires_grad = False``: a pretrained backbone): no client moves them, so an
+    ``aggregator`` hook passes them to :class:`~chillfl.privacy.aggregate.PrivateAggregation` (``frozen=``), which neither
+    clips, noises nor counts them (noise on them walked a frozen backbone away). Empty: built without the model."""
 
 
 @runtime_checkable

@@ -95,7 +95,8 @@ def aggregator(options: DpFedAvgOptions, noise: Noise, base: WeightedMean) -> Ag
     adaptive = AdaptiveClip(options.target_quantile, options.clip_lr, options.count_noise, options.clamp_fraction) if options.target_quantile > 0 else None
     return PrivateAggregation(base, client_noise=False, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
                               seed=noise.seed, adaptive=adaptive, weights=capped_weights(options.weight_cap, noise.sizes.client_sizes),
-                              w_min_share=options.w_min_share if options.estimator == "clipped" else None, per_layer=options.clipping == "per_layer", nonnegative=noise.nonnegative)
+                              w_min_share=options.w_min_share if options.estimator == "clipped" else None, per_layer=options.clipping == "per_layer", nonnegative=noise.nonnegative,
+                              frozen=noise.frozen)
 
 
 def skipped_mass(rounds: int, others: int, rate: float, fewest: int) -> float:

@@ -39,7 +39,7 @@ def aggregator(options: LocalOptions, noise: Noise, base: WeightedMean) -> Aggre
     from chillfl.privacy.aggregate import PrivateAggregation
 
     return PrivateAggregation(base, client_noise=True, clip_norm=noise.clip_norm, noise_multiplier=noise.noise_multiplier, expected=noise.sizes.per_round,
-                              seed=noise.seed, exempt=noise.exempt, nonnegative=noise.nonnegative)
+                              seed=noise.seed, exempt=noise.exempt, nonnegative=noise.nonnegative, frozen=noise.frozen)
 
 
 def rows(options: LocalOptions, noise: Noise, probabilities: bool) -> RowNoise:

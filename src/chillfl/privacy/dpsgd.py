@@ -55,8 +55,10 @@ def check_per_sample(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mechani
         logits = functional_call(model, (p, buffers), (xi[None],))
         return torch.nn.functional.cross_entropy(logits.float(), yi[None].long())
 
+    device = next((t.device for t in params.values()), x.device)
     try:
-        vmap(grad(one), in_dims=(None, 0, 0), randomness="different")(params, x, y)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # a dropout layer's draws leave the run's stream as it was
+            vmap(grad(one), in_dims=(None, 0, 0), randomness="different")(params, x.to(device), y.to(device))
     except RuntimeError as exc:
         recurrent = [f"{type(m).__name__} {name!r}" for name, m in model.named_modules() if isinstance(m, nn.RNNBase)]
         where = f" (its fused recurrent layers: {', '.join(recurrent)})" if recurrent else ""

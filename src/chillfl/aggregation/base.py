@@ -628,8 +628,9 @@ def same_term(a: Term, b: Term) -> bool:
     which every term declares), whatever its class, so that a run with both would count one term twice (the proximal pull,
     SCAFFOLD's correction applied twice). Why not by class: a term of the caller's own class on SCAFFOLD's ``correction``
     was how SCAFFOLD ran from Python before the aggregator added its own, and it is the caller's version of that term.
-    A needed term that reads no key is stood for by its class (or a subclass) alone: reading nothing says nothing."""
-    return tuple(a.reads) == tuple(b.reads) and (bool(b.reads) or isinstance(a, type(b)))
+    A needed term that reads no key is stood for by its class (or a subclass) alone: reading nothing says nothing.
+    The keys compare as a set: ``("global_params", "mu")`` and ``("mu", "global_params")`` read the same context."""
+    return set(a.reads) == set(b.reads) and (bool(b.reads) or isinstance(a, type(b)))
 
 
 def with_needed_terms(aggregator: object, terms: Sequence[Term]) -> list[Term]:

@@ -111,10 +111,12 @@ class AlgorithmSpec:
     None: it declares none. Below the attackers of ``[attack]`` (0, the default, defends against no one), the run says
     so in one note (:func:`chillfl.experiment.fewer_attackers_note`), suggesting a value the rule accepts."""
     makes: tuple[type, ...] = ()
-    """The aggregator classes its builder makes (``krum``'s: ``(Krum,)``), each made by no other spec, so that an instance
-    of one passed from Python (``chillfl.run(aggregator=Scaffold(3))``) is held to this spec's checks as the method a config
-    names is (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not
-    inherited (:func:`declared_capabilities`). Declared next to the code, in the module that registers the spec."""
+    """The aggregator classes its builder makes (``krum``'s: ``(Krum,)``), so that an instance of one passed from Python
+    (``chillfl.run(aggregator=Scaffold(3))``) is held to this spec's checks as the method a config names is
+    (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not inherited
+    (:func:`declared_capabilities`). Declared next to the code, in the module that registers the spec. A class claimed by
+    an earlier spec (a spec derived from a built-in with ``dataclasses.replace``, or one spec under a second name) stays
+    that spec's for instances (:data:`_MADE`); the later one still builds it from a config."""
 
     bind: Callable[[Any, BuildContext], None] | None = None
     """``bind(aggregator, context)``, for an instance of :attr:`makes` passed from Python, on the run's copy of it before it
@@ -151,17 +153,17 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     A name registered twice is a programming error (two methods would answer to it).
     """
     check_hooks(name, spec.calls(), "algorithm.name")  # registered by a plugin module: its hooks checked as a spec named by import path
-    for cls in spec.makes:  # an instance is held to one spec's checks (built_by): a second spec making the class would be ignored or shadow it
-        other = _MADE.get(cls)
-        if other is not None and other != name:
-            raise ValueError(f"algorithm {name!r} declares it makes {cls.__qualname__}, which {other!r} makes: each class is made by one spec")
     registered = _REGISTRY.register(name, spec)
-    _MADE.update(dict.fromkeys(spec.makes, name))
+    for cls in spec.makes:  # the first spec to claim a class holds its instances (built_by); a later claim builds from configs only
+        _MADE.setdefault(cls, name)
     return registered
 
 
 _MADE: dict[type, str] = {}
-"""Each class in a registered spec's :attr:`AlgorithmSpec.makes`, with the name of that spec (checked at registration)."""
+"""Each class in a registered spec's :attr:`AlgorithmSpec.makes`, with the name of the first spec registered to make it:
+the one an instance passed from Python is held to (:func:`built_by`). Why not refuse a second claim: a plugin spec derived
+from a built-in (``dataclasses.replace(scaffold.SPEC, options=...)``) or one spec under a second name inherits its
+``makes``, and a plugin that failed to import was unusable from a config too."""
 
 
 def registered_algorithms() -> dict[str, AlgorithmSpec]:
@@ -605,8 +607,8 @@ dataclass, recorded under ``[algorithm.options]``), where a config's method name
 
 def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, AlgorithmSpec, Any] | None:
     """(name, spec, options) of the spec that builds ``aggregator``: the one it names
-    (:class:`~chillfl.aggregation.base.BuiltBySpec`, a plugin's class whose spec is not registered), else the registered
-    spec whose :attr:`AlgorithmSpec.makes` holds its type. ``options``: the instance's ``options`` attribute where it is
+    (:class:`~chillfl.aggregation.base.BuiltBySpec`, a plugin's class whose spec is not registered), else the first
+    registered spec whose :attr:`AlgorithmSpec.makes` holds its type (:data:`_MADE`). ``options``: the instance's ``options`` attribute where it is
     that spec's options dataclass, else None (what they decide cannot be checked). None when no spec builds it.
     Options a ``built_by()`` names that are not its spec's options dataclass (a dict) are a ConfigError on ``field``:
     every check after reads them as that dataclass."""
@@ -618,11 +620,10 @@ def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, Algori
                                      f"but that spec's options are a {spec.options.__name__} (or None)")
         return name, spec, options
     makers = [(name, spec) for name, spec in registered_algorithms().items() if type(aggregator) in spec.makes]
-    if len(makers) > 1:  # register_algorithm refuses it; a registry changed otherwise must not pick one by name order
-        raise ConfigError(field, f"{type(aggregator).__name__} is made by {' and '.join(repr(n) for n, _ in makers)}: each class is made by one spec")
     if not makers:
         return None
-    name, spec = makers[0]
+    first = _MADE.get(type(aggregator))  # the first registered to make it (a later spec derived from it, or an alias, builds configs only)
+    name, spec = next(((n, s) for n, s in makers if n == first), makers[0])
     options = getattr(aggregator, "options", None)
     return name, spec, options if isinstance(options, spec.options) else None
 

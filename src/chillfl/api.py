@@ -40,7 +40,7 @@ from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError, InterruptedAfterRun
 from chillfl.worker_start import refuse_in_worker_start
-from chillfl.experiment import (COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
+from chillfl.experiment import (BOUND, COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
                                 dataset_record, plugged_records, record_conflict)
 from chillfl.experiment import check_model_fits as check_fits
 from chillfl.experiments import resolve_config
@@ -341,7 +341,9 @@ def load_run(folder: str | Path, model: nn.Module | None = None, data: UserData 
 
 def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged, entry: FromPython) -> None:
     """The parts passed to :func:`resume` / :func:`resume_compare` (``entry`` says which) are of the classes and sizes the saved
-    config records, and none it records is missing (one ConfigError naming the keyword, and the function to call again)."""
+    config records, and none it records is missing (one ConfigError naming the keyword, and the function to call again).
+    An aggregator the run binds (``bound = true``, :func:`~chillfl.experiment.plugged_records`) in a folder saved before
+    binding existed is refused on its own line: it ran unbound there, and its options alone cannot tell the two apart."""
     given = {**plugged_records(plugged), **({"model": model_record(model)} if model is not None else {}),
              **({"dataset": dataset_record(dataset)} if dataset is not None else {})}
     keywords = {"algorithm": "aggregator", "temperature": "policy", "model": "model", "dataset": "data"}
@@ -350,6 +352,11 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
         if not is_custom(saved[part].get("name" if part != "temperature" else "policy")):
             raise ConfigError(keywords[part], f"the {entry.holds} in this folder did not take one from Python: its [{part}] is {short_repr(dict(saved[part]))}")
         differ = _differing(saved[part], record)
+        if BOUND in differ and BOUND not in saved[part]:  # an older chillfl ran it unbound: this one would change the method midway
+            raise ConfigError(keywords[part], f"the {entry.holds} in this folder predates the binding of an aggregator from Python to the run "
+                                              f"(its saved [{part}] has no {BOUND} = true): its rounds so far ran {str(record.get('class')).rsplit('.', 1)[-1]} "
+                                              "without the run's momentum, rounds or sizes, which this chillfl gives it; resume it with the chillfl that made it, "
+                                              "or start it again")
         if differ:
             said = ", ".join(f"{k} {short_repr(saved[part].get(k))}, got {short_repr(record.get(k))}" for k in differ)
             raise ConfigError(keywords[part], f"is not what the {entry.holds} was made with: its saved [{part}] has {said}")

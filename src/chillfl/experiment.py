@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, AroundAggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
-from chillfl.aggregation.registry import (INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec, bind_instance, built_by, check_algorithm,
+from chillfl.aggregation.registry import (INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec, bind_instance, binds_to_run, built_by, check_algorithm,
                                          check_declarations, check_instance, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
                                          wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
@@ -189,15 +189,24 @@ def _class_path(obj: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+BOUND = "bound"
+"""The ``[algorithm]`` key of a run whose aggregator from Python was bound to the run (:func:`plugged_records`)."""
+
+
 def plugged_records(plugged: Plugged) -> dict[str, dict[str, Any]]:
     """The ``[algorithm]`` / ``[temperature]`` tables a run with these parts saves: not rebuildable, but say what ran
     (with each instance's ``options`` dataclass, when it keeps one: :func:`options_record`). Its ``terms`` are every term
     the run trains with, the aggregator's own included: a folder saved before an aggregator's needed terms were added
-    (``Scaffold(3)`` ran FedAvg's steps) records fewer, and its resume is refused rather than change method midway."""
+    (``Scaffold(3)`` ran FedAvg's steps) records fewer, and its resume is refused rather than change method midway.
+    ``bound = true`` where the run binds the instance to itself (:func:`~chillfl.aggregation.registry.binds_to_run`: its
+    spec, or a wrapped base's, takes momentum, rounds or sizes from the run): a folder an older chillfl saved ran it
+    unbound (``Scaffold(3)`` at momentum 0 under ``client.momentum = 0.9``) and records the same options, so without the
+    key its resume would change the method midway (:func:`chillfl.resume` refuses it)."""
     out: dict[str, dict[str, Any]] = {}
     if plugged.aggregator is not None:  # every term that runs: the caller's and those the aggregator needs (with_needed_terms)
         terms = with_needed_terms(plugged.aggregator, plugged.terms)
         out["algorithm"] = {"name": CUSTOM, "class": _class_path(plugged.aggregator),
+                            **({BOUND: True} if binds_to_run(plugged.aggregator) else {}),
                             "terms": [term_record(t, f"algorithm.terms[{i}]") for i, t in enumerate(terms)],
                             **options_record(plugged.aggregator, "algorithm")}
     if plugged.policy is not None:

@@ -680,6 +680,28 @@ def bind_instance(aggregator: object, ctx: BuildContext) -> None:
         bind_instance(aggregator.base, replace(ctx, section=f"{ctx.section.removesuffix('.options')}.base.options"))
 
 
+def binds_to_run(aggregator: object) -> bool:
+    """Whether the run binds ``aggregator`` (:func:`bind_instance`): the spec that builds it, or a wrapped base's, has
+    :attr:`AlgorithmSpec.bind`. The run's record says so (``bound = true``, :func:`chillfl.experiment.plugged_records`),
+    since such an instance runs otherwise than one an older chillfl ran unbound (``Scaffold(3)`` under
+    ``client.momentum = 0.9``: momentum 0 then), and a folder that says nothing of it must not be resumed by this one."""
+    found = built_by(aggregator)
+    if found is not None and found[1].bind is not None:
+        return True
+    return isinstance(aggregator, AroundAggregator) and binds_to_run(aggregator.base)
+
+
+def _check_options(spec: AlgorithmSpec, name: str, options: Any, section: str) -> None:
+    """An instance's options dataclass, built in Python and never parsed, parsed as a config's table is (types, ranges,
+    ``validate``), each refusal on ``<section>.<option>``; a wrapper's, whose options name a base table, by its own
+    ``validate`` alone (PA3Fed's delta > -1): its base is checked as its own instance."""
+    if spec.wraps is None:
+        written = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if getattr(options, f.name) is not None}
+        algorithm_options(spec, name, written, section, "aggregator")
+    elif callable(validate := getattr(options, "validate", None)):
+        validate(section)
+
+
 def check_instance(aggregator: object, config: RunConfig, model: nn.Module | None = None, section: str = INSTANCE_OPTIONS) -> None:
     """An aggregator passed from Python against the run, as its spec checks the method a config names (:func:`built_by`,
     :func:`check_algorithm`): its options' own ``validate``, its declared plain-SGD limit and linear head (against

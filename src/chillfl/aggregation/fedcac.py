@@ -118,7 +118,7 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, instance_field, register_algorithm, run_value
+from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -250,7 +250,7 @@ class FedCAC(AggregatorBase):
         if (options.local_eval == "averaged") != averaged:  # the class decides what is measured, the options what is recorded
             raise ValueError(f"{type(self).__name__} measures local accuracy {'after the average' if averaged else 'on the trained model'}, but its options say "
                              f"local_eval = {options.local_eval!r}: use {'FedCAC' if averaged else 'FedCACAveraged'} (or fedcac.build(...), which picks the class)")
-        self.num_clients = num_clients
+        self.num_clients = num_clients  # not read: the per-client models and masks grow with the clients that train (no run check needed)
         self.param_keys = tuple(param_keys)
         self.options = options
         self.models = ClientParams()
@@ -392,11 +392,6 @@ def _on(params: Params, like: Params) -> Params:
     return {k: v.to(device) for k, v in params.items()}
 
 
-def _bind(aggregator: FedCAC, ctx: BuildContext) -> None:
-    """An instance passed from Python keeps a model and a mask per client of the run: its ``num_clients`` the run's."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
-
-
 SPEC: AlgorithmSpec = register_algorithm(
     "fedcac",
     AlgorithmSpec(
@@ -406,6 +401,5 @@ SPEC: AlgorithmSpec = register_algorithm(
         capabilities=Capabilities(not_a_base="FedCAC's server sends each client its own customised model; its global model is only their non-critical part", personal_model=True),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
         makes=(FedCAC, FedCACAveraged),  # each class build() returns, by local_eval
-        bind=_bind,
     ),
 )

@@ -28,7 +28,7 @@ from chillfl.aggregation.base import Aggregator, AroundAggregator, BuiltBySpec, 
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
-from chillfl.options import Chosen, parse_options
+from chillfl.options import Chosen, parse_options, short_repr
 from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
 from chillfl.training.objective import Term
 from chillfl.training.terms import ObjectiveTerm
@@ -658,13 +658,16 @@ def instance_field(ctx: BuildContext, argument: str) -> str:
 
 
 def run_value(given: Any, run: Any, field: str, what: str) -> Any:
-    """``given``, an instance's own value of what the run decides (``what``, the run's value ``run``; None: unknown), or the
-    run's where it gave None; a ConfigError on ``field`` where the two differ (the config's builder takes the run's and
-    has no other). For a spec's :attr:`AlgorithmSpec.bind`."""
+    """``given``, an instance's constructor argument for what the run decides (``what``, the run's value ``run``; None:
+    unknown), or the run's where it gave None; a ConfigError on ``field`` (:func:`instance_field`) where the two differ
+    (the config's builder takes the run's and has no other). For a spec's :attr:`AlgorithmSpec.bind`. The advice is the
+    run's value as the argument, ``pass num_clients=3``: not every constructor takes None (``Scaffold(None)`` is a
+    TypeError); an option's refusal says "leave it unset" instead (:func:`with_client_momentum`)."""
     if given is None:
         return run
     if run is not None and given != run:
-        raise ConfigError(field, f"must equal the run's {what} = {run!r}, got {given!r}; pass None (the run's) or {run!r}")
+        argument = field.rsplit(".", 1)[-1]
+        raise ConfigError(field, f"must equal the run's {what} = {short_repr(run)}, got {short_repr(given)}; pass {argument}={short_repr(run)}")
     return given
 
 

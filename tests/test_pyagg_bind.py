@@ -204,10 +204,13 @@ def test_apple_rounds_and_sizes_from_the_run() -> None:
 
 
 def test_fedphp_horizon_is_the_one_its_options_say() -> None:
-    """FedPHP(5) in a run whose options leave H to the run (3 participations) ran H = 5 under a record that reruns H = 3."""
+    """FedPHP(5) in a run whose options leave H to the run (3 participations) ran H = 5 under a record that reruns H = 3.
+    bindfix #4: options that leave H unset take the instance's (recorded), so FedPHP(5) runs H = 5 as ``horizon = 5``;
+    options that say another H are refused."""
     from chillfl.aggregation.fedphp import FedPHP, FedPHPOptions
 
     assert same(state({"name": "fedavg"}, aggregator=FedPHP(3)), state({"name": "fedphp"}))
-    err = refusal(lambda: FedPHP(5))
+    assert same(state({"name": "fedavg"}, aggregator=FedPHP(5)), state({"name": "fedphp", "horizon": 5}))
+    err = refusal(lambda: FedPHP(5, FedPHPOptions(horizon=3)))
     assert err.field == "aggregator.horizon" and "= 3" in err.message and "FedPHPOptions(horizon=5)" in err.message
     assert same(state({"name": "fedavg"}, aggregator=FedPHP(5, FedPHPOptions(horizon=5))), state({"name": "fedphp", "horizon": 5}))

@@ -218,8 +218,10 @@ class FedPHP(FedAvg):
     """FedAvg on the trained models; each h_k is its client's own (:class:`FedPHPClient`)."""
 
     def __init__(self, horizon: int, options: FedPHPOptions = FedPHPOptions()) -> None:
+        """``horizon``: H. Options that leave it unset are given it (``options.horizon``), so that a run's record of them
+        (``[algorithm.options]``) says the H that ran, and a resume with another H is refused."""
         super().__init__()
-        self.options = options
+        self.options = options if options.horizon is not None else replace(options, horizon=horizon)
         self.horizon = horizon
 
     def client_half(self) -> ClientHalf:
@@ -251,15 +253,15 @@ def _build(options: FedPHPOptions, ctx: BuildContext) -> Built:
 
 
 def _bind(aggregator: FedPHP, ctx: BuildContext) -> None:
-    """An instance passed from Python runs its constructor's H, which the recorded options must say: a ``horizon`` other
-    than ``options.horizon`` (unset: the run's expected participations, what the config's builder takes) is refused on
-    ``aggregator.horizon``, since the saved config would rerun another H."""
-    wanted = _horizon(aggregator.options, ctx)
-    if aggregator.horizon != wanted:
-        said = f"options.horizon = {aggregator.options.horizon}" if aggregator.options.horizon is not None else \
-               f"the run's expected participations a client, max(floor(clients_per_round * rounds / num_clients), 1) = {wanted}, with options.horizon unset"
-        raise ConfigError(instance_field(ctx, "horizon"), f"must equal {said}, got {aggregator.horizon}; "
-                                                          f"set FedPHPOptions(horizon={aggregator.horizon}) for that H")
+    """An instance passed from Python runs its constructor's H, which the recorded options must say: unset there (options
+    given after construction), they take it; a ``horizon`` other than ``options.horizon`` is refused on
+    ``aggregator.horizon``, since the record would say another H. Why not the run's expected participations for unset
+    options, as the config's builder takes: ``FedPHP(1)`` says H = 1, and was refused with nothing wrong in it."""
+    if aggregator.options.horizon is None:
+        aggregator.options = replace(aggregator.options, horizon=aggregator.horizon)
+    if aggregator.horizon != aggregator.options.horizon:
+        raise ConfigError(instance_field(ctx, "horizon"), f"must equal {ctx.section}.horizon = {aggregator.options.horizon}, got {aggregator.horizon}; "
+                                                          f"pass FedPHP({aggregator.options.horizon}, options), or set FedPHPOptions(horizon={aggregator.horizon}) for that H")
 
 
 SPEC = register_algorithm(

@@ -168,11 +168,13 @@ def _pfedsim(warmup: int | None, share: float) -> Any:
 
 
 def test_pfedsim_checks_the_warmup_it_runs() -> None:
-    """Finding 4a: ``warmup = 5`` (its constructor's) ran a 3-round run as FedAvg; a valid count 1 with options share 1.0
-    was refused on the options it does not read."""
+    """Finding 4a: ``warmup = 5`` (its constructor's) ran a 3-round run as FedAvg. A count its options do not say (1 with
+    share 1.0) is refused with the options that say it (bindfix #2: it ran under a record of the other warm-up)."""
     err = refusal(lambda: _pfedsim(5, 0.5))
     assert err.field == "aggregator.warmup" and "federation.rounds = 3" in err.message
-    assert same(state({"name": "fedavg"}, aggregator=_pfedsim(1, 1.0)), state({"name": "pfedsim", "warmup": 0.5, "similarity": "rows"}))
+    err = refusal(lambda: _pfedsim(1, 1.0))
+    assert err.field == "aggregator.warmup" and "PFedSimOptions(warmup=0.5)" in err.message
+    assert same(state({"name": "fedavg"}, aggregator=_pfedsim(1, 0.5)), state({"name": "pfedsim", "warmup": 0.5, "similarity": "rows"}))
     assert same(state({"name": "fedavg"}, aggregator=_pfedsim(None, 0.5)), state({"name": "pfedsim", "warmup": 0.5}))
 
 

@@ -365,21 +365,25 @@ def warmup_option(count: int, rounds: int) -> float:
 
 
 def _bind(aggregator: PFedSim, ctx: BuildContext) -> None:
-    """An instance passed from Python runs the warm-up it was built with (its positional ``warmup``: R_w rounds), not its
-    options' share: None takes the options' share of the run's rounds, as the builder does; a count is refused on
-    ``aggregator.warmup`` unless it leaves a personalised round, and its options then say that count
-    (:func:`warmup_option`), so the spec's check (:func:`_check`) reads the warm-up the instance runs."""
+    """An instance passed from Python runs the warm-up it was built with (its positional ``warmup``: R_w rounds), which
+    its options must say, as the run records its options and not the count: None takes the options' share of the run's
+    rounds, as the builder does; a count outside [0, rounds), or one the options give otherwise, is refused on
+    ``aggregator.warmup`` (the options were validated first, :func:`~chillfl.aggregation.registry.bind_instance`), as
+    FedPHP's H is. Why not rewrite the options to the count: the record kept the caller's, so it said another warm-up."""
     rounds = ctx.rounds
     if rounds is None:
         return
+    said = warmup_rounds(aggregator.options.warmup, rounds)
     if aggregator.warmup is None:
-        aggregator.warmup = warmup_rounds(aggregator.options.warmup, rounds)
+        aggregator.warmup = said
         return
-    if warmup_rounds(aggregator.options.warmup, rounds) == aggregator.warmup:  # its options say it: the spec's check names them
-        return
-    require(0 <= aggregator.warmup < rounds, instance_field(ctx, "warmup"),
-            f"must leave a personalised round: a count of warm-up rounds in [0, federation.rounds = {rounds}), got {aggregator.warmup}")
-    aggregator.options = replace(aggregator.options, warmup=warmup_option(aggregator.warmup, rounds))
+    if said != aggregator.warmup:  # where the options say it, the spec's check names them
+        require(0 <= aggregator.warmup < rounds, instance_field(ctx, "warmup"),
+                f"must leave a personalised round: a count of warm-up rounds in [0, federation.rounds = {rounds}), got {aggregator.warmup}")
+    require(said == aggregator.warmup, instance_field(ctx, "warmup"),
+            f"must be the warm-up its options say, {ctx.section}.warmup = {aggregator.options.warmup} of federation.rounds = {rounds}: "
+            f"{said} round(s), got {aggregator.warmup}; set PFedSimOptions(warmup={warmup_option(aggregator.warmup, rounds)!r}) "
+            "for that count, or pass warmup=None (the options')")
 
 
 SPEC = register_algorithm(

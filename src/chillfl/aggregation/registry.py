@@ -677,8 +677,11 @@ def bind_instance(aggregator: object, ctx: BuildContext) -> None:
     config's builder takes from the run, the instance takes too, or is refused where it disagrees. In place: called on
     the run's own copy, before :func:`check_instance` reads it."""
     found = built_by(aggregator)
-    if found is not None and found[1].bind is not None:
-        found[1].bind(aggregator, ctx)
+    if found is not None and (bind := found[1].bind) is not None:
+        name, spec, options = found
+        if options is not None:  # the caller's options as written first: a bind may rewrite them (FedPHP's unset H)
+            _check_options(spec, name, options, ctx.section)
+        bind(aggregator, ctx)
     if isinstance(aggregator, AroundAggregator):
         bind_instance(aggregator.base, replace(ctx, section=f"{ctx.section.removesuffix('.options')}.base.options"))
 
@@ -724,12 +727,8 @@ def check_instance(aggregator: object, config: RunConfig, model: nn.Module | Non
         name, spec, options = found
         if options is None:
             declared = spec.capabilities
-        else:  # a dataclass built in Python is not parsed: parsed here as a config's table is (types, ranges, validate)
-            if spec.wraps is None:  # a wrapper's options name a base table; its base is checked as its own instance below
-                written = {f.name: getattr(options, f.name) for f in dataclasses.fields(options) if getattr(options, f.name) is not None}
-                algorithm_options(spec, name, written, section, "aggregator")
-            elif callable(validate := getattr(options, "validate", None)):  # its own ranges at least (PA3Fed's delta > -1)
-                validate(section)
+        else:  # a dataclass built in Python is not parsed: parsed here as a config's table is (and again after a bind rewrote it)
+            _check_options(spec, name, options, section)
             declared = spec.declared(options)
         if model is not None:
             refuse_nonlinear_head(model, declared.linear_head, name)

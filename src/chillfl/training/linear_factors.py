@@ -86,10 +86,13 @@ def factored_linears(model: nn.Module) -> nn.Module:
     own tensors are never read (``functional_call`` supplies the state).
     """
     twin = copy.deepcopy(model)
+    # a weight tied under two names (a char-LM's output layer reusing its embedding) is one state entry, under its first
+    # name: its factors are recorded there, or the second use's gradient was dropped as a frozen weight's
+    first = {id(p): n for n, p in twin.named_parameters()}
     for name, module in twin.named_modules():
         if type(module) is nn.Linear:
             module.__class__ = FactoredLinear
-            setattr(module, "weight_key", f"{name}.weight" if name else "weight")  # noqa: B010 - attributes of the new class
+            setattr(module, "weight_key", first.get(id(module.weight), f"{name}.weight" if name else "weight"))  # noqa: B010 - attributes of the new class
             setattr(module, "recorder", None)  # noqa: B010
     return twin
 

@@ -596,10 +596,11 @@ def check_sendable(executor: str, parts: Any) -> None:
     reason = unsendable(parts)
     if reason is None:
         return
+    move = "put your classes in a module (a .py file on sys.path), or " if reason.placed else ""  # not for what pickle refuses anywhere
     raise ConfigError(
         "executor",
-        f"{executor!r} sends the model, the objective terms and the method's client half to worker processes, and they cannot go ({reason}); "
-        "put your classes in a module (a .py file on sys.path), or use executor = 'sequential' or 'vectorized'",
+        f"{executor!r} sends the model, the objective terms and the method's client half to worker processes, and they cannot go ({reason.why}); "
+        f"{move}use executor = 'sequential' or 'vectorized'",
     )
 
 

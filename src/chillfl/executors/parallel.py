@@ -56,7 +56,7 @@ import io
 import pickle
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from torch import nn
 
@@ -159,16 +159,26 @@ class _MainFinder(pickle.Pickler):
         return NotImplemented
 
 
-def unsendable(parts: Any) -> str | None:
+class Unsendable(NamedTuple):
+    """Why parts cannot reach worker processes (:func:`unsendable`)."""
+
+    why: str
+    placed: bool
+    """Whether it is where a class or function is defined (a notebook cell, a local function: pickle finds no importable
+    name), which moving it into a module mends; False for an object pickle refuses whatever its module (torch's
+    parametrized modules: "only supported through state_dict()")."""
+
+
+def unsendable(parts: Any) -> Unsendable | None:
     """Why ``parts`` cannot reach spawned worker processes (they cannot be pickled, or name a user's class that
     the workers cannot import), or None when they can."""
     finder = _MainFinder()
     try:
         finder.dump(parts)
     except Exception as exc:  # noqa: BLE001 - any pickling failure: the parts cannot travel
-        return f"{type(exc).__name__}: {exc}"
+        return Unsendable(f"{type(exc).__name__}: {exc}", isinstance(exc, (pickle.PicklingError, AttributeError)))
     if finder.found:
-        return f"{', '.join(sorted(set(finder.found)))} defined in an interactive __main__, which worker processes cannot import"
+        return Unsendable(f"{', '.join(sorted(set(finder.found)))} defined in an interactive __main__, which worker processes cannot import", True)
     return None
 
 

@@ -18,7 +18,7 @@ def test_fedbn_on_a_model_without_batch_norm_is_refused(tmp_path: Path, capsys: 
     config.write_text(f'out_dir = "{tmp_path / "out"}"\n')
     assert main(["run", str(config), "-q", "--dry-run", *TINY, "model.name=mlp", algorithm]) == 2
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and err.startswith("chillfl: error: model.name:") and "batch norm" in err
+    assert len(err.splitlines()) == 1 and err.startswith("chillfl: error: model.name:") and "batch-norm layers" in err
     assert not (tmp_path / "out").exists()
     assert main(["run", str(config), "-q", "--dry-run", *TINY, "model.name=flexchill_cnn", "model.batch_norm=true", algorithm]) == 0
 

@@ -6,6 +6,7 @@ client, one row per class, colour = number of training samples.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,9 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG.
 
     Counts are written into the cells when the grid has at most 400 cells and the figure is not at its widest.
+    Written as every chillfl figure is (:func:`save_heatmap`): atomically and never through a link at ``path``
+    (``savefig(path)`` overwrote what a planted ``NAME-partition.png -> ~/.bashrc`` pointed to); a file that cannot be
+    written (a full disk) is a :class:`~chillfl.errors.StorageError` naming it, not a traceback.
     """
     need("matplotlib", "plots", "heat maps")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -109,7 +113,27 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     if title:
         fit_title(fig, title)
     fig.tight_layout()
-    fig.savefig(str(path), dpi=120)
+    save_heatmap(fig, Path(path))
+
+
+def save_heatmap(fig: Any, path: Path) -> None:
+    """``fig`` drawn as :func:`chillfl.plots.figure.save_figure` draws (its format by ``path``'s suffix, PNG without one),
+    into memory, then written with :func:`~chillfl.storage.checkpoint.write_atomic`: a link at ``path`` is replaced, not
+    followed, and a failed write leaves no half-written image. Not ``save_figure`` itself: ``chillfl.plots`` imports the
+    config, which imports this package (a cycle between the packages)."""
+    import io
+
+    from chillfl.errors import StorageError
+    from chillfl.storage.checkpoint import write_atomic
+
+    image = io.BytesIO()
+    fig.savefig(image, format=path.suffix[1:].lower() if path.suffix else "png", dpi=120)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a full disk, a file where a folder must go: one line naming it (exit 1), as write_atomic's
+        what = "no space left on the device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+        raise StorageError(f"cannot write {path}: {what}") from exc
+    write_atomic(path, image.getvalue())  # a StorageError naming the file when it cannot be written
 
 
 def fit_title(fig: Any, title: str, fontsize: float = 10.0) -> None:

@@ -189,19 +189,33 @@ def check_saved_files(path: Path, force: bool = False) -> SavedFiles:
     return SavedFiles(done, run, config, edited, move, metrics, records)
 
 
+SINK_FILES: Final = ("metrics.csv", "mlflow-runs.json")
+"""What the metric sinks (:mod:`chillfl.sinks`: ``CSV_FILE``, ``MLFLOW_RUNS``) replace or read in a run folder on resume,
+named here: :mod:`chillfl.sinks` imports this package."""
+SINK_FOLDERS: Final = ("tensorboard",)
+"""The sinks' folders (``TENSORBOARD_DIR``): TensorBoard's writer makes it and writes its event files into it."""
+
+
 def _refuse_odd_files(path: Path) -> None:
     """A file a resume reads or replaces that is something else: a FIFO ``metrics.jsonl`` blocked the resume forever,
-    a directory ``partition.json`` failed it every round later as a storage error (exit 1) that named no fix."""
-    for name in ("config.toml", CHECKPOINT, "metrics.jsonl", PARTITION_FILE, FAILURE, "summary.json", MODEL, CLIENT_MODELS):
+    a directory ``partition.json`` failed it every round later as a storage error (exit 1) that named no fix. The sinks'
+    outputs too: a FIFO ``metrics.csv`` blocked the resume in an ``open`` no signal ends (only SIGKILL did), a directory
+    there, or a file or FIFO ``tensorboard``, was a traceback once the sinks started."""
+    for name in ("config.toml", CHECKPOINT, "metrics.jsonl", PARTITION_FILE, FAILURE, "summary.json", MODEL, CLIENT_MODELS, *SINK_FILES, *SINK_FOLDERS):
         try:
             mode = os.lstat(path / name).st_mode
         except FileNotFoundError:
             continue
         except OSError as exc:
             raise ConfigError(name, f"cannot read {path / name}: {exc.strerror or exc}") from None
-        if not stat.S_ISREG(mode):
-            what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "not a regular file"
-            raise ConfigError(name, f"{path / name} is {what}; a run folder's {name} is a file (remove it, or put the run's file back)")
+        folder = name in SINK_FOLDERS
+        if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
+            continue
+        what = "a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a file" if stat.S_ISREG(mode) else "not a regular file"
+        if name in SINK_FILES or folder:  # a view of metrics.jsonl (or the sink's own record), made again by the resume
+            kind = "folder" if folder else "file"
+            raise ConfigError(name, f"{path / name} is {what}; a run folder's {name} is a {kind} its metric sink writes (remove it: the resume writes it again)")
+        raise ConfigError(name, f"{path / name} is {what}; a run folder's {name} is a file (remove it, or put the run's file back)")
 
 
 def lost_sweep(folder: Path) -> str | None:

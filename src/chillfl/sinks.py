@@ -61,18 +61,22 @@ Choices
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import logging
 import netrc
 import os
 import socket
+import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import urlparse
 
-from chillfl.errors import Diverged, one_line
+from chillfl.errors import Diverged, StorageError, one_line
 from chillfl.extras import need
 from chillfl.numeric import is_real
 from chillfl.paths import PARTIAL
@@ -153,6 +157,20 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, bool) or is_real(value)
 
 
+@contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """An ``OSError`` met while a file sink writes ``path`` (a full disk, a quota, an I/O error) as the
+    :class:`~chillfl.errors.StorageError` line chillfl's own files give (exit 1; the runner adds which checkpoint is
+    kept), not a traceback. The ``OSError`` is its cause: the runner reads a full disk from its ``errno``."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except OSError as exc:
+        what = "no space left on the device" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else (exc.strerror or str(exc))
+        raise StorageError(f"cannot write {path}: {what}") from exc
+
+
 class CsvSink:
     """``metrics.csv``: one row per round, columns ``round`` then every scalar key in sorted order; an integer as an
     integer (``3``), a float as its shortest round-trip ``repr`` (:func:`numbers`)."""
@@ -161,17 +179,19 @@ class CsvSink:
         self.path = Path(path)
         self.rows: list[tuple[int, dict[str, int | float]]] = [(int(r["round"]), numbers(r)) for r in records]
         self.columns: list[str] = sorted({k for _, row in self.rows for k in row})
-        self._rewrite()
+        with writing(self.path):
+            self._rewrite()
 
     def on_round(self, record: Mapping[str, Any]) -> None:
         row = numbers(record)
         self.rows.append((int(record["round"]), row))
-        if set(row) - set(self.columns):
-            self.columns = sorted(set(self.columns) | set(row))
-            self._rewrite()
-        else:
-            with self.path.open("a", newline="", encoding="utf-8") as f:
-                self._write_row(csv.writer(f), *self.rows[-1])
+        with writing(self.path):
+            if set(row) - set(self.columns):
+                self.columns = sorted(set(self.columns) | set(row))
+                self._rewrite()
+            else:
+                with self.path.open("a", newline="", encoding="utf-8") as f:
+                    self._write_row(csv.writer(f), *self.rows[-1])
 
     def on_end(self, output: Finished) -> None:
         pass
@@ -204,27 +224,75 @@ class TensorBoardSink:
         need("tensorboard", "tensorboard", "TensorBoard logs")
         from torch.utils.tensorboard import SummaryWriter
 
+        self.folder = Path(folder)
         start = max([start, *(int(r["round"]) for r in records)])
-        replay = list(records)[logged_rounds(Path(folder), records):] if start else []
+        replay = list(records)[logged_rounds(self.folder, records):] if start else []
         purge = int(replay[0]["round"]) if replay else start + 1
-        self.writer: Any = SummaryWriter(log_dir=str(folder), purge_step=purge if start else None)
+        self._hook = _WriterThreadErrors()  # before the writer: its first write is in its constructor
+        try:
+            with writing(self.folder):
+                self.writer: Any = SummaryWriter(log_dir=str(folder), purge_step=purge if start else None)
+        except BaseException:
+            self._hook.remove()
+            raise
         try:
             for record in replay:
                 self.on_round(record)
         except BaseException:
-            self.writer.close()
+            self.close(sys.exc_info()[1])
             raise
 
     def on_round(self, record: Mapping[str, Any]) -> None:
         step = int(record["round"])
-        for key, value in scalars(record).items():
-            self.writer.add_scalar(key, value, global_step=step)
+        with writing(self.folder):
+            for key, value in scalars(record).items():
+                self.writer.add_scalar(key, value, global_step=step)
 
     def on_end(self, output: Finished) -> None:
         pass
 
     def close(self, failure: BaseException | None = None) -> None:
-        self.writer.close()
+        """Flush, then close the writer. The flush raises what the writer's thread met (a full disk), which ``close``
+        alone drops: a finished run whose last rounds never reached the event file would say nothing. With a
+        ``failure`` on its way out (the run's own error, often this same full disk) it is only logged at debug level:
+        the run's line is the one to read, and a resume writes again the rounds the event files lack."""
+        try:
+            with writing(self.folder):
+                try:
+                    self.writer.flush()
+                finally:
+                    self.writer.close()
+        except StorageError as exc:
+            if failure is None:
+                raise
+            log.debug("TensorBoard sink closed after the run failed: %s", exc)
+        finally:
+            self._hook.remove()
+
+
+class _WriterThreadErrors:
+    """While a TensorBoard sink is open, an ``OSError`` that ends TensorBoard's writer thread is not printed.
+
+    The thread keeps what it met and re-raises it; the writer raises it again at its next call (``add_scalar``,
+    ``flush``), where :func:`writing` makes it the run's one line. Python's ``threading.excepthook`` printed it as well,
+    as ``Exception in thread ...`` and a traceback above that line (70 lines for a full disk). Any other thread's
+    exception, or another exception of that thread, goes to the hook that was there before."""
+
+    def __init__(self) -> None:
+        self.previous = threading.excepthook
+        threading.excepthook = self.hook
+
+    def hook(self, args: Any) -> None:
+        if isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard."):
+            log.debug("TensorBoard's writer thread stopped: %s", args.exc_value)
+            return
+        self.previous(args)
+
+    def remove(self) -> None:
+        """Put the earlier hook back, unless another was installed since (it then keeps calling this one's, which
+        passes anything else on)."""
+        if threading.excepthook == self.hook:
+            threading.excepthook = self.previous
 
 
 def logged_rounds(folder: Path, records: Sequence[Mapping[str, Any]]) -> int:

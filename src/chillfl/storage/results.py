@@ -121,6 +121,26 @@ def unique_dir(parent: Path, name: str) -> Path:
     return candidate
 
 
+def in_the_way(parent: Path, name: str) -> str | None:
+    """What stands at a comparison's run's own name in ``parent`` (``name`` or ``name.partial``) that is no folder, as
+    ``"<path> is a file"``; None when nothing does (a folder there is the run's own, which the comparison reads back or
+    resumes). A comparison's run has no free-name search (:func:`claim_dir` takes ``name-2`` for a separate run): its
+    readers (``resume``, ``status``, ``report``) look at the exact name, so a run moved to ``name-2`` was never read back,
+    trained again on every resume, and shown as not started."""
+    for path in (parent / name, parent / f"{name}{PARTIAL}"):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"{path} cannot be read ({exc.strerror or exc})"
+        if not stat.S_ISDIR(mode):
+            what = ("a symbolic link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode) else "a file" if stat.S_ISREG(mode)
+                    else "not a folder")
+            return f"{path} is {what}"
+    return None
+
+
 def claim_dir(parent: Path, name: str, field: str = "out_dir") -> tuple[Path, Path]:
     """Create ``parent/<name>[-N].partial`` atomically; returns ``(final, partial)``.
 

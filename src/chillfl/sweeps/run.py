@@ -50,9 +50,9 @@ from chillfl.sinks import comparison_ended
 from chillfl.executors.processes import ClientCodeError, WorkerError
 from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.jsonl import strict
-from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, rename_free, to_toml
+from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, in_the_way, rename_free, to_toml
 from chillfl.stop_signals import made_held
-from chillfl.storage.run_folder import folder_named
+from chillfl.storage.run_folder import FIELD as RUN_FIELD, folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.storage.run_state import CHECKPOINT, SWEEP_FILE
@@ -116,6 +116,9 @@ class Sweep:
         if before is not None:
             self.results[key] = before
             return
+        if partial is not None and (blocked := in_the_way(partial, cfg.name)) is not None:  # before the run's folder is made or resumed
+            raise ConfigError(RUN_FIELD, f"{blocked}, where the comparison's run {cfg.name} must have its folder (nothing else is read back "
+                                         f"as that run); remove it, then {resume_advice(partial, self.shard)}")
         start = time.monotonic()
         try:
             stopped = stopped_run(partial, cfg.name) if self.resuming and partial is not None else None

@@ -23,6 +23,7 @@ Checked against (2026-12): torchvision's readers (CIFAR keys, SVHN transpose and
 from __future__ import annotations
 
 import gzip
+import math
 import pickle
 import warnings
 import zlib
@@ -93,6 +94,13 @@ def _need(path: Path, what: str, url: str, key: str, data_dir: Path) -> Path:
 
 
 def _corrupt(path: Path, why: object) -> ConfigError:
+    """One line on ``data_dir`` for a data file that cannot be read. An ``OSError`` with an errno is the file system's
+    refusal (permission denied, an I/O error), not the bytes': it is said as such, since "corrupt or wrong format"
+    invited a re-download of a file that was fine (a data root copied with other permissions). An OSError without one
+    (gzip's BadGzipFile, PIL's unidentified image) is a format error."""
+    if isinstance(why, OSError) and why.errno is not None:
+        said = why.strerror or str(why)
+        return ConfigError(DATA_DIR_FIELD, f"cannot read {path}: {said[:1].lower()}{said[1:]}")
     reason = str(why) or type(why).__name__  # MemoryError (a size field of 2**62 bytes) says nothing of itself
     return ConfigError(DATA_DIR_FIELD, f"cannot read {path}: corrupt or wrong format ({reason})")
 
@@ -179,8 +187,8 @@ def _read_pickle(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
         data = _integers(raw, "pixels", 0, 255).astype(np.uint8)
         labels = _integers(raw_labels, "labels").astype(np.int64)
         images = data.reshape(len(data), 3, 32, 32)
-    except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, MemoryError) as exc:
-        raise _corrupt(path, exc) from exc
+    except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, MemoryError, OSError) as exc:
+        raise _corrupt(path, exc) from exc  # OSError: a batch that cannot be opened (permission denied) was a traceback
     if len(labels) != len(images):
         raise _corrupt(path, f"{len(images)} images but {len(labels)} labels")
     return images, labels
@@ -269,13 +277,15 @@ def read_idx(path: Path) -> np.ndarray:
         if len(raw) < 4 or raw[0] != 0 or raw[1] != 0 or raw[2] != 0x08:
             raise ValueError("bad magic number (expected 0x0000 08 nd, unsigned bytes)")
         ndim = raw[3]
-        dims = np.frombuffer(raw, dtype=">i4", count=ndim, offset=4)
+        dims = tuple(int(d) for d in np.frombuffer(raw, dtype=">i4", count=ndim, offset=4))
         body = np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim)
-        if body.size != int(np.prod(dims)):
-            raise ValueError(f"header says {tuple(int(d) for d in dims)} but {body.size} bytes follow")
+        # Python ints: numpy's product of (65536,) * 4 wrapped to 0, and a negative size times 0 is 0 too; either matched
+        # an empty body, and the reshape below failed outside this try (a traceback)
+        if any(d < 0 for d in dims) or body.size != math.prod(dims):
+            raise ValueError(f"header says {dims} but {body.size} bytes follow")
+        return body.reshape(dims)
     except (OSError, EOFError, ValueError, zlib.error) as exc:  # zlib.error: a damaged deflate stream, not an OSError
         raise _corrupt(path, exc) from exc
-    return body.reshape(tuple(int(d) for d in dims))
 
 
 def _idx_file(root: Path, name: str) -> Path:
@@ -313,7 +323,7 @@ def _read_har(root: Path, split: str, data_dir: Path) -> tuple[np.ndarray, np.nd
             with warnings.catch_warnings():  # an empty file: refused below in one line, without numpy's warning first
                 warnings.filterwarnings("ignore", "loadtxt: input contained no data", UserWarning)
                 return np.loadtxt(path, dtype=dtype, ndmin=ndmin)
-        except ValueError as exc:
+        except (ValueError, OSError) as exc:  # OSError: a file that cannot be opened (permission denied) was a traceback
             raise _corrupt(path, exc) from exc
 
     channels = [read(_need(root / split / "Inertial Signals" / f"{s}_{split}.txt", "UCI HAR", HAR_URL, "uci_har", data_dir), np.float32, 2) for s in HAR_SIGNALS]
@@ -461,7 +471,7 @@ def _text(path: Path) -> str:
     """A text file of the dataset (UTF-8); bytes that are not text are the file's fault: one line naming it."""
     try:
         return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
+    except (UnicodeDecodeError, OSError) as exc:  # OSError: one that cannot be opened (permission denied)
         raise _corrupt(path, exc) from None
 
 

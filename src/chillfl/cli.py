@@ -36,7 +36,7 @@ with command_start():  # a signal from here (the standard library's imports too)
     from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
     from chillfl.worker_start import refuse_in_worker_start
     from chillfl._version import __version__
-    from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, parse_overrides, read_config_file, variant_config
+    from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, not_a_file, parse_overrides, read_config_file, variant_config
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
                                 Unreachable, did_you_mean, one_line, signal_in, stopped_as)
     from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
@@ -74,6 +74,8 @@ def _config_path(config: str) -> Path:
         raise ConfigError("config", f"{short_path(config)} is a folder, not a config file{saved}")
     if not found and _is_override(config):
         raise ConfigError("config", f"{short_repr(config)} is an override (section.option=value): give the config file or bundled experiment first")
+    if not found and (odd := not_a_file(path)):  # a FIFO, a link loop: there, so not "file not found"
+        raise ConfigError("config", f"{short_path(config)} {odd}, not a config file")
     if not found:
         hint = did_you_mean(config.removesuffix(".toml"), bundled_experiments())
         raise ConfigError("config", f"file not found: {short_path(config)}{hint}; `chillfl list experiments` lists the bundled experiments")

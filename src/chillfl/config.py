@@ -23,11 +23,13 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import errno
 import functools
 import logging
 import math
 import os
 import re
+import stat
 import sys
 import typing
 import unicodedata
@@ -1141,17 +1143,41 @@ def is_folder(path: Path) -> bool:
         return False
 
 
+def not_a_file(path: Path) -> str | None:
+    """What is at ``path``, where a config file was looked for and no regular file or folder is, as the end of a
+    sentence (``"is a FIFO"``, ``"is a symbolic-link loop"``); None when nothing is there. Why: a
+    FIFO, a socket or a link that loops back on itself was reported as "file not found", a false reason for a file
+    that is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return "is a symbolic-link loop" if exc.errno == errno.ELOOP else None
+    except ValueError:  # NUL in the path
+        return None
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"))
+    what = next((name for test, name in kinds if test(mode)), None)
+    return None if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else f"is {what}" if what else "is not a regular file"
+
+
+BOM = "\ufeff"
+"""The UTF-8 byte-order mark Windows Notepad puts before a file's text: TOML has no place for it (tomllib said "Invalid
+statement (at line 1, column 1)", naming nothing), so one at the very start is dropped."""
+
+
 def read_toml(path: str | Path) -> dict[str, Any]:
-    """The TOML file at ``path``; every way it can be unreadable is a ConfigError on field ``config``."""
+    """The TOML file at ``path``; every way it can be unreadable is a ConfigError on field ``config``. One UTF-8
+    byte-order mark before its text is dropped (:data:`BOM`)."""
     p = Path(path)
     try:
         is_file = p.is_file()
     except (OSError, ValueError):  # ENAMETOOLONG, NUL in the path
         is_file = False
     if not is_file:
-        raise ConfigError("config", f"{short_path(str(p))} is a folder, not a config file" if is_folder(p) else f"file not found: {short_path(str(p))}")
+        odd = not_a_file(p)
+        raise ConfigError("config", f"{short_path(str(p))} is a folder, not a config file" if is_folder(p)
+                          else f"{short_path(str(p))} {odd}, not a config file" if odd else f"file not found: {short_path(str(p))}")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8").removeprefix(BOM)
     except UnicodeDecodeError:
         raise ConfigError("config", f"{p} is not a UTF-8 text file") from None
     except OSError as exc:
@@ -1226,6 +1252,8 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
         target = _extends_target(current.parent, base)
         if target is None and is_folder(current.parent / base):  # "file not found" sent the reader looking for a missing file
             raise ConfigError("extends", f"{short_path(str(current.parent / base))} is a folder, not a config file {where}")
+        if target is None and (odd := not_a_file(current.parent / base)):  # a FIFO, a link loop: there, but no file
+            raise ConfigError("extends", f"{short_path(str(current.parent / base))} {odd}, not a config file {where}")
         if target is None:
             raise ConfigError("extends", f"file not found: {short_repr(base)} (relative to {current.parent}, nor a bundled config){_bundled_hint(base)} {where}")
         if target.resolve() in chain:

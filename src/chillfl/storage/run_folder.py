@@ -261,7 +261,7 @@ def _from_python(folder: Path) -> str | None:
     """What of the run in ``folder`` came from Python (``model``, ``data``, an aggregator or a temperature policy instance:
     ``custom`` in its table), which no config file rebuilds; None: none, or an unreadable config.toml."""
     try:
-        saved = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8"))
+        saved = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8-sig"))
     except (OSError, ValueError):
         return None
     own = [what for what, table, key in (("model", "model", "name"), ("data", "dataset", "name"), ("aggregator", "algorithm", "name"),
@@ -284,7 +284,7 @@ def _started_in(folder: Path) -> Path | None:
     """The folder a run was started in, when its config's ``out_dir`` is relative and ``folder`` (absolute) is
     ``<there>/<out_dir>/<run>``; None for an absolute ``out_dir``, an unreadable config, or a folder moved since."""
     try:
-        out_dir = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")).get("out_dir")
+        out_dir = tomllib.loads((folder / "config.toml").read_text(encoding="utf-8-sig")).get("out_dir")
     except (OSError, ValueError):
         return None
     if not isinstance(out_dir, str) or not out_dir or os.path.isabs(out_dir):
@@ -378,7 +378,7 @@ def executor_move(saved: str, current: bytes) -> ExecutorMove | None:
     """The edit of ``executor`` between a checkpoint's config (``saved``) and config.toml now; None: it did not change
     (or the files do not parse: the edit is then named by :func:`config_changes`)."""
     try:
-        before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8")))
+        before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8-sig")))
     except (ValueError, UnicodeDecodeError):
         return None
     was, now = str(before.get("executor", "sequential")), str(after.get("executor", "sequential"))  # unset: the default
@@ -393,7 +393,7 @@ def config_changes(saved: str, current: bytes) -> str:
     """``client.lr: 0.05 -> 0.5, ...`` (the first three changed options), or what else changed: how a resume names an edit
     of ``config.toml`` (a run's since its checkpoint, a comparison's since it started)."""
     try:
-        before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8")))
+        before, after = _flatten(tomllib.loads(saved)), _flatten(tomllib.loads(current.decode("utf-8-sig")))
     except (ValueError, UnicodeDecodeError):
         return "it is no longer the same TOML"
     changed = [k for k in sorted(set(before) | set(after)) if before.get(k, "unset") != after.get(k, "unset")]

@@ -137,7 +137,7 @@ def _refused(folder: Path) -> str | None:
 def _is_toml(path: Path) -> bool:
     """Whether ``path`` reads as TOML (a config.toml that does not is refused by ``resume --force`` too)."""
     try:
-        tomllib.loads(path.read_text(encoding="utf-8"))
+        tomllib.loads(path.read_text(encoding="utf-8-sig"))  # a leading BOM is dropped, as chillfl.config.read_toml drops it
     except (OSError, ValueError):  # UnicodeDecodeError and TOMLDecodeError are ValueErrors
         return False
     return True
@@ -202,6 +202,11 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         if ran is not None and recorded is not None and recorded < ran:  # cut (a `resume --force` over a cut file): said, not shown whole
             return RunState(name, "finished", f"metrics.jsonl lacks {ran - recorded} of its rounds", recorded, planned,
                             accuracy if is_real(accuracy) else None)
+        if recorded is None and os.path.lexists(folder / "metrics.jsonl"):  # a directory, a FIFO: read as a whole run before, while a cut one was said
+            return RunState(name, "finished", "its metrics.jsonl cannot be read (or is no regular file)", ran, planned, accuracy if is_real(accuracy) else None)
         return RunState(name, "finished", "", ran, planned, accuracy if is_real(accuracy) else None)
-    # a finished folder without its summary: a run stopped early by a callback
-    return RunState(name, "stopped", "early, by a callback", _rounds_written(folder), planned)
+    # No summary.json (missing, a directory, a FIFO): every run writes it before its folder gets its final name, a run a
+    # callback stopped too (with `stopped`), so it was lost since. "stopped (early, by a callback)" was false, and the
+    # resume it suggested refuses the folder (no checkpoint).
+    lost = "is missing" if not os.path.lexists(folder / "summary.json") else "is no regular file"
+    return RunState(name, "finished", f"its summary.json {lost}", _rounds_written(folder), planned)

@@ -486,6 +486,8 @@ def _build_experiment(
     else:
         model, state = user_initial_model(config, model)
     check_declared_head(model, data.num_classes)  # a head the model names exists and gives one logit a class
+    if is_custom(config.model.get("name")):  # a caller's module: its logits' width before a head-reading method's guess blames the head
+        check_model_fits(model, data.dataset.x_train[:2], data.num_classes)
     other_models = check_group_heads(config, data)  # and every per-client architecture's, on its own field
     check_index_inputs(config.model, data)  # a model that reads indices (its spec says so) on whole numbers without noise
     check_one_sample_batches(config, data, model)

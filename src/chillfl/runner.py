@@ -76,7 +76,7 @@ from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
 from chillfl.stop_signals import Repeats, made_held, stop_signals
-from chillfl.training.local import evaluate, pin_deterministic, run_precision, set_deterministic
+from chillfl.training.local import evaluate, persistent_buffers, pin_deterministic, run_precision, set_deterministic
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -508,6 +508,11 @@ def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment
     model = protocol.global_state()
     if names is not None and model is not None and set(model) != names:  # else a silently other run, or a traceback in training
         missing, extra = sorted(names - set(model)), sorted(set(model) - names)
+        constants = {n for n, _ in exp.model.named_buffers()} - {n for n, _ in persistent_buffers(exp.model)}
+        if not missing and set(extra) <= constants:  # a folder of a chillfl that kept them as state (before 2026-12-06)
+            raise ConfigError("checkpoint", f"{where} was saved by a chillfl that kept the model's persistent=False buffers ({', '.join(extra)}) as "
+                                            "its state, averaged and saved; this one leaves them in the module: resume it with the chillfl that made it, "
+                                            "or start the run again")
         what = f"lacks config.toml's {missing[0]}" if missing else f"has {extra[0]}, which config.toml's has not"
         raise ConfigError("checkpoint", f"{where} does not fit the run of config.toml: its model {what}")
     for key, initial in exp.initial_state.items():

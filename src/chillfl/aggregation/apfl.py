@@ -96,7 +96,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
-from chillfl.training.local import BaseLoss, LocalSpec, refuse_representation_readers
+from chillfl.training.local import BaseLoss, LocalSpec, persistent_buffers, refuse_representation_readers
 from chillfl.training.objective import LossTerm, StepView, Term, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities, Cost
@@ -182,7 +182,7 @@ class MixedLoss:
         # a frozen weight (LocalSpec.frozen) is read from the buffers, as alpha is when fixed
         both = {**step.buffers, **params}
         weights = {n: alpha * both[f"v.{n}"] + (1 - alpha) * both[f"w.{n}"].detach() for n, _ in base.named_parameters()}
-        buffers = {n: step.buffers[f"v.{n}"] for n, _ in base.named_buffers()}
+        buffers = {n: step.buffers[f"v.{n}"] for n, _ in persistent_buffers(base)}  # a persistent=False one: the module's own
         logits = functional_call(base, (weights, buffers), (step.x,))
         return self.base_loss(logits.float(), step.y, 1.0)
 

@@ -76,7 +76,8 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
     end = len(owners)
     if isinstance(model, DeclaresHead):
         head = head_name(model)
-        end = [name for name, _ in owners].index(head) + 1
+        module = model.get_submodule(head)  # by the module, not its name: registered first under another (named_modules' one)
+        end = next(i for i, (_, m) in enumerate(owners) if m is module) + 1
         if end < layers:
             raise ConfigError(field, f"{type(model).__name__}'s declared head {head!r} has {end - 1} parameterised module(s) before it; a head of {layers} needs {layers - 1}")
     else:

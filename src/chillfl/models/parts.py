@@ -203,6 +203,7 @@ def refuse_tied_head(model: nn.Module, head_modules: list[str]) -> None:
     one, or fail mid-run looking for the name. Keeping one name local and sharing the other cannot be done at all.
     """
     inside = set(head_modules)
+    head_objects = {id(model.get_submodule(n)) for n in inside}
     names: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), []).append(name)
@@ -210,11 +211,16 @@ def refuse_tied_head(model: nn.Module, head_modules: list[str]) -> None:
         owner = name.rpartition(".")[0]
         if owner not in inside:
             continue
-        outside = [n for n in names[id(p)] if n.rpartition(".")[0] not in inside]
+        # the head module itself under a second attribute (self.classifier = self.fc) is no tie: the same module
+        outside = [n for n in names[id(p)] if id(model.get_submodule(n.rpartition(".")[0])) not in head_objects]
         if outside:
             raise ConfigError("model", f"{type(model).__name__}'s classifier head parameter {name!r} is tied to {outside[0]!r} (one tensor under two names), "
                                        "and this algorithm keeps the head apart from the body, which a tied head cannot be: give the head a parameter of "
                                        "its own, or run a method that does not split the model at its head")
+        first = names[id(p)][0]  # the state's name for it
+        if first.rpartition(".")[0] not in inside:
+            raise ConfigError("model", f"{type(model).__name__}'s classifier head {owner!r} is registered first as {first.rpartition('.')[0]!r}, the name "
+                                       f"the run's state holds its parameters under: declare the head by that name (head_name() returning it)")
 
 
 def check_declared_head(model: nn.Module, num_classes: int) -> None:

@@ -13,7 +13,7 @@ from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.numeric import is_real, is_whole
 from chillfl.storage.checkpoint import CorruptCheckpoint, saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
-from chillfl.storage.run_folder import CHECKPOINT, SWEEP_FILE, check_saved_files, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
+from chillfl.storage.run_folder import CHECKPOINT, SINK_FILES, SINK_FOLDERS, SWEEP_FILE, check_saved_files, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -108,15 +108,16 @@ def _refused(folder: Path) -> str | None:
     built. Before, the checkpoint's header alone was read, and a torn checkpoint, or a config.toml or metrics.jsonl
     edited since, was shown as "resumes after round 12" while resume refused it."""
     again = "remove its folder and resume the comparison, which runs it again" if is_sweep(folder.parent) else "start the run again"
-    for name in (CHECKPOINT, "config.toml", "metrics.jsonl"):  # a FIFO would block status forever: resume refuses it unopened
+    for name in (CHECKPOINT, "config.toml", "metrics.jsonl", *SINK_FILES, *SINK_FOLDERS):  # a FIFO would block status forever: resume refuses it unopened
         try:
-            odd = not stat.S_ISREG(os.lstat(folder / name).st_mode)
+            mode = os.lstat(folder / name).st_mode
+            odd = not (stat.S_ISDIR(mode) if name in SINK_FOLDERS else stat.S_ISREG(mode))
         except FileNotFoundError:
             continue
         except OSError as exc:
             return f"resume cannot read its {name}: {exc.strerror or exc}"
         if odd:
-            return f"its {name} is no regular file: resume refuses it"
+            return f"its {name} is no {'folder' if name in SINK_FOLDERS else 'regular file'}: resume refuses it"
     try:
         check_saved_files(folder)
     except CorruptCheckpoint:

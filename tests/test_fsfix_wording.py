@@ -91,14 +91,18 @@ def _fifo(path: Path) -> None:
     os.mkfifo(path)
 
 
+def _replace(path: Path, make: str) -> None:
+    """Remove ``path``'s file, leaving nothing (``missing``), a folder or a FIFO in its place."""
+    path.unlink()
+    if make == "directory":
+        path.mkdir()
+    elif make == "fifo":
+        _fifo(path)
+
+
 @pytest.mark.parametrize("make", ["missing", "directory", "fifo"])
 def test_status_of_a_finished_run_whose_summary_is_lost_says_so(finished: Path, make: str) -> None:
-    summary = finished / "summary.json"
-    summary.unlink()
-    if make == "directory":
-        summary.mkdir()
-    elif make == "fifo":
-        _fifo(summary)
+    _replace(finished / "summary.json", make)
     state = folder_state(finished, "done", 2)
     lost = "is missing" if make == "missing" else "is no regular file"
     assert (state.kind, state.detail, state.rounds) == ("finished", f"its summary.json {lost}", 2), state
@@ -106,11 +110,6 @@ def test_status_of_a_finished_run_whose_summary_is_lost_says_so(finished: Path, 
 
 @pytest.mark.parametrize("make", ["directory", "fifo"])
 def test_status_of_a_finished_run_whose_metrics_are_no_file_says_so(finished: Path, make: str) -> None:
-    metrics = finished / "metrics.jsonl"
-    metrics.unlink()
-    if make == "directory":
-        metrics.mkdir()
-    elif make == "fifo":
-        _fifo(metrics)
+    _replace(finished / "metrics.jsonl", make)
     state = folder_state(finished, "done", 2)
     assert (state.kind, state.detail, state.rounds) == ("finished", "its metrics.jsonl cannot be read (or is no regular file)", 2), state

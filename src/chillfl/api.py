@@ -42,7 +42,6 @@ from chillfl.errors import ConfigError, InterruptedAfterRun
 from chillfl.worker_start import refuse_in_worker_start
 from chillfl.experiment import (BOUND, COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
                                 dataset_record, plugged_records, record_conflict)
-from chillfl.experiment import check_model_fits as check_fits
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.numeric import is_whole
@@ -242,9 +241,7 @@ def run(
     hooks = _as_callbacks(callbacks)
     if write:
         check_out_dir(cfg.out_dir)
-    exp = build_experiment(cfg, dataset, model=model, plugged=plugged)
-    if model is not None:
-        check_model_fits(exp)
+    exp = build_experiment(cfg, dataset, model=model, plugged=plugged)  # a caller's module checked against the data there (check_model_fits)
     with _result_kept(lambda out: _result(model, exp, cfg, out)):
         out = run_experiment(cfg, write=write, progress=progress, experiment=exp, callbacks=hooks, hooks=[h.hook for h in hooks])
     return _result(model, exp, cfg, out)
@@ -312,8 +309,6 @@ def resume(
     def build(config: RunConfig) -> Experiment:
         _check_same_parts(config, model, dataset, plugged, RUN_FROM_PYTHON)
         exp = build_experiment(config, dataset, model=model, plugged=plugged)
-        if model is not None:
-            check_model_fits(exp)
         built.append(exp)
         return exp
 
@@ -457,8 +452,8 @@ def compare(
         parse_tune(dict(tune), "tune")
     if write:
         check_out_dir(cfg.out_dir)
-    if model is not None:
-        check_model_fits(build_experiment(cfg, dataset, model=model, plugged=plugged))
+    if model is not None:  # a caller's module against the data before any run starts (build_experiment checks it)
+        build_experiment(cfg, dataset, model=model, plugged=plugged)
     options = CompareOptions(seeds=list(seeds) if seeds is not None else None, tune={k: list(v) for k, v in tune.items()} if tune is not None else None, controls=controls, select=select)
     check_select_used(cfg, options, "select")
     with _keyword_fields():
@@ -808,11 +803,6 @@ def _from_datasets(data: DatasetData) -> TensorData:
     x_train, y_train = materialize(data.train, "data.train", "train")
     x_test, y_test = materialize(data.test, "data.test", "test")
     return TensorData(x_train, y_train, x_test, y_test, data.num_classes, data.name, data.public, data.client_test)
-
-
-def check_model_fits(exp: Experiment) -> None:
-    """A user's ``nn.Module`` against the run's data (:func:`chillfl.experiment.check_model_fits`)."""
-    check_fits(exp.model, exp.data.dataset.x_train[:2], exp.data.num_classes)
 
 
 def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None) -> nn.Module | None:

@@ -43,10 +43,12 @@ def is_whole(x: object) -> TypeGuard[int]:
 
 
 def rounded_share(fraction: float, total: int) -> int:
-    """round(fraction * total), halves to the even count, on the fraction as written (its shortest decimal form), not on
+    """round(fraction * total), halves to the even count, on the fraction as meant (see below), not on
     the float product: 0.35 of 90 is 31.5 -> 32 (the float product, 31.499999999999996, rounded to 31), 0.14 of 75 is
-    10.5 -> 10 (10.500000000000002 gave 11). Where the product is exact in floating point (0.25 of 10, 0.3 of 5) nothing changes."""
-    return round(Fraction(repr(float(fraction))) * total)
+    10.5 -> 10 (10.500000000000002 gave 11), 5/6 of 3 is 2.5 -> 2 (its shortest decimal, 0.8333333333333334, gave 3). Where
+    the product is exact in floating point (0.25 of 10, 0.3 of 5) nothing changes. The fraction as meant: as in
+    :func:`floored_share`."""
+    return round(_as_meant(fraction) * total)
 
 
 def floored_share(fraction: float, total: int) -> int:
@@ -57,7 +59,13 @@ def floored_share(fraction: float, total: int) -> int:
     The fraction as meant: the shortest fraction (denominator up to a million) that is this float, where one is (1/3,
     29/100), else the decimal as written (0.1234567). Why: a floor is off by one client wherever the value read lies
     just below a whole count, and both the float and a never-ending decimal's digits do."""
+    return math.floor(_as_meant(fraction) * total)
+
+
+def _as_meant(fraction: float) -> Fraction:
+    """The shortest fraction (denominator up to a million) that is this float, where one is (5/6, 29/100), else the
+    decimal as written (0.1234567): the value a person typed or computed, not the float's binary neighbour."""
     x = float(fraction)
     written = Fraction(repr(x))
     short = written.limit_denominator(10**6)
-    return math.floor((short if float(short) == x else written) * total)
+    return short if float(short) == x else written

@@ -138,7 +138,17 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, build_base, register_algorithm, with_terms
+from chillfl.aggregation.registry import (
+    AlgorithmSpec,
+    BuildContext,
+    after_average,
+    build_base,
+    instance_field,
+    register_algorithm,
+    require_model_head,
+    run_value,
+    with_terms,
+)
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
@@ -287,6 +297,7 @@ __all__ = [
     "class_means",
     "combine",
     "derive_seed",
+    "instance_field",
     "load_params",
     "nearest_prototype",
     "own_entries",
@@ -300,6 +311,8 @@ __all__ = [
     "register_policy",
     "register_term",
     "require",
+    "require_model_head",
+    "run_value",
     "sample_weights",
     "stack_uplinks",
     "weighted_average",

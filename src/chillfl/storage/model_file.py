@@ -4,6 +4,10 @@ Written so that any safetensors reader loads it without chillfl::
 
     model.load_state_dict(safetensors.torch.load_file("results/run/model.safetensors"), strict=True)
 
+A weight tied under two names (``decoder.weight`` is ``embed.weight``) is stored once, under the name the model
+registered first, so that no reader sees two copies that could differ: load such a model with ``strict=False`` (the
+tie fills the other name), or through :func:`chillfl.load_run`.
+
 (checkpoints, which hold whole state trees, keep :mod:`chillfl.storage.checkpoint`'s
 format). Files from older chillfl versions stored the model as such a tree
 (tensors named ``"0"``, ``"1"``, ...); :func:`read_model` reads both.

@@ -122,12 +122,12 @@ def unique_dir(parent: Path, name: str) -> Path:
 
 
 def in_the_way(parent: Path, name: str) -> str | None:
-    """What stands at a comparison's run's own name in ``parent`` (``name`` or ``name.partial``) that is no folder, as
-    ``"<path> is a file"``; None when nothing does (a folder there is the run's own, which the comparison reads back or
-    resumes). A comparison's run has no free-name search (:func:`claim_dir` takes ``name-2`` for a separate run): its
-    readers (``resume``, ``status``, ``report``) look at the exact name, so a run moved to ``name-2`` was never read back,
-    trained again on every resume, and shown as not started."""
-    for path in (parent / name, parent / f"{name}{PARTIAL}"):
+    """What stands at a comparison's run's own name in ``parent`` (``name``, ``name.partial`` or ``name.failed``) that is
+    no folder, as ``"<path> is a file"``; None when nothing does (a folder there is the run's own, which the comparison
+    reads back or resumes). A comparison's run has no free-name search (:func:`claim_dir` takes ``name-2`` for a separate
+    run): its readers (``resume``, ``status``, ``report``) look at the exact name, so a run moved to ``name-2`` (or, when
+    it diverged, to ``name.failed-2``) was never read back, trained again on every resume, and shown as not started."""
+    for path in (parent / name, parent / f"{name}{PARTIAL}", parent / f"{name}{FAILED}"):
         try:
             mode = os.lstat(path).st_mode
         except FileNotFoundError:

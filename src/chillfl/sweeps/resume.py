@@ -44,7 +44,8 @@ def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
 
     A garbled ``summary.json``, ``metrics.jsonl`` or ``failure.json`` is one ConfigError naming it (it was a traceback); so is
     a ``NAME`` folder without its summary, which the run, run again, left beside it as ``NAME-2`` (``status`` then read the
-    damaged one)."""
+    damaged one), and a ``NAME.failed`` folder without its ``failure.json``, which the run, run again and diverged, left
+    beside it as ``NAME.failed-2``."""
     done, failed = partial / name, partial / f"{name}{FAILED}"
     if (done / "summary.json").is_file():
         summary = _json_object(done / "summary.json")
@@ -61,6 +62,8 @@ def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
         return DivergedBefore(_json_object(failed / FAILURE).get("round"))
     if done.is_dir() and not done.is_symlink():  # renamed NAME only once its summary was written: it was removed since, or is no file
         raise ConfigError(FIELD, f"{done} is a finished run's folder without its summary.json (or it is no regular file); remove {done} and it runs again")
+    if failed.is_dir() and not failed.is_symlink():  # renamed NAME.failed only once its failure.json was written; run again, it diverged into NAME.failed-2
+        raise ConfigError(FIELD, f"{failed} is a diverged run's folder without its {FAILURE} (or it is no regular file); remove {failed} and it runs again")
     return None
 
 

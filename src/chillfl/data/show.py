@@ -78,7 +78,8 @@ HEATMAP_EVERY_TICK = 20
 
 
 def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") -> None:
-    """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG.
+    """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG (``path``'s suffix names another format;
+    a ``path`` without one gets ``.png`` added, as matplotlib's ``savefig`` adds it).
 
     Counts are written into the cells when the grid has at most 400 cells and the figure is not at its widest.
     Written as every chillfl figure is (:func:`save_heatmap`): atomically and never through a link at ``path``
@@ -117,17 +118,21 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
 
 
 def save_heatmap(fig: Any, path: Path) -> None:
-    """``fig`` drawn as :func:`chillfl.plots.figure.save_figure` draws (its format by ``path``'s suffix, PNG without one),
-    into memory, then written with :func:`~chillfl.storage.checkpoint.write_atomic`: a link at ``path`` is replaced, not
-    followed, and a failed write leaves no half-written image. Not ``save_figure`` itself: ``chillfl.plots`` imports the
-    config, which imports this package (a cycle between the packages)."""
+    """``fig`` drawn as :func:`chillfl.plots.figure.save_figure` draws (its format by ``path``'s suffix), into memory, then
+    written with :func:`~chillfl.storage.checkpoint.write_atomic`: a link at ``path`` is replaced, not followed, and a
+    failed write leaves no half-written image. A ``path`` without a suffix is written as ``path.png``, the name
+    ``savefig(path)`` gave it before (a caller's ``plot_class_heatmap(counts, "heat")`` then opens ``heat.png``; drawn into a
+    buffer, the PNG went to ``heat``). Not ``save_figure`` itself: ``chillfl.plots`` imports the config, which imports this
+    package (a cycle between the packages)."""
     import io
 
     from chillfl.errors import StorageError
     from chillfl.storage.checkpoint import write_atomic
 
+    if not path.suffix:
+        path = path.with_name(path.name + ".png")
     image = io.BytesIO()
-    fig.savefig(image, format=path.suffix[1:].lower() if path.suffix else "png", dpi=120)
+    fig.savefig(image, format=path.suffix[1:].lower(), dpi=120)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a full disk, a file where a folder must go: one line naming it (exit 1), as write_atomic's

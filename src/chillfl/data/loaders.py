@@ -105,6 +105,17 @@ def _corrupt(path: Path, why: object) -> ConfigError:
     return ConfigError(DATA_DIR_FIELD, f"cannot read {path}: corrupt or wrong format ({reason})")
 
 
+def _listing(folder: Path, pattern: str = "*") -> list[Path]:
+    """``folder``'s entries whose names match ``pattern`` (as ``folder.glob(pattern)`` matches them), sorted; a folder that
+    cannot be listed (permission denied) is one line on ``data_dir`` (:func:`_corrupt`). Not ``glob`` itself: it returns
+    nothing for an unreadable folder, so the user was told a class "has no images" and went looking for missing files;
+    nor a bare ``iterdir``: its PermissionError was a traceback."""
+    try:
+        return sorted(p for p in folder.iterdir() if p.match(pattern))
+    except OSError as exc:
+        raise _corrupt(folder, exc) from None
+
+
 def _integers(values: Any, what: str, low: int | None = None, high: int | None = None) -> np.ndarray:
     """``values`` as an integer array, refused (ValueError) unless they are integers within [low, high].
 
@@ -446,7 +457,8 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
     train_paths: list[Path] = []
     train_labels: list[int] = []
     for w in wnids:
-        files = sorted((root / "train" / w / "images").glob("*.JPEG"))
+        images = root / "train" / w / "images"
+        files = _listing(images, "*.JPEG") if images.is_dir() else []
         if not files:
             raise ConfigError(DATA_DIR_FIELD, f"Tiny-ImageNet class {w} has no images in {root / 'train' / w / 'images'}")
         train_paths += files
@@ -520,11 +532,11 @@ CALTECH256_OUTPUT = 1
 def load_caltech256_images(data_dir: Path, opts: Caltech256Options) -> tuple[np.ndarray, np.ndarray, int]:
     """All images (classes = sorted ``NNN.name`` folders, files sorted by name) and labels; the split is the caller's."""
     root = caltech256_root(data_dir)
-    classes = sorted(d.name for d in root.iterdir() if d.is_dir() and d.name[:3].isdigit() and (opts.include_clutter or d.name != CALTECH_CLUTTER))
+    classes = sorted(d.name for d in _listing(root) if d.is_dir() and d.name[:3].isdigit() and (opts.include_clutter or d.name != CALTECH_CLUTTER))
     paths: list[Path] = []
     labels: list[int] = []
     for c, name in enumerate(classes):
-        files = sorted(p for p in (root / name).iterdir() if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file())
+        files = [p for p in _listing(root / name) if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file()]
         paths += files
         labels += [c] * len(files)
     return _decode_all(paths, opts.size, crop=True), np.array(labels, dtype=np.int64), len(classes)
@@ -577,7 +589,7 @@ def read_leaf_json(folder: Path) -> Writers:
     import json
 
     writers: Writers = {}
-    files = sorted(folder.glob("*.json"))
+    files = _listing(folder, "*.json") if folder.is_dir() else []
     if not files:
         raise ConfigError(DATA_DIR_FIELD, f"no LEAF *.json files in {folder}")
     for path in files:

@@ -73,6 +73,7 @@ import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from types import MethodType
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import urlparse
 
@@ -279,20 +280,29 @@ class _WriterThreadErrors:
     exception, or another exception of that thread, goes to the hook that was there before."""
 
     def __init__(self) -> None:
+        self.active = True
+        """False once its sink has closed: the hook then passes everything on (another's hook may still call it)."""
         self.previous = threading.excepthook
         threading.excepthook = self.hook
 
     def hook(self, args: Any) -> None:
-        if isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard."):
+        if self.active and isinstance(args.exc_value, OSError) and type(args.thread).__module__.startswith("tensorboard."):
             log.debug("TensorBoard's writer thread stopped: %s", args.exc_value)
             return
         self.previous(args)
 
     def remove(self) -> None:
-        """Put the earlier hook back, unless another was installed since (it then keeps calling this one's, which
-        passes anything else on)."""
-        if threading.excepthook == self.hook:
-            threading.excepthook = self.previous
+        """The filter off; on top, the hook under it back, past the closed sinks' hooks there. Two sinks open at once
+        (Python API runs in threads) and closed in the order they opened left the first one's filter installed after
+        both had closed: the second put back the hook it had found, the first's, and a later OSError of any TensorBoard
+        thread in the process was never printed. Under another's hook it stays in the chain, passing everything on."""
+        self.active = False
+        if threading.excepthook != self.hook:
+            return
+        previous = self.previous
+        while isinstance(previous, MethodType) and isinstance(previous.__self__, _WriterThreadErrors) and not previous.__self__.active:
+            previous = previous.__self__.previous
+        threading.excepthook = previous
 
 
 def logged_rounds(folder: Path, records: Sequence[Mapping[str, Any]]) -> int:

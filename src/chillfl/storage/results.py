@@ -446,15 +446,6 @@ def evaluation_interval(records: Sequence[Mapping[str, Any]], key: str = "global
     return longest + 1 if measured else 1
 
 
-def interval_note(interval: int, what: str = "rounds to target") -> str | None:
-    """The caveat a target's rounds (or bytes) need when the model was not evaluated every round (None when it was)."""
-    if interval <= 1:
-        return None
-    return (f"{what} = the first evaluated round: the global model was evaluated every {interval} rounds (eval.every), so a "
-            f"target may have been reached up to {interval - 1} round{'s' if interval > 2 else ''} earlier; "
-            "set eval.every = 1 to count every round")
-
-
 LOCAL_MIX_TV = "local_val_mix_tv"
 """The summary key of :meth:`~chillfl.data.FederatedData.local_validation_mismatch`: how far the clients' local
 validation splits are from their training class mix (mean total variation distance), which ``local_val_acc`` is

@@ -17,6 +17,7 @@ import logging
 import math
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -625,9 +626,44 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
         then = "free space, then " if disk_full(exc) else ""
         raise StorageError(f"cannot write the comparison's tables and figures in {partial}: {cause.strerror or cause}; every run is kept: "
                            f"{then}{resume_advice(partial, None)} writes them") from exc
+    if (taken := final_in_the_way(folder)) is not None:  # before anything in it changes
+        raise taken_final(partial, folder, taken)
     (partial / SHARDS_FILE).unlink(missing_ok=True)  # the shards' bookkeeping: the finished folder is the one a single process writes
-    partial.rename(folder)
+    try:
+        partial.rename(folder)
+    except OSError as exc:  # it appeared since the check
+        if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+            raise
+        raise taken_final(partial, folder, final_in_the_way(folder) or "a folder") from None
     point_saved_configs_to(folder, partial)
+
+
+def final_in_the_way(folder: Path) -> str | None:
+    """What stands at a comparison's finished name ``folder`` that its ``.partial`` cannot be renamed onto ("a folder",
+    "a file", ...); None when nothing does, or an empty folder (the rename replaces it)."""
+    try:
+        mode = os.lstat(folder).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"something that cannot be read ({exc.strerror or exc})"
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if not stat.S_ISDIR(mode):
+        return "a file"
+    try:
+        return "a folder" if any(os.scandir(folder)) else None
+    except OSError:
+        return "a folder"
+
+
+def taken_final(partial: Path, folder: Path, what: str) -> ConfigError:
+    """The one line (``run_dir``, exit 2) of a finished comparison whose name another folder or file took while it ran (or
+    before its resume): the rename was a raw ``OSError: [Errno 39] Directory not empty``. Nothing is lost: the runs,
+    tables and figures stay in ``partial``, and a resume, once the name is free, reads the runs back and finishes."""
+    return ConfigError(RUN_FIELD, f"{shell_path(partial)} cannot be renamed {shell_path(folder)}, its finished name: {what} is there already; "
+                                  f"its runs, tables and figures are kept in {shell_path(partial)}: move {shell_path(folder)} away, "
+                                  f"then {resume_advice(partial, None)} finishes it")
 
 
 def run_compare(

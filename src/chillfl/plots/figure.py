@@ -22,8 +22,9 @@ def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
 
 
 def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | None = None) -> Path:
-    """Render ``fig`` (Agg canvas) to ``path``, in ``format`` or the one its suffix names (PNG without one), atomically and
-    without following a link at ``path``: drawn into a new file beside it, then renamed over the name.
+    """Render ``fig`` (Agg canvas) to ``path``, in ``format`` or the one its suffix names, atomically and without following
+    a link at ``path``: drawn into a new file beside it, then renamed over the name. A ``path`` without a suffix gets the
+    format's (``.png`` by default), as ``savefig(path)`` named it; the path written is returned.
 
     Why: an analysis's default output is ``<RUN_DIR>/analysis/``, inside a run folder that may have been received from
     someone else; ``savefig(path)`` opened a planted ``reliability.png -> ~/.bashrc`` and overwrote what it pointed to.
@@ -33,10 +34,12 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | Non
     from chillfl.storage.checkpoint import write_atomic
 
     out = Path(path)
+    if not out.suffix:  # as savefig(path) names it: a caller's plot_curves(..., "acc") then finds acc.png
+        out = out.with_name(f"{out.name}.{format or 'png'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     image = io.BytesIO()  # drawn in memory first: an image is small, and a failed draw leaves the old file as it was
-    fig.savefig(image, format=format or (out.suffix[1:].lower() if out.suffix else "png"), dpi=dpi)
+    fig.savefig(image, format=format or out.suffix[1:].lower(), dpi=dpi)
     write_atomic(out, image.getvalue())  # O_NOFOLLOW temp file, then os.replace over the name (a link there, replaced)
     return out
 

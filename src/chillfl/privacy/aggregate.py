@@ -27,10 +27,13 @@ optimiser (FedAdam) then acts on that noised mean: post-processing, no privacy c
 count is released in such a round too (no bit, its noise alone). The entries the base does not aggregate take
 no part in the sensitivity: it does not read them into the global model, and leaving them out of the clip
 keeps the client's personal part from shrinking its shared update (no noise is drawn for them). The model's frozen
-parameters (``requires_grad = False``, ``frozen``) are left out the same way: no client moves them. Under
-``dp-fedavg`` (a trusted server) they reach the base as the client sent them; under ``local`` (an untrusted
-server) the client keeps them, and the base gets the global model's own values in their place, so that
-nothing the server holds comes from a client unprivatised.
+parameters (``requires_grad = False``, ``frozen``) are left out of the clip and the noise too, and are never taken
+from a client: under both mechanisms (and from an exempt client) the base gets the server's own value in their
+place (the client's start: the global model, or the model the method sent it). An honest client sends them back
+unchanged, so that is the same model; a model-poisoning client (``[attack]``) that moves them moves nothing, where
+taking them as sent would let it walk a frozen backbone by any amount, unclipped. Under ``local`` (an untrusted
+server) the entries the base does not aggregate are the global model's too, so that nothing the server holds comes
+from a client unprivatised.
 
 A client the method sent a model of its own to start from (``Downlink.params``: FedMut's mutated models) has the
 update u_i = w_i - s_i from that start s_i, not from w: clipping w_i - w would clip the server's mutation, which is
@@ -124,8 +127,9 @@ class PrivateAggregation(AroundAggregator):
     Server noise with no client result: the noise alone, on the fixed denominator (:meth:`aggregates_nobody`).
 
     Update, clip and noise cover the entries the base aggregates (:func:`~chillfl.aggregation.base.aggregated_keys`)
-    but the ``frozen`` parameters; the rest of each model goes to the base as the client sent it (server noise) or as the global model's (``client_noise``:
-    the client keeps it)."""
+    but the ``frozen`` parameters; the ``frozen`` ones reach the base as the client's start (the server's own value,
+    whatever the client sent: no upload moves them); the rest of each model goes to the base as the client sent it
+    (server noise) or as the global model's (``client_noise``: the client keeps it)."""
 
     base: WeightedMean
 
@@ -166,8 +170,9 @@ class PrivateAggregation(AroundAggregator):
         so it is post-processing and costs no privacy."""
         self.frozen = frozenset(frozen)
         """The model's frozen parameters (``requires_grad = False``, :attr:`~chillfl.privacy.spec.Noise.frozen`): no client
-        moves them, so they are neither clipped nor noised nor counted in per-layer clipping's k, and reach the base as
-        the entries it does not aggregate do. Noised, a frozen (pretrained) backbone took a random walk every round."""
+        moves them, so they are neither clipped nor noised nor counted in per-layer clipping's k, and the base gets the
+        client's start in their place (the server's own value). Noised, a frozen (pretrained) backbone took a random walk
+        every round; taken as sent, a model-poisoning client moved it by any amount, past the clip."""
         self._metrics: dict[str, Json] = {}
         self.sent = SentStarts()
         """What this round's downlinks told each client to start from (FedMut's mutated models): its update is taken from that."""
@@ -194,9 +199,11 @@ class PrivateAggregation(AroundAggregator):
         starts = self.sent.starts(round, global_params, results, self.base)
         for r in results:
             start = starts.get(r.client_id, global_params)  # a model of its own (FedMut's mutation): the update is the client's training alone
+            # frozen entries: the server's own value, whatever came back (an honest client's is the same; a forged one moves nothing)
+            still = {k: start[k] for k in self.frozen if k in r.params and k in start}
             if self.client_noise and r.client_id in self.exempt:  # its own device: it sends what it forged, unprivatised
                 kept = {k: global_params[k] for k in r.params if k in global_params and k not in read}  # as an honest client's
-                private.append(replace(r, params={**r.params, **kept}))
+                private.append(replace(r, params={**r.params, **kept, **still}))
                 continue
             if self.per_layer:
                 update, scaled = clip_per_layer({k: r.params[k] - start[k] for k in keys}, clip)
@@ -215,7 +222,7 @@ class PrivateAggregation(AroundAggregator):
             # local: an untrusted server gets no entry of its own that was not privatised; what it does not aggregate,
             # the client keeps (the global model's value stands in for it)
             sent = {**r.params, **{k: global_params[k] for k in r.params if k in global_params and k not in read}} if self.client_noise else r.params
-            model = {**sent, **{k: start[k] + share[k] * (n / denominator) for k in keys}}
+            model = {**sent, **still, **{k: start[k] + share[k] * (n / denominator) for k in keys}}
             private.append(replace(r, params=model))
         weights = torch.full((n,), 1.0 / n, dtype=torch.float64) if n else torch.ones(1, dtype=torch.float64)
         if not n:  # nobody reported: the noise alone, w + z / (qW) (f_c: z / (q W_min)), as the base's one model of weight 1

@@ -65,7 +65,8 @@ class FedPerOptions:
 
 
 def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_layers") -> list[str]:
-    """State-dict names (parameters and buffers) of the ``layers`` modules that own parameters ending at the declared head.
+    """State-dict names (parameters and persistent buffers: the run's state's) of the ``layers`` modules that own
+    parameters ending at the declared head.
 
     A model that declares no head: its last ``layers`` such modules (warned once per class). A head that leaves
     no body is a ConfigError on ``field``, the option that asked for ``layers``.
@@ -88,7 +89,8 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
     for name, module in owners[end - layers : end]:
         base = f"{name}." if name else ""
         keys.extend(base + n for n, _ in module.named_parameters(recurse=False))
-        keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None)
+        # not a persistent=False buffer: the run's state (model_state) holds none, so no upload has it
+        keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None and n not in module._non_persistent_buffers_set)
     return keys
 
 

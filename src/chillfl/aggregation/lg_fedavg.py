@@ -53,6 +53,7 @@ from chillfl.aggregation.fedper import head_keys
 from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.options import require
+from chillfl.training.local import persistent_buffers
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,10 @@ class LGFedAvgOptions:
 
 
 def representation_keys(model: nn.Module, global_layers: int = 1, field: str = "algorithm.global_layers") -> list[str]:
-    """State names (parameters and buffers) of everything but the ``global_layers`` parameterised modules ending at the head."""
+    """State names (parameters and persistent buffers: :func:`~chillfl.training.local.model_state`'s) of everything but
+    the ``global_layers`` parameterised modules ending at the head."""
     head = set(head_keys(model, global_layers, field))
-    names = [n for n, _ in model.named_parameters()] + [n for n, b in model.named_buffers() if b is not None]
+    names = [n for n, _ in model.named_parameters()] + [n for n, _ in persistent_buffers(model)]
     return [n for n in names if n not in head]
 
 

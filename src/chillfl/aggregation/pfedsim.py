@@ -124,6 +124,7 @@ from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, ins
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
+from chillfl.training.local import persistent_buffers
 
 if TYPE_CHECKING:
     from chillfl.config import RunConfig
@@ -345,7 +346,9 @@ def _build(options: PFedSimOptions, ctx: BuildContext) -> Built:
     rounds = None if ctx.rounds is None else warmup_rounds(options.warmup, ctx.rounds)
     if options.warmup > 1 and rounds is None:
         rounds = int(options.warmup)
-    return PFedSim(ctx.num_clients, list(ctx.model.state_dict()), head, weight_key or "", rounds, options), []
+    # the run's state's names (model_state): state_dict() repeats a tied tensor under every alias, which no upload has
+    keys = [n for n, _ in ctx.model.named_parameters()] + [n for n, _ in persistent_buffers(ctx.model)]
+    return PFedSim(ctx.num_clients, keys, head, weight_key or "", rounds, options), []
 
 
 def _check(options: PFedSimOptions, config: RunConfig, section: str) -> None:

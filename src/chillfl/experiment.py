@@ -54,7 +54,7 @@ from chillfl.temperature.registry import steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
-from chillfl.training.local import LocalSpec, model_state, reads_representation, resolve_compute
+from chillfl.training.local import LocalSpec, model_state, persistent_buffers, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
 from chillfl.training.terms import configured_terms
 
@@ -288,7 +288,8 @@ def build_initial_model(config: RunConfig, input_shape: Sequence[int], num_class
 
 def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str = "model") -> None:
     """One forward pass of two training inputs ``x`` through (a copy of) the model: it must give ``[2, classes]`` logits,
-    in eval mode, and in training mode logits that depend on its trainable parameters. ``field``: what a mismatch names
+    in eval mode, and in training mode logits that depend on its trainable parameters, leaving its ``persistent=False``
+    buffers as they were (the run's state holds none of them). ``field``: what a mismatch names
     (``model`` for a module passed from Python, ``model.name`` for a plugin's named in the config).
 
     Catches a mismatched model before the result folder exists, where a
@@ -309,6 +310,7 @@ def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str
     if out.shape[1] != classes:
         raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
     model.train()  # as the clients run it: a forward that fails only in training, or logits cut off from the weights, failed in round 1
+    constants = non_persistent_buffers(model)  # after the eval forward: a cache it filled once is the module's constant
     try:
         with torch.enable_grad(), forked_rng():  # enable_grad: whatever the caller's grad mode, as training runs
             out = model(x)
@@ -316,6 +318,25 @@ def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str
         raise ConfigError(field, f"{type(model).__qualname__} fails in training mode on a batch of inputs of shape {tuple(x.shape)}: {type(exc).__name__}: {exc}") from None
     if not (isinstance(out, torch.Tensor) and out.requires_grad):
         raise ConfigError(field, f"{type(model).__qualname__}'s logits in training mode do not depend on its trainable parameters (detached, or under torch.no_grad()): nothing can train")
+    after = non_persistent_buffers(model)
+    changed = [name for name in sorted(constants.keys() | after.keys()) if name not in constants or name not in after or not same_tensor(constants[name], after[name])]
+    if changed:
+        raise ConfigError(field, f"{type(model).__qualname__}'s forward in training mode changes its persistent=False buffer {changed[0]!r}: register it persistent=True "
+                                 "(the run keeps only persistent buffers as state: one left out would differ between executors and be lost on resume)")
+
+
+def non_persistent_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of the model's ``persistent=False`` buffers by name: the module's own, not in the run's state
+    (:func:`~chillfl.training.local.model_state`), so a forward that changes one runs differently on each executor's copy."""
+    kept = {n for n, _ in persistent_buffers(model)}
+    return {n: b.detach().clone() for n, b in model.named_buffers() if n not in kept}
+
+
+def same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Same shape, dtype and values (NaN equal to NaN: a buffer holding NaN did not change)."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return torch.equal(a, b) or (a.is_floating_point() and bool(((a == b) | (a.isnan() & b.isnan())).all()))
 
 
 def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None = None,

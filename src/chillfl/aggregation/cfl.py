@@ -67,7 +67,7 @@ from typing import Any, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Downlink, Params, check_state_keys, client_weights, load_params, weighted_average
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -146,6 +146,8 @@ class Cfl(AggregatorBase):
 
     def __init__(self, num_clients: int, param_keys: Sequence[str], options: CflOptions = CflOptions()) -> None:
         self.options = options
+        self.num_clients = num_clients
+        """The federation's clients, the size of :attr:`assignment` (a run's own, :func:`_bind`)."""
         self.param_keys = list(param_keys)
         self.models: list[Params] = []
         self.assignment = torch.zeros(num_clients, dtype=torch.int64)
@@ -212,6 +214,12 @@ class Cfl(AggregatorBase):
         self.assignment = assignment.to("cpu", torch.int64).clone()
 
 
+def _bind(aggregator: Cfl, ctx: BuildContext) -> None:
+    """An instance passed from Python sizes its assignment by its ``num_clients``: another than the run's is refused on
+    ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+
+
 SPEC = register_algorithm(
     "cfl",
     AlgorithmSpec(
@@ -220,5 +228,6 @@ SPEC = register_algorithm(
         "clustered FL by splitting on update similarity (Sattler et al. 2020)",
         capabilities=Capabilities(),
         makes=(Cfl,),
+        bind=_bind,
     ),
 )

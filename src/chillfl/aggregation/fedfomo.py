@@ -104,7 +104,7 @@ from chillfl.aggregation.base import (
 from chillfl.options import require
 from chillfl.training.local import LocalSpec, evaluate
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.seeds import derive_seed
 
@@ -265,7 +265,9 @@ class FedFomo(AggregatorBase):
         self.seed = seed
         self.param_keys = frozenset(param_keys)
         self.options = options
-        self.model = model if model is not None else nn.Identity()
+        self.model = model
+        """The architecture the clients weigh the models they are sent with (None: the run's model, which a run fills,
+        :func:`_bind`; its client half needs one)."""
         self.eval_batch_size = eval_batch_size
         self.models = ClientParams()
         self.affinity: dict[int, dict[int, float]] = {}
@@ -273,6 +275,8 @@ class FedFomo(AggregatorBase):
         in memory and in every checkpoint."""
 
     def client_half(self) -> ClientHalf:
+        if self.model is None:
+            raise ValueError("FedFomo's clients evaluate the models they are sent: it needs the run's model (FedFomo(..., model=...))")
         return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance, self.seed)
 
     def choose(self, client_id: int, round: int) -> list[int]:
@@ -335,6 +339,13 @@ def capabilities(options: FedFomoOptions) -> Capabilities:
     return replace(CAPABILITIES, cost=Cost(trainings=1 - options.val_ratio, epochs=(options.m + 1) * options.val_ratio * FORWARD))
 
 
+def _bind(aggregator: FedFomo, ctx: BuildContext) -> None:
+    """An instance passed from Python runs on the run's model, as the builder's does: its ``model`` the run's where None
+    (its clients evaluated on ``nn.Identity`` and failed in round 0)."""
+    if aggregator.model is None:
+        aggregator.model = ctx.model
+
+
 SPEC = register_algorithm(
     "fedfomo",
     AlgorithmSpec(
@@ -344,5 +355,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
         makes=(FedFomo,),
+        bind=_bind,
     ),
 )

@@ -77,7 +77,7 @@ from torch import nn
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Downlink, Params, check_state_keys, client_weights, load_params, weighted_average
 from chillfl.aggregation.ifca import fresh_model
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -125,6 +125,8 @@ class Fesem(AggregatorBase):
 
     def __init__(self, num_clients: int, param_keys: Sequence[str], model: nn.Module, seed: int, options: FesemOptions = FesemOptions()) -> None:
         self.options = options
+        self.num_clients = num_clients
+        """The federation's clients, the size of :attr:`assignment` (a run's own, :func:`_bind`)."""
         self.param_keys = list(param_keys)
         self.template = model
         self.seed = seed
@@ -205,6 +207,12 @@ class Fesem(AggregatorBase):
         self.assignment = assignment.to("cpu", torch.int64).clone()
 
 
+def _bind(aggregator: Fesem, ctx: BuildContext) -> None:
+    """An instance passed from Python sizes its assignment by its ``num_clients``: another than the run's is refused on
+    ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+
+
 SPEC = register_algorithm(
     "fesem",
     AlgorithmSpec(
@@ -213,5 +221,6 @@ SPEC = register_algorithm(
         "multi-center FL: K centres, each client's model assigned to the nearest by L2 distance, stochastic EM (Xie et al. 2023)",
         capabilities=Capabilities(),
         makes=(Fesem,),
+        bind=_bind,
     ),
 )

@@ -125,7 +125,7 @@ from chillfl.aggregation.base import (
     load_params,
     weighted_average,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -313,6 +313,8 @@ class Pacfl(AggregatorBase):
 
     def __init__(self, num_clients: int, options: PacflOptions = PacflOptions()) -> None:
         self.options = options
+        self.num_clients = num_clients
+        """The federation's clients, the size of :attr:`assignment` (a run's own, :func:`_bind`)."""
         self.models: list[Params] = []
         self.assignment = torch.full((num_clients,), -1, dtype=torch.int64)
         """Client id -> its cluster (-1: no signature yet)."""
@@ -431,6 +433,12 @@ def capabilities(options: PacflOptions) -> Capabilities:
     return replace(CAPABILITIES, cost=Cost(first_pair_flops=SVD_ALL, pair_server_steps=angles))
 
 
+def _bind(aggregator: Pacfl, ctx: BuildContext) -> None:
+    """An instance passed from Python sizes its assignment by its ``num_clients``: another than the run's is refused on
+    ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+
+
 SPEC = register_algorithm(
     "pacfl",
     AlgorithmSpec(
@@ -440,5 +448,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
         makes=(Pacfl,),
+        bind=_bind,
     ),
 )

@@ -122,7 +122,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_head, run_value
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
@@ -417,6 +417,12 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
     return PFedHN(options, ctx.num_clients, shapes, derive_seed(ctx.seed, "pfedhn-init"), dtype, head), []
 
 
+def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
+    """An instance passed from Python holds one embedding a client, ``num_clients`` of them: another count than the run's
+    is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
+    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+
+
 CAPABILITIES = Capabilities(
     not_a_base="pFedHN's server steps a hypernetwork and sends each client its own generated model; it averages no models",
     personal_model=True,
@@ -459,5 +465,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
         makes=(PFedHN,),
+        bind=_bind,
     ),
 )

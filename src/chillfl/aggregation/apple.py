@@ -381,11 +381,14 @@ def choose_downloads(
 class APPLE(AggregatorBase):
     """Keeps every client's latest core model and DR vector; sends each sampled client up to M core models."""
 
-    def __init__(self, num_clients: int, model: nn.Module, options: APPLEOptions = APPLEOptions(), client_sizes: Sequence[int] | None = None, rounds: int | None = None, seed: int = 0) -> None:
+    def __init__(self, num_clients: int, model: nn.Module, options: APPLEOptions = APPLEOptions(), client_sizes: Sequence[int] | None = None,
+                 rounds: int | None = None, seed: int | None = None) -> None:
         self.num_clients = num_clients
         self.model = model
         self.options = options
         self.seed = seed
+        """The run's seed, which draws the uniform and weighted download choices (None: the run's, which a run fills,
+        :func:`_bind`; 0 outside a run)."""
         self.client_sizes = None if client_sizes is None else tuple(client_sizes)
         self.rounds = rounds
         """The run's rounds (None: unknown, refused by the scheduler; a run fills them, :func:`_bind`)."""
@@ -420,7 +423,7 @@ class APPLE(AggregatorBase):
         never = {j for j in candidates if j not in got}
         relations = self.relations.get(client_id, self.start_relations())
         base = download_base(round, o.downloads or 0, self.num_clients, o.threshold, o.growth)
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, "apple", round, client_id))
+        generator = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "apple", round, client_id))
         return choose_downloads(candidates, never, relations, o.downloads, base, generator, o.selection)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
@@ -494,11 +497,13 @@ def build(options: APPLEOptions, ctx: BuildContext) -> Built:
 
 def _bind(aggregator: APPLE, ctx: BuildContext) -> None:
     """An instance passed from Python, bound as the builder builds one: its ``num_clients`` the run's (the banks and p_i's
-    size), and its ``rounds`` (the scheduler's L) and ``client_sizes`` (p^0) the run's where None; another value is
-    refused on ``aggregator.<argument>`` (without rounds it failed in round 0)."""
+    size), and its ``rounds`` (the scheduler's L), ``client_sizes`` (p^0) and ``seed`` (the download draws) the run's where
+    None; another value is refused on ``aggregator.<argument>`` (without rounds it failed in round 0; with seed 0 every
+    seed of a run drew the same downloads)."""
     run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     aggregator.client_sizes = run_value(aggregator.client_sizes, ctx.client_sizes, instance_field(ctx, "client_sizes"), "clients' training rows")
     aggregator.rounds = run_value(aggregator.rounds, ctx.rounds, instance_field(ctx, "rounds"), "federation.rounds")
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     if aggregator.rounds is not None:
         aggregator.decay_rounds = int(aggregator.options.schedule_share * aggregator.rounds)
 

@@ -255,9 +255,10 @@ class CCVRClient:
 class CCVR(AggregatorBase):
     """FedAvg's weighted mean; the head calibrated on virtual representations in the rounds ``every_round`` says."""
 
-    def __init__(self, model: nn.Module, options: CCVROptions = CCVROptions(), rounds: int | None = None, seed: int = 0,
+    def __init__(self, model: nn.Module, options: CCVROptions = CCVROptions(), rounds: int | None = None, seed: int | None = None,
                  eval_batch_size: int = 1024, head: str | None = None) -> None:
         """``rounds``: the run's, whose last is the calibration round when ``every_round`` is false (None: unknown, refused then);
+        ``seed``: the run's, which draws the virtual features (None: the run's, which a run fills, :func:`_bind`; 0 outside a run);
         ``head``: the classifier head's name where the builder looked it up (None: :func:`head_name`)."""
         self.model = model
         self.options = options
@@ -305,7 +306,7 @@ class CCVR(AggregatorBase):
     def calibrated(self, params: Params, results: Sequence[ClientResult], round: int) -> Params:
         """The head of ``params`` trained on virtual features drawn from the pooled statistics of ``results``."""
         pooled = pool_reports(results, self.num_classes)
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, "ccvr", round))
+        generator = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "ccvr", round))
         x, y = draw_virtual(pooled, self.options.virtual_per_class, generator)
         return calibrate_head(self.model.get_submodule(self.head), self.head, params, x, y, self.options, generator)
 
@@ -346,9 +347,11 @@ def build(options: CCVROptions, ctx: BuildContext) -> Built:
 
 
 def _bind(aggregator: CCVR, ctx: BuildContext) -> None:
-    """An instance passed from Python calibrates in the run's last round: its ``rounds`` the run's (None: filled), another
-    refused on ``aggregator.rounds`` (it never calibrated, or failed in round 0 without any)."""
+    """An instance passed from Python calibrates in the run's last round on features drawn from the run's seed: its
+    ``rounds`` and ``seed`` the run's (None: filled), another refused on ``aggregator.rounds`` (it never calibrated, or
+    failed in round 0 without any) or ``aggregator.seed`` (seed 0 drew every seed's virtual features alike)."""
     aggregator.rounds = run_value(aggregator.rounds, ctx.rounds, instance_field(ctx, "rounds"), "federation.rounds")
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
 
 
 def _check_model(options: CCVROptions, model: nn.Module) -> None:

@@ -104,7 +104,7 @@ from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
 from chillfl.training.schedule import SGD
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities, Cost
 
 
@@ -247,8 +247,9 @@ class FedALAClient:
 class FedALA(FedAvg):
     """FedAvg on the clients' models; ALA runs on the clients (:class:`FedALAClient`)."""
 
-    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions(), section: str = "algorithm", seed: int = 0) -> None:
-        """``seed``: the run's, which orders each client's rows for ALA's slices (:func:`client_order`)."""
+    def __init__(self, model: nn.Module, options: FedALAOptions = FedALAOptions(), section: str = "algorithm", seed: int | None = None) -> None:
+        """``seed``: the run's, which orders each client's rows for ALA's slices (:func:`client_order`; None: the run's,
+        which a run fills, :func:`_bind`; 0 outside a run)."""
         super().__init__()
         self.options = options
         self.seed = seed
@@ -259,7 +260,7 @@ class FedALA(FedAvg):
         self.param_keys = frozenset(n for n, _ in model.named_parameters())
 
     def client_half(self) -> ClientHalf:
-        return FedALAClient(self.higher, self.param_keys, self.options, self.seed)
+        return FedALAClient(self.higher, self.param_keys, self.options, 0 if self.seed is None else self.seed)
 
 
 CAPABILITIES = Capabilities(
@@ -283,6 +284,12 @@ def cost(options: FedALAOptions) -> Cost:
     return Cost(epochs=share, first_epochs=options.num_pre_loss * share)
 
 
+def _bind(aggregator: FedALA, ctx: BuildContext) -> None:
+    """An instance passed from Python orders its clients' rows by the run's seed, as the builder's does: its ``seed`` the
+    run's (None: filled), another refused on ``aggregator.seed`` (seed 0 cut every seed's slices alike)."""
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+
+
 SPEC = register_algorithm(
     "fedala",
     AlgorithmSpec(
@@ -292,5 +299,6 @@ SPEC = register_algorithm(
         capabilities=replace(CAPABILITIES, cost=cost(FedALAOptions())),
         capabilities_of=lambda o: replace(CAPABILITIES, cost=cost(o)),
         makes=(FedALA,),
+        bind=_bind,
     ),
 )

@@ -113,7 +113,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, instance_field, register_algorithm, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.global_rng import forked_rng
 from chillfl.models.parts import head_name, head_size
@@ -425,18 +425,20 @@ class FedCPClient:
 class FedCP(FedAvg):
     """FedAvg of the uploaded body and head; FedAvg of the CPNs the clients report; every personal head is its client's."""
 
-    def __init__(self, model: nn.Module, options: FedCPOptions = FedCPOptions(), seed: int = 0) -> None:
+    def __init__(self, model: nn.Module, options: FedCPOptions = FedCPOptions(), seed: int | None = None) -> None:
+        """``seed``: the run's, which draws the CPN's start (None: the run's, which a run fills, :func:`_bind`; 0 outside a run)."""
         super().__init__(options.weighting)
         self.options = options
+        self.seed = seed
         self.head = head_name(model)
-        d = head_size(model).features
-        dtype = cast(torch.Tensor, model.get_submodule(self.head).weight).dtype
-        with forked_rng(derive_seed(seed, "fedcp", "cpn")):  # PyTorch's default initialisation, from the run's own stream
-            network = policy_network(d).to(dtype)
-            training = FedCPModel(model, self.head, options, reference=options.lam > 0)  # their CPNs' values are never read
-            own = FedCPModel(model, self.head, options, reference=False)
-        self.cpn: Params = {k: v.detach().clone() for k, v in network.state_dict().items()}
+        self.features = head_size(model).features
+        self.dtype = cast(torch.Tensor, model.get_submodule(self.head).weight).dtype
+        drawn = 0 if seed is None else seed
+        self.cpn: Params = initial_cpn(self.features, self.dtype, drawn)
         """Theta, the server's CPN."""
+        with forked_rng(derive_seed(drawn, "fedcp", "templates")):  # their CPNs' values are never read: drawn off the global stream
+            training = FedCPModel(model, self.head, options, reference=options.lam > 0)
+            own = FedCPModel(model, self.head, options, reference=False)
         self.client = FedCPClient(self.head, options, training, own)
 
     def client_half(self) -> ClientHalf:
@@ -467,6 +469,23 @@ class FedCP(FedAvg):
         self.cpn = {k: v.detach().clone() for k, v in state["cpn"].items()}
 
 
+def initial_cpn(features: int, dtype: torch.dtype, seed: int) -> Params:
+    """The CPN's start for a head of ``features`` inputs: PyTorch's default initialisation, from the run's own stream
+    ``derive_seed(seed, "fedcp", "cpn")``."""
+    with forked_rng(derive_seed(seed, "fedcp", "cpn")):
+        network = policy_network(features).to(dtype)
+    return {k: v.detach().clone() for k, v in network.state_dict().items()}
+
+
+def _bind(aggregator: FedCP, ctx: BuildContext) -> None:
+    """An instance passed from Python starts its CPN from the run's seed, as the builder's does: its ``seed`` the run's
+    (None: filled, the CPN drawn again from it), another refused on ``aggregator.seed`` (seed 0 started every seed's alike)."""
+    seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+    if aggregator.seed is None:
+        aggregator.cpn = initial_cpn(aggregator.features, aggregator.dtype, seed)
+    aggregator.seed = seed
+
+
 SPEC: AlgorithmSpec = register_algorithm(
     "fedcp",
     AlgorithmSpec(
@@ -484,5 +503,6 @@ SPEC: AlgorithmSpec = register_algorithm(
         ),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
         makes=(FedCP,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

@@ -104,7 +104,7 @@ from chillfl.aggregation.base import (
 from chillfl.options import require
 from chillfl.training.local import LocalSpec, evaluate
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.seeds import derive_seed
 
@@ -260,9 +260,11 @@ class FedFomo(AggregatorBase):
     """Keeps every client's latest model and the affinities P; sends each client its M best-rated models."""
 
     def __init__(self, num_clients: int, param_keys: Collection[str], options: FedFomoOptions = FedFomoOptions(), model: nn.Module | None = None,
-                 eval_batch_size: int = 1024, seed: int = 0) -> None:
+                 eval_batch_size: int = 1024, seed: int | None = None) -> None:
         self.num_clients = num_clients
         self.seed = seed
+        """The run's seed, which draws the epsilon-greedy choices and the clients' validation rows (None: the run's, which
+        a run fills, :func:`_bind`; 0 outside a run)."""
         self.param_keys = frozenset(param_keys)
         self.options = options
         self.model = model
@@ -277,7 +279,8 @@ class FedFomo(AggregatorBase):
     def client_half(self) -> ClientHalf:
         if self.model is None:
             raise ValueError("FedFomo's clients evaluate the models they are sent: it needs the run's model (FedFomo(..., model=...))")
-        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance, self.seed)
+        return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance,
+                             0 if self.seed is None else self.seed)
 
     def choose(self, client_id: int, round: int) -> list[int]:
         """The clients whose models ``client_id`` is sent: the m best-rated held ones, or the epsilon-greedy choice."""
@@ -286,7 +289,7 @@ class FedFomo(AggregatorBase):
         epsilon = max(o.epsilon - round * o.epsilon_decay, 0.0)
         if epsilon <= 0:
             return ranked(self.affinity.get(client_id, {}), candidates, o.m)
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, "fedfomo", round, client_id))
+        generator = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "fedfomo", round, client_id))
         return epsilon_greedy(self.affinity.get(client_id, {}), candidates, o.m, epsilon, generator)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
@@ -340,10 +343,12 @@ def capabilities(options: FedFomoOptions) -> Capabilities:
 
 
 def _bind(aggregator: FedFomo, ctx: BuildContext) -> None:
-    """An instance passed from Python runs on the run's model, as the builder's does: its ``model`` the run's where None
-    (its clients evaluated on ``nn.Identity`` and failed in round 0)."""
+    """An instance passed from Python runs on the run's model and seed, as the builder's does: its ``model`` the run's
+    where None (its clients evaluated on ``nn.Identity`` and failed in round 0), its ``seed`` the run's (None: filled),
+    another refused on ``aggregator.seed`` (seed 0 drew every seed's choices and validation rows alike)."""
     if aggregator.model is None:
         aggregator.model = ctx.model
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
 
 
 SPEC = register_algorithm(

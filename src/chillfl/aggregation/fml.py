@@ -107,7 +107,7 @@ from chillfl.aggregation.base import (
     with_prefix,
 )
 from chillfl.aggregation.ifca import fresh_model
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
@@ -254,19 +254,27 @@ class FMLClient:
 class FML(FedAvg):
     """FedAvg on the meme models; every local model is its client's own (:class:`FMLClient`)."""
 
-    def __init__(self, model: nn.Module, options: FMLOptions = FMLOptions(), seed: int = 0) -> None:
+    def __init__(self, model: nn.Module, options: FMLOptions = FMLOptions(), seed: int | None = None) -> None:
         super().__init__(options.weighting)
         self.model = model
         self.options = options
         self.seed = seed
+        """The run's seed, which draws each client's independent local model (None: the run's, which a run fills,
+        :func:`_bind`; 0 outside a run)."""
 
     def client_half(self) -> ClientHalf:
-        return FMLClient(self.model, self.options, self.seed)
+        return FMLClient(self.model, self.options, 0 if self.seed is None else self.seed)
 
 
 def local_seed(seed: int, client_id: int) -> int:
     """The seed of client ``client_id``'s independent local model in a run of seed ``seed``."""
     return derive_seed(seed, "fml-local", client_id)
+
+
+def _bind(aggregator: FML, ctx: BuildContext) -> None:
+    """An instance passed from Python draws its clients' independent local models from the run's seed, as the builder's
+    does: its ``seed`` the run's (None: filled), another refused on ``aggregator.seed`` (seed 0 drew every seed's alike)."""
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
 
 
 SPEC = register_algorithm(
@@ -286,5 +294,6 @@ SPEC = register_algorithm(
             cost=Cost(step_passes=2.0),  # each step trains the meme and the local model on the batch: two forward + backward passes
         ),
         makes=(FML,),
+        bind=_bind,
     ),
 )

@@ -115,6 +115,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, after_average, instance_field, register_algorithm, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
+from chillfl.errors import ConfigError
 from chillfl.global_rng import forked_rng
 from chillfl.models.parts import head_name, head_size
 from chillfl.options import require
@@ -228,7 +229,9 @@ class PolicyHead(nn.Module):
     """The head the run's model is given in :class:`FedCPModel`: W^hp (its own ``weight`` and ``bias``), the global head
     and the CPN; its input is h, its output W^hp (h ⊙ s) + b^hp + W^hg (h ⊙ r).
 
-    Buffers: ``condition`` (v_i), ``seed`` and ``step`` (the noise's key and counter: the step counts up in training).
+    Buffers: ``condition`` (v_i), ``seed`` and ``step`` (the noise's key and counter: the step counts up in training),
+    and a copy of each ``persistent=False`` buffer of the head it replaces (a temperature the model's forward reads as
+    ``self.head.temp``: the run's state holds none of them, so it stays the module's own, as on the head).
     ``share`` passes r through, so that a term can capture it.
     """
 
@@ -249,6 +252,13 @@ class PolicyHead(nn.Module):
         self.register_buffer("condition", torch.zeros(weight.shape[1], dtype=weight.dtype))
         self.register_buffer("seed", torch.zeros((), dtype=torch.int64))
         self.register_buffer("step", torch.zeros((), dtype=torch.int64))
+        for name, buffer in head.named_buffers(recurse=False):
+            if name not in head._non_persistent_buffers_set:
+                continue
+            if hasattr(self, name):
+                raise ConfigError("model.name", f"FedCP replaces the classifier head by a policy head whose own {name!r} is not the head's "
+                                                f"persistent=False buffer {name!r}: rename that buffer")
+            self.register_buffer(name, buffer.detach().clone(), persistent=False)
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         logits = self.cpn(h * F.normalize(self.condition, dim=0))

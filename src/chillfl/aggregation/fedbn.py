@@ -58,10 +58,11 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.models.parts import SwitchesBatchNorm
+from chillfl.training.local import model_state
 
 
 @dataclass(frozen=True)
@@ -162,9 +163,9 @@ class FedBN(AggregatorBase):
         check_state_keys(state, (), "FedBN")
 
 
-def _check_model(options: FedBNOptions, model: nn.Module) -> None:
-    """A model without batch norm is refused, since FedBN would silently be FedAvg: by config and for an instance passed
-    from Python alike (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.check_model`; ``FedBN([])`` ran as FedAvg)."""
+def _check_model(model: nn.Module) -> None:
+    """A model without batch norm is refused for the config's method, whose keys are its batch-norm entries: FedBN would
+    silently be FedAvg."""
     if not batchnorm_keys(model):
         setting = model.batch_norm_setting() if isinstance(model, SwitchesBatchNorm) else None
         if setting is not None:  # the model at hand has an option for it: name that one
@@ -180,7 +181,24 @@ def _check_model(options: FedBNOptions, model: nn.Module) -> None:
 
 def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
     """FedBN over the model's batch-norm entries (a model without any is refused first, :func:`_check_model`)."""
+    _check_model(ctx.model)
     return FedBN(batchnorm_keys(ctx.model), options), []
+
+
+def _bind(aggregator: FedBN, ctx: BuildContext) -> None:
+    """An instance passed from Python keeps local the entries it was given, batch norm or not (``FedBN(["head.weight",
+    "head.bias"])`` is a personal head), so its keys are checked, not the model: none (``FedBN([])``: plain FedAvg; on a
+    model without batch norm, refused as the config's method is) or only names the model's state lacks (the same) are
+    refused on ``aggregator.bn_keys``."""
+    if not aggregator.bn_keys:
+        _check_model(ctx.model)  # the config's refusal where the model has no batch norm (what FedBN([]) was likely meant for)
+        raise ConfigError(instance_field(ctx, "bn_keys"), "is empty, so FedBN would keep nothing local and run as plain FedAvg: "
+                                                          "pass the model's batch-norm entries (chillfl.aggregation.fedbn.batchnorm_keys(model))")
+    if aggregator.bn_keys.isdisjoint(model_state(ctx.model)):
+        named = sorted(aggregator.bn_keys)
+        raise ConfigError(instance_field(ctx, "bn_keys"), f"names no entry of the model's state (its parameters and persistent buffers), so FedBN "
+                                                          f"would keep nothing local and run as plain FedAvg; got {', '.join(map(repr, named[:3]))}"
+                                                          f"{' and more' if len(named) > 3 else ''}")
 
 
 SPEC = register_algorithm(
@@ -191,6 +209,6 @@ SPEC = register_algorithm(
         "local batch norm (Li et al. 2021)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
         makes=(FedBN,),
-        check_model=_check_model,
+        bind=_bind,
     ),
 )

@@ -30,7 +30,8 @@ Each client runs :class:`PA3FedClient` (``PA3Fed.client_half()``, options
 only) after its local training; it computes ``score`` and ``grad_norm`` from
 the trained local model on the client's training data and ``alpha`` from its
 own previous score, i.e. the client side of Algorithm 1, lines 7-10 (these
-three floats are the only extra upload).
+three floats are the only extra upload, plus Eq. 10's exponent ``log_alpha``
+in a round where the client's alpha underflows to 0 or overflows to inf).
 
 Choices
 -------
@@ -75,6 +76,7 @@ Choices
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Literal, Mapping, Protocol, Sequence, runtime_checkable
 
@@ -153,12 +155,42 @@ class PA3FedOptions:
         require(1 <= self.eval_batch_size <= 2**31 - 1, f"{section}.eval_batch_size", f"must be in [1, 2147483647] (a C int in torch), got {self.eval_batch_size}")
 
 
-def stability_coefficient(previous_score: float | None, score: float, beta: float, *, signed: bool = False) -> float:
-    """Eq. 10: exp(-beta * |s^{t-sigma} - s^t|) (or the signed difference); 1 without a previous score."""
+def stability_exponent(previous_score: float | None, score: float, beta: float, *, signed: bool = False) -> float:
+    """Eq. 10's exponent, log alpha = -beta * |s^{t-sigma} - s^t| (or the signed difference); 0 without a previous score."""
     if previous_score is None:
-        return 1.0
+        return 0.0
     diff = previous_score - score
-    return math.exp(-beta * (diff if signed else abs(diff)))
+    return -beta * (diff if signed else abs(diff))
+
+
+def stability_coefficient(previous_score: float | None, score: float, beta: float, *, signed: bool = False) -> float:
+    """Eq. 10: exp(-beta * |s^{t-sigma} - s^t|) (or the signed difference); 1 without a previous score.
+
+    inf where the signed exponent passes 709 (math.exp raised OverflowError there): the weights then come from
+    the exponent itself (:func:`alpha_weights`)."""
+    try:
+        return math.exp(stability_exponent(previous_score, score, beta, signed=signed))
+    except OverflowError:
+        return math.inf
+
+
+def alpha_weights(base_weights: torch.Tensor, alphas: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+    """Alg. 1 line 20's m_i alpha_i / sum_j m_j alpha_j, defined whatever the alphas' magnitudes.
+
+    The plain product where its sum is positive and finite (bitwise the paper's formula); else a softmax of
+    log m_i + log alpha_i over ``exponents`` (Eq. 10's, :func:`stability_exponent`). Why: a large beta or score
+    change underflowed every alpha to 0 (or overflowed one to inf), and 0/0 made a NaN global model reported as
+    "diverged". ConfigError on ``algorithm.beta`` when even the exponents are all -inf (beta * |change| overflows).
+    """
+    w = base_weights * alphas
+    total = w.sum()
+    if bool(total > 0) and bool(torch.isfinite(total)):
+        return w / total
+    logits = base_weights.log() + exponents
+    top = logits.max()
+    if not bool(torch.isfinite(top)):
+        raise ConfigError("algorithm.beta", f"PA3Fed's Eq. 10 exponents -beta * |score change| are {exponents.tolist()}: no client keeps a finite weight; lower algorithm.beta")
+    return torch.softmax(logits, 0)
 
 
 def weight_shift(base_weights: torch.Tensor, weights: torch.Tensor) -> float:
@@ -275,6 +307,9 @@ def _with_weights(base: Aggregator) -> WeightedAggregator:
 SCORE = "pa3fed.score"
 """Where the client's score at its previous participation, s_i^{t-sigma}, lives in its state."""
 
+LOG_ALPHA = "log_alpha"
+"""The report key of Eq. 10's exponent, sent only when the client's alpha is 0, subnormal or inf (4th extra float)."""
+
 
 @dataclass(frozen=True)
 class PA3FedClient:
@@ -306,7 +341,11 @@ class PA3FedClient:
         score = client_score(forward, trained.x, trained.y, batch_size=o.eval_batch_size)
         norm = gradient_norm(loss_fn, params, trained.x, trained.y, per_sample=o.grad_norm == "per_sample", batch_size=o.eval_batch_size)
         new_state, alpha = self.remember(state, score)
-        return new_state, {"score": score, "grad_norm": norm, "alpha": alpha}
+        report: dict[str, Wire] = {"score": score, "grad_norm": norm, "alpha": alpha}
+        if not sys.float_info.min <= alpha < math.inf:  # 0, subnormal or inf: alpha lost its exponent, sent as well (alpha_weights)
+            previous = float(state[SCORE]) if SCORE in state else None
+            report[LOG_ALPHA] = stability_exponent(previous, score, self.options.beta, signed=self.options.signed)
+        return new_state, report
 
     def remember(self, state: ClientState, score: float) -> tuple[ClientState, float]:
         """Eq. 10 against the score the client kept from its previous participation; the new score replaces it."""
@@ -393,8 +432,7 @@ class PA3Fed(AroundAggregator):
         if len(alphas) == len(results):
             base_w = self.base.default_weights(results).to(torch.float64)
             a = torch.tensor([alphas[r.client_id] for r in results], dtype=torch.float64)
-            w = base_w * a
-            w = w / w.sum()
+            w = alpha_weights(base_w, a, torch.tensor([_exponent(r, alphas[r.client_id]) for r in results], dtype=torch.float64))
             shift = weight_shift(base_w / base_w.sum(), w)
         if adapt:
             out = self.base.aggregate(global_params, results, round, weights=w)
@@ -423,6 +461,13 @@ class PA3Fed(AroundAggregator):
         fgn = state["previous_fgn"]
         self.previous_fgn = None if fgn is None else float(fgn)
         self._metrics = {}
+
+
+def _exponent(r: ClientResult, alpha: float) -> float:
+    """log alpha_i: the client's own exponent where it sent one (its alpha was 0, subnormal or inf), else log(alpha)."""
+    if LOG_ALPHA in r.report:
+        return _number(r.report[LOG_ALPHA], LOG_ALPHA, r.client_id)
+    return math.log(alpha) if alpha > 0 else -math.inf
 
 
 def _number(value: Wire, key: str, client_id: int) -> float:

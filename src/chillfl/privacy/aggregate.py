@@ -73,6 +73,7 @@ import torch
 
 from chillfl.aggregation.base import AroundAggregator, ClientHalf, ClientResult, Downlink, Params, SentStarts, aggregated_keys, check_state_keys
 from chillfl.engine.record import Json
+from chillfl.errors import Diverged
 from chillfl.clipping import clip_per_layer, clip_update, float_keys, gaussian_like
 from chillfl.seeds import derive_seed
 
@@ -106,15 +107,35 @@ class AdaptiveClip:
     count_noise: float
     clamp: bool = False
 
-    def next_clip(self, clip: float, fraction: float) -> float:
-        """C_{t+1} = C_t exp(-eta (b - gamma)) from the noised fraction b (clamped to [0, 1] under ``clamp``)."""
+    def next_clip(self, clip: float, fraction: float, round: int | None = None) -> float:
+        """C_{t+1} = C_t exp(-eta (b - gamma)) from the noised fraction b (clamped to [0, 1] under ``clamp``).
+
+        ``round`` (0-based) given: a C_{t+1} of 0 or inf stops the run (:class:`Diverged` naming ``privacy.clip_lr``). Why: a
+        large eta overflowed ``math.exp`` (a traceback), sent C to 0 (every later round averaged zero updates, silently) or
+        to inf (an inf noise reported as a diverged model)."""
         if self.clamp:
             fraction = min(max(fraction, 0.0), 1.0)
-        return clip * math.exp(-self.lr * (fraction - self.quantile))
+        step = -self.lr * (fraction - self.quantile)
+        try:
+            new = clip * math.exp(step)
+        except OverflowError:  # exp(step) alone past 1.8e308: C_t e^step may still be finite
+            new = _exp(math.log(clip) + step) if clip > 0 else 0.0
+        if round is not None and not 0 < new < math.inf:
+            raise Diverged(round + 1, f"the adaptive clip norm went from {clip:.3g} to {new:.3g} (C_t * exp(-clip_lr * ({fraction:.3g} - "
+                                      f"target_quantile {self.quantile:g})) with clip_lr {self.lr:g}); lower privacy.clip_lr")
+        return new
 
     def update_noise(self, sigma: float) -> float:
         """sigma_u = (sigma^-2 - (2 sigma_b)^-2)^(-1/2): the updates' share of the budget."""
         return float((sigma**-2 - (2 * self.count_noise) ** -2) ** -0.5)
+
+
+def _exp(x: float) -> float:
+    """e^x, inf past float64's range (``math.exp`` raises there)."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 NOBODY = -1
@@ -233,7 +254,7 @@ class PrivateAggregation(AroundAggregator):
             gen = torch.Generator().manual_seed(derive_seed(self.seed, "privacy", "count", round))
             centred = (n - clipped) - n / 2  # sum_i (b_i - 1/2): sensitivity 1/2 per client, hence the 2 sigma_b below
             below = (centred + float(torch.randn((), generator=gen, dtype=torch.float64)) * self.adaptive.count_noise) / self.expected + 0.5
-            self.clip_norm = self.adaptive.next_clip(clip, below)
+            self.clip_norm = self.adaptive.next_clip(clip, below, round)
             self._metrics["clip_norm"] = clip
         new = self.base.aggregate(global_params, private, round, weights=weights)
         clamped = {k: new[k].clamp(min=0) for k in self.nonnegative if k in new and new[k].is_floating_point()}

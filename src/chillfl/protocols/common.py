@@ -270,10 +270,18 @@ def local_evaluation_job(client_id: int, model: nn.Module, state: Mapping[str, t
     return PredictJob(client_id, model, state, data.x_eval, "evaluate", data.y_eval, batch_size)
 
 
+SERVER_STEP_HINT = ("if an earlier round warned that the global model's test loss is not finite, the server's step blew the model up: "
+                    "lower algorithm.server_lr or the aggregator's own options")
+"""The hint of a non-finite client loss after round 1. Why: a server step (FedAdam's ``server_lr = 1e30``) can leave the
+weights huge but finite, which no state check stops; the next round's clients then see a NaN loss, and "lower client.lr"
+alone sent the user to the wrong option. Round 1 trains from the initial model, before any server step."""
+
+
 def check_finite_loss(round: int, client_id: int, name: str, value: float | None) -> None:
-    """Stop the run at the first non-finite training loss (``client.lr`` too high, usually)."""
+    """Stop the run at the first non-finite training loss (``client.lr`` too high, usually; after round 1, maybe the server's step)."""
     if value is not None and not math.isfinite(value):
-        raise Diverged(round + 1, f"{name} is {value} (lower client.lr?)", client_id)
+        hint = "lower client.lr?" if round == 0 else f"lower client.lr? Or, {SERVER_STEP_HINT}"
+        raise Diverged(round + 1, f"{name} is {value} ({hint})", client_id)
 
 
 def check_aggregated(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], aggregator: object) -> None:

@@ -286,16 +286,28 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, list) else [value]
 
 
+def _final_accuracy(records: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The last record that measured the global accuracy (NaN included: measured, and its logits overflowed); None: none did."""
+    return next((record for record in reversed(records) if record.get("global_acc") is not None), None)
+
+
 def ends_with_nonfinite_loss(records: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the last round that measured the global accuracy has a non-finite global test loss (``null`` in
-    ``metrics.jsonl``): the weights stayed finite, so the run finished and counts, but its predictions overflow."""
-    for record in reversed(records):
-        if record.get("global_acc") is not None:
-            if "global_loss" not in record:  # a run that records no global loss: nothing to say
-                return False
-            loss = record["global_loss"]
-            return loss is None or not math.isfinite(loss)
-    return False
+    """Whether the last round that measured the global accuracy has a finite accuracy but a non-finite global test loss
+    (``null`` in ``metrics.jsonl``): the weights stayed finite, so the run finished and counts, but its loss overflows.
+    A non-finite accuracy is :func:`ends_with_nonfinite_accuracy`'s: that accuracy does not count (the table shows "-")."""
+    record = _final_accuracy(records)
+    if record is None or "global_loss" not in record or not math.isfinite(record["global_acc"]):  # no global loss recorded: nothing to say
+        return False
+    loss = record["global_loss"]
+    return loss is None or not math.isfinite(loss)
+
+
+def ends_with_nonfinite_accuracy(records: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the last round that measured the global accuracy measured a non-finite one (its logits are not finite,
+    though its weights are: not diverged). Why apart from :func:`ends_with_nonfinite_loss`: that caveat says the
+    accuracy counts, and such a run's accuracy is NaN, left out of the table ("-")."""
+    record = _final_accuracy(records)
+    return record is not None and not math.isfinite(record["global_acc"])
 
 
 def nonfinite_loss_caveat(runs: Sequence[str]) -> str | None:
@@ -307,6 +319,16 @@ def nonfinite_loss_caveat(runs: Sequence[str]) -> str | None:
     count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
     return (f"loss caveat: {count} finished with a non-finite final global test loss (weights finite, so not diverged; "
             f"their accuracy and validation scores count, the loss column leaves them out): {', '.join(runs)}.")
+
+
+def nonfinite_accuracy_caveat(runs: Sequence[str]) -> str | None:
+    """One line naming the finished runs whose final global accuracy is itself non-finite (:func:`ends_with_nonfinite_accuracy`);
+    None when there are none: the table's "-" in their accuracy and loss columns is said, not left unexplained."""
+    if not runs:
+        return None
+    count = f"{len(runs)} run{'s' if len(runs) != 1 else ''}"
+    return (f"logits caveat: {count} finished with non-finite logits on the test set (weights finite, so not diverged; "
+            f"their final accuracy and loss are not numbers, left out of the accuracy and loss columns): {', '.join(runs)}.")
 
 
 LOCAL_MIX_TOLERANCE = 0.2

@@ -180,7 +180,7 @@ def alpha_weights(base_weights: torch.Tensor, alphas: torch.Tensor, exponents: t
     The plain product where its sum is positive and finite (bitwise the paper's formula); else a softmax of
     log m_i + log alpha_i over ``exponents`` (Eq. 10's, :func:`stability_exponent`). Why: a large beta or score
     change underflowed every alpha to 0 (or overflowed one to inf), and 0/0 made a NaN global model reported as
-    "diverged". ConfigError on ``algorithm.beta`` when even the exponents are all -inf (beta * |change| overflows).
+    "diverged". ConfigError on ``algorithm.beta`` when even the exponents overflow (beta * change past float64's range).
     """
     w = base_weights * alphas
     total = w.sum()
@@ -189,7 +189,8 @@ def alpha_weights(base_weights: torch.Tensor, alphas: torch.Tensor, exponents: t
     logits = base_weights.log() + exponents
     top = logits.max()
     if not bool(torch.isfinite(top)):
-        raise ConfigError("algorithm.beta", f"PA3Fed's Eq. 10 exponents -beta * |score change| are {exponents.tolist()}: no client keeps a finite weight; lower algorithm.beta")
+        raise ConfigError("algorithm.beta", f"PA3Fed's weights are not defined (the largest log m_i + Eq. 10's exponent -beta * score change is {float(top)}: "
+                                            "beta * score change is past float64's range); lower algorithm.beta")
     return torch.softmax(logits, 0)
 
 

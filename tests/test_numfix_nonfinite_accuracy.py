@@ -34,3 +34,21 @@ def test_the_accuracy_caveat_names_the_runs_and_does_not_say_they_count() -> Non
     line = nonfinite_accuracy_caveat(["blown-s0", "blown-s1"]) or ""
     assert line.startswith("logits caveat: 2 runs finished with non-finite logits") and line.endswith(": blown-s0, blown-s1.")
     assert "count" not in line and "\n" not in line
+
+
+def test_a_comparison_names_a_run_with_nonfinite_logits_on_its_own_line(tmp_path) -> None:
+    """End to end: FedAdam at ``server_lr = 1e30`` finishes with finite weights and NaN logits; the comparison's table says so on
+    the logits caveat's line, and the loss caveat, which says accuracy counts, does not name it."""
+    from test_caveats import TINY
+
+    from chillfl.config import load_config
+    from chillfl.sweeps.plan import CompareOptions
+    from chillfl.sweeps.run import run_compare
+
+    path = tmp_path / "t.toml"
+    path.write_text('name = "t"\n[algorithm]\nname = "fedadam"\n[variants."ok"]\n"algorithm.server_lr" = 0.01\n'
+                    '[variants."blown"]\n"algorithm.server_lr" = 1e30\n')
+    config = load_config(path, {**TINY, "federation.rounds": 1, "out_dir": str(tmp_path / "out")})
+    result = run_compare(config, [], progress=False, write=False, options=CompareOptions(seeds=[0]))
+    assert "\n\nlogits caveat: 1 run finished with non-finite logits" in result.table and result.table.rstrip().endswith(": blown.")
+    assert "loss caveat" not in result.table

@@ -42,8 +42,8 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat, local_mix_warning, nonfinite_loss_caveat,
-                                    other_test_rows_caveat, steering_caveat, step_size_caveat)
+from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_accuracy, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat,
+                                    local_mix_warning, nonfinite_accuracy_caveat, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat)
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.run_names import BYTES_FIGURE, COMPARISON_CONFIG, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE, TABLE_JSON, TABLE_MD
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
@@ -464,9 +464,10 @@ class Tables:
     outputs: dict[str, RunOutput]
 
 
-def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = (), policy: TemperaturePolicy | None = None) -> Tables:
+def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = (), policy: TemperaturePolicy | None = None, nonfinite_acc: Sequence[str] = ()) -> Tables:
     """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the caveats below either.
     ``nonfinite``: the finished runs whose final global loss is non-finite (:func:`nonfinite_runs`), named below it;
+    ``nonfinite_acc``: those whose final global accuracy is (NaN logits), named on a line of their own;
     ``policy``: a temperature policy passed from Python, asked whether it steers by accuracy (the steering caveat)."""
     ref, base, seeds = plan.reference, plan.baseline, plan.seeds
     if plan.multi:
@@ -487,7 +488,7 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     controlled = [c for v, c in zip(plan.variants, configs) if controls and gets_controls(v, c)]
     points = {v.label: len(plan.points_of(v)) for v in plan.variants}  # a tuned private variant's selection is not in its epsilon
     for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),
-                   other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), epsilon_caveat(labelled, points), steering_caveat(labelled, policy)):
+                   other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), nonfinite_accuracy_caveat(nonfinite_acc), epsilon_caveat(labelled, points), steering_caveat(labelled, policy)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)
@@ -505,9 +506,9 @@ def chosen_points(plan: Plan, picked: Picked) -> list[tuple[str, Point, dict[str
     return out
 
 
-def nonfinite_runs(plan: Plan, sweep: Sweep) -> list[str]:
-    """Every finished run (any tuning point, picked or not) whose last global loss is non-finite, by name, in run order."""
-    return [c.config.name for c in plan.cells if (out := sweep.results.get(c.key)) is not None and ends_with_nonfinite_loss(out.records)]
+def nonfinite_runs(plan: Plan, sweep: Sweep, ends: Callable[[Sequence[Mapping[str, Any]]], bool] = ends_with_nonfinite_loss) -> list[str]:
+    """Every finished run (any tuning point, picked or not) whose last global loss (``ends``: accuracy) is non-finite, by name, in run order."""
+    return [c.config.name for c in plan.cells if (out := sweep.results.get(c.key)) is not None and ends(out.records)]
 
 
 def one_seed_warning(seed: int) -> str:
@@ -746,7 +747,8 @@ def run_plan(
         with named_if_stopped(where):
             refuse_all_failed(plan, sweep, where)
             picked = pick_tuned(plan, sweep)
-            tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None)
+            tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None,
+                              nonfinite_runs(plan, sweep, ends_with_nonfinite_accuracy))
             warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
             for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
                 log.warning(warning)

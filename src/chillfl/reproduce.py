@@ -114,7 +114,7 @@ class Claim:
 EXCESS = 3.0
 """A measured effect beyond this many times the paper's is not "reproduces": at CPU scale a gain of 18x the paper's
 is far likelier a mistuned baseline step size than the paper's effect. Below 1/EXCESS of it, it is not "reproduces"
-either (:data:`SMALLER`): +0.8 points with an interval above 0 is no reproduction of "up to +8.35"."""
+either (:data:`SMALLER`): +0.8 points with an interval above 0 is no reproduction of Table 1's +9.16."""
 ARTEFACT = "likely a step-size artefact"
 NO_ROUNDS_VERDICT = "no verdict (eval.every > 1)"
 """The rounds part where the runs were not evaluated every round: their rounds to target are quantised to the
@@ -131,9 +131,11 @@ CLAIMS: tuple[Claim, ...] = (
           "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), overrides={"client.lr": 0.01}, paper_points=3.37, paper_speedup=6.0),
     Claim("flexchill", "the gain of T < 1 holds when each T has its own lr (tuned on validation; not in the paper)",
           "demo", "T=0.05", "T=1", grid=("temperature=1,0.05",), tune={"client.lr": LR_GRID}),
-    Claim("fedchill", "FedChill beats FedAvg (abstract: up to +8.35 points global accuracy), each at its own tuned lr",
+    # Table 1's FedChill - FedAvg, not the abstract's "up to 8.35": that is FedChill's lead over the best baseline (FedHKD,
+    # 38.23 - 29.88 global on CIFAR-100 with 50 clients); over FedAvg (29.07) the same cell is +9.16.
+    Claim("fedchill", "FedChill beats FedAvg (Table 1, CIFAR-100, 50 clients: +9.16 points global accuracy), each at its own tuned lr",
           "fedchill/table1-digits", "FedChill", "FedAvg", keep=("FedAvg", "FedChill"),
-          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1, 0.3]}, paper_points=8.35),
+          overrides={"federation.rounds": 15, "eval.validation": 0.2}, tune={"client.lr": [0.01, 0.03, 0.1, 0.3]}, paper_points=9.16),
     Claim("pa3fed", "PA3Fed beats FedAvg at h = 0.1 (Sec. I: up to +15 % under high non-IID)",
           "pa3fed/table2-h0.1", "FedAvg PA3Fed", "FedAvg Normal", keep=("FedAvg Normal", "FedAvg PA3Fed"), overrides={"federation.rounds": 15},
           paper_points=15.0),

@@ -54,7 +54,7 @@ from chillfl.temperature.registry import steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
-from chillfl.training.local import LocalSpec, model_state, persistent_buffers, reads_representation, resolve_compute
+from chillfl.training.local import LocalSpec, half_weights_note, model_state, persistent_buffers, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
 from chillfl.training.terms import configured_terms
 
@@ -801,7 +801,8 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
              fewer_attackers_note(config, None if exp is None else exp.aggregator),
              oversubscribed_threads_note(config)]
     if exp is not None:
-        notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data)]
+        notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data),
+                  half_weights_note(exp.model, exp.spec.precision)]
     return [note for note in notes if note is not None]
 
 

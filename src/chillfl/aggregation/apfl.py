@@ -96,7 +96,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
-from chillfl.training.local import BaseLoss, LocalSpec, persistent_buffers, refuse_representation_readers
+from chillfl.training.local import BaseLoss, LocalSpec, half_to_float, persistent_buffers, refuse_representation_readers
 from chillfl.training.objective import LossTerm, StepView, Term, temperature_cross_entropy
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import Capabilities, Cost
@@ -184,7 +184,7 @@ class MixedLoss:
         weights = {n: alpha * both[f"v.{n}"] + (1 - alpha) * both[f"w.{n}"].detach() for n, _ in base.named_parameters()}
         buffers = {n: step.buffers[f"v.{n}"] for n, _ in persistent_buffers(base)}  # a persistent=False one: the module's own
         logits = functional_call(base, (weights, buffers), (step.x,))
-        return self.base_loss(logits.float(), step.y, 1.0)
+        return self.base_loss(half_to_float(logits), step.y, 1.0)  # bf16 autocast's in float32; a float64 model's as they are
 
 
 class OnShared(OnPart):

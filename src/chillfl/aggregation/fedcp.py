@@ -120,7 +120,7 @@ from chillfl.global_rng import forked_rng
 from chillfl.models.parts import head_name, head_size
 from chillfl.options import require
 from chillfl.seeds import derive_seed
-from chillfl.training.local import LocalSpec, refuse_representation_readers
+from chillfl.training.local import LocalSpec, half_to_float, refuse_representation_readers
 from chillfl.training.objective import LossTerm
 from chillfl.training.terms import StepView, Term, read_number
 
@@ -198,7 +198,7 @@ def policy(logits: torch.Tensor, tau: float, noise: torch.Tensor | None = None, 
     draw (``noise`` = u; None: no noise). ``hard``: the one-hot (s >= 1/2) forward with the soft gradient.
     """
     d = logits.shape[-1] // 2
-    diff = (logits[..., :d] - logits[..., d:]).float()
+    diff = half_to_float(logits[..., :d] - logits[..., d:])  # bf16 autocast's in float32; a float64 model's stay float64
     if noise is not None:
         diff = diff + torch.log(noise) - torch.log1p(-noise)
     s = torch.sigmoid(diff / tau)

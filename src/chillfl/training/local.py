@@ -57,7 +57,7 @@ import threading
 import weakref
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
 import torch
 from torch import nn
@@ -453,15 +453,53 @@ def resolve_compute(
     stay bitwise what they were before the option existed, and on GPUs the
     gain is for reduced-precision tensor cores, where cuDNN picks its own
     layouts. Without a ``sample`` every ``Conv2d`` model counts as large.
+
+    ``bf16`` needs a model whose trainable weights are float32: autocast runs a float64 model's forward in float64
+    (the run was float64 with its loss rounded to float32, recorded as bf16), and a half model's as it is.
     """
     if precision == "bf16" and not bf16_supported(device):
         raise ConfigError("precision", f"'bf16' needs bfloat16 kernels, which device {str(device)!r} lacks here; use 'fp32'")
     if precision == "tf32" and device.type != "cuda":
         raise ConfigError("precision", f"'tf32' is a mode of NVIDIA GPUs' tensor cores, which device {str(device)!r} lacks; use 'fp32'")
+    if precision == "bf16" and (others := trainable_dtypes(model) - {torch.float32}):
+        raise ConfigError("precision", f"'bf16' autocasts a float32 model's forward and keeps its float32 weights; this model's trainable weights are "
+                                       f"{dtype_names(others)} (autocast leaves float64 layers in float64, and half weights have no float32 copy): "
+                                       "use 'fp32', or convert the model with .float()")
     if memory_format == "auto":
         large = conv2d_model(model) and (sample is None or conv_outputs_per_sample(model, sample) >= LARGE_CONV_OUTPUTS)
         memory_format = "channels_last" if device.type == "cpu" and large else "contiguous"
     return memory_format, precision
+
+
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+"""The floating dtypes that are raised to float32 where a loss is taken (bf16 autocast's logits); float64 keeps its own."""
+
+
+def half_to_float(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 where it is half precision, else ``t`` itself: a float64 model's logits were rounded to float32
+    by an unconditional ``.float()``, and its weights carried float32 rounding (as :func:`~chillfl.training.term_kinds.ntd.teacher_logits`)."""
+    return t.float() if t.dtype in HALF_DTYPES else t
+
+
+def trainable_dtypes(model: nn.Module) -> set[torch.dtype]:
+    """The dtypes of ``model``'s trainable floating parameters (a frozen layer's and the buffers' are the model's business)."""
+    return {p.dtype for p in model.parameters() if p.requires_grad and p.is_floating_point()}
+
+
+def dtype_names(dtypes: Iterable[torch.dtype]) -> str:
+    """``dtypes`` as a config reader writes them (``float64, bfloat16``), sorted."""
+    return ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
+
+
+def half_weights_note(model: nn.Module, precision: str) -> str | None:
+    """The note when ``model`` trains half-precision weights under a ``precision`` that is not bf16 (bf16 refuses them:
+    :func:`resolve_compute`): the run is then float16 / bfloat16 throughout (state, updates, the average; no float32
+    master weights), while ``config.toml`` records ``precision = "fp32"`` and no dtype."""
+    half = trainable_dtypes(model) & set(HALF_DTYPES)
+    if precision == "bf16" or not half:
+        return None
+    return (f"note: the model's trainable weights are {dtype_names(half)}: precision = {precision!r} trains them as they are, in "
+            f"{dtype_names(half)} throughout (no float32 copy; config.toml records no model dtype); convert the model with .float() for a float32 run")
 
 
 def to_memory_format(state: Mapping[str, torch.Tensor], memory_format: str) -> Params:
@@ -754,9 +792,9 @@ class StepLoss:
             else:
                 logits = functional_call(self.model, (params, buffers), (x,), tie_weights=self._tie_weights)
         if self.spec.precision == "bf16":  # the loss and the terms in fp32, whatever the forward ran in
-            logits = logits.float()
-            features = None if features is None else features.float()
-            grabbed = {name: (xin.float(), out.float()) for name, (xin, out) in grabbed.items()}  # FedAlign reruns a stage on them, outside autocast
+            logits = half_to_float(logits)
+            features = None if features is None else half_to_float(features)
+            grabbed = {name: (half_to_float(xin), half_to_float(out)) for name, (xin, out) in grabbed.items()}  # FedAlign reruns a stage on them, outside autocast
         self.keys = [key for key, _, _ in rec.calls]
         if self._uses_features:  # FedProto, FedHKD; frozen weights (LocalSpec.frozen) travel with the buffers: the loss reads them too
             value = self.spec.base_loss(logits, y, temperature, features=features, params={**buffers, **params}, context=context)  # type: ignore[call-arg]

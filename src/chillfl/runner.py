@@ -76,7 +76,7 @@ from chillfl.stderr import say
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
 from chillfl.stop_signals import Repeats, made_held, stop_signals
-from chillfl.training.local import evaluate, persistent_buffers, pin_deterministic, run_precision, set_deterministic
+from chillfl.training.local import LocalSpec, evaluate, persistent_buffers, pin_deterministic, run_precision, set_deterministic
 
 if TYPE_CHECKING:
     from chillfl.sinks import Sink
@@ -730,6 +730,15 @@ def close_run_sinks(sinks: list["Sink"], failure: BaseException | None) -> None:
         close_sinks(done, failure)
 
 
+
+def compute_record(spec: LocalSpec) -> dict[str, str | int]:
+    """How the clients' steps were laid out, for ``summary.json``'s ``environment`` beside the executor: ``memory_format``
+    and ``batched_conv`` as resolved. ``config.toml`` keeps ``"auto"`` for both, whose choice follows the device and the
+    model (:func:`~chillfl.training.local.resolve_compute`, :func:`~chillfl.training.batched_conv.resolve_batched_conv`)
+    and changes the bits (channels-last against contiguous), and it was recorded nowhere."""
+    return {"memory_format": spec.memory_format, "batched_conv": spec.batched_conv}
+
+
 def finish_run(
     exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
     stopped: dict[str, Any] | None = None, runtime: str | None = None, executor: Executor | None = None,
@@ -756,7 +765,7 @@ def finish_run(
         summary["privacy"] = private
     summary["num_parameters"] = count_parameters(exp.model)  # trainable parameters, as architectures.*.parameters counts them (no BatchNorm statistics)
     summary["device"] = str(exp.device)
-    summary["environment"] = environment(exp.device) | (executor_record(executor) if executor is not None else {})  # config.toml may say "auto"
+    summary["environment"] = environment(exp.device) | (executor_record(executor) | compute_record(exp.spec) if executor is not None else {})  # config.toml may say "auto"
     if writer is not None and writer.resumed:  # resumed on another setup: the rounds ran on two (resumed_across)
         summary["resumed"] = writer.resumed
     if per_client_architectures(config.model):  # heterogeneous clients: parameters per architecture

@@ -710,6 +710,15 @@ def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None
             f"clients attacking{in_round}; {advice}")
 
 
+def cpu_graphs_note(config: RunConfig, device: torch.device) -> str | None:
+    """The note when ``cuda_graphs = true`` runs on a device that is not CUDA, where no step is recorded: the run is then
+    bitwise one without it, while ``config.toml`` records ``true``. A note, not an error: a config that turns it on for
+    the GPU runs unchanged on a laptop (``device = "auto"``), as ``precision = "tf32"`` cannot."""
+    if not config.cuda_graphs or device.type == "cuda":
+        return None
+    return f"note: cuda_graphs = true records CUDA graphs of the clients' steps; on device {str(device)!r} there are none, and the run is as without it"
+
+
 def idle_local_dp_note(config: RunConfig, aggregator: Aggregator | None) -> str | None:
     """The note (said once a process, :func:`say_notes`) when ``attack.local_dp = "skip"`` changes nothing in the built run: no
     attacker sends what it forges past a client-side release, because ``[privacy]`` is off, because its mechanism
@@ -802,7 +811,7 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
              oversubscribed_threads_note(config)]
     if exp is not None:
         notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data),
-                  half_weights_note(exp.model, exp.spec.precision)]
+                  half_weights_note(exp.model, exp.spec.precision), cpu_graphs_note(config, exp.device)]
     return [note for note in notes if note is not None]
 
 

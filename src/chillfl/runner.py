@@ -730,7 +730,6 @@ def close_run_sinks(sinks: list["Sink"], failure: BaseException | None) -> None:
         close_sinks(done, failure)
 
 
-
 def compute_record(spec: LocalSpec) -> dict[str, str | int]:
     """How the clients' steps were laid out, for ``summary.json``'s ``environment`` beside the executor: ``memory_format``
     and ``batched_conv`` as resolved. ``config.toml`` keeps ``"auto"`` for both, whose choice follows the device and the

@@ -37,3 +37,10 @@ def test_aggregate_stops_when_the_clip_norm_collapses() -> None:
     agg = PrivateAggregation(FedAvg(), client_noise=False, clip_norm=0.1, noise_multiplier=1.0, expected=2, seed=11, adaptive=AdaptiveClip(0.5, 1e6, 1.0))
     with pytest.raises(Diverged, match="round 6: .*privacy.clip_lr"):
         agg.aggregate(glob, _results([3.0, 4.0], [0.0, 0.5]), round=5)
+
+
+def test_a_subnormal_clip_norm_stops_the_run_too() -> None:
+    """rev101: C_t = 1e-301 times e^(-20) is 2e-310, subnormal: every later update clipped to (almost) nothing, silently."""
+    with pytest.raises(Diverged, match="round 2: the adaptive clip norm went from 1e-301 to 2.06e-310"):
+        AdaptiveClip(0.0, 20.0, 1.0).next_clip(1e-301, 1.0, 1)
+    assert AdaptiveClip(0.0, 20.0, 1.0).next_clip(1e-290, 1.0, 1) == pytest.approx(1e-290 * math.exp(-20))

@@ -22,3 +22,12 @@ def test_fedbn_instance_keeps_the_keys_it_was_given() -> None:
     with pytest.raises(ConfigError) as err:
         state({"name": "fedavg"}, aggregator=FedBN(["head.scale", "bn.weight"]))
     assert err.value.field == "aggregator.bn_keys" and "'bn.weight'" in err.value.message and "plain FedAvg" in err.value.message
+
+
+def test_fedbn_instance_refuses_a_key_the_state_lacks() -> None:
+    """rev101: ``FedBN(["head.weight", "head.bais"])`` ran as ``FedBN(["head.weight"])``, the misspelt bias left global."""
+    from chillfl.aggregation.fedbn import FedBN
+
+    with pytest.raises(ConfigError) as err:
+        state({"name": "fedavg"}, aggregator=FedBN(["head.weight", "head.bais"]))
+    assert err.value.field == "aggregator.bn_keys" and "'head.bais'" in err.value.message and "'head.weight'" not in err.value.message

@@ -188,17 +188,17 @@ def _build(options: FedBNOptions, ctx: BuildContext) -> Built:
 def _bind(aggregator: FedBN, ctx: BuildContext) -> None:
     """An instance passed from Python keeps local the entries it was given, batch norm or not (``FedBN(["head.weight",
     "head.bias"])`` is a personal head), so its keys are checked, not the model: none (``FedBN([])``: plain FedAvg; on a
-    model without batch norm, refused as the config's method is) or only names the model's state lacks (the same) are
-    refused on ``aggregator.bn_keys``."""
+    model without batch norm, refused as the config's method is) or a name the model's state lacks (a typo, a tied
+    weight's second name: that entry stayed global without a word) is refused on ``aggregator.bn_keys``."""
     if not aggregator.bn_keys:
         _check_model(ctx.model)  # the config's refusal where the model has no batch norm (what FedBN([]) was likely meant for)
         raise ConfigError(instance_field(ctx, "bn_keys"), "is empty, so FedBN would keep nothing local and run as plain FedAvg: "
                                                           "pass the model's batch-norm entries (chillfl.aggregation.fedbn.batchnorm_keys(model))")
-    if aggregator.bn_keys.isdisjoint(model_state(ctx.model)):
-        named = sorted(aggregator.bn_keys)
-        raise ConfigError(instance_field(ctx, "bn_keys"), f"names no entry of the model's state (its parameters and persistent buffers), so FedBN "
-                                                          f"would keep nothing local and run as plain FedAvg; got {', '.join(map(repr, named[:3]))}"
-                                                          f"{' and more' if len(named) > 3 else ''}")
+    if unknown := sorted(aggregator.bn_keys - model_state(ctx.model).keys()):
+        what = ("names no entry of the model's state (its parameters and persistent buffers), so FedBN would keep nothing local "
+                "and run as plain FedAvg" if len(unknown) == len(aggregator.bn_keys) else
+                "names entries the model's state (its parameters and persistent buffers) lacks, which FedBN would leave global without a word")
+        raise ConfigError(instance_field(ctx, "bn_keys"), f"{what}; got {', '.join(map(repr, unknown[:3]))}{' and more' if len(unknown) > 3 else ''}")
 
 
 SPEC = register_algorithm(

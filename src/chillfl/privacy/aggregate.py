@@ -66,6 +66,7 @@ does so only under ``clamp_fraction``, docs/privacy.md) and tensorflow/federated
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, replace
 from typing import Any, Collection, Mapping, Protocol, Sequence
 
@@ -110,7 +111,7 @@ class AdaptiveClip:
     def next_clip(self, clip: float, fraction: float, round: int | None = None) -> float:
         """C_{t+1} = C_t exp(-eta (b - gamma)) from the noised fraction b (clamped to [0, 1] under ``clamp``).
 
-        ``round`` (0-based) given: a C_{t+1} of 0 or inf stops the run (:class:`Diverged` naming ``privacy.clip_lr``). Why: a
+        ``round`` (0-based) given: a C_{t+1} of 0, subnormal (below 2.2e-308: no update survives its clip) or inf stops the run (:class:`Diverged` naming ``privacy.clip_lr``). Why: a
         large eta overflowed ``math.exp`` (a traceback), sent C to 0 (every later round averaged zero updates, silently) or
         to inf (an inf noise reported as a diverged model)."""
         if self.clamp:
@@ -120,7 +121,7 @@ class AdaptiveClip:
             new = clip * math.exp(step)
         except OverflowError:  # exp(step) alone past 1.8e308: C_t e^step may still be finite
             new = _exp(math.log(clip) + step) if clip > 0 else 0.0
-        if round is not None and not 0 < new < math.inf:
+        if round is not None and not sys.float_info.min <= new < math.inf:  # 0, subnormal (its updates clipped to nothing) or inf
             raise Diverged(round + 1, f"the adaptive clip norm went from {clip:.3g} to {new:.3g} (C_t * exp(-clip_lr * ({fraction:.3g} - "
                                       f"target_quantile {self.quantile:g})) with clip_lr {self.lr:g}); lower privacy.clip_lr")
         return new

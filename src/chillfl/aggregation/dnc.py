@@ -72,7 +72,7 @@ from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params, client_weights, weighted_average
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.aggregation.robust import ROBUST, flat_models, float_keys
 from chillfl.errors import ConfigError
 from chillfl.numeric import floored_share
@@ -147,14 +147,16 @@ def dnc_select(flat: torch.Tensor, options: DnCOptions, seed: int, round: int) -
 class DnC(AggregatorBase):
     """Divide-and-Conquer: drop the clients whose updates lie farthest along the top singular direction, average the rest."""
 
-    def __init__(self, seed: int, options: DnCOptions = DnCOptions()) -> None:
+    def __init__(self, seed: int | None = None, options: DnCOptions = DnCOptions()) -> None:
         self.seed = seed
+        """The run's seed, which draws each iteration's coordinates (None: the run's, which a run fills, :func:`_bind`; 0
+        outside a run)."""
         self.options = options
         self._selected: list[int] = []
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         flat = flat_models(results, float_keys(results[0].params))
-        chosen = [results[i] for i in dnc_select(flat, self.options, self.seed, round)]
+        chosen = [results[i] for i in dnc_select(flat, self.options, 0 if self.seed is None else self.seed, round)]
         self._selected = [r.client_id for r in chosen]
         return weighted_average([r.params for r in chosen], client_weights(chosen, self.options.weighting))
 
@@ -171,6 +173,12 @@ def check_dnc(options: DnCOptions, config: RunConfig, section: str) -> None:
                                           f"{clients} clients per round allow floor(c f) <= {clients - 1}, got f = {options.f}, c = {options.c}")
 
 
+def _bind(aggregator: DnC, ctx: BuildContext) -> None:
+    """An instance passed from Python draws its coordinates from the run's seed, as the builder's does: its ``seed`` the
+    run's (None: filled), another refused on ``aggregator.seed`` (``DnC(0)`` drew every seed's alike)."""
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+
+
 SPEC = register_algorithm(
     "dnc",
     AlgorithmSpec(
@@ -181,5 +189,6 @@ SPEC = register_algorithm(
         check=check_dnc,
         tolerates="f",
         makes=(DnC,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

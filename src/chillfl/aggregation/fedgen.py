@@ -109,7 +109,7 @@ from chillfl.global_rng import forked_rng
 from chillfl.training.terms import Term
 from chillfl.training.fedgen import FeatureGenerator, Teacher, diversity_loss, teacher_loss
 from chillfl.seeds import derive_seed
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_head
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_head, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 
 MIN_SAMPLES_PER_LABEL = 1
@@ -176,20 +176,27 @@ def label_weights(counts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, list[in
 class FedGen(FedAvg):
     """FedAvg that trains the feature generator after each round and sends each client generated features."""
 
-    def __init__(self, options: FedGenOptions, head: str, num_classes: int, feature_dim: int, seed: int) -> None:
+    def __init__(self, options: FedGenOptions, head: str, num_classes: int, feature_dim: int, seed: int | None = None) -> None:
+        """``seed``: the run's, which draws the generator's start and every sample (None: the run's, which a run fills,
+        :func:`_bind`; 0 outside a run)."""
         self.options = options
         self.head = head
         self.seed = seed
         self.num_classes = num_classes
-        with forked_rng(derive_seed(seed, "fedgen-init")):  # the CPU's alone: the fork restores no CUDA generator
-            self.generator = FeatureGenerator(num_classes, options.noise_dim, options.hidden, feature_dim)
-        self.params: Params = {k: v.detach().clone() for k, v in self.generator.named_parameters()}
+        self.feature_dim = feature_dim
+        self.draw_generator(0 if seed is None else seed)
         self.moments: dict[str, Params] = {"m": {}, "v": {}}
         self.steps = 0
         self.lr = options.generator_lr
         self.prior = torch.zeros(num_classes, dtype=torch.float64)  # label distribution to sample; zeros: no generator yet
         self.trained_rounds = 0
         self._last_loss = 0.0
+
+    def draw_generator(self, seed: int) -> None:
+        """The generator at its start, PyTorch's default initialisation from the run's own stream (seed, "fedgen-init")."""
+        with forked_rng(derive_seed(seed, "fedgen-init")):  # the CPU's alone: the fork restores no CUDA generator
+            self.generator = FeatureGenerator(self.num_classes, self.options.noise_dim, self.options.hidden, self.feature_dim)
+        self.params: Params = {k: v.detach().clone() for k, v in self.generator.named_parameters()}
 
     # -- client side --------------------------------------------------------------------------------
 
@@ -211,7 +218,7 @@ class FedGen(FedAvg):
             y = torch.zeros(o.samples, dtype=torch.int64)
             weight = latent = 0.0
         else:
-            rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen-samples", round, client_id))
+            rng = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "fedgen-samples", round, client_id))
             labels = self.prior if o.client_labels == "prior" else torch.ones(self.num_classes, dtype=torch.float64)
             y = torch.multinomial(labels, o.samples, replacement=True, generator=rng)
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
@@ -254,7 +261,7 @@ class FedGen(FedAvg):
     def _train_generator(self, heads: list[tuple[torch.Tensor, torch.Tensor | None]], table: torch.Tensor, round: int) -> None:
         """``generator_steps`` Adam steps on teacher + eta * diversity; then the learning rate decays (once per round)."""
         o = self.options
-        rng = torch.Generator().manual_seed(derive_seed(self.seed, "fedgen", round))
+        rng = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "fedgen", round))
         loss = torch.zeros(())
         for _ in range(o.generator_steps):
             y = torch.multinomial(self.prior, o.generator_batch, replacement=True, generator=rng)
@@ -340,6 +347,16 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
     return FedGen(options, head, classes, features, ctx.seed), terms
 
 
+def _bind(aggregator: FedGen, ctx: BuildContext) -> None:
+    """An instance passed from Python starts its generator and draws its samples from the run's seed, as the builder's
+    does: its ``seed`` the run's (None: filled, the generator drawn again from it), another refused on ``aggregator.seed``
+    (seed 0 drew every seed's alike)."""
+    seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+    if aggregator.seed is None:
+        aggregator.draw_generator(seed)
+    aggregator.seed = seed
+
+
 CAPABILITIES = Capabilities(
     takes_weights=True,
     reports="each client's label counts, from which the server builds the generator's prior",
@@ -362,5 +379,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=_capabilities,
         makes=(FedGen,),  # an instance passed from Python meets this spec's checks (check_instance)
+        bind=_bind,
     ),
 )

@@ -67,7 +67,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.options import require
 from chillfl.seeds import derive_seed
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities
 
 
@@ -100,8 +100,9 @@ class FedMut(OnParameters, AggregatorBase):
 
     trainable_only = False  # as its builder: every parameter mutates
 
-    def __init__(self, seed: int, options: FedMutOptions = FedMutOptions(), param_keys: Collection[str] | None = None) -> None:
+    def __init__(self, seed: int | None = None, options: FedMutOptions = FedMutOptions(), param_keys: Collection[str] | None = None) -> None:
         self.seed = seed
+        """The run's seed, which draws the mutation signs (None: the run's, which a run fills, :func:`_bind`; 0 outside a run)."""
         self.options = options
         self.param_keys = None if param_keys is None else list(param_keys)
         self.previous: Params | None = None
@@ -114,13 +115,14 @@ class FedMut(OnParameters, AggregatorBase):
     def client_signs(self, client_id: int, round: int, keys: Sequence[str]) -> dict[str, float]:
         """v_j: one sign per layer; balanced across the announced clients of ``round``."""
         announced_round, ids = self._round_ids
+        seed = 0 if self.seed is None else self.seed
         if announced_round == round and client_id in ids:
             pos = ids.index(client_id)
-            gens = (torch.Generator().manual_seed(derive_seed(self.seed, "fedmut", round, i)) for i in range(len(keys)))
+            gens = (torch.Generator().manual_seed(derive_seed(seed, "fedmut", round, i)) for i in range(len(keys)))
             return {k: float(balanced_signs(len(ids), g)[pos]) for k, g in zip(keys, gens)}
         signs = {}
         for i, key in enumerate(keys):
-            gen = torch.Generator().manual_seed(derive_seed(self.seed, "fedmut-iid", round, client_id, i))
+            gen = torch.Generator().manual_seed(derive_seed(seed, "fedmut-iid", round, client_id, i))
             signs[key] = 1.0 if float(torch.rand((), generator=gen)) < 0.5 else -1.0
         return signs
 
@@ -170,6 +172,12 @@ class FedMut(OnParameters, AggregatorBase):
         self._round_ids = (None if rnd is None else int(rnd), [int(c) for c in announced["client_ids"]])
 
 
+def _bind(aggregator: FedMut, ctx: BuildContext) -> None:
+    """An instance passed from Python draws its signs from the run's seed, as the builder's does: its ``seed`` the run's
+    (None: filled), another refused on ``aggregator.seed`` (``FedMut(0)`` mutated every seed's run alike)."""
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+
+
 SPEC = register_algorithm(
     "fedmut",
     AlgorithmSpec(
@@ -178,5 +186,6 @@ SPEC = register_algorithm(
         "stochastic mutation (Hu et al. 2024)",
         capabilities=Capabilities(takes_weights=True),
         makes=(FedMut,),
+        bind=_bind,
     ),
 )

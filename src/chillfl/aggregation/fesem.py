@@ -123,21 +123,26 @@ def picks(n: int, k: int, seed: int) -> list[int]:
 class Fesem(AggregatorBase):
     """K centres, every client's centre, and one E-step and one M-step over each round's uploads."""
 
-    def __init__(self, num_clients: int, param_keys: Sequence[str], model: nn.Module, seed: int, options: FesemOptions = FesemOptions()) -> None:
+    def __init__(self, num_clients: int, param_keys: Sequence[str], model: nn.Module, seed: int | None = None, options: FesemOptions = FesemOptions()) -> None:
         self.options = options
         self.num_clients = num_clients
         """The federation's clients, the size of :attr:`assignment` (a run's own, :func:`_bind`)."""
         self.param_keys = list(param_keys)
         self.template = model
         self.seed = seed
+        """The run's seed, which draws the initial centres (None: the run's, which a run fills, :func:`_bind`; 0 outside a run)."""
         self.centres: list[Params] = []
         self.assignment = torch.full((num_clients,), -1, dtype=torch.int64)
         """Client id -> its centre (-1: not assigned yet)."""
         self._metrics: dict[str, Json] = {}
 
+    def drawn_seed(self) -> int:
+        """The seed the draws use: :attr:`seed`, 0 where unset outside a run."""
+        return 0 if self.seed is None else self.seed
+
     def _ensure_random(self, global_params: Params) -> None:
         if not self.centres and self.options.init == "random":
-            self.centres = [dict(global_params)] + [fresh_model(self.template, derive_seed(self.seed, "fesem", j), global_params) for j in range(1, self.options.clusters)]
+            self.centres = [dict(global_params)] + [fresh_model(self.template, derive_seed(self.drawn_seed(), "fesem", j), global_params) for j in range(1, self.options.clusters)]
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         self._ensure_random(global_params)
@@ -157,7 +162,7 @@ class Fesem(AggregatorBase):
         started = self.largest() if self.centres else -1  # the centre an unassigned client trained from (the global one); -1: none yet
         made = not self.centres
         if made:
-            self.centres = [dict(results[p].params) for p in picks(len(results), o.clusters, derive_seed(self.seed, "fesem-init", round))]
+            self.centres = [dict(results[p].params) for p in picks(len(results), o.clusters, derive_seed(self.drawn_seed(), "fesem-init", round))]
         if o.order == "e_then_m" or made:  # in the round the centres are made from the uploads, no client trained from one: E, then M
             members = self._estep(results, keys)
             self._mstep(members)
@@ -208,9 +213,12 @@ class Fesem(AggregatorBase):
 
 
 def _bind(aggregator: Fesem, ctx: BuildContext) -> None:
-    """An instance passed from Python sizes its assignment by its ``num_clients``: another than the run's is refused on
-    ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
+    """An instance passed from Python sizes its assignment by its ``num_clients`` and draws its centres from its ``seed``:
+    another count than the run's is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it
+    otherwise); the seed is the run's (None: filled), another refused on ``aggregator.seed`` (seed 0 drew every seed's
+    centres alike)."""
     run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
 
 
 SPEC = register_algorithm(

@@ -75,7 +75,7 @@ from chillfl.aggregation.base import (
     load_params,
     weighted_average,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.global_rng import forked_rng
@@ -178,9 +178,11 @@ def fresh_model(model: nn.Module, seed: int, like: Mapping[str, torch.Tensor]) -
 class Ifca(AggregatorBase):
     """Keeps the k cluster models; averages each over the clients that chose it."""
 
-    def __init__(self, model: nn.Module, seed: int, options: IfcaOptions = IfcaOptions()) -> None:
+    def __init__(self, model: nn.Module, seed: int | None = None, options: IfcaOptions = IfcaOptions()) -> None:
         self.template = model
         self.seed = seed
+        """The run's seed, which draws the cluster models j >= 1 (None: the run's, which a run fills, :func:`_bind`; 0
+        outside a run)."""
         self.options = options
         self.models: list[Params] = []
         self.best = 0
@@ -192,7 +194,7 @@ class Ifca(AggregatorBase):
 
     def _ensure(self, global_params: Params) -> None:
         if not self.models:
-            self.models = [dict(global_params)] + [fresh_model(self.template, derive_seed(self.seed, "ifca", j), global_params) for j in range(1, self.options.clusters)]
+            self.models = [dict(global_params)] + [fresh_model(self.template, derive_seed(0 if self.seed is None else self.seed, "ifca", j), global_params) for j in range(1, self.options.clusters)]
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         self._ensure(global_params)
@@ -244,6 +246,12 @@ def capabilities(options: IfcaOptions) -> Capabilities:
     return replace(CAPABILITIES, cost=Cost(epochs=options.clusters * FORWARD if options.clusters > 1 else 0.0))
 
 
+def _bind(aggregator: Ifca, ctx: BuildContext) -> None:
+    """An instance passed from Python draws its cluster models from the run's seed, as the builder's does: its ``seed``
+    the run's (None: filled), another refused on ``aggregator.seed`` (``Ifca(model, 0)`` started every seed's alike)."""
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+
+
 SPEC = register_algorithm(
     "ifca",
     AlgorithmSpec(
@@ -253,5 +261,6 @@ SPEC = register_algorithm(
         capabilities=CAPABILITIES,
         capabilities_of=capabilities,
         makes=(Ifca,),
+        bind=_bind,
     ),
 )

@@ -47,7 +47,7 @@ from typing import Literal, Mapping, Sequence
 import torch
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params, client_weights
-from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.aggregation.robust import ROBUST, float_keys, integer_max
 from chillfl.options import require
 from chillfl.clipping import clip_factor, gaussian_like, l2_norm
@@ -88,7 +88,9 @@ def bounded(update: Mapping[str, torch.Tensor], max_norm: float, norm: str) -> t
 class NormBound(AggregatorBase):
     """FedAvg of the client updates, each clipped to L2 norm M first, plus optional Gaussian noise on the aggregate."""
 
-    def __init__(self, seed: int, options: NormBoundOptions) -> None:
+    def __init__(self, seed: int | None, options: NormBoundOptions) -> None:
+        """``seed``: the run's, which draws the aggregate's noise (None: the run's, which a run fills, :func:`_bind`; 0
+        outside a run). Required, as before: ``options`` follows it and has no default."""
         assert options.max_norm is not None, "NormBoundOptions.validate refuses a missing max_norm"
         self.seed = seed
         self.options = options
@@ -108,7 +110,7 @@ class NormBound(AggregatorBase):
             for k in keys:
                 total[k].add_(update[k], alpha=p)
         if o.sigma > 0:
-            noise = gaussian_like(total, o.sigma, derive_seed(self.seed, "norm_bound", round))
+            noise = gaussian_like(total, o.sigma, derive_seed(0 if self.seed is None else self.seed, "norm_bound", round))
             total = {k: total[k] + noise[k] for k in keys}
         self._clipped = clipped / len(results)
         out = {**integer_max(results), **{k: (w[k] + total[k]).to(results[0].params[k].dtype) for k in keys}}
@@ -119,6 +121,12 @@ class NormBound(AggregatorBase):
         return {"clipped": self._clipped}
 
 
+def _bind(aggregator: NormBound, ctx: BuildContext) -> None:
+    """An instance passed from Python draws its noise from the run's seed, as the builder's does: its ``seed`` the run's
+    (None: filled), another refused on ``aggregator.seed`` (``NormBound(0, ...)`` noised every seed's run alike)."""
+    aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
+
+
 SPEC = register_algorithm(
     "norm_bound",
     AlgorithmSpec(
@@ -127,5 +135,6 @@ SPEC = register_algorithm(
         "FedAvg of updates clipped to L2 norm M, optional weak-DP noise: bounds a backdoor (Sun et al. 2019)",
         capabilities=ROBUST,
         makes=(NormBound,),
+        bind=_bind,
     ),
 )

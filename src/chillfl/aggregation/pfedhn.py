@@ -298,7 +298,7 @@ class PFedHN(AggregatorBase):
         options: PFedHNOptions,
         num_clients: int,
         shapes: Mapping[str, torch.Size],
-        seed: int,
+        seed: int | None = None,
         dtype: torch.dtype = torch.float32,
         head: Collection[str] = (),
     ) -> None:
@@ -308,11 +308,20 @@ class PFedHN(AggregatorBase):
         """The generated tensors' names and shapes, in the model's order."""
         self.head = frozenset(head)
         """pFedHN-PC: the head's entries, which the clients keep."""
-        self.hyper = init_hypernetwork(self.shapes, num_clients, embedding_size(options, num_clients), options.hidden, options.hidden_layers, seed, dtype)
+        self.seed = seed
+        """The generator seed of the hypernetwork's start: the run's :func:`init_seed` (None: that, which a run fills,
+        :func:`_bind`; 0 outside a run)."""
+        self.dtype = dtype
+        self.hyper = self.initial_hyper(0 if seed is None else seed)
         """phi and E, on the host."""
         self.velocity: Params = {}
         """SGD momentum buffers (empty before the first step, or with ``momentum = 0``)."""
         self._metrics: dict[str, Json] = {}
+
+    def initial_hyper(self, seed: int) -> Params:
+        """phi and E at their start, drawn from ``seed``."""
+        o = self.options
+        return init_hypernetwork(self.shapes, self.num_clients, embedding_size(o, self.num_clients), o.hidden, o.hidden_layers, seed, self.dtype)
 
     def client_half(self) -> ClientHalf | None:
         return KeepHead(self.head) if self.head else Generated()
@@ -414,13 +423,24 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
             f" entries, and more), over max_params = {options.max_params:,}: use a smaller model or hidden, or raise max_params",
         )
     dtype = next(iter(params.values())).dtype
-    return PFedHN(options, ctx.num_clients, shapes, derive_seed(ctx.seed, "pfedhn-init"), dtype, head), []
+    return PFedHN(options, ctx.num_clients, shapes, init_seed(ctx.seed), dtype, head), []
+
+
+def init_seed(seed: int) -> int:
+    """The generator seed of the hypernetwork's start in a run of ``seed``: ``derive_seed(seed, "pfedhn-init")``."""
+    return derive_seed(seed, "pfedhn-init")
 
 
 def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     """An instance passed from Python holds one embedding a client, ``num_clients`` of them: another count than the run's
-    is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
+    is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise). Its ``seed`` is the
+    run's :func:`init_seed` (None: filled, the hypernetwork drawn again from it), another refused on ``aggregator.seed``
+    (seed 0 started every seed's run alike)."""
     run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    seed = run_value(aggregator.seed, init_seed(ctx.seed), instance_field(ctx, "seed"), 'derive_seed(seed, "pfedhn-init")')
+    if aggregator.seed is None:
+        aggregator.hyper = aggregator.initial_hyper(seed)
+    aggregator.seed = seed
 
 
 CAPABILITIES = Capabilities(

@@ -9,6 +9,7 @@ is left in a protocol is what makes it that protocol.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -17,7 +18,7 @@ from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
 from chillfl.errors import Diverged
-from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message
+from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message, server_step_hint
 from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.temperature.registry import trains_at
 
@@ -33,12 +34,19 @@ class ServerBook:
         self.log = LocalLog(evaluation.empty_eval, evaluation.empty_val)
         self.per_client_temperature = trains_at(evaluation.config.temperature, policy) is None
         """Whether T is per client (its records carry each client's T): what the policy declares, not which class it is."""
+        self.finite_locals: dict[int, bool] = {}
+        """Each round's clients' own models: whether every local loss they measured was finite (absent: none measured)."""
+        self.blown_after: int | None = None
+        """The first round (0-based) after which the global model's test loss was not finite while every client's own
+        model measured finite: the server's step blew the model up, the one case a later non-finite loss hints at it."""
 
     # ------------------------------------------------------------ one client's reply
 
     def receive(self, round: int, task: ClientTask[Any, Any], reply: ClientReply[Any, Any], train_loss: float, up: Message | None) -> None:
         """Check the reply's training loss; ledger both messages (``up`` None: the protocol prices its uplink itself); observe local accuracy."""
-        check_finite_loss(round, task.client_id, "training loss", train_loss)
+        check_finite_loss(round, task.client_id, "training loss", train_loss, self.server_step())
+        if reply.local_loss is not None and task.client_id not in self.log.empty:
+            self.finite_locals[round] = self.finite_locals.get(round, True) and math.isfinite(reply.local_loss)
         if reply.nonfinite is not None:
             raise Diverged(round + 1, reply.nonfinite, task.client_id)
         record_message(self.ledger, round, "down", task.downlink, task.client_id)
@@ -47,10 +55,21 @@ class ServerBook:
         self.log.observe(reply)
         self.policy.observe(task.client_id, round, reply.local_acc)
 
-    @staticmethod
-    def check_loss(round: int, client_id: int, name: str, value: float | None) -> None:
+    def check_loss(self, round: int, client_id: int, name: str, value: float | None) -> None:
         """A further loss the protocol reports (distillation), checked like the training loss."""
-        check_finite_loss(round, client_id, name, value)
+        check_finite_loss(round, client_id, name, value, self.server_step())
+
+    def server_step(self) -> str | None:
+        """The server-step hint of a non-finite loss, when an earlier round's server step blew the model up (else None).
+
+        It names ``algorithm.server_lr`` only where the run's table sets it (so the method has it): a method without one
+        (plain averaging, a plugin) is sent to its server-side step options, never to an option it would refuse."""
+        if self.blown_after is None:
+            return None
+        options = "the aggregator's server-side step options"
+        if "server_lr" in self.evaluation.config.algorithm:
+            options = f"algorithm.server_lr or {options}"
+        return server_step_hint(self.blown_after + 1, options)
 
     @staticmethod
     def check_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:
@@ -85,8 +104,14 @@ class ServerBook:
         return self.evaluation.last(round + 1)
 
     def evaluate(self, round: int, state: Mapping[str, torch.Tensor]) -> dict[str, Json]:
-        """The global model's metrics on the test set when the round evaluates (else nothing)."""
-        return self.evaluation.metrics(state) if self.due(round) else {}
+        """The global model's metrics on the test set when the round evaluates (else nothing); notes a model the server's step blew up."""
+        if not self.due(round):
+            return {}
+        out = self.evaluation.metrics(state)
+        loss = out.get("global_loss")
+        if self.blown_after is None and isinstance(loss, float) and not math.isfinite(loss) and self.finite_locals.get(round, False):
+            self.blown_after = round
+        return out
 
     # ------------------------------------------------------------ state
 

@@ -270,18 +270,25 @@ def local_evaluation_job(client_id: int, model: nn.Module, state: Mapping[str, t
     return PredictJob(client_id, model, state, data.x_eval, "evaluate", data.y_eval, batch_size)
 
 
-SERVER_STEP_HINT = ("if an earlier round warned that the global model's test loss is not finite, the server's step blew the model up: "
-                    "lower algorithm.server_lr or the aggregator's own options")
-"""The hint of a non-finite client loss after round 1. Why: a server step (FedAdam's ``server_lr = 1e30``) can leave the
-weights huge but finite, which no state check stops; the next round's clients then see a NaN loss, and "lower client.lr"
-alone sent the user to the wrong option. Round 1 trains from the initial model, before any server step."""
+def server_step_hint(after_round: int, options: str) -> str:
+    """The hint of a non-finite client loss once the server's step is known to have blown the global model up.
+
+    Why: a server step (an adaptive server optimiser's ``server_lr = 1e30``) can leave the weights huge but finite, which
+    no state check stops; the next round's clients then see a NaN loss, and "lower client.lr" alone sent the user to the
+    wrong option. Given only where it can be the cause (:class:`~chillfl.protocols.book.ServerBook` sees the clients'
+    own models finite and the global one not), so a client lr too high (every client's model blown up too) is not blamed
+    on a server step plain averaging does not take. ``options``: what to lower, as the run's method has it."""
+    return (f"lower client.lr? Or: after round {after_round} every client's own model had a finite loss but the global model's "
+            f"test loss was not finite, so the server's step blew the model up: lower {options}")
 
 
-def check_finite_loss(round: int, client_id: int, name: str, value: float | None) -> None:
-    """Stop the run at the first non-finite training loss (``client.lr`` too high, usually; after round 1, maybe the server's step)."""
+def check_finite_loss(round: int, client_id: int, name: str, value: float | None, server_step: str | None = None) -> None:
+    """Stop the run at the first non-finite training loss (``client.lr`` too high, usually).
+
+    ``server_step``: the whole hint when an earlier round's server step blew the model up (:func:`server_step_hint`);
+    None: the server's step cannot be the cause, so the hint names ``client.lr`` alone."""
     if value is not None and not math.isfinite(value):
-        hint = "lower client.lr?" if round == 0 else f"lower client.lr? Or, {SERVER_STEP_HINT}"
-        raise Diverged(round + 1, f"{name} is {value} ({hint})", client_id)
+        raise Diverged(round + 1, f"{name} is {value} ({server_step or 'lower client.lr?'})", client_id)
 
 
 def check_aggregated(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], aggregator: object) -> None:

@@ -56,7 +56,7 @@ from typing import Any
 
 import numpy as np
 
-from chillfl.data.loaders import RawSplit
+from chillfl.data.loaders import RawSplit, is_file, tree_files
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.options import require
@@ -104,10 +104,11 @@ def _resolve(path: str, data_dir: Path) -> Path:
 
 
 def _parquet_files(root: Path, split: str) -> list[Path]:
-    if root.is_file():
+    """The parquet files of ``split`` under a local folder (one unreadable: one line on ``data_dir``, not "no files": :func:`tree_files`)."""
+    if is_file(root):
         return [root] if split == "train" else []
     out = []
-    for f in sorted(root.rglob("*.parquet")):
+    for f in tree_files(root, ".parquet"):
         rel = f.relative_to(root).parts
         rel = rel[1:] if rel[0] == "data" and len(rel) > 1 else rel
         if rel[0] == split or rel[0].startswith(f"{split}-") or rel[0].startswith(f"{split}.") or rel[0].startswith(f"{split}_"):

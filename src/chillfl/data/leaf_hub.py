@@ -82,7 +82,7 @@ import numpy as np
 import torch
 
 from chillfl.data import arraycache
-from chillfl.data.loaders import FemnistOptions, select_writers
+from chillfl.data.loaders import FemnistOptions, is_file, select_writers, tree_files
 from chillfl.data.sources import hub_download_command
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
@@ -176,9 +176,10 @@ def local_source(path: str, data_dir: Path) -> Path | None:
 
 
 def _files(root: Path) -> list[Path]:
-    if root.is_file():
+    """The table files of a local source (a folder unreadable: one line on ``data_dir``, not "no files": :func:`tree_files`)."""
+    if is_file(root):
         return [root]
-    files = sorted(root.rglob("*.parquet")) or sorted(root.rglob("*.csv"))
+    files = tree_files(root, ".parquet") or tree_files(root, ".csv")
     return [f for f in files if not any(part.startswith(".") for part in f.relative_to(root).parts)]
 
 

@@ -22,9 +22,12 @@ Checked against (2026-12): torchvision's readers (CIFAR keys, SVHN transpose and
 
 from __future__ import annotations
 
+import errno
 import gzip
 import math
+import os
 import pickle
+import stat
 import warnings
 import zlib
 from dataclasses import dataclass
@@ -78,7 +81,7 @@ def _fetch_hint(key: str, data_dir: Path, url: str, again: bool = False) -> str:
 def _find_dir(data_dir: Path, folders: tuple[str, ...], marker: tuple[str, ...], what: str, url: str, expected: str, key: str) -> Path:
     """First of ``data_dir/folder`` (then ``data_dir``) holding one of the ``marker`` files."""
     for base in [data_dir / f for f in folders] + [data_dir]:
-        if any((base / m).is_file() for m in marker):
+        if any(is_file(base / m) for m in marker):
             return base
     raise ConfigError(
         DATA_DIR_FIELD,
@@ -88,7 +91,7 @@ def _find_dir(data_dir: Path, folders: tuple[str, ...], marker: tuple[str, ...],
 
 def _need(path: Path, what: str, url: str, key: str, data_dir: Path) -> Path:
     """``path``, a file of dataset ``key`` in the folder :func:`_find_dir` found: missing, the folder is incomplete."""
-    if not path.is_file():
+    if not is_file(path):
         raise ConfigError(DATA_DIR_FIELD, f"{what} file not found at {path}; {_fetch_hint(key, data_dir, url, again=True)}")
     return path
 
@@ -114,6 +117,49 @@ def _listing(folder: Path, pattern: str = "*") -> list[Path]:
         return sorted(p for p in folder.iterdir() if p.match(pattern))
     except OSError as exc:
         raise _corrupt(folder, exc) from None
+
+
+ABSENT = (errno.ENOENT, errno.ENOTDIR)
+"""What a lookup of a path that is not there fails with: every other ``OSError`` is the file system refusing it."""
+
+
+def _kind(path: Path) -> int | None:
+    """``path``'s ``st_mode`` (None: not there); a lookup the file system refuses is one line on ``data_dir``.
+
+    Why not ``Path.is_dir``: it re-raises EACCES (a folder of mode 000 above the path), a traceback, where Python's
+    later ``os.path.isdir`` would answer False and the user would be told the data is missing."""
+    try:
+        return path.stat().st_mode
+    except OSError as exc:
+        if exc.errno in ABSENT:
+            return None
+        raise _corrupt(path, exc) from None
+
+
+def is_dir(path: Path) -> bool:
+    """Whether ``path`` is a folder (following links), a refused lookup one line on ``data_dir`` (:func:`_kind`)."""
+    mode = _kind(path)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def is_file(path: Path) -> bool:
+    """Whether ``path`` is a file (following links), a refused lookup one line on ``data_dir`` (:func:`_kind`)."""
+    mode = _kind(path)
+    return mode is not None and stat.S_ISREG(mode)
+
+
+def tree_files(root: Path, suffix: str) -> list[Path]:
+    """Every file under ``root`` whose name ends in ``suffix``, sorted; a folder that cannot be listed is one line on
+    ``data_dir`` (:func:`_corrupt`). Not ``rglob``: it skips a folder it cannot list, so an unreadable folder of a
+    dataset read as "no files" there."""
+
+    def refused(exc: OSError) -> None:
+        if exc.errno in ABSENT:  # gone (or never there): nothing under it, as rglob says
+            return
+        raise _corrupt(Path(exc.filename) if exc.filename else root, exc) from None
+
+    found = [Path(top) / name for top, _, names in os.walk(root, onerror=refused, followlinks=True) for name in names if name.endswith(suffix)]
+    return sorted(found)
 
 
 def _integers(values: Any, what: str, low: int | None = None, high: int | None = None) -> np.ndarray:
@@ -300,7 +346,7 @@ def read_idx(path: Path) -> np.ndarray:
 
 
 def _idx_file(root: Path, name: str) -> Path:
-    return root / name if (root / name).is_file() else root / f"{name}.gz"
+    return root / name if is_file(root / name) else root / f"{name}.gz"
 
 
 def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str, key: str) -> RawSplit:
@@ -458,7 +504,7 @@ def load_tiny_imagenet(data_dir: Path, opts: TinyImagenetOptions) -> RawSplit:
     train_labels: list[int] = []
     for w in wnids:
         images = root / "train" / w / "images"
-        files = _listing(images, "*.JPEG") if images.is_dir() else []
+        files = _listing(images, "*.JPEG") if is_dir(images) else []
         if not files:
             raise ConfigError(DATA_DIR_FIELD, f"Tiny-ImageNet class {w} has no images in {root / 'train' / w / 'images'}")
         train_paths += files
@@ -520,7 +566,7 @@ class Caltech256Options:
 
 def caltech256_root(data_dir: Path) -> Path:
     for base in (data_dir / "256_ObjectCategories", data_dir):
-        if (base / "001.ak47").is_dir():
+        if is_dir(base / "001.ak47"):
             return base
     raise ConfigError(DATA_DIR_FIELD, f"Caltech-256 not found at {data_dir / '256_ObjectCategories'}; expected <NNN.name>/*.jpg folders; {_fetch_hint('caltech256', data_dir, CALTECH_URL)}")
 
@@ -532,11 +578,11 @@ CALTECH256_OUTPUT = 1
 def load_caltech256_images(data_dir: Path, opts: Caltech256Options) -> tuple[np.ndarray, np.ndarray, int]:
     """All images (classes = sorted ``NNN.name`` folders, files sorted by name) and labels; the split is the caller's."""
     root = caltech256_root(data_dir)
-    classes = sorted(d.name for d in _listing(root) if d.is_dir() and d.name[:3].isdigit() and (opts.include_clutter or d.name != CALTECH_CLUTTER))
+    classes = sorted(d.name for d in _listing(root) if is_dir(d) and d.name[:3].isdigit() and (opts.include_clutter or d.name != CALTECH_CLUTTER))
     paths: list[Path] = []
     labels: list[int] = []
     for c, name in enumerate(classes):
-        files = [p for p in _listing(root / name) if p.suffix.lower() in (".jpg", ".jpeg") and p.is_file()]
+        files = [p for p in _listing(root / name) if p.suffix.lower() in (".jpg", ".jpeg") and is_file(p)]
         paths += files
         labels += [c] * len(files)
     return _decode_all(paths, opts.size, crop=True), np.array(labels, dtype=np.int64), len(classes)
@@ -589,7 +635,7 @@ def read_leaf_json(folder: Path) -> Writers:
     import json
 
     writers: Writers = {}
-    files = _listing(folder, "*.json") if folder.is_dir() else []
+    files = _listing(folder, "*.json") if is_dir(folder) else []
     if not files:
         raise ConfigError(DATA_DIR_FIELD, f"no LEAF *.json files in {folder}")
     for path in files:
@@ -618,7 +664,7 @@ def read_leaf_json(folder: Path) -> Writers:
 
 def femnist_root(data_dir: Path) -> Path:
     for base in (data_dir / "femnist", data_dir / "femnist" / "data", data_dir):
-        if (base / "all_data").is_dir() or (base / "train").is_dir():
+        if is_dir(base / "all_data") or is_dir(base / "train"):
             return base
     raise ConfigError(DATA_DIR_FIELD, f"FEMNIST not found at {data_dir / 'femnist'}; expected LEAF's all_data/*.json or train/ and test/ *.json; {_fetch_hint('femnist', data_dir, FEMNIST_URL)}")
 
@@ -649,9 +695,9 @@ FEMNIST_OUTPUT = 2
 def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
     """Per kept writer, its (x, y) train and test parts."""
     root = femnist_root(data_dir)
-    if (root / "train").is_dir():
+    if is_dir(root / "train"):
         train = read_leaf_json(root / "train")
-        test = read_leaf_json(root / "test") if (root / "test").is_dir() else {}
+        test = read_leaf_json(root / "test") if is_dir(root / "test") else {}
         names = list(train)
         empty = (np.zeros((0, 1, 28, 28), np.float32), np.zeros(0, np.int64))
         counts = [len(train[u][1]) + len(test.get(u, empty)[1]) for u in names]

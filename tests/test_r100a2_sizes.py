@@ -40,9 +40,8 @@ def _fesem(n: int) -> Any:
 
 def _pfedhn(n: int) -> Any:
     from chillfl.aggregation.pfedhn import PFedHN, PFedHNOptions
-    from chillfl.seeds import derive_seed
 
-    return PFedHN(PFedHNOptions(), n, {k: v.shape for k, v in model().named_parameters()}, derive_seed(3, "pfedhn-init"), torch.float64)
+    return PFedHN(PFedHNOptions(), n, {k: v.shape for k, v in model().named_parameters()}, 3, torch.float64)
 
 
 SIZED: list[tuple[str, Callable[[int], Any]]] = [("pacfl", _pacfl), ("cfl", _cfl), ("fesem", _fesem), ("pfedhn", _pfedhn)]

@@ -309,17 +309,17 @@ class PFedHN(AggregatorBase):
         self.head = frozenset(head)
         """pFedHN-PC: the head's entries, which the clients keep."""
         self.seed = seed
-        """The generator seed of the hypernetwork's start: the run's :func:`init_seed` (None: that, which a run fills,
-        :func:`_bind`; 0 outside a run)."""
+        """The run's seed, as every seeded method's is (None: the run's, which a run fills, :func:`_bind`; 0 outside a
+        run). The hypernetwork's start is drawn from :func:`init_seed` of it, a stream of its own."""
         self.dtype = dtype
-        self.hyper = self.initial_hyper(0 if seed is None else seed)
+        self.hyper = self.initial_hyper(init_seed(0 if seed is None else seed))
         """phi and E, on the host."""
         self.velocity: Params = {}
         """SGD momentum buffers (empty before the first step, or with ``momentum = 0``)."""
         self._metrics: dict[str, Json] = {}
 
     def initial_hyper(self, seed: int) -> Params:
-        """phi and E at their start, drawn from ``seed``."""
+        """phi and E at their start, drawn from the generator seed ``seed`` (:func:`init_seed` of the run's)."""
         o = self.options
         return init_hypernetwork(self.shapes, self.num_clients, embedding_size(o, self.num_clients), o.hidden, o.hidden_layers, seed, self.dtype)
 
@@ -423,7 +423,7 @@ def _build(options: PFedHNOptions, ctx: BuildContext) -> Built:
             f" entries, and more), over max_params = {options.max_params:,}: use a smaller model or hidden, or raise max_params",
         )
     dtype = next(iter(params.values())).dtype
-    return PFedHN(options, ctx.num_clients, shapes, init_seed(ctx.seed), dtype, head), []
+    return PFedHN(options, ctx.num_clients, shapes, ctx.seed, dtype, head), []
 
 
 def init_seed(seed: int) -> int:
@@ -434,12 +434,12 @@ def init_seed(seed: int) -> int:
 def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     """An instance passed from Python holds one embedding a client, ``num_clients`` of them: another count than the run's
     is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise). Its ``seed`` is the
-    run's :func:`init_seed` (None: filled, the hypernetwork drawn again from it), another refused on ``aggregator.seed``
-    (seed 0 started every seed's run alike)."""
+    run's, as every seeded method's (None: filled, the hypernetwork drawn again from its :func:`init_seed`), another
+    refused on ``aggregator.seed`` (seed 0 started every seed's run alike)."""
     run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
-    seed = run_value(aggregator.seed, init_seed(ctx.seed), instance_field(ctx, "seed"), 'derive_seed(seed, "pfedhn-init")')
+    seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     if aggregator.seed is None:
-        aggregator.hyper = aggregator.initial_hyper(seed)
+        aggregator.hyper = aggregator.initial_hyper(init_seed(seed))
     aggregator.seed = seed
 
 

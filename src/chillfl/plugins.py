@@ -34,6 +34,7 @@ import os
 import pkgutil
 import re
 import sys
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
@@ -377,10 +378,16 @@ class Registry(Generic[T]):
         self.package = package
         self.modules = tuple(modules)
         self._specs: dict[str, T] = {}
-        self._loaded = False
+        self._loaded = False  # set only once every module is imported: a True read without the lock is final
+        self._loading = False
+        # Re-entrant: a module imported during the walk that looks a name up (same thread) must not deadlock, and
+        # sees the partial registry; another thread waits for the walk instead of reading a half-filled one.
+        self._lock = threading.RLock()
 
     def register(self, name: str, spec: T) -> T:
-        """Name ``spec`` ``name``; returns ``spec`` (``SPEC = register_x("name", XSpec(...))``)."""
+        """Name ``spec`` ``name``; returns ``spec`` (``SPEC = register_x("name", XSpec(...))``).
+
+        Takes no lock: a module registers while another thread may hold the walk's lock waiting on that import."""
         if name in self._specs and self._specs[name] is not spec:
             raise ValueError(f"{self.what} {name!r} is registered twice")
         self._specs[name] = spec
@@ -389,17 +396,20 @@ class Registry(Generic[T]):
     def _load(self) -> None:
         if self._loaded:
             return
-        self._loaded = True  # first: a module imported here that looks a name up must not start the walk again
-        try:
-            modules = list(self.modules)
-            if self.package is not None:
-                package = importlib.import_module(self.package)
-                modules += [f"{self.package}.{m.name}" for m in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)]
-            for module in modules:
-                importlib.import_module(module)
-        except BaseException:
-            self._loaded = False  # a broken module fails every lookup, not only the first
-            raise
+        with self._lock:
+            if self._loaded or self._loading:
+                return  # done by the thread we waited for, or a lookup from a module this thread's walk imports
+            self._loading = True
+            try:
+                modules = list(self.modules)
+                if self.package is not None:
+                    package = importlib.import_module(self.package)
+                    modules += [f"{self.package}.{m.name}" for m in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name)]
+                for module in modules:
+                    importlib.import_module(module)
+                self._loaded = True  # a broken module leaves it False: it fails every lookup, not only the first
+            finally:
+                self._loading = False
 
     def specs(self) -> dict[str, T]:
         """Every registered spec by name, sorted (a copy: the registry changes through :meth:`register` only)."""

@@ -44,10 +44,16 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; concurrent downloads of one dataset are not guarded there
+    fcntl = None  # type: ignore[assignment]
 
 from chillfl.data.sources import HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
@@ -432,6 +438,61 @@ def download_dataset(
     """
     source = resolve_source(name, mirror, checksums)
     root = Path(data_dir)
+    made = [p for p in (root, root / DOWNLOADS, root / DOWNLOADS / name) if not p.exists()]
+    try:
+        with _dataset_lock(root, name):  # a second process waits, then finds the dataset installed
+            return _download_locked(name, source, root, progress=progress, force=force, retries=retries, timeout=timeout)
+    finally:  # the lock file kept them: remove what this download made and left empty
+        _remove_if_empty([p for p in (root / DOWNLOADS / name, root / DOWNLOADS, *([root] if root in made else [])) if p.exists()])
+
+
+@contextmanager
+def _dataset_lock(root: Path, name: str) -> Iterator[None]:
+    """Hold an exclusive advisory lock on ``data_dir/.downloads/NAME.lock`` for one dataset's whole fetch and install.
+
+    Why: two jobs downloading one dataset into one ``data_dir`` appended to each other's ``.part``, and one removed
+    the folder the other had just installed. The lock file is removed before the lock is released; a waiter that then
+    holds a removed file locks the new one instead (checked by inode)."""
+    lock = root / DOWNLOADS / f"{name}.lock"
+    told = False
+    while True:
+        try:
+            lock.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o666)
+        except FileNotFoundError:  # another download removed the empty .downloads just now
+            continue
+        except OSError as exc:
+            raise DownloadError(f"cannot create {lock}: {exc.strerror or exc}") from exc
+        try:
+            if fcntl is None:
+                break
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                if not told:
+                    log.warning("waiting for another download of %s into %s to finish", name, root)
+                    told = True
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if os.stat(lock).st_ino == os.fstat(fd).st_ino:
+                    break
+            except FileNotFoundError:
+                pass
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the holder removed this file as it finished: lock the one there now
+    try:
+        yield
+    finally:
+        lock.unlink(missing_ok=True)  # still held: a waiter on it sees the inode gone and starts over
+        os.close(fd)
+
+
+def _download_locked(
+    name: str, source: Source, root: Path, *, progress: Progress, force: bool, retries: int, timeout: float
+) -> Path:
+    """:func:`download_dataset` under its lock; checks again whether the dataset is installed (by the download we waited for)."""
     target = root / source.folder
     ours = (target / MARKER).is_file()
     missing = missing_files(root, source) if ours else []
@@ -443,23 +504,14 @@ def download_dataset(
     if missing and not force:  # the archive is gone after unpacking: the whole dataset is fetched and installed again
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         log.warning("%s in %s is incomplete (%s missing): fetching it again", name, target, shown)
-    made = [p for p in (root, root / DOWNLOADS, root / DOWNLOADS / name) if not p.exists()]
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DownloadError(f"cannot create {root}: {exc.strerror or exc}") from exc
     downloads = root / DOWNLOADS / name
-    try:
-        fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
-    except DownloadError:
-        _remove_if_empty(reversed(made))  # a failure before any byte arrived leaves no folder of ours behind
-        raise
+    fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
     try:
         _install(source, fetched, root, target)
         if as_mode(progress) == "lines":
             log.info("%s unpacked into %s", name, target)
     except ArchiveError as exc:  # the same bytes would fail the same way: a rerun fetches them again instead
-        _remove_fetched(fetched, downloads, root if root in made else None)
+        _remove_fetched(fetched, downloads)
         raise ArchiveError(f"{exc}; the download was removed from {downloads}: check the source (mirror, --checksums) and rerun") from exc
     _remove_fetched(fetched, downloads)
     return target

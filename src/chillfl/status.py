@@ -90,10 +90,25 @@ def status_folders(path: str | Path) -> list[Path]:
     if not folder.is_dir() or is_result_folder(folder):
         return [folder]
     try:
-        subs = sorted(s for s in folder.iterdir() if s.is_dir() and is_result_folder(s))
+        subs = sorted(s for s in folder.iterdir() if s.is_dir() and (is_result_folder(s) or _claimed_run(s)))
     except OSError:
         return [folder]
     return subs or [folder]
+
+
+def _claimed_run(folder: Path) -> bool:
+    """A run's ``NAME.partial`` without its ``config.toml`` yet: a run claims its folder (and opens ``metrics.jsonl``)
+    before it writes its config. Why: ``status OUT`` at that moment said "OUT is not a chillfl result folder"."""
+    return folder.name.endswith(PARTIAL) and folder.is_dir() and not (folder / "config.toml").exists() and not is_sweep(folder)
+
+
+def _claimed_state(folder: Path) -> RunState:
+    """The line of a :func:`_claimed_run` folder: starting while its process holds it, else stopped before it wrote its config."""
+    name = folder.name.removesuffix(PARTIAL)
+    state = folder_state(folder, name)
+    if state.kind == "running":
+        return RunState(name, "running", "starting: its config.toml is not written yet", state.rounds)
+    return RunState(name, "stopped", "before it wrote its config.toml: nothing to resume; start the run again", state.rounds)
 
 
 def _not_there(folder: Path) -> str:
@@ -133,6 +148,9 @@ def _status_table(folder: Path) -> str:
             pass
         states = [folder_state(folder, name, planned)]
         head = f"{one_line(folder)}: one run"  # escaped, as the run names are (RunState.cells)
+    elif _claimed_run(folder):
+        states = [_claimed_state(folder)]
+        head = f"{one_line(folder)}: one run"
     else:
         raise ConfigError(FIELD, f"{folder} is not a chillfl result folder (no config.toml)")
     lines = [head, "| run | state | rounds | accuracy % |", "|---|---|---|---|"]

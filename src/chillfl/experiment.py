@@ -308,7 +308,10 @@ def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         raise ConfigError(field, f"must return logits of shape [batch, num_classes] = [{len(x)}, {classes}], got {shape}")
     if out.shape[1] != classes:
-        raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
+        if field == "model":  # a module passed from Python: its data (TensorData) carry the num_classes the caller set
+            raise ConfigError("data.num_classes", f"is {classes}, but the model outputs {out.shape[1]} logits per sample")
+        # a model named in the config: its classes come from [dataset], which has no num_classes key to blame
+        raise ConfigError(field, f"outputs {out.shape[1]} logits per sample; the data has {classes} classes")
     model.train()  # as the clients run it: a forward that fails only in training, or logits cut off from the weights, failed in round 1
     constants = non_persistent_buffers(model)  # after the eval forward: a cache it filled once is the module's constant
     try:

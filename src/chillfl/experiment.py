@@ -600,7 +600,22 @@ def check_one_sample_batches(config: RunConfig, data: FederatedData, model: nn.M
         why = f"{type(model).__qualname__} cannot train on a batch of one sample ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
         if config.client.batch_size == 1:
             raise ConfigError("client.batch_size", f"is 1, and {why}") from None
-        raise ConfigError("partition", f"gives {len(single)} client(s) a single training sample (client {single[0]}), and {why}; raise partition.min_size or split otherwise") from None
+        raise ConfigError("partition", f"gives {len(single)} client(s) a single training sample (client {single[0]}), and {why}; {larger_clients_hint(config)}") from None
+
+
+def larger_clients_hint(config: RunConfig) -> str:
+    """How to give every client more than one sample, in the options the run's partitioner takes: ``partition.min_size``
+    only where it has one (shards or iid refuse it as an unknown option)."""
+    name, options = RunConfig.component(config.partition)
+    if name == FROM_FILE:
+        return "give each client more samples in partition.from or split otherwise"
+    cls = partitioner_spec(name).options
+    names = sorted(f.name for f in dataclasses.fields(cls) if f.init) if dataclasses.is_dataclass(cls) else []
+    if "min_size" in names:
+        return "raise partition.min_size or split otherwise"
+    if names:
+        return f"change {name}'s options ({', '.join(names)}) or partition.name so each client holds more samples"
+    return f"{name} takes no options: choose another partition.name"
 
 
 def sample_input(model: nn.Module, input_shape: Sequence[int]) -> torch.Tensor:

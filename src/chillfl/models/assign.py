@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.errors import ConfigError
+from chillfl.models.registry import model_spec
 from chillfl.numeric import is_whole
 
 HETERO_KEYS = ("assign", "groups")
@@ -114,7 +115,13 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
         if len(names) != num_clients:
             raise ConfigError(field, f"has {len(names)} names for federation.num_clients = {num_clients}")
         per_client = [base if n == base["name"] else {"name": n} for n in names]
-        section_of.update({id(t): field for t in per_client if t is not base})
+        for i, arch in enumerate(per_client):
+            if arch is not base:  # the entry is the name itself: blame model.assign[i], not a .name key it does not have
+                section_of[id(arch)] = where = f"model.assign[{i}]"
+                try:
+                    model_spec(arch["name"], where)
+                except ConfigError as exc:
+                    raise ConfigError(where, exc.message) if exc.field == f"{where}.name" else exc from None
     elif "groups" in table:
         field = "model.groups"
         groups = table["groups"]
@@ -154,7 +161,7 @@ def plan_models(table: Mapping[str, Any], num_clients: int) -> ModelPlan:
 
 
 def arch_section(plan: ModelPlan, index: int) -> str:
-    """The config field an architecture's options came from (for errors): ``model``, ``model.assign`` or ``model.groups[i]``."""
+    """The config field an architecture's options came from (for errors): ``model``, ``model.assign[i]`` or ``model.groups[i]``."""
     return plan.sections[index] if plan.heterogeneous else "model"
 
 

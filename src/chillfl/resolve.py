@@ -137,9 +137,10 @@ def objective_table(objective: ObjectiveConfig) -> ObjectiveConfig:
     A term is found as the run finds it (its registered name, import path or entry point: :func:`term_spec`),
     and its table is its options dataclass written back, so the run's terms are the same objects either way.
     """
-    field = "objective.terms"
     terms: list[str | dict[str, Any]] = []
-    for entry in objective.terms:
+    for i, entry in enumerate(objective.terms):
+        # of several entries, the field names the entry, as configured_terms does (two terms may share an option)
+        field = "objective.terms" + (f"[{i}]" if len(objective.terms) > 1 else "")
         name = entry_name(entry)
         spec = term_spec(name, field)
         given = {k: v for k, v in entry.items() if k != "name"} if isinstance(entry, Mapping) else {}

@@ -32,7 +32,7 @@ from chillfl.config import (RunConfig, apply_overrides, dotted_keys, inherited_n
 from chillfl.errors import ConfigError, MissingExtra, did_you_mean
 from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
-from chillfl.resolve import held_options
+from chillfl.resolve import held_options, resolved
 from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_folders, run_name, short_setting, suffixed, taken_name, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
@@ -502,6 +502,14 @@ def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], s
         # another field, which this point's value made wrong (lr_min >= a tuned lr): named as it is, with the point
         where = ", ".join(f"{k}={v}" for k, v in point.items())
         raise ConfigError(exc.field, f"{exc.message} (tuning point {where})") from None
+    try:  # a part's options (algorithm.beta) are parsed only when the run is built, where the [tune] it came from is lost
+        resolved(cfg)
+    except MissingExtra:  # a missing package, not the tuned value: said where the run is built
+        pass
+    except ConfigError as exc:
+        if any(_nested(exc.field, k) for k in point):
+            raise ConfigError(f"tune.{exc.field}", exc.message) from None  # a variant's: naming() puts variants.L. in front
+        # not a tuned key: the variant's or the config's own, named where the run is built
     if variant.lr_scale != 1.0:
         cfg = cfg.with_overrides({"client.lr": cfg.client.lr * variant.lr_scale})
     return cfg

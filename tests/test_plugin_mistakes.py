@@ -104,7 +104,7 @@ TINY = ["dataset.name=digits", "model.name=mlp", "federation.num_clients=4", "fe
 
 
 @pytest.mark.parametrize(("overrides", "line"), [
-    (["model.name=mine:FewOut"], "data.num_classes: is 10, but the model outputs 8 logits per sample"),
+    (["model.name=mine:FewOut"], "model.name: outputs 8 logits per sample; the data has 10 classes"),
     (["model.name=mine:TupleOut"], "model.name: must return logits of shape [batch, num_classes] = [2, 10], got tuple"),
     (["model.name=mine:builds_none"], "model.name: the builder of 'mine:builds_none' must return a torch.nn.Module, got NoneType"),
     (["algorithm.name=mine:MetricsTensor"], "algorithm.name: MetricsTensor.round_metrics() returned 't' as Tensor: a metric is a number, str, bool, None, "

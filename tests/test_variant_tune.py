@@ -43,7 +43,7 @@ def test_a_variants_own_grid_is_crossed_with_the_shared_one_for_it_alone(tmp_pat
     ({"algorithm": {"name": "fedprox"}, "tune": {"client.lr": [0.1]}}, "variants.P.tune.client.lr", "tuned by the shared [tune] grid already"),
     ({"algorithm": {"name": "fedprox"}, "tune": {"algorithm.mu": []}}, "variants.P.tune.algorithm.mu", "non-empty list"),
     ({"algorithm": {"name": "fedprox"}, "tune": [1]}, "variants.P.tune", "expected a table"),
-    ({"tune": {"algorithm.mu": [0.1]}}, "variants.P.algorithm.mu", "unknown option"),  # FedAvg has no mu: refused before any run
+    ({"tune": {"algorithm.mu": [0.1]}}, "variants.P.tune.algorithm.mu", "unknown option"),  # FedAvg has no mu: refused before any run, named where it was written
 ])
 def test_a_bad_own_grid_is_one_line_naming_the_variant(tmp_path: Path, variant: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
@@ -58,7 +58,7 @@ def test_a_shared_grid_key_that_fails_for_a_variant_overriding_nothing_names_tha
     config["tune"] = {"algorithm.finetune_lr": [0.1, 0.3]}  # an option of FedAvg-FT's, not of Plain's FedAvg
     with pytest.raises(ConfigError) as err:
         run_compare(config_from_dict(config), [], progress=False)
-    assert err.value.field == "variants.Plain.algorithm.finetune_lr" and "unknown option" in err.value.message, err.value
+    assert err.value.field == "variants.Plain.tune.algorithm.finetune_lr" and "unknown option" in err.value.message, err.value
     assert not (tmp_path / "out").exists()
 
 
@@ -69,7 +69,7 @@ def test_the_config_itself_as_its_one_variant_keeps_the_configs_field(tmp_path: 
     config["tune"] = {"algorithm.mu": [0.1, 0.3]}
     with pytest.raises(ConfigError) as err:
         run_compare(config_from_dict(config), [], progress=False)
-    assert err.value.field == "algorithm.mu" and "unknown option" in err.value.message, err.value
+    assert err.value.field == "tune.algorithm.mu" and "unknown option" in err.value.message, err.value
 
 
 def test_the_own_grid_is_tuned_on_validation_reported_and_recorded(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from chillfl.metrics.stats import CLIPPED, FRACTION, Interval, clip_interval
+from chillfl.plots.styles import variant_style
 
 LOG_SPAN = 10.0
 """The x axis is logarithmic when the largest epsilon exceeds this many times the smallest."""
@@ -62,6 +63,9 @@ class UtilityPoint:
     seeds: int
     unit: str
     """What its epsilon bounds (from the caller's ``units``; "" when not given)."""
+    index: int = 0
+    """Its row's position in ``rows`` (the comparison's variant order): its colour, the one the comparison's other
+    figures give that variant (:func:`~chillfl.plots.styles.variant_style`)."""
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,8 @@ class Reference:
 
     label: str
     accuracy: float
+    index: int = 0
+    """Its row's position in ``rows``: its colour, as :attr:`UtilityPoint.index`."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ def utility_points(rows: Sequence[Mapping[str, Any]], units: Mapping[str, str] |
     variant's epsilon bounds (the private variants'). A row without a final accuracy (failed at every seed) is left out."""
     units = units or {}
     points, references = [], []
-    for row in rows:
+    for index, row in enumerate(rows):
         label = str(row["variant"])
         acc = _mean_and_interval(row.get("final_acc"))
         if acc is None:
@@ -118,9 +124,9 @@ def utility_points(rows: Sequence[Mapping[str, Any]], units: Mapping[str, str] |
         if eps is not None:
             # an accuracy is a fraction whatever the row's ``range`` says (an older table.json has none): shown in [0, 100] %
             shown = None if interval is None else clip_interval(100.0 * interval.low, 100.0 * interval.high, PERCENT)
-            points.append(UtilityPoint(label, eps[0], 100.0 * mean, shown, seeds, units.get(label, "")))
+            points.append(UtilityPoint(label, eps[0], 100.0 * mean, shown, seeds, units.get(label, ""), index))
         elif label not in units:
-            references.append(Reference(label, 100.0 * mean))
+            references.append(Reference(label, 100.0 * mean, index))
     return Utility(points, references)
 
 
@@ -170,13 +176,10 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
         return False
     from chillfl.plots.figure import Figure, save_png  # lazy, and first: MissingExtra without the plots extra
 
-    from matplotlib import colormaps
     from matplotlib.lines import Line2D
     from matplotlib.ticker import LogFormatter
     from matplotlib.transforms import offset_copy
 
-    entries = len(utility.points) + len(utility.references)
-    colours = colormaps["tab10" if entries <= 10 else "tab20"]
     marker_of = {unit: MARKERS[i % len(MARKERS)] for i, unit in enumerate(utility.units)}
     fig = Figure(figsize=(10, 5), layout="constrained")
     ax = fig.subplots()
@@ -185,16 +188,17 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
         ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")  # 1, 10, 100, not 10^0
         ax.xaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))  # 2, 3, ... within two decades only
     handles: list[Any] = []  # the legend's entries: errorbar containers, then lines
-    for i, (p, shift) in enumerate(zip(utility.points, dodges(utility.points))):
+    # a variant's colour is its row's (its variant's) index, as in curves.png: by position among the points it was another
+    for p, shift in zip(utility.points, dodges(utility.points)):
         err = None if p.interval is None else [[p.accuracy - p.interval.low], [p.interval.high - p.accuracy]]
-        drawn = ax.errorbar([p.epsilon], [p.accuracy], yerr=err, fmt=marker_of[p.unit], color=colours(i), ms=7, capsize=4, label=point_label(p))
+        drawn = ax.errorbar([p.epsilon], [p.accuracy], yerr=err, fmt=marker_of[p.unit], color=variant_style(p.index)[0], ms=7, capsize=4, label=point_label(p))
         if shift:  # side by side, the data unchanged; moved after drawing, so that the axes' limits still fit the data
             moved = offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
             for artist in drawn.get_children():
                 artist.set_transform(moved)
         handles.append(drawn)
-    for j, ref in enumerate(utility.references):
-        handles.append(ax.axhline(ref.accuracy, color=colours(len(utility.points) + j), ls="--", lw=1.2, label=f"{ref.label} (no DP): {ref.accuracy:.2f} %"))
+    for ref in utility.references:  # dashed whatever its variant's style: a level, not a point's line
+        handles.append(ax.axhline(ref.accuracy, color=variant_style(ref.index)[0], ls="--", lw=1.2, label=f"{ref.label} (no DP): {ref.accuracy:.2f} %"))
     ax.set(xlabel="epsilon spent by the last round (each at its own delta)" + ("; log scale" if utility.log_x else ""), ylabel="final global test accuracy %")
     ax.grid(alpha=0.3)
     # figure legends "outside": constrained layout makes room for both (a second axes legend kept by add_artist got none)

@@ -44,3 +44,28 @@ def test_privacy_utility_colours_a_variant_by_its_row_index_as_the_curves_do(tmp
     assert points == {"FedAvg, eps=32": colour(1), "DS-FL, eps=32": colour(3), "SCARLET, eps=32": colour(4)}
     (reference,) = [line for line in ax.lines if line.get_label().startswith("FedAvg (no DP)")]
     assert to_hex(reference.get_color()) == colour(0)
+
+
+def test_clp_curves_keep_a_variant_without_a_finished_run_in_its_slot(tmp_path: Path, drawn: list[Any]) -> None:
+    import json
+
+    import chillfl.plots.pa3fed as pa3fed
+    from test_reportfix2_pa3fed import records
+
+    folder = tmp_path / "cmp"
+    folder.mkdir()
+    labels = [f"v{i}" for i in range(12)]
+    variants = [{"label": label, "short": None, "tune": {}} for label in labels]
+    (folder / "sweep.json").write_text(json.dumps({"options": {"seeds": [0], "tune": {}}, "variants": variants}))
+    for i, label in enumerate(labels):
+        if i != 1:  # v1 diverged: no run folder of it finished
+            (folder / label).mkdir()
+            (folder / label / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records(0.1 + i / 100)))
+    assert pa3fed.main([str(folder)]) == 0
+    (ax,) = drawn[-1].axes
+    lines = {line.get_label(): line for line in ax.get_lines() if not line.get_label().startswith("_")}
+    assert "v1: no finished run" in lines
+    for i, label in enumerate(labels):
+        if i != 1:
+            want_colour, want_style = variant_style(i)
+            assert (to_hex(lines[label].get_color()), lines[label].get_linestyle()) == (to_hex(want_colour), want_style), label

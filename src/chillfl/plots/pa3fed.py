@@ -32,7 +32,8 @@ from chillfl.run_names import CLP_FIGURE, comparison_labels  # noqa: E402
 from chillfl.storage.results import series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.figure import Figure, finish_figure, log_scale, save_png  # noqa: E402
-from chillfl.plots.run import integer_rounds  # noqa: E402
+from chillfl.plots.run import integer_rounds, no_finished_run  # noqa: E402
+from chillfl.plots.styles import variant_style  # noqa: E402
 
 CLP_COLOR = "#9ecae1"  # light blue, as in Fig. 3
 
@@ -83,9 +84,10 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
 def plot_compare_clp(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> bool:
     """Fig. 4 style: every variant's accuracy curve; the CLP rounds of each PA3Fed variant as dots on its curve.
 
-    Returns False (nothing written) when no variant has a global accuracy curve.
+    A variant with no records had no finished run: it keeps its colour slot and a legend entry says so. Returns False
+    (nothing written) when no variant has a global accuracy curve.
     """
-    return plot_compare_clp_seeds({label: [records] for label, records in curves.items()}, path, title)
+    return plot_compare_clp_seeds({label: [records] if records else [] for label, records in curves.items()}, path, title)
 
 
 def adapted_rounds(runs: Sequence[Sequence[Mapping[str, Any]]]) -> set[int]:
@@ -102,20 +104,27 @@ def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, A
     measured, :func:`~chillfl.metrics.spread.seed_band`) as one line with a shaded band of ± 1 std over the seeds (as
     the comparison's ``curves.png``; none for a variant of one run), dots at the rounds adapted in at least half of them.
 
-    Returns False (nothing written) when no variant has a global accuracy curve.
+    ``groups`` in the comparison's variant order, a variant with no finished run as an empty list (a legend entry
+    that says so; it keeps its colour slot). Returns False (nothing written) when no variant has a global accuracy curve.
     """
-    bands = {label: seed_band(runs, "global_acc") for label, runs in groups.items() if runs}
+    bands = {label: seed_band(runs, "global_acc") if runs else ([], [], []) for label, runs in groups.items()}
     if not any(rounds for rounds, _, _ in bands.values()):
         return False
     seeded = any(len(runs) > 1 for runs in groups.values())
     fig = Figure(figsize=(7, 4.5))
     ax = fig.subplots()
+    # a variant's colour and style are its index among all of groups' variants (variant_style), as in curves.png: by
+    # position among the drawn ones, a variant after one with no finished run took that one's colour
     for i, (label, (rounds, acc, std)) in enumerate(bands.items()):
+        runs = groups[label]
+        if not runs:
+            no_finished_run(label, (ax,))
+            continue
         if not rounds:
             continue
-        runs = groups[label]
         shown = f"{label} (n={len(runs)})" if seeded else label
-        (line,) = ax.plot(rounds, acc, label=shown, color=f"C{i % 10}", ls="-" if "pa3" in label.lower() else "--")
+        colour, style = variant_style(i)
+        (line,) = ax.plot(rounds, acc, label=shown, color=colour, ls=style)
         if len(runs) > 1:  # the seeds' spread, as the comparison's curves.png shades it (one seed: no band)
             ax.fill_between(rounds, [m - s for m, s in zip(acc, std)], [m + s for m, s in zip(acc, std)], color=line.get_color(), alpha=0.2, linewidth=0)
         clp = adapted_rounds(runs)
@@ -138,7 +147,9 @@ register_figure("clp", FigureSpec("clp.png", plot_clp, "accuracy and FGN(t) with
 
 def clp_groups(folder: Path) -> dict[str, list[list[dict[str, Any]]]]:
     """Variant label -> the records of its finished runs (one per seed) under ``folder``, a run folder or a compare
-    folder, in the compare table's row order; a ConfigError (one line) when no run is PA3Fed's (no ``agg_clp``)."""
+    folder, in the compare table's row order, a variant of the comparison with no finished run as an empty list (it
+    keeps its place, hence its colour, and the legend says why it has no line); a ConfigError (one line) when no run is
+    PA3Fed's (no ``agg_clp``)."""
     runs = run_folders(folder)  # the folder itself, or its finished sub-folders; a ConfigError when there is none
     labels = comparison_labels(folder)  # run folder name -> variant label, seeds of one variant alike
     table = folder / "table.json"
@@ -153,6 +164,8 @@ def clp_groups(folder: Path) -> dict[str, list[list[dict[str, Any]]]]:
     if not any("agg_clp" in r for runs_ in groups.values() for records in runs_ for r in records):
         raise ConfigError(str(folder), f"holds no PA3Fed run (no {METRICS} with agg_clp in it or its sub-folders): no CLP rounds to draw")
     order = list(dict.fromkeys(labels.values()))
+    for label in order:  # a comparison's (sweep.json's) every variant, finished or not
+        groups.setdefault(label, [])
     return dict(sorted(groups.items(), key=lambda item: order.index(item[0]) if item[0] in order else len(order)))
 
 
@@ -169,8 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     def draw() -> list[str]:
         groups = clp_groups(folder)
         out = folder / CLP_FIGURE
-        drawn = (plot_compare_clp({label: runs[0] for label, runs in groups.items()}, out, title=folder.name)
-                 if all(len(runs) == 1 for runs in groups.values()) else plot_compare_clp_seeds(groups, out, title=folder.name))
+        drawn = (plot_compare_clp({label: runs[0] if runs else [] for label, runs in groups.items()}, out, title=folder.name)
+                 if all(len(runs) <= 1 for runs in groups.values()) else plot_compare_clp_seeds(groups, out, title=folder.name))
         if not drawn:
             raise ConfigError(str(folder), "no run has a global accuracy curve (global_acc): nothing to draw")
         return [str(out)]

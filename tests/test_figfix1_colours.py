@@ -69,3 +69,29 @@ def test_clp_curves_keep_a_variant_without_a_finished_run_in_its_slot(tmp_path: 
         if i != 1:
             want_colour, want_style = variant_style(i)
             assert (to_hex(lines[label].get_color()), lines[label].get_linestyle()) == (to_hex(want_colour), want_style), label
+
+
+def test_the_report_orders_a_comparisons_runs_and_colours_by_its_variant_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sorted by folder name (``FedAvg``, ``chilled_T0.25``, ``exploding_lr``), the page's groups and colours differed
+    from the comparison's own figures embedded above them, which follow sweep.json's variant order."""
+    import chillfl.report.html as page
+    from chillfl.report.html import Group, Run, colour_indices, curves_figure, variant_order
+
+    cmp, other = tmp_path / "cmp", tmp_path / "other"
+    labels = {cmp: {"FedAvg": "FedAvg", "NaN_lr": "NaN lr", "exploding_lr": "exploding lr", "chilled_T0.25": "chilled T=0.25"}, other: {}}
+    found = [cmp / "FedAvg", cmp / "chilled_T0.25", cmp / "exploding_lr", other / "run"]
+    ordered = variant_order(found, labels)
+    assert ordered == [cmp / "FedAvg", cmp / "exploding_lr", cmp / "chilled_T0.25", other / "run"]
+    records = [{"round": r, "global_acc": 0.1 * r} for r in (1, 2)]
+    runs = {p.name: Run(p, None, records, {}, labels[cmp][p.name]) for p in ordered[:3]}  # type: ignore[arg-type]
+    groups = [Group(run.variant or "", [run]) for run in runs.values()]
+    colours = colour_indices(groups, labels)
+    assert colours == [0, 2, 3]  # "NaN lr" (no finished run) keeps its slot, as in the comparison's curves.png
+    figures: list[Any] = []
+    monkeypatch.setattr(page, "_png", lambda fig: figures.append(fig) or "")
+    curves_figure(groups, (("global_acc", "g"),), colours)
+    (ax,) = figures[0].axes
+    drawn = {line.get_label(): to_hex(line.get_color()) for line in ax.get_lines()}
+    assert drawn == {"FedAvg (n=1)": colour(0), "exploding lr (n=1)": colour(2), "chilled T=0.25 (n=1)": colour(3)}
+    stray = Run(other / "run", None, records, {}, None)  # type: ignore[arg-type]
+    assert colour_indices([*groups, Group("run", [stray])], labels) == [0, 1, 2, 3]  # runs from elsewhere: page order

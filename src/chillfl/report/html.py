@@ -180,6 +180,33 @@ def find_runs(paths: Sequence[str | Path]) -> list[Path]:
     return distinct(found)
 
 
+def variant_order(folders: Sequence[Path], labels: Mapping[Path, Mapping[str, str]]) -> list[Path]:
+    """``folders`` with each comparison's runs in its ``sweep.json``'s variant order (``labels``: parent folder -> its
+    :func:`~chillfl.run_names.comparison_labels`, in that order), in the places its runs held: sorted by folder name,
+    ``FedAvg`` before ``chilled_T0.25`` before ``exploding_lr``, its groups and their colours were not the ones the
+    comparison's own figures, embedded on the same page, give its variants."""
+    rank = {parent: {name: i for i, name in enumerate(names)} for parent, names in labels.items() if names}
+    out = list(folders)
+    for parent, order in rank.items():
+        slots = [i for i, p in enumerate(out) if p.parent == parent]
+        ranked = sorted((out[i] for i in slots), key=lambda p: order.get(p.name, len(order)))  # stable: one not named stays last
+        for i, p in zip(slots, ranked):
+            out[i] = p
+    return out
+
+
+def colour_indices(groups: Sequence[Group], labels: Mapping[Path, Mapping[str, str]]) -> list[int]:
+    """Each group's colour index (:func:`~chillfl.plots.styles.variant_style`): on a page of one comparison's variants,
+    its variant's index in that comparison's ``sweep.json`` order, as the comparison's figures colour it (a variant
+    with no finished run keeps its slot); else the group's position on the page."""
+    parents = {r.folder.parent for g in groups for r in g.runs}
+    variants = [_variant_label(g) for g in groups]
+    if len(parents) == 1 and None not in variants and (order := list(dict.fromkeys(labels.get(parents.pop(), {}).values()))):
+        if all(v in order for v in variants):
+            return [order.index(str(v)) for v in variants]
+    return list(range(len(groups)))
+
+
 def _no_runs(p: Path) -> str:
     """Why ``p`` gives no run, and what to name instead: a folder holding only a comparison folder (``results/`` after
     one ``chillfl compare``) said only "not a run folder nor a folder of them", though naming the comparison reports it."""
@@ -554,8 +581,10 @@ def legend_rows(labels: Sequence[str], columns: int) -> int:
     return max(sum(label.count("\n") + 1 for label in chunk) for chunk in chunks)
 
 
-def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> str | None:
-    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band (:data:`~chillfl.metrics.spread.SPREAD`).
+def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colours: Sequence[int] | None = None) -> str | None:
+    """One panel per metric key; one line per group (mean over seeds) with a ± 1 std band (:data:`~chillfl.metrics.spread.SPREAD`);
+    ``colours``: each group's index for :func:`~chillfl.plots.styles.variant_style` (:func:`colour_indices`; by default
+    its position).
 
     One legend for all panels, under them: a legend in each panel, as tall as the labels (every option that varies)
     make it, covered the curves, and said the same thing twice."""
@@ -575,7 +604,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]]) -> s
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
         ylabel, scale = Y_AXES.get(key, (key, 1.0))
-        for index, g in enumerate(groups):
+        for index, g in zip(colours if colours is not None else range(len(groups)), groups):
             rounds, mean, std = band([r.records for r in g.runs], key)
             if len(rounds) == 0:
                 continue
@@ -1047,6 +1076,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
     run_dirs = distinct(run_dirs)  # a folder named twice: one comparison section, one entry in the title
     folders = find_runs(run_dirs)
     labels = {parent: comparison_labels(parent) for parent in dict.fromkeys(p.parent for p in folders)}
+    folders = variant_order(folders, labels)
     runs = [load_run(p, labels[p.parent]) for p in folders]
     chosen = {parent: selected_points(parent) for parent in labels}
     for run in runs:  # a tuned comparison's run: at its variant's selected point or not, as its table.json says
@@ -1054,6 +1084,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
             run.selected = run.variant in selection.labels
             run.points = selection.points.get(run.variant)
     groups = group_runs(runs)
+    colours = colour_indices(groups, labels)
     tuned = any(g.tuning is not None for g in groups)
     title = title or default_title(run_dirs, len(runs))
     other = _other_keys(groups)
@@ -1089,11 +1120,11 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
         *([f'<p class="muted" id="epsilon-caveat">{_e(caveat)}</p>'] if caveat else []),
         "<h2>Curves</h2>",
     ]
-    for uri in (curves_figure(groups, ACCURACY_CURVES), curves_figure(groups, LOSS_CURVES)):
+    for uri in (curves_figure(groups, ACCURACY_CURVES, colours), curves_figure(groups, LOSS_CURVES, colours)):
         if uri:
             parts.append(f'<img alt="curves" src="{uri}">')
     parts.append("<h2>Calibration</h2>")
-    uri = curves_figure(groups, CALIBRATION_CURVES)
+    uri = curves_figure(groups, CALIBRATION_CURVES, colours)
     parts.append(f'<img alt="calibration over rounds" src="{uri}">' if uri else '<p class="muted">no calibration metrics in these runs</p>')
     if models:
         for g in groups:

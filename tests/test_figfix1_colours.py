@@ -95,3 +95,22 @@ def test_the_report_orders_a_comparisons_runs_and_colours_by_its_variant_order(t
     assert drawn == {"FedAvg (n=1)": colour(0), "exploding lr (n=1)": colour(2), "chilled T=0.25 (n=1)": colour(3)}
     stray = Run(other / "run", None, records, {}, None)  # type: ignore[arg-type]
     assert colour_indices([*groups, Group("run", [stray])], labels) == [0, 1, 2, 3]  # runs from elsewhere: page order
+
+
+def test_grad_norms_keep_a_runs_colour_in_both_panels_and_name_an_empty_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import numpy as np
+
+    from chillfl.analysis.grad_norms import plot_grad_norms
+
+    figures: list[Any] = []
+    monkeypatch.setattr(figure_module, "save_figure", lambda fig, path, **kw: figures.append(fig))
+    norms = np.array([0.1, 1.0, 10.0, 2.0])
+    raw = {"all right": (norms, np.array([True] * 4)), "mixed": (norms, np.array([True, False, True, False])),
+           "zeros": (np.zeros(4), np.array([True, False, True, False]))}
+    plot_grad_norms(raw, {"all right": 1.0, "mixed": 0.5, "zeros": 1.0}, tmp_path / "g.png")
+    top, bottom = figures[0].axes
+    for ax in (top, bottom):
+        (mixed,) = [p for p in ax.patches if p.get_label().startswith("mixed")]
+        assert to_hex(mixed.get_edgecolor()) == colour(1)
+    texts = [t.get_text() for t in bottom.get_legend().get_texts()]
+    assert "all right (T=1) (no samples)" in texts and "zeros (T=1) (all norms 0)" in texts

@@ -128,6 +128,7 @@ def plot_grad_norms(raw: dict[str, tuple[np.ndarray, np.ndarray]], temps: dict[s
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from chillfl.plots.figure import save_figure
+    from chillfl.plots.styles import variant_style
 
     fig = Figure(figsize=(7, 6))
     FigureCanvasAgg(fig)
@@ -136,10 +137,17 @@ def plot_grad_norms(raw: dict[str, tuple[np.ndarray, np.ndarray]], temps: dict[s
     bins = np.linspace(lo, hi if hi > lo else lo + 1, 40).tolist()
     for row, (flag, title) in enumerate(((True, "correctly predicted"), (False, "incorrectly predicted"))):
         ax = fig.add_subplot(2, 1, row + 1)
-        for label, (norms, correct) in raw.items():
-            vals = norms[(correct == flag) & (norms > 0)]
+        # a run's colour is its index, the same in both panels: each axes' own colour cycle gave a run after one with no
+        # sample in a panel that one's colour there; a run with nothing to draw in a panel says why in its legend
+        for index, (label, (norms, correct)) in enumerate(raw.items()):
+            colour, style = variant_style(index)
+            picked = norms[correct == flag]
+            vals = picked[picked > 0]
+            name = f"{label} (T={temps[label]:g})"
             if len(vals):
-                ax.hist(np.log10(vals), bins=bins, histtype="step", density=True, lw=1.5, label=f"{label} (T={temps[label]:g})")
+                ax.hist(np.log10(vals), bins=bins, histtype="step", density=True, lw=1.5, color=colour, ls=style, label=name)
+            else:
+                ax.plot([], [], color=colour, ls=style, label=f"{name} ({'no samples' if not len(picked) else 'all norms 0'})")
         ax.set_title(f"{title} samples", fontsize=9)
         ax.set_ylabel("density")
         ax.legend(fontsize=7)

@@ -114,3 +114,21 @@ def test_grad_norms_keep_a_runs_colour_in_both_panels_and_name_an_empty_one(tmp_
         assert to_hex(mixed.get_edgecolor()) == colour(1)
     texts = [t.get_text() for t in bottom.get_legend().get_texts()]
     assert "all right (T=1) (no samples)" in texts and "zeros (T=1) (all norms 0)" in texts
+
+
+def test_cka_draws_each_run_at_its_own_layer_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An MLP's hidden.0 / representation / head were drawn at ticks named after the first run's CNN layers."""
+    from chillfl.analysis.cka import plot_cka
+
+    figures: list[Any] = []
+    monkeypatch.setattr(figure_module, "save_figure", lambda fig, path, **kw: figures.append(fig))
+    cnn = {"features.0": 0.9, "features.3": 0.8, "fc1": 0.7}
+    mlp = {"hidden.0": 0.95, "representation": 0.88, "head": float("nan")}
+    plot_cka({"runs": {"cnn": {"layers": list(cnn), "global_vs_reference": cnn}, "mlp": {"layers": list(mlp), "global_vs_reference": mlp}}}, tmp_path / "c.png")
+    (ax,) = figures[0].axes
+    ticks = [t.get_text() for t in ax.get_xticklabels()]
+    assert ticks == ["features.0", "features.3", "fc1", "hidden.0", "representation", "head"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["cnn"].get_xdata()) == [0, 1, 2]
+    mlp_line = lines["mlp (1 of 3 layers undefined: NaN)"]
+    assert list(mlp_line.get_xdata()) == [3, 4, 5] and [ticks[x] for x in mlp_line.get_xdata()[:2]] == ["hidden.0", "representation"]

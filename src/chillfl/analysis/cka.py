@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -223,15 +224,21 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 2 if with_matrix else 1, 1)
     shaded = False
+    # x: the union of the runs' layer names, in first-seen order, each run at its own layers' places: at 0, 1, 2 under
+    # the first run's names, an MLP's hidden.0 was drawn over a CNN's features.0
+    layers = list(dict.fromkeys(name for run in runs.values() for name in run["global_vs_reference"]))
+    place = {name: i for i, name in enumerate(layers)}
     for label, run in runs.items():
+        xs = [place[name] for name in run["global_vs_reference"]]
         values = list(run["global_vs_reference"].values())
-        (line,) = ax.plot(range(len(values)), values, marker="o", label=label)
+        undefined = sum(1 for v in values if v is None or not math.isfinite(v))  # a NaN point is not drawn: say so, not a lone dot
+        shown = label + (f" ({undefined} of {len(values)} layers undefined: NaN)" if undefined else "")
+        (line,) = ax.plot(xs, values, marker="o", label=shown)
         if "clients_vs_reference" in run:  # in the run's colour: the fill's own colour cycle gave it another run's
-            client_vals = np.array([list(v.values()) for v in run["clients_vs_reference"].values()])
-            ax.fill_between(range(len(values)), client_vals.min(0), client_vals.max(0), color=line.get_color(), alpha=0.15)
+            client_vals = np.array([[v[name] for name in run["global_vs_reference"]] for v in run["clients_vs_reference"].values()])
+            ax.fill_between(xs, client_vals.min(0), client_vals.max(0), color=line.get_color(), alpha=0.15)
             shaded = True
-    first = next(iter(runs.values()))
-    ax.set_xticks(range(len(first["layers"])), first["layers"], rotation=30, fontsize=7)
+    ax.set_xticks(range(len(layers)), layers, rotation=30, fontsize=7)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("layer")
     ax.set_ylabel("linear CKA vs reference")

@@ -611,7 +611,9 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
             mean, std = scale * mean, scale * std
             # a group keeps its colour in every panel and figure, also where a group before it has no such metric
             colour, style = variant_style(index)
-            (line,) = ax.plot(rounds, mean, lw=1.5, color=colour, ls=style, label=labels[g.label])
+            # a dot at each measured round where the series skips some (eval.every, a non-finite value): a plain line
+            # through 3, 6, 7 read as values measured at 4 and 5 (as plot_temperatures marks a client's gaps)
+            (line,) = ax.plot(rounds, mean, lw=1.5, color=colour, ls=style, marker="." if skips_rounds(rounds, mean) else None, label=labels[g.label])
             entries.setdefault(g.label, line)
             if len(g.runs) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
@@ -624,6 +626,13 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
     ordered = [g.label for g in groups if g.label in entries]  # the groups' order, whichever panel drew a group first
     fig.legend([entries[label] for label in ordered], [labels[label] for label in ordered], fontsize=7, loc="outside lower center", ncols=columns)
     return _png(fig)
+
+
+def skips_rounds(rounds: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> bool:
+    """Whether a curve's line would bridge rounds that were not measured (two measured rounds more than one apart) or
+    break at a non-finite value (a finite point alone between two breaks draws nothing without a marker)."""
+    xs = np.asarray(rounds, dtype=float)
+    return bool(np.any(np.diff(xs) > 1) or not np.all(np.isfinite(np.asarray(values, dtype=float))))
 
 
 def _explodes(groups: Sequence[Group], key: str, factor: float = 10.0) -> bool:

@@ -566,11 +566,15 @@ def format_seed_table(
 
 def write_compare_figures(
     outputs: Mapping[str, RunOutput], folder: Path, title: str, unfinished: Sequence[str] = (),
-    rows: Sequence[Mapping[str, Any]] = (), units: Mapping[str, str] | None = None,
+    rows: Sequence[Mapping[str, Any]] = (), units: Mapping[str, str] | None = None, order: Sequence[str] = (),
 ) -> None:
     """The comparison's figures (``unfinished``: variants whose run did not finish, named in the curves' legend), and
     ``privacy_utility.png`` when a row of ``rows`` spent a privacy budget (``units``: label -> what its epsilon bounds);
-    without matplotlib (the ``plots`` extra) one log line says they were skipped."""
+    without matplotlib (the ``plots`` extra) one log line says they were skipped.
+
+    ``order``: every variant's label in the comparison's order, so that a variant keeps its colour (its index there)
+    in every figure, the HTML report's included, also after a variant before it did not finish (it was drawn after the
+    finished ones, and left out of accuracy vs bytes, shifting the colours of those after it)."""
     try:
         from chillfl.plots.privacy_utility import plot_privacy_utility
         from chillfl.plots.run import plot_curves
@@ -578,8 +582,10 @@ def write_compare_figures(
         logging.getLogger(__name__).info("%s; figures skipped", exc)
         return
 
-    plot_curves({**{label: out.records for label, out in outputs.items()}, **{label: [] for label in unfinished}}, folder / CURVES_FIGURE, title=title)
-    plot_compare_accuracy_vs_bytes({label: out.records for label, out in outputs.items()}, folder / BYTES_FIGURE, title=title)
+    labels = list(order) if set(order) >= {*outputs, *unfinished} else [*outputs, *unfinished]
+    curves = {label: outputs[label].records if label in outputs else [] for label in labels}  # an unfinished one: its slot, nothing drawn
+    plot_curves(curves, folder / CURVES_FIGURE, title=title)
+    plot_compare_accuracy_vs_bytes(curves, folder / BYTES_FIGURE, title=title)
     plot_privacy_utility(rows, folder / PRIVACY_UTILITY_FIGURE, title=title, units=units)
 
 

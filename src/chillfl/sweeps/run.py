@@ -616,7 +616,8 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
                 bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
                 write_band_figures(bands, plan.seeds[0], stage, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
             else:
-                write_compare_figures(tables.outputs, stage, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units)
+                write_compare_figures(tables.outputs, stage, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units,
+                                      [v.label for v in plan.variants])
             for made in sorted(stage.iterdir()) if stage != partial else ():  # drawn aside: each moved in but where a run's folder stands
                 if made.name not in blocked:
                     os.replace(made, partial / made.name)

@@ -27,6 +27,12 @@ PREFIX_KEYED: frozenset[str] = frozenset({
 tests/test_seeds.py). Never add a name: a new stream gets the full key."""
 
 
+def instance_seed(seed: int | None) -> int:
+    """The seed an aggregator built in Python draws with: ``seed``, which a run fills with its own when the caller left it
+    None (its spec's ``bind``), or 0 for an instance used outside a run, as the constructors' former default was."""
+    return 0 if seed is None else seed
+
+
 def derive_seed(*parts: int | str) -> int:
     """A 63-bit seed from (run seed, purpose, client id, round, ...): independent streams, no global RNG."""
     for p in parts:

@@ -118,7 +118,7 @@ from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, run_value
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 from chillfl.options import require, require_memory
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm, Term
 from chillfl.training.terms import read_number, read_tensor
@@ -423,7 +423,7 @@ class APPLE(AggregatorBase):
         never = {j for j in candidates if j not in got}
         relations = self.relations.get(client_id, self.start_relations())
         base = download_base(round, o.downloads or 0, self.num_clients, o.threshold, o.growth)
-        generator = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "apple", round, client_id))
+        generator = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "apple", round, client_id))
         return choose_downloads(candidates, never, relations, o.downloads, base, generator, o.selection)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:

@@ -86,7 +86,7 @@ from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.errors import ConfigError
 from chillfl.models.parts import head_inputs, head_name, head_size
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import LocalSpec
 
 if TYPE_CHECKING:  # config imports no method
@@ -306,7 +306,7 @@ class CCVR(AggregatorBase):
     def calibrated(self, params: Params, results: Sequence[ClientResult], round: int) -> Params:
         """The head of ``params`` trained on virtual features drawn from the pooled statistics of ``results``."""
         pooled = pool_reports(results, self.num_classes)
-        generator = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "ccvr", round))
+        generator = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "ccvr", round))
         x, y = draw_virtual(pooled, self.options.virtual_per_class, generator)
         return calibrate_head(self.model.get_submodule(self.head), self.head, params, x, y, self.options, generator)
 

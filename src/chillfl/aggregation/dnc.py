@@ -77,7 +77,7 @@ from chillfl.aggregation.robust import ROBUST, flat_models, float_keys
 from chillfl.errors import ConfigError
 from chillfl.numeric import floored_share
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 
 if TYPE_CHECKING:  # annotations only
     from chillfl.config import RunConfig
@@ -156,7 +156,7 @@ class DnC(AggregatorBase):
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         flat = flat_models(results, float_keys(results[0].params))
-        chosen = [results[i] for i in dnc_select(flat, self.options, 0 if self.seed is None else self.seed, round)]
+        chosen = [results[i] for i in dnc_select(flat, self.options, instance_seed(self.seed), round)]
         self._selected = [r.client_id for r in chosen]
         return weighted_average([r.params for r in chosen], client_weights(chosen, self.options.weighting))
 

@@ -101,7 +101,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.errors import ConfigError
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import LocalOutcome, LocalSpec
 from chillfl.training.schedule import SGD
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
@@ -260,7 +260,7 @@ class FedALA(FedAvg):
         self.param_keys = frozenset(n for n, _ in model.named_parameters())
 
     def client_half(self) -> ClientHalf:
-        return FedALAClient(self.higher, self.param_keys, self.options, 0 if self.seed is None else self.seed)
+        return FedALAClient(self.higher, self.param_keys, self.options, instance_seed(self.seed))
 
 
 CAPABILITIES = Capabilities(

@@ -119,7 +119,7 @@ from chillfl.errors import ConfigError
 from chillfl.global_rng import forked_rng
 from chillfl.models.parts import head_name, head_size
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import LocalSpec, half_to_float, refuse_representation_readers
 from chillfl.training.objective import LossTerm
 from chillfl.training.terms import StepView, Term, read_number
@@ -443,7 +443,7 @@ class FedCP(FedAvg):
         self.head = head_name(model)
         self.features = head_size(model).features
         self.dtype = cast(torch.Tensor, model.get_submodule(self.head).weight).dtype
-        drawn = 0 if seed is None else seed
+        drawn = instance_seed(seed)
         self.cpn: Params = initial_cpn(self.features, self.dtype, drawn)
         """Theta, the server's CPN."""
         with forked_rng(derive_seed(drawn, "fedcp", "templates")):  # their CPNs' values are never read: drawn off the global stream

@@ -106,7 +106,7 @@ from chillfl.training.local import LocalSpec, evaluate
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 
 
 @dataclass(frozen=True)
@@ -280,7 +280,7 @@ class FedFomo(AggregatorBase):
         if self.model is None:
             raise ValueError("FedFomo's clients evaluate the models they are sent: it needs the run's model (FedFomo(..., model=...))")
         return FedFomoClient(self.model, self.param_keys, self.options.val_ratio, self.eval_batch_size, self.options.distance,
-                             0 if self.seed is None else self.seed)
+                             instance_seed(self.seed))
 
     def choose(self, client_id: int, round: int) -> list[int]:
         """The clients whose models ``client_id`` is sent: the m best-rated held ones, or the epsilon-greedy choice."""
@@ -289,7 +289,7 @@ class FedFomo(AggregatorBase):
         epsilon = max(o.epsilon - round * o.epsilon_decay, 0.0)
         if epsilon <= 0:
             return ranked(self.affinity.get(client_id, {}), candidates, o.m)
-        generator = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "fedfomo", round, client_id))
+        generator = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "fedfomo", round, client_id))
         return epsilon_greedy(self.affinity.get(client_id, {}), candidates, o.m, epsilon, generator)
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:

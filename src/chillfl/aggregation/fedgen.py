@@ -108,7 +108,7 @@ from chillfl.options import require
 from chillfl.global_rng import forked_rng
 from chillfl.training.terms import Term
 from chillfl.training.fedgen import FeatureGenerator, Teacher, diversity_loss, teacher_loss
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_head, run_value
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 
@@ -184,7 +184,7 @@ class FedGen(FedAvg):
         self.seed = seed
         self.num_classes = num_classes
         self.feature_dim = feature_dim
-        self.draw_generator(0 if seed is None else seed)
+        self.draw_generator(instance_seed(seed))
         self.moments: dict[str, Params] = {"m": {}, "v": {}}
         self.steps = 0
         self.lr = options.generator_lr
@@ -218,7 +218,7 @@ class FedGen(FedAvg):
             y = torch.zeros(o.samples, dtype=torch.int64)
             weight = latent = 0.0
         else:
-            rng = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "fedgen-samples", round, client_id))
+            rng = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "fedgen-samples", round, client_id))
             labels = self.prior if o.client_labels == "prior" else torch.ones(self.num_classes, dtype=torch.float64)
             y = torch.multinomial(labels, o.samples, replacement=True, generator=rng)
             noise = torch.rand(o.samples, o.noise_dim, generator=rng)
@@ -261,7 +261,7 @@ class FedGen(FedAvg):
     def _train_generator(self, heads: list[tuple[torch.Tensor, torch.Tensor | None]], table: torch.Tensor, round: int) -> None:
         """``generator_steps`` Adam steps on teacher + eta * diversity; then the learning rate decays (once per round)."""
         o = self.options
-        rng = torch.Generator().manual_seed(derive_seed(0 if self.seed is None else self.seed, "fedgen", round))
+        rng = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "fedgen", round))
         loss = torch.zeros(())
         for _ in range(o.generator_steps):
             y = torch.multinomial(self.prior, o.generator_batch, replacement=True, generator=rng)

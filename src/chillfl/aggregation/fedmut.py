@@ -66,7 +66,7 @@ from chillfl.aggregation.base import (
     weighted_average,
 )
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities
 
@@ -115,7 +115,7 @@ class FedMut(OnParameters, AggregatorBase):
     def client_signs(self, client_id: int, round: int, keys: Sequence[str]) -> dict[str, float]:
         """v_j: one sign per layer; balanced across the announced clients of ``round``."""
         announced_round, ids = self._round_ids
-        seed = 0 if self.seed is None else self.seed
+        seed = instance_seed(self.seed)
         if announced_round == round and client_id in ids:
             pos = ids.index(client_id)
             gens = (torch.Generator().manual_seed(derive_seed(seed, "fedmut", round, i)) for i in range(len(keys)))

@@ -81,7 +81,7 @@ from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_f
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class Fesem(AggregatorBase):
 
     def drawn_seed(self) -> int:
         """The seed the draws use: :attr:`seed`, 0 where unset outside a run."""
-        return 0 if self.seed is None else self.seed
+        return instance_seed(self.seed)
 
     def _ensure_random(self, global_params: Params) -> None:
         if not self.centres and self.options.init == "random":

@@ -111,7 +111,7 @@ from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_f
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.models.parts import head_name, prefixed
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import BaseLoss, LocalSpec, reads_context, refuse_representation_readers
 from chillfl.training.objective import LossTerm, Term, distillation_kl
 
@@ -263,7 +263,7 @@ class FML(FedAvg):
         :func:`_bind`; 0 outside a run)."""
 
     def client_half(self) -> ClientHalf:
-        return FMLClient(self.model, self.options, 0 if self.seed is None else self.seed)
+        return FMLClient(self.model, self.options, instance_seed(self.seed))
 
 
 def local_seed(seed: int, client_id: int) -> int:

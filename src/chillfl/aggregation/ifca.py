@@ -80,7 +80,7 @@ from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.global_rng import forked_rng
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import LocalSpec, evaluate
 
 MODEL = "ifca_model_"
@@ -194,7 +194,7 @@ class Ifca(AggregatorBase):
 
     def _ensure(self, global_params: Params) -> None:
         if not self.models:
-            self.models = [dict(global_params)] + [fresh_model(self.template, derive_seed(0 if self.seed is None else self.seed, "ifca", j), global_params) for j in range(1, self.options.clusters)]
+            self.models = [dict(global_params)] + [fresh_model(self.template, derive_seed(instance_seed(self.seed), "ifca", j), global_params) for j in range(1, self.options.clusters)]
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         self._ensure(global_params)

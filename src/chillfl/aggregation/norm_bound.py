@@ -51,7 +51,7 @@ from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_f
 from chillfl.aggregation.robust import ROBUST, float_keys, integer_max
 from chillfl.options import require
 from chillfl.clipping import clip_factor, gaussian_like, l2_norm
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ class NormBound(AggregatorBase):
             for k in keys:
                 total[k].add_(update[k], alpha=p)
         if o.sigma > 0:
-            noise = gaussian_like(total, o.sigma, derive_seed(0 if self.seed is None else self.seed, "norm_bound", round))
+            noise = gaussian_like(total, o.sigma, derive_seed(instance_seed(self.seed), "norm_bound", round))
             total = {k: total[k] + noise[k] for k in keys}
         self._clipped = clipped / len(results)
         out = {**integer_max(results), **{k: (w[k] + total[k]).to(results[0].params[k].dtype) for k in keys}}

@@ -127,7 +127,7 @@ from chillfl.capabilities import Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
 from chillfl.options import require
-from chillfl.seeds import derive_seed
+from chillfl.seeds import derive_seed, instance_seed
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ class PFedHN(AggregatorBase):
         """The run's seed, as every seeded method's is (None: the run's, which a run fills, :func:`_bind`; 0 outside a
         run). The hypernetwork's start is drawn from :func:`init_seed` of it, a stream of its own."""
         self.dtype = dtype
-        self.hyper = self.initial_hyper(init_seed(0 if seed is None else seed))
+        self.hyper = self.initial_hyper(init_seed(instance_seed(seed)))
         """phi and E, on the host."""
         self.velocity: Params = {}
         """SGD momentum buffers (empty before the first step, or with ``momentum = 0``)."""

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.spread import SPREAD, seed_band
-from chillfl.plots.figure import Figure, fit_title
+from chillfl.plots.figure import Figure, fit_title, gap_marker, nulls_as_nan
 from chillfl.plots.run import axis_label, finish_panels, no_finished_run
 from chillfl.plots.styles import variant_style
 
@@ -22,8 +22,8 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
             continue
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):
-            rounds, mean, std = seed_band(runs, k)
-            (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})", color=colour, ls=style)
+            rounds, mean, std = seed_band([nulls_as_nan(records, k) for records in runs], k)  # a null breaks the line, as a NaN does
+            (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})", color=colour, ls=style, marker=gap_marker(rounds))
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)
     banded = any(len(runs) > 1 for runs in curves.values())  # one seed each (a tuning grid at one seed): no band to name
     ax_acc.set(xlabel="round", ylabel=axis_label(key), title=f"Accuracy: mean over seeds, {SPREAD}" if banded else "Accuracy")

@@ -46,18 +46,19 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if peak is None:
         return None
     unit, scale = unit_for(peak)
-    from chillfl.plots.figure import Figure, finish_figure, mark_lone_points  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
+    from chillfl.plots.figure import Figure, finish_figure, gap_marker, mark_lone_points, nulls_as_nan  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
     fig = Figure(figsize=(12, 4))
     axes = fig.subplots(1, 2)
     for ax, (key, what) in zip(axes, PANELS):
         for colour, (label, records) in enumerate(curves.items()):
-            xs, ys = accuracy_vs_bytes(records, key)
+            xs, ys = accuracy_vs_bytes(nulls_as_nan(records, key), key)  # a null breaks the line, as a NaN does
             if xs and max(xs) == 0:  # no communication at all (individual): its final accuracy as a level
                 ax.axhline(ys[-1], linestyle="--", color="gray", label=f"{label} (no communication)")
             elif xs:  # a run keeps its colour in both panels, also where one before it has no local accuracy
                 colour_of, style = variant_style(colour)  # and past ten runs a line style of its own
-                ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=label)
+                measured = [int(r["round"]) for r in records if key in r]  # rounds skipped (eval.every > 1): a dot per evaluated one
+                ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=label, marker=gap_marker(measured))
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         mark_lone_points(ax)
     return finish_figure(fig, axes, path, title, shared=True)  # one legend beside the panels: one in each covered the lines

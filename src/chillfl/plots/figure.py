@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Any, Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 from chillfl.extras import need
 
@@ -13,7 +14,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import Formatter  # noqa: E402
 
-__all__ = ["Figure", "figure_file", "finish_figure", "fit_title", "log_scale", "mark_lone_points", "plain_log_labels", "save_figure", "save_png", "shared_legend", "spans_decades"]
+__all__ = ["Figure", "figure_file", "finish_figure", "fit_title", "gap_marker", "log_scale", "mark_lone_points",
+           "measured_series", "nulls_as_nan", "plain_log_labels", "save_figure", "save_png", "shared_legend", "spans_decades"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -66,10 +68,40 @@ def figure_file(output: str, field: str) -> Path:
 
 
 def mark_lone_points(ax: Any) -> None:
-    """A marker on every line of one point (a 1-round run): a line through one point draws nothing."""
+    """A marker on every line with a finite point that has no finite neighbour (a 1-round run, or a value alone between
+    NaN gaps): a line through one point draws nothing, so that value was not drawn at all."""
     for line in ax.get_lines():
-        if len(line.get_xdata()) == 1 and line.get_marker() in ("None", None, ""):
+        if line.get_marker() in ("None", None, "") and has_lone_point([float(y) for y in line.get_ydata()]):
             line.set_marker("o")
+
+
+def has_lone_point(values: Sequence[float]) -> bool:
+    """Whether some finite value in ``values`` has no finite value next to it (a line draws no segment through it)."""
+    finite = [math.isfinite(v) for v in values]
+    return any(ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(finite) and finite[i + 1]) for i, ok in enumerate(finite))
+
+
+def nulls_as_nan(records: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
+    """``records`` with a ``key`` recorded as null (measured, nothing finite to show) made NaN, so that a line breaks
+    there as it does at a NaN: dropped, a null was bridged by a straight line while a NaN broke it. A record without
+    ``key`` (a round that did not evaluate) is left as it is, and so are records whose ``key`` is null in every round (nothing
+    was ever measured, ``local_acc`` without client evaluations): an all-NaN line would be a legend entry with nothing drawn."""
+    if all(r.get(key) is None for r in records):
+        return list(records)
+    return [{**r, key: math.nan} if key in r and r[key] is None else r for r in records]
+
+
+def measured_series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """(rounds, values) of the rounds whose record has ``key``, a null as NaN (:func:`nulls_as_nan`; none at all where
+    ``key`` is null in every round)."""
+    kept = [r for r in nulls_as_nan(records, key) if r.get(key) is not None]
+    return [int(r["round"]) for r in kept], [float(r[key]) for r in kept]
+
+
+def gap_marker(rounds: Sequence[int]) -> str | None:
+    """``"."`` when ``rounds`` skip a round (``eval.every`` > 1, a skipped round): a plain line through the rounds
+    between read as values measured there; a dot on each measured round says where the data are. None otherwise."""
+    return "." if any(b - a > 1 for a, b in zip(rounds, rounds[1:])) else None
 
 
 def spans_decades(values: Sequence[float]) -> bool:

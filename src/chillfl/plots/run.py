@@ -10,10 +10,9 @@ from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import Figure, fit_title, log_scale, mark_lone_points, save_png, shared_legend, spans_decades  # noqa: E402
+from chillfl.plots.figure import Figure, fit_title, gap_marker, log_scale, mark_lone_points, measured_series, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
-from chillfl.storage.results import series  # noqa: E402
 
 
 AXIS_LABELS = {"global_acc": "accuracy: global model, test set", "local_acc": "accuracy: local models, own splits",
@@ -33,13 +32,13 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     fig = Figure(figsize=(11, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     for key, label in (("global_acc", "global model, test set"), ("local_acc", "local models, own splits"), ("global_client_acc", "global model, client splits")):
-        rounds, values = series(records, key)
+        rounds, values = measured_series(records, key)  # a null breaks the line as a NaN does; a dot per round where rounds are skipped
         if rounds:
-            ax_acc.plot(rounds, values, label=label)
+            ax_acc.plot(rounds, values, label=label, marker=gap_marker(rounds))
     for key, label in (("global_loss", "global test loss (T=1)"), ("train_loss", "local train loss (at T)")):
-        rounds, values = series(records, key)
+        rounds, values = measured_series(records, key)
         if rounds:
-            ax_loss.plot(rounds, values, label=label)
+            ax_loss.plot(rounds, values, label=label, marker=gap_marker(rounds))
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
     log_scale_if_exploding(ax_loss)  # a first round's train loss of 5e7 flattened every later value onto 0
@@ -94,10 +93,9 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
             no_finished_run(label, (ax_acc, ax_loss))
             continue
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
-        rounds, values = series(records, key)
-        ax_acc.plot(rounds, values, label=label, color=colour, ls=style)
-        rounds, values = series(records, loss_key)
-        ax_loss.plot(rounds, values, label=label, color=colour, ls=style)
+        for ax, k in ((ax_acc, key), (ax_loss, loss_key)):  # under eval.every > 1 a dot on each evaluated round
+            rounds, values = measured_series(records, k)
+            ax.plot(rounds, values, label=label, color=colour, ls=style, marker=gap_marker(rounds))
     ax_acc.set(xlabel="round", ylabel=axis_label(key), title="Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
     if title:  # the comparison's name over both panels: as the accuracy panel's title, it read as what that panel plots

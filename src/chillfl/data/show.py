@@ -88,6 +88,7 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     """
     need("matplotlib", "plots", "heat maps")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.colors import Normalize
     from matplotlib.figure import Figure
 
     counts = np.asarray(counts)
@@ -98,7 +99,10 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     fig = Figure(figsize=(min(HEATMAP_MAX_WIDTH, max(4.0, 0.35 * n_clients + 2)), max(3.0, 0.3 * n_classes + 1.5)))
     FigureCanvasAgg(fig)
     ax = fig.add_subplot(1, 1, 1)
-    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower")
+    # from 0: scaled from the smallest count, an IID split's 25-48 per cell spanned the whole map and a 25 was as dark as
+    # an empty cell in a non-IID one (and a single client's 139-146 drew its 139 as if empty)
+    scale = Normalize(vmin=0, vmax=float(grid.max()) if grid.size else 1.0)
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower", norm=scale)
     fig.colorbar(image, ax=ax, label="samples")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
@@ -107,9 +111,8 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     if n_clients <= HEATMAP_EVERY_TICK:
         ax.set_xticks(range(n_clients))
     if n_classes * n_clients <= 400 and 0.35 * n_clients + 2 <= HEATMAP_MAX_WIDTH:  # each cell wide enough for its count
-        top = grid.max() if grid.size else 0
         for (row, col), value in np.ndenumerate(grid):
-            colour = "black" if value > 0.6 * top else "white"
+            colour = "black" if float(scale(value)) > 0.6 else "white"  # by the cell's place on the colour scale: viridis is light at its top
             ax.text(col, row, str(int(value)), ha="center", va="center", fontsize=6, color=colour)
     if title:
         fit_title(fig, title)

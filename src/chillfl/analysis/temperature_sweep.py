@@ -485,15 +485,18 @@ def note_below(fig: Any, note: str | None) -> None:
     fig.text(0.01, 0.01, "\n".join(lines), fontsize=7, ha="left", va="bottom")
 
 
+T_COLOURS = "viridis"
+"""The scatter's colour map of T: sequential, so that every T has a colour; the diverging ``coolwarm`` put the grid's
+middle T (0.25 of 0.05-1 on its log scale) at its white centre, where those dots vanished on the white axes."""
+
+
 def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None:
     """Fig. 1 (right): heterogeneity vs accuracy coloured by T; plus A.5's heterogeneity vs best T with a trend line."""
     need("matplotlib", "plots", "plots")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import save_figure
-
-    from chillfl.plots.figure import plain_log_labels
+    from chillfl.plots.figure import plain_log_labels, save_figure
 
     temps = np.asarray(result.temperatures)
     fig = Figure(figsize=(11, 4.2))
@@ -501,21 +504,19 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     ax, ax_best = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     h = np.repeat(result.heterogeneity, len(temps))
     colour = np.tile(temps, len(result.heterogeneity))
-    points = ax.scatter(h, 100 * result.accuracy.ravel(), c=colour, cmap="coolwarm", norm=LogNorm(temps.min(), temps.max()), s=22, alpha=0.85)
+    points = ax.scatter(h, 100 * result.accuracy.ravel(), c=colour, cmap=T_COLOURS, norm=LogNorm(temps.min(), temps.max()), s=22, alpha=0.85)
     ax.scatter(result.heterogeneity, 100 * result.best_accuracy, facecolors="none", edgecolors="black", s=70, linewidths=1.0, label="client's best")
     plain_log_labels(fig.colorbar(points, ax=ax, label="temperature T").ax.yaxis)  # 0.1, 0.5, 1, not 10^-1 and 10^0 alone
     ax.set(xlabel="heterogeneity score h (Eq. 6)", ylabel=result.accuracy_label(), title="accuracy vs heterogeneity, by T")
     ax.legend(fontsize=8)
     ax_best.scatter(result.heterogeneity, result.best_temperature, color="tab:blue", s=30)
-    rows = {row["measure"]: row for row in result.correlation.get("best_temperature", [])}
     fit = np.isfinite(result.best_temperature)  # a client whose training diverged at every T has no best one
     if fit.sum() >= 2 and np.ptp(result.heterogeneity[fit]) > 0:
         slope, intercept = np.polyfit(result.heterogeneity[fit], result.best_temperature[fit], 1)
         xs = np.linspace(result.heterogeneity[fit].min(), result.heterogeneity[fit].max(), 2)
-        ratio = rows.get("ratio")
-        r = math.nan if ratio is None else ratio["r"]
-        why = "undefined" if ratio is None else ratio.get("undefined", "undefined")
-        said = f"Pearson r = {_fmt(r)} for the ratio score" if not math.isnan(r) else f"no Pearson r: {why}"
+        # r of the points drawn: the ratio score's row was quoted whatever the x axis was (measure = size: its r had the other sign)
+        (row,) = correlation_table({"h": result.heterogeneity[fit]}, result.best_temperature[fit])
+        said = f"Pearson r = {_fmt(row['r'])} of the plotted h" if not math.isnan(row["r"]) else f"no Pearson r: {row.get('undefined', 'undefined')}"
         ax_best.plot(xs, slope * xs + intercept, color="tab:red", lw=1, label=f"trend ({said})")  # not "r = nan" in a legend
         ax_best.legend(fontsize=8)
     ax_best.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="best temperature", title="best temperature vs heterogeneity (A.5)")

@@ -440,7 +440,7 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
     need("matplotlib", "plots", "plots")  # lazy: matplotlib is the `plots` extra
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import save_figure
+    from chillfl.plots.figure import fit_title, save_figure
     from matplotlib.patches import Rectangle
 
     order = np.argsort(result.heterogeneity, kind="stable")
@@ -455,7 +455,8 @@ def plot_heatmap(result: SweepResult, path: str | Path, title: str = "") -> None
     ids = result.client_ids()
     ax.set_yticks(range(n), [f"client {ids[c]} (h={result.heterogeneity[c]:.2f})" for c in order], fontsize=7 if n > 20 else 9)
     ax.set_xlabel("training temperature T")
-    ax.set_title(f"{title}: accuracy per client and temperature" if title else "accuracy per client and temperature", fontsize=10)
+    # over the figure, wrapped to its width: a long run name as the axes' title was cut off at both edges of the image
+    fit_title(fig, f"{title}: accuracy per client and temperature" if title else "accuracy per client and temperature")
     for i, (row, top) in enumerate(zip(grid, result.best_accuracy[order])):
         for j in np.flatnonzero(np.isclose(row, top, rtol=0.0, atol=1e-12)):  # the finite best: a NaN cell (blank) never is
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="red", linewidth=1.5))
@@ -496,7 +497,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import plain_log_labels, save_figure
+    from chillfl.plots.figure import fit_title, plain_log_labels, save_figure
 
     temps = np.asarray(result.temperatures)
     fig = Figure(figsize=(11, 4.2))
@@ -523,7 +524,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     for a in (ax, ax_best):
         a.grid(alpha=0.3)
     if title:
-        fig.suptitle(title)
+        fit_title(fig, title)  # wrapped: a long run name ran past both edges
     fig.tight_layout()
     note_below(fig, result.score_note)
     save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path

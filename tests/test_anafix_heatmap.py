@@ -59,4 +59,5 @@ def test_both_figures_carry_the_score_note_inside_the_figure_below_the_axes(tmp_
 def test_the_heatmap_has_no_note_where_the_config_chose_its_score(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from chillfl.analysis.temperature_sweep import plot_heatmap
 
-    assert _drawn(monkeypatch, plot_heatmap, _result([0.5, 1.0], None), tmp_path / "plain.png").texts == []
+    fig = _drawn(monkeypatch, plot_heatmap, _result([0.5, 1.0], None), tmp_path / "plain.png")
+    assert [t for t in fig.texts if t is not fig._suptitle] == []  # the title (fit_title, a figure text) and nothing else

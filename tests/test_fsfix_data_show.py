@@ -11,13 +11,14 @@ from typing import Any
 import pytest
 
 from chillfl.cli import main
+from test_fsfix_wording import needs_links
 
 pytest.importorskip("matplotlib")
 
 TINY = ["federation.num_clients=4", "federation.clients_per_round=2"]
 
 
-@pytest.mark.skipif(not hasattr(os, "symlink"), reason="no symbolic links on this platform")
+@needs_links
 def test_data_show_replaces_a_link_at_its_heat_map_and_leaves_its_target(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A planted ``demo-partition.png -> ../precious.txt`` was opened by ``savefig`` and the target overwritten with the PNG."""
     monkeypatch.chdir(tmp_path)

@@ -21,8 +21,8 @@ from chillfl.runner import CHECKPOINT, run_experiment
 from chillfl.sinks import CSV_FILE, MLFLOW_RUNS, TENSORBOARD_DIR
 from resume_cases import Crash, _CrashIn
 from test_damaged_files import TINY
+from test_fsfix_wording import needs_fifo
 
-needs_fifo = pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="os.mkfifo: FIFOs are made on POSIX systems only")
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ from torch import nn
 
 import chillfl
 from chillfl.errors import ConfigError
+from test_fsfix_wording import needs_fifo
 from test_umfix_buffers import Cached, data
 
 CONFIG: dict[str, Any] = {"federation": {"num_clients": 3, "rounds": 2}, "client": {"batch_size": 10, "lr": 0.05}}
@@ -77,7 +78,7 @@ def test_an_older_folder_that_kept_the_buffers_as_state_is_refused_for_that(tmp_
     assert err.value.field == "checkpoint" and "kept the model's persistent=False buffers (shift)" in err.value.message
 
 
-@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs on this platform")
+@needs_fifo
 def test_status_says_resume_refuses_a_fifo_metrics_csv(tmp_path: Path) -> None:
     from chillfl.storage.run_state import _refused
 

@@ -71,6 +71,7 @@ from chillfl.global_rng import GLOBAL_RNG
 from chillfl.models.parts import forward_with_features, head_name
 from chillfl.training.batched_conv import batched_conv_mode
 from chillfl.training.linear_factors import Captured, Recorder, add_outer_, factored_layers, recording
+from chillfl.training.terms import HALF_DTYPES, half_to_float
 from chillfl.training.objective import StepView, Term, apply_term, is_batch_term, temperature_cross_entropy
 from chillfl.training.optim import Carried, OptState, adam_update_, clip_by_norm_, init_state, load_carried, whole_grads
 from chillfl.training.sam import sharpness_aware_grads
@@ -469,16 +470,6 @@ def resolve_compute(
         large = conv2d_model(model) and (sample is None or conv_outputs_per_sample(model, sample) >= LARGE_CONV_OUTPUTS)
         memory_format = "channels_last" if device.type == "cpu" and large else "contiguous"
     return memory_format, precision
-
-
-HALF_DTYPES = (torch.float16, torch.bfloat16)
-"""The floating dtypes that are raised to float32 where a loss is taken (bf16 autocast's logits); float64 keeps its own."""
-
-
-def half_to_float(t: torch.Tensor) -> torch.Tensor:
-    """``t`` in float32 where it is half precision, else ``t`` itself: a float64 model's logits were rounded to float32
-    by an unconditional ``.float()``, and its weights carried float32 rounding (as :func:`~chillfl.training.term_kinds.ntd.teacher_logits`)."""
-    return t.float() if t.dtype in HALF_DTYPES else t
 
 
 def trainable_dtypes(model: nn.Module) -> set[torch.dtype]:

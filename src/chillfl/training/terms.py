@@ -115,6 +115,16 @@ class StepView:
 R = TypeVar("R")
 
 
+HALF_DTYPES = (torch.float16, torch.bfloat16)
+"""The floating dtypes that are raised to float32 where a loss is taken (bf16 autocast's logits); float64 keeps its own."""
+
+
+def half_to_float(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 where it is half precision, else ``t`` itself: an unconditional ``.float()`` rounded a float64
+    model's logits (and a teacher's) to float32."""
+    return t.float() if t.dtype in HALF_DTYPES else t
+
+
 def frozen_forward(step: StepView, state: Mapping[str, torch.Tensor], run: Callable[[Callable[[torch.Tensor], torch.Tensor]], R]) -> R:
     """``run(call)``, ``call(x)`` being the step's model with ``state`` (parameters and buffers), in eval mode, without gradient.
 

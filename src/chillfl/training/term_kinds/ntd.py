@@ -60,7 +60,7 @@ import torch
 
 from chillfl.options import require
 from chillfl.capabilities import FORWARD, Cost
-from chillfl.training.terms import Context, StepView, TermSpec, frozen_forward, read_number, read_table, register_term
+from chillfl.training.terms import Context, StepView, TermSpec, frozen_forward, half_to_float, read_number, read_table, register_term
 
 ANCHOR = "global_params"
 """The context key of the round's start model (shared with the ``proximal`` term: the same model)."""
@@ -101,7 +101,7 @@ def teacher_logits(step: StepView, state: Mapping[str, torch.Tensor]) -> torch.T
     teacher is not rounded to float32.
     """
     logits = frozen_forward(step, state, lambda call: call(step.x)).detach()
-    return logits.float() if logits.dtype in (torch.float16, torch.bfloat16) else logits
+    return half_to_float(logits)
 
 
 class NtdTerm:

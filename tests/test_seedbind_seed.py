@@ -118,3 +118,30 @@ def test_outside_a_run_an_unset_seed_draws_as_seed_0() -> None:
 
     shapes = {"w": torch.Size([2])}
     assert same(PFedHN(PFedHNOptions(hidden=2, hidden_layers=1), 2, shapes).hyper, PFedHN(PFedHNOptions(hidden=2, hidden_layers=1), 2, shapes, 0).hyper)
+
+
+def test_pfedhn_with_an_unset_seed_draws_its_hypernetwork_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built without a seed, pFedHN drew its hypernetwork (hidden x the model's parameters, up to ``max_params``) from
+    seed 0 at construction and again from the run's seed when the run bound it: twice the time and a second copy at once.
+    It is drawn at first use now, once, from the run's seed."""
+    from chillfl.aggregation import pfedhn
+
+    seeds: list[int] = []
+    real = pfedhn.init_hypernetwork
+
+    def counted(*args: Any) -> Any:
+        seeds.append(args[5])
+        return real(*args)
+
+    monkeypatch.setattr(pfedhn, "init_hypernetwork", counted)
+    aggregator, table, _ = _pfedhn(None)
+    assert seeds == []
+    assert same(state({"name": "fedavg"}, aggregator=aggregator), state(table))
+    assert seeds == [pfedhn.init_seed(3)] * 2  # one draw in the instance's run, one in the config's
+
+
+def test_pfedhn_read_before_the_run_is_drawn_again_from_the_runs_seed() -> None:
+    """An unset seed's hypernetwork read before the run (seed 0's) is replaced by the run's: the run is the config's."""
+    aggregator, table, _ = _pfedhn(None)
+    assert aggregator.hyper  # drawn from seed 0 here
+    assert same(state({"name": "fedavg"}, aggregator=aggregator), state(table))

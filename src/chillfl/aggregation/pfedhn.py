@@ -312,11 +312,22 @@ class PFedHN(AggregatorBase):
         """The run's seed, as every seeded method's is (None: the run's, which a run fills, :func:`_bind`; 0 outside a
         run). The hypernetwork's start is drawn from :func:`init_seed` of it, a stream of its own."""
         self.dtype = dtype
-        self.hyper = self.initial_hyper(init_seed(instance_seed(seed)))
-        """phi and E, on the host."""
+        self._hyper: Params | None = None
+        """phi and E, on the host; drawn at first use (:attr:`hyper`), so an instance whose seed a run fills is drawn once."""
         self.velocity: Params = {}
         """SGD momentum buffers (empty before the first step, or with ``momentum = 0``)."""
         self._metrics: dict[str, Json] = {}
+
+    @property
+    def hyper(self) -> Params:
+        """phi and E, drawn from :func:`init_seed` of the seed at first use (0 outside a run while the seed is unset)."""
+        if self._hyper is None:
+            self._hyper = self.initial_hyper(init_seed(instance_seed(self.seed)))
+        return self._hyper
+
+    @hyper.setter
+    def hyper(self, value: Params) -> None:
+        self._hyper = value
 
     def initial_hyper(self, seed: int) -> Params:
         """phi and E at their start, drawn from the generator seed ``seed`` (:func:`init_seed` of the run's)."""
@@ -434,11 +445,12 @@ def init_seed(seed: int) -> int:
 def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     """An instance passed from Python holds one embedding a client, ``num_clients`` of them: another count than the run's
     is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise). Its ``seed`` is the
-    run's, as every seeded method's (None: filled, the hypernetwork drawn again from its :func:`init_seed`), another
+    run's, as every seeded method's (None: filled, and the hypernetwork drawn from its :func:`init_seed`, again only where
+    it was read before the run), another
     refused on ``aggregator.seed`` (seed 0 started every seed's run alike)."""
     run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
-    if aggregator.seed is None:
+    if aggregator.seed is None and aggregator._hyper is not None:  # drawn from seed 0 before the run: drawn again
         aggregator.hyper = aggregator.initial_hyper(init_seed(seed))
     aggregator.seed = seed
 

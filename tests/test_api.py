@@ -114,7 +114,7 @@ def test_doc_example_runs_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert same({k: saved[k] for k in weights(trained)}, weights(trained))
 
     config = chillfl.load_config(tmp_path / result.folder / "config.toml")
-    assert config.model == {"name": "custom", "class": "torch.nn.modules.container.Sequential", "parameters": 64 * 32 + 32 + 32 * 10 + 10}
+    assert config.model == {"name": "custom", "class": "torch.nn.modules.container.Sequential", "parameters": 64 * 32 + 32 + 32 * 10 + 10, "dtype": "float32"}
     assert config.dataset == {"name": "custom", "source": "tensors", "num_classes": 10, "input_shape": [64], "train_size": 1400, "test_size": 397}
     written = {k: v for k, v in algorithm_table({"name": "scaffold"}).items() if v is not None}  # every option, resolved; None has no TOML form
     assert config.algorithm == written and config.temperature == temperature_table({"policy": "fixed", "value": 0.25})

@@ -60,7 +60,7 @@ from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
-from chillfl.training.local import evaluate, persistent_buffers
+from chillfl.training.local import dtype_names, evaluate, persistent_buffers
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
@@ -362,14 +362,14 @@ def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: Array
 def _differing(saved: Mapping[str, Any], record: Mapping[str, Any]) -> list[str]:
     """The keys of ``record`` that ``saved`` holds otherwise (and ``options`` saved where the instance keeps none).
 
-    A record an older chillfl saved has no ``options`` (it recorded the class alone), and names each loss term by its
-    class path alone: there the class decides, so the run resumes on an instance of it; a saved ``options`` table (the
-    part's or a term's) is compared as strictly as the rest.
+    A record an older chillfl saved has no ``options`` (it recorded the class alone), a model's no ``dtype``, and names
+    each loss term by its class path alone: there the class decides, so the run resumes on an instance of it; a saved
+    ``options`` table (the part's or a term's) and ``dtype`` are compared as strictly as the rest.
     """
     def same(key: str, was: Any, now: Any) -> bool:
         if key == "terms" and isinstance(was, list) and isinstance(now, list) and len(was) == len(now):
             return all(_same_term(w, n) for w, n in zip(was, now))
-        return was == now or (key == "options" and "options" not in saved)
+        return was == now or (key in ("options", "dtype") and key not in saved)
 
     keys = set(record) | ({"options"} & set(saved))  # options saved, none kept now: not the run's either
     return sorted(k for k in keys if not same(k, saved.get(k), record.get(k)))
@@ -729,10 +729,12 @@ def model_record(model: nn.Module) -> dict[str, Any]:
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # torch's ValueError from numel()
         raise ConfigError("model", f"{cls.__qualname__} has lazy parameters not yet shaped (nn.LazyLinear, ...): run one forward "
                                    "pass on a batch of your data before handing it over, so that every client starts from the same weights")
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
     return {
         "name": CUSTOM,
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        **({"dtype": dtype_names(dtypes)} if dtypes else {}),  # a float64 run resumed on a float32 module would round its state
     }
 
 

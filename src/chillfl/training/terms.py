@@ -429,13 +429,13 @@ def with_term_option(objective: Mapping[str, Any], key: str, value: Any, section
 
 def check_context(terms: list[ObjectiveTerm]) -> None:
     """Two terms that send the same context key would read each other's value: refused, naming the later one's field."""
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, str]] = {}  # key -> (what it is, the field of the term that sent it first)
     for term in terms:
         keys = [*term.spec.sends(term.options), *([term.spec.anchor] if term.spec.anchor else [])]
         for key in keys:
-            if key in seen and not (term.spec.anchor == key and seen[key] == "anchor"):
-                raise ConfigError(term.field, f"{term.spec.summary!r} sends context key {key!r}, which another [objective] term sends too; set one of the two")
-            seen[key] = "anchor" if key == term.spec.anchor else "number"
+            if key in seen and not (term.spec.anchor == key and seen[key][0] == "anchor"):
+                raise ConfigError(term.field, f"{term.spec.summary!r} sends context key {key!r}, which the term of {seen[key][1]} sends too; set one of the two")
+            seen[key] = ("anchor" if key == term.spec.anchor else "number", term.field)
 
 
 def context_fields(objective: ObjectiveTable) -> dict[str, tuple[str, str]]:

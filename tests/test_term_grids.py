@@ -90,7 +90,7 @@ def test_a_variants_unquoted_dotted_override_of_a_terms_option(tmp_path: Path) -
 @pytest.mark.parametrize(("tables", "field", "words"), [
     # a shared grid over a term that a variant does not run: which terms it has, and where such a grid belongs
     ({"tune": {BETA: [0.3]}, "variants": {"FedAvg": {"client.momentum": 0.0}, "FedNTD": {"objective.terms": ["ntd"]}}},
-     f"variants.FedAvg.tune.{BETA}", "no term 'ntd' in this run's objective.terms (it has: none)"),
+     f"tune.{BETA}", "no term 'ntd' in this run's objective.terms (it has: none)"),
     ({"objective": {"terms": ["ntd", "proximal"]}, "tune": {"objective.terms.ndt.beta": [0.3]}},
      "tune.objective.terms.ndt.beta", "no term 'ndt' in this run's objective.terms (did you mean 'ntd'?) (it has: ntd, proximal)"),
     ({"objective": {"proximal_mu": 0.1}, "tune": {"objective.terms.proximal.mu": [0.3]}},
@@ -119,6 +119,7 @@ def test_a_key_that_cannot_be_set_is_one_line_naming_it(tmp_path: Path, tables: 
         plan_runs(config_from_dict(_config(tmp_path, **tables)), [])
     assert err.value.field == field and words in err.value.message, err.value
     assert "\n" not in str(err.value)
+    assert ("(for variant FedAvg)" in err.value.message) == ("FedAvg" in tables.get("variants", {}))
 
 
 def test_the_cli_refuses_a_bad_term_key_with_exit_2_and_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

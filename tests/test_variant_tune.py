@@ -53,12 +53,14 @@ def test_a_bad_own_grid_is_one_line_naming_the_variant(tmp_path: Path, variant: 
 
 
 def test_a_shared_grid_key_that_fails_for_a_variant_overriding_nothing_names_that_variant(tmp_path: Path) -> None:
-    """``[variants.Plain]`` overrides nothing, but it is a declared variant: the shared key's error names it."""
+    """``[variants.Plain]`` overrides nothing, but it is a declared variant: the shared key's error names it, on the
+    field where the file writes the key (``tune.<key>``, not ``variants.Plain.tune.<key>``, which the file has not)."""
     config = _config(tmp_path, Plain={}, FT={"algorithm": {"name": "fedavg_ft"}})
     config["tune"] = {"algorithm.finetune_lr": [0.1, 0.3]}  # an option of FedAvg-FT's, not of Plain's FedAvg
     with pytest.raises(ConfigError) as err:
         run_compare(config_from_dict(config), [], progress=False)
-    assert err.value.field == "variants.Plain.tune.algorithm.finetune_lr" and "unknown option" in err.value.message, err.value
+    assert err.value.field == "tune.algorithm.finetune_lr" and "unknown option" in err.value.message, err.value
+    assert err.value.message.endswith("(for variant Plain)")
     assert not (tmp_path / "out").exists()
 
 

@@ -329,7 +329,7 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message.
 
     Every variant of a grid or a ``[variants]`` table is named, also one that overrides nothing (where a shared
-    ``[tune]`` key fails for it). The config itself as the one variant (:func:`own_variant`) adds no name: the
+    ``[tune]`` key fails for it: ``tune.<key>``, where the file writes it, then "(for variant x)"). The config itself as the one variant (:func:`own_variant`) adds no name: the
     error is the config's.
     """
     label = variant.label
@@ -345,6 +345,9 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
             raise ConfigError(exc.field, f"{message} (grid variant {label})") from None
         if exc.field.startswith(f"variants.{label}."):
             raise
+        tuned = exc.field.removeprefix("tune.")
+        if exc.field.startswith("tune.") and not any(_nested(tuned, k) or _nested(k, tuned) for k in variant.tune):
+            raise ConfigError(exc.field, f"{message} (for variant {label})") from None  # the shared [tune]'s key, where it is written
         raise ConfigError(f"variants.{label}.{exc.field}", message) from None
 
 

@@ -123,6 +123,7 @@ from chillfl.aggregation.fedper import head_keys
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
+from chillfl.errors import ConfigError
 from chillfl.options import require
 from chillfl.training.local import persistent_buffers
 
@@ -347,8 +348,12 @@ def _build(options: PFedSimOptions, ctx: BuildContext) -> Built:
     if options.warmup > 1 and rounds is None:
         rounds = int(options.warmup)
     # the run's state's names (model_state): state_dict() repeats a tied tensor under every alias, which no upload has
-    keys = [n for n, _ in ctx.model.named_parameters()] + [n for n, _ in persistent_buffers(ctx.model)]
-    return PFedSim(ctx.num_clients, keys, head, weight_key or "", rounds, options), []
+    return PFedSim(ctx.num_clients, state_keys(ctx.model), head, weight_key or "", rounds, options), []
+
+
+def state_keys(model: nn.Module) -> list[str]:
+    """The entries a client sends: parameters (a tied one once, under its first name) and persistent buffers, in order."""
+    return [n for n, _ in model.named_parameters()] + [n for n, _ in persistent_buffers(model)]
 
 
 def _check(options: PFedSimOptions, config: RunConfig, section: str) -> None:
@@ -372,7 +377,13 @@ def _bind(aggregator: PFedSim, ctx: BuildContext) -> None:
     its options must say, as the run records its options and not the count: None takes the options' share of the run's
     rounds, as the builder does; a count outside [0, rounds), or one the options give otherwise, is refused on
     ``aggregator.warmup`` (the options were validated first, :func:`~chillfl.aggregation.registry.bind_instance`), as
-    FedPHP's H is. Why not rewrite the options to the count: the record kept the caller's, so it said another warm-up."""
+    FedPHP's H is. Why not rewrite the options to the count: the record kept the caller's, so it said another warm-up.
+    Its keys must name entries the clients send (:func:`state_keys`): ``state_dict()``'s, which repeat a tied weight
+    under its second name, failed mid-run with a KeyError; refused on ``aggregator.keys``."""
+    if unknown := sorted({*aggregator.head, *aggregator.body} - set(state_keys(ctx.model))):
+        raise ConfigError(instance_field(ctx, "keys"), f"names entries the clients do not send, {', '.join(map(repr, unknown[:3]))}"
+                                                       f"{' and more' if len(unknown) > 3 else ''} (a tied weight's second name from "
+                                                       "state_dict(), or a typo): pass chillfl.aggregation.pfedsim.state_keys(model)")
     rounds = ctx.rounds
     if rounds is None:
         return

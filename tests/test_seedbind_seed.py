@@ -145,3 +145,14 @@ def test_pfedhn_read_before_the_run_is_drawn_again_from_the_runs_seed() -> None:
     aggregator, table, _ = _pfedhn(None)
     assert aggregator.hyper  # drawn from seed 0 here
     assert same(state({"name": "fedavg"}, aggregator=aggregator), state(table))
+
+
+@pytest.mark.parametrize(("name", "make"), SEEDED, ids=IDS)
+def test_the_runs_seed_as_another_number_type_runs_as_the_config(name: str, make: Callable[[int | None], Made]) -> None:
+    """``np.int64(3)`` (a seed read from a numpy array) equals the run's 3, so the bind let it through, and the instance
+    kept it: the first draw raised ``TypeError: derive_seed takes ints and strs`` mid-run, a half-written folder left.
+    The bind keeps the run's own int."""
+    import numpy as np
+
+    aggregator, table, extra = make(np.int64(3))  # type: ignore[arg-type]
+    assert same(state({"name": "fedavg"}, aggregator=aggregator, **extra), state(table))

@@ -15,6 +15,7 @@ table is frozen, and a call with any other name gets the full key.
 from __future__ import annotations
 
 import hashlib
+import numbers
 
 import numpy as np
 
@@ -29,8 +30,13 @@ tests/test_seeds.py). Never add a name: a new stream gets the full key."""
 
 def instance_seed(seed: int | None) -> int:
     """The seed an aggregator built in Python draws with: ``seed``, which a run fills with its own when the caller left it
-    None (its spec's ``bind``), or 0 for an instance used outside a run, as the constructors' former default was."""
-    return 0 if seed is None else seed
+    None (its spec's ``bind``), or 0 for an instance used outside a run, as the constructors' former default was. An
+    integer of another type (``np.int64(3)``, read from an array) draws as its int; a float or a bool is a TypeError."""
+    if seed is None:
+        return 0
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise TypeError(f"a seed is an int, got {type(seed).__name__} {seed!r}")
+    return int(seed)
 
 
 def derive_seed(*parts: int | str) -> int:

@@ -500,7 +500,7 @@ def _bind(aggregator: APPLE, ctx: BuildContext) -> None:
     size), and its ``rounds`` (the scheduler's L), ``client_sizes`` (p^0) and ``seed`` (the download draws) the run's where
     None; another value is refused on ``aggregator.<argument>`` (without rounds it failed in round 0; with seed 0 every
     seed of a run drew the same downloads)."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     aggregator.client_sizes = run_value(aggregator.client_sizes, ctx.client_sizes, instance_field(ctx, "client_sizes"), "clients' training rows")
     aggregator.rounds = run_value(aggregator.rounds, ctx.rounds, instance_field(ctx, "rounds"), "federation.rounds")
     aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")

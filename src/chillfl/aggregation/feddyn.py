@@ -231,7 +231,7 @@ def _bind(aggregator: FedDyn, ctx: BuildContext) -> None:
     """An instance passed from Python, bound as the builder builds one: its ``num_clients`` the run's (h's 1/m), and under
     ``alpha_scaling = "client_size"`` its ``alphas`` the run's client sizes' (None: filled); per-client alphas the options
     do not ask for would run while the recorded config says one alpha, so they are refused."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     wanted = _alphas(aggregator.options, ctx)
     if wanted is None and aggregator.alphas is not None:
         raise ConfigError(instance_field(ctx, "alphas"), f"gives each client its own alpha, but {ctx.section}.alpha_scaling is "

@@ -217,7 +217,7 @@ def _bind(aggregator: Fesem, ctx: BuildContext) -> None:
     another count than the run's is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it
     otherwise); the seed is the run's (None: filled), another refused on ``aggregator.seed`` (seed 0 drew every seed's
     centres alike)."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     aggregator.seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
 
 

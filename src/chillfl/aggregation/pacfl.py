@@ -436,7 +436,7 @@ def capabilities(options: PacflOptions) -> Capabilities:
 def _bind(aggregator: Pacfl, ctx: BuildContext) -> None:
     """An instance passed from Python sizes its assignment by its ``num_clients``: another than the run's is refused on
     ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise)."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
 
 
 SPEC = register_algorithm(

@@ -448,7 +448,7 @@ def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     run's, as every seeded method's (None: filled, and the hypernetwork drawn from its :func:`init_seed`, again only where
     it was read before the run), another
     refused on ``aggregator.seed`` (seed 0 started every seed's run alike)."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     if aggregator.seed is None and aggregator._hyper is not None:  # drawn from seed 0 before the run: drawn again
         aggregator.hyper = aggregator.initial_hyper(init_seed(seed))

@@ -659,7 +659,7 @@ def instance_field(ctx: BuildContext, argument: str) -> str:
 
 def run_value(given: Any, run: Any, field: str, what: str) -> Any:
     """``given``, an instance's constructor argument for what the run decides (``what``, the run's value ``run``; None:
-    unknown), or the run's where it gave None; a ConfigError on ``field`` (:func:`instance_field`) where the two differ
+    unknown), or the run's where it gave None or an equal value (its type too: a seed ``3.0``); a ConfigError on ``field`` (:func:`instance_field`) where the two differ
     (the config's builder takes the run's and has no other). For a spec's :attr:`AlgorithmSpec.bind`. The advice is the
     run's value as the argument, ``pass num_clients=3``: not every constructor takes None (``Scaffold(None)`` is a
     TypeError); an option's refusal says "leave it unset" instead (:func:`with_client_momentum`)."""
@@ -668,7 +668,7 @@ def run_value(given: Any, run: Any, field: str, what: str) -> Any:
     if run is not None and given != run:
         argument = field.rsplit(".", 1)[-1]
         raise ConfigError(field, f"must equal the run's {what} = {short_repr(run)}, got {short_repr(given)}; pass {argument}={short_repr(run)}")
-    return given
+    return given if run is None else run  # the run's own where equal: np.int64(3) or 3.0 for a seed of 3 failed at the first draw
 
 
 def bind_instance(aggregator: object, ctx: BuildContext) -> None:

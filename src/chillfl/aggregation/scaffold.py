@@ -287,7 +287,7 @@ bounds the training, not g_i(x); option II's (x - y_i) / (K lr) is the private m
 def _bind(aggregator: Scaffold, ctx: BuildContext) -> None:
     """An instance passed from Python, bound to the run as the builder builds one: its ``num_clients`` the run's (the N of
     c's |S| / N update), its ``momentum`` ``client.momentum`` (option II's a(K); unset: the run's)."""
-    run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
+    aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     aggregator.options = with_client_momentum(aggregator.options, ctx, "SCAFFOLD's c_i")
 
 

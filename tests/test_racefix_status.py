@@ -43,3 +43,12 @@ def test_an_empty_folder_is_still_no_result_folder(tmp_path: Path, capsys: pytes
     (tmp_path / "out" / "other").mkdir(parents=True)
     assert main(["status", str(tmp_path / "out")]) == 2
     assert "is not a chillfl result folder (no config.toml)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["empty.partial", "t-compare.partial"])
+def test_a_partial_folder_without_a_runs_metrics_is_no_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    """A stray empty ``x.partial``, or a comparison's folder claimed a moment before it writes its records, was listed
+    as "one run | stopped (before it wrote its config.toml ...)": no run has claimed it (no ``metrics.jsonl``)."""
+    (tmp_path / "out" / name).mkdir(parents=True)
+    assert main(["status", str(tmp_path / "out")]) == 2
+    assert "is not a chillfl result folder" in capsys.readouterr().err

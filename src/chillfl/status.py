@@ -98,8 +98,11 @@ def status_folders(path: str | Path) -> list[Path]:
 
 def _claimed_run(folder: Path) -> bool:
     """A run's ``NAME.partial`` without its ``config.toml`` yet: a run claims its folder (and opens ``metrics.jsonl``)
-    before it writes its config. Why: ``status OUT`` at that moment said "OUT is not a chillfl result folder"."""
-    return folder.name.endswith(PARTIAL) and folder.is_dir() and not (folder / "config.toml").exists() and not is_sweep(folder)
+    before it writes its config. Why: ``status OUT`` at that moment said "OUT is not a chillfl result folder". Its
+    ``metrics.jsonl`` is the run's mark: a comparison's just-claimed ``NAME-compare.partial`` (no records yet) and a
+    stray empty ``x.partial`` are no run."""
+    return (folder.name.endswith(PARTIAL) and folder.is_dir() and not (folder / "config.toml").exists() and not is_sweep(folder)
+            and (folder / "metrics.jsonl").is_file())
 
 
 def _claimed_state(folder: Path) -> RunState:

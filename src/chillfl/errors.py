@@ -168,6 +168,9 @@ class Diverged(ArithmeticError):
 
     def __init__(self, round: int, what: str, client: int | None = None) -> None:
         self.round, self.what, self.client = round, what, client
+        self.stop_signal: int | None = None
+        """A stop signal that came during the run that diverged (``runner._Signals``): a comparison, which goes on past
+        a diverged run, passes it on once the run is recorded, so the stop asked for is not lost."""
         where = f"round {round}" + (f", client {client}" if client is not None else "")
         super().__init__(f"{where}: {what}")
 

@@ -243,11 +243,13 @@ class _Signals:
             self.late = self.received
             say(f"chillfl: {signal.Signals(self.received).name}: that was the last round; the run stops once its results are written")
 
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, exc: BaseException | None, *rest: Any) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         if self.late is not None and exc_type is None and self._previous:  # the run is complete: the signal now goes where it would have
             signal.raise_signal(self.late)
+        if isinstance(exc, Diverged) and self._previous:  # the stop asked for in the diverging round: a comparison passes it on
+            exc.stop_signal = self.late if self.late is not None else self.received
 
 
 def refuse_inference_mode() -> None:

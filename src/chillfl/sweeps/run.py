@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import stat
+import signal
 import sys
 import tempfile
 import time
@@ -138,6 +139,9 @@ class Sweep:
                 self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools, started_in=self.started_in)
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
+            if exc.stop_signal is not None:  # a stop signal came in the round that diverged: the comparison stops here, resumable
+                log.warning("%s diverged (%s)", cfg.name, exc)
+                signal.raise_signal(exc.stop_signal)
             log.warning("%s diverged (%s); the comparison goes on", cfg.name, exc)
         except RunInterrupted as exc:  # the comparison's line names the run that stopped, as its other lines do
             exc.run = cfg.name

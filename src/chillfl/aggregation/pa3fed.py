@@ -174,17 +174,27 @@ def stability_coefficient(previous_score: float | None, score: float, beta: floa
         return math.inf
 
 
+def exponent_lost(alpha: float) -> bool:
+    """Whether ``alpha`` is 0, subnormal or inf: its exponent cannot be read back from it (``log`` of a subnormal
+    keeps a few bits), so the client sends it as ``log_alpha``. Exactly the alphas :func:`alpha_weights` may need
+    the exponent of: its log-space route reads ``log(alpha)`` for every other one."""
+    return not sys.float_info.min <= alpha < math.inf
+
+
 def alpha_weights(base_weights: torch.Tensor, alphas: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
     """Alg. 1 line 20's m_i alpha_i / sum_j m_j alpha_j, defined whatever the alphas' magnitudes.
 
-    The plain product where its sum is positive and finite (bitwise the paper's formula); else a softmax of
-    log m_i + log alpha_i over ``exponents`` (Eq. 10's, :func:`stability_exponent`). Why: a large beta or score
-    change underflowed every alpha to 0 (or overflowed one to inf), and 0/0 made a NaN global model reported as
-    "diverged". ConfigError on ``algorithm.beta`` when even the exponents overflow (beta * change past float64's range).
+    The plain product where every non-zero m_i alpha_i is a normal float and their sum is positive and finite
+    (bitwise the paper's formula); else a softmax of log m_i + log alpha_i over ``exponents`` (Eq. 10's,
+    :func:`stability_exponent`). Why: a large beta or score change underflowed every alpha to 0 (or overflowed one
+    to inf), and 0/0 made a NaN global model reported as "diverged"; subnormal products keep only a few bits (or
+    round to 0), and their sum, still positive, gave up to the whole weight to one client. ConfigError on
+    ``algorithm.beta`` when even the exponents overflow (beta * change past float64's range).
     """
     w = base_weights * alphas
     total = w.sum()
-    if bool(total > 0) and bool(torch.isfinite(total)):
+    normal = bool(((w == 0) | (w >= torch.finfo(w.dtype).tiny)).all())
+    if normal and bool(total > 0) and bool(torch.isfinite(total)):
         return w / total
     logits = base_weights.log() + exponents
     top = logits.max()
@@ -343,7 +353,7 @@ class PA3FedClient:
         norm = gradient_norm(loss_fn, params, trained.x, trained.y, per_sample=o.grad_norm == "per_sample", batch_size=o.eval_batch_size)
         new_state, alpha = self.remember(state, score)
         report: dict[str, Wire] = {"score": score, "grad_norm": norm, "alpha": alpha}
-        if not sys.float_info.min <= alpha < math.inf:  # 0, subnormal or inf: alpha lost its exponent, sent as well (alpha_weights)
+        if exponent_lost(alpha):  # 0, subnormal or inf: sent as well, for alpha_weights' log-space route
             previous = float(state[SCORE]) if SCORE in state else None
             report[LOG_ALPHA] = stability_exponent(previous, score, self.options.beta, signed=self.options.signed)
         return new_state, report
@@ -465,7 +475,8 @@ class PA3Fed(AroundAggregator):
 
 
 def _exponent(r: ClientResult, alpha: float) -> float:
-    """log alpha_i: the client's own exponent where it sent one (its alpha was 0, subnormal or inf), else log(alpha)."""
+    """log alpha_i: the client's own exponent where it sent one (:func:`exponent_lost`: its alpha was 0, subnormal or
+    inf), else log(alpha), exact enough for a normal alpha."""
     if LOG_ALPHA in r.report:
         return _number(r.report[LOG_ALPHA], LOG_ALPHA, r.client_id)
     return math.log(alpha) if alpha > 0 else -math.inf

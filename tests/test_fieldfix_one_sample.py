@@ -24,6 +24,7 @@ def test_shards_are_told_their_own_options_not_min_size() -> None:
     ({"name": "dirichlet", "alpha": 0.5}, "raise partition.min_size or split otherwise"),
     ({"name": "quantity_skew"}, "raise partition.min_size or split otherwise"),
     ({"name": "iid"}, "iid takes no options: choose another partition.name"),
+    ({"from": "partition.json"}, "give each client more samples in partition.from or split otherwise"),  # not read here
 ])
 def test_min_size_is_advised_only_where_the_partitioner_has_it(partition: dict[str, object], hint: str) -> None:
     assert larger_clients_hint(config_from_dict({**BASE, "partition": partition})) == hint

@@ -85,6 +85,16 @@ def test_lone_point_rule() -> None:
     assert gap_marker([3, 6, 7]) == "." and gap_marker([1, 2, 3]) is None and gap_marker([]) is None
 
 
+def test_a_gap_of_two_rounds_is_a_gap() -> None:
+    """``eval.every = 2``, the commonest gap (rounds 2, 4, 6): marked in the figures and in the HTML report's curves."""
+    from chillfl.plots.figure import gap_marker
+    from chillfl.report.html import skips_rounds
+
+    assert gap_marker([2, 4, 6]) == "." and gap_marker([1, 3]) == "."
+    assert skips_rounds([2, 4, 6], [0.1, 0.2, 0.3]) and skips_rounds([1.0, 3.0], [0.1, 0.2])
+    assert not skips_rounds([1, 2, 3], [0.1, 0.2, 0.3])
+
+
 def test_a_key_null_in_every_round_draws_no_line(tmp_path: Path, drawn: list[Figure]) -> None:
     """Nothing ever measured (``local_acc`` without client evaluations): no legend entry over an empty line."""
     from chillfl.plots.figure import measured_series, nulls_as_nan

@@ -112,16 +112,21 @@ def _num(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
+LEGEND_INCHES = 0.5
+"""Figure height added for the key under the panels (two rows of 7 pt entries in a one-panel figure)."""
+
+
 def plot_reliability(result: dict[str, Any], path: Path) -> None:
     """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with the confidence histogram."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import save_figure
+    from chillfl.plots.figure import percent_axis, save_figure
 
     runs = result["runs"]
     rows, cols = grid_shape(len(runs))  # at most MAX_COLUMNS panels a row: 27 runs in one row were ~10,700 px wide
-    fig = Figure(figsize=(3.6 * cols + 0.4, 4.0 * rows + 0.4))
+    fig = Figure(figsize=(3.6 * cols + 0.4, 4.0 * rows + 0.4 + LEGEND_INCHES), layout="constrained")
     FigureCanvasAgg(fig)
+    key: tuple[list[Any], list[str]] = ([], [])  # the first panel's entries, the key to every panel
     for i, (label, run) in enumerate(runs.items()):
         ax = fig.add_subplot(rows, cols, i + 1)
         rel = run["reliability"]
@@ -137,17 +142,21 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
         ax.bar(left[filled], accuracy[filled], width=width[filled], align="edge", edgecolor="black", lw=0.5, label="accuracy")
         ax.bar(left[filled], (confidence - accuracy)[filled], bottom=accuracy[filled],
                width=width[filled], align="edge", fill=False, hatch="//", edgecolor="tab:red", lw=0.5, label="gap to confidence")
-        ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1)
+        ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="perfect calibration")
         share = ax.twinx()
-        share.step(confidence[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7)
+        (shares,) = share.step(confidence[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7,
+                               label="share of samples per bin (%, same axis)")
         share.set_ylim(0, 1)
         share.set_yticks([])
         ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i % cols == 0 else None)
+        percent_axis(ax, "x")  # in percent, as the run and comparison figures give accuracy
+        percent_axis(ax, "y")
         ax.set_title(f"{label}\nECE {_num(run['ece']):.3f}  NLL {_num(run['nll']):.3f}  Brier {_num(run['brier']):.3f}", fontsize=8)
-        if i == 0:
-            ax.legend(fontsize=7, loc="upper left")
-    fig.suptitle(f"reliability ({result['runs'][next(iter(runs))]['bins']} {run['binning']} bins, T = {run['temperature']:g}; green: share of samples)", fontsize=9)
-    fig.tight_layout()
+        if i == 0:  # one key for every panel, under them: in the first panel's corner it covered its bars
+            handles, labels = ax.get_legend_handles_labels()
+            key = (list(handles) + [shares], list(labels) + [str(shares.get_label())])
+    fig.legend(*key, fontsize=7, loc="outside lower center", ncols=min(4, max(1, cols * 2)))
+    fig.suptitle(f"reliability ({result['runs'][next(iter(runs))]['bins']} {run['binning']} bins, T = {run['temperature']:g})", fontsize=9)
     save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
 

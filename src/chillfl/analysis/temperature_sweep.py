@@ -497,7 +497,7 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.colors import LogNorm
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import fit_title, plain_log_labels, save_figure
+    from chillfl.plots.figure import fit_title, legend_below, plain_log_labels, save_figure
 
     temps = np.asarray(result.temperatures)
     fig = Figure(figsize=(11, 4.2))
@@ -509,7 +509,6 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
     ax.scatter(result.heterogeneity, 100 * result.best_accuracy, facecolors="none", edgecolors="black", s=70, linewidths=1.0, label="client's best")
     plain_log_labels(fig.colorbar(points, ax=ax, label="temperature T").ax.yaxis)  # 0.1, 0.5, 1, not 10^-1 and 10^0 alone
     ax.set(xlabel="heterogeneity score h (Eq. 6)", ylabel=result.accuracy_label(), title="accuracy vs heterogeneity, by T")
-    ax.legend(fontsize=8)
     ax_best.scatter(result.heterogeneity, result.best_temperature, color="tab:blue", s=30)
     fit = np.isfinite(result.best_temperature)  # a client whose training diverged at every T has no best one
     if fit.sum() >= 2 and np.ptp(result.heterogeneity[fit]) > 0:
@@ -519,10 +518,11 @@ def plot_scatter(result: SweepResult, path: str | Path, title: str = "") -> None
         (row,) = correlation_table({"h": result.heterogeneity[fit]}, result.best_temperature[fit])
         said = f"Pearson r = {_fmt(row['r'])} of the plotted h" if not math.isnan(row["r"]) else f"no Pearson r: {row.get('undefined', 'undefined')}"
         ax_best.plot(xs, slope * xs + intercept, color="tab:red", lw=1, label=f"trend ({said})")  # not "r = nan" in a legend
-        ax_best.legend(fontsize=8)
     ax_best.set(xlabel="heterogeneity score h (Eq. 6)", ylabel="best temperature", title="best temperature vs heterogeneity (A.5)")
     for a in (ax, ax_best):
         a.grid(alpha=0.3)
+        if a.get_legend_handles_labels()[0]:  # under the panel: inside, its legend covered points (a scatter has some in every corner)
+            legend_below(a)
     if title:
         fit_title(fig, title)  # wrapped: a long run name ran past both edges
     fig.tight_layout()

@@ -18,26 +18,26 @@ from chillfl.extras import need
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
 from chillfl.config import RunConfig  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, measured_series, percent_axis  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
-from chillfl.storage.results import series  # noqa: E402
 
 
 def plot_attack(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> bool:
     """Global accuracy and attack success rate over rounds; False (nothing written) when the records hold no success rate."""
-    asr_rounds, asr = series(records, "attack_success_rate")
+    asr_rounds, asr = measured_series(records, "attack_success_rate")  # a null breaks the line, as a NaN does
     if not asr_rounds:
         return False
     fig = Figure(figsize=(7, 4))
     ax = fig.subplots()
-    acc_rounds, acc = series(records, "global_acc")
+    acc_rounds, acc = measured_series(records, "global_acc")
     if acc_rounds:
         ax.plot(acc_rounds, acc, marker=".", label="global accuracy, test set")
     ax.plot(asr_rounds, asr, marker=".", color="C3", label="attack success rate, probe set")
-    ax.set(xlabel="round", ylabel="share (0 to 1)", ylim=(-0.02, 1.02), title="Accuracy and attack success")
+    ax.set(xlabel="round", ylabel="share of the set", ylim=(-0.02, 1.02), title="Accuracy and attack success")
+    percent_axis(ax)
     integer_rounds(ax)
-    finish_figure(fig, (ax,), path, title)
+    finish_figure(fig, (ax,), path, title, shared=True)  # the legend beside the axes: both curves span the 0-1 axis, inside it hid them
     return True
 
 

@@ -14,8 +14,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import Formatter  # noqa: E402
 
-__all__ = ["Figure", "figure_file", "finish_figure", "fit_title", "gap_marker", "log_scale", "mark_lone_points",
-           "measured_series", "nulls_as_nan", "plain_log_labels", "save_figure", "save_png", "shared_legend", "spans_decades"]
+__all__ = ["Figure", "centre_title_over_axes", "figure_file", "finish_figure", "fit_title", "gap_marker", "legend_below",
+           "log_scale", "lone_spread", "mark_lone_points", "measured_series", "nulls_as_nan", "percent_axis", "plain_log_labels",
+           "save_figure", "save_png", "shared_legend", "spans_decades", "wrapped"]
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -40,6 +41,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | Non
         out = out.with_name(f"{out.name}.{format or 'png'}")
     out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
+    centre_title_over_axes(fig)
     image = io.BytesIO()  # drawn in memory first: an image is small, and a failed draw leaves the old file as it was
     fig.savefig(image, format=format or out.suffix[1:].lower(), dpi=dpi)
     write_atomic(out, image.getvalue())  # O_NOFOLLOW temp file, then os.replace over the name (a link there, replaced)
@@ -75,10 +77,24 @@ def mark_lone_points(ax: Any) -> None:
             line.set_marker("o")
 
 
+def lone_indices(values: Sequence[float]) -> list[int]:
+    """Indices of the finite values in ``values`` with no finite value next to them (a line draws no segment through them)."""
+    finite = [math.isfinite(v) for v in values]
+    return [i for i, ok in enumerate(finite) if ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(finite) and finite[i + 1])]
+
+
+def lone_spread(ax: Any, xs: Sequence[float], mean: Sequence[float], std: Sequence[float], colour: str) -> None:
+    """An error bar of +- ``std`` at each lone point of ``mean`` (:func:`lone_indices`): a band shaded with
+    ``fill_between`` has no width at a point alone (a 1-round run), so its spread over seeds was not drawn at all."""
+    lone = [i for i in lone_indices([float(m) for m in mean]) if math.isfinite(float(std[i]))]
+    if lone:
+        ax.errorbar([xs[i] for i in lone], [mean[i] for i in lone], yerr=[std[i] for i in lone], fmt="none", ecolor=colour,
+                    alpha=0.5, capsize=4, lw=2)
+
+
 def has_lone_point(values: Sequence[float]) -> bool:
     """Whether some finite value in ``values`` has no finite value next to it (a line draws no segment through it)."""
-    finite = [math.isfinite(v) for v in values]
-    return any(ok and not (i > 0 and finite[i - 1]) and not (i + 1 < len(finite) and finite[i + 1]) for i, ok in enumerate(finite))
+    return bool(lone_indices(values))
 
 
 def nulls_as_nan(records: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
@@ -102,6 +118,15 @@ def gap_marker(rounds: Sequence[int]) -> str | None:
     """``"."`` when ``rounds`` skip a round (``eval.every`` > 1, a skipped round): a plain line through the rounds
     between read as values measured there; a dot on each measured round says where the data are. None otherwise."""
     return "." if any(b - a > 1 for a, b in zip(rounds, rounds[1:])) else None
+
+
+def percent_axis(ax: Any, which: Literal["x", "y"] = "y") -> None:
+    """``ax``'s ``which`` axis, whose data are accuracies as shares (0 to 1, as metrics.jsonl records them), labelled in
+    percent (50 %): the HTML report and differences.png give accuracy in percent and points, and one report read 0.5 in
+    one figure beside 50 in the next."""
+    from matplotlib.ticker import PercentFormatter
+
+    (ax.xaxis if which == "x" else ax.yaxis).set_major_formatter(PercentFormatter(xmax=1.0, decimals=None))
 
 
 def spans_decades(values: Sequence[float]) -> bool:
@@ -172,6 +197,47 @@ def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None
         fig.legend(list(entries.values()), list(entries), loc="outside right upper", fontsize=fontsize, ncols=columns)
 
 
+BELOW_INCHES = 0.5
+"""How far under an axes' bottom edge :func:`legend_below` puts the legend's top: below its tick labels and x label at
+10 pt."""
+
+
+def legend_below(ax: Any, fontsize: float = 8) -> Any:
+    """``ax``'s legend under it, below its x label (a fixed :data:`BELOW_INCHES`, whatever size layout gives the axes):
+    inside, a legend hid the points under it wherever it went when points fill every corner (a scatter). Tight layout
+    makes the room (an axes' tight box holds its legend)."""
+    from matplotlib.transforms import ScaledTranslation
+
+    under = ax.transAxes + ScaledTranslation(0.0, -BELOW_INCHES, ax.figure.dpi_scale_trans)
+    return ax.legend(fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=under, borderaxespad=0.0)
+
+
+def wrapped(text: str, inches: float, points: float = 10.0) -> str:
+    """``text`` wrapped to the characters ``inches`` hold at ``points`` (:data:`TITLE_EM`), each line of it kept: an
+    axes title as long as a run's name ran past both edges of the figure."""
+    import textwrap
+
+    chars = max(20, int(inches * 72 / (TITLE_EM * points)))
+    return "\n".join(part for line in text.split("\n") for part in (textwrap.wrap(line, chars, break_long_words=True) or [""]))
+
+
+def centre_title_over_axes(fig: Figure) -> None:
+    """Centre ``fig``'s suptitle over its axes when a figure legend stands beside them: centred over the whole figure it
+    stood off to the side of the panels it names, over the legend's column. Laid out once first (the panels' place is
+    known only then); the title kept inside the figure's edges. Nothing without a figure legend or a suptitle."""
+    title = fig.get_suptitle()
+    texts = [t for t in fig.texts if t.get_text() == title]
+    if not (fig.legends and title and texts and fig.axes):
+        return
+    fig.draw_without_rendering()  # runs the layout engine: the axes' final positions
+    left = min(ax.get_position().x0 for ax in fig.axes)
+    right = max(ax.get_position().x1 for ax in fig.axes)
+    width = texts[0].get_window_extent().width / fig.bbox.width
+    centre = min(max((left + right) / 2, width / 2), 1 - width / 2)
+    texts[0].set_x(centre)
+    texts[0].set_horizontalalignment("center")
+
+
 TITLE_EM = 0.62
 """A title character's mean width in ems (DejaVu Sans, with room for wide ones): how many fit a figure's width."""
 
@@ -179,14 +245,10 @@ TITLE_EM = 0.62
 def fit_title(fig: Figure, title: str) -> None:
     """``title`` over the whole figure at matplotlib's suptitle size, wrapped to the characters its width holds: a long
     run name (a comparison's, every option of its variant and the seed) ran past both edges of the image."""
-    import textwrap
-
     from matplotlib import rcParams
     from matplotlib.font_manager import FontProperties
 
-    points = FontProperties(size=rcParams["figure.titlesize"]).get_size_in_points()
-    chars = max(20, int(fig.get_figwidth() * 72 / (TITLE_EM * points)))
-    fig.suptitle("\n".join(textwrap.wrap(title, chars, break_long_words=True)) if len(title) > chars else title)
+    fig.suptitle(wrapped(title, fig.get_figwidth(), FontProperties(size=rcParams["figure.titlesize"]).get_size_in_points()))
 
 
 def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:

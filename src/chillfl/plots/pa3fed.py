@@ -16,6 +16,7 @@ mean with a ± 1 std band (as the compare figures do), and refuses a folder with
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -29,9 +30,8 @@ from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool  # noqa: E402
 from chillfl.metrics.spread import SPREAD, seed_band  # noqa: E402
 from chillfl.run_names import CLP_FIGURE, comparison_labels  # noqa: E402
-from chillfl.storage.results import series  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure, log_scale, save_png  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, gap_marker, lone_spread, log_scale, measured_series, nulls_as_nan, percent_axis, save_png, shared_legend, wrapped  # noqa: E402
 from chillfl.plots.run import integer_rounds, no_finished_run  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
 
@@ -58,20 +58,21 @@ def shade_clp(ax: Axes, spans: Sequence[tuple[int, int]], label: str = "CLP") ->
 
 def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> bool:
     """Global accuracy and FGN(t) over rounds, CLP rounds shaded; False (nothing written) without FGN values."""
-    fgn_rounds, fgn = series(records, "agg_fgn")
+    fgn_rounds, fgn = measured_series(records, "agg_fgn")  # a null breaks a line, as a NaN does
     if not fgn_rounds:
         return False
     spans = clp_spans(records)
     fig = Figure(figsize=(11, 4))
     ax_acc, ax_fgn = fig.subplots(1, 2)
-    acc_rounds, acc = series(records, "global_acc")
+    acc_rounds, acc = measured_series(records, "global_acc")
     shade_clp(ax_acc, spans)
     if acc_rounds:
         ax_acc.plot(acc_rounds, acc, marker=".", label="global model, test set")
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy (CLP shaded)")
     shade_clp(ax_fgn, spans)
     ax_fgn.plot(fgn_rounds, fgn, marker=".", color="C1", label="FGN(t), Eq. 5")
-    logged = min(fgn) > 0
+    percent_axis(ax_acc)
+    logged = min((v for v in fgn if math.isfinite(v)), default=0.0) > 0
     if logged:  # labelled 0.05, 0.1, ...: matplotlib's 6x10^-2 and 10^-1 left most of a decade's values unlabelled
         log_scale(ax_fgn, "y")
     ax_fgn.set(xlabel="round", ylabel="FGN (log scale)" if logged else "FGN", title="Federated gradient norm")  # a dip reads deeper on a log axis
@@ -107,11 +108,12 @@ def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, A
     ``groups`` in the comparison's variant order, a variant with no finished run as an empty list (a legend entry
     that says so; it keeps its colour slot). Returns False (nothing written) when no variant has a global accuracy curve.
     """
-    bands = {label: seed_band(runs, "global_acc") if runs else ([], [], []) for label, runs in groups.items()}
+    bands = {label: seed_band([nulls_as_nan(records, "global_acc") for records in runs], "global_acc") if runs else ([], [], [])
+             for label, runs in groups.items()}  # a null breaks the line, as a NaN does
     if not any(rounds for rounds, _, _ in bands.values()):
         return False
     seeded = any(len(runs) > 1 for runs in groups.values())
-    fig = Figure(figsize=(7, 4.5))
+    fig = Figure(figsize=(9.5, 4.5))  # 6.5 inches of axes beside the legend
     ax = fig.subplots()
     # a variant's colour and style are its index among all of groups' variants (variant_style), as in curves.png: by
     # position among the drawn ones, a variant after one with no finished run took that one's colour
@@ -120,26 +122,33 @@ def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, A
         if not runs:
             no_finished_run(label, (ax,))
             continue
-        if not rounds:
+        if not rounds:  # finished, but no round measured a global accuracy (no global model): said, not dropped silently
+            ax.plot([], [], " ", label=f"{label}: no global accuracy measured")
             continue
         shown = f"{label} (n={len(runs)})" if seeded else label
         colour, style = variant_style(i)
-        (line,) = ax.plot(rounds, acc, label=shown, color=colour, ls=style)
+        (line,) = ax.plot(rounds, acc, label=shown, color=colour, ls=style, marker=gap_marker(rounds))
         if len(runs) > 1:  # the seeds' spread, as the comparison's curves.png shades it (one seed: no band)
             ax.fill_between(rounds, [m - s for m, s in zip(acc, std)], [m + s for m, s in zip(acc, std)], color=line.get_color(), alpha=0.2, linewidth=0)
+            lone_spread(ax, rounds, acc, std, colour)  # a 1-round band has no width: an error bar instead
         clp = adapted_rounds(runs)
         marked = [(r, a) for r, a in zip(rounds, acc) if r in clp]
         if marked:
             ax.plot([m[0] for m in marked], [m[1] for m in marked], "o", ms=4, color=line.get_color())
     what = f"accuracy, mean over seeds, {SPREAD}" if seeded else "accuracy"
     key = "\n(dots: adapted CLP rounds in at least half the seeds)" if seeded else " (dots: adapted CLP rounds)"  # on a line of its own where long
-    ax.set(xlabel="round", ylabel="global accuracy", title=(f"{title}: {what}" if title else what.capitalize()) + key)  # the key to the dots, also under a title
+    # the title over the axes it names, wrapped to their width: a long folder name ran past the figure's edges
+    ax.set(xlabel="round", ylabel="global accuracy", title=wrapped((f"{title}: {what}" if title else what.capitalize()) + key, AXES_INCHES, 12))
+    percent_axis(ax)
     integer_rounds(ax)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
+    shared_legend(fig, (ax,))  # beside the axes: inside, it covered the curves
     save_png(fig, path, dpi=110)
     return True
+
+
+AXES_INCHES = 6.0
+"""About the width of clp_curves.png's axes beside its legend, to which its title is wrapped."""
 
 
 register_figure("clp", FigureSpec("clp.png", plot_clp, "accuracy and FGN(t) with the critical learning periods shaded (PA3Fed Fig. 3)"))

@@ -8,8 +8,8 @@ Every mechanism declares this figure unless its spec says otherwise (:attr:`chil
 Choices
 -------
 * Left: one point per round that has both a global accuracy and an epsilon (a round without an evaluation has
-  none, nor one whose epsilon is infinite, recorded as null), joined in round order: the budget spent only grows,
-  so the line runs left to right as the run goes on.
+  none), joined in round order: the budget spent only grows, so the line runs left to right as the run goes on. A
+  round that recorded either as null (an infinite epsilon) breaks the line there, as in the right panel.
 * Right: epsilon of every round that has one, and the target (when ``target_epsilon`` > 0) dashed: sigma was
   planned so that the planned rounds spend it, so the curve ends at or below the line (below where fewer clients
   took part than planned).
@@ -20,6 +20,7 @@ Choices
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -28,10 +29,9 @@ from chillfl.extras import need
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
 from chillfl.config import RunConfig  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure, log_scale, mark_lone_points, spans_decades  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, log_scale, mark_lone_points, measured_series, nulls_as_nan, percent_axis, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
-from chillfl.storage.results import series  # noqa: E402
 
 
 EPSILONS: tuple[tuple[str, str], ...] = (("epsilon", "epsilon spent"), ("epsilon_upload", "epsilon_upload: a client's whole upload"))
@@ -43,6 +43,13 @@ def accuracy_vs_epsilon(records: Sequence[Mapping[str, Any]], key: str = "global
     """(epsilons, accuracies) of the rounds that recorded both, in round order."""
     pts = [(float(r[epsilon]), float(r[key])) for r in records if r.get(epsilon) is not None and r.get(key) is not None]
     return [p[0] for p in pts], [p[1] for p in pts]
+
+
+def drawn_accuracy_vs_epsilon(records: Sequence[Mapping[str, Any]], key: str = "global_acc", epsilon: str = "epsilon") -> tuple[list[float], list[float]]:
+    """:func:`accuracy_vs_epsilon` as the left panel draws it: a round that recorded either as null (an infinite epsilon,
+    an accuracy not measured) is a NaN point, so that the line breaks there (:func:`~chillfl.plots.figure.nulls_as_nan`);
+    left out, the rounds either side were joined by a straight line through a value never measured."""
+    return accuracy_vs_epsilon(nulls_as_nan(nulls_as_nan(records, epsilon), key), key, epsilon)
 
 
 def epsilon_curves(records: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -58,20 +65,21 @@ def plot_privacy(records: Sequence[Mapping[str, Any]], path: str | Path, title: 
     """Global accuracy against epsilon spent (left) and epsilon over rounds with the target dashed (right);
     False (nothing written) when the records hold no epsilon."""
     curves = epsilon_curves(records)
-    if not series(records, "epsilon")[0]:
+    if not measured_series(records, "epsilon")[0]:
         return False
     fig = Figure(figsize=(11, 4))
     ax_acc, ax_eps = fig.subplots(1, 2)
     both = len(curves) > 1
     drawn: list[float] = []
     for (key, label), color in zip(curves, ("C0", "C2")):  # one colour a budget in both panels where there are two
-        spent, acc = accuracy_vs_epsilon(records, epsilon=key)
-        if spent:
+        spent, acc = drawn_accuracy_vs_epsilon(records, epsilon=key)
+        if any(math.isfinite(x) and math.isfinite(y) for x, y in zip(spent, acc)):
             ax_acc.plot(spent, acc, marker=".", color=color, label=f"against {label}" if both else "global model, test set")
-        rounds, eps = series(records, key)
+        rounds, eps = measured_series(records, key)  # a null (an infinite epsilon) breaks the line, as a NaN does
         ax_eps.plot(rounds, eps, marker=".", color=color if both else "C1", label=label)
-        drawn += eps
+        drawn += [e for e in eps if math.isfinite(e)]
     ax_acc.set(xlabel="epsilon spent", ylabel="accuracy" + (" (global model, test set)" if both else ""), title="Accuracy against privacy spent")
+    percent_axis(ax_acc)
     mark_lone_points(ax_acc)
     if both and spans_decades(drawn + ([target_epsilon] if target_epsilon > 0 else [])):
         log_scale(ax_acc, "x")

@@ -73,6 +73,10 @@ TITLE_CHARS = 80
 """Characters of the caption per line and panel (a 6.5-inch panel at 10 pt holds about 85)."""
 
 
+PANEL_TEXT_INCHES = 5.0
+"""The width a panel's x label is wrapped to: a 6.5-inch panel less its margins (its row labels on the left)."""
+
+
 TICK_GAP = 0.08
 """The least distance between two labelled ticks of a symmetric log axis, as a share of the panel's width (about a
 third of an inch on a 6.5-inch panel: a "-100" at 10 pt). -50, -20 and -10 lie that close on it, and ran into each other."""
@@ -115,9 +119,31 @@ def caption(diffs: Sequence[Difference]) -> str:
     return f"{dots}; bar: 95 % CI"
 
 
-def row_label(one: Difference) -> str:
-    """A variant's row label, ending in :data:`~chillfl.metrics.stats.CLIPPED` when its bar is clipped to the range."""
-    return one.label + (f" {CLIPPED}" if one.interval is not None and one.interval.clipped else "")
+def clipped(one: Difference) -> bool:
+    """Whether ``one``'s bar is drawn clipped to the statistic's range."""
+    return one.interval is not None and one.interval.clipped
+
+
+def row_label(one: Difference, also_clipped: bool = False) -> str:
+    """A variant's row label, ending in :data:`~chillfl.metrics.stats.CLIPPED` when its bar is clipped to the range
+    (``also_clipped``: its bar in another panel that shares these labels is)."""
+    return one.label + (f" {CLIPPED}" if clipped(one) or also_clipped else "")
+
+
+def mark_clipped_ends(ax: Any, one: Difference, y: float, colour: str) -> None:
+    """:data:`~chillfl.metrics.stats.CLIPPED` at each end of ``one``'s bar that the range cut (+-100 points), in the
+    panel itself: the mark on the row label alone came from the first panel, so a local bar clipped beside a global one
+    that was not read as the whole interval."""
+    if one.interval is None or not one.interval.clipped:
+        return
+    for end, side in ((one.interval.low, "right"), (one.interval.high, "left")):
+        if abs(end) >= CLIP_AT:  # an end at the range's bound is the one clipping moved (an interval crosses 0 at most once)
+            ax.annotate(CLIPPED, (end, y), xytext=(-4 if side == "left" else 4, 3), textcoords="offset points", ha=side,
+                        va="bottom", fontsize=9, color=colour, fontweight="bold")
+
+
+CLIP_AT = 100.0
+"""Points at which a difference's interval is clipped (its statistic's range, +-1 as fractions)."""
 
 
 def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str | Path, title: str = "", local: bool = False) -> bool:
@@ -125,7 +151,7 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
 
     Returns False (nothing written) when no variant has a difference to draw (a comparison of the baseline alone).
     """
-    from chillfl.plots.figure import Figure, save_png  # lazy: MissingExtra without the plots extra
+    from chillfl.plots.figure import Figure, save_png, wrapped  # lazy: MissingExtra without the plots extra
 
     keys = [k for k in PANELS if (local or k != "delta_local_acc")]
     panels = [(k, found) for k in keys if (found := differences(rows, baseline, k))]
@@ -148,15 +174,18 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
             # the mean a hollow diamond under the seeds' dots: filled and on top, it hid them (2 seeds lie near their mean)
             ax.scatter([one.mean], [y], s=60, marker="D", facecolors="none", edgecolors=colour, linewidths=1.8, zorder=3)
             ax.scatter(one.per_seed, [y] * len(one.per_seed), s=12, color="black", alpha=0.6, zorder=4)
+            mark_clipped_ends(ax, one, y, colour)
         ax.axvline(0.0, color="black", lw=1)
-        if i_panel == 0 or not same_rows:
-            ax.set_yticks(range(len(diffs)), [row_label(one) for one in reversed(diffs)], fontsize=8)
+        if i_panel == 0 or not same_rows:  # shared labels say a clip in any panel (each bar marks its own ends)
+            ax.set_yticks(range(len(diffs)), [row_label(one, same_rows and any(clipped(d[i]) for _, d in panels))
+                                              for i, one in reversed(list(enumerate(diffs)))], fontsize=8)
         ax.set_ylim(-0.6, len(diffs) - 0.4)  # half a row above and below: with two rows the autoscaled view put them on the frame
         ax.margins(x=0.05)
         if scale:  # the ticks that fit the final view, spaced apart on it
             ax.set_xticks(spaced_ticks(ax, TICKS), minor=False)
             ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
-        ax.set(xlabel=f"minus {baseline}'s, points{scale}", title=PANELS[key].capitalize())
+        # wrapped to the panel's width: a long baseline's label ran into the next panel's
+        ax.set(xlabel=wrapped(f"minus {baseline}'s, points{scale}", PANEL_TEXT_INCHES), title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)
     heading = (f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})"
     fig.suptitle(textwrap.fill(heading, TITLE_CHARS * len(panels)), fontsize=10)  # wrapped: a clipped bar's note ran past one panel's width

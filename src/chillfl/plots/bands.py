@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.spread import SPREAD, seed_band
-from chillfl.plots.figure import Figure, fit_title, gap_marker, nulls_as_nan
-from chillfl.plots.run import axis_label, finish_panels, no_finished_run
+from chillfl.plots.figure import Figure, fit_title, gap_marker, lone_spread, nulls_as_nan, percent_axis
+from chillfl.plots.run import axis_label, finish_panels, no_finished_run, not_measured
 from chillfl.plots.styles import variant_style
 
 
@@ -23,11 +23,17 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):
             rounds, mean, std = seed_band([nulls_as_nan(records, k) for records in runs], k)  # a null breaks the line, as a NaN does
+            if not rounds:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
+                not_measured(f"{label} (n={len(runs)})", k, ax)
+                continue
             (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})", color=colour, ls=style, marker=gap_marker(rounds))
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)
+            lone_spread(ax, rounds, mean, std, colour)  # a band of one round has no width: an error bar there
     banded = any(len(runs) > 1 for runs in curves.values())  # one seed each (a tuning grid at one seed): no band to name
     ax_acc.set(xlabel="round", ylabel=axis_label(key), title=f"Accuracy: mean over seeds, {SPREAD}" if banded else "Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
+    if key.endswith("acc"):  # in percent, as differences.png and the HTML report give accuracy
+        percent_axis(ax_acc)
     if title:  # the comparison's name over both panels, as :func:`~chillfl.plots.run.plot_curves` has it
         fit_title(fig, title)
     finish_panels(fig, (ax_acc, ax_loss), path)

@@ -40,17 +40,22 @@ def unit_for(max_bytes: float) -> tuple[str, float]:
 def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, title: str = "") -> Path | None:
     """Fig. 7 style: server (left) and client (right) accuracy against cumulative bytes, one line per run.
 
-    Returns None (and writes nothing) when no run has byte counts.
+    Returns None (and writes nothing) when no run has byte counts. A panel no run measured is left out (the server
+    model's, of runs that keep none), and where no run sent a byte the axis says so.
     """
     peak = max((float(r["bytes_cumulative"]) for recs in curves.values() for r in recs if "bytes_cumulative" in r), default=None)
     if peak is None:
         return None
     unit, scale = unit_for(peak)
-    from chillfl.plots.figure import Figure, finish_figure, gap_marker, mark_lone_points, nulls_as_nan  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
+    from chillfl.plots.figure import Figure, finish_figure, gap_marker, mark_lone_points, nulls_as_nan, percent_axis  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
-    fig = Figure(figsize=(12, 4))
-    axes = fig.subplots(1, 2)
-    for ax, (key, what) in zip(axes, PANELS):
+    # a panel no run measured (the server model of runs that keep none: individual) is left out, not drawn empty
+    panels = [(key, what) for key, what in PANELS if any(r.get(key) is not None for recs in curves.values() for r in recs)]
+    if not panels:
+        return None
+    fig = Figure(figsize=(6 * len(panels), 4))
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    for ax, (key, what) in zip(axes, panels):
         for colour, (label, records) in enumerate(curves.items()):
             xs, ys = accuracy_vs_bytes(nulls_as_nan(records, key), key)  # a null breaks the line, as a NaN does
             if xs and max(xs) == 0:  # no communication at all (individual): its final accuracy as a level
@@ -60,6 +65,9 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
                 measured = [int(r["round"]) for r in records if key in r]  # rounds skipped (eval.every > 1): a dot per evaluated one
                 ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=label, marker=gap_marker(measured))
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
+        if peak == 0:  # an x axis of 0 to 1 byte said nothing: say that none was sent
+            ax.set(xlabel="cumulative communication: no bytes sent", xticks=[])
+        percent_axis(ax)
         mark_lone_points(ax)
     return finish_figure(fig, axes, path, title, shared=True)  # one legend beside the panels: one in each covered the lines
 

@@ -10,7 +10,7 @@ from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import Figure, fit_title, gap_marker, log_scale, mark_lone_points, measured_series, save_png, shared_legend, spans_decades  # noqa: E402
+from chillfl.plots.figure import Figure, fit_title, gap_marker, log_scale, mark_lone_points, measured_series, percent_axis, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
 
@@ -41,6 +41,7 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
             ax_loss.plot(rounds, values, label=label, marker=gap_marker(rounds))
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
+    percent_axis(ax_acc)
     log_scale_if_exploding(ax_loss)  # a first round's train loss of 5e7 flattened every later value onto 0
     for ax in (ax_acc, ax_loss):
         integer_rounds(ax)
@@ -95,12 +96,23 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):  # under eval.every > 1 a dot on each evaluated round
             rounds, values = measured_series(records, k)
+            if not rounds:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
+                not_measured(label, k, ax)
+                continue
             ax.plot(rounds, values, label=label, color=colour, ls=style, marker=gap_marker(rounds))
     ax_acc.set(xlabel="round", ylabel=axis_label(key), title="Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
+    if key.endswith("acc"):  # in percent, as differences.png and the HTML report give accuracy
+        percent_axis(ax_acc)
     if title:  # the comparison's name over both panels: as the accuracy panel's title, it read as what that panel plots
         fit_title(fig, title)
     finish_panels(fig, (ax_acc, ax_loss), path)
+
+
+def not_measured(label: str, key: str, ax: Any) -> None:
+    """A legend entry without a line for a variant that finished but measured no ``key`` (a run without a global
+    model has no global accuracy): its entry was a coloured line that drew nothing, with no word of why."""
+    ax.plot([], [], " ", label=f"{label}: no {axis_label(key).split(':')[0]} measured")
 
 
 def no_finished_run(label: str, axes: Sequence[Any]) -> None:

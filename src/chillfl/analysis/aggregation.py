@@ -95,11 +95,16 @@ def analyze(run_dirs: Sequence[str], start: str, which: str, progress: bool = Fa
     return {"analysis": f"aggregation-{which}", "runs": runs}
 
 
+TICK_INCHES = 1.3
+"""The width a run's x label is wrapped to (each run has about 1.4 inches): rotated long labels, a comparison run's
+every option, ran into each other and squashed the panel above them."""
+
+
 def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
     """Per run: the accuracy change of each client, participating (filled) vs not (open), with group means."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import save_figure
+    from chillfl.plots.figure import legend_below, save_figure, wrapped
 
     rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
     fig = Figure(figsize=(max(5.0, 1.6 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
@@ -121,10 +126,10 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
             ax.plot([], [], color="black", lw=2, label="mean of the group")  # the black bars were the figure's only unexplained mark
             ax.set_title("accuracy change across aggregation (FLex&Chill Fig. 9)", fontsize=10)
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xticks(range(len(runs)), [label for label, _ in runs], rotation=15, fontsize=8)
+        ax.set_xticks(range(len(runs)), [wrapped(label, TICK_INCHES, 8) for label, _ in runs], fontsize=8)
         ax.set_ylabel("accuracy after - before aggregation (points)")
         if ax.get_legend_handles_labels()[1]:
-            ax.legend(fontsize=8)
+            legend_below(ax)  # inside, it hid the points of whichever run stood under it
     fig.tight_layout()
     save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 
@@ -133,7 +138,7 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
     """Per run: mean entropy before (client models) and after aggregation."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import save_figure
+    from chillfl.plots.figure import legend_below, save_figure, wrapped
 
     rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
     fig = Figure(figsize=(max(5.0, 1.4 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
@@ -143,11 +148,11 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
         idx = np.arange(len(runs))
         ax.bar(idx - 0.2, [r["before"] for _, r in runs], width=0.4, color="tab:blue", label="before aggregation (client models)")
         ax.bar(idx + 0.2, [r["after"] for _, r in runs], width=0.4, color="tab:orange", label="after aggregation")
-        ax.set_xticks(idx, [label for label, _ in runs], rotation=15, fontsize=8)
+        ax.set_xticks(idx, [wrapped(label, TICK_INCHES, 8) for label, _ in runs], fontsize=8)
         ax.set_ylabel("mean prediction entropy (nats)")
         if row == 0:
             ax.set_title("prediction entropy across aggregation (FLex&Chill Fig. 10)", fontsize=10)
-            ax.legend(fontsize=8)
+            legend_below(ax)  # inside, it hid the bars of whichever run stood under it
     fig.tight_layout()
     save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
 

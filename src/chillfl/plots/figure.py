@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
 from chillfl.extras import need
+from chillfl.storage.results import nulls_as_nan as nulls_as_nan  # defined beside series (matplotlib-free): the HTML report's bands use it too
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 from matplotlib.artist import Artist  # noqa: E402
@@ -95,16 +96,6 @@ def lone_spread(ax: Any, xs: Sequence[float], mean: Sequence[float], std: Sequen
 def has_lone_point(values: Sequence[float]) -> bool:
     """Whether some finite value in ``values`` has no finite value next to it (a line draws no segment through it)."""
     return bool(lone_indices(values))
-
-
-def nulls_as_nan(records: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
-    """``records`` with a ``key`` recorded as null (measured, nothing finite to show) made NaN, so that a line breaks
-    there as it does at a NaN: dropped, a null was bridged by a straight line while a NaN broke it. A record without
-    ``key`` (a round that did not evaluate) is left as it is, and so are records whose ``key`` is null in every round (nothing
-    was ever measured, ``local_acc`` without client evaluations): an all-NaN line would be a legend entry with nothing drawn."""
-    if all(r.get(key) is None for r in records):
-        return list(records)
-    return [{**r, key: math.nan} if key in r and r[key] is None else r for r in records]
 
 
 def measured_series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], list[float]]:

@@ -52,7 +52,7 @@ from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
-from chillfl.storage.results import evaluation_interval, last_value, read_metrics, series, to_toml
+from chillfl.storage.results import evaluation_interval, last_value, nulls_as_nan, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import folder_state, is_sweep, run_state
@@ -509,7 +509,7 @@ def mean_std(values: Sequence[float | None]) -> tuple[float, float, int]:
 
 def band(records_per_seed: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rounds, mean, std) of ``key`` over seeds, at the rounds every seed measured (:func:`chillfl.metrics.spread.seed_band`)."""
-    rounds, mean, std = seed_band(records_per_seed, key)  # the same band as a comparison's curves.png
+    rounds, mean, std = seed_band([nulls_as_nan(r, key) for r in records_per_seed], key)  # the same band as curves.png: a null breaks it
     return np.array(rounds, dtype=int), np.array(mean, dtype=float), np.array(std, dtype=float)
 
 

@@ -413,6 +413,16 @@ def series(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[int], l
     return [p[0] for p in pts], [float(p[1]) for p in pts]
 
 
+def nulls_as_nan(records: Sequence[Mapping[str, Any]], key: str) -> list[Mapping[str, Any]]:
+    """``records`` with a ``key`` recorded as null (measured, nothing finite to show) made NaN, so that a line breaks
+    there as it does at a NaN: dropped, a null was bridged by a straight line while a NaN broke it. A record without
+    ``key`` (a round that did not evaluate) is left as it is, and so are records whose ``key`` is null in every round (nothing
+    was ever measured, ``local_acc`` without client evaluations): an all-NaN line would be a legend entry with nothing drawn."""
+    if all(r.get(key) is None for r in records):
+        return list(records)
+    return [{**r, key: math.nan} if key in r and r[key] is None else r for r in records]
+
+
 def last_value(records: Sequence[Mapping[str, Any]], key: str) -> Any:
     """``key`` in the last record that has it (None: none has it). A skipped round's record carries no bytes, accuracy
     or attack success (nothing was sent or trained), so the run's final value is the last round that ran's."""

@@ -248,11 +248,55 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
         check_constructor(obj, False, name, field)
-        return AlgorithmSpec(NoOptions, lambda o, ctx: with_terms(obj()), name, capabilities=capabilities)
+        refuse_unbound_run_values(obj, False, name, field)
+        return AlgorithmSpec(NoOptions, lambda o, ctx: with_terms(bound(obj(), ctx)), name, capabilities=capabilities)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
     check_constructor(obj, True, name, field)
-    return AlgorithmSpec(options, lambda o, ctx: with_terms(obj(o)), name, capabilities=capabilities)
+    refuse_unbound_run_values(obj, True, name, field)
+    return AlgorithmSpec(options, lambda o, ctx: with_terms(bound(obj(o), ctx)), name, capabilities=capabilities)
+
+
+def bound(aggregator: Aggregator, ctx: BuildContext) -> Aggregator:
+    """``aggregator``, a class named by import path built from its options, bound to the run (``ctx``) through the spec
+    that makes it (:func:`bind_instance`), as an instance passed from Python is. Why: ``name = "pkg:Rule"`` for a rule
+    whose registered spec fills its seed in ``bind`` ran with seed None (a TypeError at its first draw), while
+    ``Rule()`` passed from Python and the spec's own name ran; refusals name the config's ``<ctx.section>.<option>``."""
+    if found_maker(type(aggregator)):  # no spec makes it: nothing to bind (and no walk of every built-in module)
+        bind_instance(aggregator, ctx)
+    return aggregator
+
+
+def found_maker(cls: type) -> bool:
+    """Whether a spec may build instances of ``cls``: a registered spec lists it in :attr:`AlgorithmSpec.makes`, or the
+    class names its spec itself (:class:`~chillfl.aggregation.base.BuiltBySpec`)."""
+    return cls in _MADE or callable(inspect.getattr_static(cls, "built_by", None))
+
+
+RUN_VALUES = tuple(f.name for f in dataclasses.fields(BuildContext) if f.name != "section")
+"""What a builder is told of the run (:class:`BuildContext`), by the names a constructor would take them under."""
+
+
+def refuse_unbound_run_values(cls: type, with_options: bool, name: str, field: str) -> None:
+    """A ConfigError on ``field`` when ``cls``, named by import path, takes a run value in its constructor
+    (:data:`RUN_VALUES`: ``seed=None``, ``rounds=None``) that no spec's ``bind`` fills: the class is built as
+    ``cls(options)`` alone, so it would run with None (a TypeError mid-run at its first draw). A class that some spec
+    makes (:func:`found_maker`) is bound by that spec; one whose spec has no ``bind`` is refused as one that none makes."""
+    if callable(inspect.getattr_static(cls, "built_by", None)):  # it names its spec itself (which wins): known per instance, bound when built
+        return
+    maker = _MADE.get(cls)
+    if maker is not None and (spec := _REGISTRY.get(maker)) is not None and spec.bind is not None:
+        return
+    try:
+        signature = inspect.signature(cls)
+        given = signature.bind(*((None,) if with_options else ())).arguments  # the options' parameter (check_constructor: it binds)
+    except (TypeError, ValueError):  # no signature to read
+        return
+    unfilled = [p.name for p in signature.parameters.values() if p.name not in given and p.name in RUN_VALUES and p.default is None]
+    if unfilled:
+        raise ConfigError(field, f"{name!r} takes the run's {', '.join(unfilled)} in its constructor, which a class named by import path is "
+                                 f"not given (it is built as {cls.__name__}({'options' if with_options else ''})); name the AlgorithmSpec that "
+                                 f"builds it, or register one with makes=({cls.__name__},) and a bind that fills them (docs/extending.md)")
 
 
 def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:

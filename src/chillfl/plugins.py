@@ -201,7 +201,7 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collec
         if accepts(obj):
             out.append(name)
             if name in built_ins:
-                warn_if_shadowed(name, what, accepts)
+                warn_if_shadowed(name, what, accepts, built_ins[name] if isinstance(built_ins, Mapping) else None)
     return out
 
 
@@ -229,9 +229,11 @@ def unusable_plugins(usable: Collection[str]) -> list[tuple[str, str]]:
     return out
 
 
-def warn_if_shadowed(name: str, what: str, accepts: Callable[[Any], bool]) -> None:
+def warn_if_shadowed(name: str, what: str, accepts: Callable[[Any], bool], built_in: object = None) -> None:
     """One warning a process when a ``chillfl.plugins`` entry point of this part (``accepts`` takes its object) has the
     name of a built-in, which ``name`` in the config key ``what`` always means: the entry point is never used.
+    ``built_in``: what the registry holds under ``name`` (None: not known); none when it is the plugin's own
+    (:func:`registered_by_plugin`).
 
     Why: a built-in name is looked up first, so the plugin's method never ran, without a word, under a name its
     author meant for it (an entry point of another part with that name is no clash: it is found in its own table).
@@ -241,13 +243,34 @@ def warn_if_shadowed(name: str, what: str, accepts: Callable[[Any], bool]) -> No
     if path is None or _READING.get() is not None:
         return
     try:
-        if not accepts(load_object(path, f"plugin {name!r}")):
+        loaded = load_object(path, f"plugin {name!r}")
+        if not accepts(loaded):
             return
     except ConfigError:  # broken: plugin_names says so where the names are listed
+        return
+    if built_in is not None and registered_by_plugin(path, loaded, built_in):
         return
     message = (f"{what}: chillfl.plugins entry point {name!r} ({path}) has the name of a built-in, which {name!r} keeps "
                "meaning: the entry point is never used; give it another name")
     warn_once(log, message)
+
+
+def registered_by_plugin(path: str, loaded: object, built_in: object) -> bool:
+    """Whether ``built_in``, what a registry holds under an entry point's name, is that plugin's own registration: the
+    very object the entry point (``path``) loads (``my_rule = "pkg.rules:SPEC"``, where ``SPEC = register_algorithm(
+    "my_rule", ...)``), or one the entry point's module holds (the entry point names the class its registered spec
+    ``makes``) and no ``chillfl`` module does (a plugin module that imports a built-in's spec does not own it).
+
+    Why: docs/extending.md tells a plugin to register its spec in the module that defines its class, and the entry
+    point of that name then imports it; warning that the entry point "is never used" was false on every listing and run.
+    """
+    if loaded is built_in:
+        return True
+    module = sys.modules.get(path.partition(":")[0])
+    if module is None or not any(value is built_in for value in list(vars(module).values())):
+        return False
+    return not any(any(value is built_in for value in list(vars(held).values()))
+                   for known, held in list(sys.modules.items()) if held is not None and (known == "chillfl" or known.startswith("chillfl.")))
 
 
 def has_methods(obj: Any, methods: Sequence[str]) -> bool:
@@ -344,8 +367,9 @@ def look_up(name: object, field: str, registered: Mapping[str, Any], accepts: Ca
     warned about and never used, :func:`warn_if_shadowed`), and a plugin part meets the same rules as every other.
     """
     if isinstance(name, str) and name in registered:
-        warn_if_shadowed(name, field, accepts)
-        return registered[name]
+        found = registered[name]
+        warn_if_shadowed(name, field, accepts, found)
+        return found
     found = resolve(name, field) if isinstance(name, str) and name else None
     if found is None:
         raise choice_error(field, name, names())
@@ -496,8 +520,8 @@ class SpecFamily:
     def spec(self, name: object) -> Any:
         """The spec ``name`` names; a ConfigError on :attr:`field` when there is none or it is no spec of this family."""
         if isinstance(name, str) and name in self.built_in_names():
-            warn_if_shadowed(name, self.field, self.is_spec)
             found = load_object(f"{self.package}.{self._module(name)}:SPEC", self.field)
+            warn_if_shadowed(name, self.field, self.is_spec, found)
         else:
             found = resolve(name, self.field) if isinstance(name, str) and name else None
             if found is None:

@@ -61,3 +61,28 @@ def test_the_helpers_keys_run_and_are_the_configs() -> None:
     again = chillfl.run(model=TiedNet().double(), data=chillfl.TensorData(X, Y, X, Y, num_classes=2),
                         config=config({"name": "pfedsim"}), write=False, progress=False)
     assert same(dict(got.state), dict(again.state))
+
+
+def _refused(head: list[str], weight_key: str) -> ConfigError:
+    from chillfl.aggregation.pfedsim import PFedSim, PFedSimOptions, state_keys
+
+    torch.manual_seed(1)
+    net = TiedNet().double()
+    try:
+        chillfl.run(model=net, data=chillfl.TensorData(X, Y, X, Y, num_classes=2), config=config({"name": "fedavg"}), write=False,
+                    progress=False, aggregator=PFedSim(3, state_keys(net), head, weight_key, None, PFedSimOptions()))
+    except ConfigError as err:
+        assert "\n" not in err.message
+        return err
+    raise AssertionError("ran")
+
+
+def test_a_head_or_weight_key_the_state_lacks_is_refused_before_the_run() -> None:
+    """The constructor dropped head names its keys lack, and weight_key was never checked: a typo ran the warm-up and
+    then raised a bare KeyError in the first personalised round (rev102 #1)."""
+    err = _refused(["head.wieght", "head.bias"], "head.weight")
+    assert err.field == "aggregator.head" and "'head.wieght'" in err.message
+    err = _refused([], "head.weight")
+    assert err.field == "aggregator.head" and "is empty" in err.message
+    err = _refused(["head.weight", "head.bias"], "head.wieght")
+    assert err.field == "aggregator.weight_key" and "got 'head.wieght'" in err.message

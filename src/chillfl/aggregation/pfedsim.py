@@ -240,6 +240,8 @@ class PFedSim(AggregatorBase):
                  options: PFedSimOptions = PFedSimOptions()) -> None:
         self.head = tuple(k for k in keys if k in set(head))
         self.body = tuple(k for k in keys if k not in set(head))
+        self.unknown_head = tuple(sorted(set(head) - set(keys)))
+        """Head names ``keys`` lacks (a typo, a tied weight's second name): left out of the head, refused by a run's bind."""
         self.weight_key = weight_key
         self.warmup = warmup
         """R_w (None: the run's rounds were unknown when built, and ``warmup`` is a share of them)."""
@@ -381,9 +383,16 @@ def _bind(aggregator: PFedSim, ctx: BuildContext) -> None:
     Its keys must name entries the clients send (:func:`state_keys`): ``state_dict()``'s, which repeat a tied weight
     under its second name, failed mid-run with a KeyError; refused on ``aggregator.keys``."""
     if unknown := sorted({*aggregator.head, *aggregator.body} - set(state_keys(ctx.model))):
-        raise ConfigError(instance_field(ctx, "keys"), f"names entries the clients do not send, {', '.join(map(repr, unknown[:3]))}"
-                                                       f"{' and more' if len(unknown) > 3 else ''} (a tied weight's second name from "
-                                                       "state_dict(), or a typo): pass chillfl.aggregation.pfedsim.state_keys(model)")
+        raise ConfigError(instance_field(ctx, "keys"), f"names entries the clients do not send, {_names(unknown)} (a tied weight's second "
+                                                       "name from state_dict(), or a typo): pass chillfl.aggregation.pfedsim.state_keys(model)")
+    if aggregator.unknown_head or not aggregator.head:
+        what = f"names entries its keys lack, {_names(list(aggregator.unknown_head))}" if aggregator.unknown_head else "is empty"
+        raise ConfigError(instance_field(ctx, "head"), f"{what}: the head whose similarities weight the clients must be entries of the "
+                                                       "model's state (chillfl.aggregation.fedper.head_keys(model, 1) is the classifier)")
+    if aggregator.options.similarity == "rows" and aggregator.weight_key not in aggregator.head:
+        raise ConfigError(instance_field(ctx, "weight_key"), f"must be the head's weight matrix under similarity = 'rows', one of "
+                                                             f"{_names(list(aggregator.head))}, got {aggregator.weight_key!r} "
+                                                             "(chillfl.aggregation.pfedsim.classifier_weight(model, head))")
     rounds = ctx.rounds
     if rounds is None:
         return
@@ -398,6 +407,10 @@ def _bind(aggregator: PFedSim, ctx: BuildContext) -> None:
             f"must be the warm-up its options say, {ctx.section}.warmup = {aggregator.options.warmup} of federation.rounds = {rounds}: "
             f"{said} round(s), got {aggregator.warmup}; set PFedSimOptions(warmup={warmup_option(aggregator.warmup, rounds)!r}) "
             "for that count, or pass warmup=None (the options')")
+
+
+def _names(names: Sequence[str]) -> str:
+    return ", ".join(map(repr, names[:3])) + (" and more" if len(names) > 3 else "")
 
 
 SPEC = register_algorithm(

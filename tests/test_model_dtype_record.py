@@ -48,3 +48,17 @@ def test_a_folder_saved_without_the_dtype_resumes(tmp_path: Any) -> None:
     torch.manual_seed(0)
     done = chillfl.resume(cut.folder, torch.nn.Linear(6, 3), data, aggregator=FedAvg(), progress=False)
     assert [r["round"] for r in done.records] == [1, 2]
+
+
+def test_load_run_refuses_a_module_of_another_dtype(tmp_path: Any) -> None:
+    """``load_run`` copied a float32 run's weights into a float64 module and scored it in float64, unlike the recorded
+    metrics (rev102 #3); it refuses as resume does, and takes the module in the run's dtype."""
+    import chillfl
+    from chillfl.extend import FedAvg
+
+    cut, data = _tiny(tmp_path, FedAvg())
+    assert cut.folder is not None
+    with pytest.raises(ConfigError) as err:
+        chillfl.load_run(cut.folder, torch.nn.Linear(6, 3).double(), data)
+    assert err.value.field == "model" and "trained in float32" in err.value.message and "\n" not in err.value.message
+    assert chillfl.load_run(cut.folder, torch.nn.Linear(6, 3), data).model is not None

@@ -60,7 +60,7 @@ from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
-from chillfl.training.local import dtype_names, evaluate, persistent_buffers
+from chillfl.training.local import evaluate, parameter_dtypes, persistent_buffers
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
@@ -729,12 +729,12 @@ def model_record(model: nn.Module) -> dict[str, Any]:
     if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # torch's ValueError from numel()
         raise ConfigError("model", f"{cls.__qualname__} has lazy parameters not yet shaped (nn.LazyLinear, ...): run one forward "
                                    "pass on a batch of your data before handing it over, so that every client starts from the same weights")
-    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    dtype = parameter_dtypes(model)
     return {
         "name": CUSTOM,
         "class": f"{cls.__module__}.{cls.__qualname__}",
         "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        **({"dtype": dtype_names(dtypes)} if dtypes else {}),  # a float64 run resumed on a float32 module would round its state
+        **({"dtype": dtype} if dtype is not None else {}),  # a float64 run resumed on a float32 module would round its state
     }
 
 

@@ -56,6 +56,7 @@ from chillfl.data import ArrayDataset
 from chillfl.engine.view import model_with_state
 from chillfl.experiment import check_data_record
 from chillfl.models.registry import float32_default
+from chillfl.training.local import parameter_dtypes
 from chillfl.plugins import is_custom
 from chillfl.storage.results import FAILED, FAILURE, PARTIAL, strict
 from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
@@ -205,6 +206,10 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
     given_class = f"{type(model).__module__}.{type(model).__qualname__}"
     if model is not None and held_class is not None and held_class != given_class:  # as resume checks the class it is given
         raise ConfigError("model", f"is a {given_class}; the run in {path} trained a {held_class}: pass one of that class")
+    held_dtype, given_dtype = config.model.get("dtype"), None if model is None else parameter_dtypes(model)
+    if model is not None and held_dtype is not None and held_dtype != given_dtype:  # recorded since 2026-12-06; as resume checks it
+        raise ConfigError("model", f"has parameters of {given_dtype}; the run in {path} trained in {held_dtype}, and its recorded scores "
+                                   f"hold only there: pass the module in {held_dtype} (.to(torch.{held_dtype.split(',')[0]}))")
     if dataset is None and is_custom(config.dataset.get("name")):
         raise ConfigError("data", f"{path} is a run on your own data ({config.dataset.get('source', 'tensors')}), which a config file cannot "
                                   f"rebuild: pass the same data again, {entry}")

@@ -482,6 +482,13 @@ def dtype_names(dtypes: Iterable[torch.dtype]) -> str:
     return ", ".join(sorted(str(d).removeprefix("torch.") for d in dtypes))
 
 
+def parameter_dtypes(model: nn.Module) -> str | None:
+    """The dtypes of ``model``'s floating parameters as ``[model] dtype`` records them (None: it has none), which resume
+    and ``load_run`` hold a module passed again to: a float32 run's state read into float64 is another computation."""
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    return dtype_names(dtypes) if dtypes else None
+
+
 def half_weights_note(model: nn.Module, precision: str) -> str | None:
     """The note when ``model`` trains half-precision weights under a ``precision`` that is not bf16 (bf16 refuses them:
     :func:`resolve_compute`): the run is then float16 / bfloat16 throughout (state, updates, the average; no float32

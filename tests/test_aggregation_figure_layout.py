@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("matplotlib")
 
-LABELS = ["fedavg-lr0.05-T0.05-momentum0.9-s0", "fedavg-lr0.05-T1-momentum0.9-s0", "scaffold"]
+LABELS = ["fedavg-lr0.05-T0.05-momentum0.9-s0", "fedprox-client.lr0.05-objective.proximal_mu0.01-partition.alpha0.1-s0", "scaffold"]
 
 
 def _result() -> dict[str, Any]:
@@ -40,7 +40,9 @@ def test_the_legend_is_under_the_axes_and_long_labels_are_wrapped(name: str, tmp
     legend = ax.get_legend()
     assert legend is not None
     assert legend.get_window_extent(renderer).y1 < ax.get_window_extent(renderer).y0  # wholly under the axes, none of it on the data
+    assert legend.get_window_extent(renderer).y1 < ax.xaxis.get_tightbbox(renderer).y0  # and under every line of the labels (a 5-line one)
     ticks = [t.get_text() for t in ax.get_xticklabels()]
-    assert ticks[-1] == "scaffold" and all("\n" in t for t in ticks[:2])
+    assert ticks[-1] == "scaffold" and all("\n" in t for t in ticks[:2]) and ticks[1].count("\n") >= 3
     assert [t.replace("\n", "") for t in ticks] == LABELS  # wrapped, not cut
+    assert all(line.endswith("-") or line == t.split("\n")[-1] for t in ticks for line in t.split("\n"))  # at hyphens: never "lr0.0" over "5"
     assert all(t.get_rotation() == 0 for t in ax.get_xticklabels())

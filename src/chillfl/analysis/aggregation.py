@@ -100,14 +100,28 @@ TICK_INCHES = 1.3
 every option, ran into each other and squashed the panel above them."""
 
 
+def tick_label(label: str) -> str:
+    """A run's x label, wrapped to :data:`TICK_INCHES` at hyphens and spaces."""
+    from chillfl.plots.figure import wrapped
+
+    return wrapped(label, TICK_INCHES, 8, break_words=False)
+
+
+def row_height(result: dict[str, Any]) -> float:
+    """Inches a row of runs takes: 4, and 0.15 more for each line past two of the longest wrapped label, which would
+    otherwise be taken from the panel (its y label then ran past the panel's top)."""
+    lines = max((tick_label(label).count("\n") + 1 for label in result["runs"]), default=1)
+    return 4.0 + 0.15 * max(0, lines - 2)
+
+
 def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
     """Per run: the accuracy change of each client, participating (filled) vs not (open), with group means."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import legend_below, save_figure, wrapped
+    from chillfl.plots.figure import legend_below, save_figure
 
     rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
-    fig = Figure(figsize=(max(5.0, 1.6 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
+    fig = Figure(figsize=(max(5.0, 1.6 * min(len(result["runs"]), RUNS_PER_ROW) + 2), row_height(result) * len(rows)))
     FigureCanvasAgg(fig)
     named: set[bool] = set()  # each group in the legend once, from the first run that has it (not only the first run)
     for row, runs in enumerate(rows):
@@ -126,7 +140,7 @@ def plot_accuracy_change(result: dict[str, Any], path: Path) -> None:
             ax.plot([], [], color="black", lw=2, label="mean of the group")  # the black bars were the figure's only unexplained mark
             ax.set_title("accuracy change across aggregation (FLex&Chill Fig. 9)", fontsize=10)
         ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xticks(range(len(runs)), [wrapped(label, TICK_INCHES, 8) for label, _ in runs], fontsize=8)
+        ax.set_xticks(range(len(runs)), [tick_label(label) for label, _ in runs], fontsize=8)
         ax.set_ylabel("accuracy after - before aggregation (points)")
         if ax.get_legend_handles_labels()[1]:
             legend_below(ax)  # inside, it hid the points of whichever run stood under it
@@ -138,17 +152,17 @@ def plot_entropy_change(result: dict[str, Any], path: Path) -> None:
     """Per run: mean entropy before (client models) and after aggregation."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import legend_below, save_figure, wrapped
+    from chillfl.plots.figure import legend_below, save_figure
 
     rows = rows_of(list(result["runs"].items()))  # at most RUNS_PER_ROW runs an axis: one row grew with the runs
-    fig = Figure(figsize=(max(5.0, 1.4 * min(len(result["runs"]), RUNS_PER_ROW) + 2), 4.0 * len(rows)))
+    fig = Figure(figsize=(max(5.0, 1.4 * min(len(result["runs"]), RUNS_PER_ROW) + 2), row_height(result) * len(rows)))
     FigureCanvasAgg(fig)
     for row, runs in enumerate(rows):
         ax = fig.add_subplot(len(rows), 1, row + 1)
         idx = np.arange(len(runs))
         ax.bar(idx - 0.2, [r["before"] for _, r in runs], width=0.4, color="tab:blue", label="before aggregation (client models)")
         ax.bar(idx + 0.2, [r["after"] for _, r in runs], width=0.4, color="tab:orange", label="after aggregation")
-        ax.set_xticks(idx, [wrapped(label, TICK_INCHES, 8) for label, _ in runs], fontsize=8)
+        ax.set_xticks(idx, [tick_label(label) for label, _ in runs], fontsize=8)
         ax.set_ylabel("mean prediction entropy (nats)")
         if row == 0:
             ax.set_title("prediction entropy across aggregation (FLex&Chill Fig. 10)", fontsize=10)

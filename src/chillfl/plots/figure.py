@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal, Mapping, Sequence
 
@@ -194,22 +195,45 @@ BELOW_INCHES = 0.5
 
 
 def legend_below(ax: Any, fontsize: float = 8) -> Any:
-    """``ax``'s legend under it, below its x label (a fixed :data:`BELOW_INCHES`, whatever size layout gives the axes):
-    inside, a legend hid the points under it wherever it went when points fill every corner (a scatter). Tight layout
-    makes the room (an axes' tight box holds its legend)."""
+    """``ax``'s legend under it, below its tick labels and x label (at least :data:`BELOW_INCHES`, more where they are
+    taller: several lines of a wrapped run name), whatever size layout gives the axes: inside, a legend hid the points
+    under it wherever it went when points fill every corner (a scatter). Call it once the tick labels are set; tight
+    layout makes the room (an axes' tight box holds its legend)."""
     from matplotlib.transforms import ScaledTranslation
 
-    under = ax.transAxes + ScaledTranslation(0.0, -BELOW_INCHES, ax.figure.dpi_scale_trans)
+    fig = ax.figure
+    inches = BELOW_INCHES
+    if fig.canvas is not None and hasattr(fig.canvas, "get_renderer"):  # the x axis' labels measured (an Agg canvas)
+        renderer = fig.canvas.get_renderer()
+        labels = ax.xaxis.get_tightbbox(renderer)
+        if labels is not None:
+            inches = max(inches, (ax.get_window_extent(renderer).y0 - labels.y0) / fig.dpi + 0.1)
+    under = ax.transAxes + ScaledTranslation(0.0, -inches, fig.dpi_scale_trans)
     return ax.legend(fontsize=fontsize, loc="upper center", bbox_to_anchor=(0.5, 0.0), bbox_transform=under, borderaxespad=0.0)
 
 
-def wrapped(text: str, inches: float, points: float = 10.0) -> str:
+def wrapped(text: str, inches: float, points: float = 10.0, break_words: bool = True) -> str:
     """``text`` wrapped to the characters ``inches`` hold at ``points`` (:data:`TITLE_EM`), each line of it kept: an
-    axes title as long as a run's name ran past both edges of the figure."""
+    axes title as long as a run's name ran past both edges of the figure. ``break_words = False``: broken only at spaces
+    and hyphens, never inside a part (a run name's ``lr0.05`` read as ``lr0.0`` over ``5``), a longer part on a line alone."""
     import textwrap
 
     chars = max(20, int(inches * 72 / (TITLE_EM * points)))
+    if not break_words:
+        return "\n".join(part for line in text.split("\n") for part in _packed(line, chars))
     return "\n".join(part for line in text.split("\n") for part in (textwrap.wrap(line, chars, break_long_words=True) or [""]))
+
+
+def _packed(line: str, chars: int) -> list[str]:
+    """``line``'s parts (each up to and including a hyphen or a space) packed greedily into lines of at most ``chars``
+    (a longer part alone): textwrap breaks at a hyphen only between letters, so ``lr0.05-objective`` stayed whole."""
+    out = [""]
+    for part in re.split(r"(?<=[-\s])", line):
+        if out[-1] and len(out[-1]) + len(part.rstrip()) > chars:
+            out[-1] = out[-1].rstrip()
+            out.append("")
+        out[-1] += part
+    return [o.rstrip() for o in out]
 
 
 def centre_title_over_axes(fig: Figure) -> None:

@@ -125,6 +125,14 @@ def test_architecture_md_gives_the_specs_fields_in_dataclass_order() -> None:
     assert [n.strip() for n in m.group(1).split(",")] == [f.name for f in dataclasses.fields(SoftLabelSpec)]
 
 
+def test_the_pages_say_any_method_takes_the_cache_and_where_its_default_is_set() -> None:
+    s4 = " ".join(section_4().split())
+    assert "`[distillation] cache_duration`" in s4 and "applies to any soft-label method" in s4
+    assert "`SoftLabelSpec(default_cache_duration=...)` sets the method's default D" in s4
+    row = next(line for line in (DOCS / "scarlet.md").read_text(encoding="utf-8").splitlines() if line.startswith("| `cache_duration`"))
+    assert "a plugin's too" in row and "SoftLabelSpec(default_cache_duration=...)" in row
+
+
 # ---------------------------------------------------------------- the example, and the claims the text makes of it
 
 
@@ -175,3 +183,15 @@ def test_the_fedmd_variant_runs_and_pretrains_as_fedmd_does(my_methods: Any) -> 
     assert [r["train_loss"] for r in plain] == pytest.approx([r["train_loss"] for r in fedmd], rel=1e-6)
     unpretrained = records(method="my_methods:SHARP_FEDMD", transfer_epochs=0)
     assert unpretrained[0]["train_loss"] != sharp[0]["train_loss"]  # the pretraining ran
+
+
+def test_a_plugin_method_takes_the_cache_and_its_specs_default(my_methods: Any) -> None:
+    """The section's claim: cache_duration applies to a plugin; default_cache_duration sets its default; a config overrides it."""
+    my_methods.CACHED = dataclasses.replace(my_methods.SHARP_FEDMD, default_cache_duration=2)
+    assert "cache_hit_ratio" not in records(method="my_methods:SHARP_FEDMD", transfer_epochs=0)[1]  # 0 by default: no cache
+    cached = records(method="my_methods:CACHED", transfer_epochs=0)
+    assert cached[1]["cache_hit_ratio"] > 0 and cached[1]["public_requested"] < cached[1]["public_drawn"]
+    assert cached[1]["sync_verified"] == 2  # both clients rebuilt the server's rows
+    assert "cache_hit_ratio" not in records(method="my_methods:CACHED", transfer_epochs=0, cache_duration=0)[1]
+    again = records(method="my_methods:SHARP_FEDMD", transfer_epochs=0, cache_duration=2)
+    assert again[1]["cache_hit_ratio"] == cached[1]["cache_hit_ratio"]

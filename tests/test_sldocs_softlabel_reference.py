@@ -118,11 +118,16 @@ def test_stack_uplinks_returns_what_the_page_says() -> None:
     assert sent.tolist() == [[True, True, True], [False, False, True]] and stack[1, :2].abs().sum() == 0
 
 
-def test_architecture_md_gives_the_specs_fields_in_dataclass_order() -> None:
+@pytest.mark.parametrize("spec", ["SoftLabelSpec", "AlgorithmSpec", "PrototypeSpec"])
+def test_architecture_md_gives_the_specs_fields_in_dataclass_order(spec: str) -> None:
+    """Each family's spec row lists its fields as the dataclass orders them (AlgorithmSpec's and PrototypeSpec's rows
+    had left out fields added since, and put AlgorithmSpec's figures last)."""
+    import chillfl.extend
+
     text = (DOCS / "architecture.md").read_text(encoding="utf-8")
-    m = re.search(r"`SoftLabelSpec\(([^)]*)\)`", text)
+    m = re.search(rf"`{spec}\(([^)]*)\)`", text)
     assert m is not None
-    assert [n.strip() for n in m.group(1).split(",")] == [f.name for f in dataclasses.fields(SoftLabelSpec)]
+    assert [n.strip() for n in m.group(1).split(",")] == [f.name for f in dataclasses.fields(getattr(chillfl.extend, spec))]
 
 
 def test_the_pages_say_any_method_takes_the_cache_and_where_its_default_is_set() -> None:

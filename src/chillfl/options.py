@@ -14,6 +14,7 @@ import functools
 import logging
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -250,13 +251,69 @@ def _option_names(cls: Any) -> set[str]:
 CHOOSER_KEYS = ("name", "method", "kind", "policy", "mechanism")
 """The keys that choose a table's implementation; each table uses one (``attack.kind``, ``privacy.mechanism``)."""
 
+METHOD_FIELD = "algorithm.name"
+"""Where a run's config names its method: a flat ``method=...`` (as other frameworks write it), or a flag ``--method``,
+is pointed here, with :data:`METHOD_FAMILIES`' other homes."""
+METHOD_FAMILIES = "; a soft-label or prototype method: distillation.method, prototypes.method"
 
-def _misread_key(section: str, key: str, names: set[str], chooser: str | None = None) -> str:
+
+def override_value(value: object) -> str:
+    """``value`` as the right-hand side of an override a hint spells out: a plain word as it is (``fedavg``), anything
+    else as its quoted repr (a TOML string too)."""
+    text = value if isinstance(value, str) else short_repr(value)
+    return text if re.fullmatch(r"[\w.:+-]+", text) else short_repr(text)
+
+
+def _table_keys(field: dataclasses.Field[Any], tp: Any) -> set[str] | None:
+    """The keys the table ``field`` (annotated ``tp``) is known to take: a typed table's options, a free table's
+    (``temperature``, a ``dict``) the keys of its default (``policy``); None where the field is no table."""
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _option_names(tp)
+    if (tp is dict or typing.get_origin(tp) is dict) and field.default_factory is not dataclasses.MISSING:
+        default = field.default_factory()
+        return set(default) if isinstance(default, Mapping) else set()
+    return None
+
+
+def option_homes(cls: type, key: str, section: str = "") -> list[str]:
+    """The tables of the options dataclass ``cls`` (at ``section``) that take option ``key``: ``rounds`` at a run
+    config's top level is ``federation``'s, ``policy`` is ``temperature``'s. Where a flat ``rounds=3`` (Flower's
+    ``num_rounds``, FL-bench's flat keys) or a flag ``--rounds 3`` belongs; a free table is known by its default's keys."""
+    hints = _hints(typing.cast(Hashable, cls))
+    return [join_field(section, f.name) for f in sorted(dataclasses.fields(cls), key=lambda f: f.name)
+            if f.init and key in (_table_keys(f, hints[f.name]) or ())]
+
+
+def flat_key_fields(cls: type, key: str) -> list[str]:
+    """The dotted options of a config of ``cls`` that a flat ``key`` (or a flag ``--key``) means: ``key`` itself, an option of
+    ``cls``; the key choosing the table ``key`` names (``algorithm``: ``algorithm.name``); else the option in each table
+    that takes it (:func:`option_homes`: ``rounds``: ``federation.rounds``), and ``method``: :data:`METHOD_FIELD`.
+    None for a table without a chooser (``federation``) or a key no table takes (an empty list)."""
+    found = next((f for f in dataclasses.fields(cls) if f.init and f.name == key), None)
+    if found is not None:
+        chooser = table_chooser(cls, key)
+        return [f"{key}.{chooser}"] if chooser else [] if _table_keys(found, _hints(typing.cast(Hashable, cls))[key]) is not None else [key]
+    return [f"{home}.{key}" for home in option_homes(cls, key)] or ([METHOD_FIELD] if key == "method" else [])
+
+
+def table_chooser(cls: type, key: str) -> str | None:
+    """The key that chooses the implementation of ``cls``'s table ``key`` (``algorithm``: ``name``; ``temperature``:
+    ``policy``; ``attack``: ``kind``), None where ``key`` is no such table: ``algorithm=fedavg`` is ``algorithm.name=fedavg``."""
+    found = next((f for f in dataclasses.fields(cls) if f.init and f.name == key), None)
+    keys = None if found is None else _table_keys(found, _hints(typing.cast(Hashable, cls))[key])
+    return next((k for k in CHOOSER_KEYS if k in keys), None) if keys else None
+
+
+def _misread_key(section: str, key: str, names: set[str], chooser: str | None = None, value: object = "VALUE") -> str:
     """A hint for a key written the way another table (or framework) spells it, where no spelling is close.
 
     ``attack.name`` (the attack is ``attack.kind``) and ``algorithm.options.mu`` (options are flat: ``algorithm.mu``)
-    are a reader's guesses from the sibling tables, not typos, so difflib finds nothing to suggest.
+    are a reader's guesses from the sibling tables, not typos, so difflib finds nothing to suggest. At the top level a
+    flat ``method=`` (other frameworks' key) is pointed to :data:`METHOD_FIELD` (``value``: what it was given); the
+    top level's ``name`` is the run's, no table's chooser ("[] is chosen by name" sent a user to rename the run).
     """
+    if key in CHOOSER_KEYS and not section:  # the top level's own `name` is the run's: `name=fedav` renamed the run, trained FedAvg
+        return f" (a run's method is {METHOD_FIELD}, e.g. {METHOD_FIELD}={override_value(value)}{METHOD_FAMILIES})" if key == "method" else ""
     if key in CHOOSER_KEYS:
         chooser = chooser or next((k for k in CHOOSER_KEYS if k in names), None)
         return f" ([{section}] is chosen by {join_field(section, chooser)})" if chooser and chooser != key else ""
@@ -265,17 +322,19 @@ def _misread_key(section: str, key: str, names: set[str], chooser: str | None = 
     return ""
 
 
-def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | None = None, homes: Sequence[str] = ()) -> ConfigError:
+def unknown_option(section: str, key: str, names: set[str], chosen: Chosen | None = None, homes: Sequence[str] = (),
+                   value: object = "VALUE") -> ConfigError:
     """The error for option ``key`` that ``section``'s dataclass (fields ``names``) does not take.
 
     ``homes``: the tables of ``section`` that take ``key`` (``rounds`` at the top level: ``federation``), named instead
     of a spelling suggestion: a flat ``rounds=3`` (Flower's ``num_rounds``, FL-bench's flat keys) is a misplaced key.
+    ``value``: what ``key`` was given, for a hint that spells the override out.
     """
     what = "option" if section else "key or section"
     allowed = f"allowed: {', '.join(sorted(names))}" if names else "the table takes no options"
     if chosen is None:
         where = (f" (an option of {', '.join(f'[{h}]' for h in homes)}: {', '.join(f'{h}.{key}' for h in homes)})" if homes
-                 else did_you_mean(key, names) or _misread_key(section, key, names))
+                 else did_you_mean(key, names) or _misread_key(section, key, names, value=value))
         return ConfigError(join_field(section, key), f"unknown {what}{where}; {allowed}")
     owners = sorted(n for n, entry in chosen.family().items() if dataclasses.is_dataclass(entry.options) and key in _option_names(entry.options))
     # A sibling's option, spelt right, is no typo: no spelling is suggested (privacy.target_quantile under dp-sgd is
@@ -299,8 +358,12 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, c
     unknown = sorted(set(table) - names)
     if unknown:
         key = unknown[0]
-        homes = [join_field(section, f) for f in sorted(names) if dataclasses.is_dataclass(hints[f]) and key in _option_names(hints[f])]
-        raise unknown_option(section, key, names, chosen, homes)
+        raise unknown_option(section, key, names, chosen, option_homes(cls, key, section), table[key])
+    for key, value in table.items():  # `algorithm=fedavg`: "expected a table" alone did not say which key chooses it
+        chooser = table_chooser(cls, key) if isinstance(value, str) else None
+        if chooser is not None:
+            field = join_field(section, key)
+            raise ConfigError(field, f"expected a table, got {short_repr(value)}: [{field}] is chosen by its {chooser}, {field}.{chooser}={override_value(value)}")
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.init and f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:

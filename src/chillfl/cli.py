@@ -38,11 +38,11 @@ with command_start():  # a signal from here (the standard library's imports too)
     from chillfl._version import __version__
     from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, not_a_file, parse_overrides, read_config_file, variant_config
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
-                                Unreachable, did_you_mean, one_line, signal_in, stopped_as)
+                                Unreachable, closest_name, did_you_mean, one_line, signal_in, stopped_as)
     from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
     from chillfl.extras import need, package_file
     from chillfl.once import said_once
-    from chillfl.options import short_path, short_repr
+    from chillfl.options import flat_key_fields, override_value, short_path, short_repr
     from chillfl.paths import shell_path
     from chillfl.stderr import say
     from chillfl.wording import counted
@@ -791,6 +791,57 @@ COMPARE_FLAGS = ("--grid", "--reference", "--seeds", "--tune", "--select", "--co
 ``compare``'s, as ``run`` takes the same config (and runs a ``[compare]`` table's seeds as a comparison)."""
 
 
+def _subparser(parser: argparse.ArgumentParser, words: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser of the (sub)command ``words`` names (``["data", "show"]``: ``data show``'s), found through ``parser``'s
+    subcommands; ``parser`` itself where a word names none."""
+    for word in words:
+        found = next((a.choices[word] for a in parser._actions if isinstance(a, argparse._SubParsersAction) and word in a.choices), None)
+        if found is None:
+            break
+        parser = found
+    return parser
+
+
+def _stray_flags_hint(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: Sequence[str]) -> str:
+    """For each unknown flag among ``extra`` (what ``parser``, a subcommand's, did not take): the flag meant
+    (``--sed``, ``--dryrun``, ``--out-dir``: ``--seed``, ``--dry-run``, ``--out``), or, for a command that takes overrides,
+    the override of the config option it names (``--rounds 5``: ``federation.rounds=5``, found as a flat ``rounds=5`` is:
+    :func:`~chillfl.options.option_homes`). Every other slip in chillfl was named with a suggestion; a flag's was not."""
+    notes: list[tuple[str, str]] = []
+    for i, item in enumerate(extra):
+        if not item.startswith("-") or item == "-":
+            continue
+        flag, eq, given = item.partition("=")
+        value = given if eq else extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else None
+        note = _flag_meant(parser, flag) or (_option_override(flag, value) if hasattr(args, "overrides") else "")
+        if note:
+            notes.append((flag, note))
+    if len(notes) == 1:
+        return f" ({notes[0][1]})"
+    return "".join(f" ({flag}: {note})" for flag, note in notes)
+
+
+def _flag_meant(parser: argparse.ArgumentParser, flag: str) -> str:
+    """``"did you mean '--seed'?"`` for a mistyped ``flag`` of ``parser``: one whose destination it spells
+    (``--out-dir``: ``--out``, whose value is ``out_dir``), or the closest by :func:`~chillfl.errors.did_you_mean`'s
+    measure, compared without the dashes (which every flag shares: ``--rounds`` was "close" to ``--out``); else ``""``."""
+    bare = flag.lstrip("-")
+    flags = {o.lstrip("-"): o for a in parser._actions for o in a.option_strings if o.startswith("--")}
+    dests = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings and a.option_strings[-1].startswith("--")}
+    meant = dests.get(bare.replace("-", "_")) or flags.get(bare)  # `-seed`: the flag as it is spelt, one dash short
+    if meant is None and (closest := closest_name(bare, flags)) is not None:
+        meant = flags[closest]
+    return f"did you mean {meant!r}?" if meant is not None and meant != flag else ""
+
+
+def _option_override(flag: str, value: str | None) -> str:
+    """``"config options are overrides: federation.rounds=5"`` for ``--rounds 5``: the config option the flag names, as
+    an override, found as a flat ``rounds=5`` is (:func:`~chillfl.options.flat_key_fields`); else ``""``."""
+    fields = flat_key_fields(RunConfig, flag.lstrip("-").replace("-", "_"))
+    shown = "VALUE" if value is None else override_value(value)
+    return "config options are overrides: " + " or ".join(f"{field}={shown}" for field in fields) if fields else ""
+
+
 def _compare_flags_hint(command: str, stray: Sequence[str]) -> str:
     """``"; --seeds is chillfl compare's: ..."`` for ``run`` given a comparison's flags, else ``""``."""
     flags = sorted({s.partition("=")[0] for s in stray if s.partition("=")[0] in COMPARE_FLAGS}, key=COMPARE_FLAGS.index)
@@ -1053,10 +1104,10 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
     stray = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
+    words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
+    prog = " ".join(["chillfl", *words])
     if stray:  # named as the subcommand's: its --help lists its flags (`chillfl --help` lists only the commands)
-        words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
-        prog = " ".join(["chillfl", *words])
-        hint = _compare_flags_hint(args.command, stray)
+        hint = _compare_flags_hint(args.command, stray) or _stray_flags_hint(_subparser(parser, words), args, extra)
         parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}{hint}; `{prog} --help` shows the usage\n")
     if extra:
         args.overrides = [*args.overrides, *extra]

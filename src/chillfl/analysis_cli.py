@@ -18,6 +18,10 @@ ANALYSES = (
     "chillfl.analysis.aggregation",
     "chillfl.analysis.grad_norms",
 )
+IMPORT_PLUGINS = ("import the plugin modules the run folders' configs name (a run of your own on a plugin's method); without it "
+                  "a folder is read as data, and an analysis that needs a plugin's code is refused in one line")
+"""``--import-plugins``' help: the flag is ``chillfl analyze``'s and every analysis's (``default=SUPPRESS`` there, so either
+spelling sets it): typed after the analysis's name, as its refusal's hint reads, it was an unrecognized argument."""
 HELP = "analyses: temperature-sweep, cache-ratio, soft-label-entropy, scarlet-deficit, calibration, cka, aggregation-accuracy, aggregation-entropy, grad-norms"
 
 
@@ -27,9 +31,7 @@ def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
     if not load:
         parser.add_argument("analysis", nargs=argparse.REMAINDER)
         return
-    parser.add_argument("--import-plugins", action="store_true",
-                        help="import the plugin modules the run folders' configs name (a run of your own on a plugin's method); "
-                             "without it a folder is read as data, and an analysis that needs a plugin's code is refused in one line")
+    parser.add_argument("--import-plugins", action="store_true", help=IMPORT_PLUGINS)
     analyses = parser.add_subparsers(dest="analysis", required=True)
     for module in ANALYSES:
         try:
@@ -39,3 +41,6 @@ def add_analyze_parser(sub: "argparse._SubParsersAction[argparse.ArgumentParser]
                 raise
             continue
         mod.add_parser(analyses)
+    for analysis in analyses.choices.values():  # after the analysis's name too, where its own --help lists it
+        if "--import-plugins" not in analysis._option_string_actions:
+            analysis.add_argument("--import-plugins", action="store_true", default=argparse.SUPPRESS, help=IMPORT_PLUGINS)

@@ -1288,7 +1288,7 @@ def _call(args: argparse.Namespace) -> int:
         return int(args.func(args) or 0)
     from chillfl.plugins import reading_data
 
-    with reading_data(f"chillfl analyze {args.analysis}", "; `chillfl analyze --import-plugins` imports it, for a run of your own"):
+    with reading_data(f"chillfl analyze {args.analysis}", f"; `chillfl analyze {args.analysis} --import-plugins ...` imports it, for a run of your own"):
         return int(args.func(args) or 0)
 
 

@@ -4,9 +4,14 @@ in-memory runs of scarlet-deficit), and scarlet-deficit's tables cut off on stdo
 
 from __future__ import annotations
 
+import argparse
+import signal
+
 import pytest
 
-from chillfl.cli import main
+from chillfl.cli import _dispatch, main
+
+from test_clifix_flat_keys import _error
 
 
 # ---------------------------------------------------------------- 3: --import-plugins after the analysis's name
@@ -22,3 +27,40 @@ def test_import_plugins_is_taken_after_the_analysis_name_too(capsys: pytest.Capt
     with pytest.raises(SystemExit):
         main(["analyze", "calibration", "--help"])
     assert "--import-plugins" in capsys.readouterr().out  # the help the refusal points to lists it
+
+
+# ---------------------------------------------------------------- 4, 5: an analysis interrupted
+
+
+def test_an_interrupted_analysis_names_itself_its_signal_and_that_it_does_not_resume(capsys: pytest.CaptureFixture[str]) -> None:
+    def stopped(args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    assert _dispatch(argparse.Namespace(func=stopped, command="analyze", analysis="temperature-sweep")) == 130
+    assert _error(capsys) == ("chillfl: interrupted by SIGINT; chillfl analyze temperature-sweep does not resume: "
+                              "the same command runs it again")
+
+
+def test_an_analysis_whose_in_memory_run_was_interrupted_says_no_checkpoint_is_missing(capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.runner import RunInterrupted
+
+    def stopped(args: argparse.Namespace) -> int:
+        raise RunInterrupted(signal.SIGTERM, None, 3)
+
+    assert _dispatch(argparse.Namespace(func=stopped, command="analyze", analysis="scarlet-deficit")) == 143
+    line = _error(capsys)
+    assert line == ("chillfl: interrupted by SIGTERM after round 3 of a run that chillfl analyze scarlet-deficit holds in memory; "
+                    "it does not resume: the same command runs it again"), line
+    assert "checkpoint" not in line
+
+
+def test_scarlet_deficit_interrupted_marks_its_tables_incomplete(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from chillfl.analysis import scarlet_study
+
+    def stopped(self: object, arm: object, seed: int, rounds: int) -> list[dict[str, object]]:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scarlet_study.Study, "records", stopped)  # the first run of the tables: no row yet
+    assert main(["analyze", "scarlet-deficit", "-q", "--seeds", "0", "--rounds", "2", "--parts", "d"]) == 130
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-3].startswith("|---|") and out[-1] == scarlet_study.INCOMPLETE == "(interrupted: the tables above are incomplete)", out

@@ -1215,6 +1215,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         say(f"chillfl: error: {exc}")
         return 2
     except KeyboardInterrupt as exc:
+        if args.command == "analyze":
+            return _analysis_interrupted(exc, getattr(args, "analysis", None))
         return _said_interrupted(exc, args.command, getattr(args, "shard", None))
     except BrokenPipeError:
         if not _stdout_closed():  # another pipe's: a bug to see
@@ -1239,6 +1241,8 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         signalled = signal_in(exc)
         if signalled is not None:  # a signal's exception that a package wrapped (Python 3.11's __set_name__ RuntimeError)
+            if args.command == "analyze":
+                return _analysis_interrupted(signalled, getattr(args, "analysis", None))
             return _said_interrupted(signalled, args.command, getattr(args, "shard", None))
         if isinstance(exc, ClientCodeError):  # the client's own code raised in a worker: its error, with the worker's traceback
             say(f"chillfl: error: the client's code raised in a worker process (no worker was lost): {exc}")
@@ -1251,6 +1255,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return 1
         if not isinstance(exc, RunInterrupted):
             raise
+        if args.command == "analyze" and exc.folder is None:  # a run of the analysis's own, held in memory
+            return _analysis_interrupted(exc, getattr(args, "analysis", None))
         return _interrupted(exc, getattr(args, "shard", None))
 
 
@@ -1279,6 +1285,26 @@ def _said_interrupted(exc: KeyboardInterrupt, command: str | None, shard: str | 
         said = "; unfinished results are left in *.partial folders (`chillfl resume FOLDER` goes on with a run or a comparison)" if leaves else ""
     say("chillfl: interrupted" + said)
     return _signal_exit(exc)
+
+
+def _analysis_interrupted(exc: "KeyboardInterrupt | RunInterrupted", analysis: str | None) -> int:
+    """The one line of ``chillfl analyze ANALYSIS`` that a stop signal ended, and its exit status: the signal, the
+    analysis, and that it does not resume (one that says nothing was written, :class:`RunNotStarted`: that line). Before,
+    a temperature sweep of minutes ended in a bare "chillfl: interrupted", and the in-memory runs of scarlet-deficit in
+    "no checkpoint had been written yet" (no run of it writes one)."""
+    runner = sys.modules.get("chillfl.runner")
+    if runner is not None and isinstance(exc, KeyboardInterrupt) and isinstance(exc.__context__, runner.RunInterrupted):
+        exc = exc.__context__  # a late signal while its run's interruption unwound: the run's line
+    command = " ".join(["chillfl analyze", *([analysis] if analysis else [])])
+    if isinstance(exc, RunNotStarted):  # its own word that nothing was written: the line every command says so with
+        return _said_interrupted(exc, "analyze")
+    if isinstance(exc, KeyboardInterrupt):
+        code = _signal_exit(exc)
+        stopped = f"interrupted by {signal.Signals(code - 128).name}; {command}"
+    else:
+        code, stopped = exc.exit_code, f"{exc} of a run that {command} holds in memory; it"
+    say(f"chillfl: {stopped} does not resume: the same command runs it again")
+    return code
 
 
 def _call(args: argparse.Namespace) -> int:

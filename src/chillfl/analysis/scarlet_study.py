@@ -250,10 +250,20 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
-    plan.write(study, print)
+    try:
+        plan.write(study, print)
+    except BaseException as exc:  # a stop signal, a diverged arm: a table's header without its rows read as a whole table
+        if not isinstance(exc, BrokenPipeError):  # stdout's reader is gone: no one to tell
+            print(f"\n{INCOMPLETE}", flush=True)
+        raise
     if study.clipped:
         print(f"\n{CLIPPED_NOTE}")
     return 0
+
+
+INCOMPLETE = "(interrupted: the tables above are incomplete)"
+"""The last line on stdout of a study that did not finish: redirected (``> deficit.md``), the file ended in a table's header
+and no mark, and the exit status alone said otherwise."""
 
 
 @dataclasses.dataclass

@@ -879,6 +879,21 @@ REPRODUCE_WRITES = (
     "reproduce-PAPER.md with its figure reproduce-PAPER.png (with the plots extra) and each claim's evidence folder."
 )
 
+STATUS_READS = (
+    "Say where each run or comparison stands, read from its folder (metrics.jsonl, its checkpoint, a comparison's sweep.json): "
+    "finished, diverged, running, stopped (and the round it resumes after) or not started, with the rounds done. A folder "
+    "of result folders: each one's status, one after another. The folders are read as data; nothing is written."
+)
+REPORT_WRITES = (
+    "Write one self-contained HTML page (-o, report.html by default; missing parent folders are made) of run and comparison "
+    "folders: their tables, curves with seed bands, reliability diagrams (from model.safetensors) and partition heat maps. "
+    "The folders are read as data: nothing in them is changed, and no plugin their configs name is imported."
+)
+DATA_DOES = (
+    "Inspect a config's federated partition (`chillfl data show CONFIG`: each client's size and class counts, and a heat map "
+    "PNG under OUT_DIR/data-show/), or fetch real datasets into the folder their loaders read (`chillfl data download NAME`)."
+)
+
 
 def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     """The whole command line; ``analyses=False`` leaves out the analysis subcommands' own parsers (they import torch)."""
@@ -924,7 +939,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     _verbosity(p)
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser("status", help="where a run or a comparison stands (each run: finished, diverged, running, stopped, not started), from its folder")
+    p = sub.add_parser("status", help="where a run or a comparison stands (each run: finished, diverged, running, stopped, not started), from its folder",
+                       description=STATUS_READS)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's folder, or a comparison's (results/NAME-compare.partial, or its shards' "
                                                                "shared folder), or a folder of them (each one's status); several, one after another")
     p.set_defaults(func=cmd_status)
@@ -955,7 +971,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bars")
     p.set_defaults(func=cmd_reproduce)
 
-    p = sub.add_parser("data", help="inspect the federated partition; download real datasets")
+    p = sub.add_parser("data", help="inspect the federated partition; download real datasets", description=DATA_DOES)
     dsub = p.add_subparsers(dest="data_command", required=True)
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True, trains=False)
@@ -973,7 +989,8 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     dd.add_argument("-q", "--quiet", action="store_true", help="no progress: no bar on a terminal, no 'fetching FILE (SIZE) from URL' lines otherwise")
     dd.set_defaults(func=cmd_data_download)
 
-    p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders")
+    p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders",
+                       description=REPORT_WRITES)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders of run folders (e.g. a compare folder)")
     p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
     p.add_argument("--title", help="page title (default: the folders' names and the run count, e.g. 'chillfl report: demo-compare, 27 runs'; the groups follow the heading)")
@@ -1111,6 +1128,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}{hint}; `{prog} --help` shows the usage\n")
     if extra:
         args.overrides = [*args.overrides, *extra]
+    if getattr(args, "quiet", 0) and getattr(args, "verbose", 0):  # they cancelled out: `-q -v` printed a progress line every round
+        parser.exit(2, f"{prog}: error: -q/--quiet and -v/--verbose: give one (-q: fewer lines, -v: more), not both\n")
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
     _log_to_stderr({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}.get(max(-2, min(1, level)), logging.ERROR))
     return args

@@ -455,11 +455,11 @@ def choose_reference(
     """(target-setting reference, baseline) variants; ``reference_field`` names where ``reference`` came from."""
     by_label = {v.label: v for v in variants}
     if baseline is not None and baseline not in by_label:
-        raise ConfigError("compare.baseline", f"unknown variant {baseline!r}; allowed: {', '.join(by_label)}")
+        raise ConfigError("compare.baseline", f"unknown variant {baseline!r}{did_you_mean(baseline, list(by_label))}; allowed: {', '.join(by_label)}")
     temps = [v for v in variants if v.temperature is not None]
     if reference is not None:
         if reference not in by_label:
-            raise ConfigError(reference_field, f"unknown variant {reference!r}; allowed: {', '.join(by_label)}")
+            raise ConfigError(reference_field, f"unknown variant {reference!r}{did_you_mean(reference, list(by_label))}; allowed: {', '.join(by_label)}")
         ref = by_label[reference]
     elif temps:
         ref = max(temps, key=lambda v: v.temperature or 0.0)

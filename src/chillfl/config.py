@@ -618,7 +618,7 @@ class RunConfig:
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}{did_you_mean(self.executor, EXECUTORS)}; allowed: {', '.join(EXECUTORS)}")
-        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, mps, auto")
+        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, auto (mps is not supported yet)")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said

@@ -92,7 +92,7 @@ from chillfl.config import RunConfig, check_out_dir, load_config, parse_override
 from chillfl.data.federated import FederatedData
 from chillfl.storage.results import claim_dir, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import ConfigError, RunNotStarted, choice_error, stopped_as
 from chillfl.experiment import base_losses, build_data, build_initial_model, check_parts
 from chillfl.experiments import resolve_config
 from chillfl.extras import need
@@ -544,7 +544,8 @@ def cmd_temperature_sweep(args: argparse.Namespace) -> int:
     check_parts(config)  # the sweep trains without the method's parts, but a config it names wrongly is still a mistake
     for module, what in (("scipy.stats", "correlations"), ("matplotlib", "plots")):  # before the sweep trains anything
         need(module, "analysis", what)
-    result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=mode_for(args.quiet))
+    with stopped_as(lambda: RunNotStarted(None)):  # interrupted: "nothing was written" (its .partial is removed), not a bare line
+        result = run_temperature_sweep(config, args.temperatures, ties=args.ties, progress=mode_for(args.quiet))
     print(describe_split(result.split, config.eval.validation))
     print("best temperature per client: " + ", ".join(f"{c}: {t:g}" if math.isfinite(t) else f"{c}: none" for c, t in zip(result.client_ids(), result.best_temperature)))
     if cells := describe_cells(result.non_finite()):

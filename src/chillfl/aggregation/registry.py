@@ -278,14 +278,14 @@ RUN_VALUES = tuple(f.name for f in dataclasses.fields(BuildContext) if f.name !=
 
 
 def refuse_unbound_run_values(cls: type, with_options: bool, name: str, field: str) -> None:
-    """A ConfigError on ``field`` when ``cls``, named by import path, takes a run value in its constructor
-    (:data:`RUN_VALUES`: ``seed=None``, ``rounds=None``) that no spec's ``bind`` fills: the class is built as
-    ``cls(options)`` alone, so it would run with None (a TypeError mid-run at its first draw). A class that some spec
-    makes (:func:`found_maker`) is bound by that spec; one whose spec has no ``bind`` is refused as one that none makes."""
-    if callable(inspect.getattr_static(cls, "built_by", None)):  # it names its spec itself (which wins): known per instance, bound when built
-        return
+    """A ConfigError on ``field`` when ``cls``, named by import path, is made by a registered spec (``makes=``) that has
+    no ``bind``, and takes a run value in its constructor (:data:`RUN_VALUES`: ``seed=None``, ``rounds=None``): that
+    spec's ``build`` passes the run's, but the class named by path is built as ``cls(options)`` alone and would run
+    with None (a TypeError mid-run at its first draw); the spec's name runs it. A class no spec makes is the user's
+    own, None and all (it may mean "unset" there): not refused. Nor is one that names its spec per instance
+    (``built_by``), known only once built."""
     maker = _MADE.get(cls)
-    if maker is not None and (spec := _REGISTRY.get(maker)) is not None and spec.bind is not None:
+    if maker is None or (spec := _REGISTRY.get(maker)) is None or spec.bind is not None:
         return
     try:
         signature = inspect.signature(cls)
@@ -295,8 +295,8 @@ def refuse_unbound_run_values(cls: type, with_options: bool, name: str, field: s
     unfilled = [p.name for p in signature.parameters.values() if p.name not in given and p.name in RUN_VALUES and p.default is None]
     if unfilled:
         raise ConfigError(field, f"{name!r} takes the run's {', '.join(unfilled)} in its constructor, which a class named by import path is "
-                                 f"not given (it is built as {cls.__name__}({'options' if with_options else ''})); name the AlgorithmSpec that "
-                                 f"builds it, or register one with makes=({cls.__name__},) and a bind that fills them (docs/extending.md)")
+                                 f"not given (it is built as {cls.__name__}({'options' if with_options else ''})); name its spec, {maker!r}, which "
+                                 "builds it with them, or give that spec a bind that fills them (docs/extending.md)")
 
 
 def with_client_momentum(options: Any, ctx: BuildContext, why: str) -> Any:

@@ -33,7 +33,7 @@ with command_start():  # a signal from here (the standard library's imports too)
     import sys
     import textwrap
     from pathlib import Path
-    from typing import TYPE_CHECKING, Callable, Iterator, NoReturn, Sequence
+    from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NoReturn, Sequence
     from chillfl.worker_start import refuse_in_worker_start
     from chillfl._version import __version__
     from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, not_a_file, parse_overrides, read_config_file, variant_config
@@ -812,13 +812,23 @@ def _stray_flags_hint(parser: argparse.ArgumentParser, args: argparse.Namespace,
         if not item.startswith("-") or item == "-":
             continue
         flag, eq, given = item.partition("=")
-        value = given if eq else extra[i + 1] if i + 1 < len(extra) and not extra[i + 1].startswith("-") else None
+        following = extra[i + 1] if i + 1 < len(extra) else "-"
+        value = given if eq else None if (following.startswith("-") and not is_number(following)) or "=" in following else following  # an override is no flag's value
         note = _flag_meant(parser, flag) or (_option_override(flag, value) if hasattr(args, "overrides") else "")
         if note:
             notes.append((flag, note))
     if len(notes) == 1:
         return f" ({notes[0][1]})"
     return "".join(f" ({flag}: {note})" for flag, note in notes)
+
+
+def is_number(text: str) -> bool:
+    """Whether ``text`` reads as a number (``-0.1``: a flag's value, not another flag)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _flag_meant(parser: argparse.ArgumentParser, flag: str) -> str:
@@ -829,16 +839,32 @@ def _flag_meant(parser: argparse.ArgumentParser, flag: str) -> str:
     flags = {o.lstrip("-"): o for a in parser._actions for o in a.option_strings if o.startswith("--")}
     dests = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings and a.option_strings[-1].startswith("--")}
     meant = dests.get(bare.replace("-", "_")) or flags.get(bare)  # `-seed`: the flag as it is spelt, one dash short
+    prefixed = _longest_prefixed(bare, flags)  # `--outfile`: --output (difflib's measure found --title closer)
+    if meant is None and prefixed:
+        meant = flags[closest_name(bare, prefixed) or prefixed[0]]
     if meant is None and (closest := closest_name(bare, flags)) is not None:
         meant = flags[closest]
     return f"did you mean {meant!r}?" if meant is not None and meant != flag else ""
 
 
+def _longest_prefixed(bare: str, names: Iterable[str]) -> list[str]:
+    """The ``names`` sharing the longest common start with ``bare``, of 3 characters or more (none: an empty list)."""
+    def common(name: str) -> int:
+        return next((i for i, (a, b) in enumerate(zip(bare, name)) if a != b), min(len(bare), len(name)))
+
+    best = max((common(n) for n in names), default=0)
+    return [n for n in names if common(n) == best] if best >= 3 else []
+
+
 def _option_override(flag: str, value: str | None) -> str:
     """``"config options are overrides: federation.rounds=5"`` for ``--rounds 5``: the config option the flag names, as
     an override, found as a flat ``rounds=5`` is (:func:`~chillfl.options.flat_key_fields`); else ``""``."""
-    fields = flat_key_fields(RunConfig, flag.lstrip("-").replace("-", "_"))
-    shown = "VALUE" if value is None else override_value(value)
+    key = flag.lstrip("-").replace("-", "_")
+    if key == "temperature":  # a fixed T is two keys, as a flat temperature=T is told (config._refuse_bare_temperature)
+        return f"config options are overrides: temperature.policy=fixed temperature.value={value or 'T'}"
+    fields = flat_key_fields(RunConfig, key)
+    switch = value is None and [f for f in fields if f == key and isinstance(getattr(RunConfig(), key, None), bool)]
+    shown = "true" if switch else "VALUE" if value is None else override_value(value)  # --compile alone: a switch, compile=true
     return "config options are overrides: " + " or ".join(f"{field}={shown}" for field in fields) if fields else ""
 
 
@@ -874,8 +900,8 @@ RESUME_WRITES = (
     "and the folder becomes NAME-compare/ with its table and figures."
 )
 REPRODUCE_WRITES = (
-    "Run a paper's claims as comparisons (one NAME-compare/ folder each, as `chillfl compare` writes, under OUT/PAPER/: "
-    "results/PAPER/ by default), print the table of paper vs measured with a verdict per claim, and write it beside them as "
+    "Run a paper's claims as comparisons (one NAME-compare/ folder each, as `chillfl compare` writes, under --out's folder, "
+    "else results/PAPER/), print the table of paper vs measured with a verdict per claim, and write it beside them as "
     "reproduce-PAPER.md with its figure reproduce-PAPER.png (with the plots extra) and each claim's evidence folder."
 )
 

@@ -33,10 +33,14 @@ def test_the_listing_names_the_hub_datasets_with_their_command(tmp_path: Path, c
     assert rows["flwr_femnist"] == ["flwrlabs/femnist/", "hub", f"missing: {command}"]
 
 
-def test_downloading_a_hub_dataset_names_its_command(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["data", "download", "flwr_shakespeare"]) == 2  # asked of the wrong tool: bad input, nothing written
+def test_downloading_a_hub_dataset_names_its_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The command names the folder the download was asked for (``--data-dir``; a ``<data_dir>`` placeholder before,
+    though the listing of the same command names it), so the line can be pasted as it is."""
+    assert main(["data", "download", "flwr_shakespeare", "--data-dir", str(tmp_path / "dd")]) == 2  # the wrong tool: bad input, nothing written
     err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and "`hf download flwrlabs/shakespeare --repo-type dataset --local-dir <data_dir>/flwrlabs/shakespeare`" in err
+    local = tmp_path / "dd" / "flwrlabs" / "shakespeare"
+    assert len(err.splitlines()) == 1 and f"`hf download flwrlabs/shakespeare --repo-type dataset --local-dir {local}`" in err
+    assert not (tmp_path / "dd").exists()
 
 
 def test_the_hub_table_names_the_folders_the_loaders_read() -> None:

@@ -108,8 +108,9 @@ def read_checksums(path: str | Path) -> dict[str, str]:
     return out
 
 
-def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str, str] | None = None) -> Source:
-    """The source of ``name`` with the mirror's URLs and the manifest's checksums applied."""
+def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str, str] | None = None, data_dir: str = "<data_dir>") -> Source:
+    """The source of ``name`` with the mirror's URLs and the manifest's checksums applied. ``data_dir``: where a dataset
+    chillfl does not download goes, in the command its refusal gives (``--data-dir``'s, so the line can be pasted)."""
     given = "--mirror" if mirror is not None else MIRROR_ENV
     mirror = mirror if mirror is not None else os.environ.get(MIRROR_ENV) or None
     if mirror and urllib.parse.urlsplit(mirror).scheme.lower() not in MIRROR_SCHEMES:  # else urllib's ValueError, a traceback, after .downloads/ is made
@@ -119,10 +120,10 @@ def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str,
     elif name in MIRRORED_ONLY and mirror:
         source = MIRRORED_ONLY[name]
     elif name in MANUAL:
-        raise DownloadRequestError(MANUAL[name].instructions.replace("DATA_DIR", "<data_dir>"))
+        raise DownloadRequestError(MANUAL[name].instructions.replace("DATA_DIR", data_dir))
     elif name in HUB:
         raise DownloadRequestError(f"{name} comes from the Hugging Face hub, which chillfl does not download from: "
-                                   f"`{HUB[name].command('<data_dir>')}` (huggingface_hub's CLI) puts it where dataset.path finds it, "
+                                   f"`{HUB[name].command(data_dir)}` (huggingface_hub's CLI) puts it where dataset.path finds it, "
                                    "or run online with pip install 'chillfl[hf]'")
     else:
         raise DownloadRequestError(f"unknown dataset {name!r}; downloadable: {', '.join(downloadable())}")
@@ -436,7 +437,7 @@ def download_dataset(
     ``timeout`` bounds each connection and each read, in seconds; a dropped or
     stalled connection is resumed up to ``retries`` times.
     """
-    source = resolve_source(name, mirror, checksums)
+    source = resolve_source(name, mirror, checksums, str(data_dir))
     root = Path(data_dir)
     made = [p for p in (root, root / DOWNLOADS, root / DOWNLOADS / name) if not p.exists()]
     try:

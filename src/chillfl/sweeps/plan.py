@@ -338,7 +338,7 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     except MissingExtra:  # a missing package, not a bad value of the variant: its one line as it is
         raise
     except ConfigError as exc:
-        if variant.own:
+        if variant.own or exc.message.endswith((f" (grid variant {label})", f" (for variant {label})")):  # named by an inner scope already
             raise
         message = exc.message + inherited_note(exc.field, variant.overrides)
         if from_grid:

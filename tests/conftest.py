@@ -175,3 +175,18 @@ def drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
 
     monkeypatch.setattr(Figure, "savefig", spy)
     return figures
+
+
+@pytest.fixture()
+def my_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """docs/extending.md's ``my_methods.py`` (every ``file: my_methods.py`` block, in order), imported: the tests of
+    the page's examples and reference (test_plugfix_downlink_doc, test_sldocs_softlabel_reference) run it."""
+    from test_extending_docs import files
+
+    (tmp_path / "my_methods.py").write_text(files()["my_methods.py"], encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("my_methods", None)
+    import my_methods
+
+    yield my_methods
+    sys.modules.pop("my_methods", None)

@@ -36,6 +36,13 @@ def test_a_mistyped_flag_is_named_with_the_flag_meant(argv: list[str], said: str
     (["run", "demo", "--epochs"], "(config options are overrides: client.epochs=VALUE)"),
     (["run", "demo", "--name", "my run"], "(config options are overrides: name='my run')"),
     (["run", "demo", "--sed", "1", "--rounds", "5"], "(--sed: did you mean '--seed'?) (--rounds: config options are overrides: federation.rounds=5)"),
+    # rev102b: an override after a switch is no value of it; a fixed T is two keys; a switch alone is =true; a negative
+    # value is a value; --outfile is --output's (difflib's measure found --title closer)
+    (["run", "demo", "--deterministic", "federation.rounds=2"], "(config options are overrides: deterministic=true)"),
+    (["run", "demo", "--temperature", "2"], "(config options are overrides: temperature.policy=fixed temperature.value=2)"),
+    (["run", "demo", "--compile"], "(config options are overrides: compile=true)"),
+    (["run", "demo", "--lr", "-0.1"], "(config options are overrides: client.lr=-0.1)"),
+    (["report", "x", "--outfile", "r.html"], "(did you mean '--output'?)"),
 ])
 def test_a_config_option_typed_as_a_flag_is_shown_as_its_override(argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert _code(argv) == 2

@@ -4,31 +4,15 @@ client starts from its cluster's model (``Downlink(params=...)``), keys it leave
 from __future__ import annotations
 
 import dataclasses
-import sys
-from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
-import pytest
 import torch
 
 from chillfl.aggregation.base import ClientResult, Downlink
 from chillfl.config import load_config
 from chillfl.runner import run_experiment
-from test_extending_docs import files
 from test_extending_reference import reference_bullet
 from test_plugins import BASE
-
-
-@pytest.fixture()
-def my_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The page's ``my_methods.py`` (every ``file: my_methods.py`` block, in order), imported."""
-    (tmp_path / "my_methods.py").write_text(files()["my_methods.py"], encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("my_methods", None)
-    import my_methods
-
-    yield my_methods
-    sys.modules.pop("my_methods", None)
 
 
 def test_the_reference_names_every_field_of_downlink() -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import sys
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -23,7 +22,6 @@ from chillfl.config import load_config
 from chillfl.extend import (Aggregate, Pretraining, SoftLabelClientHalf, SoftLabelMethod, SoftLabelSpec, SoftLabelUplink,
                             stack_uplinks)
 from chillfl.runner import run_experiment
-from test_extending_docs import files
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -139,18 +137,6 @@ def test_the_pages_say_any_method_takes_the_cache_and_where_its_default_is_set()
 
 
 # ---------------------------------------------------------------- the example, and the claims the text makes of it
-
-
-@pytest.fixture()
-def my_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    """The page's ``my_methods.py`` (every ``file: my_methods.py`` block, in order), imported."""
-    (tmp_path / "my_methods.py").write_text(files()["my_methods.py"], encoding="utf-8")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("my_methods", None)
-    import my_methods
-
-    yield my_methods
-    sys.modules.pop("my_methods", None)
 
 
 BASE = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "executor": "sequential", "device": "cpu", "seed": 3,

@@ -40,8 +40,12 @@ def test_a_signal_in_the_diverging_round_stops_the_comparison(tmp_path: Path) ->
     x, y = torch.randn(40, 4, generator=g), torch.arange(40) % 2
     data = chillfl.TensorData(x, y, x, y, num_classes=2)
     SignalsOnce.sent = False
-    with pytest.raises(KeyboardInterrupt):
-        chillfl.compare(SignalsOnce(), data, TINY, grid={"client.lr": [1e30, 0.1]}, out_dir=tmp_path, progress=False)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Python's own, as a script has: an xdist worker ignores SIGINT
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            chillfl.compare(SignalsOnce(), data, TINY, grid={"client.lr": [1e30, 0.1]}, out_dir=tmp_path, progress=False)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     (folder,) = tmp_path.iterdir()
     assert folder.name.endswith("-compare.partial")
     assert sorted(p.name for p in folder.iterdir() if p.is_dir()) == ["lr1e30.failed"]  # the second run never started

@@ -31,7 +31,9 @@ only) after its local training; it computes ``score`` and ``grad_norm`` from
 the trained local model on the client's training data and ``alpha`` from its
 own previous score, i.e. the client side of Algorithm 1, lines 7-10 (these
 three floats are the only extra upload, plus Eq. 10's exponent ``log_alpha``
-in a round where the client's alpha underflows to 0 or overflows to inf).
+in a round where the client's alpha underflows to 0 or overflows to inf; a
+client half written by hand that reports such an alpha must send it too, or
+the server refuses the report in one line, see :func:`_exponent`).
 
 Choices
 -------
@@ -476,10 +478,22 @@ class PA3Fed(AroundAggregator):
 
 def _exponent(r: ClientResult, alpha: float) -> float:
     """log alpha_i: the client's own exponent where it sent one (:func:`exponent_lost`: its alpha was 0, subnormal or
-    inf), else log(alpha), exact enough for a normal alpha."""
+    inf), else log(alpha), exact enough for a normal alpha.
+
+    An alpha that lost its exponent, sent without ``log_alpha`` (a client half written by hand: a plugin's, a Flower
+    node's), is refused in one line naming the field. Why not derived: 0 and inf keep no exponent at all, a subnormal
+    only a few bits of it, and the server cannot recompute it (s_i^{t-sigma} lives in the client's state): read as
+    log(0) = -inf it gave the client weight 0 silently, and a round of such clients blamed ``algorithm.beta``."""
     if LOG_ALPHA in r.report:
         return _number(r.report[LOG_ALPHA], LOG_ALPHA, r.client_id)
-    return math.log(alpha) if alpha > 0 else -math.inf
+    if not alpha >= 0:  # NaN or negative: no exp() of any exponent
+        raise ValueError(f"PA3Fed needs report['alpha'] to be Eq. 10's exp(-beta * |s^(t-sigma) - s^t|), a number >= 0 "
+                         f"(client {r.client_id}), got {alpha!r}")
+    if exponent_lost(alpha):
+        raise ValueError(f"PA3Fed needs report[{LOG_ALPHA!r}] from client {r.client_id}: its alpha is {alpha!r} (0, subnormal or "
+                         f"inf), from which Eq. 10's exponent cannot be read back; a client half that reports alpha sends "
+                         f"{LOG_ALPHA} = -beta * |s^(t-sigma) - s^t| with it then (PA3FedClient.finish does)")
+    return math.log(alpha)
 
 
 def _number(value: Wire, key: str, client_id: int) -> float:

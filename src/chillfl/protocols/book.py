@@ -116,9 +116,14 @@ class ServerBook:
     # ------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy.state_dict(), "ledger": self.ledger.state_dict(), "local": self.log.state_dict()}
+        """The policy, ledger and local log, and :attr:`blown_after`: a run resumed between the round whose server step
+        blew the model up and the non-finite loss it causes gives the hint the uninterrupted run gives (it was lost).
+        :attr:`finite_locals` is not kept: a round reads only its own entry, within the round."""
+        return {"policy": self.policy.state_dict(), "ledger": self.ledger.state_dict(), "local": self.log.state_dict(), "blown_after": self.blown_after}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.policy.load_state_dict(state["policy"])
         self.ledger.load_state_dict(state["ledger"])
         self.log.load_state_dict(state["local"])
+        blown = state.get("blown_after")  # a checkpoint before 2026-12-06 has none: the hint is lost, as it was then
+        self.blown_after = None if blown is None else int(blown)

@@ -184,7 +184,10 @@ class FedGen(FedAvg):
         self.seed = seed
         self.num_classes = num_classes
         self.feature_dim = feature_dim
-        self.draw_generator(instance_seed(seed))
+        self._generator: FeatureGenerator | None = None
+        self._params: Params | None = None
+        """The generator's module and weights, drawn together at first use (:attr:`generator`, :attr:`params`), so an
+        instance whose seed a run fills is drawn once, from the run's seed (it was drawn from 0 here, then again)."""
         self.moments: dict[str, Params] = {"m": {}, "v": {}}
         self.steps = 0
         self.lr = options.generator_lr
@@ -195,8 +198,30 @@ class FedGen(FedAvg):
     def draw_generator(self, seed: int) -> None:
         """The generator at its start, PyTorch's default initialisation from the run's own stream (seed, "fedgen-init")."""
         with forked_rng(derive_seed(seed, "fedgen-init")):  # the CPU's alone: the fork restores no CUDA generator
-            self.generator = FeatureGenerator(self.num_classes, self.options.noise_dim, self.options.hidden, self.feature_dim)
-        self.params: Params = {k: v.detach().clone() for k, v in self.generator.named_parameters()}
+            self._generator = FeatureGenerator(self.num_classes, self.options.noise_dim, self.options.hidden, self.feature_dim)
+        self._params = {k: v.detach().clone() for k, v in self._generator.named_parameters()}
+
+    def _drawn(self) -> tuple[FeatureGenerator, Params]:
+        """The module and the weights, drawn from the seed (0 outside a run while it is unset) if not yet."""
+        if self._generator is None or self._params is None:
+            self.draw_generator(instance_seed(self.seed))
+        assert self._generator is not None and self._params is not None
+        return self._generator, self._params
+
+    @property
+    def generator(self) -> FeatureGenerator:
+        """G_w's module: :meth:`_generate` calls it with :attr:`params`, which hold its weights."""
+        return self._drawn()[0]
+
+    @property
+    def params(self) -> Params:
+        """G_w's weights, which the server trains (drawn at first use, :meth:`_drawn`)."""
+        return self._drawn()[1]
+
+    @params.setter
+    def params(self, value: Params) -> None:
+        self._drawn()  # the module too: a drawing after this would replace the weights set here
+        self._params = value
 
     # -- client side --------------------------------------------------------------------------------
 
@@ -211,7 +236,7 @@ class FedGen(FedAvg):
         o = self.options
         dtype = next(iter(global_params.values())).dtype
         device = next(iter(global_params.values())).device
-        width = self.generator.out.out_features
+        width = self.feature_dim  # the generator's output, known without drawing it (round 0 sends no features)
         class_z = torch.zeros(self.num_classes, width, dtype=dtype)  # the latent term's features (sent when beta > 0)
         if not bool(self.prior.sum() > 0):
             z = torch.zeros(o.samples, width, dtype=dtype)
@@ -349,10 +374,10 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
 
 def _bind(aggregator: FedGen, ctx: BuildContext) -> None:
     """An instance passed from Python starts its generator and draws its samples from the run's seed, as the builder's
-    does: its ``seed`` the run's (None: filled, the generator drawn again from it), another refused on ``aggregator.seed``
-    (seed 0 drew every seed's alike)."""
+    does: its ``seed`` the run's (None: filled, and the generator drawn from it at first use, again only where it was
+    read before the run), another refused on ``aggregator.seed`` (seed 0 drew every seed's alike)."""
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
-    if aggregator.seed is None:
+    if aggregator.seed is None and aggregator._generator is not None:  # drawn from seed 0 before the run: drawn again
         aggregator.draw_generator(seed)
     aggregator.seed = seed
 

@@ -41,6 +41,33 @@ def measured_mean(values: Sequence[float]) -> float | None:
     return float(np.mean(values)) if len(values) else None
 
 
+WORST_SHARE_DENOMINATOR = 10
+"""``local_acc_worst10`` averages the worst ceil(n / 10) of the n measured clients (Ditto's and q-FFL's worst 10 %)."""
+
+
+def worst_count(n: int) -> int:
+    """How many of ``n`` measured clients ``local_acc_worst10`` averages: ceil(n / 10), at least one. Integer arithmetic:
+    ``math.ceil(0.1 * 30)`` is 4, as 0.1 * 30 is 3.0000000000000004 in floating point."""
+    return max(1, -(-n // WORST_SHARE_DENOMINATOR))
+
+
+def fairness(accs: Mapping[int, float]) -> tuple[float, float] | None:
+    """(``local_acc_std``, ``local_acc_worst10``) of the clients' accuracies (client id -> accuracy): the population
+    standard deviation (each client counts once, ddof 0) and the mean of the worst :func:`worst_count`; None for no client.
+
+    Why: ``local_acc`` is a mean, which a method can raise while it lowers its worst clients (PFLlib's "Std Test
+    Accuracy", Ditto's and q-FFL's worst 10 %). Taken in client-id order in float64, so that the same per-client numbers
+    give the same bits whatever order the replies came in; a NaN (a non-finite model: :func:`measured_mean`) makes both NaN.
+    """
+    if not accs:
+        return None
+    values = np.array([accs[c] for c in sorted(accs)], dtype=np.float64)
+    if np.isnan(values).any():
+        return math.nan, math.nan
+    worst = np.sort(values, kind="stable")[:worst_count(len(values))]
+    return float(np.std(values)), float(np.mean(worst))
+
+
 def empty_splits(sizes: np.ndarray | None) -> frozenset[int]:
     """The clients whose split of ``sizes`` (rows per client) is empty; none for None (no such splits)."""
     return frozenset() if sizes is None else frozenset(int(c) for c in np.flatnonzero(np.asarray(sizes) == 0))
@@ -133,14 +160,17 @@ class LocalLog:
             self.val[client_id] = val
 
     def metrics(self, sampled: Sequence[int], which: str, per_client: bool = False) -> dict[str, Json]:
-        """The means over the round's clients (``which = "sampled"``) or every client measured so far; ``per_client``
-        (``log.per_client``): each of those clients' own values too, by client id."""
+        """The means over the round's clients (``which = "sampled"``) or every client measured so far, and the spread of
+        their accuracies (:func:`fairness`, whatever ``per_client`` says); ``per_client`` (``log.per_client``): each of
+        those clients' own values too, by client id."""
         ids = [c for c in (sampled if which == "sampled" else sorted(self.acc)) if c in self.acc and c not in self.empty]
         out: dict[str, Json] = {
             "local_acc": measured_mean([self.acc[c] for c in ids]),
             "local_loss": measured_mean([self.loss[c] for c in ids]),
             "local_clients": len(ids),  # the clients averaged: one with an empty split measured nothing
         }
+        spread = fairness({c: self.acc[c] for c in ids})
+        out["local_acc_std"], out["local_acc_worst10"] = spread if spread is not None else (None, None)
         val = [c for c in ids if c in self.val and c not in self.empty_val]
         if self.val:  # the same clients' own models on their own validation splits
             out["local_val_acc"] = measured_mean([self.val[c] for c in val])

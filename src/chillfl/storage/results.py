@@ -463,7 +463,8 @@ scored on (:func:`chillfl.report.caveats.local_mix_warning` reads it)."""
 
 
 def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None, local_mix_tv: float | None = None) -> dict[str, Any]:
-    """Final and best values of the accuracy/loss metrics, with the round of each best; the final privacy budget
+    """Final and best values of the accuracy/loss metrics, with the round of each best; the final spread of the clients'
+    local accuracies (``final_local_acc_std``, ``final_local_acc_worst10``); the final privacy budget
     spent (``final_epsilon``; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``) where the records have them;
     ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits).
     With a ``target``: ``rounds_to_target`` (the first evaluated round reaching it) and ``target_eval_interval``
@@ -483,6 +484,10 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
         out[f"final_{key}"] = values[-1]
         out[f"best_{key}"] = best
         out[f"best_{key}_round"] = best_round
+    for key in ("local_acc_std", "local_acc_worst10"):  # the clients' spread (LocalLog.metrics): final only, a round of least spread is no best
+        values = series(records, key)[1]
+        if any(math.isfinite(v) for v in values):  # as final_local_acc: the last measured value, a NaN of it included
+            out[f"final_{key}"] = values[-1]
     for key in ("epsilon", "epsilon_upload"):  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
         spent = [r[key] for r in records if r.get(key) is not None]
         if spent:

@@ -90,7 +90,7 @@ class ServerBook:
         return {"temperatures": {str(cid): float(t) for cid, t in used.items()}} if self.per_client_temperature else {}
 
     def local(self, sampled: Sequence[int]) -> dict[str, Json]:
-        """``local_acc``/``local_loss``/``local_clients``, and each client's under ``log.per_client`` (none when ``eval.clients = "none"``)."""
+        """``local_acc``/``local_loss``/``local_clients``, the spread ``local_acc_std``/``local_acc_worst10``, and each client's under ``log.per_client`` (none when ``eval.clients = "none"``)."""
         return self.log.metrics(sampled, self.eval_clients, self.evaluation.config.log.per_client) if self.eval_clients != "none" else {}
 
     def due(self, round: int) -> bool:

@@ -16,7 +16,7 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, AroundAggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
 from chillfl.aggregation.registry import (INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec, bind_instance, binds_to_run, built_by, check_algorithm,
-                                         check_declarations, check_instance, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
+                                         check_declarations, check_instance, check_named_classes, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
                                          wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, forges_models, forges_rows, poisoned_data, skipping_local_dp, with_attack
@@ -350,7 +350,8 @@ def build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | None
     its plain-SGD limit, its own ``check``, a wrapper's base's), never by its name; an instance passed from
     Python by its class's own ``capabilities`` (its linear-head need and plain-SGD limit), as that class named in a config,
     and by the spec that builds it (:func:`~chillfl.aggregation.registry.check_instance`: ``Scaffold(3)``'s plain-SGD limit,
-    Krum's ``f`` against the clients a round, a wrapper's base's); its terms are the caller's, then those it needs that the caller did not pass
+    Krum's ``f`` against the clients a round, a wrapper's base's), as is a class a config names by import path once built
+    (:func:`~chillfl.aggregation.registry.check_named_classes`); its terms are the caller's, then those it needs that the caller did not pass
     (:func:`~chillfl.aggregation.base.with_needed_terms`: ``Scaffold(3)`` alone runs SCAFFOLD, not FedAvg).
     ``client_sizes``: each client's training rows (:attr:`~chillfl.aggregation.registry.BuildContext.client_sizes`).
     """
@@ -384,6 +385,7 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
                                rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes,
                                objective_terms=configured_terms(config.objective))
         check_algorithm(name, options, config)
+        check_named_classes(name, options, built[0], config, model)  # a class named by path: held to the spec that makes it, as an instance is
     check_client_half(built[0], "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name")
     warn_no_client_models(config, built[0])
     return built

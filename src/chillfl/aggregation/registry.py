@@ -248,23 +248,37 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     options = inspect.getattr_static(obj, "Options", None)  # a class attribute, looked up without running descriptors
     if options is None:
         check_constructor(obj, False, name, field)
-        refuse_unbound_run_values(obj, False, name, field)
-        return AlgorithmSpec(NoOptions, lambda o, ctx: with_terms(bound(obj(), ctx)), name, capabilities=capabilities)
+        refuse_unbound_run_values(obj, False, name, field, made_by(obj))
+        return AlgorithmSpec(NoOptions, ClassBuilder(obj, False, name, field), name, capabilities=capabilities)
     if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
         raise ConfigError(field, f"{name!r}: its Options must be a dataclass, got {options!r}")
     check_constructor(obj, True, name, field)
-    refuse_unbound_run_values(obj, True, name, field)
-    return AlgorithmSpec(options, lambda o, ctx: with_terms(bound(obj(o), ctx)), name, capabilities=capabilities)
+    refuse_unbound_run_values(obj, True, name, field, made_by(obj))
+    return AlgorithmSpec(options, ClassBuilder(obj, True, name, field), name, capabilities=capabilities)
 
 
-def bound(aggregator: Aggregator, ctx: BuildContext) -> Aggregator:
-    """``aggregator``, a class named by import path built from its options, bound to the run (``ctx``) through the spec
-    that makes it (:func:`bind_instance`), as an instance passed from Python is. Why: ``name = "pkg:Rule"`` for a rule
-    whose registered spec fills its seed in ``bind`` ran with seed None (a TypeError at its first draw), while
-    ``Rule()`` passed from Python and the spec's own name ran; refusals name the config's ``<ctx.section>.<option>``."""
-    if found_maker(type(aggregator)):  # no spec makes it: nothing to bind (and no walk of every built-in module)
-        bind_instance(aggregator, ctx)
-    return aggregator
+@dataclass(frozen=True)
+class ClassBuilder:
+    """The builder of an algorithm named by its aggregator class (an import path, an entry point: :func:`user_algorithm`):
+    ``cls(options)`` (``cls()`` without an ``Options`` dataclass), then bound to the run (``ctx``) through the spec that
+    makes it (:func:`bind_instance`), as an instance passed from Python is. Why: ``name = "pkg:Rule"`` for a rule whose
+    registered spec fills its seed in ``bind`` ran with seed None (a TypeError at its first draw), while ``Rule()``
+    passed from Python and the spec's own name ran; refusals name the config's ``<ctx.section>.<option>``. The type tells
+    the run which algorithms are classes, held once built to their making spec's checks (:func:`check_named_classes`)."""
+
+    cls: type
+    with_options: bool
+    name: str
+    """How the config named it (``"pkg.mod:Rule"``), for refusals."""
+    field: str
+    """The key that named it (``algorithm.name``; a wrapped base's: ``algorithm.base``)."""
+
+    def __call__(self, options: Any, ctx: BuildContext) -> Built:
+        aggregator = self.cls(options) if self.with_options else self.cls()
+        found = built_by(aggregator, self.field) if found_maker(self.cls) else None  # none: nothing binds it (and no walk of every built-in module)
+        if found is not None:
+            bind_instance(aggregator, ctx)
+        return with_terms(aggregator)
 
 
 def found_maker(cls: type) -> bool:
@@ -277,16 +291,24 @@ RUN_VALUES = tuple(f.name for f in dataclasses.fields(BuildContext) if f.name !=
 """What a builder is told of the run (:class:`BuildContext`), by the names a constructor would take them under."""
 
 
-def refuse_unbound_run_values(cls: type, with_options: bool, name: str, field: str) -> None:
-    """A ConfigError on ``field`` when ``cls``, named by import path, is made by a registered spec (``makes=``) that has
-    no ``bind``, and takes a run value in its constructor (:data:`RUN_VALUES`: ``seed=None``, ``rounds=None``): that
-    spec's ``build`` passes the run's, but the class named by path is built as ``cls(options)`` alone and would run
-    with None (a TypeError mid-run at its first draw); the spec's name runs it. A class no spec makes is the user's
-    own, None and all (it may mean "unset" there): not refused. Nor is one that names its spec per instance
-    (``built_by``), known only once built."""
+def made_by(cls: type) -> tuple[str, AlgorithmSpec] | None:
+    """The registered spec that makes ``cls`` (:attr:`AlgorithmSpec.makes`, the first to claim it: :data:`_MADE`), by name;
+    None when none does (a class that names its spec per instance, ``built_by``, is known only once built)."""
     maker = _MADE.get(cls)
-    if maker is None or (spec := _REGISTRY.get(maker)) is None or spec.bind is not None:
+    spec = None if maker is None else _REGISTRY.get(maker)
+    return None if maker is None or spec is None else (maker, spec)
+
+
+def refuse_unbound_run_values(cls: type, with_options: bool, name: str, field: str, maker: tuple[str, AlgorithmSpec] | None) -> None:
+    """A ConfigError on ``field`` when ``cls``, named by import path, is made by ``maker`` (a registered spec's
+    ``makes=``, or the spec an instance names by ``built_by``: (its name, it)) that has no ``bind``, and takes a run
+    value in its constructor (:data:`RUN_VALUES`: ``seed=None``, ``rounds=None``): that spec's ``build`` passes the
+    run's, but the class named by path is built as ``cls(options)`` alone and would run with None (a TypeError mid-run
+    at its first draw); the spec's name runs it. A class no spec makes (``maker`` None) is the user's own, None and all
+    (it may mean "unset" there): not refused."""
+    if maker is None or maker[1].bind is not None:
         return
+    maker_name = maker[0]
     try:
         signature = inspect.signature(cls)
         given = signature.bind(*((None,) if with_options else ())).arguments  # the options' parameter (check_constructor: it binds)
@@ -295,7 +317,7 @@ def refuse_unbound_run_values(cls: type, with_options: bool, name: str, field: s
     unfilled = [p.name for p in signature.parameters.values() if p.name not in given and p.name in RUN_VALUES and p.default is None]
     if unfilled:
         raise ConfigError(field, f"{name!r} takes the run's {', '.join(unfilled)} in its constructor, which a class named by import path is "
-                                 f"not given (it is built as {cls.__name__}({'options' if with_options else ''})); name its spec, {maker!r}, which "
+                                 f"not given (it is built as {cls.__name__}({'options' if with_options else ''})); name its spec, {maker_name!r}, which "
                                  "builds it with them, or give that spec a bind that fills them (docs/extending.md)")
 
 
@@ -431,7 +453,8 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
-    check_declarations(capabilities, built[0], repr(name), field or f"{section}.name")
+    by_spec = instance_capabilities(built[0]) if isinstance(spec.build, ClassBuilder) else None  # a class: what its making spec declares, as for an instance
+    check_declarations(capabilities if by_spec is None else by_spec, built[0], repr(name), field or f"{section}.name")
     # the terms its aggregator declares it needs, where the builder left them out (a plugin's): the instance passed from
     # Python gets them (with_needed_terms), so the config's method runs the same steps
     return built[0], with_needed_terms(built[0], built[1])
@@ -783,6 +806,27 @@ def check_instance(aggregator: object, config: RunConfig, model: nn.Module | Non
             spec.check(options, config, section)
     if isinstance(aggregator, AroundAggregator):
         check_instance(aggregator.base, config, model, f"{section.removesuffix('.options')}.base.options")
+
+
+def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator: object, config: RunConfig, model: nn.Module,
+                        section: str = "algorithm", field: str | None = None) -> None:
+    """``aggregator``, built from the config's algorithm ``name`` (:func:`make_aggregator`), held to the spec that makes it
+    where ``name`` names an aggregator class (an import path, an entry point: :class:`ClassBuilder`), as an instance
+    passed from Python is (:func:`check_instance`), each refusal on ``<section>.<option>``; a wrapper's base named so
+    (``base = "pkg:Rule"``), the base it holds, under its own section (``algorithm.base_options``).
+
+    Why: ``name = "pkg:Rule"`` for a class a registered spec makes (``makes=``) or that names its spec (``built_by``)
+    was checked by the class's own declarations alone, so a config its spec refuses (Krum's ``f`` against the clients
+    a round) ran, while ``Rule()`` passed from Python and the spec's own name were refused. The spec is known once
+    the class is built (a ``built_by`` per instance), so this is asked of the built aggregator, after
+    :func:`check_algorithm`."""
+    spec = algorithm_spec(name, section, field)
+    if isinstance(spec.build, ClassBuilder):
+        check_instance(aggregator, config, model, section)  # a wrapper class's base too, as an instance's
+        return
+    inner = wrapped(spec, algorithm_options(spec, name, options, section, field), section)
+    if inner is not None and isinstance(aggregator, AroundAggregator):  # the base its options name is the one it holds
+        check_named_classes(inner.name, inner.options, aggregator.base, config, model, inner.section, inner.field)
 
 
 def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:

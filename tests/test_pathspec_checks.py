@@ -1,6 +1,7 @@
 """A class a config names by import path (``algorithm.name = "pkg:Rule"``) is held to the spec that makes it (``makes=``,
 or the one it names by ``built_by``) once built, as an instance passed from Python is (``check_instance``): that spec's
-``check``, ``check_model`` and declared capabilities, not the class's own declarations alone (pathspec #1)."""
+``check``, ``check_model`` and declared capabilities, not the class's own declarations alone (pathspec #1), and a class
+that names a spec without a ``bind`` is refused in one line, not a TypeError at its first draw (pathspec #2)."""
 
 from __future__ import annotations
 
@@ -168,3 +169,16 @@ def test_a_built_in_class_named_by_path_reads_its_specs_capabilities() -> None:
     err = refusal({"name": "chillfl.aggregation.fednova:FedNova"}, **{"client.optimizer": "adam"})
     assert err.field == "client.optimizer" and "needs optimizer = 'sgd'" in err.message
     assert type(build_experiment(config({"name": "chillfl.aggregation.ditto:Ditto"})).aggregator).__name__ == "Ditto"
+
+
+def test_a_class_naming_a_spec_without_a_bind_is_one_line(rules: Path) -> None:
+    """Named by path it is built as Pick(options), seed None, and its spec, known once built, fills nothing: one line on
+    algorithm.name naming that spec (a TypeError at the first draw before)."""
+    err = refusal({"name": "pathspec_rules:Pick"})
+    assert err.field == "algorithm.name"
+    assert "'pathspec_rules:Pick' takes the run's seed in its constructor" in err.message and "name its spec, 'pathspec_pick_unbound'" in err.message
+
+
+def test_a_class_naming_a_spec_with_a_bind_gets_the_run_seed(rules: Path) -> None:
+    aggregator = build_experiment(config({"name": "pathspec_rules:BoundPick"})).aggregator
+    assert aggregator.seed == 3  # type: ignore[attr-defined]

@@ -263,7 +263,9 @@ class ClassBuilder:
     ``cls(options)`` (``cls()`` without an ``Options`` dataclass), then bound to the run (``ctx``) through the spec that
     makes it (:func:`bind_instance`), as an instance passed from Python is. Why: ``name = "pkg:Rule"`` for a rule whose
     registered spec fills its seed in ``bind`` ran with seed None (a TypeError at its first draw), while ``Rule()``
-    passed from Python and the spec's own name ran; refusals name the config's ``<ctx.section>.<option>``. The type tells
+    passed from Python and the spec's own name ran; refusals name the config's ``<ctx.section>.<option>``. A class that
+    names its spec per instance (``built_by``) is known only once built: one whose spec has no ``bind`` is refused here,
+    on ``field``, as :func:`user_algorithm` refuses a class a registered spec without a ``bind`` makes. The type tells
     the run which algorithms are classes, held once built to their making spec's checks (:func:`check_named_classes`)."""
 
     cls: type
@@ -277,6 +279,9 @@ class ClassBuilder:
         aggregator = self.cls(options) if self.with_options else self.cls()
         found = built_by(aggregator, self.field) if found_maker(self.cls) else None  # none: nothing binds it (and no walk of every built-in module)
         if found is not None:
+            name, spec, _ = found
+            if spec.bind is None:
+                refuse_unbound_run_values(self.cls, self.with_options, self.name, self.field, (name, spec))
             bind_instance(aggregator, ctx)
         return with_terms(aggregator)
 

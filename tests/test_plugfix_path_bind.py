@@ -54,9 +54,19 @@ PICK = register_algorithm("plugfix_pick", AlgorithmSpec(PickOptions, lambda o, c
 
 
 class Unmade(RandomPick):
-    """The same rule, which no spec makes: named by path, nothing would give it the seed."""
+    """The same rule, which no spec makes: bound by the spec that makes the class it derives from (registry.binder)."""
 
     Options = PickOptions
+
+
+class Own(AggregatorBase):
+    """A user's own rule, derived from no class a spec makes: its None seed means "unset" here, handled by itself."""
+
+    def __init__(self, seed=None):
+        self.seed = seed
+
+    def aggregate(self, global_params, results, round):
+        return dict(results[0].params)
 
 
 class MadeUnbound(RandomPick):
@@ -116,7 +126,7 @@ def test_a_path_named_class_its_unbinding_spec_makes_is_one_line_naming_the_spec
 def test_a_class_no_spec_makes_is_not_refused_for_a_none_default(rules: Path) -> None:
     """A user's own class may mean "unset" by a None default and handle it (rev102b: such plugins, which ran, were refused
     by their parameter names): it is built as it was, None and all."""
-    aggregator = build_experiment(config("plugfix_rules:Unmade")).aggregator
+    aggregator = build_experiment(config("plugfix_rules:Own")).aggregator
     assert aggregator.seed is None  # type: ignore[attr-defined]
 
 

@@ -114,7 +114,8 @@ class AlgorithmSpec:
     """The aggregator classes its builder makes (``krum``'s: ``(Krum,)``), so that an instance of one passed from Python
     (``chillfl.run(aggregator=Scaffold(3))``) is held to this spec's checks as the method a config names is
     (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not inherited
-    (:func:`declared_capabilities`). Declared next to the code, in the module that registers the spec. A class claimed by
+    (:func:`declared_capabilities`); but :attr:`bind`, which fills only what the run decides, binds a subclass no spec
+    makes too (:func:`binder`). Declared next to the code, in the module that registers the spec. A class claimed by
     an earlier spec (a spec derived from a built-in with ``dataclasses.replace``, or one spec under a second name) stays
     that spec's for instances (:data:`_MADE`); the later one still builds it from a config."""
 
@@ -277,7 +278,7 @@ class ClassBuilder:
 
     def __call__(self, options: Any, ctx: BuildContext) -> Built:
         aggregator = self.cls(options) if self.with_options else self.cls()
-        found = built_by(aggregator, self.field) if found_maker(self.cls) else None  # none: nothing binds it (and no walk of every built-in module)
+        found = binder(aggregator, self.field) if found_maker(self.cls) else None  # none: nothing binds it (and no walk of every built-in module)
         if found is not None:
             name, spec, _ = found
             if spec.bind is None:
@@ -287,9 +288,16 @@ class ClassBuilder:
 
 
 def found_maker(cls: type) -> bool:
-    """Whether a spec may build instances of ``cls``: a registered spec lists it in :attr:`AlgorithmSpec.makes`, or the
-    class names its spec itself (:class:`~chillfl.aggregation.base.BuiltBySpec`)."""
-    return cls in _MADE or callable(inspect.getattr_static(cls, "built_by", None))
+    """Whether a spec may build or bind instances of ``cls``: a registered spec lists it, or a class it derives from, in
+    :attr:`AlgorithmSpec.makes` (:func:`made_ancestor`), or the class names its spec itself
+    (:class:`~chillfl.aggregation.base.BuiltBySpec`)."""
+    return made_ancestor(cls) is not None or callable(inspect.getattr_static(cls, "built_by", None))
+
+
+def made_ancestor(cls: type) -> type | None:
+    """``cls`` itself where a registered spec makes it (:data:`_MADE`), else the nearest class it derives from that one
+    makes (along its method resolution order); None for none."""
+    return next((c for c in cls.__mro__ if c in _MADE), None)
 
 
 RUN_VALUES = tuple(f.name for f in dataclasses.fields(BuildContext) if f.name != "section")
@@ -297,9 +305,11 @@ RUN_VALUES = tuple(f.name for f in dataclasses.fields(BuildContext) if f.name !=
 
 
 def made_by(cls: type) -> tuple[str, AlgorithmSpec] | None:
-    """The registered spec that makes ``cls`` (:attr:`AlgorithmSpec.makes`, the first to claim it: :data:`_MADE`), by name;
+    """The registered spec that makes ``cls`` (:attr:`AlgorithmSpec.makes`, the first to claim it: :data:`_MADE`), or the
+    nearest class it derives from (:func:`made_ancestor`: a subclass inherits the constructor's run values), by name;
     None when none does (a class that names its spec per instance, ``built_by``, is known only once built)."""
-    maker = _MADE.get(cls)
+    ancestor = made_ancestor(cls)
+    maker = None if ancestor is None else _MADE[ancestor]
     spec = None if maker is None else _REGISTRY.get(maker)
     return None if maker is None or spec is None else (maker, spec)
 
@@ -700,6 +710,24 @@ def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, Algori
     return name, spec, options if isinstance(options, spec.options) else None
 
 
+def binder(aggregator: object, field: str = "aggregator") -> tuple[str, AlgorithmSpec, Any] | None:
+    """(name, spec, options) of the spec whose :attr:`AlgorithmSpec.bind` binds ``aggregator`` to the run: the one that
+    builds it (:func:`built_by`), else, for a subclass no spec makes, the spec that makes the nearest class it derives
+    from (:func:`made_ancestor`). Why: a bind fills what the run decides (its seed, clients, rounds), which a subclass
+    takes from its base's constructor, and ``class MyDnC(DnC)`` named by path or passed from Python kept ``seed=None``,
+    drawn as seed 0 in every run: each seed of a comparison drew DnC's coordinates alike, silently. Its checks and
+    capabilities stay its own (:attr:`AlgorithmSpec.makes`: matched by exact type, a subclass may change the maths)."""
+    found = built_by(aggregator, field)
+    if found is not None:
+        return found
+    ancestor = made_ancestor(type(aggregator))
+    spec = None if ancestor is None else _REGISTRY.get(_MADE[ancestor])
+    if ancestor is None or spec is None:
+        return None
+    options = getattr(aggregator, "options", None)
+    return _MADE[ancestor], spec, options if isinstance(options, spec.options) else None
+
+
 def instance_capabilities(aggregator: object) -> Capabilities | None:
     """What the spec that builds ``aggregator`` (:func:`built_by`) declares under its options, a wrapper's completed by
     what its base declares (as :func:`effective_capabilities` completes a config's); None when no spec builds it and it
@@ -747,8 +775,9 @@ def bind_instance(aggregator: object, ctx: BuildContext) -> None:
     """Bind an instance passed from Python to the run (``ctx``; its section: ``aggregator.options``) through the spec that
     builds it (:attr:`AlgorithmSpec.bind`), then the base a wrapper holds, under ``aggregator.base.options``: what the
     config's builder takes from the run, the instance takes too, or is refused where it disagrees. In place: called on
-    the run's own copy, before :func:`check_instance` reads it."""
-    found = built_by(aggregator)
+    the run's own copy, before :func:`check_instance` reads it. A subclass no spec makes is bound by the spec that makes
+    the class it derives from (:func:`binder`)."""
+    found = binder(aggregator)
     if found is not None and (bind := found[1].bind) is not None:
         name, spec, options = found
         if options is not None:  # the caller's options as written first: a bind may rewrite them (FedPHP's unset H)
@@ -763,7 +792,7 @@ def binds_to_run(aggregator: object) -> bool:
     :attr:`AlgorithmSpec.bind`. The run's record says so (``bound = true``, :func:`chillfl.experiment.plugged_records`),
     since such an instance runs otherwise than one an older chillfl ran unbound (``Scaffold(3)`` under
     ``client.momentum = 0.9``: momentum 0 then), and a folder that says nothing of it must not be resumed by this one."""
-    found = built_by(aggregator)
+    found = binder(aggregator)
     if found is not None and found[1].bind is not None:
         return True
     return isinstance(aggregator, AroundAggregator) and binds_to_run(aggregator.base)

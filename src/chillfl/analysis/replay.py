@@ -187,6 +187,14 @@ class FinishedParts:
     client_states: dict[int, Params]
 
 
+def _dtype_fix(held: str) -> str:
+    """How to pass a module in the recorded dtype(s) ``held``: ``.to`` for one dtype; for several (``"float32, float64"``,
+    a float64 head) ``.to`` made the module all one dtype, which was refused again, so the module is built as the run did."""
+    if "," in held:
+        return f"build it as the run did (parameters of {held})"
+    return f"pass the module in {held} (.to(torch.{held}))"
+
+
 def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: ArrayDataset | None = None,
                  field: str = "run_dir") -> FinishedParts:
     """A finished run's parts on the CPU for :func:`chillfl.load_run`: its data (the server validation split held out as the
@@ -209,7 +217,7 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
     held_dtype, given_dtype = config.model.get("dtype"), None if model is None else parameter_dtypes(model)
     if model is not None and held_dtype is not None and held_dtype != given_dtype:  # recorded since 2026-12-06; as resume checks it
         raise ConfigError("model", f"has parameters of {given_dtype}; the run in {path} trained in {held_dtype}, and its recorded scores "
-                                   f"hold only there: pass the module in {held_dtype} (.to(torch.{held_dtype.split(',')[0]}))")
+                                   f"hold only there: {_dtype_fix(held_dtype)}")
     if dataset is None and is_custom(config.dataset.get("name")):
         raise ConfigError("data", f"{path} is a run on your own data ({config.dataset.get('source', 'tensors')}), which a config file cannot "
                                   f"rebuild: pass the same data again, {entry}")

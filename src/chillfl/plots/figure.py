@@ -214,8 +214,9 @@ def legend_below(ax: Any, fontsize: float = 8) -> Any:
 
 def wrapped(text: str, inches: float, points: float = 10.0, break_words: bool = True) -> str:
     """``text`` wrapped to the characters ``inches`` hold at ``points`` (:data:`TITLE_EM`), each line of it kept: an
-    axes title as long as a run's name ran past both edges of the figure. ``break_words = False``: broken only at spaces
-    and hyphens, never inside a part (a run name's ``lr0.05`` read as ``lr0.0`` over ``5``), a longer part on a line alone."""
+    axes title as long as a run's name ran past both edges of the figure. ``break_words = False``: broken at a run name's
+    separators, inside a word only where it is longer than a line, and never inside a number where another place will
+    do (a run name's ``lr0.05`` read as ``lr0.0`` over ``5``): :func:`_packed`."""
     import textwrap
 
     chars = max(20, int(inches * 72 / (TITLE_EM * points)))
@@ -224,16 +225,46 @@ def wrapped(text: str, inches: float, points: float = 10.0, break_words: bool = 
     return "\n".join(part for line in text.split("\n") for part in (textwrap.wrap(line, chars, break_long_words=True) or [""]))
 
 
+_SPACED = re.compile(r"(?<=\s)|(?<=[A-Za-z0-9.]-)(?<![0-9.][eE]-)")
+"""Where a run name's options part: after a space or a hyphen, but not after a minus sign (``=-1``) or an exponent's
+hyphen (``1e-05``), which would split a number."""
+
+_JOINED = re.compile(r"(?<=[_/,])")
+"""Where else a name may break: after ``_``, ``/`` or ``,`` (``fedprox_mu0.01_lr0.05``, ``parent/name``)."""
+
+_NUMBER = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+
+
 def _packed(line: str, chars: int) -> list[str]:
-    """``line``'s parts (each up to and including a hyphen or a space) packed greedily into lines of at most ``chars``
-    (a longer part alone): textwrap breaks at a hyphen only between letters, so ``lr0.05-objective`` stayed whole."""
+    """``line`` packed greedily into lines of at most ``chars``, broken after spaces and hyphens (textwrap breaks at a
+    hyphen only between letters, so ``lr0.05-objective`` stayed whole), a part still longer than ``chars`` after
+    ``_``, ``/`` and ``,`` (a name of underscores stayed one line, over its neighbours'), and one longer still inside,
+    as textwrap did, outside its numbers where it can (:func:`_cut`). One option of a hyphen-joined name
+    (``objective.proximal_mu0.01-``) is kept whole up to half as long again as ``chars``: its ``_`` is inside a key."""
+    options = _SPACED.split(line)
+    longest = chars * 3 // 2 if len(options) > 1 else chars
+    parts = [p for option in options
+             for p in ([option] if len(option.rstrip()) <= longest else
+                       [piece for word in _JOINED.split(option) for piece in _cut(word, chars)])]
     out = [""]
-    for part in re.split(r"(?<=[-\s])", line):
+    for part in parts:
         if out[-1] and len(out[-1]) + len(part.rstrip()) > chars:
             out[-1] = out[-1].rstrip()
             out.append("")
         out[-1] += part
     return [o.rstrip() for o in out]
+
+
+def _cut(part: str, chars: int) -> list[str]:
+    """``part`` in pieces of at most ``chars`` (its trailing space aside), each cut at the last place that splits no
+    number (``lr0.05`` read as ``lr0.0`` over ``5``), or at ``chars`` where every place does."""
+    pieces = []
+    while len(part.rstrip()) > chars:
+        inside = {i for m in _NUMBER.finditer(part) for i in range(m.start() + 1, m.end())}
+        at = next((i for i in range(chars, 0, -1) if i not in inside), chars)
+        pieces.append(part[:at])
+        part = part[at:]
+    return [*pieces, part]
 
 
 def centre_title_over_axes(fig: Figure) -> None:

@@ -55,7 +55,7 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent downloads of one dataset are not guarded there
     fcntl = None  # type: ignore[assignment]
 
-from chillfl.data.sources import HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
+from chillfl.data.sources import DATA_DIR, HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
 from chillfl.progress import NoBar, Progress, as_mode
 
@@ -108,7 +108,7 @@ def read_checksums(path: str | Path) -> dict[str, str]:
     return out
 
 
-def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str, str] | None = None, data_dir: str = "<data_dir>") -> Source:
+def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str, str] | None = None, data_dir: str = DATA_DIR) -> Source:
     """The source of ``name`` with the mirror's URLs and the manifest's checksums applied. ``data_dir``: where a dataset
     chillfl does not download goes, in the command its refusal gives (``--data-dir``'s, so the line can be pasted)."""
     given = "--mirror" if mirror is not None else MIRROR_ENV
@@ -120,7 +120,7 @@ def resolve_source(name: str, mirror: str | None = None, checksums: Mapping[str,
     elif name in MIRRORED_ONLY and mirror:
         source = MIRRORED_ONLY[name]
     elif name in MANUAL:
-        raise DownloadRequestError(MANUAL[name].instructions.replace("DATA_DIR", data_dir))
+        raise DownloadRequestError(MANUAL[name].for_dir(data_dir))
     elif name in HUB:
         raise DownloadRequestError(f"{name} comes from the Hugging Face hub, which chillfl does not download from: "
                                    f"`{HUB[name].command(data_dir)}` (huggingface_hub's CLI) puts it where dataset.path finds it, "

@@ -72,7 +72,7 @@ def _fetch_hint(key: str, data_dir: Path, url: str, again: bool = False) -> str:
     ``again``: its folder is there but lacks a file; ``--force`` replaces a folder the downloader did not finish
     (or one placed by hand), which it otherwise leaves alone."""
     if key in MANUAL:
-        return MANUAL[key].instructions.replace("DATA_DIR", str(data_dir)) + f" (source: {url})"
+        return MANUAL[key].for_dir(data_dir) + f" (source: {url})"
     if again:
         return f"fetch it again with: {download_command(key, str(data_dir))} --force (source: {url})"
     return f"fetch it with: {download_command(key, str(data_dir))} (source: {url})"

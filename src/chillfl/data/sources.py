@@ -17,6 +17,7 @@ Checked against (2026-12): torchvision's pinned md5s and sizes (CIFAR-10/100, SV
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from pathlib import PurePath
 from typing import Literal
@@ -52,6 +53,9 @@ class Source:
 SEE_DOCS = "see docs/datasets.md"
 """What a listing says of a dataset it has no words of its own for."""
 
+DATA_DIR = "DATA_DIR"
+"""The placeholder for the data folder in what chillfl says of a dataset it does not download (shell-safe as it is)."""
+
 
 @dataclass(frozen=True)
 class ManualSource:
@@ -61,8 +65,17 @@ class ManualSource:
     folder: str
     homepage: str
     instructions: str
+    """Said with :data:`DATA_DIR` for the folder: :meth:`for_dir` names the user's."""
     listed: str = SEE_DOCS
     """The instructions in a few words, for ``chillfl list experiments``' data column."""
+
+    def for_dir(self, data_dir: str | PurePath) -> str:
+        """The instructions for ``data_dir``: in each `command` of them one shell word, quoted where a shell would split
+        it (``--data-dir "/tmp/my data"`` was printed bare, and the pasted command wrote to ``/tmp/my``); in prose as is."""
+        folder = str(data_dir)
+        spans = self.instructions.split("`")
+        return "`".join(shlex.join(w.replace(DATA_DIR, folder) for w in shlex.split(span)) if i % 2 else span.replace(DATA_DIR, folder)
+                        for i, span in enumerate(spans))
 
 
 def _at(bases: tuple[str, ...], name: str) -> tuple[str, ...]:
@@ -174,7 +187,7 @@ class HubSource:
 def hub_download_command(repo: str, data_dir: str | PurePath = "data") -> str:
     """huggingface_hub's command that puts hub dataset ``repo`` under ``data_dir/<repo>``, where a loader's ``path = repo``
     finds it offline: one writer of it, for the listing, the hints and the instructions."""
-    return f"hf download {repo} --repo-type dataset --local-dir {PurePath(data_dir) / repo}"
+    return f"hf download {repo} --repo-type dataset --local-dir {shlex.quote(str(PurePath(data_dir) / repo))}"  # one word: a space split it
 
 
 HUB: dict[str, HubSource] = {
@@ -190,7 +203,7 @@ MANUAL: dict[str, ManualSource] = {
         "femnist",
         "https://leaf.cmu.edu/",
         "FEMNIST needs no build step: use dataset.name = 'flwr_femnist', which reads the Flower Datasets parquet files; "
-        f"fetch them once with `{hub_download_command('flwrlabs/femnist', 'DATA_DIR')}` "
+        f"fetch them once with `{hub_download_command('flwrlabs/femnist', DATA_DIR)}` "
         "(or run online with pip install 'chillfl[hf]': they load from the hub). 'femnist' reads LEAF's JSON "
         "(DATA_DIR/femnist/all_data/ or train/ and test/) if you already have it, or from CHILLFL_DATA_MIRROR "
         "serving femnist/all_data.zip with a --checksums manifest.",
@@ -225,5 +238,5 @@ def fetched_from(name: str) -> str:
 
 
 def download_command(name: str, data_dir: str = "data") -> str:
-    """The one command that fetches dataset ``name`` into ``data_dir``."""
-    return f"chillfl data download {name} --data-dir {data_dir}"
+    """The one command that fetches dataset ``name`` into ``data_dir`` (quoted where a shell would split it)."""
+    return f"chillfl data download {name} --data-dir {shlex.quote(str(data_dir))}"

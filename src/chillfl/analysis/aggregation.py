@@ -101,7 +101,7 @@ every option, ran into each other and squashed the panel above them."""
 
 
 def tick_label(label: str) -> str:
-    """A run's x label, wrapped to :data:`TICK_INCHES` at hyphens and spaces."""
+    """A run's x label, wrapped to :data:`TICK_INCHES` at its separators, never inside a number where another place will do (:func:`~chillfl.plots.figure.wrapped`)."""
     from chillfl.plots.figure import wrapped
 
     return wrapped(label, TICK_INCHES, 8, break_words=False)

@@ -43,6 +43,19 @@ def test_a_mistyped_flag_is_named_with_the_flag_meant(argv: list[str], said: str
     (["run", "demo", "--compile"], "(config options are overrides: compile=true)"),
     (["run", "demo", "--lr", "-0.1"], "(config options are overrides: client.lr=-0.1)"),
     (["report", "x", "--outfile", "r.html"], "(did you mean '--output'?)"),
+    # rev102c: a config option that starts like a flag is the option, not that flag (--data-dir, --strict, --out took the
+    # value when pasted); --temperature NAME is a policy; --clients N the clients' number; --data the dataset
+    (["run", "demo", "--dataset", "cifar10"], "(config options are overrides: dataset.name=cifar10)"),
+    (["compare", "demo", "--dataset", "cifar10"], "(config options are overrides: dataset.name=cifar10)"),
+    (["run", "demo", "--stragglers", "0.2"], "(config options are overrides: federation.stragglers=0.2)"),
+    (["run", "demo", "--dropout", "0.1"], "(config options are overrides: federation.dropout=0.1)"),
+    (["run", "demo", "--straggler-policy", "drop"], "(config options are overrides: federation.straggler_policy=drop)"),
+    (["run", "demo", "--temperature", "fedchill"], "(config options are overrides: temperature.policy=fedchill)"),
+    (["run", "demo", "--clients", "20"], "(config options are overrides: federation.num_clients=20)"),
+    (["run", "demo", "--clients", "all"], "(config options are overrides: eval.clients=all)"),
+    (["run", "demo", "--data", "cifar10", "--dry-run"], "(config options are overrides: dataset.name=cifar10; or did you mean '--data-dir'?)"),
+    (["run", "--rounds", "5", "demo"], "(config options are overrides: federation.rounds=5; '5' was read as the config)"),
+    (["run", "demo", "--seeds", "3", "--rounds", "5"], "(--rounds: config options are overrides: federation.rounds=5); --seeds is chillfl compare's"),
 ])
 def test_a_config_option_typed_as_a_flag_is_shown_as_its_override(argv: list[str], said: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert _code(argv) == 2

@@ -33,16 +33,16 @@ with command_start():  # a signal from here (the standard library's imports too)
     import sys
     import textwrap
     from pathlib import Path
-    from typing import TYPE_CHECKING, Callable, Iterable, Iterator, NoReturn, Sequence
+    from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn, Sequence
     from chillfl.worker_start import refuse_in_worker_start
     from chillfl._version import __version__
-    from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, not_a_file, parse_overrides, read_config_file, variant_config
+    from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, not_a_file, parse_overrides, parse_value, read_config_file, variant_config
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
                                 Unreachable, closest_name, did_you_mean, one_line, signal_in, stopped_as)
     from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
     from chillfl.extras import need, package_file
     from chillfl.once import said_once
-    from chillfl.options import flat_key_fields, override_value, short_path, short_repr
+    from chillfl.options import flat_key_fields, option_takes, override_value, short_path, short_repr, table_chooser
     from chillfl.paths import shell_path
     from chillfl.stderr import say
     from chillfl.wording import counted
@@ -763,6 +763,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse's parser with its errors on one line (exit 2), like every other chillfl error: the usage it prints
     before the message is a wrapped block of several lines; ``--help`` still prints it."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Abbreviations off, here and in every subcommand's parser (they are made of this class): ``--data cifar10``
+        was taken as ``--data-dir cifar10`` with no word said; unknown, it is named with the option meant."""
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {one_line(message)}{self._hint(message)}; `{self.prog} --help` shows the usage\n")
 
@@ -802,24 +808,45 @@ def _subparser(parser: argparse.ArgumentParser, words: Sequence[str]) -> argpars
     return parser
 
 
-def _stray_flags_hint(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: Sequence[str]) -> str:
-    """For each unknown flag among ``extra`` (what ``parser``, a subcommand's, did not take): the flag meant
-    (``--sed``, ``--dryrun``, ``--out-dir``: ``--seed``, ``--dry-run``, ``--out``), or, for a command that takes overrides,
-    the override of the config option it names (``--rounds 5``: ``federation.rounds=5``, found as a flat ``rounds=5`` is:
-    :func:`~chillfl.options.option_homes`). Every other slip in chillfl was named with a suggestion; a flag's was not."""
+def _stray_flags_hint(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: Sequence[str], argv: Sequence[str] = (),
+                      skip: Sequence[str] = ()) -> str:
+    """For each unknown flag among ``extra`` (what ``parser``, a subcommand's, did not take; ``skip``: flags another hint
+    names): the flag whose value it spells (``--out-dir``: ``--out``), for a command that takes overrides the override of
+    the config option it names (``--rounds 5``: ``federation.rounds=5``, found as a flat ``rounds=5`` is:
+    :func:`~chillfl.options.flat_key_fields`), else the flag meant (``--sed``, ``--dryrun``: ``--seed``, ``--dry-run``).
+    The config option comes before a flag guess: ``--dataset cifar10`` was told it meant ``--data-dir``, which pasted
+    ran with ``data_dir = "cifar10"``. ``argv``: the command line, for a value argparse took as the config
+    (``run --rounds 5 demo``: config ``5``). Every other slip in chillfl was named with a suggestion; a flag's was not."""
+    overrides = hasattr(args, "overrides")
     notes: list[tuple[str, str]] = []
     for i, item in enumerate(extra):
-        if not item.startswith("-") or item == "-":
+        if not item.startswith("-") or item == "-" or item.partition("=")[0] in skip:
             continue
         flag, eq, given = item.partition("=")
         following = extra[i + 1] if i + 1 < len(extra) else "-"
         value = given if eq else None if (following.startswith("-") and not is_number(following)) or "=" in following else following  # an override is no flag's value
-        note = _flag_meant(parser, flag) or (_option_override(flag, value) if hasattr(args, "overrides") else "")
+        taken = _taken_as_config(args, argv, item) if overrides and value is None and not _is_switch(flag) else None
+        note = _flag_spelt(parser, flag)
+        if not note and overrides:
+            note = _option_override(flag, value if taken is None else taken)
+            if note and taken is not None:
+                note += f"; {taken!r} was read as the config"
+            if not note and (prefixed := _table_prefixed(flag, value)):  # `--data cifar10`: the dataset, or --data-dir
+                note = "; or ".join(n for n in (prefixed, _flag_meant(parser, flag, value)) if n)
+        note = note or _flag_meant(parser, flag, value)
         if note:
             notes.append((flag, note))
-    if len(notes) == 1:
+    if len(notes) == 1 and not skip:
         return f" ({notes[0][1]})"
     return "".join(f" ({flag}: {note})" for flag, note in notes)
+
+
+def _taken_as_config(args: argparse.Namespace, argv: Sequence[str], flag: str) -> str | None:
+    """The word after ``flag`` on the command line when argparse read it as the config (``run --rounds 5 demo``: ``5``,
+    and ``demo`` became an override), else None."""
+    where = next((i for i, word in enumerate(argv) if word == flag), None)
+    word = argv[where + 1] if where is not None and where + 1 < len(argv) else None
+    return word if word is not None and word == getattr(args, "config", None) and "=" not in word else None
 
 
 def is_number(text: str) -> bool:
@@ -831,20 +858,34 @@ def is_number(text: str) -> bool:
     return True
 
 
-def _flag_meant(parser: argparse.ArgumentParser, flag: str) -> str:
-    """``"did you mean '--seed'?"`` for a mistyped ``flag`` of ``parser``: one whose destination it spells
-    (``--out-dir``: ``--out``, whose value is ``out_dir``), or the closest by :func:`~chillfl.errors.did_you_mean`'s
-    measure, compared without the dashes (which every flag shares: ``--rounds`` was "close" to ``--out``); else ``""``."""
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    """``parser``'s long flags, by their names without the dashes."""
+    return {o.lstrip("-"): a for a in parser._actions for o in a.option_strings if o.startswith("--")}
+
+
+def _flag_spelt(parser: argparse.ArgumentParser, flag: str) -> str:
+    """``"did you mean '--out'?"`` for a ``flag`` that spells one of ``parser``'s flags' destination (``--out-dir``: ``--out``,
+    whose value is ``out_dir``) or a flag one dash short (``-seed``), else ``""``: no guess, so it goes before the config option."""
     bare = flag.lstrip("-")
-    flags = {o.lstrip("-"): o for a in parser._actions for o in a.option_strings if o.startswith("--")}
     dests = {a.dest: a.option_strings[-1] for a in parser._actions if a.option_strings and a.option_strings[-1].startswith("--")}
-    meant = dests.get(bare.replace("-", "_")) or flags.get(bare)  # `-seed`: the flag as it is spelt, one dash short
-    prefixed = _longest_prefixed(bare, flags)  # `--outfile`: --output (difflib's measure found --title closer)
-    if meant is None and prefixed:
-        meant = flags[closest_name(bare, prefixed) or prefixed[0]]
-    if meant is None and (closest := closest_name(bare, flags)) is not None:
-        meant = flags[closest]
+    found = _flags(parser).get(bare)
+    meant = dests.get(bare.replace("-", "_")) or (found.option_strings[-1] if found else None)
     return f"did you mean {meant!r}?" if meant is not None and meant != flag else ""
+
+
+def _flag_meant(parser: argparse.ArgumentParser, flag: str, value: str | None = None) -> str:
+    """``"did you mean '--seed'?"`` for a mistyped ``flag`` of ``parser``: :func:`_flag_spelt`, or the flag sharing its longest
+    start (``--outfile``: ``--output``), or the closest by :func:`~chillfl.errors.did_you_mean`'s measure, compared without
+    the dashes (which every flag shares: ``--rounds`` was "close" to ``--out``); else ``""``. Given a ``value``, a flag
+    that takes none is no guess (``--held 5``: ``--help``)."""
+    spelt = _flag_spelt(parser, flag)
+    if spelt:
+        return spelt
+    bare = flag.lstrip("-")
+    flags = {name: a for name, a in _flags(parser).items() if value is None or a.nargs != 0}
+    prefixed = _longest_prefixed(bare, flags)  # `--outfile`: --output (difflib's measure found --title closer)
+    name = (closest_name(bare, prefixed) or prefixed[0]) if prefixed else closest_name(bare, flags)
+    return "" if name is None else f"did you mean {'--' + name!r}?"
 
 
 def _longest_prefixed(bare: str, names: Iterable[str]) -> list[str]:
@@ -856,16 +897,39 @@ def _longest_prefixed(bare: str, names: Iterable[str]) -> list[str]:
     return [n for n in names if common(n) == best] if best >= 3 else []
 
 
+def _is_switch(flag: str) -> bool:
+    """Whether ``flag`` names a config option that is true or false (``--compile``: ``compile``): given alone, it means true."""
+    key = flag.lstrip("-").replace("-", "_")
+    return key in flat_key_fields(RunConfig, key) and isinstance(getattr(RunConfig(), key, None), bool)
+
+
 def _option_override(flag: str, value: str | None) -> str:
     """``"config options are overrides: federation.rounds=5"`` for ``--rounds 5``: the config option the flag names, as
-    an override, found as a flat ``rounds=5`` is (:func:`~chillfl.options.flat_key_fields`); else ``""``."""
+    an override, found as a flat ``rounds=5`` is (:func:`~chillfl.options.flat_key_fields`), and as ``num_KEY``
+    (``--clients 3``: ``federation.num_clients=3``, as Flower spells it); of those, the ones whose type takes the value
+    (``eval.clients`` takes no 3): every one given, pasted, is read; else ``""``."""
     key = flag.lstrip("-").replace("-", "_")
-    if key == "temperature":  # a fixed T is two keys, as a flat temperature=T is told (config._refuse_bare_temperature)
+    if key == "temperature" and (value is None or is_number(value)):  # a fixed T is two keys, as a flat temperature=T is told (config._refuse_bare_temperature)
         return f"config options are overrides: temperature.policy=fixed temperature.value={value or 'T'}"
-    fields = flat_key_fields(RunConfig, key)
-    switch = value is None and [f for f in fields if f == key and isinstance(getattr(RunConfig(), key, None), bool)]
-    shown = "true" if switch else "VALUE" if value is None else override_value(value)  # --compile alone: a switch, compile=true
+    fields = [*flat_key_fields(RunConfig, key), *([] if key.startswith("num_") else flat_key_fields(RunConfig, "num_" + key))]
+    if value is not None:
+        try:
+            parsed: object = parse_value(value)
+        except ConfigError:  # nested too deeply, an integer of thousands of digits: the override's own refusal says so
+            parsed = value
+        fields = [f for f in fields if option_takes(RunConfig, f, parsed)] or fields  # none takes it: each one's refusal says what it takes
+    shown = "true" if value is None and _is_switch(flag) else "VALUE" if value is None else override_value(value)  # --compile alone: a switch, compile=true
     return "config options are overrides: " + " or ".join(f"{field}={shown}" for field in fields) if fields else ""
+
+
+def _table_prefixed(flag: str, value: str | None) -> str:
+    """``"config options are overrides: dataset.name=cifar10"`` for ``--data cifar10``: a flag of 4 characters or more
+    that starts a table chosen by a key (``dataset``, ``algorithm``) names that key; else ``""``. (argparse took
+    ``--data`` as ``--data-dir`` before abbreviations were turned off, with no word said.)"""
+    key = flag.lstrip("-").replace("-", "_")
+    tables = [f"{f.name}.{chooser}" for f in dataclasses.fields(RunConfig) if len(key) >= 4 and f.name.startswith(key)
+              and (chooser := table_chooser(RunConfig, f.name))]
+    return "config options are overrides: " + " or ".join(f"{t}={'VALUE' if value is None else override_value(value)}" for t in tables) if tables else ""
 
 
 def _compare_flags_hint(command: str, stray: Sequence[str]) -> str:
@@ -1150,7 +1214,9 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
     prog = " ".join(["chillfl", *words])
     if stray:  # named as the subcommand's: its --help lists its flags (`chillfl --help` lists only the commands)
-        hint = _compare_flags_hint(args.command, stray) or _stray_flags_hint(_subparser(parser, words), args, extra)
+        compare = _compare_flags_hint(args.command, stray)  # and every other flag's own hint beside it (`--seeds 3 --rounds 5`)
+        argv_given = sys.argv[1:] if argv is None else list(argv)
+        hint = _stray_flags_hint(_subparser(parser, words), args, extra, argv_given, COMPARE_FLAGS if compare else ()) + compare
         parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}{hint}; `{prog} --help` shows the usage\n")
     if extra:
         args.overrides = [*args.overrides, *extra]

@@ -268,11 +268,40 @@ def _table_keys(field: dataclasses.Field[Any], tp: Any) -> set[str] | None:
     """The keys the table ``field`` (annotated ``tp``) is known to take: a typed table's options, a free table's
     (``temperature``, a ``dict``) the keys of its default (``policy``); None where the field is no table."""
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
-        return _option_names(tp)
+        return _option_names(_shared_options(tp))
     if (tp is dict or typing.get_origin(tp) is dict) and field.default_factory is not dataclasses.MISSING:
         default = field.default_factory()
         return set(default) if isinstance(default, Mapping) else set()
     return None
+
+
+def _shared_options(tp: type) -> type:
+    """The dataclass whose fields a table of ``tp`` takes as written: ``tp`` itself, or for an :class:`OwnTable` the
+    options it shares across its choices (``[attack]``: :class:`~chillfl.settings.attack.AttackOptions`), not its parsed
+    bookkeeping (``options``, ``held``: a flag ``--held 5`` was sent to ``attack.held=5``, an unknown option)."""
+    if not issubclass(tp, OwnTable):
+        return tp
+    return next((b for b in tp.__mro__[1:] if dataclasses.is_dataclass(b) and not issubclass(b, OwnTable)), tp)
+
+
+def option_takes(cls: type, path: str, value: object) -> bool:
+    """Whether the dotted option ``path`` of a config of ``cls`` takes ``value`` by its type (``eval.clients`` takes no 3,
+    ``attack.clients`` no 3 either: a list); True where its type is not known here (a part's own options). Range checks
+    are the config's: ``federation.stragglers`` takes 2 here. For a hint to offer only the options that can hold a value."""
+    tp: Any = cls
+    for part in path.split("."):
+        if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+            tp = _shared_options(tp)
+        if not (isinstance(tp, type) and dataclasses.is_dataclass(tp)) or part not in _option_names(tp):
+            return True
+        tp = _hints(tp)[part]
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return True  # a table: its chooser's value is checked against its registry, not here
+    try:
+        coerce(value, tp, path)
+    except ConfigError:
+        return False
+    return True
 
 
 def option_homes(cls: type, key: str, section: str = "") -> list[str]:

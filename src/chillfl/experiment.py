@@ -517,6 +517,7 @@ def _build_experiment(
     other_models = check_group_heads(config, data)  # and every per-client architecture's, on its own field
     check_index_inputs(config.model, data)  # a model that reads indices (its spec says so) on whole numbers without noise
     check_one_sample_batches(config, data, model)
+    check_step_sizes(config, model)
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
     sizes = tuple(int(n) for n in data.train_sizes())  # the rows each client trains on (after [attack]'s rewrite)
@@ -581,6 +582,40 @@ def _build_experiment(
     if config.executor in ("processes", "ray"):
         check_sendable(config.executor, (model, spec, aggregator.client_half() if aggregator is not None else None))
     return exp
+
+
+def is_step_size(key: str) -> bool:
+    """Whether option ``key`` is a learning rate or scales one, by the options' naming convention: ``lr``, ``*_lr``,
+    ``lr_*`` (``client.lr``, ``lr_min``, ``finetune_lr``, ``server_lr``, ``distill_lr``, ...)."""
+    return "lr" in key.split("_")
+
+
+def step_size_fields(table: object, section: str = "") -> Iterable[tuple[str, float]]:
+    """Every step-size option (:func:`is_step_size`) set in the config ``table`` (a dataclass or a table, walked
+    through its nested tables) with its dotted field: each method's own rates found by name, not by method."""
+    items = ({f.name: getattr(table, f.name) for f in dataclasses.fields(table)}.items()  # type: ignore[arg-type]
+             if dataclasses.is_dataclass(table) and not isinstance(table, type) else table.items() if isinstance(table, dict) else ())
+    for key, value in items:
+        field = f"{section}.{key}" if section else str(key)
+        if isinstance(value, float) and is_step_size(str(key)):
+            yield field, value
+        elif isinstance(value, dict) or (dataclasses.is_dataclass(value) and not isinstance(value, type)):
+            yield from step_size_fields(value, field)
+
+
+def check_step_sizes(config: RunConfig, model: nn.Module) -> None:
+    """Refuse a step size above the largest number of the model's parameter dtype (float32's 3.4e38), naming its field.
+
+    Why: the local step hands the lr to torch as a scalar of the weights' dtype (``w.sub_(g, alpha=lr)``), and one
+    past that dtype's range raised "value cannot be converted to type float without overflow" from inside round 1 (a
+    66-line traceback), where 1e38 ends as a divergence. A convention (:func:`is_step_size`), so every method's rate
+    is covered without a list of methods; a rate named otherwise still ends as torch raises there."""
+    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
+    largest = torch.finfo(dtype).max
+    for field, value in step_size_fields(config):
+        if abs(value) > largest:
+            raise ConfigError(field, f"must be at most {largest:.4g} (the largest {str(dtype).removeprefix('torch.')}, the model's parameter "
+                                     f"dtype: a step this large overflows it), got {value:g}")
 
 
 def check_one_sample_batches(config: RunConfig, data: FederatedData, model: nn.Module) -> None:

@@ -112,7 +112,7 @@ def coerce(value: Any, tp: Any, field: str) -> Any:
             number = math.inf
         if not math.isfinite(number):  # inf/NaN pass every `x > 0` style range check, or fail it silently
             raise ConfigError(field, f"must be a finite number, got {short_repr(value)}")
-        return number
+        return number + 0.0  # -0.0 is 0.0: it passes every `x >= 0` check, and numpy refuses it as a scale (normal(0, -0.0))
     if tp is int:
         if not (is_whole(value) or (isinstance(value, float) and value.is_integer())):
             raise ConfigError(field, f"expected an integer, got {short_repr(value)}")

@@ -136,6 +136,13 @@ log(float max), so a history whose epsilon is larger comes back as infinity. A t
 Opacus's search halved its interval for ever there (target 1,000 at q = 1 over 100 steps hung the run before it started)."""
 
 
+RDP_MAX_EPSILON = 1e30
+"""The largest target epsilon either accountant searches a sigma for. Why: Opacus's bisection for sigma runs from 10 down
+to the target's sigma (about sqrt(1.1 / (2 epsilon)) at q = 1), one accountant evaluation (a second or more at a large
+sample rate) a halving: a mistyped exponent (1e308) searched for minutes in ``--dry-run`` before anything ran. At 1e30
+sigma is below 1e-15, noise no float32 weight keeps; e^epsilon overflowed a float long before (:data:`PRV_MAX_EPSILON`)."""
+
+
 def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: int, kind: str = "rdp", orders: Orders = "opacus") -> float:
     """The noise multiplier that spends ``target_epsilon`` over ``steps`` steps at ``sample_rate`` (Opacus's search).
 
@@ -145,6 +152,9 @@ def noise_for(target_epsilon: float, delta: float, sample_rate: float, steps: in
     saying so."""
     if kind == "prv" and target_epsilon > PRV_MAX_EPSILON:
         raise AccountantError(f"the PRV accountant reports no epsilon above {PRV_MAX_EPSILON:.5g} (e^epsilon overflows a float)")
+    if target_epsilon > RDP_MAX_EPSILON:
+        raise AccountantError(f"the {kind.upper()} accountant's search takes no target above {RDP_MAX_EPSILON:g} (the noise it needs, sigma "
+                              f"below 1e-15, is no noise at all, and the search for it takes minutes)")
     floor = rdp_floor(delta, orders) if kind == "rdp" else prv_floor(delta)
     if target_epsilon <= floor:
         why = "" if kind == "rdp" else f" (its eps_error {PRV_EPS_ERROR} included)"

@@ -44,6 +44,7 @@ from chillfl.models.parts import check_declared_head, head_name, refuse_nonlinea
 from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
 from chillfl.models.registry import MODELS, caller_dtype, check_model_shape, float32_default, model_options
 from chillfl.protocols.common import Evaluation, empty_splits_note
+from chillfl.protocols.softlabels.build import only_checking
 from chillfl.protocols.softlabels.public import check_public_dataset
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
@@ -1009,7 +1010,8 @@ def check_config(config: RunConfig) -> bool:
         check_parts(config)
         say_notes(run_notes(config, None))
         return False
-    build_protocol(exp)
+    with only_checking():  # a dry run trains nothing: the server model's pretraining is skipped
+        build_protocol(exp)
     say_notes(run_notes(config, exp))
     return True
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -98,6 +101,21 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
     return setup
 
 
+_CHECKING = contextvars.ContextVar("chillfl_softlabels_checking", default=False)
+"""Set while a run is built only to be checked (``--dry-run``): the server's pretraining is then skipped."""
+
+
+@contextlib.contextmanager
+def only_checking() -> Iterator[None]:
+    """Build the protocol without the server model's pretraining on the public set. Why: ``--dry-run`` ("nothing is
+    run") trained the server model for ``transfer_epochs`` epochs there; its options are checked before, at build."""
+    token = _CHECKING.set(True)
+    try:
+        yield
+    finally:
+        _CHECKING.reset(token)
+
+
 def pretrain_server(model: Any, state: Params, pretraining: PublicPretraining) -> Params:
     """The server model's pretraining on the labelled public set, once, before round 1."""
     gen = torch.Generator().manual_seed(derive_seed(pretraining.seed, "transfer", "server"))
@@ -113,7 +131,7 @@ def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLab
     assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
     hetero = build_client_models(exp) if per_client_architectures(exp.config.model) else None
     protocol = SoftLabelProtocol(exp, setup, evaluation, hetero, spec_of(setup))
-    if protocol.client.pretraining is not None:
+    if protocol.client.pretraining is not None and not _CHECKING.get():
         protocol.server_state = pretrain_server(protocol.model, protocol.server_state, protocol.client.pretraining)
     return protocol
 

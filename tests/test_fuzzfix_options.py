@@ -70,3 +70,20 @@ def test_synthetic_scales_of_minus_zero_run(tmp_path: Path, capsys: pytest.Captu
     # numpy's normal(0, -0.0) raised "scale < 0": a traceback
     code, err = run(tmp_path, capsys, "dataset.name=synthetic", f"dataset.{key}=-0.0")
     assert code == 0, err
+
+
+def test_a_rate_named_otherwise_past_float32_ends_as_a_divergence(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # perfedavg's beta (its outer step) is no lr-named option: the build cannot refuse it by name, and it was the
+    # RuntimeError traceback (exit 1) from inside the local step; clamped to float32's range it diverges, as 1e38 does
+    code, err = run(tmp_path, capsys, "algorithm.name=perfedavg", "algorithm.beta=1e39", dry=False)
+    assert code == 3 and "diverged: round 1" in err[-1], err
+
+
+def test_the_step_clamp_keeps_every_holdable_rate() -> None:
+    import torch
+
+    from chillfl.training.local import within_dtype
+
+    params = {"w": torch.zeros(2)}
+    assert within_dtype(1e38, params) == 1e38 and within_dtype(1e39, params) == torch.finfo(torch.float32).max
+    assert within_dtype(1e39, {"w": torch.zeros(2, dtype=torch.float64)}) == 1e39

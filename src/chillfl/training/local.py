@@ -51,6 +51,7 @@ import dataclasses
 import functools
 import inspect
 import itertools
+import math
 import os
 import sys
 import threading
@@ -913,6 +914,17 @@ def sgd_update_(
         add_outer_(w, x, dz, -lr)
 
 
+def within_dtype(lr: float | torch.Tensor, params: Params) -> float | torch.Tensor:
+    """``lr`` clamped to the largest number of the weights' dtype (a tensor as is). Why: torch takes the step size as a
+    scalar of that dtype, and a rate past it (a step size no lr-named option holds, so :func:`chillfl.experiment.
+    check_step_sizes` cannot refuse it: perfedavg's beta = 1e39) raised "value cannot be converted to type float without
+    overflow" in round 1; clamped, the weights blow up and the run ends as a divergence, as at 1e38."""
+    if isinstance(lr, torch.Tensor) or not params:
+        return lr
+    largest = torch.finfo(next(iter(params.values())).dtype).max
+    return lr if abs(lr) <= largest else math.copysign(largest, lr)
+
+
 @torch.no_grad()
 def plain_sgd_step_(
     params: Params, grads: Sequence[torch.Tensor | None], lr: float | torch.Tensor, keys: frozenset[str], factors: Factors | None = None,
@@ -963,6 +975,7 @@ def optimizer_step_(
     whole (:mod:`chillfl.training.optim`). ``stacked``: parameters carry a
     leading client dimension (the vectorised executor), and clipping is per client.
     """
+    lr = within_dtype(lr, params)
     opt = spec.optim
     if spec.plain_sgd:  # stepped here by hand; the optimiser sees the rest (its state for them, if any, stays unused)
         rest = [(k, g) for k, g in zip(params, grads) if k not in spec.plain_sgd]

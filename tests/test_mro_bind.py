@@ -21,7 +21,10 @@ from test_plugins import BASE
 from test_pyagg_bind import same, state
 
 SUBCLASSES = '''
+from dataclasses import dataclass
+
 from chillfl.aggregation.dnc import DnC, DnCOptions
+from chillfl.aggregation.robust import Krum, KrumOptions
 
 
 class MyDnC(DnC):
@@ -29,6 +32,35 @@ class MyDnC(DnC):
 
     def __init__(self, seed=None, options=DnCOptions(f=1, subsample=3)):
         super().__init__(seed, options)
+
+
+@dataclass(frozen=True)
+class ExtraOptions(DnCOptions):
+    """DnC's options and one of the subclass's own: not DnC's spec's to check (rev103a)."""
+
+    extra: float = 0.5
+
+
+class DnCExtra(DnC):
+    Options = ExtraOptions
+
+    def __init__(self, options=ExtraOptions(), seed=None):
+        super().__init__(seed, options)
+
+
+class KrumSeeded(Krum):
+    """Krum (whose spec has no bind) with a seed of its own that it handles itself, None meaning 0."""
+
+    def __init__(self, options=KrumOptions(), seed=None):
+        super().__init__(options)
+        self.my_seed = 0 if seed is None else seed
+
+
+class DnCFixed(DnC):
+    """A subclass that fixes its own seed: it runs as it is built."""
+
+    def __init__(self):
+        super().__init__(7, DnCOptions())
 '''
 
 
@@ -63,8 +95,7 @@ def test_a_subclass_passed_from_python_is_bound_as_its_base_is(my_dnc: Path) -> 
     instance = MyDnC()
     found = binder(instance)
     assert found is not None and found[0] == "dnc" and binds_to_run(instance)
-    maker = made_by(MyDnC)
-    assert maker is not None and maker[0] == "dnc"
+    assert made_by(MyDnC) is None  # no spec makes it: its None is not refused, a base's bind fills it
     assert same(state({"name": "fedavg"}, aggregator=MyDnC()),
                 state({"name": "fedavg"}, aggregator=DnC(None, DnCOptions(f=1, subsample=3))))  # seed 0's draws before, the run's 3 now
 
@@ -72,3 +103,23 @@ def test_a_subclass_passed_from_python_is_bound_as_its_base_is(my_dnc: Path) -> 
 def test_the_base_class_itself_is_unchanged() -> None:
     found = binder(DnC())
     assert found is not None and found[0] == "dnc"
+
+
+@pytest.mark.parametrize("table", [{"name": "mro_rules:DnCExtra", "extra": 0.1}, {"name": "mro_rules:DnCExtra"}])
+def test_a_subclass_with_options_of_its_own_is_bound_without_its_bases_option_check(my_dnc: Path, table: dict[str, object]) -> None:
+    """Its own option is no DnC option: the base's bind fills the seed, the base's option parsing is not borrowed."""
+    exp = build_experiment(load_config(None, {**BASE, "seed": 4, "algorithm": table}))
+    assert exp.aggregator.seed == 4  # type: ignore[attr-defined]
+
+
+def test_a_subclass_of_a_rule_whose_spec_has_no_bind_is_not_refused_for_its_own_none(my_dnc: Path) -> None:
+    """KrumSeeded handles its None itself; naming krum instead would drop it: not refused, as before."""
+    exp = build_experiment(load_config(None, {**BASE, "algorithm": {"name": "mro_rules:KrumSeeded"}}))
+    assert exp.aggregator.my_seed == 0  # type: ignore[attr-defined]
+
+
+def test_a_subclass_that_fixes_its_own_seed_runs_as_built(my_dnc: Path) -> None:
+    from mro_rules import DnCFixed  # type: ignore[import-not-found]
+
+    assert binder(DnCFixed()) is None
+    assert build_experiment(load_config(None, {**BASE, "seed": 2, "algorithm": {"name": "mro_rules:DnCFixed"}})).aggregator.seed == 7  # type: ignore[attr-defined]

@@ -114,8 +114,8 @@ class AlgorithmSpec:
     """The aggregator classes its builder makes (``krum``'s: ``(Krum,)``), so that an instance of one passed from Python
     (``chillfl.run(aggregator=Scaffold(3))``) is held to this spec's checks as the method a config names is
     (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not inherited
-    (:func:`declared_capabilities`); but :attr:`bind`, which fills only what the run decides, binds a subclass no spec
-    makes too (:func:`binder`). Declared next to the code, in the module that registers the spec. A class claimed by
+    (:func:`declared_capabilities`); but :attr:`bind`, which fills what the run decides, binds a subclass no spec makes
+    that left a run value None too (:func:`binder`). Declared next to the code, in the module that registers the spec. A class claimed by
     an earlier spec (a spec derived from a built-in with ``dataclasses.replace``, or one spec under a second name) stays
     that spec's for instances (:data:`_MADE`); the later one still builds it from a config."""
 
@@ -305,11 +305,10 @@ RUN_VALUES = tuple(f.name for f in dataclasses.fields(BuildContext) if f.name !=
 
 
 def made_by(cls: type) -> tuple[str, AlgorithmSpec] | None:
-    """The registered spec that makes ``cls`` (:attr:`AlgorithmSpec.makes`, the first to claim it: :data:`_MADE`), or the
-    nearest class it derives from (:func:`made_ancestor`: a subclass inherits the constructor's run values), by name;
-    None when none does (a class that names its spec per instance, ``built_by``, is known only once built)."""
-    ancestor = made_ancestor(cls)
-    maker = None if ancestor is None else _MADE[ancestor]
+    """The registered spec that makes ``cls`` (:attr:`AlgorithmSpec.makes`, the first to claim it: :data:`_MADE`), by name;
+    None when none does (a class that names its spec per instance, ``built_by``, is known only once built; a subclass of
+    a class one makes is the user's own rule here, its None run values its own: only a base's bind fills them, :func:`binder`)."""
+    maker = _MADE.get(cls)
     spec = None if maker is None else _REGISTRY.get(maker)
     return None if maker is None or spec is None else (maker, spec)
 
@@ -712,20 +711,22 @@ def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, Algori
 
 def binder(aggregator: object, field: str = "aggregator") -> tuple[str, AlgorithmSpec, Any] | None:
     """(name, spec, options) of the spec whose :attr:`AlgorithmSpec.bind` binds ``aggregator`` to the run: the one that
-    builds it (:func:`built_by`), else, for a subclass no spec makes, the spec that makes the nearest class it derives
-    from (:func:`made_ancestor`). Why: a bind fills what the run decides (its seed, clients, rounds), which a subclass
-    takes from its base's constructor, and ``class MyDnC(DnC)`` named by path or passed from Python kept ``seed=None``,
-    drawn as seed 0 in every run: each seed of a comparison drew DnC's coordinates alike, silently. Its checks and
-    capabilities stay its own (:attr:`AlgorithmSpec.makes`: matched by exact type, a subclass may change the maths)."""
+    builds it (:func:`built_by`), else, for a subclass no spec makes that left a run value None (:data:`RUN_VALUES`,
+    its ``seed``), the spec with a bind that makes the nearest class it derives from (:func:`made_ancestor`), its
+    options unchecked (None: a subclass's own options may add fields). Why: a bind fills what the run decides, which such
+    a subclass takes from its base's constructor, and ``class MyDnC(DnC)`` named by path or passed from Python kept
+    ``seed=None``, drawn as seed 0 in every run: each seed of a comparison drew DnC's coordinates alike, silently. A
+    subclass that fixed its run values itself (``super().__init__(7)``), or whose base's spec has no bind, runs as it is
+    built; its checks and capabilities stay its own (:attr:`AlgorithmSpec.makes`: matched by exact type)."""
     found = built_by(aggregator, field)
     if found is not None:
         return found
     ancestor = made_ancestor(type(aggregator))
     spec = None if ancestor is None else _REGISTRY.get(_MADE[ancestor])
-    if ancestor is None or spec is None:
+    own = vars(aggregator) if hasattr(aggregator, "__dict__") else {}
+    if ancestor is None or spec is None or spec.bind is None or not any(own.get(name, 0) is None for name in RUN_VALUES):
         return None
-    options = getattr(aggregator, "options", None)
-    return _MADE[ancestor], spec, options if isinstance(options, spec.options) else None
+    return _MADE[ancestor], spec, None
 
 
 def instance_capabilities(aggregator: object) -> Capabilities | None:

@@ -210,17 +210,24 @@ class FedGen(FedAvg):
 
     @property
     def generator(self) -> FeatureGenerator:
-        """G_w's module: :meth:`_generate` calls it with :attr:`params`, which hold its weights."""
-        return self._drawn()[0]
+        """G_w's module: :meth:`_generate` calls it with :attr:`params`, which hold its weights (as set, by a subclass's own
+        :meth:`draw_generator` too, else drawn at first use)."""
+        return self._generator if self._generator is not None else self._drawn()[0]
+
+    @generator.setter
+    def generator(self, value: FeatureGenerator) -> None:
+        """Set by a subclass's own :meth:`draw_generator` (a wider generator), as it could before the drawing was lazy."""
+        self._generator = value
 
     @property
     def params(self) -> Params:
         """G_w's weights, which the server trains (drawn at first use, :meth:`_drawn`)."""
-        return self._drawn()[1]
+        return self._params if self._params is not None else self._drawn()[1]
 
     @params.setter
     def params(self, value: Params) -> None:
-        self._drawn()  # the module too: a drawing after this would replace the weights set here
+        if self._generator is None:  # the module too: a drawing after this would replace the weights set here
+            self._drawn()
         self._params = value
 
     # -- client side --------------------------------------------------------------------------------

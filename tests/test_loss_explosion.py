@@ -10,7 +10,7 @@ import pytest
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.engine.health import LOSS_CEILING, LOSS_GROWTH, LossWatch, loss_explosion
-from chillfl.errors import Diverged
+from chillfl.errors import LOSS_HINT, Diverged
 from chillfl.runner import run_experiment
 
 TINY = {
@@ -48,7 +48,7 @@ def test_the_watch_warns_once_and_strict_raises(caplog):
         for rnd, loss in enumerate([0.05, 0.04, 600.0, 700.0], start=1):
             watch.observe({"round": rnd, "train_loss": loss})
     assert [r.getMessage() for r in caplog.records] == [
-        "round 3: training loss 600 is 1.2e+04 times round 1's 0.05 (lower client.lr?); the run goes on (with strict = true, or --strict, it would stop here)"
+        f"round 3: training loss 600 is 1.2e+04 times round 1's 0.05 ({LOSS_HINT}); the run goes on (with strict = true, or --strict, it would stop here)"
     ]
     strict = LossWatch(True, [{"round": 1, "train_loss": 0.05}])  # a resumed run: round 1 comes from its metrics
     strict.observe({"round": 2, "clients": [], "skipped": True})  # a skipped round has no loss
@@ -65,7 +65,7 @@ def test_a_local_loss_above_the_ceiling_warns_once_and_strict_raises(caplog):
         for rnd, local in enumerate([0.9, 1000.0, 2.5e5, 3e5], start=1):
             watch.observe({"round": rnd, "train_loss": 0.5, "local_loss": local})
     assert [r.getMessage() for r in caplog.records] == [
-        "round 3: local loss 2.5e+05 (the clients' own models on their own splits) is above 1000 (lower client.lr?); the run goes on "
+        f"round 3: local loss 2.5e+05 (the clients' own models on their own splits) is above 1000 ({LOSS_HINT}); the run goes on "
         "(with strict = true, or --strict, it would stop here)"
     ]
     with pytest.raises(Diverged) as err:
@@ -82,7 +82,7 @@ def test_a_healthy_run_says_nothing(caplog):
 def test_lr_50_warns_in_one_line_and_exits_0(tmp_path: Path, capsys):
     assert main(["run", _config(tmp_path), "-q", "--out", str(tmp_path / "out"), "client.lr=50"]) == 0
     err = capsys.readouterr().err.splitlines()
-    assert len(err) == 1 and err[0].startswith("chillfl: round 1: training loss ") and " is above 1000 (lower client.lr?)" in err[0], err
+    assert len(err) == 1 and err[0].startswith("chillfl: round 1: training loss ") and f" is above 1000 ({LOSS_HINT})" in err[0], err
     assert (tmp_path / "out" / "run" / "metrics.jsonl").is_file()
 
 

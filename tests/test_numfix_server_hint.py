@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import pytest
 
-from chillfl.errors import Diverged
+from chillfl.errors import LOSS_HINT, Diverged
 from chillfl.protocols.common import check_finite_loss
 
 
 def test_round_one_names_client_lr_alone() -> None:
     with pytest.raises(Diverged) as caught:
         check_finite_loss(0, 2, "training loss", math.nan)
-    assert str(caught.value) == "round 1, client 2: training loss is nan (lower client.lr?)"
+    assert str(caught.value) == f"round 1, client 2: training loss is nan ({LOSS_HINT})"

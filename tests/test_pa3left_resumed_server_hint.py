@@ -15,7 +15,7 @@ from typing import Any, cast
 import pytest
 
 from chillfl import runner
-from chillfl.errors import Diverged
+from chillfl.errors import LOSS_HINT, Diverged
 from chillfl.protocols.book import ServerBook
 from chillfl.runner import CHECKPOINT, resume_experiment, run_experiment
 from chillfl.storage.checkpoint import read_checkpoint, write_state
@@ -61,7 +61,7 @@ def test_a_checkpoint_without_the_field_still_resumes(failed: tuple[Path, str], 
     assert state["protocol"].pop("blown_after") == 0
     write_state(copy / CHECKPOINT, state, run)  # as an older version wrote it
     said = _resumed(copy, monkeypatch)
-    assert said.startswith("round 2, ") and said.endswith("(lower client.lr?)") and HINT not in said
+    assert said.startswith("round 2, ") and said.endswith(f"({LOSS_HINT})") and HINT not in said
 
 
 class _Part:

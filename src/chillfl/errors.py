@@ -162,6 +162,10 @@ def choice_error(field: str, value: object, allowed: list[str] | tuple[str, ...]
 DIVERGED_EXIT = 3
 """The CLI's exit status when a run diverges (a loss, parameter or metric turned non-finite)."""
 
+LOSS_HINT = "lower client.lr, or check the options that scale the loss or the data: client.weight_decay, a method's or term's weight, the partition's noise"
+"""The hint of a non-finite loss whose cause is not known. Why: "lower client.lr?" alone blamed the lr where
+``client.weight_decay``, a method's loss weight or a partition's noise blew it up (fuzzing found each)."""
+
 
 class Diverged(ArithmeticError):
     """Training produced a non-finite value: names the round (1-based), the client when known, and what."""

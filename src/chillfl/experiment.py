@@ -994,6 +994,13 @@ def check_model_assignment(config: RunConfig, num_clients: int) -> None:
 # ---------------------------------------------------------------- validation without running (--dry-run)
 
 
+def check_protocol(exp: Experiment) -> None:
+    """Build ``exp``'s protocol to check it, training nothing (``--dry-run`` of a run or a comparison): the server model's
+    pretraining on the public set (FedMD's ``transfer_epochs``) is skipped, :func:`~chillfl.protocols.softlabels.build.only_checking`."""
+    with only_checking():
+        build_protocol(exp)
+
+
 def check_config(config: RunConfig) -> bool:
     """Build every part of ``config`` as a run would, writing nothing; ConfigError on any mistake a run would hit.
 
@@ -1010,8 +1017,7 @@ def check_config(config: RunConfig) -> bool:
         check_parts(config)
         say_notes(run_notes(config, None))
         return False
-    with only_checking():  # a dry run trains nothing: the server model's pretraining is skipped
-        build_protocol(exp)
+    check_protocol(exp)
     say_notes(run_notes(config, exp))
     return True
 

@@ -31,7 +31,7 @@ import logging
 import math
 from typing import Any, Iterable, Mapping
 
-from chillfl.errors import Diverged
+from chillfl.errors import LOSS_HINT, Diverged
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class LossWatch:
             if self.first is None:
                 self.first = float(loss)
             if why is not None and not self.warned:
-                self._report(record, f"training loss {float(loss):.3g} {why} (lower client.lr?)")
+                self._report(record, f"training loss {float(loss):.3g} {why} ({LOSS_HINT})")
                 self.warned = True
         evaluated = record.get("global_loss")  # NaN logits (a variance below 0, weights blown up): the accuracy is NaN too
         if evaluated is not None and not math.isfinite(float(evaluated)) and not self.warned_global:
@@ -83,7 +83,7 @@ class LossWatch:
         local = record.get("local_loss")
         if local is not None and not (float(local) <= LOSS_CEILING) and not self.warned_local:  # NaN too: a client's own model's logits are not finite
             why = f"is above {LOSS_CEILING:g}" if math.isfinite(float(local)) else "is not finite (a client's own model gives non-finite logits)"
-            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) {why} (lower client.lr?)")
+            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) {why} ({LOSS_HINT})")
             self.warned_local = True
 
     def _report(self, record: Mapping[str, Any], what: str) -> None:

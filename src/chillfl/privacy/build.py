@@ -196,7 +196,7 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
             sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant, p.rdp_orders) for q, steps in accounting.steps)
         except AccountantError as exc:  # a target so large that its noise is too small for the PRV accountant to account
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} at delta = {p.delta} over the planned {sizes.rounds} rounds: {exc}; "
-                                                           "lower target_epsilon, or use accountant = 'rdp'") from None
+                                                           "lower target_epsilon" + (", or use accountant = 'rdp'" if p.accountant != "rdp" else "")) from None
         except ValueError as exc:
             lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({_lowered(exc)}); "

@@ -23,11 +23,6 @@ from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.temperature.registry import trains_at
 
 
-LOSS_HINT = "lower client.lr, or check the options that scale the loss or the data: client.weight_decay, a method's or term's weight, the partition's noise"
-"""The hint of a non-finite client loss whose cause is not known. Why: "lower client.lr?" alone blamed the lr where
-``client.weight_decay``, a method's loss weight or a partition's noise blew it up (fuzzing found each)."""
-
-
 class ServerBook:
     """Ledger, local log, temperature policy, evaluation and finite checks of one run's server."""
 
@@ -49,7 +44,7 @@ class ServerBook:
 
     def receive(self, round: int, task: ClientTask[Any, Any], reply: ClientReply[Any, Any], train_loss: float, up: Message | None) -> None:
         """Check the reply's training loss; ledger both messages (``up`` None: the protocol prices its uplink itself); observe local accuracy."""
-        check_finite_loss(round, task.client_id, "training loss", train_loss, self.server_step() or LOSS_HINT)
+        check_finite_loss(round, task.client_id, "training loss", train_loss, self.server_step())
         if reply.local_loss is not None and task.client_id not in self.log.empty:
             self.finite_locals[round] = self.finite_locals.get(round, True) and math.isfinite(reply.local_loss)
         if reply.nonfinite is not None:
@@ -62,7 +57,7 @@ class ServerBook:
 
     def check_loss(self, round: int, client_id: int, name: str, value: float | None) -> None:
         """A further loss the protocol reports (distillation), checked like the training loss."""
-        check_finite_loss(round, client_id, name, value, self.server_step() or LOSS_HINT)
+        check_finite_loss(round, client_id, name, value, self.server_step())
 
     def server_step(self) -> str | None:
         """The server-step hint of a non-finite loss, when an earlier round's server step blew the model up (else None).

@@ -21,7 +21,7 @@ from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
 from chillfl.engine.predict import PredictJob
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientData, ClientReply, Message
-from chillfl.errors import ConfigError, Diverged
+from chillfl.errors import LOSS_HINT, ConfigError, Diverged
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.training.local import evaluate
 
@@ -316,9 +316,10 @@ def check_finite_loss(round: int, client_id: int, name: str, value: float | None
     """Stop the run at the first non-finite training loss (``client.lr`` too high, usually).
 
     ``server_step``: the whole hint when an earlier round's server step blew the model up (:func:`server_step_hint`);
-    None: the server's step cannot be the cause, so the hint names ``client.lr`` alone."""
+    None: the server's step cannot be the cause, so the hint is :data:`~chillfl.errors.LOSS_HINT` (the lr, or the options
+    that scale the loss)."""
     if value is not None and not math.isfinite(value):
-        raise Diverged(round + 1, f"{name} is {value} ({server_step or 'lower client.lr?'})", client_id)
+        raise Diverged(round + 1, f"{name} is {value} ({server_step or LOSS_HINT})", client_id)
 
 
 def check_aggregated(before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor], aggregator: object) -> None:

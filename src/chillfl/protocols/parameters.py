@@ -65,7 +65,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
-from chillfl.errors import ConfigError
+from chillfl.errors import LOSS_HINT, ConfigError
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
     Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes,
@@ -231,7 +231,7 @@ class ParameterClient:
             lr = d.lr if step.lr is None else step.lr
             outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp, carry=step.carry)
             if i and nonfinite is None and not math.isfinite(outcome.mean_loss):
-                nonfinite = f"the loss of {type(self.trainer).__name__}'s training {i + 1} is {outcome.mean_loss} (lower client.lr?)"
+                nonfinite = f"the loss of {type(self.trainer).__name__}'s training {i + 1} is {outcome.mean_loss} ({LOSS_HINT})"
         raise AssertionError("unreachable")
 
 

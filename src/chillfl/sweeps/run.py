@@ -40,7 +40,7 @@ from chillfl.data.loaders import data_absent
 from chillfl.errors import ComparisonInterrupted, ConfigError, Diverged, RunNotStarted, StorageError, SweepFailed, Unreachable, one_line, signal_in, stopped_as
 from chillfl.paths import current_folder, shell_path
 from chillfl.executors.pools import WorkerPools
-from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, build_protocol, check_parts, run_notes, say_notes
+from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, check_parts, check_protocol, run_notes, say_notes
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_accuracy, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat,
@@ -285,7 +285,7 @@ def check_runs(
                     return None
             exp = build_experiment(here, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
             if dry_run:
-                build_protocol(exp)
+                check_protocol(exp)
                 notes += run_notes(here, exp)
     say_notes(notes)
     return datasets

@@ -23,3 +23,11 @@ def test_a_huge_rdp_target_is_one_line_on_target_epsilon(tmp_path: Path, capsys:
     code, err = run(tmp_path, capsys, "privacy.mechanism=dp-fedavg", "privacy.target_epsilon=1e308")
     assert code == 2 and len(err) == 1, err
     assert err[0].startswith("chillfl: error: privacy.target_epsilon: 1e+308 "), err
+
+
+@pytest.mark.slow  # about 6 s, as above
+def test_an_rdp_target_past_the_cap_is_not_told_to_use_rdp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal's ending advised every accountant's target to "use accountant = 'rdp'", the RDP one's too."""
+    code, err = run(tmp_path, capsys, "privacy.mechanism=dp-fedavg", "privacy.accountant=rdp", "privacy.target_epsilon=1e308")
+    assert code == 2 and len(err) == 1 and "lower target_epsilon" in err[0], err
+    assert "use accountant = 'rdp'" not in err[0], err

@@ -53,3 +53,10 @@ def test_a_label_breaks_at_its_separators_and_a_long_word_outside_its_numbers() 
     assert "".join(long) == "averyveryverylongrunnamewithnoseparatorsatall" and len(long) == 3 and max(map(len, long)) <= 20
     assert tick_label("averyveryverylongrunname0.0125").split("\n") == ["averyveryverylongrun", "name0.0125"]  # not "...name0.0" over "125"
     assert tick_label("fedprox-lr1e-05-mu=-1-momentum0.9-seed0").split("\n") == ["fedprox-lr1e-05-", "mu=-1-momentum0.9-", "seed0"]  # 1e-05, -1 whole
+
+
+def test_a_minus_sign_stays_with_its_number_when_a_word_is_cut() -> None:
+    """The cutter split ``-`` from its number where a word longer than a line was broken inside (rev103b)."""
+    from chillfl.plots.figure import _packed
+
+    assert _packed("temperaturevalue=-0.125", 20) == ["temperaturevalue=", "-0.125"]

@@ -232,7 +232,7 @@ hyphen (``1e-05``), which would split a number."""
 _JOINED = re.compile(r"(?<=[_/,])")
 """Where else a name may break: after ``_``, ``/`` or ``,`` (``fedprox_mu0.01_lr0.05``, ``parent/name``)."""
 
-_NUMBER = re.compile(r"(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
+_NUMBER = re.compile(r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 
 
 def _packed(line: str, chars: int) -> list[str]:

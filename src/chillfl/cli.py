@@ -1210,7 +1210,12 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     # Overrides may come before or after options (``run cfg -q a.b=1``): argparse stops
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
+    after: list[str] = []
+    if "--" in extra:  # `run demo --dry-run -- a.b=1`: the usual end of the options; what follows is overrides, not flags
+        at = extra.index("--")
+        extra, after = extra[:at], extra[at + 1:]
     stray = [e for e in extra if e.startswith("-") or "=" not in e or not hasattr(args, "overrides")]
+    stray += [] if hasattr(args, "overrides") else after  # a command without overrides takes nothing after it
     words = [args.command, *([args.data_command] if args.command == "data" else []), *([args.analysis] if args.command == "analyze" else [])]
     prog = " ".join(["chillfl", *words])
     if stray:  # named as the subcommand's: its --help lists its flags (`chillfl --help` lists only the commands)
@@ -1218,8 +1223,8 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
         argv_given = sys.argv[1:] if argv is None else list(argv)
         hint = _stray_flags_hint(_subparser(parser, words), args, extra, argv_given, COMPARE_FLAGS if compare else ()) + compare
         parser.exit(2, f"{prog}: error: {one_line('unrecognized arguments: ' + ' '.join(stray))}{hint}; `{prog} --help` shows the usage\n")
-    if extra:
-        args.overrides = [*args.overrides, *extra]
+    if extra or after:
+        args.overrides = [*args.overrides, *extra, *after]
     if getattr(args, "quiet", 0) and getattr(args, "verbose", 0):  # they cancelled out: `-q -v` printed a progress line every round
         parser.exit(2, f"{prog}: error: -q/--quiet and -v/--verbose: give one (-q: fewer lines, -v: more), not both\n")
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)

@@ -136,3 +136,14 @@ def test_a_comparison_folder_has_the_figure_when_a_variant_is_private(tmp_path: 
     for stem, data in shown.items():
         assert base64.b64decode(data) == (folder / f"{stem}.png").read_bytes()
     assert ("differences" in shown) is (seeds == "0,1")  # the forest plot of paired differences: over seeds only
+
+
+def test_the_eleventh_variant_is_told_from_the_first() -> None:
+    """Colours repeat past ten variants (variant_style) and a point has no line to dash: privacy/epsilon-digits' twelve
+    variants drew SCARLET's point and level as FedAvg's (docsfresh). The tens now differ in fill and line style."""
+    from chillfl.plots.privacy_utility import point_style
+
+    first, eleventh, twenty_first = point_style(0), point_style(10), point_style(20)
+    assert first[0] == eleventh[0] == twenty_first[0]  # the colour every figure gives the variant
+    assert len({first[1], eleventh[1], twenty_first[1]}) == 3 and len({first[2], eleventh[2], twenty_first[2]}) == 3
+    assert first[1:] == ("full", "--")  # the first ten as before

@@ -45,8 +45,20 @@ DODGE = 7.0
 """Typographic points between the points drawn at one epsilon (:func:`dodges`)."""
 DODGE_DIGITS = 4
 """Significant digits to which two epsilons are one (:func:`dodges`)."""
+FILLS = ("full", "none", "left", "bottom")
+"""A point's marker fill by its variant's tens (:func:`point_style`): ``variant_style`` repeats colours past ten, and a
+point has no line to dash, so the 11th variant's point was the 1st's."""
+LEVELS = ("--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)))
+"""A reference level's line style by its variant's tens, for the same reason (the 1st and 11th were both dashed)."""
 NOTE_CHARS = 110
 """Characters per line of the note under the title (a 10-inch figure at 8 pt holds about 120)."""
+
+
+def point_style(index: int) -> tuple[str, str, Any]:
+    """(colour, marker fill, reference line style) of the ``index``-th variant: its colour as in every figure
+    (:func:`~chillfl.plots.styles.variant_style`), its tens told apart by fill (:data:`FILLS`) and style (:data:`LEVELS`)."""
+    tens = index // 10
+    return variant_style(index)[0], FILLS[tens % len(FILLS)], LEVELS[tens % len(LEVELS)]
 
 
 @dataclass(frozen=True)
@@ -191,14 +203,16 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
     # a variant's colour is its row's (its variant's) index, as in curves.png: by position among the points it was another
     for p, shift in zip(utility.points, dodges(utility.points)):
         err = None if p.interval is None else [[p.accuracy - p.interval.low], [p.interval.high - p.accuracy]]
-        drawn = ax.errorbar([p.epsilon], [p.accuracy], yerr=err, fmt=marker_of[p.unit], color=variant_style(p.index)[0], ms=7, capsize=4, label=point_label(p))
+        drawn = ax.errorbar([p.epsilon], [p.accuracy], yerr=err, fmt=marker_of[p.unit], color=point_style(p.index)[0], ms=7, capsize=4,
+                            fillstyle=point_style(p.index)[1], label=point_label(p))
         if shift:  # side by side, the data unchanged; moved after drawing, so that the axes' limits still fit the data
             moved = offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
             for artist in drawn.get_children():
                 artist.set_transform(moved)
         handles.append(drawn)
-    for ref in utility.references:  # dashed whatever its variant's style: a level, not a point's line
-        handles.append(ax.axhline(ref.accuracy, color=variant_style(ref.index)[0], ls="--", lw=1.2, label=f"{ref.label} (no DP): {ref.accuracy:.2f} %"))
+    for ref in utility.references:  # dashed (dotted past ten variants ...) whatever its variant's line: a level, not a point's line
+        colour, _, level = point_style(ref.index)
+        handles.append(ax.axhline(ref.accuracy, color=colour, ls=level, lw=1.2, label=f"{ref.label} (no DP): {ref.accuracy:.2f} %"))
     ax.set(xlabel="epsilon spent by the last round (each at its own delta)" + ("; log scale" if utility.log_x else ""), ylabel="final global test accuracy %")
     ax.grid(alpha=0.3)
     # figure legends "outside": constrained layout makes room for both (a second axes legend kept by add_artist got none)

@@ -12,7 +12,9 @@ import pytest
 
 from chillfl.aggregation.dnc import DnC, DnCOptions
 from chillfl.aggregation.registry import binder, binds_to_run, made_by
+from chillfl.aggregation.fednova import FedNova
 from chillfl.config import load_config
+from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
 from chillfl.runner import run_experiment
 from test_bindfix_registry import scratch_registry  # noqa: F401 - the fixture rules needs
@@ -24,7 +26,12 @@ SUBCLASSES = '''
 from dataclasses import dataclass
 
 from chillfl.aggregation.dnc import DnC, DnCOptions
+from chillfl.aggregation.fednova import FedNova
 from chillfl.aggregation.robust import Krum, KrumOptions
+
+
+class MyNova(FedNova):
+    """FedNova as it is: its bind fills the client momentum from the run."""
 
 
 class MyDnC(DnC):
@@ -118,8 +125,17 @@ def test_a_subclass_of_a_rule_whose_spec_has_no_bind_is_not_refused_for_its_own_
     assert exp.aggregator.my_seed == 0  # type: ignore[attr-defined]
 
 
-def test_a_subclass_that_fixes_its_own_seed_runs_as_built(my_dnc: Path) -> None:
-    from mro_rules import DnCFixed  # type: ignore[import-not-found]
+def test_a_subclass_that_fixes_its_own_seed_is_refused_as_its_base_is(my_dnc: Path) -> None:
+    """DnC(7) is refused (seed 7 drew every run's alike); a subclass fixing 7 in its constructor is too (rev103c)."""
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {**BASE, "seed": 2, "algorithm": {"name": "mro_rules:DnCFixed"}}))
+    assert "must equal the run's seed = 2, got 7" in err.value.message
 
-    assert binder(DnCFixed()) is None
-    assert build_experiment(load_config(None, {**BASE, "seed": 2, "algorithm": {"name": "mro_rules:DnCFixed"}})).aggregator.seed == 7  # type: ignore[attr-defined]
+
+def test_a_subclass_takes_the_run_values_its_base_takes(my_dnc: Path) -> None:
+    """The base's bind fills more than a None seed: FedNova's client momentum (MyNova() ran with momentum 0 under
+    client.momentum = 0.9 when only a None run value bound it, rev103c)."""
+    from mro_rules import MyNova  # type: ignore[import-not-found]
+
+    extra = {"client.momentum": 0.9}
+    assert same(state({"name": "fedavg"}, extra, aggregator=MyNova()), state({"name": "fedavg"}, extra, aggregator=FedNova()))

@@ -115,7 +115,7 @@ class AlgorithmSpec:
     (``chillfl.run(aggregator=Scaffold(3))``) is held to this spec's checks as the method a config names is
     (:func:`check_instance`). Matched by exact type: a subclass may change the maths, as capabilities are not inherited
     (:func:`declared_capabilities`); but :attr:`bind`, which fills what the run decides, binds a subclass no spec makes
-    that left a run value None too (:func:`binder`). Declared next to the code, in the module that registers the spec. A class claimed by
+    too (:func:`binder`). Declared next to the code, in the module that registers the spec. A class claimed by
     an earlier spec (a spec derived from a built-in with ``dataclasses.replace``, or one spec under a second name) stays
     that spec's for instances (:data:`_MADE`); the later one still builds it from a config."""
 
@@ -711,20 +711,20 @@ def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, Algori
 
 def binder(aggregator: object, field: str = "aggregator") -> tuple[str, AlgorithmSpec, Any] | None:
     """(name, spec, options) of the spec whose :attr:`AlgorithmSpec.bind` binds ``aggregator`` to the run: the one that
-    builds it (:func:`built_by`), else, for a subclass no spec makes that left a run value None (:data:`RUN_VALUES`,
-    its ``seed``), the spec with a bind that makes the nearest class it derives from (:func:`made_ancestor`), its
-    options unchecked (None: a subclass's own options may add fields). Why: a bind fills what the run decides, which such
-    a subclass takes from its base's constructor, and ``class MyDnC(DnC)`` named by path or passed from Python kept
-    ``seed=None``, drawn as seed 0 in every run: each seed of a comparison drew DnC's coordinates alike, silently. A
-    subclass that fixed its run values itself (``super().__init__(7)``), or whose base's spec has no bind, runs as it is
-    built; its checks and capabilities stay its own (:attr:`AlgorithmSpec.makes`: matched by exact type)."""
+    builds it (:func:`built_by`), else, for a subclass no spec makes, the spec with a bind that makes the nearest class
+    it derives from (:func:`made_ancestor`), its options unchecked (None: a subclass's own options may add fields). Why:
+    a bind fills what the run decides and refuses what disagrees with it, which such a subclass takes from its base's
+    constructor: ``class MyDnC(DnC)`` named by path or passed from Python kept ``seed=None``, drawn as seed 0 in every
+    run (each seed of a comparison drew alike, silently), ``MyNova()`` ran with momentum 0 under ``client.momentum =
+    0.9``, ``MyScaffold(2)`` ran in a 4-client run. A subclass that fixes its seed (``super().__init__(7)``) is refused
+    as ``DnC(7)`` is; one whose base's spec has no bind runs as it is built; its checks and capabilities stay its own
+    (:attr:`AlgorithmSpec.makes`: matched by exact type)."""
     found = built_by(aggregator, field)
     if found is not None:
         return found
     ancestor = made_ancestor(type(aggregator))
     spec = None if ancestor is None else _REGISTRY.get(_MADE[ancestor])
-    own = vars(aggregator) if hasattr(aggregator, "__dict__") else {}
-    if ancestor is None or spec is None or spec.bind is None or not any(own.get(name, 0) is None for name in RUN_VALUES):
+    if ancestor is None or spec is None or spec.bind is None:
         return None
     return _MADE[ancestor], spec, None
 

@@ -31,3 +31,11 @@ def test_an_rdp_target_past_the_cap_is_not_told_to_use_rdp(tmp_path: Path, capsy
     code, err = run(tmp_path, capsys, "privacy.mechanism=dp-fedavg", "privacy.accountant=rdp", "privacy.target_epsilon=1e308")
     assert code == 2 and len(err) == 1 and "lower target_epsilon" in err[0], err
     assert "use accountant = 'rdp'" not in err[0], err
+
+
+@pytest.mark.slow  # about 6 s, as above
+def test_a_prv_target_past_both_caps_is_not_told_to_use_rdp(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """RDP refuses a target above RDP_MAX_EPSILON too: the PRV refusal of 1e31 sent the user there (rev103c)."""
+    code, err = run(tmp_path, capsys, "privacy.mechanism=dp-fedavg", "privacy.accountant=prv", "privacy.target_epsilon=1e31")
+    assert code == 2 and len(err) == 1 and "lower target_epsilon" in err[0], err
+    assert "use accountant = 'rdp'" not in err[0], err

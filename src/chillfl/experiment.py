@@ -611,7 +611,8 @@ def check_step_sizes(config: RunConfig, model: nn.Module) -> None:
     past that dtype's range raised "value cannot be converted to type float without overflow" from inside round 1 (a
     66-line traceback), where 1e38 ends as a divergence. A convention (:func:`is_step_size`), so every method's rate
     is covered without a list of methods; a rate named otherwise still ends as torch raises there."""
-    dtype = next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()} or {torch.get_default_dtype()}
+    dtype = min(dtypes, key=lambda d: torch.finfo(d).max)  # a mixed model: its narrowest (a float64 first layer, float32 after)
     largest = torch.finfo(dtype).max
     for field, value in step_size_fields(config):
         if abs(value) > largest:

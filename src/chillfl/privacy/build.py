@@ -27,7 +27,7 @@ from chillfl.extras import need
 from chillfl.models.common import variance_buffers
 from chillfl.options import short_repr
 from chillfl.plugins import has_methods
-from chillfl.privacy.accounting import AccountantError, Ledger, noise_for
+from chillfl.privacy.accounting import RDP_MAX_EPSILON, AccountantError, Ledger, noise_for
 from chillfl.privacy.dpsgd import PerSampleClipping, check_per_sample
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, rate_and_count, spec_of
@@ -196,7 +196,7 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
             sigma = sensitivity * max(noise_for(p.target_epsilon, p.delta, q, steps, p.accountant, p.rdp_orders) for q, steps in accounting.steps)
         except AccountantError as exc:  # a target so large that its noise is too small for the PRV accountant to account
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} at delta = {p.delta} over the planned {sizes.rounds} rounds: {exc}; "
-                                                           "lower target_epsilon" + (", or use accountant = 'rdp'" if p.accountant != "rdp" else "")) from None
+                                                           "lower target_epsilon" + (", or use accountant = 'rdp'" if p.accountant != "rdp" and p.target_epsilon <= RDP_MAX_EPSILON else "")) from None
         except ValueError as exc:
             lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({_lowered(exc)}); "

@@ -914,14 +914,18 @@ def sgd_update_(
         add_outer_(w, x, dz, -lr)
 
 
+HOLDABLE_BY_ALL = torch.finfo(torch.float16).max
+"""The largest step size every trainable dtype holds (float16's 65504): :func:`within_dtype` looks no further below it."""
+
+
 def within_dtype(lr: float | torch.Tensor, params: Params) -> float | torch.Tensor:
     """``lr`` clamped to the largest number of the weights' dtype (a tensor as is). Why: torch takes the step size as a
     scalar of that dtype, and a rate past it (a step size no lr-named option holds, so :func:`chillfl.experiment.
     check_step_sizes` cannot refuse it: perfedavg's beta = 1e39) raised "value cannot be converted to type float without
     overflow" in round 1; clamped, the weights blow up and the run ends as a divergence, as at 1e38."""
-    if isinstance(lr, torch.Tensor) or not params:
+    if isinstance(lr, torch.Tensor) or not params or abs(lr) <= HOLDABLE_BY_ALL:  # every step of an ordinary run: nothing to look up
         return lr
-    largest = torch.finfo(next(iter(params.values())).dtype).max
+    largest = min(torch.finfo(v.dtype).max for v in params.values() if v.is_floating_point())  # a mixed model: its narrowest
     return lr if abs(lr) <= largest else math.copysign(largest, lr)
 
 

@@ -63,6 +63,14 @@ class KrumSeeded(Krum):
         self.my_seed = 0 if seed is None else seed
 
 
+class OwnInitDnC(DnC):
+    """A DnC subclass with an __init__ of its own that skips DnC's: no seed for DnC's bind to take (rev103d)."""
+
+    def __init__(self, rng_seed=0):
+        self.rng_seed = rng_seed
+        self.options = DnCOptions()
+
+
 class DnCFixed(DnC):
     """A subclass that fixes its own seed: it runs as it is built."""
 
@@ -139,3 +147,17 @@ def test_a_subclass_takes_the_run_values_its_base_takes(my_dnc: Path) -> None:
 
     extra = {"client.momentum": 0.9}
     assert same(state({"name": "fedavg"}, extra, aggregator=MyNova()), state({"name": "fedavg"}, extra, aggregator=FedNova()))
+
+
+def test_a_subclass_without_what_its_bases_bind_needs_is_one_line(my_dnc: Path) -> None:
+    """An AttributeError traceback (exit 1) from DnC's bind, by path and from Python: one line naming what named it."""
+    from mro_rules import OwnInitDnC  # type: ignore[import-not-found]
+
+    with pytest.raises(ConfigError) as by_path:
+        build_experiment(load_config(None, {**BASE, "algorithm": {"name": "mro_rules:OwnInitDnC"}}))
+    assert by_path.value.field == "algorithm.name"
+    assert by_path.value.message.startswith("OwnInitDnC derives from DnC, whose binding to the run (the bind of spec 'dnc') needs what it lacks")
+    assert "call DnC's __init__ (super().__init__)" in by_path.value.message
+    with pytest.raises(ConfigError) as from_python:
+        state({"name": "fedavg"}, aggregator=OwnInitDnC())
+    assert from_python.value.field == "aggregator"

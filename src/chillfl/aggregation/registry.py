@@ -783,9 +783,26 @@ def bind_instance(aggregator: object, ctx: BuildContext) -> None:
         name, spec, options = found
         if options is not None:  # the caller's options as written first: a bind may rewrite them (FedPHP's unset H)
             _check_options(spec, name, options, ctx.section)
-        bind(aggregator, ctx)
+        try:
+            bind(aggregator, ctx)
+        except AttributeError as exc:
+            if type(aggregator) in spec.makes or isinstance(aggregator, BuiltBySpec):  # the spec's own class: its bug, as it is
+                raise
+            ancestor = made_ancestor(type(aggregator))
+            base = name if ancestor is None else ancestor.__name__
+            raise ConfigError(_named_by(ctx.section), f"{type(aggregator).__name__} derives from {base}, whose binding to the run (the bind of spec "
+                                                      f"{name!r}) needs what it lacks ({exc}): call {base}'s __init__ (super().__init__) and keep "
+                                                      "its options' fields, or derive from AggregatorBase") from None
     if isinstance(aggregator, AroundAggregator):
         bind_instance(aggregator.base, replace(ctx, section=f"{ctx.section.removesuffix('.options')}.base.options"))
+
+
+def _named_by(section: str) -> str:
+    """The field that named an aggregator bound under ``section``: ``algorithm.name`` (a class named by path),
+    ``algorithm.base`` (a wrapper's base so named), ``aggregator`` / ``aggregator.base`` (an instance from Python)."""
+    if section.endswith("_options"):
+        return section.removesuffix("_options")
+    return section.removesuffix(".options") if section.endswith(".options") else f"{section}.name"
 
 
 def binds_to_run(aggregator: object) -> bool:

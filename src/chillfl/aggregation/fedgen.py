@@ -202,9 +202,13 @@ class FedGen(FedAvg):
         self._params = {k: v.detach().clone() for k, v in self._generator.named_parameters()}
 
     def _drawn(self) -> tuple[FeatureGenerator, Params]:
-        """The module and the weights, drawn from the seed (0 outside a run while it is unset) if not yet."""
+        """The module and the weights, drawn from the seed (0 outside a run while it is unset) if not yet; weights set
+        before the module was drawn (a loaded checkpoint's) are kept."""
         if self._generator is None or self._params is None:
+            kept = self._params if self._generator is None else None
             self.draw_generator(instance_seed(self.seed))
+            if kept is not None:
+                self._params = kept
         assert self._generator is not None and self._params is not None
         return self._generator, self._params
 
@@ -226,8 +230,8 @@ class FedGen(FedAvg):
 
     @params.setter
     def params(self, value: Params) -> None:
-        if self._generator is None:  # the module too: a drawing after this would replace the weights set here
-            self._drawn()
+        """Kept over a later drawing of the module (:meth:`_drawn`); set by a subclass's own :meth:`draw_generator` in
+        any order (drawing here recursed into it)."""
         self._params = value
 
     # -- client side --------------------------------------------------------------------------------

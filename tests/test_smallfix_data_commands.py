@@ -74,3 +74,17 @@ def test_a_plain_folder_is_printed_as_before() -> None:
     assert HUB["flwr_femnist"].command() == "hf download flwrlabs/femnist --repo-type dataset --local-dir data/flwrlabs/femnist"
     assert download_command("mnist", "data") == "chillfl data download mnist --data-dir data"
     assert MANUAL["femnist"].for_dir("/d").startswith("FEMNIST needs no build step") and "--local-dir /d/flwrlabs/femnist`" in MANUAL["femnist"].for_dir("/d")
+
+
+def test_a_folder_starting_with_a_dash_is_printed_so_that_the_pasted_command_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """``--data-dir -x`` pasted back is refused by argparse (``-x`` read as a flag): the folder is printed ``./-x``."""
+    from chillfl.data.sources import download_command
+    monkeypatch.chdir(tmp_path)
+    command = download_command("mnist", "-x")
+    assert _argument(command, "--data-dir") == "./-x"
+    assert main(["data", "download", "flwr_femnist", "--data-dir=-x"]) == 2
+    local = _argument(_quoted_command(capsys.readouterr().err), "--local-dir")
+    assert local == "./-x/flwrlabs/femnist" and (tmp_path / local).resolve() == (tmp_path / "-x" / "flwrlabs" / "femnist").resolve()
+    with pytest.raises(SystemExit):  # what the old text did, pasted: argparse takes -x for a flag
+        main(shlex.split("data download mnist --data-dir -x"))

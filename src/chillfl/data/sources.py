@@ -184,10 +184,17 @@ class HubSource:
         return hub_download_command(self.repo, data_dir)
 
 
+def shell_path(path: str | PurePath) -> str:
+    """``path`` as one shell word that no command line reads as a flag: quoted (a space split it) and, when it starts
+    with ``-`` (``--data-dir -x`` is refused by argparse as a missing value), written ``./-x``, the same folder."""
+    text = str(path)
+    return shlex.quote(f"./{text}" if text.startswith("-") else text)
+
+
 def hub_download_command(repo: str, data_dir: str | PurePath = "data") -> str:
     """huggingface_hub's command that puts hub dataset ``repo`` under ``data_dir/<repo>``, where a loader's ``path = repo``
     finds it offline: one writer of it, for the listing, the hints and the instructions."""
-    return f"hf download {repo} --repo-type dataset --local-dir {shlex.quote(str(PurePath(data_dir) / repo))}"  # one word: a space split it
+    return f"hf download {repo} --repo-type dataset --local-dir {shell_path(PurePath(data_dir) / repo)}"
 
 
 HUB: dict[str, HubSource] = {
@@ -239,4 +246,5 @@ def fetched_from(name: str) -> str:
 
 def download_command(name: str, data_dir: str = "data") -> str:
     """The one command that fetches dataset ``name`` into ``data_dir`` (quoted where a shell would split it)."""
-    return f"chillfl data download {name} --data-dir {shlex.quote(str(data_dir))}"
+    return f"chillfl data download {name} --data-dir {shell_path(data_dir)}"
+

@@ -7,23 +7,32 @@ from pathlib import Path
 import pytest
 
 from chillfl.errors import ConfigError
-from chillfl.temperature.base import MIN_TEMPERATURE, FixedOptions
+from chillfl.temperature.base import MAX_TEMPERATURE, MIN_TEMPERATURE, FixedOptions
 from chillfl.temperature.fedchill import FedChillOptions, decay_step, initial_temperature, start_temperature
 
 
 @pytest.mark.parametrize("value", [1e-30, 1e-6, 0.0, -1.0, float("nan"), float("inf")])
 def test_fixed_refuses_a_temperature_below_the_floor(value: float) -> None:
-    with pytest.raises(ConfigError, match=r"temperature\.value: must be a finite temperature >= 0\.0001"):
+    with pytest.raises(ConfigError, match=r"temperature\.value: must be a temperature in \[0\.0001, 10000\]"):
         FixedOptions(value).validate("temperature")
 
 
 def test_fixed_accepts_the_floor_and_the_usual_range() -> None:
-    for value in (MIN_TEMPERATURE, 0.05, 1.0, 4.0):
+    for value in (MIN_TEMPERATURE, 0.05, 1.0, 4.0, 100.0, MAX_TEMPERATURE):
         FixedOptions(value).validate("temperature")
 
 
+@pytest.mark.parametrize("value", [1e308, 1e30, MAX_TEMPERATURE * 1.5])
+def test_a_temperature_above_the_ceiling_is_refused(value: float) -> None:
+    """A fuzzer's 1e308 (float32's inf) ran every round at loss exactly ln K: every step shrinks by 1/T, nothing trained."""
+    with pytest.raises(ConfigError, match=r"temperature\.value: must be a temperature in \[0\.0001, 10000\].*nothing trains"):
+        FixedOptions(value).validate("temperature")
+    with pytest.raises(ConfigError, match=r"temperature\.t_max: must be a temperature in"):
+        FedChillOptions(t_max=value).validate("temperature")
+
+
 def test_fedchill_t_min_is_the_floor_of_every_temperature() -> None:
-    with pytest.raises(ConfigError, match=r"temperature\.t_min: must be a finite temperature >= 0\.0001"):
+    with pytest.raises(ConfigError, match=r"temperature\.t_min: must be a temperature in \[0\.0001, 10000\]"):
         FedChillOptions(t_min=1e-30).validate("temperature")
     with pytest.raises(ConfigError, match=r"temperature\.t_start"):  # below t_min, so below the floor
         FedChillOptions(init=False, t_start=1e-30).validate("temperature")
@@ -39,7 +48,8 @@ def test_fedchill_t_min_is_the_floor_of_every_temperature() -> None:
 
 
 @pytest.mark.parametrize("override", [["temperature.policy=fixed", "temperature.value=1e-30"],
-                                      ["temperature.policy=fedchill", "temperature.t_min=1e-30", "temperature.t_max=1e-29"]])
+                                      ["temperature.policy=fedchill", "temperature.t_min=1e-30", "temperature.t_max=1e-29"],
+                                      ["temperature.policy=fixed", "temperature.value=1e308"]])
 def test_a_tiny_temperature_exits_2_with_one_line_before_anything_is_written(tmp_path: Path, capfd: pytest.CaptureFixture[str],
                                                                             override: list[str]) -> None:
     from chillfl.cli import main
@@ -49,7 +59,7 @@ def test_a_tiny_temperature_exits_2_with_one_line_before_anything_is_written(tmp
     assert main(["run", str(path), "--quiet", "federation.num_clients=4", "federation.rounds=1", *override]) == 2
     err = capfd.readouterr().err
     field = override[1].split("=")[0]
-    assert len(err.splitlines()) == 1 and f"{field}: must be a finite temperature" in err, err
+    assert len(err.splitlines()) == 1 and f"{field}: must be a temperature in" in err, err
     assert not (tmp_path / "out").exists()
 
 
@@ -69,7 +79,9 @@ def test_an_unread_p_g_is_not_refused_with_init_false() -> None:
 def test_the_temperature_sweep_refuses_a_grid_point_below_the_floor() -> None:
     from chillfl.analysis.temperature_sweep import parse_temperatures
 
-    with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be finite and >= 0\.0001") as info:
+    with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be in \[0\.0001, 10000\]") as info:
         parse_temperatures("1e-30,1")
     assert info.value.field == "--temperatures"
     assert parse_temperatures([MIN_TEMPERATURE, 1.0]) == [MIN_TEMPERATURE, 1.0]
+    with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be in"):
+        parse_temperatures("1,1e308")

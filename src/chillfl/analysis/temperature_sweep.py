@@ -104,7 +104,7 @@ from chillfl.progress import NoBar, Progress, as_mode, mode_for
 from chillfl.seeds import derive_seed
 from chillfl.stderr import say
 from chillfl.stop_signals import made_held
-from chillfl.temperature.base import MIN_TEMPERATURE
+from chillfl.temperature.base import MAX_TEMPERATURE, MIN_TEMPERATURE
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
 from chillfl.training.local import LocalSpec, evaluate, run_precision, train_client
@@ -202,7 +202,7 @@ def _fmt(x: float) -> str:
 
 
 def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
-    """``"0.05,0.1,1"`` (or a list) -> sorted distinct temperatures >= :data:`~chillfl.temperature.base.MIN_TEMPERATURE`; None -> the default grid."""
+    """``"0.05,0.1,1"`` (or a list) -> sorted distinct temperatures in a run's range (:func:`~chillfl.temperature.base.require_temperature`); None -> the default grid."""
     if text is None:
         return list(DEFAULT_TEMPERATURES)
     items: Sequence[Any] = text.split(",") if isinstance(text, str) else text
@@ -212,8 +212,8 @@ def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
             value = float(item)
         except (TypeError, ValueError):
             raise ConfigError(TEMPERATURES_FIELD, f"expected comma-separated numbers > 0, got {item!r}") from None
-        if not (math.isfinite(value) and value >= MIN_TEMPERATURE):  # a run's own floor: below it float32 training overflows
-            raise ConfigError(TEMPERATURES_FIELD, f"temperatures must be finite and >= {MIN_TEMPERATURE:g} (as a run's temperature), got {item!r}")
+        if not (math.isfinite(value) and MIN_TEMPERATURE <= value <= MAX_TEMPERATURE):  # a run's own range (require_temperature)
+            raise ConfigError(TEMPERATURES_FIELD, f"temperatures must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (as a run's temperature), got {item!r}")
         values.append(value)
     grid = sorted(set(values))
     if len(grid) < 2:

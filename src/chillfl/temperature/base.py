@@ -16,7 +16,7 @@ from chillfl.options import NoOptions, require
 from chillfl.temperature.policy import TemperatureHalf, TemperaturePolicy, TemperatureState
 from chillfl.temperature.registry import PolicySpec, register_policy
 
-__all__ = ["MIN_TEMPERATURE", "ConstantTemperature", "FixedOptions", "TemperatureHalf", "TemperaturePolicy", "TemperatureState", "describe_policy",
+__all__ = ["MAX_TEMPERATURE", "MIN_TEMPERATURE", "ConstantTemperature", "FixedOptions", "TemperatureHalf", "TemperaturePolicy", "TemperatureState", "describe_policy",
            "require_temperature"]
 
 MIN_TEMPERATURE = 1e-4
@@ -26,12 +26,19 @@ at or decays to). Why: local training divides the logits by T, and the loss's gr
 nan or inf loss, reported only as a divergence (``lower client.lr?``); at 1e-4 it stays finite. A typo such as
 ``value = 1e-30`` is refused at config time instead, naming its field."""
 
+MAX_TEMPERATURE = 1e4
+"""The largest training temperature a config may set (``fixed``'s ``value``, FedChill's ``t_max``). Why: for a large T
+the softmax of ``z / T`` is near uniform and the loss's gradient in the logits shrinks as ``1 / T``, so at 1e4 a step
+moves the model 1e-4 as far as at T = 1, and at 1e308 (float32's inf) the loss is exactly ln K from round 1 on: the run
+learns nothing and says nothing (a fuzzer found it). Heating ablations and distillation use T of 2-100."""
+
 
 def require_temperature(value: float, field: str) -> None:
-    """A ConfigError on ``field`` unless ``value`` is a finite temperature >= :data:`MIN_TEMPERATURE` (one line, before anything trains)."""
-    require(math.isfinite(value) and value >= MIN_TEMPERATURE, field,
-            f"must be a finite temperature >= {MIN_TEMPERATURE:g} (the logits are divided by T: a smaller T overflows float32 "
-            f"training, its loss nan), got {value}")
+    """A ConfigError on ``field`` unless ``value`` is a temperature in [:data:`MIN_TEMPERATURE`, :data:`MAX_TEMPERATURE`]
+    (one line, before anything trains)."""
+    require(math.isfinite(value) and MIN_TEMPERATURE <= value <= MAX_TEMPERATURE, field,
+            f"must be a temperature in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (the logits are divided by T: a smaller T overflows "
+            f"float32 training, its loss nan; a larger one shrinks every step by 1/T, so nothing trains), got {value}")
 
 
 class ConstantTemperature:

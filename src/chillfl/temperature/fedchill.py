@@ -167,6 +167,7 @@ class FedChillOptions:
 
     def validate(self, section: str) -> None:
         require_temperature(self.t_min, f"{section}.t_min")  # the floor of every T: Eq. 7 clips to it, Eq. 8 decays no lower
+        require_temperature(self.t_max, f"{section}.t_max")  # the ceiling: Eq. 7's T for the most heterogeneous client
         require(self.t_max >= self.t_min, f"{section}.t_max", f"must be >= t_min = {self.t_min}, got {self.t_max}")
         require(self.s >= 0, f"{section}.s", f"must be >= 0, got {self.s}")
         if self.measure not in MEASURES:

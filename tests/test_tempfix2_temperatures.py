@@ -85,3 +85,13 @@ def test_the_temperature_sweep_refuses_a_grid_point_below_the_floor() -> None:
     assert parse_temperatures([MIN_TEMPERATURE, 1.0]) == [MIN_TEMPERATURE, 1.0]
     with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be in"):
         parse_temperatures("1,1e308")
+
+
+def test_a_constant_temperature_from_python_is_held_to_the_same_range() -> None:
+    """``chillfl.run(policy=ConstantTemperature(1e308))`` ran every round at loss ln K; FedChillPolicy checked its options."""
+    from chillfl.temperature.base import ConstantTemperature
+
+    for value in (1e308, 1e-30):
+        with pytest.raises(ConfigError, match=r"temperature\.value: must be a temperature in"):
+            ConstantTemperature(value)
+    assert ConstantTemperature(0.05).temperature(0, 0) == 0.05

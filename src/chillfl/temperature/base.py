@@ -47,6 +47,7 @@ class ConstantTemperature:
     def __init__(self, value: float = 1.0) -> None:
         self.value = float(value)
         self.options = FixedOptions(self.value)  # recorded for an instance passed from Python (``none`` is T = 1)
+        self.options.validate("temperature")  # as FedChillPolicy: ``policy=ConstantTemperature(1e308)`` from Python ran, learning nothing
         if type(self) is ConstantTemperature:  # what an instance passed from Python declares: one T (a subclass declares its own)
             self.capabilities = Capabilities(trains_at=self.value)
 

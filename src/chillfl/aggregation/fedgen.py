@@ -188,6 +188,9 @@ class FedGen(FedAvg):
         self._params: Params | None = None
         """The generator's module and weights, drawn together at first use (:attr:`generator`, :attr:`params`), so an
         instance whose seed a run fills is drawn once, from the run's seed (it was drawn from 0 here, then again)."""
+        self._drawing: Params | None = None
+        """The weights the last drawing made: :attr:`params` still this dict are the drawing's, which a run that fills the
+        seed draws again (:func:`_bind`); others were set or loaded from Python, and are kept."""
         self.moments: dict[str, Params] = {"m": {}, "v": {}}
         self.steps = 0
         self.lr = options.generator_lr
@@ -205,12 +208,16 @@ class FedGen(FedAvg):
         """The module and the weights, drawn from the seed (0 outside a run while it is unset) if not yet; weights set
         before the module was drawn (a loaded checkpoint's) are kept."""
         if self._generator is None or self._params is None:
-            kept = self._params if self._generator is None else None
-            self.draw_generator(instance_seed(self.seed))
-            if kept is not None:
-                self._params = kept
+            self._draw(instance_seed(self.seed), self._params if self._generator is None else None)
         assert self._generator is not None and self._params is not None
         return self._generator, self._params
+
+    def _draw(self, seed: int, kept: Params | None) -> None:
+        """Draw the module and weights from ``seed``, then put ``kept`` (weights set from Python) back over the drawn ones."""
+        self.draw_generator(seed)
+        self._drawing = self._params
+        if kept is not None:
+            self._params = kept
 
     @property
     def generator(self) -> FeatureGenerator:
@@ -386,10 +393,12 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
 def _bind(aggregator: FedGen, ctx: BuildContext) -> None:
     """An instance passed from Python starts its generator and draws its samples from the run's seed, as the builder's
     does: its ``seed`` the run's (None: filled, and the generator drawn from it at first use, again only where it was
-    read before the run), another refused on ``aggregator.seed`` (seed 0 drew every seed's alike)."""
+    read before the run), another refused on ``aggregator.seed`` (seed 0 drew every seed's alike). Weights set or loaded
+    from Python after such a read are the user's, kept (a warm start's were drawn over, its Adam state kept)."""
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     if aggregator.seed is None and aggregator._generator is not None:  # drawn from seed 0 before the run: drawn again
-        aggregator.draw_generator(seed)
+        own = aggregator._params is not aggregator._drawing
+        aggregator._draw(seed, aggregator._params if own else None)
     aggregator.seed = seed
 
 

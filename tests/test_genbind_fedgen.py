@@ -31,11 +31,11 @@ class Spy(FedGen):
 
 
 def first_weights(g: Spy) -> Params:
-    """The generator's weights at its first training in a 3-round run of seed 3."""
+    """The generator's weights at its first training in a one-round run of seed 3."""
     SEEN.clear()
     logging.disable(logging.WARNING)
     try:
-        chillfl.run(model=model(), data=chillfl.TensorData(X, Y, X, Y, num_classes=2), config=config({"name": "fedavg"}),
+        chillfl.run(model=model(), data=chillfl.TensorData(X, Y, X, Y, num_classes=2), config=config({"name": "fedavg"}, {"federation.rounds": 1}),
                     write=False, progress=False, aggregator=g, terms=[FedGenTerm("head")])
     finally:
         logging.disable(logging.NOTSET)

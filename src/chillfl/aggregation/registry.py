@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from dataclasses import dataclass, replace
+from types import CodeType
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 from torch import nn
@@ -789,12 +790,47 @@ def bind_instance(aggregator: object, ctx: BuildContext) -> None:
             if type(aggregator) in spec.makes or isinstance(aggregator, BuiltBySpec):  # the spec's own class: its bug, as it is
                 raise
             ancestor = made_ancestor(type(aggregator))
+            if _raised_in_own_code(exc, type(aggregator), ancestor):  # the subclass's bug (its draw_generator's), as it is
+                raise
             base = name if ancestor is None else ancestor.__name__
             raise ConfigError(_named_by(ctx.section), f"{type(aggregator).__name__} derives from {base}, whose binding to the run (the bind of spec "
                                                       f"{name!r}) needs what it lacks ({exc}): call {base}'s __init__ (super().__init__) and keep "
-                                                      "its options' fields, or derive from AggregatorBase") from None
+                                                      "its options' fields, or derive from AggregatorBase") from exc
     if isinstance(aggregator, AroundAggregator):
         bind_instance(aggregator.base, replace(ctx, section=f"{ctx.section.removesuffix('.options')}.base.options"))
+
+
+def _raised_in_own_code(exc: BaseException, cls: type, ancestor: type | None) -> bool:
+    """Whether the innermost method of ``cls`` that ``exc`` passed through is one the subclass defines (``cls`` or a class
+    between it and ``ancestor``, the class a spec makes), not one it inherits: a base's bind may call a method a subclass
+    overrides (FedGen's ``draw_generator``), and an AttributeError raised there is the subclass's own bug, not a base
+    ``__init__`` it skipped. An inherited method further in (``super().draw_generator`` reading a field the subclass's
+    options lack) keeps the refusal."""
+    mro = cls.__mro__
+    split = mro.index(ancestor) if ancestor in mro else len(mro)
+    own, inherited = _codes(mro[:split]), _codes(mro[split:])
+    last = False
+    tb = exc.__traceback__
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code in own or code in inherited:
+            last = code in own
+        tb = tb.tb_next
+    return last
+
+
+def _codes(classes: Iterable[type]) -> set[CodeType]:
+    """The code of the functions these classes define: methods, static and class methods, properties' accessors."""
+    codes: set[CodeType] = set()
+    for member in (m for c in classes for m in vars(c).values()):
+        if isinstance(member, property):
+            functions: tuple[object, ...] = (member.fget, member.fset, member.fdel)
+        elif isinstance(member, (staticmethod, classmethod)):
+            functions = (member.__func__,)
+        else:
+            functions = (member,)
+        codes.update(f.__code__ for f in functions if inspect.isfunction(f))
+    return codes
 
 
 def _named_by(section: str) -> str:

@@ -13,6 +13,7 @@ import pytest
 from chillfl.aggregation.dnc import DnC, DnCOptions
 from chillfl.aggregation.registry import binder, binds_to_run, made_by
 from chillfl.aggregation.fednova import FedNova
+from chillfl.aggregation.pa3fed import PA3Fed
 from chillfl.config import load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment
@@ -28,6 +29,7 @@ from dataclasses import dataclass
 from chillfl.aggregation.dnc import DnC, DnCOptions
 from chillfl.aggregation.fednova import FedNova
 from chillfl.aggregation.robust import Krum, KrumOptions
+from chillfl.capabilities import Capabilities
 
 
 class MyNova(FedNova):
@@ -69,6 +71,16 @@ class OwnInitDnC(DnC):
     def __init__(self, rng_seed=0):
         self.rng_seed = rng_seed
         self.options = DnCOptions()
+
+
+class OwnInitNova(FedNova):
+    """A FedNova subclass that declares takes_weights (a PA3Fed base) and skips FedNova's __init__: no options for its
+    bind to read (the parameter keys the run's model fills, set)."""
+
+    capabilities = Capabilities(takes_weights=True)
+
+    def __init__(self):
+        self.param_keys = None
 
 
 class DnCFixed(DnC):
@@ -150,7 +162,8 @@ def test_a_subclass_takes_the_run_values_its_base_takes(my_dnc: Path) -> None:
 
 
 def test_a_subclass_without_what_its_bases_bind_needs_is_one_line(my_dnc: Path) -> None:
-    """An AttributeError traceback (exit 1) from DnC's bind, by path and from Python: one line naming what named it."""
+    """An AttributeError traceback (exit 1) from DnC's bind, by path, from Python and as PA3Fed's base: one line naming
+    what named it, chained to the AttributeError; DnC's own error (the spec's class) is raised as it is (rev103e)."""
     from mro_rules import OwnInitDnC  # type: ignore[import-not-found]
 
     with pytest.raises(ConfigError) as by_path:
@@ -161,3 +174,17 @@ def test_a_subclass_without_what_its_bases_bind_needs_is_one_line(my_dnc: Path) 
     with pytest.raises(ConfigError) as from_python:
         state({"name": "fedavg"}, aggregator=OwnInitDnC())
     assert from_python.value.field == "aggregator"
+    assert isinstance(from_python.value.__cause__, AttributeError)  # chained: the traceback kept
+    from mro_rules import OwnInitNova  # type: ignore[import-not-found]
+
+    with pytest.raises(ConfigError) as base_by_path:  # PA3Fed's base, named by path
+        build_experiment(load_config(None, {**BASE, "algorithm": {"name": "pa3fed", "base": "mro_rules:OwnInitNova"}}))
+    assert base_by_path.value.field == "algorithm.base"
+    assert base_by_path.value.message.startswith("OwnInitNova derives from FedNova")
+    with pytest.raises(ConfigError) as base_from_python:
+        state({"name": "fedavg"}, aggregator=PA3Fed(OwnInitNova()))
+    assert base_from_python.value.field == "aggregator.base"
+    own = DnC()
+    del own.seed  # the spec's own class: its bug, raised as it is
+    with pytest.raises(AttributeError, match="'DnC' object has no attribute 'seed'"):
+        state({"name": "fedavg"}, aggregator=own)

@@ -8,7 +8,8 @@ as ``callbacks`` (or set ``log.sinks``). The file sinks write under the run fold
 ============  =========================  ====================================
 sink          where                      what
 ============  =========================  ====================================
-csv           ``metrics.csv``             one row per round, ``round`` first
+csv           ``metrics.csv``             one row per round, ``round`` first; the tables
+              ``metrics_clients.csv``     one line per client and round: ``round,key,client,value``
 tensorboard   ``tensorboard/``            one scalar per key, step = round
 wandb         ``wandb/*run-*/``           a W&B run: online when logged in, else offline (``wandb sync`` uploads it)
 mlflow        the tracking store          an MLflow run: params, metrics, the run folder's small files
@@ -27,16 +28,19 @@ of up to ``ARTIFACT_MAX_BYTES`` (config, metrics, summary, a small model; no che
 
 What is logged (:func:`scalars`): every number of a round's record (booleans
 as 0/1; NaN and the infinities as they are, ``nan`` / ``inf`` in the CSV), and one
-level of tables of numbers flattened as ``key/sub`` (e.g. ``client_train_loss/3``);
-lists and ``None`` are left out. ``metrics.jsonl`` stays the complete,
+level of tables of numbers flattened as ``key/sub`` (e.g. ``client_train_loss/3``), except
+in the CSV, where they are lines of ``metrics_clients.csv``; lists and ``None`` are left out. ``metrics.jsonl`` stays the complete,
 bitwise-reproducible record; sinks are views of it.
 
 Choices
 -------
-* The CSV file is rewritten whole when a round brings a new column (e.g. the
+* ``metrics.csv`` is rewritten whole when a round brings a new column (e.g. the
   first evaluation round), so every row has every column; a float is Python's
   shortest round-trip ``repr`` of it, an integer (a byte count, a flag as 0 / 1) an integer, as in ``metrics.jsonl``.
-* A resumed run: the CSV sink starts from the records up to the checkpoint;
+  The per-client tables are not columns of it: a federation of thousands of clients brings clients not seen
+  before for hundreds of rounds, and each rewrote the file (quadratic in the clients). They go long-format
+  into ``metrics_clients.csv``, which is only appended to (:class:`CsvSink`).
+* A resumed run: the CSV sink writes both files again from the records up to the checkpoint;
   TensorBoard writes again those of them its earlier event files lack (a hard kill
   loses what its writer had buffered) and purges the steps from the first one it
   writes (``purge_step``; after the checkpoint when none is missing); W&B and MLflow start a new
@@ -86,6 +90,9 @@ SinkName = Literal["csv", "tensorboard", "wandb", "mlflow"]
 SINKS: tuple[SinkName, ...] = ("csv", "tensorboard", "wandb", "mlflow")
 WandbMode = Literal["auto", "online", "offline"]
 CSV_FILE = "metrics.csv"
+CLIENTS_CSV_FILE = "metrics_clients.csv"
+"""The CSV sink's long-format file of the records' tables (:func:`clients_path` of ``CSV_FILE``)."""
+CLIENTS_HEADER = ("round", "key", "client", "value")
 TENSORBOARD_DIR = "tensorboard"
 ARTIFACT_MAX_BYTES = 16 * 2**20
 """The largest run-folder file the MLflow sink uploads (a CPU-scale model fits; a ResNet's does not)."""
@@ -173,26 +180,47 @@ def writing(path: Path) -> Iterator[None]:
 
 
 class CsvSink:
-    """``metrics.csv``: one row per round, columns ``round`` then every scalar key in sorted order; an integer as an
-    integer (``3``), a float as its shortest round-trip ``repr`` (:func:`numbers`)."""
+    """``metrics.csv``: one row per round, columns ``round`` then every number of the record in sorted order; an
+    integer as an integer (``3``), a float as its shortest round-trip ``repr`` (:func:`numbers`). The record's tables
+    (``client_train_loss``, PA3Fed's ``agg_scores``: one value per client) go long-format into ``metrics_clients.csv``
+    beside it (:func:`clients_path`): a ``round,key,client,value`` line per cell, appended round by round.
+
+    Why a second file: as columns (``client_train_loss/<id>``), every round that drew a client for the first time
+    rewrote the whole file, which a federation of thousands of clients does for hundreds of rounds (quadratic in the
+    clients, and most cells empty). ``metrics.csv`` is still rewritten when a round brings a number not seen before
+    (the first evaluation round), a few times in a run, so that every row has every column; ``metrics_clients.csv``
+    is only appended to. Each round's lines are in a canonical order (tables by key, clients by id: :func:`table_cells`),
+    so a resumed run, whose first rounds are read back from ``metrics.jsonl``, writes the bytes an uninterrupted one does.
+
+    ``records``: the rounds already done (a resume's, up to its checkpoint): both files are written again from them."""
 
     def __init__(self, path: str | Path, records: Sequence[Mapping[str, Any]] = ()) -> None:
         self.path = Path(path)
-        self.rows: list[tuple[int, dict[str, int | float]]] = [(int(r["round"]), numbers(r)) for r in records]
+        self.clients_path = clients_path(self.path)
+        self.rows: list[tuple[int, dict[str, int | float]]] = [(int(r["round"]), own_numbers(r)) for r in records]
         self.columns: list[str] = sorted({k for _, row in self.rows for k in row})
         with writing(self.path):
             self._rewrite()
+        with writing(self.clients_path), self.clients_path.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            writer.writerow(CLIENTS_HEADER)
+            for record in records:
+                self._write_cells(writer, int(record["round"]), table_cells(record))
 
     def on_round(self, record: Mapping[str, Any]) -> None:
-        row = numbers(record)
-        self.rows.append((int(record["round"]), row))
+        rnd, row = int(record["round"]), own_numbers(record)
+        self.rows.append((rnd, row))
         with writing(self.path):
             if set(row) - set(self.columns):
                 self.columns = sorted(set(self.columns) | set(row))
                 self._rewrite()
             else:
                 with self.path.open("a", newline="", encoding="utf-8") as f:
-                    self._write_row(csv.writer(f), *self.rows[-1])
+                    self._write_row(csv.writer(f), rnd, row)
+        cells = table_cells(record)
+        if cells:
+            with writing(self.clients_path), self.clients_path.open("a", newline="", encoding="utf-8") as f:
+                self._write_cells(csv.writer(f), rnd, cells)
 
     def on_end(self, output: Finished) -> None:
         pass
@@ -209,6 +237,53 @@ class CsvSink:
 
     def _write_row(self, writer: Any, rnd: int, row: Mapping[str, int | float]) -> None:
         writer.writerow([rnd, *(repr(row[c]) if c in row else "" for c in self.columns)])
+
+    @staticmethod
+    def _write_cells(writer: Any, rnd: int, cells: Sequence[TableCell]) -> None:
+        writer.writerows([rnd, key, client, repr(value)] for key, client, value in cells)
+
+
+def clients_path(path: str | Path) -> Path:
+    """Where a CSV sink writing ``path`` puts the tables: beside it, ``_clients`` added to its stem
+    (``metrics.csv`` -> ``metrics_clients.csv``)."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}_clients{path.suffix}")
+
+
+class TableCell(NamedTuple):
+    """One value of a record's table, as a line of ``metrics_clients.csv`` holds it (with the round)."""
+
+    key: str
+    client: str
+    value: int | float
+
+
+def own_numbers(record: Mapping[str, Any]) -> dict[str, int | float]:
+    """:func:`numbers` without the tables' cells: the record's own numbers, ``metrics.csv``'s columns."""
+    return {key: _number(value) for key, value in record.items() if key != "round" and _is_number(value)}
+
+
+def table_cells(record: Mapping[str, Any]) -> list[TableCell]:
+    """The numbers of a record's tables (one level, as :func:`numbers` flattens them), tables in key order and each
+    table's entries by :func:`client_order`: a table keyed by client id lists its clients in id order in memory
+    (``2, 10``; ints in the aggregator's tables) and in text order once read back from ``metrics.jsonl``, whose keys
+    are sorted strings (``"10", "2"``); a resumed run reads its first rounds back, and must write what an
+    uninterrupted run writes."""
+    cells: list[TableCell] = []
+    for key in sorted(k for k, v in record.items() if isinstance(v, Mapping)):
+        table = record[key]
+        cells += [TableCell(key, str(sub), _number(table[sub])) for sub in sorted(table, key=client_order) if _is_number(table[sub])]
+    return cells
+
+
+def client_order(sub: object) -> tuple[int, int, str]:
+    """A sort key for a table's keys: whole numbers (``3``, ``"3"``) first, in number order, then any other key as text."""
+    text = str(sub)
+    try:
+        number = int(text)
+    except ValueError:
+        return (1, 0, text)
+    return (0, number, text) if str(number) == text else (1, 0, text)
 
 
 class TensorBoardSink:

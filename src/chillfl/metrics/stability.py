@@ -140,10 +140,11 @@ def mean_inside_vs_outside_std(
 
     ``client_losses[cid][round]`` is the client's loss in a round it trained;
     a client with fewer than ``min_values`` values on a side is left out of
-    that side's mean (the std of a single value, 0, says nothing about stability).
+    that side's mean (the std of a single value, 0, says nothing about stability). Clients are taken in id order,
+    whatever the mapping's, so that the means do not depend on it (:func:`client_trajectories`).
     """
     inside, outside = [], []
-    for rounds in client_losses.values():
+    for rounds in (client_losses[cid] for cid in sorted(client_losses)):
         order = sorted(rounds)
         flags = [bool(clp_by_round[r]) for r in order]
         s_in, s_out = inside_vs_outside_std([rounds[r] for r in order], flags, ddof)
@@ -165,7 +166,14 @@ TRAJECTORY_SOURCES = ("client_train_loss", "agg_scores")
 
 
 def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "client_train_loss") -> dict[int, dict[int, float]]:
-    """``{client id: {round: value}}`` from each record's ``source`` table (rounds the client trained)."""
+    """``{client id: {round: value}}`` from each record's ``source`` table (rounds the client trained), clients in id
+    order and each client's rounds in order.
+
+    In that order whatever order the tables list their clients: a run's records in memory list them in id order
+    (``2, 10``), read back from ``metrics.jsonl`` in its sorted-key text order (``"10", "2"``). The means over clients
+    (:func:`stability_summary`) add the clients in this dict's order, and a float sum depends on it: taken in first-seen
+    order, a resumed run (its first rounds read back from disk) wrote a summary.json whose ``stability`` differed in the
+    last bits from the uninterrupted run's."""
     out: dict[int, dict[int, float]] = {}
     for record in records:
         table = record.get(source)
@@ -174,7 +182,7 @@ def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "cli
         for cid, value in table.items():
             if value is not None and math.isfinite(float(value)):
                 out.setdefault(int(cid), {})[int(record["round"])] = float(value)
-    return out
+    return {cid: dict(sorted(out[cid].items())) for cid in sorted(out)}
 
 
 def clp_flags(records: Sequence[Mapping[str, Any]]) -> dict[int, bool]:

@@ -22,7 +22,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -54,7 +54,8 @@ from chillfl.storage.checkpoint import CorruptCheckpoint, write_atomic
 from chillfl.storage.jsonl import strict
 from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, RunLock, claim_dir, in_the_way, rename_free, to_toml
 from chillfl.stop_signals import made_held
-from chillfl.storage.run_folder import FIELD as RUN_FIELD, folder_named
+from chillfl.storage.model_file import read_client_models, read_model
+from chillfl.storage.run_folder import CLIENT_MODELS, FIELD as RUN_FIELD, MODEL, folder_named
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.storage.run_state import CHECKPOINT, SWEEP_FILE
@@ -66,6 +67,7 @@ from chillfl.tune import Point, is_local, point_scores, select_point
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 log = logging.getLogger(__name__)
@@ -98,6 +100,9 @@ class Sweep:
     their relative ``data_dir`` from there and record it; None: the current folder's (a new comparison, a shard)."""
     shard: Shard | None = None
     """This process's share of the runs (``--shard K/N``): how to go on after a stop is then said for a shard."""
+    let_go: dict[tuple[str, int, int], Devices] = field(default_factory=dict)
+    """Written runs whose trained models this sweep dropped from their results (:meth:`keep`), with the devices they were
+    on: :meth:`bring_back` reads those of the returned runs back from their folders."""
 
     def run(
         self, i: int, config: RunConfig, key: tuple[str, int, int], data: FederatedData | None, model: nn.Module | None, plugged: Plugged | None,
@@ -116,7 +121,7 @@ class Sweep:
             self.results[key], self.failures[key] = None, f"diverged at round {before.round}"
             return
         if before is not None:
-            self.results[key] = before
+            self.keep(key, before)
             return
         if partial is not None and (blocked := in_the_way(partial, cfg.name)) is not None:  # before the run's folder is made or resumed
             raise ConfigError(RUN_FIELD, f"{blocked}, where the comparison's run {cfg.name} must have its folder (nothing else is read back "
@@ -159,6 +164,39 @@ class Sweep:
         finally:
             self.ran += 1
             self.busy_s += time.monotonic() - start
+        self.keep(key, self.results[key])
+
+    def keep(self, key: tuple[str, int, int], out: RunOutput | None) -> None:
+        """Record run ``key``'s output, without its trained models (global and clients') once they are in its folder.
+
+        The sweep reads only records and summaries; the models were held for every finished run until the table was
+        written (a tuned comparison of a ResNet: a gigabyte of models, on the GPU where they ran, while the later runs
+        trained). The returned runs get theirs back at the end (:meth:`bring_back`). A run not written (``write=False``)
+        keeps them: they are nowhere else."""
+        self.results[key] = out
+        if out is None or out.folder is None or (out.model_state is None and not out.client_states):
+            return
+        self.let_go[key] = Devices(first_device(out.model_state), first_device(next(iter(out.client_states.values()), None)), out.model_state is not None,
+                                   bool(out.client_states))
+        out.model_state, out.client_states = None, {}
+
+    def bring_back(self, returned: Iterable[RunOutput]) -> None:
+        """The trained models of the ``returned`` runs (:attr:`CompareResult.outputs`), read back from their folders
+        (``model.safetensors``, ``client_models.safetensors``) onto the devices they were on. Called before the
+        comparison's folder is renamed: the outputs name their run folders inside the ``.partial`` one."""
+        wanted = {id(out) for out in returned}
+        for key, held in list(self.let_go.items()):
+            out = self.results.get(key)
+            if out is None or id(out) not in wanted or out.folder is None:
+                continue
+            try:
+                if held.model:
+                    out.model_state = read_model(out.folder / MODEL, held.model_device)
+                if held.clients:
+                    out.client_states = read_client_models(out.folder / CLIENT_MODELS, held.clients_device)
+            except ConfigError as exc:  # removed or damaged since the run wrote it: the table stands, the output lacks its model
+                log.warning("the trained model of %s is not read back (%s): its output has none", out.folder.name, exc)
+            del self.let_go[key]
 
     def eta_s(self) -> float | None:
         """Seconds left for the run now starting and this process's runs after it, at the mean time of the runs that ran
@@ -178,6 +216,24 @@ class Sweep:
             return build_experiment(config, data=data if data is not None else build_data(config, self.dataset), model=model, plugged=plugged)
 
         return build
+
+
+@dataclass(frozen=True)
+class Devices:
+    """Where a comparison's run had its trained models (:meth:`Sweep.keep`), so that they are read back there."""
+
+    model_device: str
+    clients_device: str
+    model: bool
+    """It had a global model."""
+    clients: bool
+    """It had client models (``checkpoint.client_models = true``)."""
+
+
+def first_device(state: Mapping[str, torch.Tensor] | None) -> str:
+    """The device of ``state``'s first tensor (a run's models are on its one device); the CPU for none."""
+    first = next(iter(state.values()), None) if state is not None else None
+    return str(first.device) if first is not None else "cpu"
 
 
 STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS})
@@ -754,6 +810,7 @@ def run_plan(
             picked = pick_tuned(plan, sweep)
             tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None,
                               nonfinite_runs(plan, sweep, ends_with_nonfinite_accuracy))
+            sweep.bring_back(tables.outputs.values())  # before write_tables renames the folder they are read from
             warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
             for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)
                 log.warning(warning)

@@ -18,7 +18,7 @@ from chillfl import runner
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.runner import CHECKPOINT, run_experiment
-from chillfl.sinks import CSV_FILE, MLFLOW_RUNS, TENSORBOARD_DIR
+from chillfl.sinks import CLIENTS_CSV_FILE, CSV_FILE, MLFLOW_RUNS, TENSORBOARD_DIR
 from resume_cases import Crash, _CrashIn
 from test_damaged_files import TINY
 from test_fsfix_wording import needs_fifo
@@ -33,7 +33,7 @@ def cut_with_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     with pytest.raises(Crash):
         run_experiment(config, progress=False, callbacks=[_CrashIn(2)])
     folder = tmp_path / "cut.partial"
-    assert (folder / CHECKPOINT).is_file() and (folder / CSV_FILE).is_file()
+    assert (folder / CHECKPOINT).is_file() and (folder / CSV_FILE).is_file() and (folder / CLIENTS_CSV_FILE).is_file()
     return folder
 
 
@@ -52,6 +52,8 @@ def _file(path: Path) -> None:
 CASES: list[tuple[str, Callable[[Path], None], str]] = [
     (CSV_FILE, _fifo, "a FIFO"),
     (CSV_FILE, _folder, "a directory"),
+    (CLIENTS_CSV_FILE, _fifo, "a FIFO"),
+    (CLIENTS_CSV_FILE, _folder, "a directory"),
     (MLFLOW_RUNS, _fifo, "a FIFO"),
     (MLFLOW_RUNS, _folder, "a directory"),
     (TENSORBOARD_DIR, _file, "a file"),
@@ -93,4 +95,4 @@ def test_the_run_folder_names_the_sinks_outputs() -> None:
     """run_folder names them (chillfl.sinks imports the storage package, not the other way round): the same names."""
     from chillfl.storage.run_folder import SINK_FILES, SINK_FOLDERS
 
-    assert SINK_FILES == (CSV_FILE, MLFLOW_RUNS) and SINK_FOLDERS == (TENSORBOARD_DIR,)
+    assert SINK_FILES == (CSV_FILE, CLIENTS_CSV_FILE, MLFLOW_RUNS) and SINK_FOLDERS == (TENSORBOARD_DIR,)

@@ -200,8 +200,9 @@ def test_non_finite_values_are_logged_not_dropped(tmp_path: Path) -> None:
     assert got["global_loss"] == INF and got["drift"] == -INF and math.isnan(got["train_loss"]) and math.isnan(got["client_train_loss/0"])
     CsvSink(tmp_path / "m.csv", [record])
     rows = list(csv.reader((tmp_path / "m.csv").open(newline="")))
-    assert rows == [["round", "client_train_loss/0", "client_train_loss/1", "drift", "global_acc", "global_loss", "train_loss"],
-                    ["1", "nan", "2.0", "-inf", "0.5", "inf", "nan"]]
+    assert rows == [["round", "drift", "global_acc", "global_loss", "train_loss"], ["1", "-inf", "0.5", "inf", "nan"]]
+    cells = list(csv.reader((tmp_path / "m_clients.csv").open(newline="")))  # the tables: long-format beside it
+    assert cells == [["round", "key", "client", "value"], ["1", "client_train_loss", "0", "nan"], ["1", "client_train_loss", "1", "2.0"]]
 
 
 NON_FINITE = {"round": 1, "global_loss": INF, "drift": -INF, "train_loss": NAN, "global_acc": 0.5}

@@ -58,10 +58,12 @@ def test_csv_sink_writes_integers_as_integers(tmp_path: Path) -> None:
     sink.on_round({"round": 2, "bytes_up": 0, "agg_clp": False, "acc": np.float64(1e-20), "new": 5})  # a new column: rewritten
     sink.on_round({"round": 3, "bytes_up": 12})  # appended
     rows = list(csv.reader((tmp_path / "m.csv").open(newline="")))
-    assert rows == [["round", "acc", "agg_clp", "bytes_cumulative", "bytes_up", "loss", "new", "per/0", "per/1"],
-                    ["1", "0.30000000000000004", "1", "9007199254740993", "3", "2.0", "", "7", "0.5"],
-                    ["2", "1e-20", "0", "", "0", "", "5", "", ""],
-                    ["3", "", "", "", "12", "", "", "", ""]]
+    assert rows == [["round", "acc", "agg_clp", "bytes_cumulative", "bytes_up", "loss", "new"],
+                    ["1", "0.30000000000000004", "1", "9007199254740993", "3", "2.0", ""],
+                    ["2", "1e-20", "0", "", "0", "", "5"],
+                    ["3", "", "", "", "12", "", ""]]
+    # a table's cells are lines of m_clients.csv (test_longfix_csv.py), integers as integers there too
+    assert list(csv.reader((tmp_path / "m_clients.csv").open(newline=""))) == [["round", "key", "client", "value"], ["1", "per", "0", "7"], ["1", "per", "1", "0.5"]]
 
 
 def test_csv_sink_adds_a_column_by_rewriting_the_file(tmp_path: Path) -> None:
@@ -118,12 +120,16 @@ def test_csv_tensorboard_and_wandb_sinks_write_what_metrics_jsonl_holds(tmp_path
     assert "global_acc" in expected[2] and "global_acc" not in expected[1]
     assert not list(tmp_path.glob("results/*.partial"))
 
-    # CSV: the csv module reads back every value exactly (floats are written as their repr).
+    # CSV: the csv module reads back every value exactly (floats are written as their repr); the tables' cells
+    # (client_train_loss/<id>) are lines round,key,client,value of metrics_clients.csv.
     with (folder / "metrics.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert [int(row["round"]) for row in rows] == [1, 2, 3]
+    with (folder / "metrics_clients.csv").open(newline="", encoding="utf-8") as f:
+        cells = list(csv.DictReader(f))
     for row in rows:
         got = {k: float(v) for k, v in row.items() if k != "round" and v != ""}
+        got |= {f"{c['key']}/{c['client']}": float(c["value"]) for c in cells if c["round"] == row["round"]}
         assert got == expected[int(row["round"])]
 
     # TensorBoard: every scalar at step = round, stored as float32.
@@ -205,7 +211,10 @@ def test_a_resumed_run_continues_its_csv_and_tensorboard_logs(tmp_path: Path) ->
     assert [r["round"] for r in records] == [1, 2, 3, 4, 5]
     with (out.folder / "metrics.csv").open(newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert [{k: float(v) for k, v in row.items() if k != "round" and v != ""} for row in rows] == [scalars(r) for r in records]
+    with (out.folder / "metrics_clients.csv").open(newline="", encoding="utf-8") as f:
+        cells = list(csv.DictReader(f))
+    assert [{k: float(v) for k, v in row.items() if k != "round" and v != ""} | {f"{c['key']}/{c['client']}": float(c["value"]) for c in cells if c["round"] == row["round"]}
+            for row in rows] == [scalars(r) for r in records]
     # Two event files (before and after the resume); TensorBoard's reader shows each round once: the
     # resumed writer's purge_step drops the first file's round 3, which the resumed run trains again.
     assert len(list((out.folder / "tensorboard").glob("events.out.tfevents.*"))) == 2

@@ -403,7 +403,7 @@ SINK_NAMES = ("csv", "tensorboard", "wandb", "mlflow")
 class LogConfig:
     """Metric sinks besides ``metrics.jsonl`` (:mod:`chillfl.sinks`): files under the run folder, or a tracking service.
 
-    ``sinks``: any of ``csv`` (``metrics.csv``), ``tensorboard`` (``tensorboard/``,
+    ``sinks``: any of ``csv`` (``metrics.csv``, ``metrics_clients.csv``), ``tensorboard`` (``tensorboard/``,
     the ``tensorboard`` extra), ``wandb`` (a W&B run, files in ``wandb/``, the
     ``wandb`` extra), ``mlflow`` (an MLflow run, the ``mlflow`` extra).
     ``wandb_project``: the W&B project name. ``wandb_mode``: ``auto`` (online

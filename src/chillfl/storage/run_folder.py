@@ -189,8 +189,8 @@ def check_saved_files(path: Path, force: bool = False) -> SavedFiles:
     return SavedFiles(done, run, config, edited, move, metrics, records)
 
 
-SINK_FILES: Final = ("metrics.csv", "mlflow-runs.json")
-"""What the metric sinks (:mod:`chillfl.sinks`: ``CSV_FILE``, ``MLFLOW_RUNS``) replace or read in a run folder on resume,
+SINK_FILES: Final = ("metrics.csv", "metrics_clients.csv", "mlflow-runs.json")
+"""What the metric sinks (:mod:`chillfl.sinks`: ``CSV_FILE``, ``CLIENTS_CSV_FILE``, ``MLFLOW_RUNS``) replace or read in a run folder on resume,
 named here: :mod:`chillfl.sinks` imports this package."""
 SINK_FOLDERS: Final = ("tensorboard",)
 """The sinks' folders (``TENSORBOARD_DIR``): TensorBoard's writer makes it and writes its event files into it."""

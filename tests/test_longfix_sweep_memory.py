@@ -77,3 +77,13 @@ def test_only_the_returned_runs_hold_their_models(tmp_path: Path, sweeps: list[S
         assert out.client_states.keys() == reference.client_states.keys() and len(out.client_states) == 4
         assert all(same(out.client_states[c], reference.client_states[c]) for c in out.client_states)
     assert all(out.model_state is not None for out in sweeps[1].results.values() if out is not None)
+
+
+def test_the_returned_runs_name_their_folders_in_the_finished_comparison(tmp_path: Path, sweeps: list[Sweep]) -> None:
+    """``outputs[label].folder`` named the run's folder inside ``NAME-compare.partial``, which the comparison's rename
+    removed: a caller reading the chosen run's files from it found nothing."""
+    written = compare(tmp_path / "w", write=True)
+    assert written.folder is not None and not written.folder.name.endswith(".partial")
+    for out in written.outputs.values():
+        assert out.folder is not None and out.folder.parent == written.folder
+        assert (out.folder / "metrics.jsonl").is_file() and (out.folder / "model.safetensors").is_file()

@@ -698,6 +698,15 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
             raise
         raise taken_final(partial, folder, final_in_the_way(folder) or "a folder") from None
     point_saved_configs_to(folder, partial)
+    moved_into(tables.outputs.values(), partial, folder)
+
+
+def moved_into(outputs: Iterable[RunOutput], partial: Path, folder: Path) -> None:
+    """Each returned run's ``folder`` in the finished comparison ``folder``: the runs wrote theirs inside ``partial``,
+    which the rename removed, so a caller's ``result.outputs[label].folder`` named a folder that no longer existed."""
+    for out in outputs:
+        if out.folder is not None and out.folder.is_relative_to(partial):
+            out.folder = folder / out.folder.relative_to(partial)
 
 
 def final_in_the_way(folder: Path) -> str | None:

@@ -75,12 +75,13 @@ class OwnInitDnC(DnC):
 
 class OwnInitNova(FedNova):
     """A FedNova subclass that declares takes_weights (a PA3Fed base) and skips FedNova's __init__: no options for its
-    bind to read (the parameter keys the run's model fills, set)."""
+    bind to read (not even the parameter keys the run's model fills: an AttributeError traceback before the bind's
+    one-line refusal, until OnParameters gave param_keys a class default)."""
 
     capabilities = Capabilities(takes_weights=True)
 
     def __init__(self):
-        self.param_keys = None
+        pass
 
 
 class DnCFixed(DnC):

@@ -670,7 +670,9 @@ class OnParameters:
     False: every parameter, as :meth:`BuildContext.param_keys`. Either way what the config's builder passes.
     """
 
-    param_keys: list[str] | None
+    param_keys: list[str] | None = None
+    """None until told (a class default too: a subclass whose ``__init__`` skips its base's then reaches the run's
+    one-line refusal naming what it lacks, not an AttributeError traceback here)."""
     trainable_only = True
 
     def learn_parameters(self, model: nn.Module) -> None:

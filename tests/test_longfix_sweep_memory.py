@@ -52,9 +52,9 @@ def compare(out: Path, write: bool) -> CompareResult:
 
 
 def same(a: dict[str, torch.Tensor] | None, b: dict[str, torch.Tensor] | None) -> bool:
-    """Equal names, and tensors equal in value, dtype and device."""
+    """Equal names in the same order, and tensors equal in value, dtype and device."""
     assert a is not None and b is not None
-    return a.keys() == b.keys() and all(a[k].dtype == b[k].dtype and a[k].device == b[k].device and torch.equal(a[k], b[k]) for k in a)
+    return list(a) == list(b) and all(a[k].dtype == b[k].dtype and a[k].device == b[k].device and torch.equal(a[k], b[k]) for k in a)
 
 
 def test_only_the_returned_runs_hold_their_models(tmp_path: Path, sweeps: list[Sweep]) -> None:
@@ -74,7 +74,7 @@ def test_only_the_returned_runs_hold_their_models(tmp_path: Path, sweeps: list[S
     for label, out in written.outputs.items():
         reference: RunOutput = kept.outputs[label]
         assert same(out.model_state, reference.model_state)
-        assert out.client_states.keys() == reference.client_states.keys() and len(out.client_states) == 4
+        assert list(out.client_states) == list(reference.client_states) and len(out.client_states) == 4
         assert all(same(out.client_states[c], reference.client_states[c]) for c in out.client_states)
     assert all(out.model_state is not None for out in sweeps[1].results.values() if out is not None)
 

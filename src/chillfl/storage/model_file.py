@@ -43,7 +43,8 @@ def write_client_models(path: Path, clients: Mapping[int, Mapping[str, torch.Ten
 
 
 def read_client_models(path: Path, device: str | torch.device = "cpu") -> dict[int, dict[str, torch.Tensor]]:
-    """Client id -> its model, from a ``client_models.safetensors`` (this format or the older state-tree one)."""
+    """Client id -> its model, from a ``client_models.safetensors`` (this format or the older state-tree one): clients in
+    id order, each model's tensors by name (:func:`by_name`)."""
     out: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in _read_tensors(Path(path), device, "checkpoint.client_models").items():
         if isinstance(value, Mapping):  # an older file: the tree {"client id": {name: tensor}}
@@ -53,11 +54,11 @@ def read_client_models(path: Path, device: str | torch.device = "cpu") -> dict[i
         if not sep or not cid.isdigit():
             raise ConfigError("checkpoint.client_models", f"{path}: tensor {key!r} is not named '<client id>/<name>'")
         out.setdefault(int(cid), {})[name] = value
-    return out
+    return {cid: out[cid] for cid in sorted(out)}  # clients in id order ("10/..." sorts before "2/..." as text)
 
 
 def read_model(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """The name -> tensor dict of a ``model.safetensors`` (this format or the older state-tree one)."""
+    """The name -> tensor dict of a ``model.safetensors`` (this format or the older state-tree one), by name (:func:`by_name`)."""
     return _read_tensors(Path(path), device, "model")
 
 
@@ -72,9 +73,17 @@ def _read_tensors(path: Path, device: str | torch.device, field: str) -> dict[st
             legacy = METADATA_KEY in _header_metadata(data)
         except ValueError:  # no metadata table at all: a plain file from any writer
             legacy = False
-        tensors = dict(decode_state(data)) if legacy else safetensors.torch.load(data)
+        tensors = dict(decode_state(data)) if legacy else by_name(safetensors.torch.load(data))
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, safetensors.SafetensorError) as exc:
         raise ConfigError(field, f"{path} is not a valid safetensors model file: {one_line(str(exc))}") from exc
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) if isinstance(v, torch.Tensor) else {n: t.to(device) for n, t in v.items()} for k, v in tensors.items()}
     return tensors
+
+
+def by_name(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``tensors`` sorted by name. Why: safetensors' reader hands a file's tensors back in an order that changes from one
+    process to the next, so a model read back (:func:`chillfl.load_run`, a comparison's returned runs) listed its
+    parameters, and a client file its clients, in another order each time; the file does not keep the written order
+    (it lays tensors out by dtype and name), and a fixed one is what a reader can rely on."""
+    return {name: tensors[name] for name in sorted(tensors)}

@@ -176,8 +176,8 @@ class Sweep:
         self.results[key] = out
         if out is None or out.folder is None or (out.model_state is None and not out.client_states):
             return
-        self.let_go[key] = Devices(first_device(out.model_state), first_device(next(iter(out.client_states.values()), None)), out.model_state is not None,
-                                   bool(out.client_states))
+        self.let_go[key] = Devices(first_device(out.model_state), first_device(next(iter(out.client_states.values()), None)),
+                                   tuple(out.model_state or ()), tuple((cid, tuple(state)) for cid, state in out.client_states.items()))
         out.model_state, out.client_states = None, {}
 
     def bring_back(self, returned: Iterable[RunOutput]) -> None:
@@ -191,9 +191,11 @@ class Sweep:
                 continue
             try:
                 if held.model:
-                    out.model_state = read_model(out.folder / MODEL, held.model_device)
+                    model = read_model(out.folder / MODEL, held.model_device)
+                    out.model_state = {name: model[name] for name in held.model}
                 if held.clients:
-                    out.client_states = read_client_models(out.folder / CLIENT_MODELS, held.clients_device)
+                    clients = read_client_models(out.folder / CLIENT_MODELS, held.clients_device)
+                    out.client_states = {cid: {name: clients[cid][name] for name in names} for cid, names in held.clients}
             except ConfigError as exc:  # removed or damaged since the run wrote it: the table stands, the output lacks its model
                 log.warning("the trained model of %s is not read back (%s): its output has none", out.folder.name, exc)
             del self.let_go[key]
@@ -220,14 +222,15 @@ class Sweep:
 
 @dataclass(frozen=True)
 class Devices:
-    """Where a comparison's run had its trained models (:meth:`Sweep.keep`), so that they are read back there."""
+    """Where a comparison's run had its trained models (:meth:`Sweep.keep`) and in what order, so that they are read back
+    as they were: on that device, their names and clients in the run's order (the file reader's is by name)."""
 
     model_device: str
     clients_device: str
-    model: bool
-    """It had a global model."""
-    clients: bool
-    """It had client models (``checkpoint.client_models = true``)."""
+    model: tuple[str, ...]
+    """Its global model's names, in order (empty: it had none)."""
+    clients: tuple[tuple[int, tuple[str, ...]], ...]
+    """Its client models' ids and names, in order (empty: none, ``checkpoint.client_models = false``)."""
 
 
 def first_device(state: Mapping[str, torch.Tensor] | None) -> str:

@@ -220,9 +220,12 @@ def condition(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().sum(0)
 
 
-def policy_network(d: int) -> nn.Sequential:
-    """The CPN Theta: ``Linear(d, 2d) -> LayerNorm(2d) -> ReLU`` (the authors' ``ConditionalSelection``)."""
-    return nn.Sequential(nn.Linear(d, 2 * d), nn.LayerNorm(2 * d), nn.ReLU())
+def policy_network(d: int, dtype: torch.dtype = torch.float32) -> nn.Sequential:
+    """The CPN Theta: ``Linear(d, 2d) -> LayerNorm(2d) -> ReLU`` (the authors' ``ConditionalSelection``).
+
+    Drawn in ``dtype`` (float32; the caller casts it to the head's dtype), not the process's default: a default left at
+    float64 by an earlier notebook cell would otherwise draw another start for the same run."""
+    return nn.Sequential(nn.Linear(d, 2 * d, dtype=dtype), nn.LayerNorm(2 * d, dtype=dtype), nn.ReLU())
 
 
 class PolicyHead(nn.Module):

@@ -115,6 +115,7 @@ from chillfl.capabilities import FORWARD, Capabilities, Cost
 MIN_SAMPLES_PER_LABEL = 1
 ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
+NOISE_DTYPE = torch.float32  # the generator's noise and weights: the heads' dtype (read .float()), not the process's default
 
 
 @dataclass(frozen=True)
@@ -264,11 +265,11 @@ class FedGen(FedAvg):
             rng = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "fedgen-samples", round, client_id))
             labels = self.prior if o.client_labels == "prior" else torch.ones(self.num_classes, dtype=torch.float64)
             y = torch.multinomial(labels, o.samples, replacement=True, generator=rng)
-            noise = torch.rand(o.samples, o.noise_dim, generator=rng)
+            noise = torch.rand(o.samples, o.noise_dim, generator=rng, dtype=NOISE_DTYPE)
             with torch.no_grad():
                 z = self._generate(y, noise, self.params).to(dtype)
                 if o.beta > 0:  # drawn after the samples, so the samples are the same with or without beta
-                    class_z = self._generate(torch.arange(self.num_classes), torch.rand(self.num_classes, o.noise_dim, generator=rng), self.params).to(dtype)
+                    class_z = self._generate(torch.arange(self.num_classes), torch.rand(self.num_classes, o.noise_dim, generator=rng, dtype=NOISE_DTYPE), self.params).to(dtype)
             weight = _decayed(o.alpha, o.alpha_decay, round)
             latent = _decayed(o.beta, o.alpha_decay, round)
         context: dict[str, Wire] = {"fedgen_z": z.to(device), "fedgen_y": y.to(device), "fedgen_weight": weight}
@@ -305,10 +306,10 @@ class FedGen(FedAvg):
         """``generator_steps`` Adam steps on teacher + eta * diversity; then the learning rate decays (once per round)."""
         o = self.options
         rng = torch.Generator().manual_seed(derive_seed(instance_seed(self.seed), "fedgen", round))
-        loss = torch.zeros(())
+        loss = torch.zeros((), dtype=NOISE_DTYPE)
         for _ in range(o.generator_steps):
             y = torch.multinomial(self.prior, o.generator_batch, replacement=True, generator=rng)
-            noise = torch.rand(o.generator_batch, o.noise_dim, generator=rng)
+            noise = torch.rand(o.generator_batch, o.noise_dim, generator=rng, dtype=NOISE_DTYPE)
             leaves = {k: v.clone().requires_grad_(True) for k, v in self.params.items()}
             with torch.enable_grad():
                 z = self._generate(y, noise, leaves)

@@ -36,14 +36,18 @@ Teacher = Literal["clients", "ensemble", "broadcast"]
 
 
 class FeatureGenerator(nn.Module):
-    """G_w(y, eps): [one_hot(y), eps] -> Linear -> BN -> ReLU -> Linear (feature_dim)."""
+    """G_w(y, eps): [one_hot(y), eps] -> Linear -> BN -> ReLU -> Linear (feature_dim).
 
-    def __init__(self, num_classes: int, noise_dim: int, hidden: int, feature_dim: int) -> None:
+    Built in ``dtype`` (float32, the dtype the clients' heads are read in), not the process's default: a default left at
+    float64 by an earlier notebook cell would otherwise draw another start and meet the float32 heads with float64 features.
+    """
+
+    def __init__(self, num_classes: int, noise_dim: int, hidden: int, feature_dim: int, dtype: torch.dtype = torch.float32) -> None:
         super().__init__()
         self.num_classes, self.noise_dim = num_classes, noise_dim
-        self.fc = nn.Linear(noise_dim + num_classes, hidden)
-        self.bn = nn.BatchNorm1d(hidden, track_running_stats=False)
-        self.out = nn.Linear(hidden, feature_dim)
+        self.fc = nn.Linear(noise_dim + num_classes, hidden, dtype=dtype)
+        self.bn = nn.BatchNorm1d(hidden, track_running_stats=False, dtype=dtype)
+        self.out = nn.Linear(hidden, feature_dim, dtype=dtype)
 
     def forward(self, labels: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         onehot = F.one_hot(labels, self.num_classes).to(noise.dtype)

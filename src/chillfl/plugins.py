@@ -394,14 +394,18 @@ class Registry(Generic[T]):
     ``modules``: what registers the built-ins: a package (every module of it, so a new built-in module needs no
     list edited) or single modules. A lookup (:meth:`get`) imports the package's module named after the name
     first and every module only when that one does not register it; a listing imports every module. A name
-    registered twice is a programming error: two methods would answer to it.
+    registered twice from two modules is a programming error: two methods would answer to it. Registered again from
+    the module that registered it (a notebook cell run again, ``importlib.reload`` or ``%autoreload`` of a plugin
+    module), the new spec replaces the old one: the module's new code is what the name means now.
     """
 
     def __init__(self, what: str, *, package: str | None = None, modules: Sequence[str] = ()) -> None:
         self.what = what
         self.package = package
         self.modules = tuple(modules)
+        self._owner = sys._getframe(1).f_globals.get("__name__", "")  # the module of the register_* helper, skipped in _home
         self._specs: dict[str, T] = {}
+        self._homes: dict[str, str] = {}  # each name's registering module (see register)
         self._loaded = False  # set only once every module is imported: a True read without the lock is final
         self._loading = False
         # Re-entrant: a module imported during the walk that looks a name up (same thread) must not deadlock, and
@@ -411,11 +415,28 @@ class Registry(Generic[T]):
     def register(self, name: str, spec: T) -> T:
         """Name ``spec`` ``name``; returns ``spec`` (``SPEC = register_x("name", XSpec(...))``).
 
-        Takes no lock: a module registers while another thread may hold the walk's lock waiting on that import."""
-        if name in self._specs and self._specs[name] is not spec:
-            raise ValueError(f"{self.what} {name!r} is registered twice")
+        A name already registered is replaced when the same module registers it again (its code re-run: a notebook
+        cell, a reloaded module) and refused when another module does (see the class). Takes no lock: a module
+        registers while another thread may hold the walk's lock waiting on that import."""
+        home = self._home()
+        if name in self._specs and self._specs[name] is not spec and self._homes[name] != home:
+            raise ValueError(f"{self.what} {name!r} is registered twice: by module {self._homes[name]!r} and again by "
+                             f"module {home!r} (only the module that registered a name may register it again, replacing it)")
         self._specs[name] = spec
+        self._homes[name] = home
         return spec
+
+    def registered(self, name: str) -> T | None:
+        """The spec registered as ``name`` so far, importing nothing (what a ``register_*`` helper replaces)."""
+        return self._specs.get(name)
+
+    def _home(self) -> str:
+        """The module whose code registers: the first caller outside this module and the ``register_*`` helper's own
+        (module-level code of the helper's module counts: it registers there itself)."""
+        frame = sys._getframe(2)
+        while frame.f_back is not None and frame.f_code.co_name != "<module>" and frame.f_globals.get("__name__") in (__name__, self._owner):
+            frame = frame.f_back
+        return str(frame.f_globals.get("__name__", ""))
 
     def _load(self) -> None:
         if self._loaded:

@@ -152,10 +152,17 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     """Name ``spec`` ``name`` in the registry: how each built-in module registers its spec, next to its code.
 
     Returns ``spec`` so that a module may keep it (``SPEC = register_algorithm("fedprox", AlgorithmSpec(...))``).
-    A name registered twice is a programming error (two methods would answer to it).
+    A name registered twice from two modules is a programming error (two methods would answer to it); registered again
+    from its own module (a cell re-run, a reloaded module), the new spec replaces the old, and the classes the old one
+    made (:data:`_MADE`) are the new one's classes' claim instead.
     """
     check_hooks(name, spec.calls(), "algorithm.name")  # registered by a plugin module: its hooks checked as a spec named by import path
+    old = _REGISTRY.registered(name)
     registered = _REGISTRY.register(name, spec)
+    if old is not None and old is not spec:  # replaced: the old classes (a reloaded module's) no longer hold this name
+        for cls in old.makes:
+            if _MADE.get(cls) == name:
+                del _MADE[cls]
     for cls in spec.makes:  # the first spec to claim a class holds its instances (built_by); a later claim builds from configs only
         _MADE.setdefault(cls, name)
     return registered

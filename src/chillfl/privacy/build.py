@@ -125,8 +125,11 @@ def _settings_reading_nothing(config: RunConfig) -> list[str]:
     return sorted(found, key=lambda setting: not setting.endswith("= false"))  # a switch off first: the plainest
 
 
-def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
-    """The ``[privacy]`` plan of this run (None: off), or a ConfigError for a budget that is impossible here."""
+def plan_privacy(config: RunConfig, data: FederatedData, tell: bool = False) -> PrivacyPlan | None:
+    """The ``[privacy]`` plan of this run (None: off), or a ConfigError for a budget that is impossible here.
+
+    ``tell``: say the sigma ``target_epsilon`` picked (:func:`say_sigma`), asked by one of a build's plans (its
+    :func:`private_steps`, which every build calls), not in the cached plan: that was said by a process's first call alone."""
     p = config.privacy
     if not p.enabled:
         return None
@@ -162,7 +165,18 @@ def plan_privacy(config: RunConfig, data: FederatedData) -> PrivacyPlan | None:
         plan = _plan(p, config.protocol, sizes, config.seed)
     if setup is not None and p.accountant == "prv" and plan.protocol == SOFTLABELS:
         _probe_uploads(plan.delta, plan.accounted_sigma, setup.common.subset_size * fed.rounds)
+    if tell:
+        say_sigma(p, plan, sizes.rounds)
     return plan
+
+
+def say_sigma(p: PrivacyConfig, plan: PrivacyPlan, rounds: int) -> None:
+    """One INFO line with the sigma ``target_epsilon`` picked: the resolved config keeps noise_multiplier as written, so
+    this line is where the sigma that ran is said (nothing without a target)."""
+    if p.target_epsilon > 0:
+        unused = f", in place of the written noise_multiplier = {p.noise_multiplier:g}" if p.noise_multiplier not in (0.0, DEFAULT_SIGMA) else ""
+        log.info("privacy.target_epsilon = %g at delta = %g over the planned %d rounds: noise_multiplier (sigma) = %.6g%s",
+                 p.target_epsilon, p.delta, rounds, plan.noise_multiplier, unused)
 
 
 @functools.lru_cache(maxsize=16)
@@ -201,9 +215,6 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
             lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({_lowered(exc)}); "
                                                            f"raise target_epsilon or delta{lower}") from None
-        # the resolved config keeps noise_multiplier as written: this line is where the sigma that ran is said
-        unused = f", in place of the written noise_multiplier = {p.noise_multiplier:g}" if p.noise_multiplier not in (0.0, DEFAULT_SIGMA) else ""
-        log.info("privacy.target_epsilon = %g at delta = %g over the planned %d rounds: noise_multiplier (sigma) = %.6g%s", p.target_epsilon, p.delta, sizes.rounds, sigma, unused)
     if p.accountant == "prv":
         _probe_prv(p, sigma / sensitivity, accounting.steps)
     noise = Noise(p.clip_norm, sigma, sizes, seed)
@@ -378,7 +389,7 @@ def exempted(aggregator: Aggregator | None) -> frozenset[int]:
 def private_steps(config: RunConfig, data: FederatedData, model: nn.Module, aggregator: Aggregator | None) -> PrivateGradients | None:
     """The mechanism's per-sample step (its ``step`` hook; None without one); refuses batch norm, and methods whose uploads one
     accounted training does not bound (their declared ``private_steps``, or a client half that runs its own trainings)."""
-    plan = plan_privacy(config, data)
+    plan = plan_privacy(config, data, tell=True)
     if plan is None or plan.spec.step is None or config.protocol != PARAMETERS:
         return None
     _refuse_coupled_terms(config, plan.mechanism)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Sequence
 
 from chillfl.errors import ConfigError
+from chillfl.once import warn_once
 from chillfl.options import require
 from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
 
@@ -122,17 +123,23 @@ def check(options: DpFedAvgOptions, config: RunConfig) -> None:
         _warn_skips(fed.rounds, fed.num_clients, fed.sample_size(), lost, fed.min_clients, config.privacy.delta)
 
 
-@functools.lru_cache(maxsize=16)  # once per setting: the plan is asked for more than once a build
 def _warn_skips(rounds: int, num_clients: int, per_round: int, lost: float, fewest: int, delta: float) -> None:
-    """``lost``: the chance that a sampled client does not report (dropout, and stragglers where they are dropped)."""
+    """``lost``: the chance that a sampled client does not report (dropout, and stragglers where they are dropped).
+
+    Said once a call (:func:`~chillfl.once.warn_once`: the plan is asked for more than once a build) and again by the
+    next call; only the sum is cached (:func:`_skipped_mass`): a cached warning was said by a process's first call alone."""
     rate = per_round / num_clients * (1 - lost)
-    mass = skipped_mass(rounds, num_clients - 1, rate, fewest)
+    mass = _skipped_mass(rounds, num_clients - 1, rate, fewest)
     if 2 * mass > delta:  # (1 + e^epsilon) >= 2
         void = "; at least 2 x %.3g >= 1, so it holds no guarantee at all" % mass if 2 * mass >= 1 else ""  # a delta of 1 or more bounds nothing
-        log.warning("privacy.delta: with Poisson sampling at a reporting rate q x (1 - dropout) x (1 - dropped stragglers) = %.3g over %d clients, a round has 1 to min_clients - 1 = %d "
-                    "reporting clients often enough that retrying or skipping it adds (1 + e^epsilon) x %.3g to delta = %.3g: the reported epsilon "
-                    "holds at that larger delta%s (more clients, a larger clients_per_round or min_clients = 1 shrink it; docs/privacy.md, \"Sampling\")",
-                    rate, num_clients, fewest - 1, mass, delta, void)
+        warn_once(log, "privacy.delta: with Poisson sampling at a reporting rate q x (1 - dropout) x (1 - dropped stragglers) = %.3g over %d clients, a round has 1 to min_clients - 1 = %d "
+                       "reporting clients often enough that retrying or skipping it adds (1 + e^epsilon) x %.3g to delta = %.3g: the reported epsilon "
+                       "holds at that larger delta%s (more clients, a larger clients_per_round or min_clients = 1 shrink it; docs/privacy.md, \"Sampling\")"
+                       % (rate, num_clients, fewest - 1, mass, delta, void))
+
+
+_skipped_mass = functools.lru_cache(maxsize=16)(skipped_mass)
+""":func:`skipped_mass`, once per setting: the check runs at each of a build's plans."""
 
 
 def capped_weights(cap: float, client_sizes: Sequence[int]) -> tuple[float, ...] | None:

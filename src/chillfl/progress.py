@@ -20,7 +20,7 @@ from typing import Any, Literal, Union
 
 from tqdm import tqdm
 
-from chillfl.stderr import say
+from chillfl.stderr import say, thread_lock
 
 ProgressMode = Literal["bar", "lines", "off"]
 Progress = Union[bool, ProgressMode]
@@ -133,6 +133,7 @@ def make_bar(progress: Progress, total: int, initial: int, desc: str) -> tqdm | 
         return Lines(total, initial, desc)
     if mode == "off":
         return NoBar()
+    thread_lock(tqdm)  # not tqdm's default lock, which fixes multiprocessing's start method (chillfl.stderr.ThreadLock)
     return tqdm(total=total, initial=initial, desc=desc, unit="round", leave=True, dynamic_ncols=True)
 
 

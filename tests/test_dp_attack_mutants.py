@@ -211,17 +211,13 @@ def test_the_skipped_round_warning_reads_the_reporting_rate_after_dropout(caplog
     # one of the 3 others reports w.p. 3/8 a round: 10 rounds -> 3.75, far above delta = 1e-3
     from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips
 
-    _warn_skips.cache_clear()
-    try:
-        with caplog.at_level("WARNING"):
-            _warn_skips(10, 4, 4, 0.0, 2, 1e-3)
-        assert not caplog.records
-        with caplog.at_level("WARNING"):
-            _warn_skips(10, 4, 4, 0.5, 2, 1e-3)
-        [line] = [r.getMessage() for r in caplog.records]
-        assert "(1 - dropped stragglers) = 0.5 " in line and "x 3.75 to delta" in line
-    finally:
-        _warn_skips.cache_clear()
+    with caplog.at_level("WARNING"):
+        _warn_skips(10, 4, 4, 0.0, 2, 1e-3)
+    assert not caplog.records
+    with caplog.at_level("WARNING"):
+        _warn_skips(10, 4, 4, 0.5, 2, 1e-3)
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "(1 - dropped stragglers) = 0.5 " in line and "x 3.75 to delta" in line
 
 
 def test_a_probability_row_with_nothing_left_after_the_noise_becomes_uniform() -> None:

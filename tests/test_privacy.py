@@ -509,8 +509,6 @@ def test_poisson_dp_fedavg_charges_every_round_skipped_or_not() -> None:
 def test_skipped_mass_by_hand_and_its_warning(caplog: pytest.LogCaptureFixture) -> None:
     from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips, skipped_mass
 
-    _warn_skips.cache_clear()  # it warns once per setting a process: an earlier test may have built this one
-
     # 10 rounds, 3 other clients each in at 1/2: P[none] = 1/8 (released: not counted), P[1] = 3/8
     assert skipped_mass(10, 3, 0.5, 1) == 0.0 and skipped_mass(10, 3, 0.5, 2) == pytest.approx(3.75)
     assert skipped_mass(100, 99, 0.1, 2) == pytest.approx(100 * 99 * 0.1 * 0.9**98)  # N = 100, q = 0.1: 3.1e-2, far above delta = 1e-5

@@ -17,7 +17,7 @@ from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.record import RoundRecord
 from chillfl.experiment import build_experiment, build_protocol
 from chillfl.privacy.aggregate import PrivateAggregation
-from chillfl.privacy.mechanisms.dp_fedavg import _warn_skips, skipped_mass
+from chillfl.privacy.mechanisms.dp_fedavg import skipped_mass
 from chillfl.runner import run_experiment
 from chillfl.seeds import derive_seed
 from test_privacy import TINY as PRIVATE  # the private runs' base: seed 3, digits, an MLP, 4 clients, dp-fedavg
@@ -206,7 +206,6 @@ def test_skipped_mass_counts_only_rounds_with_some_but_too_few() -> None:
 
 
 def test_the_delta_warning_is_gone_for_min_clients_1(caplog: pytest.LogCaptureFixture) -> None:
-    _warn_skips.cache_clear()
     with caplog.at_level("WARNING"):  # 4 clients at q = 1/4, min_clients 1: a round draws nobody w.p. 0.42, now released
         build_experiment(load_config(None, TINY))
     assert not any("privacy.delta" in r.getMessage() for r in caplog.records)

@@ -201,6 +201,7 @@ def test_target_epsilon_says_the_sigma_it_picked(written: float, unused: bool, m
     monkeypatch.setattr(build, "noise_for", lambda *args, **kwargs: 2.5)  # the accountant's answer: sigma = 1 (add/remove) x 2.5
     with caplog.at_level("INFO", logger="chillfl.privacy.build"):
         plan = build._plan.__wrapped__(cfg.privacy, "parameters", sizes, 0)  # type: ignore[attr-defined]
+        build.say_sigma(cfg.privacy, plan, sizes.rounds)  # said by the build's plan, not the cached one
     lines = [r.getMessage() for r in caplog.records if r.name == "chillfl.privacy.build"]
     assert plan.noise_multiplier == 2.5
     assert len(lines) == 1 and "privacy.target_epsilon = 5 at delta = 0.001 over the planned 3 rounds: noise_multiplier (sigma) = 2.5" in lines[0]

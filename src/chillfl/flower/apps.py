@@ -70,6 +70,7 @@ from chillfl.aggregation.base import half_parts, measured_after_average
 from chillfl.aggregation.registry import AFTER_AVERAGE, declared_parts, half_field
 from chillfl.config import RunConfig, load_config, parse_overrides
 from chillfl.executors.sequential import SequentialExecutor
+from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
@@ -439,6 +440,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         protocol.close()
         raise
     records: list[dict[str, Any]] = []
+    watch = LossWatch(config.strict)  # the loss-health check chillfl run's loop makes (exploding or non-finite losses)
     sinks: list[Any] = []
     trained = False  # every round ran: a later failure (a sink, the client states, the files) keeps the folder
     try:
@@ -450,6 +452,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
             protocol, executor, seed=config.seed, num_clients=exp.data.num_clients, clients_per_round=config.federation.sample_size(),
             rounds=config.federation.rounds, participation=config.federation, empty=exp.data.without_training_rows(),
         ):
+            watch.observe(record)  # before the record is kept, as chillfl run's loop: a warning line, or Diverged with strict
             records.append(record)
             writer.append(record)
             for sink in sinks:  # each its own copy, as chillfl run gives its callbacks

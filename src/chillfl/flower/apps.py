@@ -88,6 +88,7 @@ from chillfl.runner import RunInterrupted, check_sinks, close_run_sinks, device_
 from chillfl.errors import Diverged, StorageError
 from chillfl.paths import shell_path
 from chillfl.stderr import say
+from chillfl.sweeps.plan import repeats
 from chillfl.stop_signals import Repeats, made_held, stop_signals
 from chillfl.temperature import policy_capabilities
 
@@ -178,6 +179,9 @@ def check_supported(config: RunConfig) -> None:
     """What chillfl.flower carries: parameter sharing (any aggregator and temperature policy) and soft-label sharing."""
     if config.variants:
         raise ConfigError("variants", "a Flower run runs one experiment: pick one variant's config")
+    if repeats(config):  # chillfl run runs it as a comparison; a Flower run ran the config once at its seed, with no word
+        raise ConfigError(comparison_field(config), "a Flower run runs one experiment, and [compare] / [tune] make this config a comparison's "
+                                                    f"(chillfl run runs it as one): remove them to run it once at seed = {config.seed}")
     kind = protocol_of(config)
     if kind.on_flower is not None:
         raise ConfigError(kind.method_table or "algorithm", f"{kind.on_flower}; {RUNTIME}")
@@ -190,6 +194,14 @@ def check_supported(config: RunConfig) -> None:
             if part.declared.on_flower is not None:  # named by the option that set it (limited_by), else the part's name
                 raise ConfigError(part.limit_field(), f"{part.declared.on_flower}; {RUNTIME}")
     check_node_computable(config)
+
+
+def comparison_field(config: RunConfig) -> str:
+    """The field that makes a config without variants a comparison's (:func:`~chillfl.sweeps.plan.repeats`): ``compare.seeds``
+    before another ``[compare]`` option, else ``tune``."""
+    if config.compare:
+        return "compare." + ("seeds" if "seeds" in config.compare else next(iter(config.compare)))
+    return "tune"
 
 
 def check_node_computable(config: RunConfig) -> None:

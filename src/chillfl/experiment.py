@@ -20,7 +20,7 @@ from chillfl.aggregation.registry import (INSTANCE_OPTIONS, BuildContext, Wrappe
                                          wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
 from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attack, forges_models, forges_rows, poisoned_data, skipping_local_dp, with_attack
-from chillfl.config import RunConfig
+from chillfl.config import RayConfig, RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
 from chillfl.data.datasets import dataset_options, dataset_size, dataset_spec
@@ -855,6 +855,24 @@ def oversubscribed_threads_note(config: RunConfig) -> str | None:
             f"and the run is much slower; set threads = 0 (torch's default) or at most {cores}")
 
 
+def ignored_ray_note(config: RunConfig) -> str | None:
+    """The note when ``[ray]`` options are set off their defaults and ``executor`` is not ``"ray"``: only the Ray executor
+    reads them (:func:`make_executor`), so ``ray.address = "HOST:6379"`` without ``executor = "ray"`` trained here, with no word.
+
+    A note, not an error: a stopped Ray run moved to ``sequential`` or ``processes`` (docs/reproducibility.md, "Moving a
+    stopped run") keeps its ``[ray]`` table in ``config.toml``, and resumes as it is.
+    """
+    if config.executor == "ray":
+        return None
+    default = RayConfig()
+    changed = [f.name for f in dataclasses.fields(RayConfig) if getattr(config.ray, f.name) != getattr(default, f.name)]
+    if not changed:
+        return None
+    options = ", ".join(f"ray.{name} = {getattr(config.ray, name)!r}" for name in changed)
+    return (f"note: {options} {'is' if len(changed) == 1 else 'are'} ignored: executor = {config.executor!r} runs the client updates without Ray; "
+            'executor = "ray" runs them on it (docs/ray.md)')
+
+
 def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     """What a run says on stderr before it trains, in notes, not errors: its results stand, but a reader should know.
 
@@ -865,7 +883,7 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     """
     notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config),
              fewer_attackers_note(config, None if exp is None else exp.aggregator),
-             oversubscribed_threads_note(config)]
+             oversubscribed_threads_note(config), ignored_ray_note(config)]
     if exp is not None:
         notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data),
                   half_weights_note(exp.model, exp.spec.precision), cpu_graphs_note(config, exp.device)]

@@ -257,10 +257,17 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
     save_figure(fig, path, dpi=110)  # a link planted at the name is replaced, not written through
 
 
+MIN_CENTERED_INPUTS = 3
+"""Centred linear CKA of two inputs is 1 whatever the models: the two centred rows are ``x`` and ``-x``, so both Gram
+matrices are the same rank-one pattern. ``--samples 2`` printed 1.0000 for every layer (metcalc)."""
+
+
 def cmd_cka(args: argparse.Namespace) -> int:
     need("matplotlib", "analysis", "plots")  # the output includes a figure: say so before any work
-    if args.samples < 2:
-        raise ConfigError("--samples", f"CKA needs at least 2 inputs, got {args.samples}")
+    fewest = 2 if args.uncentered else MIN_CENTERED_INPUTS
+    if args.samples < fewest:
+        why = "" if args.uncentered else " when centred (two centred rows are x and -x: every pair of models has CKA 1.0); --uncentered takes 2"
+        raise ConfigError("--samples", f"CKA needs at least {fewest} inputs{why}, got {args.samples}")
     if args.start is not None and not args.clients:  # it was ignored: the table compares the saved models, no round is replayed
         raise ConfigError("--start", "applies with --clients only (where the replayed round starts); without it cka compares each run's saved global model")
     layers = None

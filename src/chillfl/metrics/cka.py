@@ -30,10 +30,13 @@ import torch
 def linear_cka(x: torch.Tensor, y: torch.Tensor, *, center: bool = True) -> float:
     """Linear CKA of features ``x`` [n, ...] and ``y`` [n, ...] (flattened to [n, features]); computed in float64.
 
-    NaN when either side has no variance (a constant representation).
+    NaN when either side has no variance (a constant representation), and centred over fewer than 3 inputs: two
+    centred rows are ``x`` and ``-x``, whose CKA is 1 whatever the two representations (it says nothing).
     """
     if x.shape[0] != y.shape[0]:
         raise ValueError(f"x and y must describe the same inputs: {x.shape[0]} vs {y.shape[0]} rows")
+    if center and x.shape[0] < 3:
+        return float("nan")
     a = x.reshape(x.shape[0], -1).double()
     b = y.reshape(y.shape[0], -1).double()
     if center:

@@ -86,5 +86,8 @@ def test_a_folder_starting_with_a_dash_is_printed_so_that_the_pasted_command_run
     assert main(["data", "download", "flwr_femnist", "--data-dir=-x"]) == 2
     local = _argument(_quoted_command(capsys.readouterr().err), "--local-dir")
     assert local == "./-x/flwrlabs/femnist" and (tmp_path / local).resolve() == (tmp_path / "-x" / "flwrlabs" / "femnist").resolve()
+    assert main(["data", "download", "femnist", "--data-dir=-x"]) == 2  # its hub instructions, a ManualSource's (rev104a 4)
+    local = _argument(_quoted_command(capsys.readouterr().err), "--local-dir")
+    assert local == "./-x/flwrlabs/femnist"
     with pytest.raises(SystemExit):  # what the old text did, pasted: argparse takes -x for a flag
         main(shlex.split("data download mnist --data-dir -x"))

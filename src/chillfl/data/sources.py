@@ -71,10 +71,12 @@ class ManualSource:
 
     def for_dir(self, data_dir: str | PurePath) -> str:
         """The instructions for ``data_dir``: in each `command` of them one shell word, quoted where a shell would split
-        it (``--data-dir "/tmp/my data"`` was printed bare, and the pasted command wrote to ``/tmp/my``); in prose as is."""
+        it (``--data-dir "/tmp/my data"`` was printed bare, and the pasted command wrote to ``/tmp/my``), and ``./-x`` for a
+        folder ``-x`` (a command line reads ``-x`` as a flag); in prose as is."""
         folder = str(data_dir)
+        word = f"./{folder}" if folder.startswith("-") else folder  # in a command, not a flag (as shell_path)
         spans = self.instructions.split("`")
-        return "`".join(shlex.join(w.replace(DATA_DIR, folder) for w in shlex.split(span)) if i % 2 else span.replace(DATA_DIR, folder)
+        return "`".join(shlex.join(w.replace(DATA_DIR, word) for w in shlex.split(span)) if i % 2 else span.replace(DATA_DIR, folder)
                         for i, span in enumerate(spans))
 
 

@@ -873,8 +873,11 @@ def ignored_ray_note(config: RunConfig) -> str | None:
             'executor = "ray" runs them on it (docs/ray.md)')
 
 
-def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
+def run_notes(config: RunConfig, exp: Experiment | None, executor: bool = True) -> list[str]:
     """What a run says on stderr before it trains, in notes, not errors: its results stand, but a reader should know.
+
+    ``executor``: the client updates run in this process's executor; False for a Flower server, whose nodes train
+    (the notes on ``threads`` and ``[ray]`` are about the executor, and do not apply there).
 
     ``exp``: the run's built parts; None for a dry run without the dataset's files (the notes that need no built part).
     A run says them once it is built, and a dry run once every run it checks is built (:func:`say_notes`), so that a
@@ -883,7 +886,7 @@ def run_notes(config: RunConfig, exp: Experiment | None) -> list[str]:
     """
     notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config),
              fewer_attackers_note(config, None if exp is None else exp.aggregator),
-             oversubscribed_threads_note(config), ignored_ray_note(config)]
+             *([oversubscribed_threads_note(config), ignored_ray_note(config)] if executor else [])]
     if exp is not None:
         notes += [idle_local_dp_note(config, exp.aggregator), unused_rows_note(config, exp.data), empty_splits_note(config, exp.data),
                   half_weights_note(exp.model, exp.spec.precision), cpu_graphs_note(config, exp.device)]

@@ -76,7 +76,7 @@ from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.results import ResultWriter, remove_tree
 from chillfl.errors import ConfigError
-from chillfl.experiment import build_experiment, build_protocol
+from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import StatesRequest, decode, encode
 from chillfl.models.registry import caller_dtype, float32_default
@@ -408,6 +408,7 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
 
 def _build_server(config: RunConfig) -> tuple[Any, Any]:
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
+    say_notes(run_notes(config, exp, executor=False))  # chillfl run's notes (Krum's f below the attackers, an idle local_dp, ...): a Flower run said none
     if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
         # a method whose option asks for it declares so (on_flower, limited_by), refused by check_supported on that
         # option; a half that asks by itself is named with the algorithm that chose it

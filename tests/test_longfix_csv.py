@@ -97,3 +97,27 @@ def test_a_resumed_sinks_files_equal_the_uninterrupted_ones(tmp_path: Path) -> N
         resumed.on_round(record)
     for name in (CSV_FILE, CLIENTS_CSV_FILE):
         assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+
+
+def test_a_tables_non_finite_value_gives_the_same_files_after_a_resume(tmp_path: Path) -> None:
+    """metrics.jsonl keeps a table's NaN or inf as null (only the record's own values are marked), so a resumed run read
+    them back as None: the uninterrupted sink wrote ``1,local_losses,1,inf`` and the resumed one had no such line
+    (rev104a 3). A table's non-finite value has no line now, in memory as read back."""
+    from chillfl.storage.jsonl import decode_record, encode_record
+
+    stream = records(rounds=12, clients=20)
+    stream[3]["client_train_loss"][next(iter(stream[3]["client_train_loss"]))] = float("inf")
+    stream[4]["agg_scores"][next(iter(stream[4]["agg_scores"]))] = float("nan")
+    from_disk = [decode_record(json.loads(json.dumps(encode_record(r), sort_keys=True))) for r in stream[:8]]
+    (tmp_path / "whole").mkdir()
+    whole = CsvSink(tmp_path / "whole" / CSV_FILE)
+    for record in stream:
+        whole.on_round(record)
+    (tmp_path / "resumed").mkdir()
+    resumed = CsvSink(tmp_path / "resumed" / CSV_FILE, from_disk)
+    for record in stream[8:]:
+        resumed.on_round(record)
+    for name in (CSV_FILE, CLIENTS_CSV_FILE):
+        assert (tmp_path / "resumed" / name).read_bytes() == (tmp_path / "whole" / name).read_bytes(), name
+    text = (tmp_path / "whole" / CLIENTS_CSV_FILE).read_text()
+    assert "inf" not in text and "nan" not in text

@@ -68,6 +68,7 @@ import csv
 import errno
 import json
 import logging
+import math
 import netrc
 import os
 import socket
@@ -268,12 +269,19 @@ def table_cells(record: Mapping[str, Any]) -> list[TableCell]:
     table's entries by :func:`client_order`: a table keyed by client id lists its clients in id order in memory
     (``2, 10``; ints in the aggregator's tables) and in text order once read back from ``metrics.jsonl``, whose keys
     are sorted strings (``"10", "2"``); a resumed run reads its first rounds back, and must write what an
-    uninterrupted run writes."""
+    uninterrupted run writes. For the same reason a table's NaN or infinite value has no line, as ``None`` has none:
+    ``metrics.jsonl`` keeps a table's non-finite values as ``null`` (:mod:`chillfl.storage.jsonl` marks only the
+    record's own), so a resumed run read them back as ``None`` and lacked the lines the uninterrupted run wrote."""
     cells: list[TableCell] = []
     for key in sorted(k for k, v in record.items() if isinstance(v, Mapping)):
         table = record[key]
-        cells += [TableCell(key, str(sub), _number(table[sub])) for sub in sorted(table, key=client_order) if _is_number(table[sub])]
+        cells += [TableCell(key, str(sub), _number(table[sub])) for sub in sorted(table, key=client_order) if _finite_number(table[sub])]
     return cells
+
+
+def _finite_number(value: Any) -> bool:
+    """:func:`_is_number`, NaN and the infinities left out (:func:`table_cells`)."""
+    return _is_number(value) and (isinstance(value, bool) or math.isfinite(value))
 
 
 def client_order(sub: object) -> tuple[int, int, str]:

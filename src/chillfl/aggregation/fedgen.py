@@ -189,9 +189,6 @@ class FedGen(FedAvg):
         self._params: Params | None = None
         """The generator's module and weights, drawn together at first use (:attr:`generator`, :attr:`params`), so an
         instance whose seed a run fills is drawn once, from the run's seed (it was drawn from 0 here, then again)."""
-        self._drawing: Params | None = None
-        """The weights the last drawing made: :attr:`params` still this dict are the drawing's, which a run that fills the
-        seed draws again (:func:`_bind`); others were set or loaded from Python, and are kept."""
         self.moments: dict[str, Params] = {"m": {}, "v": {}}
         self.steps = 0
         self.lr = options.generator_lr
@@ -216,7 +213,6 @@ class FedGen(FedAvg):
     def _draw(self, seed: int, kept: Params | None) -> None:
         """Draw the module and weights from ``seed``, then put ``kept`` (weights set from Python) back over the drawn ones."""
         self.draw_generator(seed)
-        self._drawing = self._params
         if kept is not None:
             self._params = kept
 
@@ -391,15 +387,29 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
     return FedGen(options, head, classes, features, ctx.seed), terms
 
 
+def same_params(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """``a`` holds ``b``'s names with ``b``'s values (shape, dtype and every element; compared on the host): a method
+    whose seed a run fills tells its seed-0 drawing from weights a user wrote by this, not by the dict's identity, which
+    an in-place write (``update``, ``copy_``) keeps."""
+    return a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and a[k].dtype == b[k].dtype and torch.equal(a[k].detach().cpu(), b[k].detach().cpu()) for k in a
+    )
+
+
 def _bind(aggregator: FedGen, ctx: BuildContext) -> None:
     """An instance passed from Python starts its generator and draws its samples from the run's seed, as the builder's
     does: its ``seed`` the run's (None: filled, and the generator drawn from it at first use, again only where it was
     read before the run), another refused on ``aggregator.seed`` (seed 0 drew every seed's alike). Weights set or loaded
-    from Python after such a read are the user's, kept (a warm start's were drawn over, its Adam state kept)."""
+    from Python after such a read are the user's, kept (a warm start's were drawn over, its Adam state kept): whatever
+differs from seed 0's drawing in a name or a value, so a warm start written into the read dict (``params.update``, a
+tensor's ``copy_``) counts as well as a set or loaded one (the dict's identity missed those)."""
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     if aggregator.seed is None and aggregator._generator is not None:  # drawn from seed 0 before the run: drawn again
-        own = aggregator._params is not aggregator._drawing
-        aggregator._draw(seed, aggregator._params if own else None)
+        held = aggregator._params
+        aggregator.draw_generator(instance_seed(None))  # seed 0's drawing again, to tell it from the user's by value
+        drawn = aggregator._params
+        own = held is not None and (drawn is None or not same_params(held, drawn))
+        aggregator._draw(seed, held if own else None)
     aggregator.seed = seed
 
 

@@ -314,9 +314,6 @@ class PFedHN(AggregatorBase):
         self.dtype = dtype
         self._hyper: Params | None = None
         """phi and E, on the host; drawn at first use (:attr:`hyper`), so an instance whose seed a run fills is drawn once."""
-        self._drawing: Params | None = None
-        """The hypernetwork the first use drew: :attr:`hyper` still this dict is that drawing, which a run that fills the
-        seed draws again (:func:`_bind`); another was set or loaded from Python, and is kept."""
         self.velocity: Params = {}
         """SGD momentum buffers (empty before the first step, or with ``momentum = 0``)."""
         self._metrics: dict[str, Json] = {}
@@ -325,7 +322,7 @@ class PFedHN(AggregatorBase):
     def hyper(self) -> Params:
         """phi and E, drawn from :func:`init_seed` of the seed at first use (0 outside a run while the seed is unset)."""
         if self._hyper is None:
-            self._hyper = self._drawing = self.initial_hyper(init_seed(instance_seed(self.seed)))
+            self._hyper = self.initial_hyper(init_seed(instance_seed(self.seed)))
         return self._hyper
 
     @hyper.setter
@@ -445,15 +442,25 @@ def init_seed(seed: int) -> int:
     return derive_seed(seed, "pfedhn-init")
 
 
+def _same_params(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """``a`` holds ``b``'s names with ``b``'s values (shape, dtype, every element, on the host): the bind tells seed 0's
+    drawing from a user's hypernetwork by value, as an in-place write (``hyper.update``, ``copy_``) keeps the dict."""
+    return a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and a[k].dtype == b[k].dtype and torch.equal(a[k].detach().cpu(), b[k].detach().cpu()) for k in a
+    )
+
+
 def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     """An instance passed from Python holds one embedding a client, ``num_clients`` of them: another count than the run's
     is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise). Its ``seed`` is the
     run's, as every seeded method's (None: filled, and the hypernetwork drawn from its :func:`init_seed`, again only where
-    it was read before the run; a hypernetwork set or loaded from Python is the user's, kept), another refused on
-    ``aggregator.seed`` (seed 0 started every seed's run alike)."""
+    it was read before the run and is still seed 0's drawing by value; a hypernetwork set, loaded or written in place from
+    Python differs from it, and is the user's, kept), another refused on ``aggregator.seed`` (seed 0 started every seed's
+    run alike)."""
     aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
-    if aggregator.seed is None and aggregator._hyper is not None and aggregator._hyper is aggregator._drawing:  # seed 0's: again
+    held = aggregator._hyper
+    if aggregator.seed is None and held is not None and _same_params(held, aggregator.initial_hyper(init_seed(instance_seed(None)))):
         aggregator.hyper = aggregator.initial_hyper(init_seed(seed))
     aggregator.seed = seed
 

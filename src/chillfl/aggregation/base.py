@@ -727,6 +727,15 @@ def params_state(params: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return dict(params)
 
 
+def same_params(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
+    """``a`` holds ``b``'s names with ``b``'s values (shape, dtype and every element; compared on the host). Why: a
+    method whose seed a run fills (FedGen's generator, pFedHN's hypernetwork) tells its seed-0 drawing from weights a
+    user wrote by value, not by the dict's identity, which an in-place write (``update``, a tensor's ``copy_``) keeps."""
+    return a.keys() == b.keys() and all(
+        a[k].shape == b[k].shape and a[k].dtype == b[k].dtype and torch.equal(a[k].detach().cpu(), b[k].detach().cpu()) for k in a
+    )
+
+
 def load_params(state: Mapping[str, Any]) -> Params:
     """Inverse of :func:`params_state`, checking that every leaf is a tensor."""
     if not isinstance(state, Mapping):

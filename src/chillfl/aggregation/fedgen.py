@@ -103,6 +103,7 @@ from chillfl.aggregation.base import (
     check_state_keys,
     load_params,
     params_state,
+    same_params,
 )
 from chillfl.options import require
 from chillfl.global_rng import forked_rng
@@ -387,22 +388,13 @@ def _build(options: FedGenOptions, ctx: BuildContext) -> Built:
     return FedGen(options, head, classes, features, ctx.seed), terms
 
 
-def same_params(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
-    """``a`` holds ``b``'s names with ``b``'s values (shape, dtype and every element; compared on the host): a method
-    whose seed a run fills tells its seed-0 drawing from weights a user wrote by this, not by the dict's identity, which
-    an in-place write (``update``, ``copy_``) keeps."""
-    return a.keys() == b.keys() and all(
-        a[k].shape == b[k].shape and a[k].dtype == b[k].dtype and torch.equal(a[k].detach().cpu(), b[k].detach().cpu()) for k in a
-    )
-
-
 def _bind(aggregator: FedGen, ctx: BuildContext) -> None:
     """An instance passed from Python starts its generator and draws its samples from the run's seed, as the builder's
     does: its ``seed`` the run's (None: filled, and the generator drawn from it at first use, again only where it was
     read before the run), another refused on ``aggregator.seed`` (seed 0 drew every seed's alike). Weights set or loaded
     from Python after such a read are the user's, kept (a warm start's were drawn over, its Adam state kept): whatever
-differs from seed 0's drawing in a name or a value, so a warm start written into the read dict (``params.update``, a
-tensor's ``copy_``) counts as well as a set or loaded one (the dict's identity missed those)."""
+    differs from seed 0's drawing in a name or a value (:func:`~chillfl.aggregation.base.same_params`), so a warm start
+    written into the read dict (``params.update``, a tensor's ``copy_``) counts as well as a set or loaded one."""
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     if aggregator.seed is None and aggregator._generator is not None:  # drawn from seed 0 before the run: drawn again
         held = aggregator._params

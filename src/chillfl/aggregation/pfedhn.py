@@ -119,6 +119,7 @@ from chillfl.aggregation.base import (
     load_params,
     own_entries,
     params_state,
+    same_params,
     weighted_average,
     with_prefix,
 )
@@ -442,14 +443,6 @@ def init_seed(seed: int) -> int:
     return derive_seed(seed, "pfedhn-init")
 
 
-def _same_params(a: Mapping[str, torch.Tensor], b: Mapping[str, torch.Tensor]) -> bool:
-    """``a`` holds ``b``'s names with ``b``'s values (shape, dtype, every element, on the host): the bind tells seed 0's
-    drawing from a user's hypernetwork by value, as an in-place write (``hyper.update``, ``copy_``) keeps the dict."""
-    return a.keys() == b.keys() and all(
-        a[k].shape == b[k].shape and a[k].dtype == b[k].dtype and torch.equal(a[k].detach().cpu(), b[k].detach().cpu()) for k in a
-    )
-
-
 def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     """An instance passed from Python holds one embedding a client, ``num_clients`` of them: another count than the run's
     is refused on ``aggregator.num_clients`` (an IndexError at the first client id past it otherwise). Its ``seed`` is the
@@ -460,7 +453,7 @@ def _bind(aggregator: PFedHN, ctx: BuildContext) -> None:
     aggregator.num_clients = run_value(aggregator.num_clients, ctx.num_clients, instance_field(ctx, "num_clients"), "federation.num_clients")
     seed = run_value(aggregator.seed, ctx.seed, instance_field(ctx, "seed"), "seed")
     held = aggregator._hyper
-    if aggregator.seed is None and held is not None and _same_params(held, aggregator.initial_hyper(init_seed(instance_seed(None)))):
+    if aggregator.seed is None and held is not None and same_params(held, aggregator.initial_hyper(init_seed(instance_seed(None)))):
         aggregator.hyper = aggregator.initial_hyper(init_seed(seed))
     aggregator.seed = seed
 

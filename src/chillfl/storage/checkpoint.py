@@ -60,7 +60,7 @@ import safetensors.torch
 import torch
 
 from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
-from chillfl.errors import ConfigError, StorageError
+from chillfl.errors import ConfigError, StorageError, json_loads
 
 FORMAT_VERSION = 1
 METADATA_KEY = "chillfl"
@@ -199,7 +199,7 @@ def _header_metadata(data: bytes) -> dict[str, str]:
     (size,) = struct.unpack("<Q", data[:8])
     if size > min(_MAX_HEADER, len(data) - 8):
         raise ValueError("safetensors header length is out of range")
-    header = json.loads(data[8 : 8 + size])
+    header = json_loads(data[8 : 8 + size])
     meta = header.get("__metadata__") if isinstance(header, dict) else None
     if not isinstance(meta, dict):
         raise ValueError("no metadata in the safetensors header")
@@ -213,7 +213,7 @@ def saved_round(path: Path) -> int | None:
         with Path(path).open("rb") as fh:
             head = fh.read(8)
             size = struct.unpack("<Q", head)[0] if len(head) == 8 else 0
-            doc = json.loads(_header_metadata(head + fh.read(min(size, _MAX_HEADER)))[METADATA_KEY])
+            doc = json_loads(_header_metadata(head + fh.read(min(size, _MAX_HEADER)))[METADATA_KEY])
     except (OSError, ValueError, KeyError):
         return None
     tree = doc.get("tree") if isinstance(doc, dict) else None
@@ -229,10 +229,17 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[
     """Inverse of :func:`encode_state`: ``(tree, run metadata)``; ValueError (or a safetensors error) on malformed
     bytes, :class:`Tampered` when the checksum does not match (there is no unverified read: what a changed byte
     decodes to is no state any round wrote, and resuming from it gives results no run of the config gives)."""
+    try:
+        return _decoded(data, device)
+    except RecursionError:  # a (re-signed) skeleton nested deeper than Python's stack: a damaged file, not a traceback
+        raise ValueError("state nested too deeply") from None
+
+
+def _decoded(data: bytes, device: str | torch.device) -> tuple[dict[str, Any], dict[str, Any]]:
     meta = _header_metadata(data)
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
-    doc = json.loads(meta[METADATA_KEY])
+    doc = json_loads(meta[METADATA_KEY])
     if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("tree"), dict):
         raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
     tensors = safetensors.torch.load(data)

@@ -82,7 +82,7 @@ from types import MethodType
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import urlparse
 
-from chillfl.errors import Diverged, StorageError, one_line
+from chillfl.errors import Diverged, StorageError, json_loads, one_line
 from chillfl.extras import need
 from chillfl.numeric import is_real
 from chillfl.paths import PARTIAL
@@ -651,7 +651,7 @@ class MlflowRun(NamedTuple):
 def read_mlflow_runs(folder: Path) -> list[MlflowRun] | None:
     """The MLflow runs ``folder``'s ``MLFLOW_RUNS`` names; None without one (an older chillfl's folder) or when it cannot be read."""
     try:
-        data = json.loads((Path(folder) / MLFLOW_RUNS).read_text(encoding="utf-8"))
+        data = json_loads((Path(folder) / MLFLOW_RUNS).read_text(encoding="utf-8"))
         return [MlflowRun(str(r["run_id"]), str(r["tracking_uri"])) for r in data["runs"]]
     except FileNotFoundError:
         return None

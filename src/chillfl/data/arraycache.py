@@ -60,7 +60,7 @@ from typing import Any, NamedTuple, TypedDict
 import numpy as np
 import torch
 
-from chillfl.errors import ConfigError, StorageError
+from chillfl.errors import ConfigError, StorageError, json_loads
 from chillfl.numeric import is_real
 from chillfl.paths import make_temp_dir
 from chillfl.storage.checkpoint import write_atomic
@@ -227,7 +227,7 @@ def _record(folder: Path, record: EntryRecord) -> None:
     """Add ``record`` to an entry's ``meta.json`` that lacks it (atomically; a read-only cache keeps it as it is)."""
     path = folder / "meta.json"
     try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
+        meta = json_loads(path.read_text(encoding="utf-8"))
         if "lineage" not in meta:
             write_atomic(path, json.dumps({**meta, **record}).encode("utf-8"))
     except (OSError, ValueError, TypeError, StorageError):
@@ -237,7 +237,7 @@ def _record(folder: Path, record: EntryRecord) -> None:
 def _load(folder: Path) -> Mapped:
     """The cached arrays; a damaged or foreign cache (an object-dtype ``.npy``, a torn file) is one ConfigError."""
     try:
-        meta: dict[str, Any] = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        meta: dict[str, Any] = json_loads((folder / "meta.json").read_text(encoding="utf-8"))
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # torch warns that the copy-on-write map is not writable
             xs = [torch.from_numpy(_array(folder / f"x_{split}.npy", np.float32, mmap=True)) for split in ("train", "test")]
@@ -318,7 +318,7 @@ def remove_superseded(cache_root: Path, name: str, lineage: str, versions: list[
         return
     for entry in entries:
         try:
-            meta = json.loads(Path(entry.path, "meta.json").read_text(encoding="utf-8"))
+            meta = json_loads(Path(entry.path, "meta.json").read_text(encoding="utf-8"))
             older = meta["lineage"] == lineage and [int(meta["format"]), int(meta["output"])] < versions
         except (OSError, ValueError, KeyError, TypeError):
             continue  # unfinished, damaged, or written before entries recorded their lineage: not known to be this one's

@@ -37,7 +37,7 @@ from typing import Any, Literal, NamedTuple
 import numpy as np
 
 from chillfl.data.sources import MANUAL, download_command, fetched_from
-from chillfl.errors import ConfigError, DataAbsent, Unreachable
+from chillfl.errors import ConfigError, DataAbsent, Unreachable, json_loads
 from chillfl.extras import need
 
 DATA_DIR_FIELD = "data_dir"
@@ -632,8 +632,6 @@ Writers = dict[str, tuple[np.ndarray, np.ndarray]]
 
 def read_leaf_json(folder: Path) -> Writers:
     """Every ``*.json`` in ``folder`` (sorted) in LEAF's format: {users, num_samples, user_data: {user: {x, y}}}."""
-    import json
-
     writers: Writers = {}
     files = _listing(folder, "*.json") if is_dir(folder) else []
     if not files:
@@ -641,7 +639,7 @@ def read_leaf_json(folder: Path) -> Writers:
     for path in files:
         try:
             with open(path, encoding="utf-8") as f:
-                blob = json.load(f)
+                blob = json_loads(f.read())
             users, counts, data = blob["users"], blob["num_samples"], blob["user_data"]
             if len(users) != len(counts):
                 raise ValueError(f"{len(users)} users but {len(counts)} num_samples")
@@ -657,7 +655,7 @@ def read_leaf_json(folder: Path) -> Writers:
                 if user in writers:
                     raise ValueError(f"writer {user} appears twice")
                 writers[str(user)] = (x.reshape(n, 1, 28, 28), y)
-        except (OSError, KeyError, TypeError, ValueError, json.JSONDecodeError) as exc:
+        except (OSError, KeyError, TypeError, ValueError) as exc:  # json_loads: any damaged JSON is a ValueError
             raise _corrupt(path, exc) from exc
     return writers
 

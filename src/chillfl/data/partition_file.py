@@ -34,7 +34,7 @@ import numpy as np
 
 from chillfl.data.augment import AUGMENT_KEY
 from chillfl.data.partition import has_repeats
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, json_loads
 from chillfl.numeric import is_whole
 from chillfl.options import short_path, short_repr
 from chillfl.paths import PARTITION_FILE as PARTITION_FILE  # defined there (storage names it too); read here
@@ -107,7 +107,7 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         # a device or FIFO (a link to /dev/zero) is refused before it is opened: read, it fills the memory or blocks forever
         if not stat.S_ISREG(os.stat(path).st_mode):
             raise ConfigError(FIELD, f"{short_path(path)} is not a regular file (a run folder's {PARTITION_FILE})")
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+        doc = json_loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         if isinstance(exc, ConfigError):
             raise

@@ -15,7 +15,6 @@ mean with a ± 1 std band (as the compare figures do), and refuses a folder with
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -26,7 +25,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
-from chillfl.errors import ConfigError  # noqa: E402
+from chillfl.errors import ConfigError, json_loads  # noqa: E402
 from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool  # noqa: E402
 from chillfl.metrics.spread import SPREAD, seed_band  # noqa: E402
 from chillfl.run_names import CLP_FIGURE, comparison_labels  # noqa: E402
@@ -164,7 +163,7 @@ def clp_groups(folder: Path) -> dict[str, list[list[dict[str, Any]]]]:
     table = folder / "table.json"
     if not labels and table.is_file():  # an older comparison without sweep.json: its table names one run per variant
         try:
-            labels = {safe_name(str(row["variant"])): str(row["variant"]) for row in json.loads(table.read_text(encoding="utf-8"))}
+            labels = {safe_name(str(row["variant"])): str(row["variant"]) for row in json_loads(table.read_text(encoding="utf-8"))}
         except (OSError, ValueError, KeyError, TypeError):
             labels = {}
     groups: dict[str, list[list[dict[str, Any]]]] = {}

@@ -246,6 +246,8 @@ def _read_pickle(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
         images = data.reshape(len(data), 3, 32, 32)
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError, TypeError, IndexError, AttributeError, OverflowError, MemoryError, OSError) as exc:
         raise _corrupt(path, exc) from exc  # OSError: a batch that cannot be opened (permission denied) was a traceback
+    if labels.ndim != 1 or data.ndim != 2:  # nested-list labels ([[3], [9]]) passed, then failed in training or concatenate
+        raise _corrupt(path, f"labels of shape {labels.shape} and data of shape {data.shape} (expected one label per row of pixels)")
     if len(labels) != len(images):
         raise _corrupt(path, f"{len(images)} images but {len(labels)} labels")
     return images, labels

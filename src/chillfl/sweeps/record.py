@@ -224,9 +224,12 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
         record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
         fmt, resumable, reference = record.get("format"), record["resumable"], record["reference"]
         variants, options = [recorded_variant(v) for v in record["variants"]], CompareOptions(**record["options"])
-        config = (folder / "config.toml").read_bytes()
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} is unreadable ({type(exc).__name__}: {exc})") from None
+    try:  # its own message: a missing config.toml was reported as an unreadable sweep.json
+        config = (folder / "config.toml").read_bytes()
+    except OSError as exc:
+        raise ConfigError(FIELD, f"{folder / 'config.toml'} is unreadable ({type(exc).__name__}: {exc.strerror or exc})") from None
     if fmt != FORMAT:
         raise ConfigError(FIELD, f"{folder / SWEEP_FILE} has format {fmt!r}; this chillfl reads {FORMAT}")
     if not resumable and not own_parts:

@@ -577,6 +577,15 @@ class RunConfig:
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps
     the point with the best validation accuracy (needs ``eval.validation`` > 0)."""
 
+    def __post_init__(self) -> None:
+        """``~`` and ``~user`` in ``out_dir`` and ``data_dir`` are the home folder, as a shell would read them: a config
+        file (or a quoted command-line value) is read by no shell, and ``out_dir = "~/results"`` wrote into a folder
+        literally named ``~`` in the current one (a literal ``~`` folder is ``./~``). The expanded path is recorded."""
+        if isinstance(self.out_dir, str):
+            object.__setattr__(self, "out_dir", os.path.expanduser(self.out_dir))
+        if isinstance(self.data_dir, str):
+            object.__setattr__(self, "data_dir", os.path.expanduser(self.data_dir))
+
     def switched_on(self, section: str) -> bool:
         """Whether the switched table ``section`` (a key of :data:`SWITCHED`) is on in this run."""
         return {"privacy": self.privacy.enabled, "attack": self.attack.enabled}[section]

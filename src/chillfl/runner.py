@@ -644,7 +644,7 @@ def _run_rounds(
                         signals.armed = False  # the checkpoint below must not be cut short
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
                         raise RunInterrupted(signals.received, writer.path if writer else None, done)
-                    if every and done % every == 0 and done < rounds:
+                    if every and (done % every == 0 or done == rounds):  # the last round's too: a failed final write (the figures on a full disk) resumes to finish
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way

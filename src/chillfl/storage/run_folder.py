@@ -254,6 +254,9 @@ def _no_checkpoint(path: Path) -> str:
         return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
     if (own := _from_python(where)) is not None:  # `chillfl run` of its config.toml refuses a user's own part
         return f"{said}; it ran on your own {own} from Python: start it again with chillfl.run(...) as before (into a new folder); {path} holds no trained state"
+    if (path / "summary.json").is_file():  # every round ran, then a final write failed (figures on a full disk, checkpoint.every = 0)
+        return (f"{said}; its summary.json and model hold the finished rounds' results, but its last write failed (e.g. the figures): "
+                f"start it again with `{_run_again(path)}` (into a new folder) for a complete one")
     return f"{said}; start it again with `{_run_again(path)}` (into a new folder); {path} holds no trained state: remove it once that run has started"
 
 

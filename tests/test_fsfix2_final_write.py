@@ -1,0 +1,60 @@
+"""A run whose final figure write fails (a full disk, ``ulimit -f``) with ``federation.rounds <= checkpoint.every`` had
+no checkpoint, so every round was lost though its results were on disk, and ``resume`` said the folder "holds no
+trained state" (fsfault finding 4). The last round is now checkpointed too (removed once the folder is final, as
+before): such a folder resumes, and finishes with the uninterrupted run's results."""
+
+from __future__ import annotations
+
+import errno
+import json
+from pathlib import Path
+
+import pytest
+
+from chillfl import runner
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.errors import StorageError
+from chillfl.runner import CHECKPOINT, run_experiment
+
+from test_damaged_files import TINY
+
+
+def _full(*args: object) -> None:
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_run_whose_figures_fail_resumes_to_the_uninterrupted_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    options = {**TINY, "checkpoint.every": 10}  # 2 rounds: no checkpoint but the last round's
+    whole = run_experiment(load_config(None, {**options, "name": "whole", "out_dir": str(tmp_path / "a")}), progress=False).folder
+    monkeypatch.setattr(runner, "_plots", _full)
+    with pytest.raises(StorageError, match="checkpoint of round 2 is kept"):
+        run_experiment(load_config(None, {**options, "name": "cut", "out_dir": str(tmp_path / "b")}), progress=False)
+    partial = tmp_path / "b" / "cut.partial"
+    assert (partial / CHECKPOINT).is_file()
+    monkeypatch.setattr(runner, "_plots", lambda *args: None)
+    assert main(["resume", "-q", str(partial)]) == 0
+    done = tmp_path / "b" / "cut"
+    assert not (done / CHECKPOINT).exists() and whole is not None and not (whole / CHECKPOINT).exists()
+    for name in ("model.safetensors", "partition.json"):
+        assert (done / name).read_bytes() == (whole / name).read_bytes(), name
+    assert _records(done / "metrics.jsonl") == _records(whole / "metrics.jsonl")
+    summaries = [json.loads((folder / "summary.json").read_text()) for folder in (done, whole)]
+    assert summaries[0] | {"wall_time_s": 0, "environment": 0} == summaries[1] | {"wall_time_s": 0, "environment": 0}
+
+
+def _records(path: Path) -> list[dict[str, object]]:
+    """metrics.jsonl's records without their timings."""
+    return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time", "wall"))} for line in path.read_text().splitlines()]
+
+
+def test_without_checkpoints_a_failed_final_write_is_not_said_to_hold_no_trained_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """``checkpoint.every = 0`` writes none, so that folder cannot resume; its line no longer says it "holds no trained state"."""
+    monkeypatch.setattr(runner, "_plots", _full)
+    with pytest.raises(StorageError, match="no checkpoint was written"):
+        run_experiment(load_config(None, {**TINY, "checkpoint.every": 0, "name": "cut", "out_dir": str(tmp_path)}), progress=False)
+    assert main(["resume", str(tmp_path / "cut.partial")]) == 2
+    line = capsys.readouterr().err.strip()
+    assert "no trained state" not in line and "summary.json and model hold the finished rounds' results" in line, line

@@ -173,7 +173,11 @@ def test_a_corrupt_checkpoint_of_a_stopped_run_is_refused_even_with_force(tmp_pa
     assert {str(f.relative_to(partial)): f.read_bytes() for f in sorted(partial.rglob("*")) if f.is_file()} == before
     shutil.rmtree(stopped)  # as the line says
     assert main(["resume", str(partial), "-q"]) == 0
-    assert _files(tmp_path / "sw-compare") == uninterrupted
+
+    def setup_aside(files: dict[str, bytes]) -> dict[str, Any]:  # the last run's summary records the executor it ran on
+        return {k: {**json.loads(v), "environment": None} if k.endswith("summary.json") else v for k, v in files.items()}
+
+    assert setup_aside(_files(tmp_path / "sw-compare")) == setup_aside(uninterrupted)
 
 
 def test_what_cannot_be_resumed_is_one_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
@@ -280,3 +284,29 @@ def test_every_saved_config_names_the_finished_folder_whatever_spelling_resumed_
     saved = {p.parent.name: tomllib.loads(p.read_text())["out_dir"] for p in final.glob("*/config.toml")}
     assert len(saved) == 4
     assert all(os.path.exists(out_dir) and os.path.samefile(out_dir, final) for out_dir in saved.values()), saved  # as spelled (relative: to tmp_path)
+
+
+def test_a_stopped_comparison_moves_to_another_executor_of_its_float_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                         capsys: pytest.CaptureFixture[str], uninterrupted: dict[str, bytes]) -> None:
+    """A run's folder takes an edit of ``executor`` alone between sequential, processes and ray without --force (the same
+    float path, bitwise); a comparison's folder refused it (backends 5). It resumes now, to the uninterrupted tables;
+    the same edit beside another one, or a move to vectorized, is still refused."""
+    _interrupt(monkeypatch, run=3, after_round=2)
+    assert _compare(tmp_path) == 130
+    partial = tmp_path / "sw-compare.partial"
+    config = partial / "config.toml"
+    text = config.read_text()
+    assert 'executor = "sequential"' in text
+    for other in (text.replace('executor = "sequential"', 'executor = "vectorized"'),
+                  text.replace('executor = "sequential"', 'executor = "processes"').replace("rounds = 3", "rounds = 4")):
+        config.write_text(other)
+        capsys.readouterr()
+        assert main(["resume", str(partial), "-q"]) == 2
+        assert "changed since the comparison started" in capsys.readouterr().err
+    config.write_text(text.replace('executor = "sequential"', 'executor = "processes"'))
+    assert main(["resume", str(partial), "-q"]) == 0
+
+    def setup_aside(files: dict[str, bytes]) -> dict[str, Any]:  # the last run's summary records the executor it ran on
+        return {k: {**json.loads(v), "environment": None} if k.endswith("summary.json") else v for k, v in files.items()}
+
+    assert setup_aside(_files(tmp_path / "sw-compare")) == setup_aside(uninterrupted)

@@ -95,3 +95,23 @@ def test_a_policy_cell_run_twice_registers_again() -> None:
         spec = policies.PolicySpec(fixed.options, fixed.build, "mine")
         assert policies.register_policy("leakfix_policy", spec) is spec
         assert policies.registered_policies()["leakfix_policy"] is spec
+
+
+def test_two_plugins_registering_one_name_through_a_helper_module_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The home was the first caller outside the registry: a helper module plugins register through (``mylib.reg``)
+    was every plugin's home, and plugin B replaced plugin A's method without a word (rev104b). The home is the module
+    whose top-level code registers now."""
+    (tmp_path / "leakfix_mylib.py").write_text(textwrap.dedent('''
+        from chillfl.aggregation.registry import register_algorithm
+
+        def reg(name, spec):
+            return register_algorithm(name, spec)
+    '''))
+    for name in ("leakfix_via_a", "leakfix_via_b"):
+        (tmp_path / f"{name}.py").write_text(PLUGIN.format(step=1.0).replace("SPEC = register_algorithm(", "import leakfix_mylib\nSPEC = leakfix_mylib.reg("))
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "leakfix_mylib", raising=False)
+    importlib.import_module("leakfix_via_a")
+    with pytest.raises(ValueError, match="by module 'leakfix_via_a' and again by module 'leakfix_via_b'"):
+        importlib.import_module("leakfix_via_b")

@@ -403,7 +403,6 @@ class Registry(Generic[T]):
         self.what = what
         self.package = package
         self.modules = tuple(modules)
-        self._owner = sys._getframe(1).f_globals.get("__name__", "")  # the module of the register_* helper, skipped in _home
         self._specs: dict[str, T] = {}
         self._homes: dict[str, str] = {}  # each name's registering module (see register)
         self._loaded = False  # set only once every module is imported: a True read without the lock is final
@@ -431,10 +430,12 @@ class Registry(Generic[T]):
         return self._specs.get(name)
 
     def _home(self) -> str:
-        """The module whose code registers: the first caller outside this module and the ``register_*`` helper's own
-        (module-level code of the helper's module counts: it registers there itself)."""
+        """The module whose top-level code is running the registration: the nearest module-level frame of the caller's
+        stack (a plugin module being imported or reloaded, a notebook cell's ``__main__``). Not the first caller outside
+        the registry: a helper module that plugins register through (``mylib.reg(...)``) would be every plugin's home,
+        and two plugins naming one method through it replaced each other without a word (rev104b)."""
         frame = sys._getframe(2)
-        while frame.f_back is not None and frame.f_code.co_name != "<module>" and frame.f_globals.get("__name__") in (__name__, self._owner):
+        while frame.f_back is not None and frame.f_code.co_name != "<module>":
             frame = frame.f_back
         return str(frame.f_globals.get("__name__", ""))
 

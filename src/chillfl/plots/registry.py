@@ -62,7 +62,7 @@ COMMON = ("accuracy_loss", "temperatures")
 
 
 def register_figure(name: str, spec: FigureSpec) -> FigureSpec:
-    """Name ``spec`` ``name`` (each plot module, next to its plot function); a name registered twice is an error."""
+    """Name ``spec`` ``name`` (each plot module, next to its plot function); a name registered by another module is an error, by its own module again replaces (:class:`~chillfl.plugins.Registry`)."""
     return _REGISTRY.register(name, spec)
 
 

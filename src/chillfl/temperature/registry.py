@@ -67,7 +67,7 @@ _REGISTRY: Registry[PolicySpec] = Registry("temperature policy", package="chillf
 def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
     """Name ``spec`` ``name``: how each built-in registers its spec next to its code, and a plugin may too.
 
-    Returns ``spec`` (``SPEC = register_policy("fixed", PolicySpec(...))``); a name registered twice is an error.
+    Returns ``spec`` (``SPEC = register_policy("fixed", PolicySpec(...))``); a name registered by another module is an error, by its own module again replaces (:class:`~chillfl.plugins.Registry`).
     """
     check_hooks(name, spec.calls(), "temperature.policy")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)

@@ -285,7 +285,8 @@ TERM_METHODS = ("__call__",)
 
 
 def register_term(name: str, spec: TermSpec) -> TermSpec:
-    """Name ``spec`` ``name`` (each built-in next to its code; a plugin the same way); a name registered twice is an error."""
+    """Name ``spec`` ``name`` (each built-in next to its code; a plugin the same way); a name registered by another module
+    is an error, by its own module again replaces (:class:`~chillfl.plugins.Registry`)."""
     check_hooks(name, spec.calls(), "objective.terms")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)
 

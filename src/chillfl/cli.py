@@ -508,6 +508,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
+        args.out_dir = os.path.expanduser(args.out_dir)  # --out=~/r (no shell expands it): home, as a run's out_dir is
         check_out_dir(args.out_dir)
     if args.calibrate and not args.dry_run:
         raise ConfigError("--calibrate", "scales the CPU minutes of `chillfl reproduce --dry-run`; it goes with --dry-run only")
@@ -602,6 +603,7 @@ def cmd_data_download(args: argparse.Namespace) -> int:
 
     if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
         raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
+    args.data_dir = os.path.expanduser(args.data_dir)  # --data-dir=~/data (no shell expands it): home, as a run's data_dir is
     if not args.names:
         return _download_status(args.data_dir)
     name = args.names[0]

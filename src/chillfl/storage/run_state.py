@@ -160,6 +160,11 @@ SINGLE_UNCHECKPOINTED = "before its first checkpoint: resume refuses it; run its
 contrast, its resume runs again). It said "runs again" for both, true only inside a comparison."""
 
 
+FINAL_WRITE_FAILED = "after its last round, a final write failed (no checkpoint to resume from): run its config.toml again for a complete folder"
+"""A single run's ``.partial`` holding a ``summary.json`` and no checkpoint: every round ran and a final write (the figures
+on a full disk) failed under ``checkpoint.every = 0``; "before its first checkpoint" said the opposite of what happened."""
+
+
 def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:
     """The state of the one folder ``folder`` of run ``name``, told by its suffix (``.failed``, ``.partial``, none):
     ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
@@ -174,6 +179,8 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         if _locked(folder):
             return RunState(name, "running", "", rounds, planned)
         how = "before its first checkpoint: runs again" if is_sweep(folder.parent) else SINGLE_UNCHECKPOINTED
+        if not is_sweep(folder.parent) and (folder / "summary.json").is_file():  # every round ran, a last write failed (checkpoint.every = 0)
+            how = FINAL_WRITE_FAILED
         if (folder / CHECKPOINT).is_file():  # its metrics may run past the checkpoint: those rounds run again
             done = saved_round(folder / CHECKPOINT)
             how = "resumes from its checkpoint" if done is None else f"resumes after round {done}, its checkpoint"

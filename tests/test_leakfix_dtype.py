@@ -9,28 +9,13 @@ from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 import chillfl
+from test_pyagg_bind import Net  # a float32 MLP with a linear head (float64 where the test asks)
 
 torch.manual_seed(0)
 X = torch.randn(30, 4)
 Y = (X[:, 0] + 0.3 * X[:, 1] > 0).long()
-
-
-class Net(nn.Module):
-    """A float32 MLP with a linear head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.body = nn.Sequential(nn.Linear(4, 5), nn.Tanh())
-        self.head = nn.Linear(5, 2)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.head(self.body(x))
-
-    def head_name(self) -> str:
-        return "head"
 
 
 def outcome(name: str, default: torch.dtype, double: bool = False) -> tuple[list[Any], dict[str, torch.Tensor]]:

@@ -645,6 +645,8 @@ def _run_rounds(
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
                         raise RunInterrupted(signals.received, writer.path if writer else None, done)
                     if every and (done % every == 0 or done == rounds):  # the last round's too: a failed final write (the figures on a full disk) resumes to finish
+                        if done >= rounds:  # every round ran: a signal during this write waits for the results, as one after it (rev104c)
+                            signals.finishing = True
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way

@@ -113,5 +113,31 @@ def test_two_plugins_registering_one_name_through_a_helper_module_are_refused(tm
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "leakfix_mylib", raising=False)
     importlib.import_module("leakfix_via_a")
-    with pytest.raises(ValueError, match="by module 'leakfix_via_a' and again by module 'leakfix_via_b'"):
+    with pytest.raises(ValueError, match=r"by module 'leakfix_via_a \(through leakfix_mylib\)' and again by module 'leakfix_via_b \(through leakfix_mylib\)'"):
         importlib.import_module("leakfix_via_b")
+
+
+def test_two_libraries_install_functions_called_from_one_script_are_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module whose top-level code registers is the script for both: alone, it made the second library's method
+    replace the first's without a word (rev104c). The caller outside the registry tells them apart."""
+    for lib in ("leakfix_lib_a", "leakfix_lib_b"):
+        body = PLUGIN.format(step=1.0).replace("SPEC = register_algorithm(", "def install():\n    return register_algorithm(")
+        (tmp_path / f"{lib}.py").write_text(body)
+        monkeypatch.delitem(sys.modules, lib, raising=False)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    script = "import leakfix_lib_a, leakfix_lib_b\nleakfix_lib_a.install()\nleakfix_lib_b.install()\n"
+    with pytest.raises(ValueError, match=r"by module '__main__ \(through leakfix_lib_a\)' and again by module '__main__ \(through leakfix_lib_b\)'"):
+        exec(compile(script, "<script>", "exec"), {"__name__": "__main__"})
+    cell = "import leakfix_lib_a\nleakfix_lib_a.install()\n"  # the same library installed again from the script: replaced
+    exec(compile(cell, "<script>", "exec"), {"__name__": "__main__"})
+
+
+def test_a_registration_from_a_thread_is_told_by_its_caller(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A thread's stack has no module frame: its home is the caller outside the registry, not ``threading``."""
+    import threading
+
+    fixed = policies.registered_policies()["fixed"]
+    thread = threading.Thread(target=lambda: policies.register_policy("leakfix_thread", policies.PolicySpec(fixed.options, fixed.build, "mine")))
+    thread.start()
+    thread.join()
+    assert policies._REGISTRY._homes["leakfix_thread"] == __name__

@@ -34,6 +34,7 @@ import os
 import pkgutil
 import re
 import sys
+from types import FrameType
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -403,8 +404,9 @@ class Registry(Generic[T]):
         self.what = what
         self.package = package
         self.modules = tuple(modules)
+        self._owner = sys._getframe(1).f_globals.get("__name__", "")  # the register_* helper's module (:meth:`_home`)
         self._specs: dict[str, T] = {}
-        self._homes: dict[str, str] = {}  # each name's registering module (see register)
+        self._homes: dict[str, str] = {}  # who registered each name (:meth:`_home`)
         self._loaded = False  # set only once every module is imported: a True read without the lock is final
         self._loading = False
         # Re-entrant: a module imported during the walk that looks a name up (same thread) must not deadlock, and
@@ -430,14 +432,26 @@ class Registry(Generic[T]):
         return self._specs.get(name)
 
     def _home(self) -> str:
-        """The module whose top-level code is running the registration: the nearest module-level frame of the caller's
-        stack (a plugin module being imported or reloaded, a notebook cell's ``__main__``). Not the first caller outside
-        the registry: a helper module that plugins register through (``mylib.reg(...)``) would be every plugin's home,
-        and two plugins naming one method through it replaced each other without a word (rev104b)."""
-        frame = sys._getframe(2)
-        while frame.f_back is not None and frame.f_code.co_name != "<module>":
+        """Who registers: the first caller outside the registry and the ``register_*`` helper's module, and the module
+        whose top-level code runs the registration (the nearest module-level frame: a plugin module being imported or
+        reloaded, a notebook cell's ``__main__``). Both, since either alone let two plugins
+        replace each other without a word: the caller alone made a helper module plugins register through
+        (``mylib.reg(...)``) every plugin's home (rev104b), the top alone made two libraries' ``install()`` functions
+        called from one script (or from threads, whose stack has no module frame) one home (rev104c). Said as the top
+        module, ``"top (through caller)"`` where they differ."""
+        frame: FrameType | None = sys._getframe(2)
+        caller = top = ""
+        while frame is not None:
+            module = str(frame.f_globals.get("__name__", ""))
+            if not caller and module not in (__name__, self._owner):
+                caller = module
+            if frame.f_code.co_name == "<module>":
+                top = module
+                break
             frame = frame.f_back
-        return str(frame.f_globals.get("__name__", ""))
+        caller = caller or top  # the helper's module registering at its own top level
+        top = top or caller  # a thread's stack: no module frame
+        return top if caller == top else f"{top} (through {caller})"
 
     def _load(self) -> None:
         if self._loaded:

@@ -57,7 +57,8 @@ def test_without_checkpoints_a_failed_final_write_is_not_said_to_hold_no_trained
         run_experiment(load_config(None, {**TINY, "checkpoint.every": 0, "name": "cut", "out_dir": str(tmp_path)}), progress=False)
     assert main(["resume", str(tmp_path / "cut.partial")]) == 2
     line = capsys.readouterr().err.strip()
-    assert "no trained state" not in line and "summary.json and model hold the finished rounds' results" in line, line
+    assert "no trained state" not in line and "before its first checkpoint" not in line, line  # rev104c 3: it opened with that
+    assert "every round ran, its summary.json and model hold their results" in line, line
     assert main(["status", str(tmp_path / "cut.partial")]) == 0  # status says what happened: after the last round, not before the first checkpoint
     said = capsys.readouterr().out
-    assert "a final write failed" in said and "before its first checkpoint" not in said, said
+    assert "after its last round, before its folder was complete" in said and "before its first checkpoint" not in said, said

@@ -82,7 +82,8 @@ def test_a_partial_run_with_a_summary_says_it_stopped(tmp_path: Path) -> None:
     """A run killed after writing summary.json, before its folder's rename, was reported as a finished one."""
     partial = write_run(tmp_path / "tiny.partial", records(2.0, 1.5, 1.2), federation={"rounds": 3})
     assert (partial / "summary.json").is_file()
-    assert "tiny (tiny: stopped (before its first checkpoint: resume refuses it; run its config.toml again), 3/3 rounds)" in results_table(page_of(partial))
+    assert ("tiny (tiny: stopped (after its last round, before its folder was complete (a final write failed or was cut short; no checkpoint to "
+            "resume from): run its config.toml again for a complete folder), 3/3 rounds)") in results_table(page_of(partial))
 
 
 def test_checkpoint_and_log_settings_do_not_split_seeds() -> None:

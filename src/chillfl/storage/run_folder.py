@@ -248,16 +248,20 @@ def _no_checkpoint(path: Path) -> str:
     is run from the folder it was started in (``cd``), so its new folder lands beside this one and a relative
     ``data_dir`` or plugin module is found as before. Where that folder cannot be told, ``--out`` names this one's parent.
     """
-    said = f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed"
     where = Path(os.path.abspath(path))
     if is_sweep(path.parent):
+        said = f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed"
         return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
+    finished = (path / "summary.json").is_file()  # every round ran, then a final write failed (figures on a full disk, checkpoint.every = 0)
+    said = (f"{path} has no {CHECKPOINT}: every round ran, its summary.json and model hold their results, but its last write failed (e.g. the "
+            "figures), and without a checkpoint it cannot be finished" if finished else
+            f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed")
+    state = "for a complete folder" if finished else f"{path} holds no trained state"
     if (own := _from_python(where)) is not None:  # `chillfl run` of its config.toml refuses a user's own part
-        return f"{said}; it ran on your own {own} from Python: start it again with chillfl.run(...) as before (into a new folder); {path} holds no trained state"
-    if (path / "summary.json").is_file():  # every round ran, then a final write failed (figures on a full disk, checkpoint.every = 0)
-        return (f"{said}; its summary.json and model hold the finished rounds' results, but its last write failed (e.g. the figures): "
-                f"start it again with `{_run_again(path)}` (into a new folder) for a complete one")
-    return f"{said}; start it again with `{_run_again(path)}` (into a new folder); {path} holds no trained state: remove it once that run has started"
+        return f"{said}; it ran on your own {own} from Python: start it again with chillfl.run(...) as before (into a new folder){' ' if finished else '; '}{state}"
+    if finished:
+        return f"{said}; start it again with `{_run_again(path)}` (into a new folder) {state}"
+    return f"{said}; start it again with `{_run_again(path)}` (into a new folder); {state}: remove it once that run has started"
 
 
 def _from_python(folder: Path) -> str | None:

@@ -160,9 +160,11 @@ SINGLE_UNCHECKPOINTED = "before its first checkpoint: resume refuses it; run its
 contrast, its resume runs again). It said "runs again" for both, true only inside a comparison."""
 
 
-FINAL_WRITE_FAILED = "after its last round, a final write failed (no checkpoint to resume from): run its config.toml again for a complete folder"
+FINAL_WRITE_FAILED = ("after its last round, before its folder was complete (a final write failed or was cut short; no checkpoint to resume "
+                      "from): run its config.toml again for a complete folder")
 """A single run's ``.partial`` holding a ``summary.json`` and no checkpoint: every round ran and a final write (the figures
-on a full disk) failed under ``checkpoint.every = 0``; "before its first checkpoint" said the opposite of what happened."""
+on a full disk) failed, or the process was killed before the folder's rename, under ``checkpoint.every = 0`` (or before
+2026-12-06, when the last round was not checkpointed); "before its first checkpoint" said the opposite of what happened."""
 
 
 def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:

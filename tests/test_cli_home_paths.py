@@ -20,3 +20,22 @@ def test_data_download_reads_a_leading_tilde_as_home(tmp_path: Path, monkeypatch
     assert main(["data", "download", "--data-dir=~/data"]) == 0  # the listing of what is there: reads, makes nothing
     out = capsys.readouterr().out
     assert str(home / "data") in out and not (here / "~").exists(), out
+
+
+def test_output_files_read_a_leading_tilde_as_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``report --output=~/r.html``, ``data show -o``, the analyses' ``-o``: an output path typed after ``=`` wrote into
+    a folder named ``~`` in the current one (rev104c 4)."""
+    import argparse
+
+    from chillfl.analysis.output import add_out
+    from chillfl.cli import build_parser
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("HOME", str(home))
+    args = build_parser().parse_args(["report", "x", "--output=~/r.html"])
+    assert args.output == str(home / "r.html")
+    args = build_parser().parse_args(["data", "show", "c.toml", "--output=~/p.png"])
+    assert args.output == str(home / "p.png")
+    parser = argparse.ArgumentParser()
+    add_out(parser, "where")
+    assert parser.parse_args(["--out=~/figs"]).out == str(home / "figs")

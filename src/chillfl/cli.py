@@ -43,7 +43,7 @@ with command_start():  # a signal from here (the standard library's imports too)
     from chillfl.extras import need, package_file
     from chillfl.once import said_once
     from chillfl.options import flat_key_fields, option_takes, override_value, short_path, short_repr, table_chooser
-    from chillfl.paths import shell_path
+    from chillfl.paths import home_path, shell_path
     from chillfl.stderr import say
     from chillfl.wording import counted
     from chillfl.tune import SELECT_RULES
@@ -508,7 +508,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     seeds = parse_seeds(args.seeds)
     if args.out_dir is not None:
-        args.out_dir = os.path.expanduser(args.out_dir)  # --out=~/r (no shell expands it): home, as a run's out_dir is
+        args.out_dir = home_path(args.out_dir)  # --out=~/r (no shell expands it): home, as a run's out_dir is
         check_out_dir(args.out_dir)
     if args.calibrate and not args.dry_run:
         raise ConfigError("--calibrate", "scales the CPU minutes of `chillfl reproduce --dry-run`; it goes with --dry-run only")
@@ -603,7 +603,7 @@ def cmd_data_download(args: argparse.Namespace) -> int:
 
     if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
         raise ConfigError("--data-dir", f"must be a non-empty path without NUL characters, got {short_repr(args.data_dir)}")
-    args.data_dir = os.path.expanduser(args.data_dir)  # --data-dir=~/data (no shell expands it): home, as a run's data_dir is
+    args.data_dir = home_path(args.data_dir)  # --data-dir=~/data (no shell expands it): home, as a run's data_dir is
     if not args.names:
         return _download_status(args.data_dir)
     name = args.names[0]
@@ -1068,7 +1068,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     ds = dsub.add_parser("show", help="per-client sizes and class counts, and a heat map PNG")
     common(ds, True, trains=False)
     shown = "heat map PNG path; another image suffix (.pdf, .svg) writes that format, none adds .png"
-    ds.add_argument("-o", "--output", help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
+    ds.add_argument("-o", "--output", type=home_path, help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
     ds.add_argument("--variant", metavar="LABEL", help="the partition of this variant of the config's [variants] (its label as written); the overrides apply after it")
     ds.add_argument("--all", action="store_true", help="print every client's row (default: the first and last 20 past 40 clients; the totals count all)")
     ds.set_defaults(func=cmd_data_show)
@@ -1084,7 +1084,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p = sub.add_parser("report", help="one self-contained HTML page (tables, curves with seed bands, calibration, partitions) of result folders",
                        description=REPORT_WRITES)
     p.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders, or folders of run folders (e.g. a compare folder)")
-    p.add_argument("-o", "--output", default="report.html", help="the HTML file to write (default: report.html)")
+    p.add_argument("-o", "--output", default="report.html", type=home_path, help="the HTML file to write (default: report.html)")
     p.add_argument("--title", help="page title (default: the folders' names and the run count, e.g. 'chillfl report: demo-compare, 27 runs'; the groups follow the heading)")
     p.add_argument("--no-models", action="store_true", help="skip the reliability diagrams (they rebuild the test set and read model.safetensors)")
     p.add_argument("--no-partitions", action="store_true", help="skip the partition heat maps (they rebuild the partition)")

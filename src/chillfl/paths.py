@@ -112,3 +112,9 @@ def make_temp_dir(prefix: str, parent: Path) -> Path:
             continue
         return path
     raise FileExistsError(f"cannot make a {prefix}* folder in {parent}: every name drawn was taken")
+
+
+def home_path(value: str) -> str:
+    """An output path a user typed, ``~`` read as the home folder: no shell expands it after ``=`` (``--out=~/r``), and
+    such a path made a folder literally named ``~`` in the current one (as ``out_dir`` and ``data_dir`` do: RunConfig)."""
+    return os.path.expanduser(value)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from chillfl.errors import ConfigError
-from chillfl.paths import check_writable_dir
+from chillfl.paths import check_writable_dir, home_path
 
 OUT = "--out"
 """The one spelling (with ``-o``); its error lines name it."""
@@ -25,7 +25,7 @@ class _Out(argparse.Action):
     """Stores the value and, in ``out_field``, the spelling typed (``-o`` is ``--out``): the one an error names."""
 
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option_string: str | None = None) -> None:
-        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest, home_path(values) if isinstance(values, str) else values)
         namespace.out_field = OUT if option_string in (None, "-o", OUT) else option_string
 
 

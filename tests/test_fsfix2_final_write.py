@@ -62,3 +62,21 @@ def test_without_checkpoints_a_failed_final_write_is_not_said_to_hold_no_trained
     assert main(["status", str(tmp_path / "cut.partial")]) == 0  # status says what happened: after the last round, not before the first checkpoint
     said = capsys.readouterr().out
     assert "after its last round, before its folder was complete" in said and "before its first checkpoint" not in said, said
+
+
+def test_a_comparisons_run_whose_last_write_failed_is_not_said_to_have_stopped_before_its_first_checkpoint(tmp_path: Path) -> None:
+    """9aeb6288 reworded a single run's folder only: inside a comparison, a run's .partial holding summary.json and no
+    checkpoint still said "stopped before its first checkpoint", in resume's line and in status (rev104d 2)."""
+    from chillfl.storage.run_folder import _no_checkpoint
+    from chillfl.storage.run_state import FINAL_WRITE_FAILED_IN_COMPARISON, SWEEP_FILE, folder_state
+
+    comparison = tmp_path / "cmp-compare.partial"
+    run = comparison / "A-s0.partial"
+    run.mkdir(parents=True)
+    (comparison / SWEEP_FILE).write_text("{}")
+    (run / "summary.json").write_text("{}")
+    line = _no_checkpoint(run)
+    assert "every round ran" in line and "before its first checkpoint" not in line and "runs it again as part of its comparison" in line, line
+    assert folder_state(run, "A-s0").detail == FINAL_WRITE_FAILED_IN_COMPARISON
+    (run / "summary.json").unlink()  # no summary: it did stop before its first checkpoint
+    assert "before its first checkpoint" in _no_checkpoint(run) and folder_state(run, "A-s0").detail == "before its first checkpoint: runs again"

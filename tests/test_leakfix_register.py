@@ -141,3 +141,11 @@ def test_a_registration_from_a_thread_is_told_by_its_caller(tmp_path: Path, monk
     thread.start()
     thread.join()
     assert policies._REGISTRY._homes["leakfix_thread"] == __name__
+
+
+def test_a_subscripted_registry_knows_the_module_that_made_it() -> None:
+    """``Registry[T](...)`` is called through typing's alias: its register_* helper's module was recorded as 'typing'
+    (rev104d 3; every registry in chillfl is made unsubscripted, so this is for a plugin's own)."""
+    from chillfl.plugins import Registry
+
+    assert Registry[int]("thing")._owner == __name__ and Registry("thing")._owner == __name__

@@ -404,7 +404,10 @@ class Registry(Generic[T]):
         self.what = what
         self.package = package
         self.modules = tuple(modules)
-        self._owner = sys._getframe(1).f_globals.get("__name__", "")  # the register_* helper's module (:meth:`_home`)
+        made_in = sys._getframe(1)
+        while made_in.f_back is not None and made_in.f_globals.get("__name__") == "typing":  # Registry[T](...) is called through typing
+            made_in = made_in.f_back
+        self._owner = str(made_in.f_globals.get("__name__", ""))  # the register_* helper's module (:meth:`_home`)
         self._specs: dict[str, T] = {}
         self._homes: dict[str, str] = {}  # who registered each name (:meth:`_home`)
         self._loaded = False  # set only once every module is imported: a True read without the lock is final

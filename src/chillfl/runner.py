@@ -235,13 +235,14 @@ class _Signals:
         self.received = signum
         say(f"chillfl: {signal.Signals(signum).name}: stopping after this round (a second one stops at once)")  # a notice, not output
 
-    def defer(self) -> None:
-        """The first signal came during the last round: there is no round to stop after, so the run completes (as for a
-        signal in ``finishing``) and the signal is passed on after. It was stopped "after round N" of N, leaving a
-        ``.partial`` folder whose every round had run."""
+    def defer(self, why: str = "that was the last round") -> None:
+        """The first signal came during the last round (or one a callback stopped the run after): there is no round to
+        stop after, so the run completes (as for a signal in ``finishing``) and the signal is passed on after. It was
+        stopped "after round N" of N, leaving a ``.partial`` folder whose every round had run; after a callback's stop it
+        was dropped, and a script's loop of runs went on."""
         if self.received is not None and self.late is None:
             self.late = self.received
-            say(f"chillfl: {signal.Signals(self.received).name}: that was the last round; the run stops once its results are written")
+            say(f"chillfl: {signal.Signals(self.received).name}: {why}; the run stops once its results are written")
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, *rest: Any) -> None:
         for sig, handler in self._previous.items():
@@ -636,7 +637,9 @@ def _run_rounds(
                     bar.update(1)
                     if view.stop_reason is not None and done < rounds:  # a hook stopped the run: resumable from here
                         signals.armed = False  # the checkpoint below must not be cut short
+                        signals.finishing = True  # a signal from here on waits for the results, then is passed on (rev104d)
                         _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
+                        signals.defer("a callback stopped the run after this round")  # one in this round: dropped before
                         break
                     if signals.received is not None and done >= rounds:
                         signals.defer()

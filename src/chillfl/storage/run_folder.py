@@ -249,13 +249,12 @@ def _no_checkpoint(path: Path) -> str:
     ``data_dir`` or plugin module is found as before. Where that folder cannot be told, ``--out`` names this one's parent.
     """
     where = Path(os.path.abspath(path))
-    if is_sweep(path.parent):
-        said = f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed"
-        return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
     finished = (path / "summary.json").is_file()  # every round ran, then a final write failed (figures on a full disk, checkpoint.every = 0)
     said = (f"{path} has no {CHECKPOINT}: every round ran, its summary.json and model hold their results, but its last write failed (e.g. the "
             "figures), and without a checkpoint it cannot be finished" if finished else
             f"{path} has no {CHECKPOINT}: the run stopped before its first checkpoint, so no round can be resumed")
+    if is_sweep(path.parent):
+        return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
     state = "for a complete folder" if finished else f"{path} holds no trained state"
     if (own := _from_python(where)) is not None:  # `chillfl run` of its config.toml refuses a user's own part
         return f"{said}; it ran on your own {own} from Python: start it again with chillfl.run(...) as before (into a new folder){' ' if finished else '; '}{state}"

@@ -167,6 +167,10 @@ on a full disk) failed, or the process was killed before the folder's rename, un
 2026-12-06, when the last round was not checkpointed); "before its first checkpoint" said the opposite of what happened."""
 
 
+FINAL_WRITE_FAILED_IN_COMPARISON = "after its last round, before its folder was complete (no checkpoint to resume from): runs again"
+""":data:`FINAL_WRITE_FAILED` for a comparison's run, which the comparison's resume runs again."""
+
+
 def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:
     """The state of the one folder ``folder`` of run ``name``, told by its suffix (``.failed``, ``.partial``, none):
     ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
@@ -181,8 +185,8 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         if _locked(folder):
             return RunState(name, "running", "", rounds, planned)
         how = "before its first checkpoint: runs again" if is_sweep(folder.parent) else SINGLE_UNCHECKPOINTED
-        if not is_sweep(folder.parent) and (folder / "summary.json").is_file():  # every round ran, a last write failed (checkpoint.every = 0)
-            how = FINAL_WRITE_FAILED
+        if (folder / "summary.json").is_file():  # every round ran, a last write failed (checkpoint.every = 0)
+            how = FINAL_WRITE_FAILED_IN_COMPARISON if is_sweep(folder.parent) else FINAL_WRITE_FAILED
         if (folder / CHECKPOINT).is_file():  # its metrics may run past the checkpoint: those rounds run again
             done = saved_round(folder / CHECKPOINT)
             how = "resumes from its checkpoint" if done is None else f"resumes after round {done}, its checkpoint"

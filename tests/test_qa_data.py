@@ -15,7 +15,7 @@ from chillfl.errors import ConfigError
 def _read(tmp_path: Path, clients: object, train_size: int = 10) -> list[np.ndarray]:
     path = tmp_path / "partition.json"
     path.write_text(json.dumps({"format": "chillfl-partition", "version": 1, "train_size": train_size, "clients": clients}))
-    return read_partition({"from": str(path)}, train_size, 2, np.zeros(0, dtype=np.int64))
+    return read_partition({"from": str(path)}, train_size, 2, np.zeros(0, dtype=np.int64)).clients
 
 
 def test_partition_file_indices_are_checked_before_numpy_sees_them(tmp_path: Path) -> None:

@@ -179,7 +179,7 @@ def _write(tmp_path: Path, clients: list[list[int]], **extra: object) -> str:
 def test_read_partition_checks_each_rule(tmp_path: Path) -> None:
     none = np.zeros(0, dtype=np.int64)
     ok = read_partition({"from": _write(tmp_path, [[2, 0], [5]])}, 6, 2, none)
-    assert [o.tolist() for o in ok] == [[0, 2], [5]]
+    assert [o.tolist() for o in ok.clients] == [[0, 2], [5]] and ok.noise is None
 
     def field_error(clients: list[list[int]], k: int = 2, public: np.ndarray = none) -> str:
         with pytest.raises(ConfigError) as err:

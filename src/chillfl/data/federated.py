@@ -60,7 +60,9 @@ Choices
 * Feature noise (``feature_noise`` partitioner): x + sigma_i * N(0, 1) on the
   normalised inputs, regenerated on each call from a seed derived from
   (seed, client id, split), so it is fixed per client and costs no memory.
-  The global test set and the public pool stay clean.
+  The global test set and the public pool stay clean. A partition read from a
+  file (``partition.from``) gets the sigmas its ``partition.json`` records,
+  applied by the same rule: the same seed gives the same inputs.
 """
 
 from __future__ import annotations
@@ -390,8 +392,9 @@ def build_federated_data(
         sub = dataclasses.replace(dataset, train_groups=groups)
     part: Partition
     if partitioner == FROM_FILE:  # partition.from: the clients of an earlier run (its partition.json)
-        train = read_partition(partition_options or {}, n, num_clients, public, labels=dataset.y_train.numpy())
-        part = Partition([np.searchsorted(rest, ix) for ix in train])
+        read = read_partition(partition_options or {}, n, num_clients, public, labels=dataset.y_train.numpy())
+        train = read.clients
+        part = Partition([np.searchsorted(rest, ix) for ix in train], client_noise=read.noise)  # the writer's noise, as it applied it
     else:
         labels = dataset.y_train.numpy()[rest]
         part = partition(partitioner, labels, num_clients, _rng(seed, _PARTITION), partition_options, dataset=sub)

@@ -15,6 +15,16 @@ taken when the data were split, before an attack relabels any row, and the
 compares the digest. Files of version 1 have no such record and are read with
 the other checks only.
 
+Noise: a partition that adds Gaussian noise to each client's inputs
+(``feature_noise``) keeps the clients' noise levels in a ``noise`` list, one
+sigma per client, and a run reading the file applies them as the run that
+wrote it did (the draws follow the reading run's seed, as the writer's follow
+its own: the same seed gives the same training inputs, bit for bit). A file of
+a partition that adds none has no such list, and its bytes are as before. A
+file whose ``partition`` table names a partitioner that adds noise but which
+has no list (written before the list was) is refused: read, it gave the same
+rows without their noise, silently.
+
 Checked against :mod:`chillfl.data.partition` (what a partition guarantees:
 disjoint, in-range, sorted indices per client), 2026-12-02: every such
 property a file could break is checked on reading, each as one ConfigError
@@ -27,15 +37,17 @@ import hashlib
 import json
 import os
 import stat
+import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from chillfl.data.augment import AUGMENT_KEY
-from chillfl.data.partition import has_repeats
+from chillfl.data.partition import PARTITIONERS, has_repeats, partitioner_options
 from chillfl.errors import ConfigError, json_loads
-from chillfl.numeric import is_whole
+from chillfl.numeric import is_finite_real, is_whole
 from chillfl.options import short_path, short_repr
 from chillfl.paths import PARTITION_FILE as PARTITION_FILE  # defined there (storage names it too); read here
 
@@ -52,6 +64,18 @@ VERSIONS = (1, 2)
 ROWS = "rows"
 """The key of the row-order record (format version 2): ``labels_sha256`` and the ``dataset`` table."""
 
+NOISE = "noise"
+"""The key of the clients' input-noise levels (one sigma per client), only in the file of a partition that adds noise."""
+
+
+@dataclass(frozen=True)
+class FilePartition:
+    """What a partition file hands a run: each client's training indices (sorted), and each client's input-noise sigma
+    (None: the partition adds none), which the run applies as the run that wrote the file did."""
+
+    clients: list[np.ndarray]
+    noise: list[float] | None = None
+
 
 def labels_digest(labels: np.ndarray) -> str:
     """SHA-256 of the labels in row order, as little-endian int64 (one pass; no copy when they are int64 already)."""
@@ -60,10 +84,12 @@ def labels_digest(labels: np.ndarray) -> str:
 
 def partition_record(
     dataset: str, train_size: int, table: Mapping[str, Any], train_indices: Sequence[np.ndarray],
-    *, row_labels: str | None = None, dataset_table: Mapping[str, Any] | None = None,
+    *, row_labels: str | None = None, dataset_table: Mapping[str, Any] | None = None, noise: Sequence[float] | None = None,
 ) -> dict[str, Any]:
-    """What ``partition.json`` holds: the dataset's name and size, how it was split, each client's indices, and (given
-    ``row_labels``, the labels' :func:`labels_digest` before any attack) the record of its rows."""
+    """What ``partition.json`` holds: the dataset's name and size, how it was split, each client's indices, (given
+    ``row_labels``, the labels' :func:`labels_digest` before any attack) the record of its rows, and (given ``noise``,
+    the clients' input-noise sigmas of a partition that adds noise) those sigmas. Without ``noise`` the record has no
+    such key: every other partition's file keeps its bytes."""
     record: dict[str, Any] = {
         "format": FORMAT,
         "version": 2 if row_labels is not None else 1,
@@ -74,6 +100,8 @@ def partition_record(
     if row_labels is not None:
         made = {k: v for k, v in (dataset_table or {}).items() if k != AUGMENT_KEY}  # augmentation leaves rows where they are
         record[ROWS] = {"labels_sha256": row_labels, "dataset": made}
+    if noise is not None:  # Python floats: JSON keeps each one exactly (repr), so a reading run applies the same sigma
+        record[NOISE] = [float(s) for s in noise]
     record["clients"] = [np.asarray(ix, dtype=np.int64).tolist() for ix in train_indices]
     return record
 
@@ -92,8 +120,9 @@ def _relative_to(path: str) -> str:
             "config.toml keeps it as typed in the folder its run started in: run from there, or give the absolute path)")
 
 
-def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray, *, labels: np.ndarray | None = None) -> list[np.ndarray]:
-    """Each client's training indices from the file ``options["from"]``, checked against this run.
+def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int, public: np.ndarray, *, labels: np.ndarray | None = None) -> FilePartition:
+    """Each client's training indices (and input-noise sigmas, if the partition adds noise) from the file
+    ``options["from"]``, checked against this run.
 
     ``labels``: this run's training labels in row order (before any attack), compared with the file's record of its rows.
     """
@@ -128,6 +157,7 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         raise ConfigError(FIELD, f"{short_path(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
     if labels is not None:
         check_rows(doc.get(ROWS), labels, path)
+    noise = read_noise(doc, num_clients, path)
     out = []
     for i, ix in enumerate(clients):
         if not isinstance(ix, list) or not all(is_whole(j) for j in ix):
@@ -142,7 +172,51 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         raise ConfigError(FIELD, f"{short_path(path)} gives some training sample to two clients (or twice to one)")
     if len(public) and np.isin(flat, public).any():
         raise ConfigError(FIELD, f"{short_path(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
-    return out
+    return FilePartition(out, noise)
+
+
+def read_noise(doc: Mapping[str, Any], num_clients: int, path: str) -> list[float] | None:
+    """The file's per-client noise sigmas (None: it has none, and its partition adds none), checked.
+
+    Why the check of the ``partition`` table: a file written before the ``noise`` list was, by a partition that adds
+    noise, gave its rows without their noise (a feature-shift run silently turned IID). Only the built-in partitioners
+    are looked up: a file's table must not import a module it names."""
+    if NOISE not in doc:
+        if _adds_noise(doc.get("partition"), num_clients):
+            name = doc["partition"]["name"]
+            raise ConfigError(
+                FIELD,
+                f"{short_path(path)} was made by partition.name = {name!r}, which adds noise to each client's inputs, but does not record "
+                f"the clients' noise (a file written before chillfl recorded it): read, it would give the same rows without their noise. "
+                f"Make the split again (run its [partition] table once more) for a file that records it",
+            )
+        return None
+    sigmas = doc[NOISE]
+    if not isinstance(sigmas, list) or len(sigmas) != num_clients:
+        got = f"a list of {len(sigmas)}" if isinstance(sigmas, list) else short_repr(sigmas)
+        raise ConfigError(FIELD, f"{NOISE!r} in {short_path(path)} must be a list of one noise sigma per client ({num_clients}), got {got}")
+    for i, sigma in enumerate(sigmas):  # an int past a float's range is finite as an int, infinite as the float it becomes
+        if not is_finite_real(sigma) or not 0 <= sigma <= sys.float_info.max:
+            raise ConfigError(FIELD, f"client {i}'s noise sigma in {short_path(path)} must be a finite number >= 0, got {short_repr(sigma)}")
+    return [float(s) for s in sigmas]
+
+
+def _adds_noise(table: object, num_clients: int) -> bool:
+    """Whether the file's ``partition`` table names a built-in partitioner that, with its options over ``num_clients``
+    clients, adds noise to the inputs (options this chillfl cannot parse: whether the partitioner ever does)."""
+    if not isinstance(table, dict):
+        return False
+    name = table.get("name")
+    if not isinstance(name, str):
+        return False
+    entry = PARTITIONERS.get(name)
+    if entry is None or entry.adds_noise is None:
+        return False
+    try:
+        options = partitioner_options(name, {k: v for k, v in table.items() if k != "name"})
+    except ConfigError:
+        return True
+    return bool(entry.adds_noise(options, num_clients))
 
 
 def check_rows(rows: object, labels: np.ndarray, path: str) -> None:

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -146,3 +147,13 @@ def test_a_partition_without_noise_writes_the_bytes_it_wrote_before(tmp_path: Pa
     before = {key: doc[key] for key in ("format", "version", "dataset", "train_size", "partition", "rows", "clients")}
     assert written == (json.dumps(before, separators=(",", ":")) + "\n").encode("utf-8")
     assert list(doc) == list(before)
+
+
+def test_a_feature_noise_runs_file_records_its_noise_and_a_run_on_it_trains_the_same(tmp_path: Path) -> None:
+    first = chillfl.run(config=BASE, out_dir=tmp_path / "a", progress=False)
+    assert first.folder is not None
+    doc = json.loads((first.folder / "partition.json").read_text())
+    assert doc["noise"] == np.linspace(0.1, 0.3, 4).tolist()  # feature_noise linear spacing, as the run applied it
+    second = chillfl.run(config=_from(str(first.folder / "partition.json")), out_dir=tmp_path / "b", progress=False)
+    assert second.folder is not None and first.records == second.records
+    assert json.loads((second.folder / "partition.json").read_text())["noise"] == doc["noise"]  # a file run's file keeps it

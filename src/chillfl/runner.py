@@ -346,7 +346,7 @@ def _write_partition(folder: Path, exp: Experiment, config: RunConfig) -> None:
     """``partition.json``: the clients' training indices, reusable with ``partition.from`` (:mod:`chillfl.data.partition_file`)."""
     data = exp.data
     record = partition_record(data.dataset.name, len(data.dataset.y_train), config.partition, data.train_indices,
-                              row_labels=data.row_labels, dataset_table=config.dataset)
+                              row_labels=data.row_labels, dataset_table=config.dataset, noise=data.noise)
     write_atomic(folder / PARTITION_FILE, encode_partition(record))
 
 

@@ -79,11 +79,11 @@ def test_an_unread_p_g_is_not_refused_with_init_false() -> None:
 def test_the_temperature_sweep_refuses_a_grid_point_below_the_floor() -> None:
     from chillfl.analysis.temperature_sweep import parse_temperatures
 
-    with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be in \[0\.0001, 10000\]") as info:
+    with pytest.raises(ConfigError, match=r"--temperatures: must be a temperature in \[0\.0001, 10000\]") as info:
         parse_temperatures("1e-30,1")
     assert info.value.field == "--temperatures"
     assert parse_temperatures([MIN_TEMPERATURE, 1.0]) == [MIN_TEMPERATURE, 1.0]
-    with pytest.raises(ConfigError, match=r"--temperatures: temperatures must be in"):
+    with pytest.raises(ConfigError, match=r"--temperatures: must be a temperature in"):
         parse_temperatures("1,1e308")
 
 

@@ -104,7 +104,7 @@ from chillfl.progress import NoBar, Progress, as_mode, mode_for
 from chillfl.seeds import derive_seed
 from chillfl.stderr import say
 from chillfl.stop_signals import made_held
-from chillfl.temperature.base import MAX_TEMPERATURE, MIN_TEMPERATURE
+from chillfl.temperature.base import require_temperature
 from chillfl.temperature.fedchill import FedChillOptions
 from chillfl.temperature.heterogeneity import MEASURES, heterogeneity
 from chillfl.training.local import LocalSpec, evaluate, run_precision, train_client
@@ -212,8 +212,7 @@ def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
             value = float(item)
         except (TypeError, ValueError):
             raise ConfigError(TEMPERATURES_FIELD, f"expected comma-separated numbers > 0, got {item!r}") from None
-        if not (math.isfinite(value) and MIN_TEMPERATURE <= value <= MAX_TEMPERATURE):  # a run's own range (require_temperature)
-            raise ConfigError(TEMPERATURES_FIELD, f"temperatures must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (as a run's temperature), got {item!r}")
+        require_temperature(value, TEMPERATURES_FIELD)  # a run's own range and message: a grid point trains as a run's T
         values.append(value)
     grid = sorted(set(values))
     if len(grid) < 2:

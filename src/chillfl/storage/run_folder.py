@@ -33,7 +33,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, Mapping
+from typing import Any, Final, Mapping, TypeGuard
 
 from chillfl.paths import PARTITION_FILE, check_writable_dir
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
@@ -147,8 +147,8 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
             raise ConfigError(SWEEP_FILE, lost) if lost else ConfigError(FIELD, _no_checkpoint(path))
         saved = check_saved_files(path, force)
         move = saved.move
-        if move is not None and move.only and move.bitwise:  # the same float path: no bit of the rest of the run changes
-            log.info("config.toml: executor %r -> %r since the checkpoint of round %d: the same float path, the run goes on bitwise", move.before, move.after, saved.done)
+        if move_accepted(move):
+            say_accepted(move, f"the checkpoint of round {saved.done}")
         elif move is not None and force:  # what reproducibility.md promises for any part that can move bits
             log.warning("config.toml: executor %r -> %r since the checkpoint of round %d: another float path, not bitwise what an uninterrupted run gives",
                         move.before, move.after, saved.done)
@@ -180,7 +180,7 @@ def check_saved_files(path: Path, force: bool = False) -> SavedFiles:
     config = (path / "config.toml").read_bytes()
     edited = run.get("config_sha256") not in (None, hashlib.sha256(config).hexdigest())
     move = executor_move(run.get("config_toml", ""), config) if edited else None
-    if move is not None and move.only and move.bitwise:  # the same float path: no bit of the rest of the run changes
+    if move_accepted(move):
         edited = False
     if edited and not force:
         changes = config_changes(run.get("config_toml", ""), config)
@@ -393,6 +393,18 @@ def executor_move(saved: str, current: bytes) -> ExecutorMove | None:
     changed = {k for k in set(before) | set(after) if before.get(k, "unset") != after.get(k, "unset")}
     bitwise = {was, now} <= BITWISE_EXECUTORS and after.get("threads", 1) != 0  # threads = 0: the workers' count is not the run's
     return ExecutorMove(was, now, changed == {"executor"}, bitwise)
+
+
+def move_accepted(move: ExecutorMove | None) -> TypeGuard[ExecutorMove]:
+    """Whether a resume takes ``move`` without --force: ``executor`` alone, between executors of one float path, so no
+    bit of what is still to run changes (docs/reproducibility.md). A run's resume and a comparison's ask this one question,
+    so they take and refuse the same edits."""
+    return move is not None and move.only and move.bitwise
+
+
+def say_accepted(move: ExecutorMove, since: str) -> None:
+    """The INFO line of a move :func:`move_accepted` takes; ``since``: ``the checkpoint of round 2``, ``the comparison started``."""
+    log.info("config.toml: executor %r -> %r since %s: the same float path, what is still to run goes on bitwise", move.before, move.after, since)
 
 
 def config_changes(saved: str, current: bytes) -> str:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 import os
 import shlex
 from dataclasses import asdict
@@ -39,11 +38,9 @@ from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml, unset_comment
-from chillfl.storage.run_folder import STARTED_IN, config_changes, executor_move, start_folder
+from chillfl.storage.run_folder import STARTED_IN, config_changes, executor_move, move_accepted, say_accepted, start_folder
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, parse_grid, repeats, typed_comparison, with_controls
-
-log = logging.getLogger(__name__)
 
 FORMAT = 1
 FIELD = "run_dir"
@@ -222,7 +219,7 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
 
     An edited ``config.toml`` would recompute every run's config while the finished runs were read back as they ran:
     refused, unless ``force``, or unless the edit is ``executor`` alone between executors of one float path
-    (:func:`~chillfl.storage.run_folder.executor_move`), which a run's resume takes too (docs/reproducibility.md). ``own_parts``: the resume is given the user's own data, model or method parts again
+    (:func:`~chillfl.storage.run_folder.move_accepted`), which a run's resume takes too (docs/reproducibility.md). ``own_parts``: the resume is given the user's own data, model or method parts again
     (:func:`chillfl.resume_compare`), so a comparison that ran on them resumes."""
     try:
         record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
@@ -242,8 +239,8 @@ def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tu
     if record.get("config_sha256") != hashlib.sha256(config).hexdigest() and not force:
         saved = record.get("config_toml")  # None in the sweep.json of an older chillfl: the line cannot name the change
         move = executor_move(saved, config) if isinstance(saved, str) else None
-        if move is not None and move.only and move.bitwise:  # as a run's resume: the runs still to run give the same bits
-            log.info("config.toml: executor %r -> %r since the comparison started: the same float path, its runs go on bitwise", move.before, move.after)
+        if move_accepted(move):  # as a run's resume: the runs still to run give the same bits
+            say_accepted(move, "the comparison started")
         else:
             changes = f": {config_changes(saved, config)}" if isinstance(saved, str) else ""
             raise ConfigError("config.toml", f"{folder / 'config.toml'} changed since the comparison started{changes}; `chillfl resume --force` resumes with it as it is now")

@@ -84,6 +84,7 @@ from urllib.parse import urlparse
 
 from chillfl.errors import Diverged, StorageError, json_loads, one_line
 from chillfl.extras import need
+from chillfl.metrics.records import client_order
 from chillfl.numeric import is_real
 from chillfl.paths import PARTIAL
 
@@ -266,7 +267,7 @@ def own_numbers(record: Mapping[str, Any]) -> dict[str, int | float]:
 
 def table_cells(record: Mapping[str, Any]) -> list[TableCell]:
     """The numbers of a record's tables (one level, as :func:`numbers` flattens them), tables in key order and each
-    table's entries by :func:`client_order`: a table keyed by client id lists its clients in id order in memory
+    table's entries by :func:`~chillfl.metrics.records.client_order` (as summary.json's stability): a table keyed by client id lists its clients in id order in memory
     (``2, 10``; ints in the aggregator's tables) and in text order once read back from ``metrics.jsonl``, whose keys
     are sorted strings (``"10", "2"``); a resumed run reads its first rounds back, and must write what an
     uninterrupted run writes. For the same reason a table's NaN or infinite value has no line, as ``None`` has none:
@@ -282,16 +283,6 @@ def table_cells(record: Mapping[str, Any]) -> list[TableCell]:
 def _finite_number(value: Any) -> bool:
     """:func:`_is_number`, NaN and the infinities left out (:func:`table_cells`)."""
     return _is_number(value) and (isinstance(value, bool) or math.isfinite(value))
-
-
-def client_order(sub: object) -> tuple[int, int, str]:
-    """A sort key for a table's keys: whole numbers (``3``, ``"3"``) first, in number order, then any other key as text."""
-    text = str(sub)
-    try:
-        number = int(text)
-    except ValueError:
-        return (1, 0, text)
-    return (0, number, text) if str(number) == text else (1, 0, text)
 
 
 class TensorBoardSink:

@@ -23,6 +23,18 @@ UNFINISHED = (PARTIAL, FAILED)
 """The suffixes of unfinished run folders (from :mod:`chillfl.paths`: :mod:`chillfl.storage.results` would import torch)."""
 
 
+def client_order(sub: object) -> tuple[int, int, str]:
+    """A sort key for a table's client ids: whole numbers (``3``, ``"3"``) first, in number order, then any other key as
+    text. One order for every output that lists clients (``metrics_clients.csv``, summary.json's stability), whether
+    the ids are ints (a run's records in memory) or the sorted strings ``metrics.jsonl`` reads back (``"10"`` before ``"2"``)."""
+    text = str(sub)
+    try:
+        number = int(text)
+    except ValueError:
+        return (1, 0, text)
+    return (0, number, text) if str(number) == text else (1, 0, text)
+
+
 def unfinished(path: Path, under: Path) -> bool:
     """Whether ``path`` lies in a ``NAME.partial`` / ``NAME.failed`` folder below ``under`` (named ``under`` itself, it is
     taken): a compare table leaves those runs out of its statistics, and so do these tables (as the HTML report does)."""

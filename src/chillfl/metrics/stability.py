@@ -60,7 +60,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from chillfl.errors import ConfigError
-from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool
+from chillfl.metrics.records import METRICS, client_order, read_records, run_folders, run_tool
 
 MOVING_WINDOW = 5
 MIN_VALUES = 2
@@ -140,11 +140,11 @@ def mean_inside_vs_outside_std(
 
     ``client_losses[cid][round]`` is the client's loss in a round it trained;
     a client with fewer than ``min_values`` values on a side is left out of
-    that side's mean (the std of a single value, 0, says nothing about stability). Clients are taken in id order,
+    that side's mean (the std of a single value, 0, says nothing about stability). Clients are taken in id order (:func:`~chillfl.metrics.records.client_order`),
     whatever the mapping's, so that the means do not depend on it (:func:`client_trajectories`).
     """
     inside, outside = [], []
-    for rounds in (client_losses[cid] for cid in sorted(client_losses)):
+    for rounds in (client_losses[cid] for cid in sorted(client_losses, key=client_order)):
         order = sorted(rounds)
         flags = [bool(clp_by_round[r]) for r in order]
         s_in, s_out = inside_vs_outside_std([rounds[r] for r in order], flags, ddof)
@@ -167,7 +167,7 @@ TRAJECTORY_SOURCES = ("client_train_loss", "agg_scores")
 
 def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "client_train_loss") -> dict[int, dict[int, float]]:
     """``{client id: {round: value}}`` from each record's ``source`` table (rounds the client trained), clients in id
-    order and each client's rounds in order.
+    order (:func:`~chillfl.metrics.records.client_order`, the order of ``metrics_clients.csv``) and each client's rounds in order.
 
     In that order whatever order the tables list their clients: a run's records in memory list them in id order
     (``2, 10``), read back from ``metrics.jsonl`` in its sorted-key text order (``"10", "2"``). The means over clients
@@ -182,7 +182,7 @@ def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "cli
         for cid, value in table.items():
             if value is not None and math.isfinite(float(value)):
                 out.setdefault(int(cid), {})[int(record["round"])] = float(value)
-    return {cid: dict(sorted(out[cid].items())) for cid in sorted(out)}
+    return {cid: dict(sorted(out[cid].items())) for cid in sorted(out, key=client_order)}
 
 
 def clp_flags(records: Sequence[Mapping[str, Any]]) -> dict[int, bool]:

@@ -43,7 +43,7 @@ from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
 from chillfl.once import warn_once
 from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr, warn_unread
-from chillfl.paths import check_writable_dir
+from chillfl.paths import check_writable_dir, home_path
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import METHOD_DEFAULTED as DISTILLATION_METHOD_DEFAULTED
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
@@ -580,11 +580,12 @@ class RunConfig:
     def __post_init__(self) -> None:
         """``~`` and ``~user`` in ``out_dir`` and ``data_dir`` are the home folder, as a shell would read them: a config
         file (or a quoted command-line value) is read by no shell, and ``out_dir = "~/results"`` wrote into a folder
-        literally named ``~`` in the current one (a literal ``~`` folder is ``./~``). The expanded path is recorded."""
+        literally named ``~`` in the current one (a literal ``~`` folder is ``./~``). The expanded path is recorded; the
+        command line's own paths (``--out``) are read by the same :func:`~chillfl.paths.home_path`."""
         if isinstance(self.out_dir, str):
-            object.__setattr__(self, "out_dir", os.path.expanduser(self.out_dir))
+            object.__setattr__(self, "out_dir", home_path(self.out_dir))
         if isinstance(self.data_dir, str):
-            object.__setattr__(self, "data_dir", os.path.expanduser(self.data_dir))
+            object.__setattr__(self, "data_dir", home_path(self.data_dir))
 
     def switched_on(self, section: str) -> bool:
         """Whether the switched table ``section`` (a key of :data:`SWITCHED`) is on in this run."""

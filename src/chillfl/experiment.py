@@ -864,11 +864,11 @@ def ignored_ray_note(config: RunConfig) -> str | None:
     """
     if config.executor == "ray":
         return None
-    default = RayConfig()
-    changed = [f.name for f in dataclasses.fields(RayConfig) if getattr(config.ray, f.name) != getattr(default, f.name)]
+    default = dataclasses.asdict(RayConfig())
+    changed = {name: value for name, value in dataclasses.asdict(config.ray).items() if value != default[name]}  # in field order
     if not changed:
         return None
-    options = ", ".join(f"ray.{name} = {getattr(config.ray, name)!r}" for name in changed)
+    options = ", ".join(f"ray.{name} = {value!r}" for name, value in changed.items())
     return (f"note: {options} {'is' if len(changed) == 1 else 'are'} ignored: executor = {config.executor!r} runs the client updates without Ray; "
             'executor = "ray" runs them on it (docs/ray.md)')
 

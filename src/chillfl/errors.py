@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import itertools
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -34,16 +35,45 @@ def one_line(text: object) -> str:
     return "".join(out)
 
 
+MAX_JSON_DEPTH = 200
+"""How deeply lists and objects may nest in a JSON file chillfl reads; deeper is a damaged file (:func:`json_loads`).
+
+The deepest chillfl writes is 7 (a checkpoint's metadata: a method's state with a tensor in a dict in a list), a
+``metrics.jsonl`` line 2, a LEAF data file 5. Why a bound of its own: Python's parser nests as deep as the recursion
+limit lets it, so what was refused depended on ``sys.setrecursionlimit`` (which a test, a notebook or a package may
+raise), and under a high one a deep enough file overflowed the C stack: a crash, not a one-line refusal."""
+
+_SKIPPED = bytes(sorted(set(range(256)) - set(b"[]{}")))
+_STEP = {ord("["): 1, ord("{"): 1, ord("]"): -1, ord("}"): -1}
+
+
+def json_depth(text: str) -> int:
+    """How deeply the lists and objects of the JSON ``text`` nest (0 for a bare value), brackets in strings not counted.
+
+    Escaped backslashes and quotes are dropped, then what lies between each pair of quotes, then every byte but a
+    bracket: all in C (a 150 MB LEAF file in about a tenth of ``json.loads``'s time), but the one step per bracket left.
+    Text that is no JSON may count otherwise; ``json.loads`` refuses it anyway."""
+    raw = text.encode("utf-8", "surrogatepass").replace(b"\\\\", b"").replace(b'\\"', b"")
+    brackets = b"".join(raw.split(b'"')[::2]).translate(None, _SKIPPED)
+    return max(itertools.accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
 def json_loads(text: str | bytes) -> Any:
-    """``json.loads``, with nesting too deep for Python's parser a ValueError, as any other damaged file is.
+    """``json.loads``, with lists or objects nested deeper than :data:`MAX_JSON_DEPTH` a ValueError, as any other damaged
+    file is, whatever Python's recursion limit.
 
     Why: ``'[' * 200000`` in a received ``summary.json``, ``metrics.jsonl`` or ``sweep.json`` raised RecursionError,
-    which every reader's ``except ValueError`` let through as a traceback from ``status``, ``report`` and ``analyze``."""
+    which every reader's ``except ValueError`` let through as a traceback from ``status``, ``report`` and ``analyze``.
+    The depth is counted before parsing, so it is never Python's stack that refuses it (see :data:`MAX_JSON_DEPTH`)."""
     import json
 
+    if isinstance(text, (bytes, bytearray)):  # as json.loads reads bytes: UTF-8, -16 or -32, told by the first bytes
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"not JSON (lists or objects nested too deeply: more than {MAX_JSON_DEPTH} levels)")
     try:
         return json.loads(text)
-    except RecursionError:
+    except RecursionError:  # within the bound, but called with Python's stack already nearly full
         raise ValueError("not JSON (lists or objects nested too deeply)") from None
 
 

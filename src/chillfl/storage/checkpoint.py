@@ -60,7 +60,7 @@ import safetensors.torch
 import torch
 
 from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
-from chillfl.errors import ConfigError, StorageError, json_loads
+from chillfl.errors import MAX_JSON_DEPTH, ConfigError, StorageError, json_loads
 
 FORMAT_VERSION = 1
 METADATA_KEY = "chillfl"
@@ -101,9 +101,14 @@ class UnstorableState(TypeError):
         self.where = where
 
 
-def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]]) -> Any:
+def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]], level: int = 2) -> Any:
     """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage), the strides
-    of dense non-contiguous ones into ``layouts``."""
+    of dense non-contiguous ones into ``layouts``. ``level``: how deep ``node``'s skeleton sits in the metadata
+    document (the tree, its ``"tree"``, at 2); a list or object past :data:`~chillfl.errors.MAX_JSON_DEPTH` is refused
+    here, on write, since reading the checkpoint back would refuse it."""
+    marked = isinstance(node, (torch.Tensor, Mapping, list)) or (type(node) is float and not math.isfinite(node))
+    if marked and level > MAX_JSON_DEPTH:  # each becomes a JSON list or object one level deeper than its parent
+        raise UnstorableState(where, f"state at {where} is nested too deeply to checkpoint (its skeleton may nest {MAX_JSON_DEPTH} levels)")
     if isinstance(node, torch.Tensor):
         name = str(len(tensors))
         # a fresh copy: safetensors refuses tensors sharing storage, and the caller may keep mutating its own
@@ -118,10 +123,10 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: di
                 raise UnstorableState(where, f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
-            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts)
+            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts, level + 1)
         return out
     if isinstance(node, list):
-        return [_encode(v, tensors, f"{where}[{i}]", layouts) for i, v in enumerate(node)]
+        return [_encode(v, tensors, f"{where}[{i}]", layouts, level + 1) for i, v in enumerate(node)]
     # exact types: subclasses (numpy floats, IntEnum) would come back as the plain type
     if node is None or type(node) in (bool, int, str):
         return node
@@ -228,14 +233,11 @@ class Tampered(ValueError):
 def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
     """Inverse of :func:`encode_state`: ``(tree, run metadata)``; ValueError (or a safetensors error) on malformed
     bytes, :class:`Tampered` when the checksum does not match (there is no unverified read: what a changed byte
-    decodes to is no state any round wrote, and resuming from it gives results no run of the config gives)."""
-    try:
-        return _decoded(data, device)
-    except RecursionError:  # a (re-signed) skeleton nested deeper than Python's stack: a damaged file, not a traceback
-        raise ValueError("state nested too deeply") from None
+    decodes to is no state any round wrote, and resuming from it gives results no run of the config gives).
 
-
-def _decoded(data: bytes, device: str | torch.device) -> tuple[dict[str, Any], dict[str, Any]]:
+    A header or skeleton nested deeper than :data:`~chillfl.errors.MAX_JSON_DEPTH` is refused by
+    :func:`~chillfl.errors.json_loads` before it is parsed, so the walks over it here never reach Python's recursion
+    limit, whatever it is set to (a damaged file, never a RecursionError or a crash)."""
     meta = _header_metadata(data)
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")

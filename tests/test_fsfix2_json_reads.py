@@ -67,8 +67,6 @@ def test_a_deep_mlflow_runs_record_is_not_read(tmp_path: Path, caplog: pytest.Lo
 NOT_FILES = {
     "errors.py": "json_loads itself",
     "report/html.py": "re-reads metrics.jsonl lines that read_metrics (json_loads) already parsed, to name the bad one",
-    "flower/state.py": "key lists chillfl itself wrote into a Flower record in memory",
-    "flower/wire.py": "a Flower message's tree, decoded in memory",
     "protocols/softlabels/public.py": "options chillfl itself serialised as a cache key",
     "sweeps/record.py": "a JSON round trip of a record in memory",
 }

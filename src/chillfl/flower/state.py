@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from chillfl.errors import json_loads
 from chillfl.aggregation.base import Params
 from chillfl.protocols.softlabels.state import ClientPayload, ClientState
 
@@ -66,23 +67,24 @@ def save_client_state(records: Any, cid: int, state: ClientState | Params) -> No
 
 
 def load_client_state(records: Any, cid: int) -> ClientState | Params | None:
-    """Client ``cid``'s state from ``records`` (None: the client has not run on this node yet)."""
+    """Client ``cid``'s state from ``records`` (None: the client has not run on this node yet). Its key lists are read
+    with :func:`~chillfl.errors.json_loads`: a damaged record's is a ValueError, whatever Python's recursion limit."""
     key = _arrays_key(cid)
     if key not in records.array_records:
         return None
     arrays = records.array_records[key]
     meta = records.config_records[key + ".meta"]
     if "kind" in meta and meta["kind"] == "table":
-        return {name: _tensor(arrays[f"own.{name}"]) for name in json.loads(str(meta["keys"]))}
-    payload: ClientPayload = {"model": {name: _tensor(arrays[f"model.{name}"]) for name in json.loads(str(meta["model_keys"]))}}
+        return {name: _tensor(arrays[f"own.{name}"]) for name in json_loads(str(meta["keys"]))}
+    payload: ClientPayload = {"model": {name: _tensor(arrays[f"model.{name}"]) for name in json_loads(str(meta["model_keys"]))}}
     synced = int(meta["cache_synced"])
     if synced != -2:  # -2: the client keeps no cache
         payload["cache_synced"] = synced
         payload["cache_indices"] = _tensor(arrays["cache_indices"])
         payload["cache_values"] = _tensor(arrays["cache_values"])
     if "method_keys" in meta:
-        payload["method"] = {name: _tensor(arrays[f"method.{name}"]) for name in json.loads(str(meta["method_keys"]))}
-    own = json.loads(str(meta["own_keys"])) if "own_keys" in meta else []
+        payload["method"] = {name: _tensor(arrays[f"method.{name}"]) for name in json_loads(str(meta["method_keys"]))}
+    own = json_loads(str(meta["own_keys"])) if "own_keys" in meta else []
     if own:
         payload["own"] = {name: _tensor(arrays[f"own.{name}"]) for name in own}
     return ClientState.from_payload(cid, payload)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from chillfl.errors import json_loads
 from chillfl.protocols.softlabels.messages import CacheSyncDelta, SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink, SoftLabelUplink
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink
@@ -78,9 +79,11 @@ def encode(tree: Any) -> Any:
 
 
 def decode(content: Any) -> Any:
-    """The tree :func:`encode` wrote into ``content`` (a RecordDict)."""
+    """The tree :func:`encode` wrote into ``content`` (a RecordDict); ValueError for a damaged or hostile one (a class
+    not in :data:`MESSAGES`, a tree nested past :data:`~chillfl.errors.MAX_JSON_DEPTH`: read with
+    :func:`~chillfl.errors.json_loads`, as a file is, so Python's recursion limit decides nothing)."""
     arrays = content.array_records["arrays"]
-    structure = json.loads(str(content.config_records["meta"]["tree"]))
+    structure = json_loads(str(content.config_records["meta"]["tree"]))
 
     def dec(x: Any) -> Any:
         if not isinstance(x, dict):

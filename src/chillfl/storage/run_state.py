@@ -14,6 +14,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.storage.checkpoint import CorruptCheckpoint, saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT, SINK_FILES, SINK_FOLDERS, SWEEP_FILE, check_saved_files, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
+from chillfl.storage.run_folder import _from_python
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -171,6 +172,32 @@ FINAL_WRITE_FAILED_IN_COMPARISON = "after its last round, before its folder was 
 """:data:`FINAL_WRITE_FAILED` for a comparison's run, which the comparison's resume runs again."""
 
 
+SINGLE_UNCHECKPOINTED_FROM_PYTHON = "before its first checkpoint: resume refuses it; it ran on your own {own} from Python: start it again with chillfl.run(...)"
+""":data:`SINGLE_UNCHECKPOINTED` for a run :func:`chillfl.run` made on the user's own model, data, aggregator or temperature
+policy (``custom`` in its config.toml; ``{own}`` says which), as ``chillfl resume``'s line for it says: ``chillfl run`` of
+that config.toml refuses it, since no config file rebuilds a part passed from Python."""
+
+
+FINAL_WRITE_FAILED_FROM_PYTHON = ("after its last round, before its folder was complete (a final write failed or was cut short; no checkpoint to "
+                                  "resume from): it ran on your own {own} from Python: start it again with chillfl.run(...) for a complete folder")
+""":data:`FINAL_WRITE_FAILED` for a run made from Python (see :data:`SINGLE_UNCHECKPOINTED_FROM_PYTHON`)."""
+
+
+def _own_parts(folder: Path) -> str | None:
+    """What of the run in ``folder`` came from Python (``model``, ``model and data``, ...; None: nothing, or no readable
+    config.toml), read only from a regular file: a FIFO there would block ``status`` forever."""
+    return _from_python(Path(os.path.abspath(folder))) if _regular(folder / "config.toml") else None
+
+
+def _start_again(folder: Path, finished: bool) -> str:
+    """A single run's ``.partial`` without a checkpoint (``finished``: every round ran, its ``summary.json`` is there): why
+    it cannot be resumed and how to start it again, its config.toml or, for a run made from Python, ``chillfl.run``."""
+    own = _own_parts(folder)
+    if own is None:
+        return FINAL_WRITE_FAILED if finished else SINGLE_UNCHECKPOINTED
+    return (FINAL_WRITE_FAILED_FROM_PYTHON if finished else SINGLE_UNCHECKPOINTED_FROM_PYTHON).format(own=own)
+
+
 def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:
     """The state of the one folder ``folder`` of run ``name``, told by its suffix (``.failed``, ``.partial``, none):
     ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
@@ -184,9 +211,11 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
         rounds = _rounds_written(folder)
         if _locked(folder):
             return RunState(name, "running", "", rounds, planned)
-        how = "before its first checkpoint: runs again" if is_sweep(folder.parent) else SINGLE_UNCHECKPOINTED
-        if (folder / "summary.json").is_file():  # every round ran, a last write failed (checkpoint.every = 0)
-            how = FINAL_WRITE_FAILED_IN_COMPARISON if is_sweep(folder.parent) else FINAL_WRITE_FAILED
+        finished = (folder / "summary.json").is_file()  # every round ran, a last write failed (checkpoint.every = 0)
+        if is_sweep(folder.parent):  # the comparison's resume runs it again, as its own line says
+            how = FINAL_WRITE_FAILED_IN_COMPARISON if finished else "before its first checkpoint: runs again"
+        else:
+            how = _start_again(folder, finished)
         if (folder / CHECKPOINT).is_file():  # its metrics may run past the checkpoint: those rounds run again
             done = saved_round(folder / CHECKPOINT)
             how = "resumes from its checkpoint" if done is None else f"resumes after round {done}, its checkpoint"
@@ -209,7 +238,8 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
             how = "early, by a callback" + (f": {stopped['reason']}" if isinstance(stopped.get("reason"), str) else "")
             if (folder / CHECKPOINT).is_file():
                 refused = _refused(folder)
-                how += f"; {refused}" if refused else "; `chillfl resume` continues it"
+                own = None if refused else _own_parts(folder)  # `chillfl resume` refuses a run on a part from Python
+                how += f"; {refused}" if refused else f"; chillfl.resume(...) with your own {own} continues it" if own else "; `chillfl resume` continues it"
             return RunState(name, "stopped", how, ran if type(ran) is int else None, planned, accuracy if is_real(accuracy) else None)
         ran = ran if type(ran) is int else None
         recorded = _rounds_recorded(folder)

@@ -271,8 +271,9 @@ def table_cells(record: Mapping[str, Any]) -> list[TableCell]:
     (``2, 10``; ints in the aggregator's tables) and in text order once read back from ``metrics.jsonl``, whose keys
     are sorted strings (``"10", "2"``); a resumed run reads its first rounds back, and must write what an
     uninterrupted run writes. For the same reason a table's NaN or infinite value has no line, as ``None`` has none:
-    ``metrics.jsonl`` keeps a table's non-finite values as ``null`` (:mod:`chillfl.storage.jsonl` marks only the
-    record's own), so a resumed run read them back as ``None`` and lacked the lines the uninterrupted run wrote."""
+    a ``metrics.jsonl`` written before :mod:`chillfl.storage.jsonl` marked values nested in tables (2026-12-06) keeps
+    them as ``null``, so a resumed run of such a folder would read them back as ``None`` and lack lines an
+    uninterrupted run wrote."""
     cells: list[TableCell] = []
     for key in sorted(k for k, v in record.items() if isinstance(v, Mapping)):
         table = record[key]

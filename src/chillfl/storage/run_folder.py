@@ -256,14 +256,14 @@ def _no_checkpoint(path: Path) -> str:
     if is_sweep(path.parent):
         return f"{said}; `chillfl resume {shlex.quote(str(where.parent))}` runs it again as part of its comparison"
     state = "for a complete folder" if finished else f"{path} holds no trained state"
-    if (own := _from_python(where)) is not None:  # `chillfl run` of its config.toml refuses a user's own part
+    if (own := own_from_python(where)) is not None:  # `chillfl run` of its config.toml refuses a user's own part
         return f"{said}; it ran on your own {own} from Python: start it again with chillfl.run(...) as before (into a new folder){' ' if finished else '; '}{state}"
     if finished:
         return f"{said}; start it again with `{_run_again(path)}` (into a new folder) {state}"
     return f"{said}; start it again with `{_run_again(path)}` (into a new folder); {state}: remove it once that run has started"
 
 
-def _from_python(folder: Path) -> str | None:
+def own_from_python(folder: Path) -> str | None:
     """What of the run in ``folder`` came from Python (``model``, ``data``, an aggregator or a temperature policy instance:
     ``custom`` in its table), which no config file rebuilds; None: none, or an unreadable config.toml."""
     try:
@@ -342,7 +342,7 @@ def _refuse_diverged(path: Path, force: bool) -> None:
     edit of its config.toml, e.g. a lower lr), and then it ends as ``NAME`` (it finished in place, still ``.failed``)."""
     if not (path / FAILURE).is_file():
         return
-    own = _from_python(Path(os.path.abspath(path)))  # `chillfl run` of its config.toml refuses a user's own part: say the Python call
+    own = own_from_python(Path(os.path.abspath(path)))  # `chillfl run` of its config.toml refuses a user's own part: say the Python call
     if not (path / CHECKPOINT).is_file() and not is_sweep(path.parent):  # --force would only say so: the fix is a new run
         again = (f"it ran on your own {own} from Python: start it again with chillfl.run(...) and a lower client.lr (into a new folder)" if own
                  else f"lower client.lr in its config.toml and start it again with `{_run_again(path)}` (into a new folder)")

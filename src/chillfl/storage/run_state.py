@@ -14,7 +14,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.storage.checkpoint import CorruptCheckpoint, saved_round
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock
 from chillfl.storage.run_folder import CHECKPOINT, SINK_FILES, SINK_FOLDERS, SWEEP_FILE, check_saved_files, is_sweep  # noqa: F401  (re-exported: where the report and status ask)
-from chillfl.storage.run_folder import _from_python
+from chillfl.storage.run_folder import own_from_python
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -186,7 +186,7 @@ FINAL_WRITE_FAILED_FROM_PYTHON = ("after its last round, before its folder was c
 def _own_parts(folder: Path) -> str | None:
     """What of the run in ``folder`` came from Python (``model``, ``model and data``, ...; None: nothing, or no readable
     config.toml), read only from a regular file: a FIFO there would block ``status`` forever."""
-    return _from_python(Path(os.path.abspath(folder))) if _regular(folder / "config.toml") else None
+    return own_from_python(Path(os.path.abspath(folder))) if _regular(folder / "config.toml") else None
 
 
 def _start_again(folder: Path, finished: bool) -> str:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any, Final, Mapping, TypeGuard
 
 from chillfl.paths import PARTITION_FILE, check_writable_dir
+from chillfl.plugins import is_custom
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
 from chillfl.storage.results import FAILURE, PARTIAL, RunLock, decode_record, encode_record, refuse_links
 from chillfl.errors import ConfigError, json_loads
@@ -272,7 +273,7 @@ def own_from_python(folder: Path) -> str | None:
         return None
     own = [what for what, table, key in (("model", "model", "name"), ("data", "dataset", "name"), ("aggregator", "algorithm", "name"),
                                          ("temperature policy", "temperature", "policy"))
-           if isinstance(part := saved.get(table), Mapping) and str(part.get(key, "")).startswith("custom")]
+           if isinstance(part := saved.get(table), Mapping) and is_custom(part.get(key))]  # not `custom_models:Net`, an import path
     return " and ".join(own) or None
 
 

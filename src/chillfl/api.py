@@ -81,7 +81,7 @@ __all__ = ["Comparison", "DatasetData", "FinishedRun", "Result", "TensorData", "
 class TensorData:
     """A user's own train/test split: inputs ``[N, ...]`` and integer labels ``[N]`` (tensors or NumPy arrays).
 
-    ``num_classes`` defaults to 1 + the largest label; give it when some classes may be absent.
+    ``num_classes`` defaults to 1 + the largest label (at least 2); give it when some classes may be absent.
     ``name`` only labels the data in the saved config (``dataset.source``).
     """
 

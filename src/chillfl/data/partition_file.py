@@ -188,7 +188,8 @@ def read_noise(doc: Mapping[str, Any], num_clients: int, path: str) -> list[floa
                 FIELD,
                 f"{short_path(path)} was made by partition.name = {name!r}, which adds noise to each client's inputs, but does not record "
                 f"the clients' noise (a file written before chillfl recorded it): read, it would give the same rows without their noise. "
-                f"Make the split again (run its [partition] table once more) for a file that records it",
+                f"Make the split again (run its [partition] table once more) for a file that records it; a run started on this file "
+                f"before then trained without the noise and cannot go on as it began: start it again on the file made anew",
             )
         return None
     sigmas = doc[NOISE]

@@ -66,6 +66,8 @@ Choices
   Eager: the whole catch-up, drawn again or not (the authors' ``cache_update_by_client`` updates only the round's
   public indices, from a server copy of every client's cache); at low participation it can cost more bytes than
   no cache (docs/scarlet.md), and the change log is kept back to the oldest round a client that took part synced to.
+  A sync reads only the log's rounds the client missed, or, when those hold more than the cache, the live entries
+  and the lifetimes: O(min(changes missed, |P|)), never O(rounds kept).
 * **Quantised downlinks.** The cache stores what ``update`` is given; if the
   downlink is quantised, pass the *dequantised* values so that both caches
   hold identical numbers.
@@ -73,6 +75,7 @@ Choices
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -186,6 +189,21 @@ def _check_keys(state: Mapping[str, Any], keys: tuple[str, ...], owner: str) -> 
         raise ValueError(f"{owner} state must have keys {sorted(keys)}, got {sorted(state)}")
 
 
+def _life_end(life: tuple[int, int]) -> int:
+    return life[1]
+
+
+def _covering_end(lives: list[tuple[int, int]], round: int) -> int | None:
+    """The end of the index's past lifetime ``(stored, deleted)`` that covers ``round`` (stored <= round < deleted), or
+    None if none does: a client synced through ``round`` held that entry, and the server has since dropped it.
+
+    A lifetime is appended when its entry is dropped, rounds increasing, and the next one starts after it ended, so
+    they are sorted and disjoint: only the first that ended after ``round`` can cover it (a bisection, not a scan of
+    every lifetime the index had)."""
+    j = bisect.bisect_right(lives, round, key=_life_end)
+    return lives[j][1] if j < len(lives) and lives[j][0] <= round else None
+
+
 @dataclass
 class _Entry:
     value: torch.Tensor
@@ -207,6 +225,8 @@ class ServerCache:
     # round -> indices stored or deleted in that round (for catch-up deltas)
     _changes: dict[int, set[int]] = field(default_factory=dict, init=False, repr=False)
     _last_round: int | None = field(default=None, init=False, repr=False)
+    # the oldest sync round the change log was last pruned to (None: not since made or loaded); not checkpointed
+    _pruned_through: int | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.duration < 0:
@@ -322,11 +342,12 @@ class ServerCache:
             raise ValueError(f"client {client_id} already synced through round {last}; cannot sync for round {round}")
         if last is None:  # empty client cache: every live entry stored before `round`, nothing to delete
             return sorted(i for i, e in self._entries.items() if e.stored_round < round), []
+        logged = self._logged_between(last, round)
+        if logged is None:
+            return self._delta_from_cache(last, round)
         stores: set[int] = set()
         deletes: set[int] = set()
-        for u, changed in self._changes.items():
-            if not last < u < round:
-                continue
+        for changed in logged:
             for i in changed:
                 entry = self._entries.get(i)
                 if entry is not None:
@@ -335,10 +356,46 @@ class ServerCache:
                     continue  # stored in `round`: the downlink itself overwrites it
                 lives = self._lifetimes.get(i, [])
                 dropped_in_round = bool(lives) and lives[-1][1] == round  # downlink signals EXPIRED
-                held = any(stored <= last < deleted for stored, deleted in lives)
-                if held and not dropped_in_round:
+                if _covering_end(lives, last) is not None and not dropped_in_round:
                     deletes.add(i)
         return sorted(stores), sorted(deletes)
+
+    def _logged_between(self, last: int, round: int) -> list[set[int]] | None:
+        """The change log's index sets of the rounds strictly between ``last`` and ``round``, or None when reading them
+        would cost more than reading the cache itself (:meth:`_delta_from_cache`).
+
+        Only those rounds are looked up: the log is kept back to the oldest sync of any client, which at partial
+        participation hardly moves, and scanning all of it made every sync O(rounds kept) and a run O(rounds^2)."""
+        budget = len(self._entries) + len(self._lifetimes)
+        if round - last - 1 > budget:
+            return None
+        logged: list[set[int]] = []
+        size = 0
+        for u in range(last + 1, round):
+            changed = self._changes.get(u)
+            if changed:
+                logged.append(changed)
+                size += len(changed)
+                if size > budget:
+                    return None
+        return logged
+
+    def _delta_from_cache(self, last: int, round: int) -> tuple[list[int], list[int]]:
+        """The same delta as the log gives, read from the live entries and the lifetimes (O(|P|), whatever the gap).
+
+        Stores: the live entries stored strictly between ``last`` and ``round``, each logged in its round. Deletions:
+        the indices with no live entry whose lifetime that covered ``last`` ended before ``round`` (the log holds the
+        round it ended in; one ended in ``round`` the downlink signals EXPIRED). Such a lifetime ended after ``last``,
+        so no prune (up to the oldest sync, at most ``last``) has dropped it."""
+        stores = sorted(i for i, e in self._entries.items() if last < e.stored_round < round)
+        deletes = []
+        for i, lives in self._lifetimes.items():
+            if i in self._entries or lives[-1][1] == round:
+                continue
+            ended = _covering_end(lives, last)
+            if ended is not None and ended < round:
+                deletes.append(i)
+        return stores, sorted(deletes)
 
     def pending_sync_entries(self, client_id: int, round: int) -> int:
         """Number of items (stores + deletions) :meth:`sync` would send before the downlink of ``round``."""
@@ -364,8 +421,14 @@ class ServerCache:
         )
 
     def _prune_changes(self) -> None:
-        """Forget change logs no known client can still need (clients never synced take the full-scan path)."""
+        """Forget change logs no known client can still need (clients never synced take the full-scan path).
+
+        Only when the oldest sync has moved since the last prune: a round logged, or a lifetime ended, after it cannot
+        be pruned before it moves, and scanning the whole log at every sync was O(rounds kept) again."""
         oldest = min(self._synced.values())
+        if self._pruned_through is not None and oldest <= self._pruned_through:
+            return
+        self._pruned_through = oldest
         for u in [u for u in self._changes if u <= oldest]:
             del self._changes[u]
         for i in [i for i, lives in self._lifetimes.items() if lives[-1][1] <= oldest]:
@@ -422,6 +485,9 @@ class ServerCache:
         self._lifetimes = {}
         for i, s, d in life_rows:
             self._lifetimes.setdefault(i, []).append((s, d))
+        for lives in self._lifetimes.values():
+            lives.sort(key=_life_end)  # :func:`_covering_end` bisects on the end rounds (our own checkpoints are in order)
+        self._pruned_through = None
         self._synced = {int(cid): int(r) for cid, r in state["synced"].items()}
         self._changes = {}
         for u, i in change_rows:

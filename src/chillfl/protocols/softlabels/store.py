@@ -56,7 +56,11 @@ class ClientStore:
         return sorted(int(f.stem.removeprefix("client-")) for f in self.root.glob("client-*.pt"))
 
     def state_dict(self) -> dict[str, Any]:
-        """Every stored client's state as plain tensors and ints (loaded one at a time from disk)."""
+        """Every stored client's state as plain tensors and ints (loaded one at a time from disk).
+
+        On disk this reads every client's file back, at every checkpoint, and the result holds every state in memory
+        at once: O(clients seen) per checkpoint (2.5 s at 1000 clients, docs/scarlet.md "Checkpoints with the disk
+        store"), which ``checkpoint.every`` trades against the rounds a kill can lose."""
         out = {}
         for cid in self.ids():
             state = self.load(cid)

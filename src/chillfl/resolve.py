@@ -35,14 +35,15 @@ from chillfl.data.datasets import dataset_options
 from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import FROM_FILE
 from chillfl.plugins import is_custom
+from chillfl.protocols.softlabels.public import as_public
 from chillfl.models.assign import HETERO_KEYS
 from chillfl.models.projection import PROJECTION_OPTION, EveryModelOptions
 from chillfl.models.registry import model_options
 from chillfl.numeric import is_real
-from chillfl.settings.distillation import DistillationSetup
+from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.storage.results import unset_names
-from chillfl.options import parse_options
+from chillfl.options import parse_options, require
 from chillfl.temperature import policy_options, policy_spec
 from chillfl.training.terms import entry_name, term_spec
 
@@ -121,7 +122,25 @@ def distillation_table(setup: DistillationSetup | None) -> dict[str, Any]:
     """``[distillation]``: the options every soft-label method shares, then the method's own (empty: no soft labels)."""
     if setup is None:
         return {}
-    return {**option_table(setup.common), **option_table(setup.options)}
+    common = option_table(setup.common)
+    if setup.common.public_dataset is not None:
+        common["public_dataset_options"] = public_dataset_table(setup.common.public_dataset, setup.common.public_dataset_options)
+    return {**common, **option_table(setup.options)}
+
+
+def public_dataset_table(name: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``[distillation] public_dataset_options`` completed as ``[dataset]`` is (:func:`dataset_table`), less the name.
+
+    Why: the public dataset's defaults (hf's ``split_seed``, a generator's ``seed``, the ``augment`` sub-table) decide
+    which rows form the pool, so config.toml writes them as it writes the private dataset's. A bad option is named
+    under ``distillation.public_dataset_options``.
+    """
+    require("name" not in options, f"{SECTION}.public_dataset_options.name", "unknown option: public_dataset names the public dataset")
+    try:
+        table = dataset_table({**options, "name": name})
+    except ConfigError as exc:
+        raise as_public(exc) from None
+    return {key: value for key, value in table.items() if key != "name"}
 
 
 def prototypes_table(settings: PrototypeSettings | None) -> dict[str, Any]:

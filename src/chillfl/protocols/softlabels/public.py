@@ -24,11 +24,14 @@ def _load_public_dataset(name: str, options_json: str, data_dir: str) -> Any:
     return load_dataset(name, json.loads(options_json), data_dir=data_dir)
 
 
-def _as_public(exc: ConfigError) -> ConfigError:
-    """An error of the public dataset's table, on the ``[distillation]`` option that set what it blames."""
-    if not exc.field.startswith("dataset"):
+def as_public(exc: ConfigError) -> ConfigError:
+    """An error of the public dataset's table, on the ``[distillation]`` option that set what it blames: ``dataset.X``
+    (``dataset.augment.X``) is ``distillation.public_dataset_options.X`` (``...augment.X``), so the bad key is named."""
+    if exc.field != "dataset" and not exc.field.startswith("dataset."):
         return exc
-    return ConfigError(f"{SECTION}.public_dataset" if exc.field == "dataset.name" else f"{SECTION}.public_dataset_options", exc.message)
+    if exc.field == "dataset.name":
+        return ConfigError(f"{SECTION}.public_dataset", exc.message)
+    return ConfigError(f"{SECTION}.public_dataset_options{exc.field.removeprefix('dataset')}", exc.message)
 
 
 def check_public_dataset(c: DistillationOptions) -> None:
@@ -39,7 +42,7 @@ def check_public_dataset(c: DistillationOptions) -> None:
     try:
         dataset_options(c.public_dataset, split_augment(c.public_dataset_options)[0])
     except ConfigError as exc:
-        raise _as_public(exc) from None
+        raise as_public(exc) from None
 
 
 def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str) -> torch.Tensor:
@@ -58,7 +61,7 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     try:
         ds = _load_public_dataset(c.public_dataset, json.dumps(c.public_dataset_options, sort_keys=True), str(data_dir))
     except ConfigError as exc:
-        raise _as_public(exc) from None
+        raise as_public(exc) from None
     shape = tuple(data.dataset.input_shape)
     require(
         tuple(ds.input_shape) == shape,

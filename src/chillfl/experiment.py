@@ -45,7 +45,7 @@ from chillfl.models.projection import PROJECTION_OPTION, check_projection_dim
 from chillfl.models.registry import MODELS, caller_dtype, check_model_shape, float32_default, model_options
 from chillfl.protocols.common import Evaluation, empty_splits_note
 from chillfl.protocols.softlabels.build import only_checking
-from chillfl.protocols.softlabels.public import check_public_dataset
+from chillfl.protocols.softlabels.public import check_public_dataset, one_sample_failure
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import CUSTOM, has_methods, is_custom
@@ -626,20 +626,17 @@ def check_one_sample_batches(config: RunConfig, data: FederatedData, model: nn.M
     A client trains on one sample at a time when ``client.batch_size = 1`` or when it holds a single sample
     (a trailing one-sample batch is merged into the one before, so only those). Batch norm over features
     cannot normalise one value per channel: torch raises in the first round, a traceback mid-run. A
-    train-mode forward of one sample through a copy of the model asks it, whatever the model.
+    train-mode forward of one sample through a copy of the model asks it, whatever the model
+    (:func:`~chillfl.protocols.softlabels.public.one_sample_failure`; the public set's batches ask it too).
     """
     single = [int(i) for i in (data.train_sizes() == 1).nonzero()[0]]  # not class_counts(): a pass over every label
     if config.client.batch_size != 1 and not single:
         return
-    probe = copy.deepcopy(model).train()
-    try:
-        with torch.no_grad(), forked_rng():
-            probe(data.dataset.x_train[:1])
-    except Exception as exc:  # noqa: BLE001 - any failure on one sample is what a run would meet mid-round
-        why = f"{type(model).__qualname__} cannot train on a batch of one sample ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+    why = one_sample_failure(model, data.dataset.x_train)
+    if why is not None:
         if config.client.batch_size == 1:
-            raise ConfigError("client.batch_size", f"is 1, and {why}") from None
-        raise ConfigError("partition", f"gives {len(single)} client(s) a single training sample (client {single[0]}), and {why}; {larger_clients_hint(config)}") from None
+            raise ConfigError("client.batch_size", f"is 1, and {why}")
+        raise ConfigError("partition", f"gives {len(single)} client(s) a single training sample (client {single[0]}), and {why}; {larger_clients_hint(config)}")
 
 
 def larger_clients_hint(config: RunConfig) -> str:

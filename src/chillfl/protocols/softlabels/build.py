@@ -131,9 +131,34 @@ def build_soft_label_sharing(exp: Experiment, evaluation: Evaluation) -> SoftLab
     assert setup is not None, "the soft-label protocol runs only when [distillation] names a method"
     hetero = build_client_models(exp) if per_client_architectures(exp.config.model) else None
     protocol = SoftLabelProtocol(exp, setup, evaluation, hetero, spec_of(setup))
+    refuse_one_row_batches(setup, protocol)
     if protocol.client.pretraining is not None and not _CHECKING.get():
         protocol.server_state = pretrain_server(protocol.model, protocol.server_state, protocol.client.pretraining)
     return protocol
+
+
+def refuse_one_row_batches(setup: DistillationSetup, protocol: SoftLabelProtocol) -> None:
+    """Refuse public-set batches of one row that a model of the run cannot train on, before anything is run.
+
+    Why: the partition check (``client.batch_size``, one-row clients) left out the public set, so a batch-norm model
+    raised mid-run ("Expected more than 1 value per channel") when the server model (and every client, on the rows
+    sent down) distilled on a P^t of ``subset_size = 1``, on batches of one, or pretrained on a pool of one row. A filter
+    that leaves one row at run time skips that round's public rows instead (:meth:`SoftLabelProtocol.one_row_failure`)."""
+    c = setup.common
+    if not protocol.collaborative:
+        return
+    ones = [
+        (protocol.client.pretraining is not None and c.public_size == 1, "public_size", "the labelled public set's pretraining trains on its one row"),
+        (c.subset_size == 1, "subset_size", "the server model and every client distil on P^t's one row each round"),
+        (c.distill_batch_size == 1, "distill_batch_size", "the clients (and the server model, without server_batch_size) distil on batches of one row"),
+        (c.server_batch_size == 1, "server_batch_size", "the server model distils on batches of one row"),
+    ]
+    field, what = next(((name, what) for one, name, what in ones if one), (None, ""))
+    if field is None:
+        return
+    why = protocol.one_row_failure()
+    if why is not None:
+        raise ConfigError(f"{SECTION}.{field}", f"is 1: {what}, and {why}; set it to 2 or more")
 
 
 def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod[Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import hashlib
 import json
@@ -14,6 +15,7 @@ from chillfl.data import load_dataset
 from chillfl.data.augment import split_augment
 from chillfl.data.datasets import dataset_options
 from chillfl.errors import ConfigError
+from chillfl.global_rng import forked_rng
 from chillfl.options import require
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationOptions, DistillationSetup
@@ -137,6 +139,22 @@ def public_labels(setup: DistillationSetup, data: Any, seed: int, data_dir: str,
         f"transfer learning trains on {c.public_dataset!r}'s labels, which exceed the private data's {data.num_classes} classes; set it to 0",
     )
     return y
+
+
+def one_sample_failure(model: torch.nn.Module, x: torch.Tensor) -> str | None:
+    """Why ``model`` cannot train on a batch of one sample (``x``: at least one input row), None when it can.
+
+    Batch norm over features cannot normalise one value per channel: torch raises in the train-mode forward, a
+    traceback mid-run. A train-mode forward of one row through a copy of the model asks it, whatever the model (the
+    run's partition check and the public set's, on its P^t and the rows a filter leaves, ask it alike)."""
+    probe = copy.deepcopy(model).train()
+    like = next((t for t in (*probe.parameters(), *probe.buffers())), None)  # the server's template may sit on the run's device
+    try:
+        with torch.no_grad(), forked_rng():
+            probe(x[:1] if like is None else x[:1].to(like.device))
+    except Exception as exc:  # noqa: BLE001 - any failure on one sample is what a run would meet mid-round
+        return f"{type(model).__qualname__} cannot train on a batch of one sample ({type(exc).__name__}: {' '.join(str(exc).split())[:120]})"
+    return None
 
 
 def draw_public_subset(seed: int, round: int, num_public: int, size: int) -> torch.Tensor:

@@ -26,7 +26,7 @@ from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
 from .labels import entropy, predict_proba
 from .messages import CacheSyncDelta, SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink
 from .method import Aggregate, Pretraining, SoftLabelMethod, SoftLabelSpec, check_aggregate, spec_of
-from .public import draw_public_subset, public_inputs, public_labels
+from .public import draw_public_subset, one_sample_failure, public_inputs, public_labels
 from .state import ClientState
 from .store import ClientStore
 
@@ -114,6 +114,7 @@ class SoftLabelProtocol:
         self.twin = ServerCache(setup.cache_duration, c.cache_on_expire, c.cache_request) if use_cache and server_rows else None
         self.prev: Broadcast | None = None
         self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
+        self._one_row: tuple[str | None] | None = None  # one_row_failure's answer, once asked
         archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
         pretraining = self._pretraining(exp, setup, spec.pretraining(setup.options), client_models if archs is not None else None)
         self.client = SoftLabelClient(
@@ -254,6 +255,9 @@ class SoftLabelProtocol:
         kept = set(fresh_kept.tolist())
         fresh_all = set(requested.tolist())
         used = torch.tensor([i for i in drawn.tolist() if i not in fresh_all or i in kept], dtype=torch.long)
+        if used.numel() == 1 and self.one_row_failure() is not None:  # a filter left one row: none of it is used (public_used 0)
+            agg = Aggregate(torch.zeros_like(agg.keep), agg.rows[:0], agg.server_rows[:0], agg.metrics)
+            fresh_kept, used = fresh_kept[:0], used[:0]
         targets: torch.Tensor | None = None
         if method.downlink_from_server:  # CFD: the server distils first; the fresh rows that go down are its own predictions
             targets = self._server_targets(t, used, agg.server_rows, None)
@@ -286,6 +290,18 @@ class SoftLabelProtocol:
             metrics["cache_age_mean"] = cached_age
         metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
         return Broadcast(t, used, downlink, rows_full), metrics
+
+    def one_row_failure(self) -> str | None:
+        """Why a model that trains on P^t cannot train on one row (the server's, a client architecture's), None when all can.
+
+        Why: a filter (Selective-FD's) may keep one row of P^t. The server model distils on it and every client on the
+        same row sent down, and a batch-norm model raises on a one-sample batch mid-run ("Expected more than 1 value per
+        channel"); that round then uses no row, as when the filter keeps none. Asked once, the first time one row is left."""
+        if self._one_row is None:
+            models = (self.model, *(self.client.archs.models[1:] if self.client.archs is not None else ()))
+            x = self.evaluation.data.dataset.x_train
+            self._one_row = (next((why for why in (one_sample_failure(m, x) for m in models) if why is not None), None),)
+        return self._one_row[0]
 
     def _server_targets(self, t: int, used: torch.Tensor, server_rows: torch.Tensor, rows_full: torch.Tensor | None) -> torch.Tensor:
         """The server model's targets on ``used``: its own rows through the twin cache, else the rows that go down (``rows_full``,

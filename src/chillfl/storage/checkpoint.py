@@ -3,9 +3,13 @@
 A state tree (what the ``state_dict()`` methods return: dicts with string
 keys, lists, tensors, int, float, str, bool, None) is split into
 
-* its tensors, written as the safetensors payload under the names
-  ``"0"``, ``"1"``, ... (position in a depth-first walk; state keys such as
-  ``"fc.weight"`` never become tensor names, so any key is allowed);
+* its tensors, named ``"0"``, ``"1"``, ... (position in a depth-first walk;
+  state keys such as ``"fc.weight"`` never become tensor names, so any key is
+  allowed). A tensor of more than :data:`PACK_MAX_NUMEL` elements is a
+  safetensors entry of its own under that name; the smaller ones are packed,
+  flattened, into one 1-D entry per dtype, ``"packed.<dtype>"`` (e.g.
+  ``"packed.float32"``), and the document's ``"slots"`` maps each such name to
+  ``[entry, offset, numel, shape]`` (version 2);
 * a JSON skeleton of everything else, stored in the safetensors header
   metadata under ``"chillfl"``, where a tensor leaf is ``{"__tensor__": name}``
   and a non-finite float is ``{"__float__": "nan" | "inf" | "-inf"}`` (strict
@@ -39,6 +43,18 @@ Choices
   the metadata): the same values in another layout add up in another order
   downstream, so a resumed run would differ in the last bits. Tensors with
   gaps come back contiguous.
+* Small tensors are packed (version 2). Why: per-client states (control
+  variates, personal models, per-client scalars) are thousands of tiny
+  tensors, and the cost of writing, hashing and reading a checkpoint went by
+  the number of tensors, not by bytes (safetensors handles each entry in
+  Python): 1400 clients' 2.5 MB took 0.4 s a checkpoint. A packed tensor is
+  read back as a tensor of its own (a copy of its slice: no two tensors share
+  storage, and saving one client's state does not write the whole buffer),
+  with the same dtype, shape, strides and bytes as one written on its own, so
+  a resumed run stays bitwise equal to an uninterrupted one. Large tensors
+  (a model's weights) stay entries of their own: packing them would copy them
+  once more on both write and read. Version 1 files (one entry per tensor,
+  no ``"slots"``) are read as before.
 * Tuples, numpy values and other objects are rejected on write rather than
   silently turned into lists or strings, since they would not come back as
   they were.
@@ -62,7 +78,11 @@ import torch
 from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.errors import MAX_JSON_DEPTH, ConfigError, StorageError, json_loads
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # 1: one safetensors entry per tensor, no "slots"
+PACK_MAX_NUMEL = 65536
+"""Tensors of at most this many elements are packed into one entry per dtype (see the module docstring)."""
+PACK_PREFIX = "packed."
 METADATA_KEY = "chillfl"
 DIGEST_KEY = "sha256"
 TENSOR_MARK = "__tensor__"
@@ -101,18 +121,23 @@ class UnstorableState(TypeError):
         self.where = where
 
 
-def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]], level: int = 2) -> Any:
-    """JSON skeleton of ``node``; tensors are moved into ``tensors`` (CPU, contiguous, own storage), the strides
-    of dense non-contiguous ones into ``layouts``. ``level``: how deep ``node``'s skeleton sits in the metadata
+def _encode(
+    node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]], small: list[tuple[str, torch.Tensor]], level: int = 2
+) -> Any:
+    """JSON skeleton of ``node``; large tensors are moved into ``tensors`` (CPU, contiguous, own storage), small ones
+    (at most :data:`PACK_MAX_NUMEL` elements) are listed in ``small`` (detached, not yet copied: :func:`_pack` copies
+    them), the strides of dense non-contiguous ones go into ``layouts``. ``level``: how deep ``node``'s skeleton sits in the metadata
     document (the tree, its ``"tree"``, at 2); a list or object past :data:`~chillfl.errors.MAX_JSON_DEPTH` is refused
     here, on write, since reading the checkpoint back would refuse it."""
     marked = isinstance(node, (torch.Tensor, Mapping, list)) or (type(node) is float and not math.isfinite(node))
     if marked and level > MAX_JSON_DEPTH:  # each becomes a JSON list or object one level deeper than its parent
         raise UnstorableState(where, f"state at {where} is nested too deeply to checkpoint (its skeleton may nest {MAX_JSON_DEPTH} levels)")
     if isinstance(node, torch.Tensor):
-        name = str(len(tensors))
-        # a fresh copy: safetensors refuses tensors sharing storage, and the caller may keep mutating its own
-        tensors[name] = node.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
+        name = str(len(tensors) + len(small))
+        if node.numel() <= PACK_MAX_NUMEL:
+            small.append((name, node.detach()))
+        else:  # a fresh copy: safetensors refuses tensors sharing storage, and the caller may keep mutating its own
+            tensors[name] = node.detach().to("cpu", copy=True, memory_format=torch.contiguous_format)
         if (stride := _dense_layout(node)) is not None:
             layouts[name] = stride
         return {TENSOR_MARK: name}
@@ -123,10 +148,10 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: di
                 raise UnstorableState(where, f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
-            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts, level + 1)
+            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts, small, level + 1)
         return out
     if isinstance(node, list):
-        return [_encode(v, tensors, f"{where}[{i}]", layouts, level + 1) for i, v in enumerate(node)]
+        return [_encode(v, tensors, f"{where}[{i}]", layouts, small, level + 1) for i, v in enumerate(node)]
     # exact types: subclasses (numpy floats, IntEnum) would come back as the plain type
     if node is None or type(node) in (bool, int, str):
         return node
@@ -135,6 +160,63 @@ def _encode(node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: di
             return node
         return {FLOAT_MARK: _nonfinite_name(node)}
     raise UnstorableState(where, f"cannot checkpoint {type(node).__name__} at {where or '<root>'}: use dict/list/tensor/int/float/str/bool/None")
+
+
+def _pack(small: Sequence[tuple[str, torch.Tensor]], tensors: dict[str, torch.Tensor]) -> dict[str, list[Any]]:
+    """Copy the ``small`` tensors, flattened in row-major order (as a contiguous copy lays them out), into one CPU buffer
+    per dtype, added to ``tensors`` as ``"packed.<dtype>"``; returns each one's slot ``[buffer, offset, numel, shape]``.
+    One ``torch.cat`` per dtype is the only copy (a contiguous tensor's ``reshape(-1)`` is a view)."""
+    groups: dict[torch.dtype, list[tuple[str, torch.Tensor]]] = {}
+    for name, t in small:
+        groups.setdefault(t.dtype, []).append((name, t))
+    slots: dict[str, list[Any]] = {}
+    for dtype, members in groups.items():
+        buffer = PACK_PREFIX + str(dtype).removeprefix("torch.")
+        parts = [t.reshape(-1) for _, t in members]
+        if len({p.device for p in parts}) > 1:  # torch.cat wants one device
+            parts = [p.to("cpu") for p in parts]
+        # cat always allocates: the buffer never aliases the caller's tensors
+        tensors[buffer] = torch.cat(parts).to("cpu")
+        offset = 0
+        for (name, t), part in zip(members, parts):
+            slots[name] = [buffer, offset, part.numel(), list(t.shape)]
+            offset += part.numel()
+    return dict(sorted(slots.items(), key=lambda kv: (len(kv[0]), kv[0])))
+
+
+def _unpack(slots: Any, stored: Mapping[str, torch.Tensor], strides: dict[str, Any]) -> dict[str, torch.Tensor]:
+    """The packed tensors of a version 2 file, each a copy of its slice (own storage, no more than its own bytes) with
+    the strides written for it (taken out of ``strides``); ValueError on a malformed slot."""
+    if not isinstance(slots, dict):
+        raise ValueError("malformed slots")
+    out: dict[str, torch.Tensor] = {}
+    for name, slot in slots.items():
+        if not (isinstance(slot, list) and len(slot) == 4 and isinstance(slot[0], str) and isinstance(slot[3], list)):
+            raise ValueError(f"malformed slot for tensor {name!r}")
+        buffer, offset, numel, shape = slot
+        flat = stored.get(buffer) if buffer.startswith(PACK_PREFIX) else None
+        if (
+            flat is None
+            or flat.dim() != 1
+            or not all(type(n) is int and n >= 0 for n in (offset, numel, *shape))
+            or offset + numel > flat.numel()
+            or math.prod(shape) != numel
+        ):
+            raise ValueError(f"malformed slot for tensor {name!r}")
+        # its row-major strides (one call instead of a slice and a view: this loop runs once a small tensor)
+        row_major, step = [], 1
+        for size in reversed(shape):
+            row_major.append(step)
+            step *= max(size, 1)
+        piece = flat.as_strided(shape, row_major[::-1], flat.storage_offset() + offset)
+        stride = strides.pop(name, None)
+        if stride is None:
+            out[name] = piece.clone(memory_format=torch.contiguous_format)
+        elif isinstance(stride, list) and _is_dense(shape, stride):
+            out[name] = torch.empty_strided(shape, stride, dtype=flat.dtype).copy_(piece)
+        else:
+            raise ValueError(f"malformed strides for tensor {name!r}")
+    return out
 
 
 def _nonfinite_name(value: float) -> str:
@@ -182,11 +264,19 @@ def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) 
     metadata in a hash map whose order is random per process, so a file with
     several entries had other bytes on every write (a resumed run's files then
     differed from the uninterrupted run's, values equal).
+
+    Small tensors are packed into one entry per dtype (``"slots"`` in the
+    document; see the module docstring), so the cost goes by bytes, not by the
+    number of tensors.
     """
     tensors: dict[str, torch.Tensor] = {}
     layouts: dict[str, list[int]] = {}
-    skeleton = _encode(tree, tensors, "", layouts)
+    small: list[tuple[str, torch.Tensor]] = []
+    skeleton = _encode(tree, tensors, "", layouts, small)
+    slots = _pack(small, tensors)
     doc: dict[str, Any] = {"version": FORMAT_VERSION, "tree": skeleton, **({"strides": layouts} if layouts else {})}
+    if slots:
+        doc["slots"] = slots
     doc["run"] = dict(sorted(dict(run or {}).items()))
     doc[DIGEST_KEY] = _digest(_text(doc), tensors)
     return safetensors.torch.save(tensors, metadata={METADATA_KEY: _text(doc)})
@@ -242,16 +332,26 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
     doc = json_loads(meta[METADATA_KEY])
-    if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION or not isinstance(doc.get("tree"), dict):
-        raise ValueError(f"unsupported checkpoint layout (expected version {FORMAT_VERSION})")
-    tensors = safetensors.torch.load(data)
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if type(version) is not int or version not in _READABLE_VERSIONS or not isinstance(doc.get("tree"), dict):
+        raise ValueError(f"unsupported checkpoint layout (expected version {' or '.join(map(str, _READABLE_VERSIONS))})")
+    stored = safetensors.torch.load(data)
     digest = doc.pop(DIGEST_KEY, None)
-    if digest is not None and _digest(_text(doc), tensors) != digest:
+    if digest is not None and _digest(_text(doc), stored) != digest:
         raise Tampered("its content does not match the checksum written with it (a torn or changed file)")
     run = doc.get("run", {})
     if not isinstance(run, dict):
         raise ValueError("malformed run metadata")
-    for name, stride in dict(doc.get("strides") or {}).items():  # the layouts written: same values, same strides
+    strides = dict(doc.get("strides") or {})
+    if version >= 2:  # packed tensors; the buffers themselves are no leaves
+        packed = _unpack(doc.get("slots", {}), stored, strides)
+        tensors = {k: v for k, v in stored.items() if not k.startswith(PACK_PREFIX)}
+        if tensors.keys() & packed.keys():
+            raise ValueError("a tensor is both packed and an entry of its own")
+        tensors.update(packed)
+    else:
+        tensors = stored
+    for name, stride in strides.items():  # the layouts written: same values, same strides
         t = tensors.get(name)
         if t is None or not isinstance(stride, list) or not _is_dense(t.shape, stride):
             raise ValueError(f"malformed strides for tensor {name!r}")

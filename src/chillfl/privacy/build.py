@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import math
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -27,7 +28,7 @@ from chillfl.extras import need
 from chillfl.models.common import variance_buffers
 from chillfl.options import short_repr
 from chillfl.plugins import has_methods
-from chillfl.privacy.accounting import RDP_MAX_EPSILON, AccountantError, Ledger, noise_for
+from chillfl.privacy.accounting import PRV_MAX_EPSILON, RDP_MAX_EPSILON, AccountantError, Ledger, noise_for
 from chillfl.privacy.dpsgd import PerSampleClipping, check_per_sample
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, rate_and_count, spec_of
@@ -184,10 +185,10 @@ def _probe_uploads(delta: float, sigma: float, releases: int) -> None:
     """``epsilon_upload``'s worst history (a client released every row of the round's subset every round, at q = 1) where
     the PRV accountant cannot account it: one line on ``privacy.accountant``, not a traceback after the round that
     reaches it (800 rows of sigma 0.5 took 3.6e7 grid points)."""
-    exc = _prv_refusal(delta, sigma, 1.0, releases)
-    if exc is not None:
+    why = _prv_refusal(delta, sigma, 1.0, releases)
+    if why is not None:
         raise ConfigError(f"{SECTION}.accountant", f"epsilon_upload composes every soft-label row a client uploads (up to distillation.subset_size x rounds = {releases}), "
-                                                   f"and {exc}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier")
+                                                   f"and {why}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier")
 
 
 @functools.lru_cache(maxsize=16)
@@ -223,25 +224,37 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
 
 
 def _probe_prv(p: PrivacyConfig, sigma: float, steps: Sequence[tuple[float, int]]) -> None:
-    """The PRV accountant's epsilon of each unit's whole planned history, once, before anything is written: where it
-    cannot be had (a grid too large for memory, a discretisation that fails at a small noise), one ConfigError on the
-    option that set the noise, not a traceback (or the kernel's OOM kill) in a round. A unit's history in the run is a
-    prefix of its planned one at the same noise, whose grid is no larger (fewer steps: a narrower domain, a coarser mesh)."""
+    """The PRV accountant's epsilon of each unit's planned history, once, before anything is written: where it cannot be
+    had (a grid too large for memory, a discretisation that fails at a small noise) or is no finite bound, one ConfigError
+    on the option that set the noise, not a traceback (or the kernel's OOM kill) in a round, nor a run whose budget is
+    unbounded. Why its first step too (:func:`_prv_refusal`): success at n steps does not imply it at fewer, whose
+    coarser mesh is what fails Opacus's discretisation (sigma 0.01 at q = 1: an error at 1 step, infinity at 2); the
+    lengths between are not probed (each a full accountant run), so a round's epsilon can still fail, and is refused
+    there (:func:`chillfl.privacy.protocol.accounted_epsilon`)."""
     field, instead = ("target_epsilon", "lower target_epsilon") if p.target_epsilon > 0 else ("noise_multiplier", "raise noise_multiplier")
     for q, n in steps:
-        exc = _prv_refusal(p.delta, sigma, q, n)
-        if exc is not None:
-            raise ConfigError(f"{SECTION}.{field}", f"{exc}; {instead}, or use accountant = 'rdp'")
+        why = _prv_refusal(p.delta, sigma, q, n)
+        if why is not None:
+            raise ConfigError(f"{SECTION}.{field}", f"{why}; {instead}, or use accountant = 'rdp'")
 
 
-def _prv_refusal(delta: float, sigma: float, rate: float, steps: int) -> AccountantError | None:
-    """Why the PRV accountant cannot give the epsilon of ``steps`` releases at ``sigma`` and ``rate`` (None: it can)."""
-    probe = Ledger(delta, "prv")
-    probe.spend("unit", sigma, rate, steps)
-    try:
-        probe.epsilon()
-    except AccountantError as exc:
-        return exc
+@functools.lru_cache(maxsize=64)
+def _prv_refusal(delta: float, sigma: float, rate: float, steps: int) -> str | None:
+    """Why the PRV accountant gives no finite epsilon for a history of up to ``steps`` releases at ``sigma`` and ``rate``
+    (None: it gives one at 1 step and at ``steps``), the shortest failing length first (cheaper).
+
+    Why a non-finite epsilon is refused: Opacus's bound overflows to infinity past about e^709 (sigma 0.05 at q = 1: 284
+    at 1 step, 520 at 2, infinity at 3), and a run would spend a budget it cannot state."""
+    for n in sorted({min(1, steps), steps}):
+        probe = Ledger(delta, "prv")
+        probe.spend("unit", sigma, rate, n)
+        try:
+            epsilon = probe.epsilon()
+        except AccountantError as exc:
+            return str(exc)
+        if not math.isfinite(epsilon):
+            return (f"the PRV accountant gives no finite epsilon for noise multiplier {sigma:.4g} at sample rate {rate:.4g} over {n} steps "
+                    f"(e^epsilon overflows a float past {PRV_MAX_EPSILON:.4g})")
     return None
 
 

@@ -29,7 +29,7 @@ from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, Obs
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
-from chillfl.privacy.accounting import Ledger, finite
+from chillfl.privacy.accounting import AccountantError, Ledger, finite
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.softlabels import CheckedRelease
 from chillfl.privacy.spec import SOFTLABELS, Charge, Participant, rate_and_count
@@ -86,9 +86,9 @@ class Accounted(AroundProtocol):
             refuse_undeclared_reports(replies)
         record = self.inner.server_update(round, tasks, replies)
         self.spend(tasks)
-        record.metrics["epsilon"] = finite(self.ledger.epsilon())
+        record.metrics["epsilon"] = accounted_epsilon(self.ledger, round)
         if self.rows:
-            record.metrics["epsilon_upload"] = finite(self.uploads.epsilon())
+            record.metrics["epsilon_upload"] = accounted_epsilon(self.uploads, round, "epsilon_upload")
         return record
 
     def skipped_round(self, round: int) -> dict[str, Json]:
@@ -98,7 +98,7 @@ class Accounted(AroundProtocol):
         if not self.every_round or self.rows:
             return inner
         self.spend([])
-        return {**inner, "epsilon": finite(self.ledger.epsilon())}
+        return {**inner, "epsilon": accounted_epsilon(self.ledger, round)}
 
     def spend(self, tasks: Sequence[ClientTask[Any, Any]]) -> None:
         """One round's privacy cost on the ledger (see the module docstring); the :attr:`unaccounted` clients' tasks charge nothing."""
@@ -133,6 +133,17 @@ class Accounted(AroundProtocol):
         saved = state.get(KEY, {})
         self.ledger.load_state_dict(saved.get("units", {}))
         self.uploads.load_state_dict(saved.get("uploads", {}))
+
+
+def accounted_epsilon(ledger: Ledger, round: int, key: str = "epsilon") -> float | None:
+    """The ledger's epsilon for round ``round``'s record (None: infinite, as :func:`~chillfl.privacy.accounting.finite`
+    writes it), or one ConfigError on ``privacy.accountant`` where the accountant cannot give one. Why: the plan probes
+    the PRV accountant at a unit's first step and whole planned history only (:func:`chillfl.privacy.build._probe_prv`),
+    and a length between can still fail Opacus's discretisation: that was a raw AccountantError traceback mid-run."""
+    try:
+        return finite(ledger.epsilon())
+    except AccountantError as exc:
+        raise ConfigError("privacy.accountant", f"round {round}'s {key}: {exc}; use accountant = 'rdp', or more noise") from None
 
 
 def refuse_undeclared_reports(replies: Sequence[ClientReply[Any, Any]]) -> None:

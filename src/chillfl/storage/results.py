@@ -465,7 +465,8 @@ scored on (:func:`chillfl.report.caveats.local_mix_warning` reads it)."""
 def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None, local_mix_tv: float | None = None) -> dict[str, Any]:
     """Final and best values of the accuracy/loss metrics, with the round of each best; the final spread of the clients'
     local accuracies (``final_local_acc_std``, ``final_local_acc_worst10``); the final privacy budget
-    spent (``final_epsilon``; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``) where the records have them;
+    spent (``final_epsilon``: the last round's, infinite, written null, where that round's is null, never an earlier
+    finite one; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``) where the records have them;
     ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits).
     With a ``target``: ``rounds_to_target`` (the first evaluated round reaching it) and ``target_eval_interval``
     (:func:`evaluation_interval`: > 1 means that round, and ``communication.bytes_to_target``, may be up to that - 1
@@ -489,9 +490,9 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
         if any(math.isfinite(v) for v in values):  # as final_local_acc: the last measured value, a NaN of it included
             out[f"final_{key}"] = values[-1]
     for key in ("epsilon", "epsilon_upload"):  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
-        spent = [r[key] for r in records if r.get(key) is not None]
+        spent = [r[key] for r in records if key in r]  # a null is an epsilon the accountant could not bound, not one unmeasured
         if spent:
-            out[f"final_{key}"] = spent[-1]
+            out[f"final_{key}"] = math.inf if spent[-1] is None or not math.isfinite(spent[-1]) else spent[-1]
     success = [r["attack_success_rate"] for r in records if r.get("attack_success_rate") is not None]  # [attack] backdoor
     if success:
         out["final_attack_success_rate"] = success[-1]

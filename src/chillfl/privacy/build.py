@@ -344,6 +344,8 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
                                      f"which algorithm {name!r} is not ({why}); "
                                      f"use an algorithm whose server takes a weighted mean of the models{instead}")
         base = EqualWeights(aggregator)  # a client-side release (any_rule): the rule post-processes what is already private
+    else:  # a weighted mean, handed the mechanism's weights: its own weighting is never read
+        _refuse_unused_weighting(config, plan.mechanism)
     from chillfl.privacy.aggregate import PrivateAggregation
 
     noise = dataclasses.replace(plan.noise, exempt=frozenset(exempt), nonnegative=frozenset() if model is None else variance_buffers(model),
@@ -359,6 +361,29 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook builds a client-side PrivateAggregation without exempt=noise.exempt, "
                                  "so the attackers set to skip the client-side step would comply without a word: pass it on")
     return private
+
+
+def _refuse_unused_weighting(config: RunConfig, mechanism: str) -> None:
+    """ConfigError on ``algorithm.weighting`` set off its default where the mechanism's aggregator hook hands the base's
+    weighted mean its own weights (each privatised update at 1/n, scaled to the fixed denominator qW: uniform, or as its
+    ``[privacy]`` options set them). Why: the option was recorded in ``config.toml`` and ignored, so a run folder said
+    "samples" or "uniform" of a mean that was neither; the soft-label protocol refuses its unused options the same way.
+    A rule that takes no weights (under a client-side mechanism: :class:`EqualWeights`) reads its own weighting and is
+    not refused; nor is an aggregator passed from Python (no registered spec names its options)."""
+    from chillfl.aggregation.registry import algorithm_options, algorithm_spec
+
+    name = str(config.algorithm.get("name"))
+    try:
+        spec = algorithm_spec(name, "algorithm")
+    except ConfigError:
+        return
+    if not dataclasses.is_dataclass(spec.options) or "weighting" not in {f.name for f in dataclasses.fields(spec.options)}:
+        return
+    options = algorithm_options(spec, name, {k: v for k, v in config.algorithm.items() if k != "name"}, "algorithm", "algorithm.name")
+    value, default = dataclasses.asdict(options)["weighting"], dataclasses.asdict(spec.options())["weighting"]
+    if value != default:
+        raise ConfigError("algorithm.weighting", f"{mechanism!r} hands the server's weighted mean its own client weights (uniform, or as its [privacy] "
+                                                 f"options set them), so this option of {name!r} would be ignored; leave it at its default {default!r}, got {value!r}")
 
 
 def _unweighted(capabilities: Capabilities, aggregator: Aggregator, any_rule: bool) -> str | None:

@@ -39,7 +39,7 @@ from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput
 from chillfl.report.caveats import eval_interval_caveat
-from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach
+from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach, spent_epsilon
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
 
@@ -166,7 +166,7 @@ def build_rows(
             rows[-1]["cumulative_mb"] = total / 1e6
             reached = bytes_to_reach(records, metric, target) if target is not None else None  # a skipped round reached it: the bytes so far
             rows[-1]["mb_to_target"] = reached / 1e6 if reached is not None else None
-        if (eps := last_value(records, "epsilon")) is not None:  # [privacy]: the budget the run spent
+        if (eps := spent_epsilon(records)) is not None:  # [privacy]: the budget the run spent (inf: unbounded by its end)
             rows[-1]["epsilon"] = eps
         if (asr := last_value(records, "attack_success_rate")) is not None:  # [attack] backdoor: its success at the end
             rows[-1]["attack_success_rate"] = asr

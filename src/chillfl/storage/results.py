@@ -432,6 +432,15 @@ def last_value(records: Sequence[Mapping[str, Any]], key: str) -> Any:
     return None
 
 
+def spent_epsilon(records: Sequence[Mapping[str, Any]], key: str = "epsilon") -> float | None:
+    """The privacy budget spent by the end: ``key`` of the last record that carries it, infinite where that one is null
+    (an epsilon the accountant could not bound, never an earlier, smaller one); None: no record carries it."""
+    spent = [r[key] for r in records if key in r]
+    if not spent:
+        return None
+    return math.inf if spent[-1] is None or not math.isfinite(spent[-1]) else float(spent[-1])
+
+
 def rounds_to_reach(records: Sequence[Mapping[str, Any]], key: str, target: float) -> int | None:
     """First round whose ``key`` is >= target (None if never): the first *evaluated* one, so under ``eval.every`` = k it
     may lag the round that reached it by up to k - 1 rounds (:func:`evaluation_interval`)."""
@@ -490,9 +499,8 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
         if any(math.isfinite(v) for v in values):  # as final_local_acc: the last measured value, a NaN of it included
             out[f"final_{key}"] = values[-1]
     for key in ("epsilon", "epsilon_upload"):  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
-        spent = [r[key] for r in records if key in r]  # a null is an epsilon the accountant could not bound, not one unmeasured
-        if spent:
-            out[f"final_{key}"] = math.inf if spent[-1] is None or not math.isfinite(spent[-1]) else spent[-1]
+        if (spent := spent_epsilon(records, key)) is not None:
+            out[f"final_{key}"] = spent
     success = [r["attack_success_rate"] for r in records if r.get("attack_success_rate") is not None]  # [attack] backdoor
     if success:
         out["final_attack_success_rate"] = success[-1]

@@ -41,14 +41,14 @@ from chillfl.engine.view import RunView, model_with_state
 from chillfl.errors import ConfigError, InterruptedAfterRun
 from chillfl.worker_start import refuse_in_worker_start
 from chillfl.experiment import (BOUND, COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
-                                dataset_record, plugged_records, record_conflict)
+                                dataset_record, model_record, plugged_records, record_conflict, record_difference)
 from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.numeric import is_whole
 from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
-from chillfl.plugins import CUSTOM, has_methods, is_custom
+from chillfl.plugins import has_methods, is_custom
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.run_state import is_sweep
 from chillfl.sweeps.plan import CompareOptions, check_select_used, grid_variants, parse_grid, repeats
@@ -60,7 +60,7 @@ from chillfl.resolve import is_default_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
-from chillfl.training.local import evaluate, parameter_dtypes, persistent_buffers
+from chillfl.training.local import evaluate, persistent_buffers
 from chillfl.settings.attack import kind_names
 from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
@@ -130,6 +130,9 @@ class Result:
     methods); None when the run has no global model (``individual``, and the
     prototype methods whose models never travel: FedProto, FedGH, FedDistill,
     FedTGP, FedHKD with ``share_model = false``).
+    The model is in eval mode (dropout off, batch norm on its running
+    statistics), as the run evaluated it: ``result.model(x)`` reproduces the
+    recorded accuracy; call ``.train()`` to train it further.
     ``state``: the same weights as a name -> tensor dict. ``folder``: the
     result folder (None with ``write=False``). ``config``: the config that
     ran, as saved in ``folder/config.toml``.
@@ -416,6 +419,8 @@ def compare(
     into the comparison's shared folder, as ``--shard K/N`` (:mod:`chillfl.sweeps.shard`): ``result.pending`` counts the
     other shards' unfinished runs; the last shard to end writes the table (not with ``write=False``, a model, data or parts).
     """
+    if "callbacks" in overrides:  # else "callbacks: unknown key or section", as if the config had a typo
+        raise ConfigError("callbacks", "chillfl.compare takes no callbacks (chillfl.run does): run each variant with chillfl.run(..., callbacks=...) to watch its rounds")
     parsed_shard = None if shard is None else Shard.parse(shard)  # a malformed K/N is named first, as on the command line
     out_dir, progress, write = arguments.optional_path(out_dir, "out_dir"), arguments.progress_mode(progress), arguments.flag(write, "write")
     controls = arguments.optional_flag(controls, "controls")
@@ -423,6 +428,8 @@ def compare(
     _check_grid(grid)
     if tune is not None and not isinstance(tune, Mapping):  # the CLI's 'client.lr=0.1,0.2' strings (grid takes them): ValueError from dict()
         raise ConfigError("tune", f"expected a dict {{'section.option': [values]}}, got {type(tune).__name__} {short_repr(tune)}")
+    if tune is not None:  # a NumPy array of values a list, and NumPy scalars in a list Python numbers, as for grid
+        tune = {key: _plain_values(values) for key, values in tune.items()}
     if select is not None and (not isinstance(select, str) or select not in SELECT_RULES):  # select=1 was told it "picks each variant's tuning point"
         raise ConfigError("select", f"expected a tuning rule, one of {', '.join(map(repr, SELECT_RULES))}, got {type(select).__name__} {short_repr(select)}")
     if reference is not None and not isinstance(reference, str):  # a list was looked up as a label: TypeError unhashable
@@ -434,7 +441,7 @@ def compare(
         swept += [item.split("=", 1)[0].strip() for item in grid]
     cfg, dataset = _prepare(model, data, config, out_dir, overrides, plugged, swept)
     if isinstance(grid, Mapping):
-        grid = {key: plain(values) for key, values in grid.items()}  # a NumPy array of values: a list
+        grid = {key: _plain_values(values) for key, values in grid.items()}  # a NumPy array of values: a list
         for key, values in grid.items():
             if isinstance(values, (str, bytes)) or not isinstance(values, Sequence) or not values:
                 raise ConfigError(f"grid.{key}", f"expected a non-empty list of values, got {values!r}")
@@ -526,6 +533,14 @@ def reproduce_paper(paper: str, seeds: Sequence[int] = (0, 1, 2), *, out_dir: st
     return outcomes
 
 
+def _plain_values(values: Any) -> Any:
+    """A grid's or tuning grid's values as Python values: a NumPy array a list, and each NumPy scalar in a list or tuple
+    (``list(np.arange(2))``, a DataFrame column's values) the number it holds; they reached tomli_w as ``np.int64`` and the
+    comparison's record raised a raw TypeError, or labelled a variant ``client.lr=0.05000000074505806``."""
+    values = plain(values)
+    return [plain(v) for v in values] if isinstance(values, (list, tuple)) else values
+
+
 def _check_seed_override(overrides: Mapping[str, Any], seeds: Any) -> None:
     """``seed=N`` passed to a comparison whose seeds are set (``seeds=`` or ``[compare] seeds``): a ConfigError on
     ``seed``, as ``--seed`` is on the command line, not a comparison that runs its other seeds and drops N."""
@@ -588,18 +603,57 @@ def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
             raise ConfigError(f"terms[{i}]", f"{type(term).__name__} must declare reads: tuple[str, ...], the context keys it reads (() for none)")
     if terms and aggregator is None:
         raise ConfigError("terms", "are the local objective of an aggregator passed with them: add aggregator=... (chillfl.extend.FedAvg() for FedAvg)")
+    for field_name, obj in (("aggregator", aggregator), ("policy", policy)):
+        _validate_options(obj, field_name)
     return Plugged(aggregator, tuple(terms), policy)
 
 
+def _validate_options(obj: object, field_name: str) -> None:
+    """An instance's ``options`` dataclass checked by its own ``validate`` (docs/extending.md's ``TrimmedMean.Options``), as a
+    config naming the class checks it: a user class does not validate in its constructor as chillfl's own do, and
+    ``TrimmedMean(Options(beta=0.7))`` ran into a diverged model instead of ``aggregator.options.beta: must be in [0, 0.5)``."""
+    options = vars(obj).get("options") if hasattr(obj, "__dict__") else None
+    validate = getattr(options, "validate", None)
+    if dataclasses.is_dataclass(options) and not isinstance(options, type) and callable(validate):
+        validate(f"{field_name}.options")
+
+
 def _record_plugged(raw: dict[str, Any], plugged: Plugged) -> None:
-    """Replace ``[algorithm]`` / ``[temperature]`` by the records of the parts passed from Python; a config that sets them too is refused."""
+    """Replace ``[algorithm]`` / ``[temperature]`` by the records of the parts passed from Python; a config that sets them too is refused.
+
+    A table that is such a record (``name = "custom"``: ``result.config`` or the ``config.toml`` of a run on the same parts)
+    is replaced when it equals the parts' record, as a saved ``[dataset]`` is, so the run can be repeated by passing the
+    parts again with its config; a record of other parts is refused on the key that differs."""
     defaults = {"algorithm": ("name", "fedavg", "aggregator"), "temperature": ("policy", "none", "policy")}
     for part, record in plugged_records(plugged).items():
         key, default, keyword = defaults[part]
         table = raw.get(part)
-        if table is not None and not (isinstance(table, Mapping) and is_default_table(part, table, default)):
+        if isinstance(table, Mapping) and is_custom(table.get(key)):
+            _refuse_other_record(table, record, part)
+        elif table is not None and not (isinstance(table, Mapping) and is_default_table(part, table, default)):
             raise ConfigError(keyword, f"replaces [{part}], which the config sets too ({short_repr(table)}); pass one of the two")
         raw[part] = record
+
+
+def _refuse_other_record(table: Mapping[str, Any], record: Mapping[str, Any], part: str) -> None:
+    """A config's ``[part]`` table that records a part passed from Python differs from the one passed now: one line naming the key."""
+    found = record_difference(plain(dict(table)), record, part)
+    if found is not None:
+        raise record_conflict(*found, part=part)
+
+
+def _refuse_part_overrides(overrides: Mapping[str, Any], records: Mapping[str, Mapping[str, Any]]) -> None:
+    """A keyword that sets a key of the record of a model, aggregator or policy passed from Python (``model.hidden=64``) to what
+    the part does not hold: one line, as for the data's record; the record replaced the table and dropped it without a word."""
+    for key, value in dotted_overrides(overrides).items():
+        part, _, rest = str(key).partition(".")
+        if part not in records or not rest:
+            continue
+        held: Any = records[part]
+        for name in rest.split("."):
+            held = held.get(name) if isinstance(held, Mapping) else None
+        if plain(value) != held:
+            raise record_conflict(str(key), held, value, part=part)
 
 
 def _check_model(model: object) -> None:
@@ -634,7 +688,8 @@ def _prepare(model: nn.Module | None, data: UserData | None, config: ConfigLike,
         if isinstance(table, Mapping):  # the record replaces the table: its per-client architectures would be dropped
             refuse_with_user_model(table)
         raw["model"] = model_record(model)
-    _record_plugged(raw, plugged)
+        _refuse_part_overrides(overrides, {"model": raw["model"]})
+    _record_plugged(raw, plugged)  # a keyword on [algorithm] / [temperature] makes the table the config's own: refused there
     return resolved(config_from_dict(raw, swept)), dataset
 
 
@@ -701,8 +756,8 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     else:
         raise ConfigError("config", f"must be a dict, a TOML path or a RunConfig, got {type(config).__name__}")
     check_depth(data)  # before deepcopy, which recurses
-    data = copy.deepcopy(data)
-    apply_overrides(data, overrides)
+    data = plain(copy.deepcopy(data))  # NumPy scalars in a dict's lists and tables ([variants], [compare] seeds): Python values
+    apply_overrides(data, {key: plain(value) for key, value in overrides.items()})
     return data
 
 
@@ -721,24 +776,6 @@ def _as_written(config: RunConfig) -> dict[str, Any]:
         if isinstance(table, dict) and table.get(cls.SWITCH) == default[cls.SWITCH]:
             data[section] = {k: v for k, v in table.items() if k != cls.SWITCH and (k not in default or v != default[k])}
     return data
-
-
-def model_record(model: nn.Module) -> dict[str, Any]:
-    """The ``[model]`` table a run on ``model`` saves: not rebuildable from a file, but says what ran."""
-    cls = type(model)
-    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # torch's ValueError from numel()
-        raise ConfigError("model", f"{cls.__qualname__} has lazy parameters not yet shaped (nn.LazyLinear, ...): run one forward "
-                                   "pass on a batch of your data before handing it over, so that every client starts from the same weights")
-    dtype = parameter_dtypes(model)
-    return {
-        "name": CUSTOM,
-        "class": f"{cls.__module__}.{cls.__qualname__}",
-        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
-        **({"dtype": dtype} if dtype is not None else {}),  # a float64 run resumed on a float32 module would round its state
-    }
-
-
-# ---------------------------------------------------------------- user data
 
 
 def _input_dtype(model: nn.Module | None) -> torch.dtype:
@@ -808,8 +845,9 @@ def _from_datasets(data: DatasetData) -> TensorData:
 
 
 def _trained_copy(template: nn.Module, state: Mapping[str, torch.Tensor] | None) -> nn.Module | None:
-    """A deep copy of ``template`` holding ``state`` (None without a state)."""
-    return None if state is None else model_with_state(template, state)
+    """A deep copy of ``template`` holding ``state``, in eval mode as :meth:`RunView.global_model` and :func:`load_run` give it
+    (a caller's module kept its training mode: dropout made ``result.model(x)`` random); None without a state."""
+    return None if state is None else model_with_state(template, state).eval()
 
 
 # ---------------------------------------------------------------- callbacks and registries

@@ -55,7 +55,7 @@ from chillfl.temperature.registry import steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
-from chillfl.training.local import LocalSpec, half_weights_note, model_state, persistent_buffers, reads_representation, resolve_compute
+from chillfl.training.local import LocalSpec, half_weights_note, model_state, parameter_dtypes, persistent_buffers, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
 from chillfl.training.terms import configured_terms
 
@@ -152,10 +152,86 @@ def check_data_record(config: RunConfig, dataset: ArrayDataset) -> None:
             raise record_conflict(f"dataset.{key}", record.get(key), got)
 
 
-def record_conflict(field: str, held: Any, got: Any) -> ConfigError:
-    """A key of the user's data record set to what the data do not hold (``held``): the one line for it, wherever it is found."""
-    return ConfigError(field, f"records the data passed from Python ({short_repr(held)} for them), so a run cannot set it to {short_repr(got)}: "
-                              "vary settings of the run, not the record of its data (other data: another call with them)")
+def record_conflict(field: str, held: Any, got: Any, part: str = "dataset") -> ConfigError:
+    """A key of the record of a part passed from Python (the data; ``part``: the ``model``, ``algorithm`` or ``temperature``
+    instance) set to what the part does not hold (``held``): the one line for it, wherever it is found."""
+    what, other = RECORDED_PARTS.get(part, RECORDED_PARTS["dataset"])
+    holds = "which has no such key" if held is None else f"{short_repr(held)} for it"
+    return ConfigError(field, f"records the {what} passed from Python ({holds}), so a run cannot set it to {short_repr(got)}: "
+                              f"vary settings of the run, not the record of its {what.split()[-1]} ({other})")
+
+
+RECORDED_PARTS = {
+    "dataset": ("data", "other data: another call with them"),
+    "model": ("nn.Module", "another model: another call with it"),
+    "algorithm": ("aggregator", "other options: another call with an instance built with them"),
+    "temperature": ("temperature policy", "other options: another call with an instance built with them"),
+}
+"""What a part passed from Python is called in :func:`record_conflict`, and how to run another one."""
+
+
+def record_difference(table: Any, record: Any, field: str) -> tuple[str, Any, Any] | None:
+    """The first key (dotted from ``field``) where a config's table differs from a part's record, with the record's and
+    the table's values; None where they are equal. Nested tables (``options``) are followed to the key that differs."""
+    if isinstance(table, dict) and isinstance(record, dict):
+        for key in sorted(set(table) | set(record)):
+            found = record_difference(table.get(key), record.get(key), f"{field}.{key}")
+            if found is not None:
+                return found
+        return None
+    return None if table == record else (field, record, table)
+
+
+def model_record(model: nn.Module) -> dict[str, Any]:
+    """The ``[model]`` table a run on ``model`` saves: not rebuildable from a file, but says what ran."""
+    cls = type(model)
+    if any(isinstance(p, nn.parameter.UninitializedParameter) for p in model.parameters()):  # torch's ValueError from numel()
+        raise ConfigError("model", f"{cls.__qualname__} has lazy parameters not yet shaped (nn.LazyLinear, ...): run one forward "
+                                   "pass on a batch of your data before handing it over, so that every client starts from the same weights")
+    dtype = parameter_dtypes(model)
+    return {
+        "name": CUSTOM,
+        "class": f"{cls.__module__}.{cls.__qualname__}",
+        "parameters": sum(p.numel() for p in model.parameters() if p.requires_grad),
+        **({"dtype": dtype} if dtype is not None else {}),  # a float64 run resumed on a float32 module would round its state
+    }
+
+
+# ---------------------------------------------------------------- user data
+
+
+def check_part_records(config: RunConfig, model_rec: dict[str, Any] | None, plugged: "Plugged | None") -> None:
+    """A run on a model, aggregator or policy passed from Python records it (``name = "custom"``: :func:`plugged_records`,
+    :func:`chillfl.api.model_record`), and its config's table equals that record, key for key.
+
+    Why: a comparison's grid, tune or variants over ``algorithm.options.beta``, ``algorithm.class``,
+    ``temperature.options.end`` or ``model.hidden`` ran the same instance or module in every variant and wrote another
+    record for each (identical rows labelled by settings that never ran); one line naming the key instead, as
+    :func:`check_data_record` says for ``[dataset]``. A folder an older chillfl saved is checked by resume's own rules first.
+    """
+    records = dict(plugged_records(plugged)) if plugged else {}
+    if model_rec is not None:
+        records["model"] = model_rec
+    for part, record in records.items():
+        table = getattr(config, part)
+        if not is_custom(table.get("policy" if part == "temperature" else "name")):
+            continue  # a registered table where a part was passed: check_plugged / check_rebuildable say it
+        found = record_difference(_older_form(table, record), record, part)
+        if found is not None:
+            raise record_conflict(*found, part=part)
+
+
+def _older_form(table: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """``record`` where ``table`` holds its older, shorter form (a folder an older chillfl saved: no ``options``, no ``dtype``,
+    no ``bound``, each term by its class path alone), which :func:`chillfl.resume` accepts for the same class; else ``table``."""
+    out = dict(table)
+    for key in ("options", "dtype", BOUND):
+        if key not in table and key in record:
+            out[key] = record[key]
+    terms, kept = table.get("terms"), record.get("terms")
+    if isinstance(terms, list) and isinstance(kept, list) and len(terms) == len(kept):
+        out["terms"] = [k if isinstance(t, str) and isinstance(k, dict) and k.get("class") == t else t for t, k in zip(terms, kept)]
+    return out
 
 
 def check_plugged(config: RunConfig, plugged: "Plugged | None", entry: FromPython = RUN_FROM_PYTHON) -> None:
@@ -499,6 +575,7 @@ def _build_experiment(
     if data is None:
         data = build_data(config, dataset)
     check_data_record(config, data.dataset)  # before poisoned_data: the user's data as given
+    check_part_records(config, model_record(model) if model is not None and is_custom(config.model.get("name")) else None, plugged)
     data = poisoned_data(config, data)  # [attack] label_flip / backdoor: the attackers' training rows
     if config.federation.sample_size() > data.num_clients:
         raise ConfigError("federation.clients_per_round", f"must be <= num_clients={data.num_clients}")

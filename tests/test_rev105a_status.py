@@ -29,8 +29,8 @@ def test_custom_and_a_labelled_custom_are_python_made(tmp_path: Path, name: str)
     assert own_from_python(folder) == "model"
 
 
-def test_a_python_run_interrupted_after_a_checkpoint_is_continued_from_python(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Its line said only "resumes after round 1, its checkpoint", while `chillfl resume` refuses it."""
+def _interrupted(tmp_path: Path) -> Path:
+    """A run on a module and data from Python, interrupted in round 2 after its round-1 checkpoint: its ``.partial``."""
     from chillfl.engine.view import RunView
 
     class Interrupt:
@@ -45,5 +45,23 @@ def test_a_python_run_interrupted_after_a_checkpoint_is_continued_from_python(tm
     with pytest.raises(KeyboardInterrupt):
         chillfl.run(model=nn.Linear(8, 3), data=data, config=config, callbacks=[Interrupt()], out_dir=tmp_path, progress=False)
     (folder,) = tmp_path.rglob("*.partial")
-    line = _status_line(folder, capsys)
+    return folder
+
+
+def test_a_python_run_interrupted_after_a_checkpoint_is_continued_from_python(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its line said only "resumes after round 1, its checkpoint", while `chillfl resume` refuses it."""
+    line = _status_line(_interrupted(tmp_path), capsys)
     assert "its checkpoint: chillfl.resume(...) with your own model and data continues it" in line, line
+
+
+def test_a_python_comparisons_interrupted_run_is_not_sent_to_chillfl_resume(tmp_path: Path) -> None:
+    """rev105b 2: a comparison's run goes on with the comparison (resume_compare), not with chillfl.resume alone."""
+    from chillfl.storage.run_folder import SWEEP_FILE
+
+    folder = _interrupted(tmp_path / "run")
+    sweep = tmp_path / "cmp"
+    sweep.mkdir()
+    (sweep / SWEEP_FILE).write_text("{}")
+    moved = folder.rename(sweep / folder.name)
+    detail = folder_state(moved, "run").detail
+    assert detail.startswith("resumes after round 1, its checkpoint") and "chillfl.resume(" not in detail, detail

@@ -166,3 +166,29 @@ def test_a_partial_participation_run_sends_what_the_full_scan_sent(monkeypatch: 
     for new, old in zip(new_payloads, old_payloads):
         assert new[:5] == old[:5]
         assert torch.equal(new[5], old[5])
+
+
+def _state_equal(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    from chillfl.storage.checkpoint import encode_state
+
+    return encode_state(a) == encode_state(b)  # the checkpoint's bytes: every tensor's bytes and the rest
+
+
+def test_a_sync_before_its_rounds_update_does_not_keep_that_rounds_log_from_the_next_prune() -> None:
+    """rev105b 3: the public sync may come before the round's update; the prune mark taken then must not pass the last
+    update, or that round's log stays until the oldest sync moves (the full scan dropped it at the next sync), and a
+    cache reloaded from its checkpoint every round (its mark reset) ends in another state than the uninterrupted one."""
+    rng = np.random.default_rng(1)
+    straight, reloaded = ServerCache(duration=1), ServerCache(duration=1)
+    for t in range(1, 8):
+        idx = sorted(rng.choice(8, size=3, replace=False).tolist())
+        values = rng.random((8, 2))
+        for server in (straight, reloaded):
+            for k in ([0, 1] if t <= 3 else [0]):
+                server.sync(k, t)
+            req = server.request(t, idx)
+            server.update(t, idx, torch.as_tensor(values[: req.numel()], dtype=torch.float32))
+        again = ServerCache(duration=1)
+        again.load_state_dict(reloaded.state_dict())
+        reloaded = again
+    assert _state_equal(straight.state_dict(), reloaded.state_dict())

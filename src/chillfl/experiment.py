@@ -197,9 +197,6 @@ def model_record(model: nn.Module) -> dict[str, Any]:
     }
 
 
-# ---------------------------------------------------------------- user data
-
-
 def check_part_records(config: RunConfig, model_rec: dict[str, Any] | None, plugged: "Plugged | None") -> None:
     """A run on a model, aggregator or policy passed from Python records it (``name = "custom"``: :func:`plugged_records`,
     :func:`chillfl.api.model_record`), and its config's table equals that record, key for key.
@@ -212,8 +209,9 @@ def check_part_records(config: RunConfig, model_rec: dict[str, Any] | None, plug
     records = dict(plugged_records(plugged)) if plugged else {}
     if model_rec is not None:
         records["model"] = model_rec
+    tables = {"model": config.model, "algorithm": config.algorithm, "temperature": config.temperature}
     for part, record in records.items():
-        table = getattr(config, part)
+        table = tables[part]
         if not is_custom(table.get("policy" if part == "temperature" else "name")):
             continue  # a registered table where a part was passed: check_plugged / check_rebuildable say it
         found = record_difference(_older_form(table, record), record, part)

@@ -223,7 +223,7 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
                 past = f", past the {planned} planned" if done >= 0 else ""
                 how = f"its checkpoint is inconsistent: of round {done}{past}; resume refuses it"
             else:
-                own = _own_parts(folder)  # `chillfl resume` refuses a run on a part from Python: say the call that resumes it
+                own = None if is_sweep(folder.parent) else _own_parts(folder)  # a comparison's run: resume_compare, as its own lines say
                 how = _refused(folder) or (f"{how}: chillfl.resume(...) with your own {own} continues it" if own else how)
         return RunState(name, "stopped", how, rounds, planned)
     if (folder / "summary.json").is_file():

@@ -424,11 +424,13 @@ class ServerCache:
         """Forget change logs no known client can still need (clients never synced take the full-scan path).
 
         Only when the oldest sync has moved since the last prune: a round logged, or a lifetime ended, after it cannot
-        be pruned before it moves, and scanning the whole log at every sync was O(rounds kept) again."""
+        be pruned before it moves, and scanning the whole log at every sync was O(rounds kept) again. The mark is never
+        past the last update: a sync taken before its round's update (the public :meth:`sync` allows it) must not keep
+        that round's changes from the next prune, which the full scan made."""
         oldest = min(self._synced.values())
         if self._pruned_through is not None and oldest <= self._pruned_through:
             return
-        self._pruned_through = oldest
+        self._pruned_through = min(oldest, -1 if self._last_round is None else self._last_round)
         for u in [u for u in self._changes if u <= oldest]:
             del self._changes[u]
         for i in [i for i, lives in self._lifetimes.items() if lives[-1][1] <= oldest]:

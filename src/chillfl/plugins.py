@@ -423,6 +423,10 @@ class Registry(Generic[T]):
         cell, a reloaded module) and refused when another module does (see the class). Takes no lock: a module
         registers while another thread may hold the walk's lock waiting on that import."""
         home = self._home()
+        if not self._loaded and not _chillfl_home(home):
+            # Built-ins load lazily: without this, a plugin registered first under a built-in's name took it without a
+            # word (the run recorded the built-in's name) and the clash surfaced later, in a listing.
+            self._load()
         if name in self._specs and self._specs[name] is not spec and self._homes[name] != home:
             raise ValueError(f"{self.what} {name!r} is registered twice: by module {self._homes[name]!r} and again by "
                              f"module {home!r} (only the module that registered a name may register it again, replacing it)")
@@ -496,6 +500,13 @@ class Registry(Generic[T]):
         """The registry as a read-only mapping whose lookups go through :meth:`get` (what :func:`look_up` takes);
         listing it imports every module."""
         return _RegistryView(self)
+
+
+def _chillfl_home(home: str) -> bool:
+    """Whether a :meth:`Registry._home` is chillfl's own code (a built-in registering at import), which needs no
+    built-ins loaded first: loading them from there would import them in the middle of one another's imports."""
+    modules = home.removesuffix(")").split(" (through ")
+    return all(m == "chillfl" or m.startswith("chillfl.") for m in modules)
 
 
 class _RegistryView(Mapping[str, T]):

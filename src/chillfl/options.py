@@ -55,10 +55,21 @@ class OwnTable:
 
 
 def plain(value: Any) -> Any:
-    """A NumPy scalar or array as the Python value it holds (``np.int64(1)`` -> 1, ``np.arange(2)`` -> [0, 1]), else
-    ``value``: a notebook's loop over a NumPy array hands those over, and ``seed: expected an integer, got np.int64(1)``
-    refused the integer it was."""
-    return value.tolist() if type(value).__module__ == "numpy" and callable(value.tolist) else value
+    """A NumPy scalar or array as the Python value it holds (``np.int64(1)`` -> 1, ``np.arange(2)`` -> [0, 1]), also
+    inside lists, tuples and dicts (each kept its kind), else ``value`` itself: a notebook's loop over a NumPy array
+    hands those over, and ``seed: expected an integer, got np.int64(1)`` refused the integer it was;
+    ``list(np.arange(1, 3))`` (a list of NumPy scalars) reached the TOML writer, which raised a raw TypeError."""
+    if type(value).__module__ == "numpy" and callable(getattr(value, "tolist", None)):
+        return value.tolist()
+    if isinstance(value, (list, tuple)):
+        items = [plain(v) for v in value]
+        if all(a is b for a, b in zip(items, value)):
+            return value  # nothing to convert: the same object (a caller may compare identities)
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        table = {k: plain(v) for k, v in value.items()}
+        return value if all(table[k] is v for k, v in value.items()) else table
+    return value
 
 
 def coerce(value: Any, tp: Any, field: str) -> Any:

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from chillfl.errors import ConfigError
-from chillfl.options import short_repr
+from chillfl.options import plain, short_repr
 
 SELECT_RULES = ("final", "best", "local_final", "local_best")
 VALIDATION_KEY = "val_acc"
@@ -77,6 +77,7 @@ def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:
         if not isinstance(key, str):  # chillfl.compare(tune={1: [...]}): split below raised an AttributeError
             raise ConfigError(field, f"a key must be an option name (a string, e.g. 'client.lr'), got {short_repr(key)} ({type(key).__name__})")
         where = f"{field}.{key}"
+        values = plain(values)  # a NumPy array of values (np.logspace(...)), which grid= takes: a list
         if not isinstance(values, list) or not values:
             raise ConfigError(where, f"expected a non-empty list of values, got {short_repr(values)}")
         for v in values:

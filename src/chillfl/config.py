@@ -43,7 +43,7 @@ from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
 from chillfl.once import warn_once
 from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr, warn_unread
-from chillfl.paths import check_writable_dir, home_path
+from chillfl.paths import FAILED, PARTIAL, check_writable_dir, home_path
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import METHOD_DEFAULTED as DISTILLATION_METHOD_DEFAULTED
 from chillfl.settings.distillation import DistillationOptions, DistillationSetup, parse_distillation
@@ -446,12 +446,14 @@ def check_name(name: str, field: str = "name") -> None:
     """A run name becomes a folder under ``out_dir``: it must not escape it or hide characters.
 
     Refused: empty or blank, a leading ``.`` (hidden, ``..``) or ``-`` (read as an
-    option by ``rm``, ``ls``...), ``/`` or ``\\``, control and format characters
+    option by ``rm``, ``ls``...), a trailing ``.partial`` or ``.failed`` (a finished run's folder read as a stopped or
+    failed one), ``/`` or ``\\``, control and format characters
     (newlines, NUL, terminal escapes, bidi overrides), more than
     :data:`MAX_NAME_BYTES` bytes of UTF-8.
     """
     require(bool(name) and not name.isspace(), field, f"must be a non-empty name, got {short_repr(name)}")
     require(not name.startswith((".", "-")), field, f"must not start with '.' or '-', got {short_repr(name)}")
+    require(not name.endswith((PARTIAL, FAILED)), field, f"must not end in {PARTIAL!r} or {FAILED!r}, which mark an unfinished or failed run's folder, got {short_repr(name)}")
     require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {short_repr(name)}")
     bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")]
     require(not bad, field, f"must not contain control characters, got {short_repr(name)}")
@@ -467,6 +469,8 @@ def safe_name(label: str) -> str:
     name = "".join(keep).strip("_.").lstrip("-.")[:MAX_NAME_BYTES]
     while len(name.encode("utf-8")) > MAX_NAME_BYTES:
         name = name[:-1]
+    if name.endswith((PARTIAL, FAILED)):  # a label "x.partial": its finished folder read as a stopped run
+        name = name[:name.rindex(".")] + "_" + name[name.rindex(".") + 1:]
     return name or "variant"
 
 

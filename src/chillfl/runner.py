@@ -57,6 +57,7 @@ from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, NO_CODE, ResumedSetup, as_comment, changes, differences, environment, lacks_code
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
 from chillfl.once import once_per_call
+from chillfl.options import warn_unread
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import executor_record, follows_cores
 from chillfl.executors.pools import WorkerPools
@@ -300,6 +301,8 @@ def run_experiment(
             config = dataclasses.replace(config, device=str(exp.device))  # the saved config says where it ran
             if write:
                 check_sinks(config)
+            else:  # every sink writes from the run's folder (a tracking service too): a setting that did nothing said so
+                warn_unread(config.log, ("sinks",), "log", "without a results folder (write=False; each sink logs from the run's folder)")
             writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name, started_in) if write else None)
         try:
             with stopped_as(RunNotStarted):  # the folder is removed again below: nothing to resume

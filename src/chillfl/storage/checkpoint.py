@@ -201,6 +201,7 @@ def _unpack(slots: Any, stored: Mapping[str, torch.Tensor], strides: dict[str, A
             or not all(type(n) is int and n >= 0 for n in (offset, numel, *shape))
             or offset + numel > flat.numel()
             or math.prod(shape) != numel
+            or math.prod(max(size, 1) for size in shape) >= 2**63  # a 0 in the shape hid the others from the product: torch's own overflows
         ):
             raise ValueError(f"malformed slot for tensor {name!r}")
         # its row-major strides (one call instead of a slice and a view: this loop runs once a small tensor)

@@ -147,18 +147,18 @@ def refuse_one_row_batches(setup: DistillationSetup, protocol: SoftLabelProtocol
     c = setup.common
     if not protocol.collaborative:
         return
-    ones = [
-        (protocol.client.pretraining is not None and c.public_size == 1, "public_size", "the labelled public set's pretraining trains on its one row"),
-        (c.subset_size == 1, "subset_size", "the server model and every client distil on P^t's one row each round"),
-        (c.distill_batch_size == 1, "distill_batch_size", "the clients (and the server model, without server_batch_size) distil on batches of one row"),
-        (c.server_batch_size == 1, "server_batch_size", "the server model distils on batches of one row"),
+    server_ones = c.server_batch_size == 1 or (c.server_batch_size is None and c.distill_batch_size == 1)
+    ones = [  # (is one, the option, what trains on one row, the server's side, the clients' side)
+        (protocol.client.pretraining is not None and c.public_size == 1, "public_size", "the labelled public set's pretraining trains on its one row", True, True),
+        (c.subset_size == 1, "subset_size", "the server model and every client distil on P^t's one row each round", True, True),
+        (c.distill_batch_size == 1, "distill_batch_size", "the clients (and the server model, without server_batch_size) distil on batches of one row",
+         server_ones, True),
+        (c.server_batch_size == 1, "server_batch_size", "the server model distils on batches of one row", True, False),
     ]
-    field, what = next(((name, what) for one, name, what in ones if one), (None, ""))
-    if field is None:
-        return
-    why = protocol.one_row_failure()
-    if why is not None:
-        raise ConfigError(f"{SECTION}.{field}", f"is 1: {what}, and {why}; set it to 2 or more")
+    for one, field, what, server, clients in ones:
+        why = protocol.one_row_failure(server, clients) if one else None
+        if why is not None:
+            raise ConfigError(f"{SECTION}.{field}", f"is 1: {what}, and {why}; set it to 2 or more")
 
 
 def make_method(setup: DistillationSetup, num_classes: int, seed: int) -> SoftLabelMethod[Any]:

@@ -31,9 +31,10 @@ def as_public(exc: ConfigError) -> ConfigError:
     (``dataset.augment.X``) is ``distillation.public_dataset_options.X`` (``...augment.X``), so the bad key is named."""
     if exc.field != "dataset" and not exc.field.startswith("dataset."):
         return exc
+    message = exc.message.replace("(set dataset.name", f"(set {SECTION}.public_dataset")  # an unknown option's hint names the chooser
     if exc.field == "dataset.name":
-        return ConfigError(f"{SECTION}.public_dataset", exc.message)
-    return ConfigError(f"{SECTION}.public_dataset_options{exc.field.removeprefix('dataset')}", exc.message)
+        return ConfigError(f"{SECTION}.public_dataset", message)
+    return ConfigError(f"{SECTION}.public_dataset_options{exc.field.removeprefix('dataset')}", message)
 
 
 def check_public_dataset(c: DistillationOptions) -> None:

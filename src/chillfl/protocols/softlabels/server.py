@@ -114,7 +114,7 @@ class SoftLabelProtocol:
         self.twin = ServerCache(setup.cache_duration, c.cache_on_expire, c.cache_request) if use_cache and server_rows else None
         self.prev: Broadcast | None = None
         self._draw: tuple[torch.Tensor, torch.Tensor] = (torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long))
-        self._one_row: tuple[str | None] | None = None  # one_row_failure's answer, once asked
+        self._one_row: dict[tuple[bool, bool], str | None] = {}  # one_row_failure's answers, each asked once
         archs = self._archs(client_models) if client_models is not None and client_models.plan.heterogeneous else None
         pretraining = self._pretraining(exp, setup, spec.pretraining(setup.options), client_models if archs is not None else None)
         self.client = SoftLabelClient(
@@ -291,17 +291,22 @@ class SoftLabelProtocol:
         metrics.update({f"agg_{key}": v for key, v in agg.metrics.items()})
         return Broadcast(t, used, downlink, rows_full), metrics
 
-    def one_row_failure(self) -> str | None:
-        """Why a model that trains on P^t cannot train on one row (the server's, a client architecture's), None when all can.
+    def one_row_failure(self, server: bool = True, clients: bool = True) -> str | None:
+        """Why a model that trains on P^t cannot train on one row (the server's, given ``server``; a client
+        architecture's, given ``clients``), None when all of those can.
 
         Why: a filter (Selective-FD's) may keep one row of P^t. The server model distils on it and every client on the
         same row sent down, and a batch-norm model raises on a one-sample batch mid-run ("Expected more than 1 value per
-        channel"); that round then uses no row, as when the filter keeps none. Asked once, the first time one row is left."""
-        if self._one_row is None:
-            models = (self.model, *(self.client.archs.models[1:] if self.client.archs is not None else ()))
+        channel"); that round then uses no row, as when the filter keeps none. The sides apart: a batch size of one on
+        the server's side only (``server_batch_size``) must not be refused for a client architecture's batch norm."""
+        key = (server, clients)
+        if key not in self._one_row:
+            # the clients train the server's architecture unless they have their own (the first of those is the server's)
+            archs = tuple(self.client.archs.models) if self.client.archs is not None else (self.model,)
+            models = ((self.model,) if server else ()) + (archs if clients else ())
             x = self.evaluation.data.dataset.x_train
-            self._one_row = (next((why for why in (one_sample_failure(m, x) for m in models) if why is not None), None),)
-        return self._one_row[0]
+            self._one_row[key] = next((why for why in (one_sample_failure(m, x) for m in models) if why is not None), None)
+        return self._one_row[key]
 
     def _server_targets(self, t: int, used: torch.Tensor, server_rows: torch.Tensor, rows_full: torch.Tensor | None) -> torch.Tensor:
         """The server model's targets on ``used``: its own rows through the twin cache, else the rows that go down (``rows_full``,

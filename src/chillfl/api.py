@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
-from chillfl.config import SWITCHED, RunConfig, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, dotted_overrides, read_config_file, set_dotted
+from chillfl.config import SWITCHED, RunConfig, name_from_path, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, dotted_overrides, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, FederatedData, dataset_names, partitioner_names
 from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
@@ -615,7 +615,17 @@ def _validate_options(obj: object, field_name: str) -> None:
     options = vars(obj).get("options") if hasattr(obj, "__dict__") else None
     validate = getattr(options, "validate", None)
     if dataclasses.is_dataclass(options) and not isinstance(options, type) and callable(validate):
-        validate(f"{field_name}.options")
+        section = f"{field_name}.options"
+        try:
+            inspect.signature(validate).bind(section)
+        except (TypeError, ValueError):  # a validate() of another signature: a config naming the class would refuse it; an instance ran
+            return
+        try:
+            validate(section)
+        except ConfigError:
+            raise
+        except (ValueError, TypeError) as exc:  # raised as Python code does: one line on its table, as parse_options says it
+            raise ConfigError(section, f"{type(options).__qualname__}.validate(): {exc}") from None
 
 
 def _record_plugged(raw: dict[str, Any], plugged: Plugged) -> None:
@@ -750,7 +760,7 @@ def _config_data(config: ConfigLike, overrides: Mapping[str, Any] | None) -> dic
     elif isinstance(config, (str, Path)):
         path = resolve_config(str(config))
         data = read_config_file(path)
-        data.setdefault("name", path.stem)
+        data.setdefault("name", name_from_path(path))  # as the command line names it: x.partial.toml runs as x_partial
     elif isinstance(config, Mapping):
         data = dict(config)
     else:

@@ -1475,7 +1475,7 @@ METHOD_DEFAULTED: dict[str, frozenset[str]] = {"distillation": DISTILLATION_METH
 them too (the same overrides may set them again), so the new choice runs at its own default, not the old one's value."""
 
 
-def _name_from_path(path: Path) -> str:
+def name_from_path(path: Path) -> str:
     """The file's stem as the run name, made a valid name if it is not one (``..toml`` -> ``variant``)."""
     try:
         check_name(path.stem)
@@ -1489,7 +1489,7 @@ def load_config(path: str | Path | None, overrides: Mapping[str, Any] | None = N
     ``--grid`` / ``--tune`` set (:func:`check_switches`)."""
     data: dict[str, Any] = read_config_file(path) if path is not None else {}
     if path is not None and "name" not in data:
-        data["name"] = _name_from_path(Path(path))
+        data["name"] = name_from_path(Path(path))
     check_depth(data)  # before deepcopy, which recurses
     data = copy.deepcopy(data)
     apply_overrides(data, overrides or {})

@@ -6,6 +6,7 @@ All user errors surface here, before any result folder is created.
 from __future__ import annotations
 
 import dataclasses
+import math
 import copy
 import logging
 from dataclasses import dataclass
@@ -179,7 +180,8 @@ def record_difference(table: Any, record: Any, field: str) -> tuple[str, Any, An
             if found is not None:
                 return found
         return None
-    return None if table == record else (field, record, table)
+    same = table == record or (isinstance(table, float) and isinstance(record, float) and math.isnan(table) and math.isnan(record))
+    return None if same else (field, record, table)  # a NaN option is its record's NaN, though NaN != NaN
 
 
 def model_record(model: nn.Module) -> dict[str, Any]:

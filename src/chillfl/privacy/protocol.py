@@ -144,6 +144,8 @@ def accounted_epsilon(ledger: Ledger, round: int, key: str = "epsilon") -> float
         return finite(ledger.epsilon())
     except AccountantError as exc:
         raise ConfigError("privacy.accountant", f"round {round}'s {key}: {exc}; use accountant = 'rdp', or more noise") from None
+    except ArithmeticError as exc:  # Opacus's RDP at a vanishing noise multiplier (ZeroDivisionError): no budget to report
+        raise ConfigError("privacy.noise_multiplier", f"round {round}'s {key}: the accountant cannot bound it ({type(exc).__name__}: {exc}); raise noise_multiplier") from None
 
 
 def refuse_undeclared_reports(replies: Sequence[ClientReply[Any, Any]]) -> None:

@@ -329,7 +329,7 @@ def build_seed_rows(
         mb = [None if (b := final_record(v.label, s, "bytes_cumulative")) is None else b / 1e6 for s in seeds]
         if any(x is not None for x in mb):  # communication (SCARLET Sec. IV-A)
             row["cumulative_mb"] = _stat(mb)
-        eps = [final_record(v.label, s, "epsilon") for s in seeds]
+        eps = [None if (run := runs[(v.label, s)]) is None else spent_epsilon(run.records) for s in seeds]  # inf: unbounded by its end
         if any(x is not None for x in eps):  # [privacy]: the budget each seed's run spent
             row["epsilon"] = _stat(eps)
         asr = [final_record(v.label, s, "attack_success_rate") for s in seeds]

@@ -216,6 +216,8 @@ def check_part_records(config: RunConfig, model_rec: dict[str, Any] | None, plug
         table = tables[part]
         if not is_custom(table.get("policy" if part == "temperature" else "name")):
             continue  # a registered table where a part was passed: check_plugged / check_rebuildable say it
+        if part == "model":
+            refuse_with_user_model(table)  # per-client architectures beside the module: that line, not the first key that differs
         found = record_difference(_older_form(table, record), record, part)
         if found is not None:
             raise record_conflict(*found, part=part)

@@ -174,7 +174,7 @@ def test_small_flag_fixes(run_dir: Path, tmp_path: Path, capsys: pytest.CaptureF
     ``--layers ''`` were ignored; scarlet-deficit said "got None" of a config without [distillation]."""
     (tmp_path / "base.toml").write_text('[dataset]\nname = "digits"\n')
     assert main(["analyze", "temperature-sweep", str(tmp_path / "base.toml"), "--temperatures", "-1,1"]) == 2
-    assert "got '-1'" in _one_line(capsys, "--temperatures")
+    assert "got -1.0" in _one_line(capsys, "--temperatures")  # the run's own T check (require_temperature)
     assert main(["analyze", "cka", str(run_dir), "--start", "initial", "-o", str(tmp_path / "x")]) == 2
     assert "--clients" in _one_line(capsys, "--start")
     assert main(["analyze", "cka", str(run_dir), "--layers", "", "-o", str(tmp_path / "x")]) == 2

@@ -47,8 +47,9 @@ def test_result_files_are_strict_json(tmp_path: Path) -> None:
     writer.write_json("summary.json", {"z": [float("inf"), 1.0]})
     folder = writer.finish()
     line = (folder / "metrics.jsonl").read_text()
-    # a top-level non-finite value is null plus its spelling under "nonfinite" (read back as the float); nested ones are null
-    assert json.loads(line) == {"round": 1, "x": None, "nested": {"y": None}, "ok": 0.5, "nonfinite": {"x": "nan"}} and "NaN" not in line
+    # a non-finite value is null plus its spelling under "nonfinite", shaped as the record (read back as the float)
+    assert json.loads(line) == {"round": 1, "x": None, "nested": {"y": None}, "ok": 0.5, "nonfinite": {"nested": {"y": "-inf"}, "x": "nan"}}
+    assert "NaN" not in line
     assert json.loads((folder / "summary.json").read_text()) == {"z": [None, 1.0]}
 
 

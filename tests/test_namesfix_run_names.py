@@ -38,8 +38,6 @@ def labels_config(tmp_path: Path, *labels: str) -> Path:
     (("base", "Config.TOML"), "Config.TOML"),  # one folder with config.toml on macOS and Windows
     (("base", "sweep.json"), "sweep.json"),
     (("base", "table.md.tmp"), "table.md.tmp"),  # the file table.md... is written through (write_atomic)
-    (("base", "base.partial"), "base.partial"),
-    (("base", "a.failed"), "a.failed"),
     (("base", "base-2"), "base-2"),  # where base's run moves when its folder is taken
 ])
 def test_a_label_naming_a_folder_the_comparison_keeps_is_refused_in_one_line(
@@ -60,7 +58,7 @@ def test_a_label_naming_a_folder_the_comparison_keeps_is_refused_in_one_line(
 def test_a_short_name_the_comparison_keeps_falls_back_to_the_full_labels(tmp_path: Path) -> None:
     """As for colliding short names: every run is named by its full label, and the names read back from the comparison's
     record (:func:`run_labels`, what ``chillfl report`` labels the runs by) are those same names."""
-    for shorts in (("curves.png", "b"), ("x", "x-2"), ("x.partial", "b")):
+    for shorts in (("curves.png", "b"), ("x", "x-2")):
         variants = [Variant("Alpha", {"client.lr": 0.05}, short=shorts[0]), Variant("Beta", {"client.lr": 0.1}, short=shorts[1])]
         assert plan_names(tmp_path, variants) == ["Alpha", "Beta"], shorts
         recorded = [RecordedVariant(v.label, v.short, v.tune) for v in variants]
@@ -112,3 +110,12 @@ def test_a_folder_begun_before_the_rule_is_planned_as_it_was_begun(tmp_path: Pat
         plan_runs(config, [], CompareOptions(seeds=[0]))
     plan = plan_runs(config, [], CompareOptions(seeds=[0]), existing=True)
     assert [c.config.name for c in plan.cells] == ["a", "a-2", "c"]
+
+
+def test_a_label_ending_like_an_unfinished_folder_names_a_finished_one(tmp_path: Path) -> None:
+    """A label or short name ``base.partial`` / ``a.failed`` (refused as a folder the comparison keeps before
+    2026-12-06) is made a name that reads as finished, as config.safe_name makes every label a valid run name."""
+    variants = [Variant("base.partial", {"client.lr": 0.05}), Variant("a.failed", {"client.lr": 0.1})]
+    assert plan_names(tmp_path, variants) == ["base_partial", "a_failed"]
+    shorts = [Variant("Alpha", {"client.lr": 0.05}, short="x.partial"), Variant("Beta", {"client.lr": 0.1}, short="b")]
+    assert plan_names(tmp_path, shorts) == ["x_partial", "b"]

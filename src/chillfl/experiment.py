@@ -173,9 +173,11 @@ RECORDED_PARTS = {
 
 def record_difference(table: Any, record: Any, field: str) -> tuple[str, Any, Any] | None:
     """The first key (dotted from ``field``) where a config's table differs from a part's record, with the record's and
-    the table's values; None where they are equal. Nested tables (``options``) are followed to the key that differs."""
+    the table's values; None where they are equal. Nested tables (``options``) are followed to the key that differs. A
+    key the table leaves out is the record's (``{"name": "custom"}`` beside a module, an older saved form): only what the
+    table sets can claim what did not run."""
     if isinstance(table, dict) and isinstance(record, dict):
-        for key in sorted(set(table) | set(record)):
+        for key in sorted(table):
             found = record_difference(table.get(key), record.get(key), f"{field}.{key}")
             if found is not None:
                 return found

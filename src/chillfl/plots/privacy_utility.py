@@ -26,6 +26,8 @@ Choices
 
 from __future__ import annotations
 
+import math
+
 import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -123,7 +125,8 @@ def _mean_and_interval(value: Any) -> tuple[float, Interval | None, int] | None:
 
 def utility_points(rows: Sequence[Mapping[str, Any]], units: Mapping[str, str] | None = None) -> Utility:
     """The points and reference lines of ``rows`` (a comparison's, either table's); ``units``: label -> what that
-    variant's epsilon bounds (the private variants'). A row without a final accuracy (failed at every seed) is left out."""
+    variant's epsilon bounds (the private variants'). A row without a final accuracy (failed at every seed), or whose
+    epsilon is unbounded (inf: the table shows it), is left out."""
     units = units or {}
     points, references = [], []
     for index, row in enumerate(rows):
@@ -133,6 +136,8 @@ def utility_points(rows: Sequence[Mapping[str, Any]], units: Mapping[str, str] |
             continue
         eps = _mean_and_interval(row.get("epsilon"))
         mean, interval, seeds = acc
+        if eps is not None and not math.isfinite(eps[0]):
+            continue  # an epsilon the accountant could not bound (inf): no place on the axis; the table says it
         if eps is not None:
             # an accuracy is a fraction whatever the row's ``range`` says (an older table.json has none): shown in [0, 100] %
             shown = None if interval is None else clip_interval(100.0 * interval.low, 100.0 * interval.high, PERCENT)

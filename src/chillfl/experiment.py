@@ -226,12 +226,10 @@ def check_part_records(config: RunConfig, model_rec: dict[str, Any] | None, plug
 
 
 def _older_form(table: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
-    """``record`` where ``table`` holds its older, shorter form (a folder an older chillfl saved: no ``options``, no ``dtype``,
-    no ``bound``, each term by its class path alone), which :func:`chillfl.resume` accepts for the same class; else ``table``."""
+    """``table`` with each term an older chillfl saved by its class path alone read as the record's entry for that class,
+    which :func:`chillfl.resume` accepts. Keys an older table leaves out (``options``, ``dtype``, ``bound``) need nothing
+    here: :func:`record_difference` compares only the keys a table sets."""
     out = dict(table)
-    for key in ("options", "dtype", BOUND):
-        if key not in table and key in record:
-            out[key] = record[key]
     terms, kept = table.get("terms"), record.get("terms")
     if isinstance(terms, list) and isinstance(kept, list) and len(terms) == len(kept):
         out["terms"] = [k if isinstance(t, str) and isinstance(k, dict) and k.get("class") == t else t for t, k in zip(terms, kept)]

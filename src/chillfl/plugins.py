@@ -420,8 +420,10 @@ class Registry(Generic[T]):
         """Name ``spec`` ``name``; returns ``spec`` (``SPEC = register_x("name", XSpec(...))``).
 
         A name already registered is replaced when the same module registers it again (its code re-run: a notebook
-        cell, a reloaded module) and refused when another module does (see the class). Takes no lock: a module
-        registers while another thread may hold the walk's lock waiting on that import."""
+        cell, a reloaded module) and refused when another module does (see the class). chillfl's own modules register
+        without a lock (a module registers while another thread may hold the walk's lock waiting on that import); a
+        caller outside chillfl first loads the built-ins (:meth:`_load`, under that lock, which imports only chillfl's
+        modules), so that a built-in's name is refused, not taken."""
         home = self._home()
         if not self._loaded and not _chillfl_home(home):
             # Built-ins load lazily: without this, a plugin registered first under a built-in's name took it without a

@@ -146,6 +146,17 @@ class Result:
     state: dict[str, torch.Tensor] | None = None
     client_states: dict[int, dict[str, torch.Tensor]] = field(default_factory=dict)
 
+    def __repr__(self) -> str:
+        """One line a notebook can show: the dataclass's own repr printed every record, the summary and each tensor
+        (tens of kB for a two-round run). The fields themselves hold everything."""
+        finals = {key: self.summary[key] for key in ("rounds", "final_global_acc", "final_local_acc") if key in self.summary}
+        said = [f"{key}={value:.4g}" if isinstance(value, float) else f"{key}={value!r}" for key, value in finals.items()]
+        model = type(self.model).__name__ if self.model is not None else None
+        said += [f"algorithm={self.config.algorithm.get('name')!r}", f"model={model}", f"folder={self.folder}", f"records={len(self.records)}"]
+        if self.client_states:
+            said.append(f"client_states={len(self.client_states)}")
+        return f"Result({', '.join(said)})"
+
 
 @dataclass(frozen=True, eq=False)
 class FinishedRun:

@@ -55,7 +55,8 @@ def dotted_grid(items: Iterable[tuple[str, Any]], field: str = "tune") -> dict[s
 
     Why: TOML turns an unquoted dotted key into nested tables, so ``[tune]`` with ``client.lr = [0.05, 0.2]``
     was refused ("tune.client: expected a non-empty list") unless the key was quoted. A grid's values are
-    lists, never tables, so a nested table can only be such a path. A key written twice is refused.
+    lists, never tables, so a nested table can only be such a path. A key written twice is refused. A tuple of values
+    (a Python config dict) becomes a list, as ``grid=`` takes one.
     """
     out: dict[str, Any] = {}
     stack = list(items)[::-1]
@@ -66,7 +67,7 @@ def dotted_grid(items: Iterable[tuple[str, Any]], field: str = "tune") -> dict[s
         elif key in out:
             raise ConfigError(f"{field}.{key}", "is given twice (as a dotted key and in a table)")
         else:
-            out[key] = value
+            out[key] = list(value) if isinstance(value, tuple) else value  # a Python tuple of values, as grid= takes
     return out
 
 

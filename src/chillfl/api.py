@@ -231,8 +231,8 @@ def run(
 
     ``model``: any ``nn.Module`` mapping a batch of inputs to ``[batch, num_classes]``
     logits; its current weights are the initial global model (None: the
-    config's registered ``[model]``). ``data``: :class:`TensorData` or an
-    :class:`~chillfl.data.ArrayDataset` (None: the config's ``[dataset]``).
+    config's registered ``[model]``). ``data``: :class:`TensorData`, :class:`DatasetData` (your own
+    ``torch.utils.data.Dataset`` s) or an :class:`~chillfl.data.ArrayDataset` (None: the config's ``[dataset]``).
     ``config``: a dict shaped like the TOML file, a TOML path or bundled
     experiment name, or a :class:`RunConfig` (None: the defaults).
     ``overrides``: ``key=value`` settings on top, top-level (``seed=1``) or

@@ -47,6 +47,27 @@ def test_fedavgm_momentum_by_hand() -> None:
     assert torch.equal(resumed.aggregate(w1, [result(0, [0.25], 1), result(1, [0.25], 3)], 1)["w"], w2["w"])
 
 
+def test_fedavgm_nesterov_by_hand() -> None:
+    """``nesterov = true`` is torch's SGD(lr, momentum=beta, nesterov=True) with Delta as the gradient (FL-bench's server)."""
+    agg = FedAvgM(FedAvgMOptions(beta=0.9, server_lr=1.0, nesterov=True), ["w"])
+    # round 0 as above: Delta = 0.625, v = 0.625; step = Delta + 0.9 v = 1.1875; w = 1 - 1.1875 = -0.1875
+    w1 = agg.aggregate({"w": torch.tensor([1.0])}, [result(0, [0.0], 1), result(1, [0.5], 3)], 0)
+    close(w1["w"], -0.1875)
+    # round 1: both clients at 0.25: Delta = -0.1875 - 0.25 = -0.4375; v = 0.9*0.625 - 0.4375 = 0.125;
+    # step = -0.4375 + 0.9*0.125 = -0.325; w = -0.1875 + 0.325 = 0.1375
+    close(agg.aggregate(w1, [result(0, [0.25], 1), result(1, [0.25], 3)], 1)["w"], 0.1375)
+    # against torch's own Nesterov SGD, three rounds of a weight every client moves by -1 (server_lr 0.5)
+    agg = FedAvgM(FedAvgMOptions(beta=0.9, server_lr=0.5, nesterov=True), ["w"])
+    p = torch.zeros(1, dtype=torch.float64, requires_grad=True)
+    sgd = torch.optim.SGD([p], lr=0.5, momentum=0.9, nesterov=True)
+    w = {"w": torch.zeros(1, dtype=torch.float64)}
+    for rnd in range(3):
+        w = agg.aggregate(w, [ClientResult(0, {"w": w["w"] - 1.0}, 1, 1, 0.1, 1.0, 0.0, {})], rnd)
+        p.grad = torch.ones(1, dtype=torch.float64)
+        sgd.step()
+        torch.testing.assert_close(w["w"], p.detach())
+
+
 def test_fedavgm_server_lr_scales_and_zero_momentum_is_fedavg() -> None:
     # server_lr = 0.5: w = 1 - 0.5 * 0.625 = 0.6875
     agg = FedAvgM(FedAvgMOptions(beta=0.9, server_lr=0.5), ["w"])

@@ -7,8 +7,13 @@ Round t, sampled clients S, weights p_i = n_i / sum_{j in S} n_j::
     w_{t+1} = w_t - server_lr * v_t
 
 With ``beta = 0`` and ``server_lr = 1`` this is FedAvg. It is heavy-ball SGD
-on the server with Delta_t as gradient, the update FL-bench's and the paper's
-``v <- beta v + Delta w; w <- w - v`` write (torch's SGD momentum, no dampening).
+on the server with Delta_t as gradient, the update the paper's
+``v <- beta v + Delta w; w <- w - v`` writes (torch's SGD momentum, no dampening).
+``nesterov = true`` steps by ``Delta_t + beta * v_t`` instead (torch's SGD with
+``nesterov=True``): FL-bench's server (``src/server/fedavgm.py``) builds
+``SGD(lr=1, momentum=beta, nesterov=True)``, so its trajectory differs from the
+paper's from round 1 (one weight moved by -1 a round, beta 0.9: -1, -2.9, -5.61
+here; -1.9, -4.61, -8.05 there).
 
 Choices
 -------
@@ -42,10 +47,12 @@ from chillfl.options import require
 
 @dataclass(frozen=True)
 class FedAvgMOptions:
-    """``beta``: server momentum (paper: 0.9); ``server_lr``: server step size (1.0)."""
+    """``beta``: server momentum (paper: 0.9); ``server_lr``: server step size (1.0); ``nesterov``: step by
+    ``Delta + beta * v`` (FL-bench's server optimizer) instead of ``v`` (the paper's and Flower's heavy ball)."""
 
     beta: float = 0.9
     server_lr: float = 1.0
+    nesterov: bool = False
 
     def validate(self, section: str) -> None:
         require(0 <= self.beta < 1, f"{section}.beta", f"must be in [0, 1), got {self.beta}")
@@ -74,7 +81,8 @@ class FedAvgM(OnParameters, AggregatorBase):
             delta = x.double() - out[k].double()
             v = o.beta * self.v[k] + delta if k in self.v else delta
             self.v[k] = v
-            out[k] = (x.double() - o.server_lr * v).to(x.dtype)
+            step = delta + o.beta * v if o.nesterov else v
+            out[k] = (x.double() - o.server_lr * step).to(x.dtype)
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ n_c the client's training count of class c. Aggregation is FedAvg's
 
 Choices
 -------
-* ``alpha`` defaults to 0.5, the value FL-bench and fluke use. The paper's
+* ``alpha`` defaults to 0.5, the value fluke uses. The paper's
   text was not reachable here (its abstract only, read 2026-12-01); the first
   author's code has no single default either: ``train_lab.py`` of
   lxcnju/FedRepo tunes FedRS over ``alpha`` in {0.9, 0.5, 0.1}, and 0.5 is its
@@ -25,12 +25,12 @@ Choices
   ``s_c = alpha + (1 - alpha) * n_c / max_j n_j``: missing classes get alpha,
   the client's most frequent class 1, the others in between. The default
   ``"missing"`` is the rule above (1 for every class present), the one the
-  abstract-level descriptions and FL-bench, fluke and Flower's baseline use.
+  abstract-level descriptions, fluke and Flower's baseline use (FL-bench has no FedRS).
 * Where the scaling applies: that code trains on ``s_c * (h . w_c)``, the
   classifier's weight times the features with *no bias at all* (the head's
   bias is left out of the training logits, and so gets no gradient); here the
   whole logit ``z_c = h . w_c + b_c`` is scaled, bias included (``logit =
-  "whole"``, default, as FL-bench, fluke and Flower's FedLC baseline do).
+  "whole"``, default, as fluke and Flower's FedLC baseline do).
   ``logit = "weights"`` trains on the code's ``s_c (z_c - b_c) = s_c (h . w_c)``:
   the head's bias leaves the training logits (it gets no gradient from the
   loss; the uploaded and global models still evaluate with it). The two agree

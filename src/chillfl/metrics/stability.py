@@ -134,7 +134,7 @@ def inside_vs_outside_std(losses: Sequence[float], clp_flags: Sequence[bool], dd
 
 
 def mean_inside_vs_outside_std(
-    client_losses: Mapping[int, Mapping[int, float]], clp_by_round: Mapping[int, bool], ddof: int = 0, min_values: int = MIN_VALUES
+    client_losses: Mapping[int | str, Mapping[int, float]], clp_by_round: Mapping[int, bool], ddof: int = 0, min_values: int = MIN_VALUES
 ) -> tuple[float, float]:
     """Fig. 5: average over clients of :func:`inside_vs_outside_std`.
 
@@ -165,23 +165,35 @@ TRAJECTORY_SOURCES = ("client_train_loss", "agg_scores")
 """Per-round ``{client id: value}`` tables of metrics.jsonl a trajectory can be read from."""
 
 
-def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "client_train_loss") -> dict[int, dict[int, float]]:
+def client_key(cid: object) -> int | str:
+    """A table's client id as one key whether read from memory or from ``metrics.jsonl``: a whole number (``2``, ``"2"``)
+    as the int, any other id (a plugin's ``"site-a"``) as the text ``metrics_clients.csv`` lists it under.
+
+    Why: the ids were read with ``int()``, so a table keyed otherwise (a plugin aggregator's ``scores`` by site name,
+    read with ``--source agg_scores``) stopped the tool as "malformed"; the whole-number test is
+    :func:`~chillfl.metrics.records.client_order`'s, so a key sorts and merges the same way everywhere."""
+    rank, number, text = client_order(cid)
+    return number if rank == 0 else text
+
+
+def client_trajectories(records: Sequence[Mapping[str, Any]], source: str = "client_train_loss") -> dict[int | str, dict[int, float]]:
     """``{client id: {round: value}}`` from each record's ``source`` table (rounds the client trained), clients in id
     order (:func:`~chillfl.metrics.records.client_order`, the order of ``metrics_clients.csv``) and each client's rounds in order.
+    An id is kept as it is (:func:`client_key`): a whole number as the int, any other as its text.
 
     In that order whatever order the tables list their clients: a run's records in memory list them in id order
     (``2, 10``), read back from ``metrics.jsonl`` in its sorted-key text order (``"10", "2"``). The means over clients
     (:func:`stability_summary`) add the clients in this dict's order, and a float sum depends on it: taken in first-seen
     order, a resumed run (its first rounds read back from disk) wrote a summary.json whose ``stability`` differed in the
     last bits from the uninterrupted run's."""
-    out: dict[int, dict[int, float]] = {}
+    out: dict[int | str, dict[int, float]] = {}
     for record in records:
         table = record.get(source)
         if not isinstance(table, Mapping):
             continue
         for cid, value in table.items():
             if value is not None and math.isfinite(float(value)):
-                out.setdefault(int(cid), {})[int(record["round"])] = float(value)
+                out.setdefault(client_key(cid), {})[int(record["round"])] = float(value)
     return {cid: dict(sorted(out[cid].items())) for cid in sorted(out, key=client_order)}
 
 

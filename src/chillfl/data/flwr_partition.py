@@ -26,8 +26,23 @@ Choices
   ``float``, ``str``, a ``Literal``, a list of them: :func:`chillfl.options.coerce`),
   so ``self_balancing = "yes"`` is refused rather than read as true. The
   partitioner checks the rest itself; its error becomes a ConfigError naming
-  ``partition.options.<key>`` when its message names exactly one of the given
-  options (``alpha``), else ``partition.options``.
+  ``partition.options.<key>`` when its message names exactly one of the
+  options (``alpha``; the defaults written in, below, count), else
+  ``partition.options``.
+* The options are completed with the partitioner's own keyword defaults that
+  chillfl passes through (:func:`with_defaults`, when the options are parsed),
+  so the resolved config (``--dry-run``, a run's ``config.toml``) writes them
+  as it writes every other part's: ``DirichletPartitioner`` gets
+  ``min_partition_size = 10``, ``self_balancing = false``, ``shuffle = true``,
+  and a rerun of ``config.toml`` under a flwr-datasets release whose defaults
+  changed is still the same run. Not written: ``num_partitions`` and
+  ``partition_by`` (chillfl's), ``seed`` (drawn from the partition stream when
+  unset, so the class's own default is never used), and a default that TOML
+  cannot hold as it is or that the annotation check would change (a tuple, an
+  ``int`` default of a ``float`` option): the class applies those itself, as
+  before. A ``None`` default stays unset (the file omits it, as every part's).
+  Resolving such a table needs the extra, as the run does, and names an
+  unknown partitioner on ``partition.partitioner`` there (``--dry-run``).
 * The library's ``UserWarning`` s (``DirichletPartitioner`` warns once per
   failed draw) become log warnings naming ``partition.options``, one per
   distinct message with a count, instead of Python's ``file:line`` warnings.
@@ -61,7 +76,9 @@ Choices
   swapped for a disabled one while it splits, and restored after
   (:func:`quiet_bars`), so nothing else in the process changes.
 
-Checked against Flower Datasets ``partitioner/dirichlet_partitioner.py``
+Checked against Flower Datasets 0.6.1's constructor signatures (every default
+is a bool, str, int or None, each passed back unchanged) and
+``partitioner/dirichlet_partitioner.py``
 (``DirichletPartitioner``: ``num_partitions``, ``partition_by``, ``alpha``,
 ``min_partition_size``, ``self_balancing``, ``seed``; its warning per failed
 draw and ValueError after 10) and ``FederatedDataset`` (shuffles before a
@@ -85,6 +102,7 @@ import numpy as np
 
 from chillfl.errors import ConfigError, choice_error
 from chillfl.extras import need
+from chillfl.numeric import is_finite_real
 from chillfl.options import coerce, require, short_repr
 
 EXCLUDED = ("Partitioner", "IdToSizeFncPartitioner", "VerticalEvenPartitioner", "VerticalSizePartitioner")
@@ -105,8 +123,17 @@ class FlwrOptions:
     partitioner: str = "DirichletPartitioner"
     options: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        """``options`` completed with the partitioner's own defaults (:func:`with_defaults`), so that the resolved config
+        (``--dry-run``, a run's ``config.toml``) writes them, as it writes every other part's: a rerun under a newer
+        flwr-datasets whose defaults changed is still the same run."""
+        object.__setattr__(self, "options", with_defaults(self.partitioner, self.options))
+
     def validate(self, section: str) -> None:
         require(bool(self.partitioner), f"{section}.partitioner", "is required (e.g. DirichletPartitioner)")
+        classes = partitioner_classes(_module(section))
+        if self.partitioner not in classes:
+            raise choice_error(f"{section}.partitioner", self.partitioner, sorted(classes))
 
 
 def _module(section: str) -> Any:
@@ -117,6 +144,46 @@ def partitioner_classes(module: Any) -> dict[str, type]:
     """The row partitioners flwr-datasets offers, by class name."""
     base = module.Partitioner
     return {n: c for n, c in vars(module).items() if inspect.isclass(c) and issubclass(c, base) and n not in EXCLUDED}
+
+
+def with_defaults(partitioner: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with each keyword default of the partitioner's constructor that chillfl passes through added, in the
+    signature's order (the given options, then any key it does not take: the build refuses that one by name).
+
+    Left out: what chillfl supplies (``num_partitions``, ``partition_by``; ``seed``, drawn from the run's partition
+    stream when unset, so the class's own default is never used), and a default that a TOML file cannot hold as it is
+    or that the option's annotation would change (passed back, it would no longer be the class's own default): the
+    class applies those itself, as before. ``None`` is kept, as every part's unset option is (the file omits it and
+    reading it back leaves it unset). An unknown partitioner gets nothing added (:meth:`FlwrOptions.validate` names it).
+    """
+    cls = partitioner_classes(_module("partition")).get(partitioner)
+    if cls is None:
+        return dict(options)
+    params = inspect.signature(cls).parameters
+    filled = {name: options[name] if name in options else p.default for name, p in params.items()
+              if name in options or (name not in (*SUPPLIED, "seed") and _passed_back(p))}
+    return {**filled, **{key: value for key, value in options.items() if key not in filled}}
+
+
+def _passed_back(param: inspect.Parameter) -> bool:
+    """Whether ``param``'s default, written to config.toml and read back, reaches the constructor as the very value."""
+    default = param.default
+    if default is inspect.Parameter.empty or not _toml_value(default):
+        return False
+    if param.annotation is inspect.Parameter.empty:
+        return True
+    try:
+        held = coerce(default, param.annotation, param.name)
+    except ConfigError:
+        return False
+    return type(held) is type(default) and held == default
+
+
+def _toml_value(value: Any) -> bool:
+    """A value TOML writes and reads back as itself: None (omitted: unset), a bool, a str, a finite number, a list of them."""
+    if isinstance(value, list):
+        return all(item is not None and _toml_value(item) for item in value)
+    return value is None or isinstance(value, (bool, str)) or is_finite_real(value)
 
 
 def build_partitioner(opts: FlwrOptions, k: int, rng: np.random.Generator, section: str) -> Any:

@@ -126,6 +126,34 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
 
     ``labels``: this run's training labels in row order (before any attack), compared with the file's record of its rows.
     """
+    path, doc = _opened(options, num_clients)
+    clients = doc["clients"]
+    if doc.get("train_size") not in (None, train_size):
+        raise ConfigError(FIELD, f"{short_path(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
+    if labels is not None:
+        check_rows(doc.get(ROWS), labels, path)
+    noise = read_noise(doc, num_clients, path)
+    out = []
+    for i, ix in enumerate(clients):
+        if not isinstance(ix, list) or not all(is_whole(j) for j in ix):
+            raise ConfigError(FIELD, f"client {i} in {short_path(path)} is not a list of integer indices")
+        if ix and (min(ix) < 0 or max(ix) >= train_size):  # checked on Python ints: 2**70 does not fit an int64
+            raise ConfigError(FIELD, f"indices in {short_path(path)} must be in [0, {train_size - 1}]")
+        out.append(np.sort(np.asarray(ix, dtype=np.int64)))
+    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+    if not len(flat):
+        raise ConfigError(FIELD, f"{short_path(path)} gives no client any training sample")
+    if has_repeats(flat):
+        raise ConfigError(FIELD, f"{short_path(path)} gives some training sample to two clients (or twice to one)")
+    if len(public) and np.isin(flat, public).any():
+        raise ConfigError(FIELD, f"{short_path(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
+    return FilePartition(out, noise)
+
+
+def _opened(options: Mapping[str, Any], num_clients: int) -> tuple[str, dict[str, Any]]:
+    """The file ``options["from"]`` names and its document, checked as far as no dataset is needed (readable, a chillfl
+    partition file of a version this code reads, ``num_clients`` clients): :func:`read_partition`'s first checks, which
+    :func:`check_file` asks alone."""
     extra = sorted(set(options) - {FROM_KEY})
     if extra:
         raise ConfigError(f"partition.{extra[0]}", f"unknown option of a partition read from a file; allowed: {FROM_KEY}")
@@ -150,29 +178,18 @@ def read_partition(options: Mapping[str, Any], train_size: int, num_clients: int
         raise ConfigError(FIELD, f"{short_path(path)} has format version {short_repr(version)}; this chillfl reads versions {', '.join(map(str, VERSIONS))}")
     if version >= 2 and ROWS not in doc:  # else the row-order check is skipped, as for version 1
         raise ConfigError(FIELD, f"{short_path(path)} is of version {version} but has no {ROWS!r} record (every such file has one)")
-    clients = doc["clients"]
-    if len(clients) != num_clients:
-        raise ConfigError(FIELD, f"{short_path(path)} has {len(clients)} clients; federation.num_clients is {num_clients}")
-    if doc.get("train_size") not in (None, train_size):
-        raise ConfigError(FIELD, f"{short_path(path)} splits a training set of {doc['train_size']} samples; this dataset has {train_size}")
-    if labels is not None:
-        check_rows(doc.get(ROWS), labels, path)
-    noise = read_noise(doc, num_clients, path)
-    out = []
-    for i, ix in enumerate(clients):
-        if not isinstance(ix, list) or not all(is_whole(j) for j in ix):
-            raise ConfigError(FIELD, f"client {i} in {short_path(path)} is not a list of integer indices")
-        if ix and (min(ix) < 0 or max(ix) >= train_size):  # checked on Python ints: 2**70 does not fit an int64
-            raise ConfigError(FIELD, f"indices in {short_path(path)} must be in [0, {train_size - 1}]")
-        out.append(np.sort(np.asarray(ix, dtype=np.int64)))
-    flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    if not len(flat):
-        raise ConfigError(FIELD, f"{short_path(path)} gives no client any training sample")
-    if has_repeats(flat):
-        raise ConfigError(FIELD, f"{short_path(path)} gives some training sample to two clients (or twice to one)")
-    if len(public) and np.isin(flat, public).any():
-        raise ConfigError(FIELD, f"{short_path(path)} gives clients samples of the public pool (distillation.public_size draws it first)")
-    return FilePartition(out, noise)
+    if len(doc["clients"]) != num_clients:
+        raise ConfigError(FIELD, f"{short_path(path)} has {len(doc['clients'])} clients; federation.num_clients is {num_clients}")
+    return path, doc
+
+
+def check_file(options: Mapping[str, Any], num_clients: int) -> None:
+    """ConfigError (the line :func:`read_partition` gives) for a file it refuses whatever the dataset: unreadable, moved or
+    deleted, no partition file, of other clients, or an older noisy one (:func:`read_noise`). Why: ``chillfl status`` asks it
+    of a stopped run's ``partition.from``, which a resume reads again, without loading the dataset (it said "resumes", and
+    resume refused the file)."""
+    path, doc = _opened(options, num_clients)
+    read_noise(doc, num_clients, path)
 
 
 def read_noise(doc: Mapping[str, Any], num_clients: int, path: str) -> list[float] | None:

@@ -41,6 +41,7 @@ import torch
 from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config, read_config_file
 from chillfl.data import FederatedData
+from chillfl.data.augment import AUGMENT_KEY
 from chillfl.data.loaders import files_absent
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.resolve import added_options, resolved
@@ -423,10 +424,30 @@ def from_start_folder(config: RunConfig, started_in: Path | None, build: Callabl
         raise ConfigError(exc.field, f"{exc.message}; the folder the run was started in has no {tried} either") from None
 
 
+WRITTEN_AS_TYPED: tuple[tuple[tuple[str, ...], str], ...] = ((("distillation", "public_dataset_options"), AUGMENT_KEY),)
+"""Tables config.toml wrote as typed before it wrote them complete (``public_dataset_options``: before 2026-12-06), each with
+the key the complete table always has (its ``augment`` sub-table). A table without that key is such an older one: the options
+it lacks were not added since, the run took those same defaults then (the public dataset's own), so they are not warned about."""
+
+
+def _written_as_typed(written: Mapping[str, Any], option: str) -> bool:
+    """Whether the dotted ``option`` lies in a :data:`WRITTEN_AS_TYPED` table that ``written`` (config.toml, as read) holds as
+    an older chillfl wrote it: without the key its complete form always has (or not at all)."""
+    for keys, mark in WRITTEN_AS_TYPED:
+        if option.startswith(".".join(keys) + "."):
+            table: Any = written
+            for key in keys:
+                table = table.get(key) if isinstance(table, Mapping) else None
+            return not isinstance(table, Mapping) or mark not in table
+    return False
+
+
 def _say_added_options(path: Path, config: RunConfig) -> None:
     """One warning line naming the options this code resolves ``config`` to that its ``config.toml`` lacks (added since the run
-    started) and the defaults they take: the resumed rounds run with them, which nothing said before."""
-    added = added_options(read_config_file(path), config)
+    started) and the defaults they take: the resumed rounds run with them, which nothing said before. Those of a table an
+    older chillfl wrote as typed (:data:`WRITTEN_AS_TYPED`) are no news: the run took the same defaults from its start."""
+    written = read_config_file(path)
+    added = {key: value for key, value in added_options(written, config).items() if not _written_as_typed(written, key)}
     if added:  # JSON's spelling of a string, number, boolean or list is TOML's: the line reads as the file would
         said = ", ".join(f"{key} = {json.dumps(value, default=str, ensure_ascii=False)}" for key, value in added.items())
         log.warning("resume: options added since this run started take their defaults: %s", said)

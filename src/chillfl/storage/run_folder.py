@@ -151,8 +151,7 @@ def open_for_resume(folder: str | Path, force: bool = False) -> ResumePoint:
         if move_accepted(move):
             say_accepted(move, f"the checkpoint of round {saved.done}")
         elif move is not None and force:  # what reproducibility.md promises for any part that can move bits
-            log.warning("config.toml: executor %r -> %r since the checkpoint of round %d: another float path, not bitwise what an uninterrupted run gives",
-                        move.before, move.after, saved.done)
+            say_forced(move, f"the checkpoint of round {saved.done}")
         return ResumePoint(path, lock, saved.done, saved.records, saved.metrics, saved.config, saved.edited, start_folder(path, saved.run.get(STARTED_IN)))
     except BaseException:
         lock.release()
@@ -406,6 +405,12 @@ def move_accepted(move: ExecutorMove | None) -> TypeGuard[ExecutorMove]:
 def say_accepted(move: ExecutorMove, since: str) -> None:
     """The INFO line of a move :func:`move_accepted` takes; ``since``: ``the checkpoint of round 2``, ``the comparison started``."""
     log.info("config.toml: executor %r -> %r since %s: the same float path, what is still to run goes on bitwise", move.before, move.after, since)
+
+
+def say_forced(move: ExecutorMove, since: str) -> None:
+    """The WARNING line of a move a resume takes only with --force (another float path, or beside other edits); ``since``
+    as for :func:`say_accepted`: a run's resume and a comparison's say the same line."""
+    log.warning("config.toml: executor %r -> %r since %s: another float path, not bitwise what an uninterrupted run gives", move.before, move.after, since)
 
 
 def config_changes(saved: str, current: bytes) -> str:

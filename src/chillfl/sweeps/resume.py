@@ -23,7 +23,7 @@ from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
 from chillfl.storage.model_file import read_client_models, read_model
 from chillfl.storage.results import FAILED, FAILURE, PARTIAL, read_metrics, remove_tree
-from chillfl.storage.run_folder import CHECKPOINT, FIELD
+from chillfl.storage.run_folder import CHECKPOINT, FIELD, SWEEP_FILE, executor_move, move_accepted, say_accepted, say_forced
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,20 @@ def stopped_run(partial: Path, name: str) -> Path | None:
     if stopped.is_dir():  # nothing to keep: it runs again from the start
         remove_tree(stopped)
     return None
+
+
+def say_executor_move(partial: Path) -> None:
+    """For a comparison resumed with ``--force``: the line a run's resume says of an edit of ``executor`` in its
+    ``config.toml`` since it started (:func:`~chillfl.storage.run_folder.say_forced`: another float path, not bitwise; or
+    :func:`~chillfl.storage.run_folder.say_accepted`). Why: ``--force`` skips the comparison's check of its config.toml, so
+    a move from ``vectorized`` to ``sequential`` (or back) was taken without a word, while a run's resume warned."""
+    try:
+        saved = json_loads((partial / SWEEP_FILE).read_text(encoding="utf-8")).get("config_toml")
+        current = (partial / "config.toml").read_bytes()
+    except (OSError, ValueError, AttributeError):  # read_sweep has said what it could not read
+        return
+    move = executor_move(saved, current) if isinstance(saved, str) else None  # an older chillfl's sweep.json records no config
+    if move_accepted(move):
+        say_accepted(move, "the comparison started")
+    elif move is not None:
+        say_forced(move, "the comparison started")

@@ -60,7 +60,7 @@ from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describ
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.storage.run_state import CHECKPOINT, SWEEP_FILE
 from chillfl.wording import counted
-from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, stopped_run
+from chillfl.sweeps.resume import DivergedBefore, finished_run, has_ended, say_executor_move, stopped_run
 from chillfl.sweeps.shard import FIELD as SHARD_FIELD, ComparisonFinished, Shard, hold_folder, join_folder
 from chillfl.settings.distillation import dropped_method_defaults
 from chillfl.tune import Point, is_local, point_scores, select_point
@@ -924,6 +924,8 @@ def resume_compare(
     path = folder_named(folder)
     check_resumable(path)
     variants, options, reference = read_sweep(path, force, own_parts=dataset is not None or model is not None or bool(plugged))
+    if force:  # read_sweep checked no edit: a move of executor is said as a run's resume says it
+        say_executor_move(path)
     changed = made_with_changes(path)
     if changed:  # finished runs are kept as they ran: the rest of the table may differ in the last bits from an uninterrupted one
         log.warning("resuming a comparison started with other code or torch (%s): its runs still to run are not bitwise what an uninterrupted comparison gives",

@@ -312,7 +312,7 @@ def _not_json(path: Path, exc: json.JSONDecodeError) -> str:
         with path.open("rb") as fh:
             for number, line in enumerate(fh, 1):
                 try:
-                    json.loads(line) if line.strip() else None
+                    json_loads(line) if line.strip() else None  # as read_metrics reads it: a line nested too deep is a ValueError, not a RecursionError
                 except ValueError:
                     shown = line[:60].decode("utf-8", "replace").strip()
                     return f"{path.name} line {number}: not JSON ({exc.msg}, column {exc.colno}): {shown!r}"

@@ -242,6 +242,16 @@ def _stat(values: Sequence[float | None], bounds: Bounds | None = None) -> dict[
     return {"n": s.n, "mean": s.mean, "std": s.std, "ci_low": s.low, "ci_high": s.high, "per_seed": list(values), **_range(s.bounds)}
 
 
+def _spent(values: Sequence[float | None]) -> dict[str, Any] | None:
+    """:func:`_stat` of the seeds' epsilons, unbounded (mean inf, no std, no interval) where a seed's is
+    (:func:`~chillfl.storage.results.spent_epsilon`). Why: the budget over seeds is then no number, and the mean and
+    std of an inf printed ``inf ± nan``, where one seed's table prints ``inf``."""
+    stat = _stat(values)
+    if stat is not None and not math.isfinite(stat["mean"]):
+        stat.update(mean=math.inf, std=None, ci_low=None, ci_high=None)
+    return stat
+
+
 def _paired(values: Sequence[float | None], base: Sequence[float | None], bounds: Bounds | None = None) -> dict[str, Any] | None:
     """values - base, paired per seed (the seeds where both exist); None when there is no pair. ``bounds``: the metric's
     range; the difference's ``range`` is that of a difference of two such values. ``per_seed`` has one entry per seed,
@@ -331,7 +341,7 @@ def build_seed_rows(
             row["cumulative_mb"] = _stat(mb)
         eps = [None if (run := runs[(v.label, s)]) is None else spent_epsilon(run.records) for s in seeds]  # inf: unbounded by its end
         if any(x is not None for x in eps):  # [privacy]: the budget each seed's run spent
-            row["epsilon"] = _stat(eps)
+            row["epsilon"] = _spent(eps)
         asr = [final_record(v.label, s, "attack_success_rate") for s in seeds]
         if any(x is not None for x in asr):  # [attack] backdoor: its success against each seed's final global model
             row["attack_success_rate"] = _stat(asr, FRACTION)

@@ -52,7 +52,7 @@ from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
-from chillfl.storage.results import evaluation_interval, last_value, nulls_as_nan, read_metrics, series, to_toml
+from chillfl.storage.results import SPENT_KEYS, evaluation_interval, last_value, nulls_as_nan, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import folder_state, is_sweep, run_state
@@ -812,7 +812,11 @@ def _value(run: Run, key: str) -> Any:
 
     A summary's ``null`` final value is a non-finite one (strict JSON: a finite value is a number, an unmeasured one
     absent): the final record that measured it says which (``"nonfinite"``, read back as the float), else NaN. Read as
-    "not measured", a group's loss cell was the other seeds' mean, and one run's a dash."""
+    "not measured", a group's loss cell was the other seeds' mean, and one run's a dash. A null ``final_epsilon`` is an
+    unbounded budget (:data:`~chillfl.storage.results.SPENT_KEYS`: the last round's epsilon null, no number at all): inf, as
+    the comparison tables print it; read from the records, an earlier round's finite epsilon made it NaN, a dash."""
+    if key in run.summary and run.summary[key] is None and key.removeprefix("final_") in SPENT_KEYS:
+        return math.inf
     if key in run.summary and run.summary[key] is None and key.startswith("final_"):
         _, values = series(run.records, key.removeprefix("final_"))
         return values[-1] if values and not math.isfinite(values[-1]) else math.nan
@@ -856,7 +860,8 @@ def _metrics_row(g: Group, columns: Sequence[tuple[str, str, bool]] = TABLE_METR
         cells.append("<td><strong>selected</strong></td>" if g.tuning == "selected" else f"<td>{_e(g.tuning or '')}</td>")
     for key, _, pct in columns:
         values = [_value(r, key) for r in g.runs]
-        text = _with_nonfinite(_fmt(key, *mean_std(values), pct), values)
+        unbounded = key.removeprefix("final_") in SPENT_KEYS and math.inf in values  # the group's budget is no number: "inf (1 of 3 runs)", as the seed table's "inf"
+        text = _with_nonfinite("–" if unbounded else _fmt(key, *mean_std(values), pct), values)
         if key == "rounds_to_target" and any("target_accuracy" in r.summary for r in g.runs):
             reached = sum(v is not None for v in values)
             text = f"{text} ({reached}/{len(values)} reached)" if reached < len(values) else text  # the mean is over those that did

@@ -432,6 +432,11 @@ def last_value(records: Sequence[Mapping[str, Any]], key: str) -> Any:
     return None
 
 
+SPENT_KEYS = ("epsilon", "epsilon_upload")
+"""The records' privacy budgets (:func:`spent_epsilon`): ``summary.json``'s ``final_`` of each, null there where it is
+unbounded (infinite), which a reader of the summary reads back as such, not as "not measured"."""
+
+
 def spent_epsilon(records: Sequence[Mapping[str, Any]], key: str = "epsilon") -> float | None:
     """The privacy budget spent by the end: ``key`` of the last record that carries it, infinite where that one is null
     (an epsilon the accountant could not bound, never an earlier, smaller one); None: no record carries it."""
@@ -498,7 +503,7 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
         values = series(records, key)[1]
         if any(math.isfinite(v) for v in values):  # as final_local_acc: the last measured value, a NaN of it included
             out[f"final_{key}"] = values[-1]
-    for key in ("epsilon", "epsilon_upload"):  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
+    for key in SPENT_KEYS:  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
         if (spent := spent_epsilon(records, key)) is not None:
             out[f"final_{key}"] = spent
     success = [r["attack_success_rate"] for r in records if r.get("attack_success_rate") is not None]  # [attack] backdoor

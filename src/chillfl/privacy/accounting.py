@@ -69,6 +69,14 @@ Its own absolute 0.01 never ends above 2**46 ~ 7e13 (epsilons 0.01 apart are no 
 hung the run before it started. Below 1e7 the tolerance is Opacus's 0.01, so every sigma found there is unchanged."""
 
 
+RDP_MIN_SIGMA = 1e-150
+"""The smallest noise multiplier either accountant takes (the PRV one sizes its grid by the RDP one). Why: Opacus's RDP
+series divides by 2 sigma^2, which is 0 below 1.5e-162 (ZeroDivisionError); above that, below about 1e-153, its terms
+(i^2 - i) / (2 sigma^2) overflow to inf, and its fractional-order loop, whose end test a NaN never passes, never ends
+(sigma 1e-155 at q = 0.5 ran for hours, a run's round or the PRV plan's probe before round 1). At 1e-150 every order's
+term (to 1024, :data:`EXTENDED_ORDERS`) is finite, and the epsilon is past 1e299: no budget to state, and no noise."""
+
+
 class AccountantError(ValueError):
     """A history the accountant cannot turn into an epsilon here (the PRV accountant's grid too large for memory, or its
     discretisation failing at a noise too small): said before a run starts (the plan probes its whole planned history),
@@ -301,9 +309,13 @@ class Ledger:
         return (_orders(self.orders) or default) if self.kind == "rdp" else default
 
     def _rdp_epsilon(self, history: History, delta: float) -> float:
-        """:func:`epsilon_of` for the RDP accountant at ``delta``, each (sigma, q)'s one-step RDP computed once a run."""
+        """:func:`epsilon_of` for the RDP accountant at ``delta``, each (sigma, q)'s one-step RDP computed once a run; an
+        :class:`AccountantError` for a noise multiplier below :data:`RDP_MIN_SIGMA`, where Opacus's series is no number."""
         analysis = need("opacus.accountants.analysis.rdp", "privacy", "[privacy]")
         alphas = self._alphas()
+        if any(sigma < RDP_MIN_SIGMA for sigma, _, _ in history):
+            raise AccountantError(f"the {self.kind.upper()} accountant cannot account {_described(history)}: below noise multiplier {RDP_MIN_SIGMA:g} "
+                                  "Opacus's RDP series overflows a float (or divides by 0) and never ends")
         for sigma, q, _ in history:
             if (sigma, q) not in self._step_rdp:
                 self._step_rdp[(sigma, q)] = analysis.compute_rdp(q=float(q), noise_multiplier=float(sigma), steps=1, orders=alphas)
@@ -362,6 +374,31 @@ class Ledger:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.histories = {unit: tuple((float(s), float(q), int(n)) for s, q, n in t.tolist()) for unit, t in state.items()}
+
+
+@functools.lru_cache(maxsize=64)
+def history_refusal(delta: float, sigma: float, rate: float, steps: int, kind: str = "rdp", orders: Orders = "opacus") -> str | None:
+    """Why the accountant gives no finite epsilon for a unit's planned history, ``steps`` releases at ``sigma`` and
+    ``rate`` (None: it gives one at 1 step and at ``steps``), the shorter length first (cheaper): what the plan probes
+    before round 1, so that a run never spends a budget it cannot state, nor learns after a round that it cannot.
+
+    Why a non-finite epsilon is refused: the PRV accountant's bound overflows to infinity past :data:`PRV_MAX_EPSILON`
+    (sigma 0.05 at q = 1: 284 at 1 step, 520 at 2, infinity at 3), the RDP one's where its RDP does. Why the first step
+    too: under the PRV accountant success at n steps does not imply it at fewer, whose coarser mesh is what fails
+    Opacus's discretisation (sigma 0.01 at q = 1: an error at 1 step, infinity at 2); under the RDP one it does (its RDP
+    grows with the steps), and the first step costs nothing more (one ledger: its one-step RDP is the whole history's)."""
+    ledger = Ledger(delta, kind, orders)
+    for n in sorted({min(1, steps), steps}):
+        unit = f"{n} steps"
+        ledger.spend(unit, sigma, rate, n)
+        try:
+            epsilon = ledger.epsilon(unit)
+        except AccountantError as exc:
+            return str(exc)
+        if not math.isfinite(epsilon):
+            why = f"e^epsilon overflows a float past {PRV_MAX_EPSILON:.4g}" if kind == "prv" else "its RDP overflows a float"
+            return f"the {kind.upper()} accountant gives no finite epsilon for noise multiplier {sigma:.4g} at sample rate {rate:.4g} over {n} steps ({why})"
+    return None
 
 
 def _described(entries: Sequence[tuple[float, float, int]]) -> str:

@@ -236,7 +236,7 @@ def test_a_probability_row_with_nothing_left_after_the_noise_becomes_uniform() -
 
 
 def test_the_prv_probe_asks_about_the_accounted_sigma(monkeypatch: pytest.MonkeyPatch) -> None:
-    # build._probe_prv checks, before the run, that the PRV accountant can account each unit's planned history at the sigma
+    # build._probe checks, before the run, that the PRV accountant can account each unit's planned history at the sigma
     # the ledger will charge: sigma / sensitivity (plan.accounted_sigma). local's replace-one neighbours (sensitivity 2) at
     # sigma 1.0 are charged 0.5 over 3 rounds at q = 1; a probe at 1.0 would pass histories whose real grid (or
     # discretisation) fails after a round (at delta 1e-5 and q = 1, Opacus's discretisation failed at sigma 0.02 and passed
@@ -247,7 +247,7 @@ def test_the_prv_probe_asks_about_the_accounted_sigma(monkeypatch: pytest.Monkey
     from chillfl.privacy.spec import RunSizes
 
     asked: list[tuple[float, float, float, int]] = []
-    monkeypatch.setattr(build, "_prv_refusal", lambda delta, sigma, rate, steps: asked.append((delta, sigma, rate, steps)))
+    monkeypatch.setattr(build, "history_refusal", lambda delta, sigma, rate, steps, kind, orders: asked.append((delta, sigma, rate, steps)))
     cfg = load_config(None, {"dataset.name": "digits", "model.name": "mlp", "federation.num_clients": 4, "federation.clients_per_round": 2,
                              "federation.rounds": 3, "privacy.mechanism": "local", "privacy.accountant": "prv", "privacy.noise_multiplier": 1.0,
                              "privacy.delta": 1e-3})

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import pytest
 
 from chillfl.errors import ConfigError
-from chillfl.privacy import build
+from chillfl.privacy import accounting, build
 from chillfl.privacy.accounting import AccountantError, Ledger
 from chillfl.settings.privacy import PrivacyConfig
 from chillfl.storage.results import ResultWriter, decode_record, encode_record, summarize
@@ -39,12 +39,12 @@ def test_a_run_whose_prv_bound_overflows_is_refused_on_the_noise(tmp_path: Path,
 def test_the_probe_refuses_an_infinite_history_and_passes_a_finite_one() -> None:
     """sigma 0.03, q = 1: 696.8 at 1 step, infinity at 2 (hand-checked with Opacus's PRV accountant: past 709.8, its
     e^epsilon overflows a float)."""
-    assert build._prv_refusal(1e-5, 0.03, 1.0, 1) is None
-    why = build._prv_refusal(1e-5, 0.03, 1.0, 2)
+    assert accounting.history_refusal(1e-5, 0.03, 1.0, 1, "prv") is None
+    why = accounting.history_refusal(1e-5, 0.03, 1.0, 2, "prv")
     assert why is not None and "no finite epsilon" in why and "over 2 steps" in why
     p = PrivacyConfig(mechanism="dp-fedavg", accountant="prv", noise_multiplier=0.03)
     with pytest.raises(ConfigError) as info:
-        build._probe_prv(p, 0.03, [(1.0, 2)])
+        build._probe(p, 0.03, [(1.0, 2)])
     assert info.value.field == "privacy.noise_multiplier"
 
 
@@ -59,25 +59,26 @@ class _Ledger:
     asked: list[int] = []
     failing: int | None = None
 
-    def __init__(self, delta: float, kind: str = "rdp") -> None:
-        self.steps = 0
+    def __init__(self, delta: float, kind: str = "rdp", orders: str = "opacus") -> None:
+        self.steps: dict[str, int] = {}
 
     def spend(self, unit: str, sigma: float, rate: float, steps: int = 1) -> None:
-        self.steps += steps
+        self.steps[unit] = self.steps.get(unit, 0) + steps
         _Ledger.asked.append(steps)
 
-    def epsilon(self) -> float:
-        if self.steps == _Ledger.failing:
-            raise AccountantError(f"the PRV accountant cannot account noise multiplier 0.01 at sample rate 1 over {self.steps} steps")
+    def epsilon(self, unit: str | None = None) -> float:
+        steps = self.steps[unit] if unit is not None else max(self.steps.values())
+        if steps == _Ledger.failing:
+            raise AccountantError(f"the PRV accountant cannot account noise multiplier 0.01 at sample rate 1 over {steps} steps")
         return 100.0
 
 
 @pytest.fixture
 def stub_ledger(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setattr(build, "Ledger", _Ledger)
-    build._prv_refusal.cache_clear()
+    monkeypatch.setattr(accounting, "Ledger", _Ledger)
+    accounting.history_refusal.cache_clear()
     yield
-    build._prv_refusal.cache_clear()  # nothing the stub answered stays cached
+    accounting.history_refusal.cache_clear()  # nothing the stub answered stays cached
 
 
 @pytest.mark.parametrize(("failing", "asked", "refused"), [(1, [1], "over 1 steps"), (5, [1, 5], "over 5 steps"), (None, [1, 5], None)])
@@ -86,14 +87,14 @@ def test_the_probe_tries_the_first_step_as_well_as_the_whole_history(stub_ledger
     _Ledger.asked, _Ledger.failing = [], failing
     p = PrivacyConfig(mechanism="dp-fedavg", accountant="prv", noise_multiplier=0.01)
     if refused is None:
-        build._probe_prv(p, 0.01, [(1.0, 5)])
+        build._probe(p, 0.01, [(1.0, 5)])
     else:
         with pytest.raises(ConfigError) as info:
-            build._probe_prv(p, 0.01, [(1.0, 5)])
+            build._probe(p, 0.01, [(1.0, 5)])
         assert info.value.field == "privacy.noise_multiplier" and refused in str(info.value)
     assert _Ledger.asked == asked  # the shorter (cheaper) first; a failure there asks no more
     _Ledger.asked, _Ledger.failing = [], None
-    build._probe_prv(p, 0.01, [(0.5, 1)])
+    build._probe(p, 0.01, [(0.5, 1)])
     assert _Ledger.asked == [1]  # one step: one probe
 
 

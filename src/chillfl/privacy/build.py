@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -28,13 +27,14 @@ from chillfl.extras import need
 from chillfl.models.common import variance_buffers
 from chillfl.options import short_repr
 from chillfl.plugins import has_methods
-from chillfl.privacy.accounting import PRV_MAX_EPSILON, RDP_MAX_EPSILON, AccountantError, Ledger, noise_for
+from chillfl.privacy.accounting import RDP_MAX_EPSILON, AccountantError, history_refusal, noise_for
 from chillfl.privacy.dpsgd import PerSampleClipping, check_per_sample
 from chillfl.privacy.plan import PrivacyPlan
 from chillfl.privacy.spec import PARAMETERS, RELEASES, SOFTLABELS, Accounting, ExemptsClients, MechanismSpec, Noise, RunSizes, mechanism, rate_and_count, spec_of
 from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions, mechanism_names
 
 if TYPE_CHECKING:
+    from chillfl.privacy.accounting import Orders
     from chillfl.aggregation.base import Aggregator
     from chillfl.config import RunConfig
     from chillfl.data import FederatedData
@@ -164,8 +164,8 @@ def plan_privacy(config: RunConfig, data: FederatedData, tell: bool = False) -> 
         plan = _plan.__wrapped__(p, config.protocol, sizes, config.seed)
     else:
         plan = _plan(p, config.protocol, sizes, config.seed)
-    if setup is not None and p.accountant == "prv" and plan.protocol == SOFTLABELS:
-        _probe_uploads(plan.delta, plan.accounted_sigma, setup.common.subset_size * fed.rounds)
+    if setup is not None and plan.protocol == SOFTLABELS:
+        _probe_uploads(plan.delta, plan.accounted_sigma, setup.common.subset_size * fed.rounds, p.accountant, p.rdp_orders)
     if tell:
         say_sigma(p, plan, sizes.rounds)
     return plan
@@ -181,14 +181,15 @@ def say_sigma(p: PrivacyConfig, plan: PrivacyPlan, rounds: int) -> None:
 
 
 @functools.lru_cache(maxsize=16)
-def _probe_uploads(delta: float, sigma: float, releases: int) -> None:
+def _probe_uploads(delta: float, sigma: float, releases: int, kind: str, orders: Orders) -> None:
     """``epsilon_upload``'s worst history (a client released every row of the round's subset every round, at q = 1) where
-    the PRV accountant cannot account it: one line on ``privacy.accountant``, not a traceback after the round that
-    reaches it (800 rows of sigma 0.5 took 3.6e7 grid points)."""
-    why = _prv_refusal(delta, sigma, 1.0, releases)
+    the accountant cannot account it (:func:`~chillfl.privacy.accounting.history_refusal`): one line on ``privacy.accountant``,
+    not a traceback after the round that reaches it (800 rows of sigma 0.5 took the PRV accountant 3.6e7 grid points)."""
+    why = history_refusal(delta, sigma, 1.0, releases, kind, orders)
     if why is not None:
+        instead = "use accountant = 'rdp', or fewer rows or a larger noise_multiplier" if kind == "prv" else "use fewer rows or a larger noise_multiplier"
         raise ConfigError(f"{SECTION}.accountant", f"epsilon_upload composes every soft-label row a client uploads (up to distillation.subset_size x rounds = {releases}), "
-                                                   f"and {why}; use accountant = 'rdp', or fewer rows or a larger noise_multiplier")
+                                                   f"and {why}; {instead}")
 
 
 @functools.lru_cache(maxsize=16)
@@ -216,46 +217,27 @@ def _plan(p: PrivacyConfig, protocol: str, sizes: RunSizes, seed: int) -> Privac
             lower = ", or rdp_orders = 'extended' or accountant = 'prv' (lower floors)" if p.accountant == "rdp" and p.rdp_orders == "opacus" else ""
             raise ConfigError(f"{SECTION}.target_epsilon", f"{p.target_epsilon} cannot be reached at delta = {p.delta} over the planned {sizes.rounds} rounds ({_lowered(exc)}); "
                                                            f"raise target_epsilon or delta{lower}") from None
-    if p.accountant == "prv":
-        _probe_prv(p, sigma / sensitivity, accounting.steps)
+    _probe(p, sigma / sensitivity, accounting.steps)
     noise = Noise(p.clip_norm, sigma, sizes, seed)
     options = p.options if spec.settle is None else spec.settle(p.options, noise)
     return PrivacyPlan(p.mechanism, spec, options, noise, p.delta, p.accountant, protocol, sensitivity, p.rdp_orders)
 
 
-def _probe_prv(p: PrivacyConfig, sigma: float, steps: Sequence[tuple[float, int]]) -> None:
-    """The PRV accountant's epsilon of each unit's planned history, once, before anything is written: where it cannot be
-    had (a grid too large for memory, a discretisation that fails at a small noise) or is no finite bound, one ConfigError
-    on the option that set the noise, not a traceback (or the kernel's OOM kill) in a round, nor a run whose budget is
-    unbounded. Why its first step too (:func:`_prv_refusal`): success at n steps does not imply it at fewer, whose
-    coarser mesh is what fails Opacus's discretisation (sigma 0.01 at q = 1: an error at 1 step, infinity at 2); the
-    lengths between are not probed (each a full accountant run), so a round's epsilon can still fail, and is refused
-    there (:func:`chillfl.privacy.protocol.accounted_epsilon`)."""
+def _probe(p: PrivacyConfig, sigma: float, steps: Sequence[tuple[float, int]]) -> None:
+    """The accountant's epsilon of each unit's planned history (:func:`~chillfl.privacy.accounting.history_refusal`: its first
+    step and its whole length), once, before anything is written: where it cannot be had (the PRV accountant's grid too
+    large for memory, its discretisation failing at a small noise; a noise below
+    :data:`~chillfl.privacy.accounting.RDP_MIN_SIGMA`) or is no finite bound, one ConfigError on the option that set the
+    noise, not a traceback (or the kernel's OOM kill, or a loop without end) in a round, nor a run whose budget is
+    unbounded (the RDP accountant's: every round's epsilon null, the run going on). The PRV accountant's lengths between
+    are not probed (each a full accountant run), so a round's epsilon can still fail, and is refused there
+    (:func:`chillfl.privacy.protocol.accounted_epsilon`); the RDP accountant's cannot (its RDP grows with the steps)."""
     field, instead = ("target_epsilon", "lower target_epsilon") if p.target_epsilon > 0 else ("noise_multiplier", "raise noise_multiplier")
+    other = ", or use accountant = 'rdp'" if p.accountant == "prv" else ""
     for q, n in steps:
-        why = _prv_refusal(p.delta, sigma, q, n)
+        why = history_refusal(p.delta, sigma, q, n, p.accountant, p.rdp_orders)
         if why is not None:
-            raise ConfigError(f"{SECTION}.{field}", f"{why}; {instead}, or use accountant = 'rdp'")
-
-
-@functools.lru_cache(maxsize=64)
-def _prv_refusal(delta: float, sigma: float, rate: float, steps: int) -> str | None:
-    """Why the PRV accountant gives no finite epsilon for a history of up to ``steps`` releases at ``sigma`` and ``rate``
-    (None: it gives one at 1 step and at ``steps``), the shortest failing length first (cheaper).
-
-    Why a non-finite epsilon is refused: Opacus's bound overflows to infinity past about e^709 (sigma 0.05 at q = 1: 284
-    at 1 step, 520 at 2, infinity at 3), and a run would spend a budget it cannot state."""
-    for n in sorted({min(1, steps), steps}):
-        probe = Ledger(delta, "prv")
-        probe.spend("unit", sigma, rate, n)
-        try:
-            epsilon = probe.epsilon()
-        except AccountantError as exc:
-            return str(exc)
-        if not math.isfinite(epsilon):
-            return (f"the PRV accountant gives no finite epsilon for noise multiplier {sigma:.4g} at sample rate {rate:.4g} over {n} steps "
-                    f"(e^epsilon overflows a float past {PRV_MAX_EPSILON:.4g})")
-    return None
+            raise ConfigError(f"{SECTION}.{field}", f"{why}; {instead}{other}")
 
 
 def _policy_capabilities(config: RunConfig) -> Capabilities:

@@ -138,7 +138,7 @@ class Accounted(AroundProtocol):
 def accounted_epsilon(ledger: Ledger, round: int, key: str = "epsilon") -> float | None:
     """The ledger's epsilon for round ``round``'s record (None: infinite, as :func:`~chillfl.privacy.accounting.finite`
     writes it), or one ConfigError on ``privacy.accountant`` where the accountant cannot give one. Why: the plan probes
-    the PRV accountant at a unit's first step and whole planned history only (:func:`chillfl.privacy.build._probe_prv`),
+    the PRV accountant at a unit's first step and whole planned history only (:func:`chillfl.privacy.build._probe`),
     and a length between can still fail Opacus's discretisation: that was a raw AccountantError traceback mid-run."""
     try:
         return finite(ledger.epsilon())

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -518,3 +519,22 @@ def test_configurations_show_values_as_toml_not_python_reprs(runs: Path, tmp_pat
     table = html.unescape(page.split('<table id="configs">')[1].split("</table>")[0])
     assert "augment={crop_padding = 0" in table and 'objective.terms=[{name = "decorr", beta = 0.5' in table
     assert "{'" not in table and "True" not in table and "None" not in table
+
+
+def test_an_exploding_nll_panel_is_log_scaled_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The calibration figure's NLL panel is the same unbounded cross-entropy as the loss panel: one diverged run's 3.5e34
+    left every other line flat on 0 on a linear axis (the log-scale test read ``"loss" in key``)."""
+    from chillfl.config import RunConfig
+    from chillfl.report import html as report_html
+
+    figures: list[Any] = []
+    monkeypatch.setattr(report_html, "_png", lambda fig: figures.append(fig) or "png")
+
+    def run(nll: list[float]) -> report_html.Run:
+        return report_html.Run(Path("."), RunConfig(), [{"round": i + 1, "global_nll": v, "global_ece": 0.1} for i, v in enumerate(nll)], {})
+
+    groups = [report_html.Group("a", [run([2.0, 1.0, 0.5])]), report_html.Group("b", [run([2.0, 0.9, 0.6])]), report_html.Group("c", [run([2.0, 3.5e34, 0.7])])]
+    report_html.curves_figure(groups, report_html.CALIBRATION_CURVES)
+    ece, nll = figures[0].axes[:2]
+    assert nll.get_yscale() == "log" and nll.get_title().startswith("NLL (log scale)")
+    assert ece.get_yscale() == "linear"  # a bounded metric stays linear

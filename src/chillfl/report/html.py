@@ -275,6 +275,10 @@ def _skipped_note(skipped: Sequence[Skipped]) -> str:
 ACCURACY_CURVES = (("global_acc", "global test accuracy"), ("local_acc", "local accuracy (own splits)"))
 LOSS_CURVES = (("global_loss", "global test loss (T = 1)"), ("train_loss", "local training loss (at T)"))
 CALIBRATION_CURVES = (("global_ece", "ECE"), ("global_nll", "NLL"), ("global_brier", "Brier"))
+UNBOUNDED_CURVES = frozenset({"global_loss", "train_loss", "global_nll"})
+"""The curves with no upper bound, whose panel turns to a log scale when one run's explodes (:func:`_explodes`). Why a
+list: the test was ``"loss" in key``, so the calibration figure's NLL panel (the same cross-entropy) stayed linear, up to
+3.5e34 for a diverged run, with every other run's line flat on 0."""
 CURVES = tuple(key for key, _ in (*ACCURACY_CURVES, *LOSS_CURVES, *CALIBRATION_CURVES))
 """The per-round metrics the page draws (:func:`render`'s figures): each must be a number where a record has it."""
 Y_AXES = {"global_acc": ("accuracy %", 100.0), "local_acc": ("accuracy %", 100.0), "global_loss": ("cross-entropy (T = 1)", 1.0),
@@ -617,7 +621,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
             entries.setdefault(g.label, line)
             if len(g.runs) > 1:
                 ax.fill_between(rounds, mean - std, mean + std, color=line.get_color(), alpha=0.2, lw=0)
-        if "loss" in key and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable
+        if key in UNBOUNDED_CURVES and _explodes(groups, key):  # one run's loss far above the rest: log scale keeps the others readable
             ax.set_yscale("log")
             title = f"{title} (log scale)"
         ax.set(xlabel="round", ylabel=ylabel, title=f"{title}\n(mean over seeds, {SPREAD})" if banded else title)

@@ -24,9 +24,17 @@ Choices
   FedChill is "merely an adaptive learning rate", i.e. a scalar rescaling of
   the T = 1 gradient. Alternative (``*_norm``): match per-sample logit-gradient
   norms, i.e. ``magnitude_only_norm`` gives g_1 * ||g_T|| / ||g_1|| and
-  ``direction_only_norm`` gives g_T * ||g_1|| / ||g_T|| (a zero-norm sample
-  keeps a zero gradient). These only change the gradient w.r.t. the logits
-  (first order); their second derivatives are not meaningful.
+  ``direction_only_norm`` gives g_T * ||g_1|| / ||g_T||. These only change the
+  gradient w.r.t. the logits (first order); their second derivatives are not
+  meaningful.
+* The unit direction of g_T is computed on its own, not as g_T / ||g_T||: the
+  1/T cancels, and softmax(z/T) - y is proportional to exp((z_j - m) / T) for
+  j != y (m the largest non-true logit) with minus their sum at y. That vector
+  has an entry 1, so it neither underflows nor divides by a clamped norm: a
+  confident sample (T = 0.05, margin 2, ||g_T|| ~ 1e-16) keeps its direction.
+  Dividing by ``||g_T||.clamp_min(1e-12)`` scaled such a sample's gradient by
+  ||g_T|| / 1e-12, i.e. to ~0. A sample's gradient is zero only where the
+  magnitude it is given is zero.
 """
 
 from __future__ import annotations
@@ -38,9 +46,6 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.training.objective import LossFn, temperature_cross_entropy
-
-_TINY = 1e-12
-
 
 def _scaled_gradient(loss: torch.Tensor, factor: torch.Tensor | float) -> torch.Tensor:
     """Value of ``loss``, gradient of ``factor * loss`` (factor is treated as a constant)."""
@@ -72,24 +77,34 @@ def direction_only(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     return _scaled_gradient(temperature_cross_entropy(logits, targets, temperature), temperature)
 
 
-def _norm_ratio(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
-    """Per-sample ||num|| / ||den||, shape [B, 1]; 0 where ||den|| = 0 (then den itself is 0)."""
-    return num.norm(dim=-1, keepdim=True) / den.norm(dim=-1, keepdim=True).clamp_min(_TINY)
+def _unit_direction(logits: torch.Tensor, targets: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
+    """Per-sample unit vector along softmax(z/T) - y, ``[B, C]``, without underflow (see the module's Choices).
+
+    Entry j != y is exp((z_j - m) / T), m = max_{k != y} z_k (so the largest is 1), entry y minus their sum; the
+    vector is then divided by its norm (>= sqrt 2). Masks and reductions only: vmappable with a 0-d tensor T.
+    """
+    detached = logits.detach()
+    classes = torch.arange(detached.shape[-1], device=detached.device)
+    true = targets.unsqueeze(-1) == classes
+    others = torch.where(true, torch.full_like(detached, -torch.inf), detached)
+    top = others.amax(dim=-1, keepdim=True)
+    rel = torch.where(true, torch.zeros_like(detached), torch.exp((others - top) / temperature))
+    vec = torch.where(true, -rel.sum(dim=-1, keepdim=True), rel)
+    norm = vec.norm(dim=-1, keepdim=True)
+    return torch.where(norm > 0, vec / torch.where(norm > 0, norm, torch.ones_like(norm)), torch.zeros_like(vec))
 
 
 def magnitude_only_norm(logits: torch.Tensor, targets: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
     """Alternative: T = 1 direction, per-sample norm of the temperature gradient g_T."""
-    g1 = _softmax_minus_onehot(logits, targets)
     g_t = _softmax_minus_onehot(logits / temperature, targets) / temperature
-    grad = g1 * _norm_ratio(g_t, g1) / logits.shape[0]
+    grad = _unit_direction(logits, targets, 1.0) * g_t.norm(dim=-1, keepdim=True) / logits.shape[0]
     return _with_logit_gradient(F.cross_entropy(logits, targets), logits, grad)
 
 
 def direction_only_norm(logits: torch.Tensor, targets: torch.Tensor, temperature: float | torch.Tensor) -> torch.Tensor:
     """Alternative: temperature direction g_T, per-sample norm of the T = 1 gradient g_1."""
     g1 = _softmax_minus_onehot(logits, targets)
-    g_t = _softmax_minus_onehot(logits / temperature, targets) / temperature
-    grad = g_t * _norm_ratio(g1, g_t) / logits.shape[0]
+    grad = _unit_direction(logits, targets, temperature) * g1.norm(dim=-1, keepdim=True) / logits.shape[0]
     return _with_logit_gradient(temperature_cross_entropy(logits, targets, temperature), logits, grad)
 
 

@@ -35,6 +35,7 @@ from chillfl.training.terms import (
     Wire,
     apply_term,
     check_reads,
+    half_to_float,
     is_batch_term,
     read_number,
     read_table,
@@ -72,9 +73,12 @@ def temperature_cross_entropy(logits: torch.Tensor, targets: torch.Tensor, tempe
     Written as log-softmax + gather rather than ``F.cross_entropy``: under
     ``vmap`` the latter runs a Python decomposition (milliseconds per call and
     an import of sympy on first use), the former two native batched kernels.
+
+    16-bit logits (a ``.half()`` model of one's own) are divided and log-softmaxed in float32 and the loss is cast
+    back: in float16, ``z / T`` is inf once |z| / T > 65504 (|z| > 6.6 at T = 1e-4) although the loss fits.
     """
-    log_probs = F.log_softmax(logits / temperature, dim=-1)
-    return -log_probs.gather(-1, targets.unsqueeze(-1)).mean()
+    log_probs = F.log_softmax(half_to_float(logits) / temperature, dim=-1)
+    return -log_probs.gather(-1, targets.unsqueeze(-1)).mean().to(logits.dtype)
 
 
 def distillation_kl(

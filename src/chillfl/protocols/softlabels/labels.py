@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from chillfl.engine.predict import outputs
+from chillfl.training.terms import half_to_float
 
 Params = dict[str, torch.Tensor]
 
@@ -68,11 +69,13 @@ def soft_target_kl(logits: torch.Tensor, targets: torch.Tensor, temperature: Any
     A base loss with the signature of ``temperature_cross_entropy``, so the
     one functional training step (:func:`train_client`) distils too; targets
     with zeros are fine (0 log 0 = 0). Its gradient w.r.t. the logits (T = 1)
-    is (softmax(z) - target) / batch.
+    is (softmax(z) - target) / batch. 16-bit logits are divided and log-softmaxed in float32 and the loss is cast
+    back to the dtype of logits and targets together, as in ``temperature_cross_entropy`` (a float16 ``z / T`` overflows at small T).
     """
-    log_probs = F.log_softmax(logits / temperature, dim=-1)
+    log_probs = F.log_softmax(half_to_float(logits) / temperature, dim=-1)
     # F.kl_div's own pointwise formula, written out: it has no vmap batching rule (the vectorised executor distils too)
-    return (torch.xlogy(targets, targets) - targets * log_probs).sum() / logits.shape[0]
+    loss = (torch.xlogy(targets, targets) - targets * log_probs).sum() / logits.shape[0]
+    return loss.to(torch.promote_types(logits.dtype, targets.dtype))  # the dtype it had when computed in the logits' own
 
 
 def weighted_kl(weight: float) -> Any:

@@ -101,7 +101,12 @@ def reference_distribution(p_g: Sequence[float] | np.ndarray | None, num_classes
         raise ConfigError("temperature.p_g", f"needs one prior per class ({num_classes}), got {arr.size}")
     if not np.all(np.isfinite(arr)) or np.any(arr <= 0):
         raise ConfigError("temperature.p_g", "every class prior must be > 0 (Eq. 6 divides by it)")
-    return arr / arr.sum()
+    with np.errstate(over="ignore"):
+        total = arr.sum()
+    if not np.isfinite(total):  # finite priors summing past 1.8e308 normalised to all zeros (a wrong T, or a ZeroDivisionError)
+        arr = arr / arr.max()
+        total = arr.sum()
+    return arr / total
 
 
 def _entropy(p: np.ndarray) -> float:

@@ -37,31 +37,52 @@ on averaged probabilities) and ``src/algorithm/scarlet.py`` (``mean**era_exponen
 
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import torch
 
 from chillfl.errors import ConfigError
+from chillfl.options import require
 from chillfl.protocols.softlabels.labels import entropy, mean_soft_labels
+from chillfl.temperature.base import MAX_TEMPERATURE, MIN_TEMPERATURE
 
-__all__ = ["enhanced_era", "entropy", "era", "mean_soft_labels", "power_sharpen", "tempered_softmax"]
+__all__ = ["MAX_BETA", "enhanced_era", "entropy", "era", "mean_soft_labels", "power_sharpen", "require_beta", "require_era_temperature",
+           "tempered_softmax"]
 """``entropy`` and ``mean_soft_labels`` are the protocol's, shared by every method; named here too, where ERA is."""
 
 
+MAX_BETA = 1e4
+"""The largest Enhanced ERA beta: at 1e4 a ratio of 1.001 between two mean probabilities is already one of e^10, and
+towards 1e308 ``beta * log p`` is -inf for every class (max p < 0.17 at 1e308), so the rows were nan."""
+
+
+def require_era_temperature(value: float, field: str) -> None:
+    """A ConfigError on ``field`` unless ``value`` is an ERA temperature in [1e-4, 1e4], the bounds of a training temperature."""
+    require(math.isfinite(value) and MIN_TEMPERATURE <= value <= MAX_TEMPERATURE, field,
+            f"must be in [{MIN_TEMPERATURE:g}, {MAX_TEMPERATURE:g}] (ERA divides the clients' mean soft-label by T: at 1e-4 a gap of "
+            f"1e-3 between two classes is already a factor e^10, and below 1e-308 p / T overflows to nan), got {value}")
+
+
+def require_beta(value: float, field: str) -> None:
+    """A ConfigError on ``field`` unless ``value`` is an Enhanced ERA beta in (0, :data:`MAX_BETA`]."""
+    require(0 < value <= MAX_BETA, field,
+            f"must be in (0, {MAX_BETA:g}] (Enhanced ERA raises the clients' mean soft-label to the power beta: at 1e4 a ratio of "
+            f"1.001 is already one of e^10, and near 1e308 beta * log p overflows to nan), got {value}")
+
+
 def tempered_softmax(probs: torch.Tensor, temperature: float) -> torch.Tensor:
-    """softmax(p / T) over the last axis: the ERA map applied to an averaged soft-label."""
-    if not temperature > 0:
-        raise ConfigError("era.temperature", f"must be > 0, got {temperature}")
+    """softmax(p / T) over the last axis: the ERA map applied to an averaged soft-label; T in [1e-4, 1e4]."""
+    require_era_temperature(temperature, "era.temperature")
     return torch.softmax(probs.to(torch.float64) / temperature, dim=-1).to(probs.dtype)
 
 
 def power_sharpen(probs: torch.Tensor, beta: float) -> torch.Tensor:
     """p**beta / sum p**beta over the last axis: the Enhanced ERA map (Eq. 4) of an averaged soft-label.
 
-    beta = 1 returns ``probs`` itself (the plain mean; see the module's Choices).
+    beta = 1 returns ``probs`` itself (the plain mean; see the module's Choices). beta in (0, :data:`MAX_BETA`].
     """
-    if not beta > 0:
-        raise ConfigError("enhanced_era.beta", f"must be > 0, got {beta}")
+    require_beta(beta, "enhanced_era.beta")
     if beta == 1.0:
         return probs
     p = probs.to(torch.float64)

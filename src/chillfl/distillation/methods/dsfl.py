@@ -10,8 +10,7 @@ from typing import Literal, Sequence
 
 import torch
 
-from chillfl.distillation.era import era, tempered_softmax
-from chillfl.options import require
+from chillfl.distillation.era import era, require_era_temperature, tempered_softmax
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import Aggregate, SoftLabelMethod, SoftLabelSpec, stack_uplinks
 
@@ -23,7 +22,7 @@ class ERAOptions:
     temperature: float = 0.1
 
     def validate(self, section: str) -> None:
-        require(self.temperature > 0, f"{section}.temperature", f"must be > 0, got {self.temperature}")
+        require_era_temperature(self.temperature, f"{section}.temperature")
 
 
 @dataclass(frozen=True)

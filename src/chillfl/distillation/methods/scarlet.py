@@ -11,8 +11,7 @@ from typing import Sequence
 
 import torch
 
-from chillfl.distillation.era import enhanced_era, power_sharpen
-from chillfl.options import require
+from chillfl.distillation.era import enhanced_era, power_sharpen, require_beta
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import Aggregate, SoftLabelMethod, SoftLabelSpec, stack_uplinks
 
@@ -24,7 +23,7 @@ class EnhancedERAOptions:
     beta: float = 2.0
 
     def validate(self, section: str) -> None:
-        require(self.beta > 0, f"{section}.beta", f"must be > 0, got {self.beta}")
+        require_beta(self.beta, f"{section}.beta")
 
 
 @dataclass(frozen=True)

@@ -122,8 +122,8 @@ class NtdTerm:
 
 @dataclass(frozen=True)
 class NtdOptions:
-    """Options of the ``ntd`` term: ``beta`` its weight, ``tau`` the temperature of the not-true softmaxes,
-    ``tau_squared`` whether the KL is scaled by tau^2 (the official code's convention)."""
+    """Options of the ``ntd`` term: ``beta`` its weight, ``tau`` the temperature of the not-true softmaxes (in [1e-4, 1e4],
+    the bounds of a training temperature), ``tau_squared`` whether the KL is scaled by tau^2 (the official code's convention)."""
 
     beta: float = 1.0
     tau: float = 1.0
@@ -131,7 +131,8 @@ class NtdOptions:
 
     def validate(self, section: str) -> None:
         require(0 <= self.beta <= 1e6, f"{section}.beta", f"must be in [0, 1e6], got {self.beta}")
-        require(0 < self.tau <= 1e4, f"{section}.tau", f"must be in (0, 1e4], got {self.tau}")
+        require(1e-4 <= self.tau <= 1e4, f"{section}.tau", f"must be in [1e-4, 1e4] (the logits are divided by tau: at 1e-39 z / tau "
+                                                          f"overflows float32 and the loss is nan), got {self.tau}")
 
 
 NTD = register_term(

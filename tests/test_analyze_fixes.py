@@ -191,3 +191,12 @@ def test_aggregation_jsons_name_the_start_alike(run_dir: Path, tmp_path: Path) -
         run = json.loads((tmp_path / f"aggregation-{which}.json").read_text())["runs"]["tiny"]
         assert run["start"] == "initial" and run["round"] == 1
     assert 0 <= run["start_entropy"] <= run["max_entropy"]
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--temps", "1e-5"), ("--temps", "nan"), ("--betas", "1e5"), ("--betas", "0")])
+def test_era_bounds_are_checked_on_the_flags(flag: str, value: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A T or beta past ERA's own bounds ([1e-4, 1e4]; (0, 1e4]) is refused on its flag before anything runs, not midway
+    on era.temperature / enhanced_era.beta."""
+    assert main(["analyze", "soft-label-entropy", flag, value, "--out-dir", str(tmp_path / "x")]) == 2
+    assert _one_line(capsys, flag).startswith(f"chillfl: error: {flag}: must be in ")
+    assert not (tmp_path / "x").exists()

@@ -82,6 +82,7 @@ def test_bad_parts_is_a_usage_error(capsys):
 @pytest.mark.parametrize(("args", "field"), [
     (["--betas", "0"], "--betas"),  # was "--durations: D must be >= 0 and beta > 0"
     (["--betas", "nan"], "--betas"),
+    (["--betas", "1e5"], "--betas"),  # past Enhanced ERA's bound: was refused midway, naming enhanced_era.beta
     (["--seeds", ","], "--seeds"),  # was "--rounds: give at least one seed ..."
     (["--seeds", "0,,1"], "--seeds"),  # an empty item was dropped: seeds 0 and 1 ran
     (["--durations", "0,2,"], "--durations"),

@@ -28,7 +28,6 @@ command prints the closed-form steady state next to the simulated means.
 from __future__ import annotations
 
 import argparse
-import math
 import pickle
 from pathlib import Path
 from typing import Any, Sequence
@@ -46,6 +45,7 @@ from chillfl.analysis.softlabels import (
     simulate_cache_ratio,
     steady_state_cache_ratio,
 )
+from chillfl.distillation.era import require_beta, require_era_temperature
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
 from chillfl.extras import need
@@ -153,10 +153,10 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
 
     temps = _numbers(args.temps, "--temps")
     betas = _numbers(args.betas, "--betas")
-    if not all(math.isfinite(t) and t > 0 for t in temps):  # nan passed "t <= 0" and failed midway, naming era.temperature
-        raise ConfigError("--temps", f"must be finite and > 0, got {temps}")
-    if not all(math.isfinite(b) and b > 0 for b in betas):
-        raise ConfigError("--betas", f"must be finite and > 0, got {betas}")
+    for t in temps:  # ERA's own bounds, on the flag: nan, or 1e-5, failed midway, naming era.temperature
+        require_era_temperature(t, "--temps")
+    for b in betas:
+        require_beta(b, "--betas")
     check_folder(args.out, out_field(args))  # before anything is computed or drawn: one line, not a traceback
     sets: dict[str, torch.Tensor] = {}
     for path in args.soft_labels or []:

@@ -55,6 +55,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from chillfl.analysis.counting import Counted
 from chillfl.config import load_config, parse_overrides
+from chillfl.distillation.era import require_beta
 from chillfl.errors import ConfigError
 from chillfl.options import comma_items
 from chillfl.experiments import resolve_config
@@ -230,8 +231,8 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
         raise ConfigError("--rounds", f"give at least one length, each >= 1, got {lengths}")
     if any(d < 0 for d in durations):
         raise ConfigError("--durations", f"D must be >= 0, got {durations}")
-    if not all(math.isfinite(b) and b > 0 for b in betas):
-        raise ConfigError("--betas", f"beta must be finite and > 0, got {betas}")
+    for b in betas:  # Enhanced ERA's own bounds, on the flag (a beta past them failed midway, naming enhanced_era.beta)
+        require_beta(b, "--betas")
     parts = set(_numbers(args.parts, "--parts", str))
     if not parts <= set(PARTS):
         raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")

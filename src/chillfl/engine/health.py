@@ -17,6 +17,14 @@ Choices
   No healthy cross-entropy comes near the ceiling: it is the mean ``-log p``
   of the true class in nats (chance on 10 classes is 2.3; T = 0.05 chilling
   starts near 8 on digits).
+* The ceiling is in T = 1 units: below T = 1 it is :data:`LOSS_CEILING` / T for
+  the round's smallest training temperature (``temperatures``, else
+  ``temperature_mean``). Why: CE(z / T) grows like 1 / T, so an untrained
+  model's logit gaps of 0.1-0.3 give a healthy round-1 loss of 1e3-3e3 at the
+  legal T = 1e-4 (it falls to ~20 and reaches 88 % on digits); a fixed 1e3
+  warned it and stopped it under ``strict``, with a "lower client.lr" that made
+  the loss higher still. Above T = 1 the ceiling stays 1e3 (the loss only
+  shrinks there). The growth rule compares raw losses, as before.
 * It is a guard against blow-ups by orders of magnitude, not a quality check:
   a run stuck at chance with a loss below the ceiling is not reported.
 * A warning by default (the run is still a valid, if useless, result);
@@ -41,10 +49,30 @@ LOSS_CEILING = 1e3
 """A training loss above this is reported, whatever the first round's was."""
 
 
-def loss_explosion(loss: float, first: float | None) -> str | None:
-    """Why ``loss`` counts as exploding given the first round's ``first`` (None: it does not)."""
-    if loss > LOSS_CEILING:
-        return f"is above {LOSS_CEILING:g}"
+def training_temperature(record: Mapping[str, Any]) -> float | None:
+    """The smallest temperature the round's clients trained at: the least of ``temperatures`` (per-client T), else
+    ``temperature_mean`` (one T for all); None when the record has neither (or it is not a positive finite number)."""
+    per_client = record.get("temperatures")
+    values = [float(t) for t in per_client.values()] if isinstance(per_client, Mapping) and per_client else []
+    if not values and record.get("temperature_mean") is not None:
+        values = [float(record["temperature_mean"])]
+    t = min(values, default=math.nan)
+    return t if math.isfinite(t) and t > 0 else None
+
+
+def loss_ceiling(temperature: float | None) -> float:
+    """:data:`LOSS_CEILING` in the units of a loss trained at ``temperature``: divided by T below T = 1 (CE(z / T) grows
+    like 1 / T), unchanged at or above it and when T is not known."""
+    return LOSS_CEILING / temperature if temperature is not None and temperature < 1 else LOSS_CEILING
+
+
+def loss_explosion(loss: float, first: float | None, temperature: float | None = None) -> str | None:
+    """Why ``loss`` counts as exploding given the first round's ``first`` (None: it does not); ``temperature``: the
+    round's smallest training temperature, which scales the ceiling (:func:`loss_ceiling`)."""
+    ceiling = loss_ceiling(temperature)
+    if loss > ceiling:
+        scaled = f" ({LOSS_CEILING:g} / T at the round's smallest training temperature T = {temperature:g})" if ceiling != LOSS_CEILING else ""
+        return f"is above {ceiling:.3g}{scaled}" if scaled else f"is above {LOSS_CEILING:g}"
     if first is not None and first > 0 and loss >= LOSS_GROWTH * first:
         return f"is {loss / first:.3g} times round 1's {first:.3g}"
     return None
@@ -69,7 +97,7 @@ class LossWatch:
         loss ``train_loss`` is (Ditto's v_k) blew up there alone, with no word."""
         loss = record.get("train_loss")
         if loss is not None:  # None: a skipped round
-            why = loss_explosion(float(loss), self.first)
+            why = loss_explosion(float(loss), self.first, training_temperature(record))
             if self.first is None:
                 self.first = float(loss)
             if why is not None and not self.warned:

@@ -66,6 +66,7 @@ read here): the centred subsampled updates, the top right singular vector, s_i =
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Mapping, Sequence
 
@@ -112,6 +113,9 @@ class DnCOptions:
 def outlier_scores(rows: torch.Tensor) -> torch.Tensor:
     """s_i = ((x_i - mu) . v)^2 for the rows x_i of ``rows`` [n, b], mu their mean, v the top right singular vector of the centred rows."""
     centred = rows - rows.mean(dim=0)
+    if not math.isfinite(float(torch.linalg.vector_norm(centred))):  # huge but finite rows (a scaling attack's 1e300): the SVD overflows
+        top = rows.abs().max()  # v and the scores' order do not change with the scale; the scores are those of the rows / top
+        centred = rows / top - (rows / top).mean(dim=0)
     v = torch.linalg.svd(centred, full_matrices=False).Vh[0]
     return (centred @ v) ** 2
 
@@ -130,9 +134,27 @@ def coordinates(d: int, b: int, seed: int) -> torch.Tensor | None:
 
 
 def dnc_select(flat: torch.Tensor, options: DnCOptions, seed: int, round: int) -> list[int]:
-    """The rows of ``flat`` [n, d] DnC keeps this round, in row order."""
+    """The rows of ``flat`` [n, d] DnC keeps this round, in row order.
+
+    A row with a non-finite entry is an outlier before any score: it is never kept, and counts among the floor(c f)
+    removed. Why: the SVD of such rows failed with a raw ``LinAlgError``, so the most extreme upload crashed the rule
+    whose job is to drop outliers. With every row non-finite there is nothing to keep: all are returned, and the run
+    stops on the non-finite average (``check_finite_state``)."""
     n, d = flat.shape
     keep = max(n - options.removed(), 1)
+    finite = torch.isfinite(flat).all(dim=1).cpu()
+    if not bool(finite.all()):
+        ok = torch.nonzero(finite).flatten().tolist()
+        if not ok:
+            return list(range(n))
+        inner = _select(flat[ok], min(keep, len(ok)), options, seed, round)
+        return [ok[i] for i in inner]
+    return _select(flat, keep, options, seed, round)
+
+
+def _select(flat: torch.Tensor, keep: int, options: DnCOptions, seed: int, round: int) -> list[int]:
+    """:func:`dnc_select` on finite rows, ``keep`` of them kept an iteration."""
+    n, d = flat.shape
     counts = torch.zeros(n, dtype=torch.long)
     for iteration in range(options.iterations):
         cols = coordinates(d, options.subsample, derive_seed(seed, "dnc", round, iteration))

@@ -924,6 +924,18 @@ def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator
         check_named_classes(inner.name, inner.options, aggregator.base, config, model, inner.section, inner.field)
 
 
+def tolerates_bad_clients(aggregator: object) -> bool:
+    """Whether the spec that builds ``aggregator`` declares the byzantine clients it withstands
+    (:attr:`AlgorithmSpec.tolerates`); a wrapper no spec builds (an attack's or ``[privacy]``'s) asks its base.
+
+    Why: such a rule is meant to survive a bad upload, so the server leaves a non-finite one out of the round
+    (:func:`chillfl.protocols.common.finite_uploads`) where any other rule stops the run naming the client."""
+    found = built_by(aggregator)
+    if found is not None:
+        return found[1].tolerates is not None
+    return isinstance(aggregator, AroundAggregator) and tolerates_bad_clients(aggregator.base)
+
+
 def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:
     """The largest value in [1, ``up_to``] of the option algorithm ``name`` counts the byzantine clients it withstands by
     (:attr:`AlgorithmSpec.tolerates`) that the algorithm accepts in ``config``, its other ``options`` as written; 0 when

@@ -74,7 +74,15 @@ def _kmeans_pp(x: np.ndarray, c: int, rng: np.random.Generator) -> np.ndarray:
     centres = [x[int(rng.integers(x.shape[0]))]]
     for _ in range(1, c):
         d = _sq_dists(x, np.stack(centres)).min(axis=1)
-        total = d.sum()
+        far = ~np.isfinite(d)  # a non-finite point (or distance overflowing float64) is infinitely far: the limit draws among those
+        if far.any():  # was "Probabilities contain NaN" from rng.choice
+            centres.append(x[int(rng.choice(np.flatnonzero(far)))])
+            continue
+        with np.errstate(over="ignore"):  # an overflowing sum is handled below
+            total = d.sum()
+        if not np.isfinite(total):  # each distance finite, their sum not: the same draw on the distances scaled by their max
+            d = d / d.max()
+            total = d.sum()
         if total <= 0:  # all points coincide with chosen centres
             centres.append(x[int(rng.integers(x.shape[0]))])
             continue

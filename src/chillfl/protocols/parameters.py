@@ -63,12 +63,14 @@ from chillfl.aggregation.base import (
     personal_template,
 )
 from chillfl.aggregation.client_states import ClientParams
+from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import LOSS_HINT, ConfigError
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
-    Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy, state_bytes,
+    Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, finite_uploads, local_evaluation, local_validation, policy_accuracy,
+    state_bytes,
 )
 from chillfl.protocols.parts import Experiment
 from chillfl.training.terms import anchor_reads_buffers
@@ -336,6 +338,8 @@ class ParameterSharing:
         self.objective_fields = dict(objective_fields or {})
         """Each key ``[objective]``'s terms send, with the field that added the term and its name: a downlink sending it too is refused."""
         self.book = ServerBook(policy, evaluation, eval_clients)
+        self.tolerant = tolerates_bad_clients(aggregator)
+        """A non-finite upload is left out of the round, not the end of the run (:func:`finite_uploads`)."""
         self.store: ParamStore = ParamStore()
         self.seen: set[int] = set()
         """The clients sent a model before: they hold every entry the server has not changed since."""
@@ -433,7 +437,8 @@ class ParameterSharing:
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a client half (FedChill) picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
-        before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
+        usable, left_out = finite_uploads(round, results, self.tolerant)
+        before, self.state = self.state, self.aggregator.aggregate(self.state, usable, round)
         check_aggregated(before, self.state, self.aggregator)
         if self.after_average and self.eval_clients != "none":
             self.measure_after_average([t.client_id for t in tasks])
@@ -451,6 +456,8 @@ class ParameterSharing:
             client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
             method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, "algorithm.name")),
         )
+        if left_out:  # non-finite uploads a rule built to withstand bad clients did not see (finite_uploads)
+            record.metrics["uploads_left_out"] = left_out
         record.metrics.update(self.book.traffic(round))
         record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
         if trained:  # a round nobody reported measures no client, as a skipped one

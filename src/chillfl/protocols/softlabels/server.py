@@ -13,7 +13,7 @@ from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_round_metrics
+from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
@@ -197,6 +197,7 @@ class SoftLabelProtocol:
                     raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {t - 1} differ from the server's")
                 verified += 1
             if report.soft is not None:
+                check_finite_rows(rnd, cid, report.soft.soft_labels)  # before the consensus every client distils from
                 for kind, nbytes in self.method.uplink_bytes(report.soft).items():
                     self.book.ledger.record(rnd, "up", kind, nbytes, cid)
                 uplinks.append(report.soft)

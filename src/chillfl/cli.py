@@ -152,7 +152,8 @@ def _report(out: "RunOutput") -> int:
 def _print_summary(out: "RunOutput") -> int:
     s = out.summary
     parts = [f"{k}={s[k]:.4f}" for k in ("final_global_acc", "best_global_acc", "final_local_acc", "final_global_loss") if k in s]
-    print(" ".join(parts))
+    # none: every evaluation was non-finite (summary.json keeps no NaN), which printed an empty line
+    print(" ".join(parts) or "no finite final metric (every evaluation was non-finite: metrics.jsonl has each round's)")
     print(f"results: {_absolute(out.folder)}")
     return 0
 

@@ -122,3 +122,21 @@ def test_to_simplex_does_not_overflow_float32() -> None:
     assert torch.allclose(out, torch.tensor([[0.5, 0.5, 0.0], [0.25, 0.75, 0.0], [0.5, 0.0, 0.5]]))
     noised = torch.randn(200, 10, generator=torch.Generator().manual_seed(0)) * 1e38
     assert bool(torch.isfinite(to_simplex(noised)).all()) and torch.allclose(to_simplex(noised).sum(-1), torch.ones(200))
+
+
+def test_nonfinite_prototypes_stop_the_run_naming_the_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.protocols.prototypes import PrototypeSharing
+    original = PrototypeSharing.server_update
+
+    def update(self: PrototypeSharing, round: int, tasks: Sequence[Any], replies: Sequence[Any]) -> Any:
+        for task, reply in zip(tasks, replies):
+            if task.client_id == 2:
+                means = reply.uplink.rows.means
+                means[int(torch.nonzero(reply.uplink.rows.counts > 0).flatten()[0]), 0] = math.nan
+        return original(self, round, tasks, replies)
+
+    monkeypatch.setattr(PrototypeSharing, "server_update", update)
+    config = load_config(None, {**TINY, "federation.clients_per_round": 4, "federation.rounds": 1, "prototypes.method": "fedproto"})
+    with pytest.raises(Diverged) as err:
+        run_experiment(config, write=False, progress=False)
+    assert (err.value.round, err.value.client) == (1, 2) and "uploaded class prototypes are not finite" in err.value.what

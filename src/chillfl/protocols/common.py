@@ -476,12 +476,13 @@ def finite_uploads(round: int, results: Sequence[ClientResult], tolerant: bool) 
     return kept, [cid for cid, _ in dropped]
 
 
-def check_finite_rows(round: int, client_id: int, rows: torch.Tensor) -> None:
-    """Stop the run when a client's uploaded soft-label rows are not finite, naming the round, the client and the row.
+def check_finite_rows(round: int, client_id: int, rows: torch.Tensor, what: str = "soft-labels") -> None:
+    """Stop the run when a client's uploaded rows (``what``: soft-labels, class prototypes) are not finite, naming the
+    round, the client and the row.
 
     Why: the server averaged them into the consensus every client distils from, so a clustering method's k-means crashed
     ("Probabilities contain NaN") and a consensus method blamed an honest client's distillation loss a round later."""
     if not rows.is_floating_point() or bool(torch.isfinite(rows).all()):
         return
     row = int(torch.nonzero(~torch.isfinite(rows).reshape(rows.shape[0], -1).all(dim=1)).flatten()[0]) if rows.dim() else 0
-    raise Diverged(round + 1, f"its uploaded soft-labels are not finite (row {row} of {rows.shape[0]}; {UPLOAD_CAUSE})", client_id)
+    raise Diverged(round + 1, f"its uploaded {what} are not finite (row {row} of {rows.shape[0]}; {UPLOAD_CAUSE})", client_id)

@@ -44,7 +44,7 @@ from torch import nn
 
 from chillfl.aggregation.base import Aggregator, ClientResult, Params
 from chillfl.aggregation.client_states import ClientParams
-from chillfl.aggregation.registry import refuse_unused_options
+from chillfl.aggregation.registry import refuse_unused_options, tolerates_bad_clients
 from chillfl.capabilities import FORWARD, Cost
 from chillfl.config import RunConfig
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
@@ -55,7 +55,10 @@ from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_name, head_size, refuse_nonlinear_head
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_aggregated, check_client_state, local_evaluation, local_validation, mean_or_none, measured_mean, policy_accuracy, state_bytes
+from chillfl.protocols.common import (
+    Evaluation, check_aggregated, check_client_state, check_finite_rows, finite_uploads, local_evaluation, local_validation, mean_or_none, measured_mean,
+    policy_accuracy, state_bytes,
+)
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
 from chillfl.prototypes.maths import nearest_prototype
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, check_knowledge
@@ -253,6 +256,7 @@ class PrototypeSharing:
         self, round: int, tasks: Sequence[ClientTask[KnowledgeDownlink, KnowledgeState]], replies: Sequence[ClientReply[KnowledgeUplink, KnowledgeState]]
     ) -> RoundRecord:
         results, releases = [], []
+        left_out: list[int] = []
         for task, reply in zip(tasks, replies):
             cid, up = task.client_id, reply.uplink
             self.book.receive(round, task, reply, up.train_loss, up)
@@ -262,6 +266,9 @@ class PrototypeSharing:
                 self.clients[cid] = reply.state.model
             if reply.state is not None and reply.state.own:
                 self.own[cid] = reply.state.own
+            known = up.rows.counts > 0  # a class the client does not hold releases no row
+            for name, rows in (("class prototypes", up.rows.means), *((f"class rows {key!r}", t) for key, t in up.rows.extra.items())):
+                check_finite_rows(round, cid, rows[known], name)  # before the global knowledge every client reads
             releases.append(up.rows)
             if up.model is not None:
                 d = task.downlink
@@ -271,7 +278,8 @@ class PrototypeSharing:
         self.book.check_state(round, {"prototypes": knowledge.protos, **knowledge.params, **server}, "global knowledge")
         self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:
-            before, self.state = self.state, self.aggregator.aggregate(self.state, results, round)
+            usable, left_out = finite_uploads(round, results, tolerates_bad_clients(self.aggregator))
+            before, self.state = self.state, self.aggregator.aggregate(self.state, usable, round)
             check_aggregated(before, self.state, self.aggregator)
             self.book.check_state(round, self.state)
 
@@ -287,6 +295,8 @@ class PrototypeSharing:
             metrics={"known_classes": int(knowledge.mask.sum())},
             method=self.hooks.round_metrics(knowledge, releases, round),
         )
+        if left_out:  # non-finite model uploads a rule built to withstand bad clients did not see (finite_uploads)
+            record.metrics["uploads_left_out"] = left_out
         record.metrics.update(self.book.traffic(round))
         record.metrics.update(self.book.temperatures({t.client_id: trained_at(t, r) for t, r in zip(tasks, replies)}))
         if self.eval_clients != "none":

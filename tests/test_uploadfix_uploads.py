@@ -20,7 +20,8 @@ from chillfl.attacks.softlabels import to_simplex
 from chillfl.config import load_config
 from chillfl.distillation.comet import _kmeans_pp, kmeans
 from chillfl.errors import Diverged
-from chillfl.protocols.common import check_finite_rows, finite_uploads
+from chillfl.aggregation.uploads import finite_uploads
+from chillfl.protocols.common import check_finite_rows
 from chillfl.protocols.parameters import ParameterSharing
 from chillfl.runner import run_experiment
 
@@ -140,3 +141,17 @@ def test_nonfinite_prototypes_stop_the_run_naming_the_client(monkeypatch: pytest
     with pytest.raises(Diverged) as err:
         run_experiment(config, write=False, progress=False)
     assert (err.value.round, err.value.client) == (1, 2) and "uploaded class prototypes are not finite" in err.value.what
+
+
+def test_a_forged_inf_upload_names_its_client_too(caplog: pytest.LogCaptureFixture) -> None:
+    """The forging attacks write their models inside the attack's aggregator wrapper, after the server's check: the
+    wrapper checks them as the server does (a mean stopped on 'global model parameter ... is not finite', naming nobody)."""
+    attack = {"attack.kind": "scaling", "attack.factor": 1e300, "attack.clients": [1]}
+    config = load_config(None, {**TINY, "federation.clients_per_round": 4, "federation.rounds": 1, **attack})
+    with pytest.raises(Diverged) as err:
+        run_experiment(config, write=False, progress=False)
+    assert (err.value.round, err.value.client) == (1, 1) and "upload's parameter" in err.value.what
+    krum = load_config(None, {**TINY, "federation.num_clients": 6, "federation.clients_per_round": 6, "federation.rounds": 1, "algorithm.name": "krum", "algorithm.f": 1, **attack})
+    with caplog.at_level(logging.WARNING):
+        record = run_experiment(krum, write=False, progress=False).records[0]
+    assert math.isfinite(record["global_loss"]) and "client 1's upload" in caplog.text

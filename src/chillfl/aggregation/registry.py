@@ -929,7 +929,7 @@ def tolerates_bad_clients(aggregator: object) -> bool:
     (:attr:`AlgorithmSpec.tolerates`); a wrapper no spec builds (an attack's or ``[privacy]``'s) asks its base.
 
     Why: such a rule is meant to survive a bad upload, so the server leaves a non-finite one out of the round
-    (:func:`chillfl.protocols.common.finite_uploads`) where any other rule stops the run naming the client."""
+    (:func:`chillfl.aggregation.uploads.finite_uploads`) where any other rule stops the run naming the client."""
     found = built_by(aggregator)
     if found is not None:
         return found[1].tolerates is not None

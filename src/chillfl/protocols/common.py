@@ -6,7 +6,6 @@ same metrics with the same definitions (see the README's *Metrics*).
 
 from __future__ import annotations
 
-import logging
 import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -15,7 +14,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import ClientResult, Downlink
+from chillfl.aggregation.base import Downlink
+from chillfl.aggregation.uploads import UPLOAD_CAUSE
 from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
@@ -25,9 +25,6 @@ from chillfl.engine.protocol import ClientData, ClientReply, Message
 from chillfl.errors import LOSS_HINT, ConfigError, Diverged
 from chillfl.metrics.calibration import CalibrationAccumulator
 from chillfl.training.local import evaluate
-
-log = logging.getLogger(__name__)
-
 
 def mean_or_none(values: Sequence[float]) -> float | None:
     """The mean of the finite values (a client without an eval split reports NaN), None if none."""
@@ -434,46 +431,6 @@ def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str 
     if not bool(flags.all()):  # one host sync per round
         bad = next(k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all()))
         raise Diverged(round + 1, f"{what} parameter {bad!r} is not finite")
-
-
-UPLOAD_CAUSE = "an [attack]'s, or a client.lr high enough to blow the weights up"
-"""What makes a client's upload non-finite while its training loss was finite."""
-
-
-def nonfinite_entry(params: Mapping[str, torch.Tensor]) -> str | None:
-    """The first floating entry of ``params`` with a NaN or inf (one host sync when none has), else None."""
-    floats = [(k, v) for k, v in params.items() if isinstance(v, torch.Tensor) and v.is_floating_point()]
-    if not floats or bool(torch.stack([torch.isfinite(v).all() for _, v in floats]).all()):
-        return None
-    return next(k for k, v in floats if not bool(torch.isfinite(v).all()))
-
-
-def finite_uploads(round: int, results: Sequence[ClientResult], tolerant: bool) -> tuple[list[ClientResult], list[int]]:
-    """The round's uploads an aggregator may read, and the clients left out (``round``: 0-based).
-
-    A non-finite upload stops the run as :class:`Diverged` naming the round, the client and the entry, unless the
-    aggregator is built to withstand bad clients (``tolerant``: its spec declares
-    :attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`): then it is left out of the round with one warning
-    line. Why: nothing checked uploads, so the rule met the NaN: an SVD-based rule crashed with a raw ``LinAlgError``, a
-    clipping rule's or the mean's model turned NaN and the run stopped naming a parameter of the global model, never the
-    client who sent it. A round whose every upload is non-finite has nothing to aggregate: it stops the run under any rule."""
-    kept: list[ClientResult] = []
-    dropped: list[tuple[int, str]] = []
-    for result in results:
-        bad = nonfinite_entry(result.params)
-        if bad is None:
-            kept.append(result)
-            continue
-        if not tolerant:
-            raise Diverged(round + 1, f"its upload's parameter {bad!r} is not finite ({UPLOAD_CAUSE})", result.client_id)
-        dropped.append((result.client_id, bad))
-    if results and not kept:
-        cid, bad = dropped[0]
-        raise Diverged(round + 1, f"its upload's parameter {bad!r} is not finite ({UPLOAD_CAUSE}), and so is every other upload of the round", cid)
-    for cid, bad in dropped:
-        log.warning("round %d: client %d's upload: parameter %r is not finite (%s); left out of the round's aggregation, "
-                    "which is built to withstand bad clients", round + 1, cid, bad, UPLOAD_CAUSE)
-    return kept, [cid for cid, _ in dropped]
 
 
 def check_finite_rows(round: int, client_id: int, rows: torch.Tensor, what: str = "soft-labels") -> None:

@@ -67,9 +67,10 @@ from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import LOSS_HINT, ConfigError
+from chillfl.aggregation.uploads import finite_uploads
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
-    Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, finite_uploads, local_evaluation, local_validation, policy_accuracy,
+    Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy,
     state_bytes,
 )
 from chillfl.protocols.parts import Experiment

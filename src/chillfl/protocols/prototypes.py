@@ -54,9 +54,10 @@ from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_name, head_size, refuse_nonlinear_head
+from chillfl.aggregation.uploads import finite_uploads
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
-    Evaluation, check_aggregated, check_client_state, check_finite_rows, finite_uploads, local_evaluation, local_validation, mean_or_none, measured_mean,
+    Evaluation, check_aggregated, check_client_state, check_finite_rows, local_evaluation, local_validation, mean_or_none, measured_mean,
     policy_accuracy, state_bytes,
 )
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models

@@ -1,0 +1,70 @@
+"""Client uploads checked for NaN/inf before an aggregator reads them (the server's check, and an attack's forged ones).
+
+Why here, beside the aggregators: the protocols check what arrives, and :mod:`chillfl.attacks.aggregate` checks what an
+attack forges after that, so the check lives below both (imports flow one way).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Mapping, Sequence
+
+import torch
+
+from chillfl.aggregation.base import ClientResult
+from chillfl.errors import Diverged
+
+log = logging.getLogger(__name__)
+
+UPLOAD_CAUSE = "an [attack]'s, or a client.lr high enough to blow the weights up"
+"""What makes a client's upload non-finite while its training loss was finite."""
+
+
+def _floats(params: Mapping[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+    return [(k, v) for k, v in params.items() if isinstance(v, torch.Tensor) and v.is_floating_point() and v.numel()]
+
+
+def nonfinite_entry(params: Mapping[str, torch.Tensor]) -> str | None:
+    """The first floating entry of ``params`` with a NaN or inf, else None."""
+    return next((k for k, v in _floats(params) if not bool(torch.isfinite(v).all())), None)
+
+
+def _all_finite(results: Sequence[ClientResult]) -> bool:
+    """Whether every floating entry of every upload is finite: one max-abs reduction a tensor (NaN and inf carry through
+    it, a finite tensor's is finite) and ONE host sync for the round, not one a client (the GPU round is launch-bound)."""
+    peaks = [torch.linalg.vector_norm(v, ord=math.inf).float() for r in results for _, v in _floats(r.params)]
+    if not peaks:
+        return True
+    stacked = torch.stack(peaks) if len({p.device for p in peaks}) == 1 else torch.stack([p.cpu() for p in peaks])
+    return bool(torch.isfinite(stacked).all())
+
+
+def finite_uploads(round: int, results: Sequence[ClientResult], tolerant: bool) -> tuple[list[ClientResult], list[int]]:
+    """The round's uploads an aggregator may read, and the clients left out (``round``: 0-based).
+
+    A non-finite upload stops the run as :class:`Diverged` naming the round, the client and the entry, unless the
+    aggregator is built to withstand bad clients (``tolerant``: its spec declares
+    :attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`): then it is left out of the round with one warning
+    line. Why: nothing checked uploads, so the rule met the NaN: an SVD-based rule crashed with a raw ``LinAlgError``, a
+    clipping rule's or the mean's model turned NaN and the run stopped naming a parameter of the global model, never the
+    client who sent it. A round whose every upload is non-finite has nothing to aggregate: it stops the run under any rule."""
+    if _all_finite(results):
+        return list(results), []
+    kept: list[ClientResult] = []
+    dropped: list[tuple[int, str]] = []
+    for result in results:
+        bad = nonfinite_entry(result.params)
+        if bad is None:
+            kept.append(result)
+            continue
+        if not tolerant:
+            raise Diverged(round + 1, f"its upload's parameter {bad!r} is not finite ({UPLOAD_CAUSE})", result.client_id)
+        dropped.append((result.client_id, bad))
+    if results and not kept:
+        cid, bad = dropped[0]
+        raise Diverged(round + 1, f"its upload's parameter {bad!r} is not finite ({UPLOAD_CAUSE}), and so is every other upload of the round", cid)
+    for cid, bad in dropped:
+        log.warning("round %d: client %d's upload: parameter %r is not finite (%s); left out of the round's aggregation, "
+                    "which is built to withstand bad clients", round + 1, cid, bad, UPLOAD_CAUSE)
+    return kept, [cid for cid, _ in dropped]

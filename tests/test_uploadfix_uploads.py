@@ -155,3 +155,13 @@ def test_a_forged_inf_upload_names_its_client_too(caplog: pytest.LogCaptureFixtu
     with caplog.at_level(logging.WARNING):
         record = run_experiment(krum, write=False, progress=False).records[0]
     assert math.isfinite(record["global_loss"]) and "client 1's upload" in caplog.text
+
+
+@pytest.mark.parametrize("rule", [{"algorithm.name": "median"}, {"algorithm.name": "geomed"}, {"algorithm.name": "centered_clip"}])
+def test_every_robust_rule_leaves_the_nan_upload_out(rule: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ROBUST capability (withstands_bad_clients), not only a spec's ``tolerates``: median, geomed and the clipping rules
+    stopped the run on a client's NaN (or, median, absorbed it unsaid)."""
+    monkeypatch.setattr(ParameterSharing, "server_update", _poisoned(1, math.nan))
+    config = load_config(None, {**TINY, "federation.clients_per_round": 4, "federation.rounds": 1, **rule})
+    record = run_experiment(config, write=False, progress=False).records[0]
+    assert record["uploads_left_out"] == [1] and math.isfinite(record["global_loss"])

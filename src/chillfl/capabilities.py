@@ -129,6 +129,11 @@ class Capabilities:
     takes_weights: bool = False
     """Its ``aggregate()`` accepts per-client ``weights=`` (a weighted average), so a wrapper that
     reweights clients (PA3Fed) may use it as its base."""
+    withstands_bad_clients: bool = False
+    """It is built to survive bad clients (a byzantine-robust rule: median, Krum, clipping), so the server leaves a
+    client's non-finite upload out of its round, with one warning line, where any other rule stops the run naming the
+    client (:func:`chillfl.aggregation.uploads.finite_uploads`). A spec that declares :attr:`AlgorithmSpec.tolerates`
+    counts as one too."""
     not_a_base: str | None = None
     """Why a wrapper that reweights clients and brings its own client half cannot wrap it even though
     it takes weights (its clients run their own local training; its server step is its own)."""

@@ -926,13 +926,13 @@ def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator
 
 def tolerates_bad_clients(aggregator: object) -> bool:
     """Whether the spec that builds ``aggregator`` declares the byzantine clients it withstands
-    (:attr:`AlgorithmSpec.tolerates`); a wrapper no spec builds (an attack's or ``[privacy]``'s) asks its base.
+    (:attr:`AlgorithmSpec.tolerates`, or :attr:`~chillfl.capabilities.Capabilities.withstands_bad_clients`); a wrapper no spec builds (an attack's or ``[privacy]``'s) asks its base.
 
     Why: such a rule is meant to survive a bad upload, so the server leaves a non-finite one out of the round
     (:func:`chillfl.aggregation.uploads.finite_uploads`) where any other rule stops the run naming the client."""
     found = built_by(aggregator)
     if found is not None:
-        return found[1].tolerates is not None
+        return found[1].tolerates is not None or found[1].capabilities.withstands_bad_clients
     return isinstance(aggregator, AroundAggregator) and tolerates_bad_clients(aggregator.base)
 
 

@@ -256,8 +256,9 @@ def check_krum(options: KrumOptions, config: RunConfig, section: str) -> None:
         raise ConfigError(f"{section}.m", f"Multi-Krum averages at most clients per round - f = {clients - options.f} models, got {options.m}")
 
 
-ROBUST = Capabilities()
-"""A robust rule's ``aggregate`` takes no external per-client weights (no ``takes_weights``: a wrapper's weights, PA3Fed's,
+ROBUST = Capabilities(withstands_bad_clients=True)
+"""A robust rule withstands bad clients (a non-finite upload is left out of its round, not the end of the run), and its
+``aggregate`` takes no external per-client weights (no ``takes_weights``: a wrapper's weights, PA3Fed's,
 cannot reach it; its point is to ignore how much any client claims to weigh). Not every such rule is unweighted: geomed and
 norm_bound weight by sample counts unless ``weighting = "uniform"``."""
 

@@ -24,7 +24,7 @@ from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientData, ClientReply, Message
 from chillfl.errors import LOSS_HINT, ConfigError, Diverged
 from chillfl.metrics.calibration import CalibrationAccumulator
-from chillfl.training.local import evaluate
+from chillfl.training.local import evaluate, model_draws, row_outcomes
 
 def mean_or_none(values: Sequence[float]) -> float | None:
     """The mean of the finite values (a client without an eval split reports NaN), None if none."""
@@ -193,6 +193,28 @@ class LocalLog:
         self.val = {int(k): float(v) for k, v in state.get("val", {}).items()}
 
 
+SharedRows = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""(clients, union, positions, starts, sizes): the clients scored in one pass, ascending; the sorted test rows of their splits;
+for each client in turn, each of its rows' place in ``union`` (flat, in the order of its split); where each client's run
+of ``positions`` starts; each client's number of rows."""
+
+
+def shared_rows(data: FederatedData, empty: frozenset[int]) -> SharedRows | None:
+    """The clients whose own split is clean rows of the test set (not empty, no feature noise of their own), and the
+    union of those rows (:meth:`Evaluation.client_accuracies`); None: no such client."""
+    noise = data.noise
+    clients = [c for c in range(data.num_clients) if c not in empty and (noise is None or noise[c] == 0)]
+    if not clients:
+        return None
+    splits = [np.asarray(data.eval_indices[c], dtype=np.int64) for c in clients]
+    sizes = np.fromiter((len(s) for s in splits), dtype=np.int64, count=len(splits))
+    flat = np.concatenate(splits)
+    union = np.sort(flat)
+    union = union[np.concatenate(([True], union[1:] != union[:-1]))]  # a sort, not np.unique's hash (numpy 2.4: 15x slower)
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+    return np.asarray(clients, dtype=np.int64), union, np.searchsorted(union, flat), starts, sizes
+
+
 class Evaluation:
     """Global-model evaluation on the global test set (and on every client's split for ``eval.clients = "all"``)."""
 
@@ -209,6 +231,8 @@ class Evaluation:
         """Clients whose own evaluation split is empty (left out of ``local_acc`` and ``global_client_acc``)."""
         self.empty_val = empty_splits(data.validation_sizes())
         """Clients whose own validation split is empty (left out of ``local_val_acc``)."""
+        self._shared: SharedRows | None = None
+        self._shared_built = False  # built on first use: only eval.clients = "all" reads it
 
     def due(self, t: int) -> bool:
         """Whether round ``t`` (1-based) evaluates the global model."""
@@ -241,14 +265,48 @@ class Evaluation:
         if self.validation is not None:  # the server's held-out split (eval.validation): what tuning reads
             out["val_acc"], out["val_loss"] = evaluate(self.model, state, *self.validation, bs)
         if self.config.eval.clients == "all":
-            per_client = []
-            for c in range(self.data.num_clients):
-                if c in self.empty_eval:  # measures nothing; a NaN of the others is the model's, and shows
-                    continue
-                xe, ye = self.data.client_eval(c)
-                per_client.append(evaluate(self.model, state, xe.to(self.device), ye.to(self.device), bs)[0])
-            out["global_client_acc"] = measured_mean(per_client)
+            out["global_client_acc"] = measured_mean(self.client_accuracies(state))
         return out
+
+    def client_accuracies(self, state: Mapping[str, torch.Tensor]) -> list[float]:
+        """The global model's accuracy on each client's own split, in client order (empty splits left out: they measure
+        nothing; a NaN of the others is the model's, and shows).
+
+        Why not :func:`evaluate` per client: with one model for all, that is a forward pass and a host sync per registered
+        client (20,000 clients: ~30 s a round). Clients whose split is clean test rows are scored in one pass over the
+        union of their rows (:func:`row_outcomes`, ``eval.batch_size`` rows a forward) and counted per client: the same
+        integer counts, so the same accuracies, as :func:`evaluate` gives. A client whose split carries its own feature
+        noise, and every client of a model that draws in its eval forward, is scored by :func:`evaluate`, as before.
+        """
+        shared = self._shared_rows()
+        if shared is None:
+            scored: dict[int, float] = {}
+        else:
+            clients, union, positions, starts, sizes = shared
+            correct, finite = row_outcomes(self.model, state, self.data.dataset.x_test, self.data.dataset.y_test,
+                                           torch.from_numpy(union), self.device, self.config.eval.batch_size)
+            right = np.add.reduceat(correct.cpu().numpy()[positions].astype(np.int64), starts)
+            broken = np.add.reduceat((~finite).cpu().numpy()[positions].astype(np.int64), starts)
+            # int / int, as evaluate divides: the same float
+            scored = {c: (float("nan") if bad else int(r) / int(n)) for c, r, bad, n in zip(clients.tolist(), right, broken, sizes.tolist())}
+        out = []
+        bs = self.config.eval.batch_size
+        for c in range(self.data.num_clients):
+            if c in self.empty_eval:
+                continue
+            if c in scored:
+                out.append(scored[c])
+                continue
+            xe, ye = self.data.client_eval(c)
+            out.append(evaluate(self.model, state, xe.to(self.device), ye.to(self.device), bs)[0])
+        return out
+
+    def _shared_rows(self) -> SharedRows | None:
+        """The clients scored in one pass and their rows (built once: the splits do not change); None: none is."""
+        if not self._shared_built:
+            self._shared = None if model_draws(self.model, training=False) else shared_rows(self.data, self.empty_eval)
+            self._shared_built = True
+        return self._shared
 
 
 def local_evaluation(model: nn.Module, state: Mapping[str, torch.Tensor], data: ClientData, batch_size: int) -> tuple[float | None, float | None]:

@@ -1313,3 +1313,38 @@ def evaluate(
                 observe(logits, yb)
     right = int(torch.where(finite, correct, -1))  # -1: not finite (one host read for both)
     return (right / len(y) if right >= 0 else float("nan")), float(loss) / len(y)
+
+
+@torch.no_grad()
+def row_outcomes(
+    model: nn.Module,
+    state: Mapping[str, torch.Tensor],
+    x: torch.Tensor,
+    y: torch.Tensor,
+    rows: torch.Tensor,
+    device: torch.device,
+    batch_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``rows`` (indices into x, y): whether ``state`` predicts its label, and whether its logits are all finite.
+
+    Why: :func:`evaluate` called once per client with one model pays its per-call cost (state split, host sync) once per
+    client; scored once over the union of their rows, each client's accuracy is a count of these rows, exactly as
+    :func:`evaluate` counts them (same argmax, same eval mode, fp32 contiguous state). The rows are gathered batch by batch
+    (``batch_size`` a forward), moved to ``device`` (the state's), so no second copy of the test set is held. Bool tensors, on
+    ``device``. A model whose eval forward draws (:func:`model_draws`) draws per forward, so the rows of a client
+    scored here would not see the draws :func:`evaluate` gives them: score such a model with :func:`evaluate`.
+    """
+    model.eval()
+    params, buffers = split_state(model, to_memory_format(state, "contiguous"))
+    correct: list[torch.Tensor] = []
+    finite: list[torch.Tensor] = []
+    for i in range(0, len(rows), batch_size):
+        chunk = rows[i : i + batch_size].to(x.device)
+        xb, yb = x[chunk].to(device), y[chunk].to(device)
+        logits = functional_call(model, (params, buffers), (xb,))
+        correct.append(logits.argmax(1) == yb)
+        finite.append(torch.isfinite(logits).all(1))
+    if not correct:
+        empty = torch.zeros(0, dtype=torch.bool, device=device)
+        return empty, empty
+    return torch.cat(correct), torch.cat(finite)

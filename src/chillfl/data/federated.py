@@ -383,7 +383,9 @@ def build_federated_data(
         public = np.arange(n - own, n, dtype=np.int64)
     else:
         public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)
-    rest = np.setdiff1d(np.arange(n), public)
+    # public is sorted and distinct (an arange, or a sorted permutation prefix): assume_unique skips numpy 2.4's
+    # hash-based unique over every training row (0.2 s at 260,000 rows); no public pool: all rows, no set operation
+    rest = np.setdiff1d(np.arange(n), public, assume_unique=True) if len(public) else np.arange(n)
     sub = dataset
     if dataset.train_groups is not None and public_size > 0:
         position = np.full(n, -1, dtype=np.int64)

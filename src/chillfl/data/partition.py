@@ -631,7 +631,7 @@ def _natural(
         )
     out = natural_groups(groups, k, "partition 'natural'")
     flat = np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
-    if len(flat) and (flat.min() < 0 or flat.max() >= len(labels) or len(np.unique(flat)) != len(flat)):
+    if len(flat) and (flat.min() < 0 or flat.max() >= len(labels) or has_repeats(flat)):
         name = dataset.name if dataset is not None else "none"
         raise ConfigError(f"{section}.name", f"dataset {name!r} has overlapping or out-of-range train_groups")
     return Partition(out)
@@ -961,5 +961,8 @@ def checked_rows(clients: object, name: str, num_clients: int, rows: int | None,
 
 
 def has_repeats(indices: np.ndarray) -> bool:
-    """Whether some index occurs twice: a row given to two clients, or twice to one (a partition file is checked so too)."""
-    return len(np.unique(indices)) != len(indices)
+    """Whether some index occurs twice: a row given to two clients, or twice to one (a partition file is checked so too).
+    A sort and a neighbour compare, not ``np.unique``: numpy 2.4's hash-based unique took 15-20x as long on the
+    all-distinct row indices of every start-up (0.2 s at 260,000 rows)."""
+    flat = np.sort(np.asarray(indices).ravel())
+    return bool((flat[1:] == flat[:-1]).any())

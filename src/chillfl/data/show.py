@@ -1,7 +1,8 @@
 """Human-readable views of a federated split: a text table and a class x client heat map.
 
 The heat map mirrors FLex&Chill Fig. 5/6 and SCARLET Fig. 5: one column per
-client, one row per class, colour = number of training samples.
+client, one row per class, colour = number of training samples. Past
+:data:`HEATMAP_MAX_COLUMNS` clients a column is a block of clients, coloured by their mean class share.
 """
 
 from __future__ import annotations
@@ -77,10 +78,32 @@ HEATMAP_EVERY_TICK = 20
 """Up to this many classes (clients), every row (column) of the heat map gets its tick label."""
 
 
+HEATMAP_MAX_COLUMNS = 1400
+"""Past this many clients the heat map draws blocks of clients, not clients: its widest plot is ~1,460 px, and one
+column a client drew 1 client in 13 at 20,000 clients (the rest dropped) and stripes the data did not have."""
+
+
+def client_blocks(counts: np.ndarray, per: int) -> np.ndarray:
+    """[blocks, classes]: the mean class share (a client's rows of each class over its rows) of each run of ``per``
+    clients in order (the last block may be shorter). A client without rows has no share and is left out of its
+    block's mean; a block of such clients only is 0 in every class."""
+    counts = np.asarray(counts, dtype=np.float64)
+    sizes = counts.sum(axis=1)
+    held = sizes > 0
+    shares = np.divide(counts, sizes[:, None], out=np.zeros_like(counts), where=held[:, None])
+    starts = np.arange(0, len(counts), per)
+    held_in = np.add.reduceat(held.astype(np.float64), starts)
+    out: np.ndarray = np.add.reduceat(shares, starts, axis=0) / np.maximum(held_in, 1.0)[:, None]
+    return out
+
+
 def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") -> None:
     """Save a class x client heat map of ``counts`` ([clients, classes]) as a PNG (``path``'s suffix names another format;
     a ``path`` without one gets ``.png`` added, as matplotlib's ``savefig`` adds it).
 
+    Past :data:`HEATMAP_MAX_COLUMNS` clients (about one a pixel), each column is a block of clients in order, coloured
+    by their mean class share (:func:`client_blocks`), and the title says how many clients a column holds: drawn one
+    column a client, the image showed one client in every few and could draw stripes the data lacks.
     Counts are written into the cells when the grid has at most 400 cells and the figure is not at its widest.
     Written as every chillfl figure is (:func:`save_heatmap`): atomically and never through a link at ``path``
     (``savefig(path)`` overwrote what a planted ``NAME-partition.png -> ~/.bashrc`` pointed to); a file that cannot be
@@ -92,8 +115,11 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     from matplotlib.figure import Figure
 
     counts = np.asarray(counts)
-    grid = counts.T  # rows: classes, columns: clients
-    n_classes, n_clients = grid.shape
+    n_clients, n_classes = counts.shape
+    per = -(-n_clients // HEATMAP_MAX_COLUMNS)  # clients a column: 1 up to HEATMAP_MAX_COLUMNS clients
+    grid = (client_blocks(counts, per) if per > 1 else counts).T  # rows: classes, columns: clients (or blocks of them)
+    if per > 1:
+        title = f"{title} " * bool(title) + f"({n_clients:,} clients, {per} a column: their mean class share)"
     # at most HEATMAP_MAX_WIDTH inches wide: 0.35 in a client made 200 clients an 8640 x 540 px strip (a page shows it
     # a few pixels high); past ~40 clients the cells only narrow, and the counts are not written in them anyway
     fig = Figure(figsize=(min(HEATMAP_MAX_WIDTH, max(4.0, 0.35 * n_clients + 2)), max(3.0, 0.3 * n_classes + 1.5)))
@@ -102,8 +128,12 @@ def plot_class_heatmap(counts: np.ndarray, path: str | Path, title: str = "") ->
     # from 0: scaled from the smallest count, an IID split's 25-48 per cell spanned the whole map and a 25 was as dark as
     # an empty cell in a non-IID one (and a single client's 139-146 drew its 139 as if empty)
     scale = Normalize(vmin=0, vmax=float(grid.max()) if grid.size else 1.0)
-    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower", norm=scale)
-    fig.colorbar(image, ax=ax, label="samples")
+    # a block's column spans its clients' ids on the x axis (the last, shorter block cut at the last client)
+    extent = (-0.5, grid.shape[1] * per - 0.5, -0.5, n_classes - 0.5) if per > 1 else None
+    image = ax.imshow(grid, aspect="auto", cmap="viridis", interpolation="nearest", origin="lower", norm=scale, extent=extent)
+    if per > 1:
+        ax.set_xlim(-0.5, n_clients - 0.5)
+    fig.colorbar(image, ax=ax, label="samples" if per == 1 else "mean class share")
     ax.set_xlabel("client")
     ax.set_ylabel("class")
     if n_classes <= HEATMAP_EVERY_TICK:  # every class named: matplotlib's 0, 2, 4, ... left a reader counting rows

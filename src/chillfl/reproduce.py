@@ -7,7 +7,7 @@ validation split where the claim is about accuracy and a step size could
 explain it. The verdict reads the paired per-seed difference:
 
 * accuracy claims: **reproduces** when the 95 % interval of the paired
-  difference lies above 0; **opposite** when it lies below 0; otherwise
+  difference lies above 0 (a superiority test: a claim is worded as "higher than", with the paper's size); **opposite** when it lies below 0; otherwise
   **does not at this scale** (no difference distinguishable from 0 over
   these seeds; the paper's size is printed next to it), also at one seed,
   which has no interval (a sign alone is not a reproduction);
@@ -153,8 +153,10 @@ CLAIMS: tuple[Claim, ...] = (
           paper_points=15.0),
     Claim("scarlet", "SCARLET sends at most half of DS-FL's bytes (abstract: up to 50 % less communication)",
           SCARLET_CONFIG, "SCARLET D=1", "DS-FL", metric="bytes", bound=0.5, overrides=SCARLET_ROUNDS, add_variants=SCARLET_SWEEP),
-    Claim("scarlet", "SCARLET's server accuracy is at least DS-FL's (Fig. 7)",
-          SCARLET_CONFIG, "SCARLET D=1", "DS-FL", overrides=SCARLET_ROUNDS, add_variants=SCARLET_SWEEP),
+    # Worded as the superiority test it is judged by (an interval above 0), with Fig. 7's size at alpha = 0.05 (Sec. IV-B:
+    # "approximately 2% higher server-side accuracy"): "at least DS-FL's" read "does not at this scale" at equal accuracy.
+    Claim("scarlet", "SCARLET's server accuracy is higher than DS-FL's (Fig. 7, alpha = 0.05: about +2 points)",
+          SCARLET_CONFIG, "SCARLET D=1", "DS-FL", overrides=SCARLET_ROUNDS, add_variants=SCARLET_SWEEP, paper_points=2.0),
     *(Claim("scarlet", text, SCARLET_CONFIG, variant, "DS-FL", overrides=SCARLET_ROUNDS, add_variants=SCARLET_SWEEP, section="sensitivity")
       for text, variant in (
           ("D = 0 (no cache: Enhanced ERA alone)", "SCARLET D=0"),

@@ -72,6 +72,7 @@ from chillfl.progress import Progress
 from chillfl.stderr import say
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
+from chillfl.report.caveats import grid_edge_caveat
 from chillfl.report.compare import MIN_SEEDS, CompareResult, few_seeds_warning
 from chillfl.sweeps.plan import CompareOptions, plan_runs
 from chillfl.sweeps.record import find_compare, read_compare
@@ -346,6 +347,9 @@ def run_claim(
     tuned = ""
     if claim.tune:
         tuned = f" (tuned: {claim.variant} {_point(row)}, {claim.baseline} {_point(base)})"
+        # whatever the verdict: "does not at this scale" beside a baseline at its grid's top may be a grid too narrow
+        edge = grid_edge_caveat([(r["variant"], r.get("tuned") or {}, claim.tune) for r in (row, base)])
+        tuned += "" if edge is None else f"; {edge}"
     a, b = row.get("cumulative_mb"), base.get("cumulative_mb")
     ratios = [x / y for x, y in zip(_per_seed(a), _per_seed(b)) if x is not None and y] if a and b else []
     ratio = sum(ratios) / len(ratios) if ratios else None

@@ -35,6 +35,7 @@ import errno
 import hashlib
 import http.client
 import logging
+import lzma
 import os
 import shutil
 import socket
@@ -44,6 +45,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
@@ -316,6 +318,23 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+UNREADABLE_TAR = (tarfile.TarError, EOFError, zlib.error, lzma.LZMAError)
+"""What a tar's bytes raise: tarfile's own errors, and a damaged compressed stream mid-member (deflate/gzip, xz); bz2's
+and gzip's own checks raise OSErrors: :func:`_archive_fault`."""
+UNREADABLE_ZIP = (zipfile.BadZipFile, EOFError, zlib.error, lzma.LZMAError, RuntimeError, NotImplementedError)
+"""What a zip's bytes raise: zipfile's own errors, a damaged deflate/lzma stream, an encrypted member (RuntimeError:
+a password is needed), an unknown compression method (NotImplementedError)."""
+
+ARCHIVE_ERRNOS = (errno.ENOTDIR, errno.EEXIST, errno.EISDIR)
+"""A file and a folder of one name in one archive: the archive's fault, not the disk's."""
+
+
+def _archive_fault(exc: OSError) -> bool:
+    """Whether an OSError met while unpacking comes from the archive's bytes (a corrupt gzip or bz2 stream has no errno;
+    a file and a folder of one name), so that the archive is removed; the disk's errors (full, read-only) keep it."""
+    return exc.errno is None or exc.errno in ARCHIVE_ERRNOS
+
+
 def unpack_tar(archive: Path, dest: Path) -> None:
     """Extract a (possibly compressed) tar into ``dest``, refusing members that escape it, links and devices."""
     try:
@@ -325,7 +344,11 @@ def unpack_tar(archive: Path, dest: Path) -> None:
                 if not _inside(m.name) or not (m.isfile() or m.isdir()):
                     raise ArchiveError(f"refusing {archive.name}: member {m.name!r} is {'a link or device' if _inside(m.name) else 'outside the target folder'}")
             tar.extractall(dest, members=members, filter="data")
-    except (tarfile.TarError, EOFError) as exc:
+    except UNREADABLE_TAR as exc:
+        raise ArchiveError(f"{archive.name} is not a readable tar archive ({_one_line(exc)})") from exc
+    except OSError as exc:
+        if not _archive_fault(exc):
+            raise
         raise ArchiveError(f"{archive.name} is not a readable tar archive ({_one_line(exc)})") from exc
 
 
@@ -343,7 +366,11 @@ def unpack_zip(archive: Path, dest: Path) -> None:
                 if root not in out.parents and out != root:
                     raise ArchiveError(f"refusing {archive.name}: member {info.filename!r} is outside the target folder")
                 z.extract(info, dest)
-    except (zipfile.BadZipFile, EOFError) as exc:
+    except UNREADABLE_ZIP as exc:
+        raise ArchiveError(f"{archive.name} is not a readable zip archive ({_one_line(exc)})") from exc
+    except OSError as exc:
+        if not _archive_fault(exc):
+            raise
         raise ArchiveError(f"{archive.name} is not a readable zip archive ({_one_line(exc)})") from exc
 
 

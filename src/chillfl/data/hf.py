@@ -27,7 +27,11 @@ Choices
   train split. They are read with pyarrow, and the ``datasets`` features kept
   in the file's schema (``Image``, ``ClassLabel``) decide how columns decode.
 * Columns: ``image_column`` unset and no ``feature_columns``: the first of
-  ``image``, ``img``, ``pixel_values`` present. Images are decoded with Pillow;
+  ``image``, ``img``, ``pixel_values`` present. Images are decoded with Pillow
+  from the bytes stored in the file, never from a ``path`` or URL a row names
+  (``datasets`` would open or fetch it: a file from elsewhere would reach the
+  disk or the network): such a row, and a corrupt or decompression-bomb image,
+  is one line on ``image_column`` naming the row;
   all must share one size (resize them beforehand); a split whose first image
   is grayscale ("L") is read as 1 channel, anything else as RGB. ``uint8``
   pixels are scaled to [0, 1] and standardised per channel with the train
@@ -148,16 +152,77 @@ def _column(dataset: Any, name: str, field: str) -> None:
         raise ConfigError(field, f"no column {name!r}; columns: {', '.join(dataset.column_names)}")
 
 
+def _undecoded(dataset: Any, column: str, field: str) -> Any:
+    """``dataset`` with ``column`` read as stored: a ``datasets.Image`` (``Audio``, ...) value whose ``bytes`` are null
+    makes ``datasets`` open its ``path`` (any local file, a FIFO that blocks, a URL fetched over the network), so a
+    data file from elsewhere would reach the disk or the network; chillfl decodes the stored bytes itself."""
+    from datasets.features.features import require_decoding
+
+    feature = dataset.features.get(column)
+    if feature is None or not require_decoding(feature):
+        return dataset
+    image = _datasets().Image
+    if not isinstance(feature, image):
+        raise ConfigError(field, f"column {column!r} holds {type(feature).__name__} values, not one image or number per row")
+    return dataset.cast_column(column, image(mode=feature.mode, decode=False))
+
+
+def _open_image(blob: bytes, mode: str | None, row: int, column: str) -> Any:
+    """One stored image decoded as ``datasets`` would (EXIF orientation, the feature's mode); a corrupt, truncated or
+    absurdly large image (PIL's decompression-bomb guard, its warning too) is one line naming the row."""
+    import io
+    import warnings
+
+    Image = need("PIL.Image", "images", "decoding the images of dataset.name = 'hf'")
+    from PIL import ImageOps
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            image = Image.open(io.BytesIO(blob))
+            image.load()
+            if image.getexif().get(0x0112) is not None:  # Orientation, as datasets' Image.decode_example applies it
+                image = ImageOps.exif_transpose(image)
+            return image.convert(mode) if mode and mode != image.mode else image
+    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ConfigError(f"{SECTION}.image_column", f"row {row} of column {column!r}: cannot decode the image ({' '.join(str(exc).split())})") from None
+
+
+def _decoded(values: list[Any], mode: str | None, column: str) -> list[Any]:
+    """The PIL images of a ``datasets.Image`` column read undecoded (``{"bytes", "path"}`` per row)."""
+    out = []
+    for i, v in enumerate(values):
+        blob = v.get("bytes") if isinstance(v, dict) else v
+        if not isinstance(blob, bytes):
+            named = v.get("path") if isinstance(v, dict) else v
+            raise ConfigError(
+                f"{SECTION}.image_column",
+                f"row {i} of column {column!r} has no image bytes (it names {named!r}); images must carry their bytes: chillfl opens no file or URL named in a data file",
+            )
+        out.append(_open_image(blob, mode, i, column))
+    return out
+
+
 def _images(dataset: Any, column: str) -> np.ndarray:
     """[N, C, H, W] uint8 (decoded images) or the column's numbers as an array."""
-    values = dataset[column]
+    field = f"{SECTION}.image_column"
+    _column(dataset, column, field)
+    feature = dataset.features.get(column)
+    values = _undecoded(dataset, column, field)[column]
     missing = next((i for i, v in enumerate(values) if v is None), None)
     if missing is not None:
-        raise ConfigError(f"{SECTION}.image_column", f"row {missing} of column {column!r} has no image (None); drop such rows first")
+        raise ConfigError(field, f"row {missing} of column {column!r} has no image (None); drop such rows first")
+    if isinstance(feature, _datasets().Image):
+        values = _decoded(values, feature.mode, column)
     pil = len(values) > 0 and hasattr(values[0], "convert")
     if pil:  # decoded PIL images: [H, W] (L) or [H, W, 3] (RGB)
         mode = "L" if values[0].mode == "L" else "RGB"
-        arrays = [np.asarray(v.convert(mode)) for v in values]
+        arrays = []
+        for i, v in enumerate(values):
+            try:
+                arrays.append(np.asarray(v.convert(mode)))
+            except (OSError, ValueError) as exc:  # a mode PIL cannot convert
+                raise ConfigError(field, f"row {i} of column {column!r}: cannot convert the image to {mode} ({exc})") from None
     else:
         arrays = [np.asarray(v) for v in values]
     shapes = {a.shape for a in arrays}
@@ -192,7 +257,7 @@ def _features(dataset: Any, columns: list[str]) -> np.ndarray:
     for c in columns:
         _column(dataset, c, f"{SECTION}.feature_columns")
         try:
-            a = np.asarray(dataset[c])
+            a = np.asarray(_undecoded(dataset, c, f"{SECTION}.feature_columns")[c])
         except ValueError:  # ragged lists: numpy cannot make one array of them
             raise ConfigError(f"{SECTION}.feature_columns", f"column {c!r} has rows of different lengths") from None
         if a.dtype.kind not in "biuf":
@@ -206,8 +271,9 @@ def _features(dataset: Any, columns: list[str]) -> np.ndarray:
 
 def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.ndarray | None, int]:
     feature = train.features.get(column)
-    y_tr = np.asarray(train[column])
-    y_te = np.asarray(test[column]) if test is not None else None
+    field = f"{SECTION}.label_column"
+    y_tr = np.asarray(_undecoded(train, column, field)[column])
+    y_te = np.asarray(_undecoded(test, column, field)[column]) if test is not None else None
     if y_te is not None and len(y_tr) and len(y_te) and (y_tr.dtype.kind in "US") != (y_te.dtype.kind in "US"):
         raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds {y_tr.dtype} labels in the train split but {y_te.dtype} in the test split")
     if getattr(feature, "names", None) is not None:

@@ -74,3 +74,21 @@ def test_an_option_missing_from_a_complete_public_table_is_still_named(tmp_path:
 
     said = _resume_warnings(_stopped(tmp_path, monkeypatch, lacks_train_split), capsys)
     assert said == ["chillfl: resume: options added since this run started take their defaults: distillation.public_dataset_options.train_split = 0.8"], said
+
+
+def test_an_older_table_with_part_of_augment_typed_is_still_as_typed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Before 2026-12-06 a user could type part of ``augment`` in the table: that alone did not make it a complete one
+    (rev106b 2: seed, train_split and three augment keys were named)."""
+    def typed_with_augment(data: dict[str, Any]) -> None:
+        data["distillation"] = {**data["distillation"], "public_dataset_options": {"num_samples": 200, "augment": {"normalize": "dataset"}}}
+
+    assert _resume_warnings(_stopped(tmp_path, monkeypatch, typed_with_augment), capsys) == []
+
+
+def test_a_partitioner_classs_own_defaults_are_no_news() -> None:
+    """A flwr run's config.toml held only the options set before 2026-12-06; the class's defaults written since
+    (min_partition_size, self_balancing, shuffle) are the ones the run took from the class then (rev106b 1)."""
+    written = {"partition": {"name": "flwr", "partitioner": "DirichletPartitioner", "options": {"alpha": 0.5}}}
+    assert runner._no_news(written, "partition.options.min_partition_size")
+    assert not runner._no_news(written, "attack.local_dp")  # anything else is still named

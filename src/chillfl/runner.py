@@ -41,7 +41,7 @@ import torch
 from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig, load_config, read_config_file
 from chillfl.data import FederatedData
-from chillfl.data.augment import AUGMENT_KEY
+from chillfl.data.augment import AUGMENT_KEY, AugmentOptions
 from chillfl.data.loaders import files_absent
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.resolve import added_options, resolved
@@ -426,28 +426,40 @@ def from_start_folder(config: RunConfig, started_in: Path | None, build: Callabl
 
 WRITTEN_AS_TYPED: tuple[tuple[tuple[str, ...], str], ...] = ((("distillation", "public_dataset_options"), AUGMENT_KEY),)
 """Tables config.toml wrote as typed before it wrote them complete (``public_dataset_options``: before 2026-12-06), each with
-the key the complete table always has (its ``augment`` sub-table). A table without that key is such an older one: the options
-it lacks were not added since, the run took those same defaults then (the public dataset's own), so they are not warned about."""
+the sub-table the complete form always holds in full (its ``augment``, every :class:`AugmentOptions` key). A table without it
+complete is such an older one (a user could type part of ``augment`` then): the options it lacks were not added since, the
+run took those same defaults then (the public dataset's own), so they are not warned about."""
+
+CLASS_OPTIONS = ("partition", "options")
+"""A partitioner's table of a third-party class's own keyword options (flwr-datasets', the only partition entry with an
+``options`` table): config.toml wrote only those set before 2026-12-06, and now writes the class's defaults too
+(:func:`~chillfl.data.flwr_partition.with_defaults`); the run took those same defaults from the class then, so they are no
+news either."""
 
 
-def _written_as_typed(written: Mapping[str, Any], option: str) -> bool:
-    """Whether the dotted ``option`` lies in a :data:`WRITTEN_AS_TYPED` table that ``written`` (config.toml, as read) holds as
-    an older chillfl wrote it: without the key its complete form always has (or not at all)."""
+AUGMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(AugmentOptions))
+"""Every key of a complete ``augment`` sub-table."""
+
+
+def _no_news(written: Mapping[str, Any], option: str) -> bool:
+    """Whether the dotted ``option``, absent from ``written`` (config.toml, as read), is a default the run already took when
+    it started, only not written then (:data:`WRITTEN_AS_TYPED`, :data:`CLASS_OPTIONS`)."""
     for keys, mark in WRITTEN_AS_TYPED:
         if option.startswith(".".join(keys) + "."):
             table: Any = written
             for key in keys:
                 table = table.get(key) if isinstance(table, Mapping) else None
-            return not isinstance(table, Mapping) or mark not in table
-    return False
+            complete = isinstance(table, Mapping) and isinstance(table.get(mark), Mapping) and set(table[mark]) >= AUGMENT_FIELDS
+            return not complete
+    return option.startswith(".".join(CLASS_OPTIONS) + ".")
 
 
 def _say_added_options(path: Path, config: RunConfig) -> None:
     """One warning line naming the options this code resolves ``config`` to that its ``config.toml`` lacks (added since the run
     started) and the defaults they take: the resumed rounds run with them, which nothing said before. Those of a table an
-    older chillfl wrote as typed (:data:`WRITTEN_AS_TYPED`) are no news: the run took the same defaults from its start."""
+    older chillfl wrote as typed (:func:`_no_news`) are no news: the run took the same defaults from its start."""
     written = read_config_file(path)
-    added = {key: value for key, value in added_options(written, config).items() if not _written_as_typed(written, key)}
+    added = {key: value for key, value in added_options(written, config).items() if not _no_news(written, key)}
     if added:  # JSON's spelling of a string, number, boolean or list is TOML's: the line reads as the file would
         said = ", ".join(f"{key} = {json.dumps(value, default=str, ensure_ascii=False)}" for key, value in added.items())
         log.warning("resume: options added since this run started take their defaults: %s", said)

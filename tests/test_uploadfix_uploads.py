@@ -17,6 +17,7 @@ from chillfl.aggregation.fedavg import FedAvg
 from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.aggregation.robust import Krum, KrumOptions
 from chillfl.attacks.softlabels import to_simplex
+from chillfl.capabilities import Capabilities
 from chillfl.config import load_config
 from chillfl.distillation.comet import _kmeans_pp, kmeans
 from chillfl.errors import Diverged
@@ -49,10 +50,23 @@ def test_a_rule_built_for_bad_clients_leaves_the_upload_out_in_one_line(caplog: 
     assert finite_uploads(0, [], tolerant=False) == ([], [])
 
 
+class _PluginRule(FedAvg):
+    """A user's robust rule: its class declares it (no spec registers it)."""
+
+    capabilities = Capabilities(withstands_bad_clients=True)
+
+
 def test_which_rules_tolerate_bad_clients_is_their_declaration() -> None:
-    assert tolerates_bad_clients(DnC(0, DnCOptions(f=1))) and tolerates_bad_clients(Krum(KrumOptions(f=1)))
-    assert not tolerates_bad_clients(FedAvg())
-    assert tolerates_bad_clients(AroundAggregator(Krum(KrumOptions(f=1))))  # a wrapper no spec builds: its base's
+    """Named in the config (a spec's tolerates, or its capabilities), or passed from Python (its spec's, else its class's
+    own capabilities): a plugin's robust rule was not asked, only a built-in spec (rev106a 1)."""
+    custom = {"name": "custom"}
+    assert tolerates_bad_clients({"name": "dnc", "f": 1}, DnC(0, DnCOptions(f=1))) and tolerates_bad_clients({"name": "krum"}, Krum(KrumOptions(f=1)))
+    assert tolerates_bad_clients({"name": "median"}, FedAvg())  # the ROBUST capability
+    assert not tolerates_bad_clients({"name": "fedavg"}, FedAvg()) and not tolerates_bad_clients(custom, FedAvg())
+    assert tolerates_bad_clients(custom, Krum(KrumOptions(f=1)))  # an instance: the spec that builds it
+    assert tolerates_bad_clients(custom, AroundAggregator(Krum(KrumOptions(f=1))))  # a wrapper no spec builds: its base's
+    assert tolerates_bad_clients(custom, _PluginRule())  # a plugin class's own declaration
+    assert tolerates_bad_clients({"name": f"{__name__}:_PluginRule"}, FedAvg())  # named by path in the config
 
 
 def test_nonfinite_soft_label_rows_name_the_client_and_row() -> None:
@@ -129,11 +143,14 @@ def test_nonfinite_prototypes_stop_the_run_naming_the_client(monkeypatch: pytest
     from chillfl.protocols.prototypes import PrototypeSharing
     original = PrototypeSharing.server_update
 
+    poisoned: list[int] = []
+
     def update(self: PrototypeSharing, round: int, tasks: Sequence[Any], replies: Sequence[Any]) -> Any:
         for task, reply in zip(tasks, replies):
             if task.client_id == 2:
                 means = reply.uplink.rows.means
-                means[int(torch.nonzero(reply.uplink.rows.counts > 0).flatten()[0]), 0] = math.nan
+                poisoned.append(int(torch.nonzero(reply.uplink.rows.counts > 0).flatten()[-1]))  # its last held class
+                means[poisoned[-1], 0] = math.nan
         return original(self, round, tasks, replies)
 
     monkeypatch.setattr(PrototypeSharing, "server_update", update)
@@ -141,6 +158,7 @@ def test_nonfinite_prototypes_stop_the_run_naming_the_client(monkeypatch: pytest
     with pytest.raises(Diverged) as err:
         run_experiment(config, write=False, progress=False)
     assert (err.value.round, err.value.client) == (1, 2) and "uploaded class prototypes are not finite" in err.value.what
+    assert f"(class {poisoned[0]};" in err.value.what  # the class, not its place among the held ones (rev106a 4)
 
 
 def test_a_forged_inf_upload_names_its_client_too(caplog: pytest.LogCaptureFixture) -> None:
@@ -165,3 +183,19 @@ def test_every_robust_rule_leaves_the_nan_upload_out(rule: dict[str, Any], monke
     config = load_config(None, {**TINY, "federation.clients_per_round": 4, "federation.rounds": 1, **rule})
     record = run_experiment(config, write=False, progress=False).records[0]
     assert record["uploads_left_out"] == [1] and math.isfinite(record["global_loss"])
+
+
+def test_to_simplex_keeps_ordinary_rows_bit_for_bit_and_nan_rows_nan() -> None:
+    """Rows whose sum does not overflow are computed as before (a gaussian soft-label attack's run reproduces across
+    versions; the float64 path changed 825 of 1,000 rows in the last bit), and a NaN row stays NaN for the server to
+    refuse, naming the client (it came out uniform: rev106a 5)."""
+    gen = torch.Generator().manual_seed(0)
+    rows = torch.softmax(torch.randn(1000, 10, generator=gen), -1) + 0.3 * torch.randn(1000, 10, generator=gen)
+    clamped = rows.clamp_min(0)
+    total = clamped.sum(-1, keepdim=True)
+    before = torch.where(total > 0, clamped / total.clamp_min(torch.finfo(rows.dtype).tiny), torch.full_like(clamped, 0.1))
+    assert torch.equal(to_simplex(rows), before)
+    mixed = torch.tensor([[math.nan, 0.1, 0.2], [3e38, 3e38, 1.0], [0.2, -0.1, 0.6]])
+    out = to_simplex(mixed)
+    assert bool(torch.isnan(out[0]).all()) and torch.allclose(out[1], torch.tensor([0.5, 0.5, 0.0]))
+    assert torch.equal(out[2], to_simplex(mixed[2:]).squeeze(0))

@@ -191,6 +191,7 @@ class Capabilities:
             plain_sgd=self.plain_sgd or base.plain_sgd,
             on_flower=self.on_flower or base.on_flower,
             takes_weights=self.takes_weights,
+            withstands_bad_clients=self.withstands_bad_clients or base.withstands_bad_clients,
             not_a_base=self.not_a_base,
             personal_model=self.personal_model or base.personal_model,
             trains_global_model=self.trains_global_model or base.trains_global_model,

@@ -152,8 +152,10 @@ def _report(out: "RunOutput") -> int:
 def _print_summary(out: "RunOutput") -> int:
     s = out.summary
     parts = [f"{k}={s[k]:.4f}" for k in ("final_global_acc", "best_global_acc", "final_local_acc", "final_global_loss") if k in s]
-    # none: every evaluation was non-finite (summary.json keeps no NaN), which printed an empty line
-    print(" ".join(parts) or "no finite final metric (every evaluation was non-finite: metrics.jsonl has each round's)")
+    # none: every evaluation was non-finite (summary.json keeps no NaN), or the run evaluated nothing; an empty line before
+    evaluated = any(key in record for record in out.records for key in ("global_acc", "local_acc", "global_loss"))
+    print(" ".join(parts) or ("no finite final metric (every evaluation was non-finite: metrics.jsonl has each round's)" if evaluated else
+                              "no evaluated metric (the run scored no model: no global model, and eval.clients = \"none\")"))
     print(f"results: {_absolute(out.folder)}")
     return 0
 

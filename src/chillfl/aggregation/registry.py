@@ -924,16 +924,36 @@ def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator
         check_named_classes(inner.name, inner.options, aggregator.base, config, model, inner.section, inner.field)
 
 
-def tolerates_bad_clients(aggregator: object) -> bool:
-    """Whether the spec that builds ``aggregator`` declares the byzantine clients it withstands
-    (:attr:`AlgorithmSpec.tolerates`, or :attr:`~chillfl.capabilities.Capabilities.withstands_bad_clients`); a wrapper no spec builds (an attack's or ``[privacy]``'s) asks its base.
+def run_capabilities(table: Mapping[str, Any], aggregator: object) -> Capabilities:
+    """What the run's algorithm declares: the ``[algorithm]`` table's (its options, a wrapped base's included) where it names
+    a registered algorithm or a class by path; for an instance passed from Python, what the spec that builds it declares
+    (Ditto()'s takes_weights), else its class's own ``capabilities``."""
+    try:
+        algorithm_spec(str(table.get("name")), "algorithm")
+    except ConfigError:
+        by_spec = instance_capabilities(aggregator)
+        if by_spec is not None:
+            return by_spec
+        declared = vars(type(aggregator)).get("capabilities")
+        return declared if isinstance(declared, Capabilities) else Capabilities()
+    return configured_capabilities(table)
+
+
+def tolerates_bad_clients(table: Mapping[str, Any], aggregator: object) -> bool:
+    """Whether the run's algorithm is built to survive bad clients: its spec declares the byzantine clients it withstands
+    (:attr:`AlgorithmSpec.tolerates`) or its capabilities say so
+    (:attr:`~chillfl.capabilities.Capabilities.withstands_bad_clients`: a registered spec's, a class's named by path or
+    passed from Python, a wrapper's completed by its base's, as :func:`run_capabilities` reads them).
 
     Why: such a rule is meant to survive a bad upload, so the server leaves a non-finite one out of the round
     (:func:`chillfl.aggregation.uploads.finite_uploads`) where any other rule stops the run naming the client."""
-    found = built_by(aggregator)
-    if found is not None:
-        return found[1].tolerates is not None or found[1].capabilities.withstands_bad_clients
-    return isinstance(aggregator, AroundAggregator) and tolerates_bad_clients(aggregator.base)
+    if run_capabilities(table, aggregator).withstands_bad_clients:
+        return True
+    try:
+        return algorithm_spec(str(table.get("name")), "algorithm").tolerates is not None
+    except ConfigError:
+        found = built_by(aggregator)
+        return found is not None and found[1].tolerates is not None
 
 
 def largest_tolerated(name: str, options: Mapping[str, Any] | None, config: RunConfig, up_to: int, section: str = "algorithm") -> int:

@@ -7,7 +7,6 @@ attack forges after that, so the check lives below both (imports flow one way).
 from __future__ import annotations
 
 import logging
-import math
 from typing import Mapping, Sequence
 
 import torch
@@ -31,12 +30,14 @@ def nonfinite_entry(params: Mapping[str, torch.Tensor]) -> str | None:
 
 
 def _all_finite(results: Sequence[ClientResult]) -> bool:
-    """Whether every floating entry of every upload is finite: one max-abs reduction a tensor (NaN and inf carry through
-    it, a finite tensor's is finite) and ONE host sync for the round, not one a client (the GPU round is launch-bound)."""
-    peaks = [torch.linalg.vector_norm(v, ord=math.inf).float() for r in results for _, v in _floats(r.params)]
-    if not peaks:
+    """Whether every floating entry of every upload is finite, or may not be (then :func:`finite_uploads` looks at each):
+    a sum a tensor (NaN and inf carry through it; a finite tensor whose sum overflows is only a false alarm, resolved by
+    the exact look) and ONE host sync for the round, not one a client (the GPU round is launch-bound). A sum: the
+    max-abs reduction took a third of a 100-client CPU round."""
+    sums = [v.sum(dtype=torch.float64 if v.dtype == torch.float64 else torch.float32) for r in results for _, v in _floats(r.params)]
+    if not sums:
         return True
-    stacked = torch.stack(peaks) if len({p.device for p in peaks}) == 1 else torch.stack([p.cpu() for p in peaks])
+    stacked = torch.stack(sums) if len({t.device for t in sums}) == 1 else torch.stack([t.cpu() for t in sums])
     return bool(torch.isfinite(stacked).all())
 
 

@@ -22,7 +22,6 @@ import dataclasses
 from typing import Any, Callable, Mapping, Sequence
 
 from chillfl.aggregation.base import AggregatesNobody, Aggregator, AroundAggregator, ClientResult, Downlink, Params, SentStarts
-from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.aggregation.uploads import finite_uploads
 from chillfl.attacks.spec import ModelRound, as_mapping as _as_mapping, check_forged, spec_of
 from chillfl.errors import ConfigError
@@ -62,8 +61,11 @@ def malicious(attack: AttackConfig, global_params: Params, results: Sequence[Cli
 class AttackedAggregation(AroundAggregator):
     """``base`` with the attackers' uploads rewritten before it aggregates (:func:`malicious`); everything else is the base's."""
 
-    def __init__(self, base: Aggregator, attack: AttackConfig, ids: frozenset[int], seed: int) -> None:
+    def __init__(self, base: Aggregator, attack: AttackConfig, ids: frozenset[int], seed: int, tolerant: bool = False) -> None:
         super().__init__(base)
+        self.tolerant = tolerant
+        """The run's rule withstands bad clients (:func:`~chillfl.aggregation.registry.tolerates_bad_clients`): a forged
+        non-finite upload is left out, not the end of the run."""
         self.attack = attack
         self.forge = spec_of(attack).forge_models  # looked up once: a plugin's entry point is not searched for every round
         self.ids = ids
@@ -79,7 +81,7 @@ class AttackedAggregation(AroundAggregator):
         sent = forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed, starts)
         # checked as the server checks what arrives (it ran before the forging): a forged NaN names its client, and a rule
         # built to withstand bad clients leaves it out (a warning line; the record's uploads_left_out lists the server's)
-        return self.base.aggregate(global_params, finite_uploads(round, sent, tolerates_bad_clients(self.base))[0], round)
+        return self.base.aggregate(global_params, finite_uploads(round, sent, self.tolerant)[0], round)
 
     def aggregates_nobody(self) -> bool:
         """The base's (:class:`~chillfl.aggregation.base.AggregatesNobody`): with nobody reporting there is no upload to forge."""

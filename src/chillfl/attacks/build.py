@@ -125,7 +125,9 @@ def attacked_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggr
     from chillfl.attacks.aggregate import AttackedAggregation
 
     ids = attacker_ids(config, data.num_clients)
-    return AttackedAggregation(aggregator, resolved(config.attack, ids), ids, config.seed)
+    from chillfl.aggregation.registry import tolerates_bad_clients
+
+    return AttackedAggregation(aggregator, resolved(config.attack, ids), ids, config.seed, tolerates_bad_clients(config.algorithm, aggregator))
 
 
 def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:

@@ -37,19 +37,25 @@ def noisy_rows(rows: torch.Tensor, sigma: float, seed: int, logits: bool) -> tor
 
 def to_simplex(rows: torch.Tensor) -> torch.Tensor:
     """Each row with its negatives set to 0 and renormalised to sum 1 (a row left all zero: uniform; a row with +inf
-    entries: uniform over those, the limit).
+    entries: uniform over those, the limit; a row with a NaN stays NaN, which the server refuses, naming its client).
 
-    In float64, each row divided by its largest entry before the sum. Why: a float32 sum of large noised entries
-    (``sigma = 1e38``) overflowed to inf and inf / inf gave NaN rows, which COMET's k-means crashed on; a NaN entry
-    stays NaN (the server refuses such an upload, naming its client)."""
-    clamped = rows.to(torch.float64).clamp_min(0)
-    infinite = torch.isposinf(clamped)
-    clamped = torch.where(infinite.any(-1, keepdim=True), infinite.to(torch.float64), clamped)
-    top = clamped.amax(-1, keepdim=True)
-    scaled = clamped / top.clamp_min(torch.finfo(torch.float64).tiny)
-    total = scaled.sum(-1, keepdim=True)
-    uniform = torch.full_like(scaled, 1.0 / rows.shape[-1])
-    return torch.where(total > 0, scaled / total.clamp_min(torch.finfo(torch.float64).tiny), uniform).to(rows.dtype)
+    Rows whose sum overflows (a float32 sum of noised entries at ``sigma = 1e38``: inf / inf gave NaN rows, which COMET's
+    k-means crashed on) are taken in float64, each divided by its largest entry before the sum; every other row is
+    computed as before, bit for bit (a run's attack stays reproducible across versions)."""
+    clamped = rows.clamp_min(0)
+    total = clamped.sum(-1, keepdim=True)
+    uniform = torch.full_like(clamped, 1.0 / rows.shape[-1])
+    plain = torch.where(total > 0, clamped / total.clamp_min(torch.finfo(rows.dtype).tiny), uniform)
+    nan = torch.isnan(clamped).any(-1, keepdim=True)
+    plain = torch.where(nan, torch.full_like(plain, torch.nan), plain)
+    overflow = torch.isinf(total) & ~nan
+    if not bool(overflow.any()):
+        return plain
+    wide = clamped.to(torch.float64)
+    infinite = torch.isposinf(wide)
+    wide = torch.where(infinite.any(-1, keepdim=True), infinite.to(torch.float64), wide)
+    scaled = wide / wide.amax(-1, keepdim=True)  # the largest entry is positive: the sum overflowed
+    return torch.where(overflow, (scaled / scaled.sum(-1, keepdim=True)).to(rows.dtype), plain)
 
 
 @dataclass(frozen=True)

@@ -266,17 +266,9 @@ def _refuse_coupled_terms(config: RunConfig, mechanism: str) -> None:
 def _capabilities(config: RunConfig, aggregator: Aggregator) -> Capabilities:
     """What the configured algorithm declares, with what the algorithm it wraps declares (a class passed from
     Python: its own ``capabilities`` attribute)."""
-    from chillfl.aggregation.registry import algorithm_spec, configured_capabilities, instance_capabilities
+    from chillfl.aggregation.registry import run_capabilities
 
-    try:
-        algorithm_spec(str(config.algorithm.get("name")), "algorithm")
-    except ConfigError:  # an instance: what the spec that builds it declares (Ditto()'s takes_weights), else its class's own
-        by_spec = instance_capabilities(aggregator)
-        if by_spec is not None:
-            return by_spec
-        declared = vars(type(aggregator)).get("capabilities")
-        return declared if isinstance(declared, Capabilities) else Capabilities()
-    return configured_capabilities(config.algorithm)
+    return run_capabilities(config.algorithm, aggregator)
 
 
 def _lowered(exc: Exception) -> str:

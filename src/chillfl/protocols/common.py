@@ -274,8 +274,10 @@ class Evaluation:
 
         Why not :func:`evaluate` per client: with one model for all, that is a forward pass and a host sync per registered
         client (20,000 clients: ~30 s a round). Clients whose split is clean test rows are scored in one pass over the
-        union of their rows (:func:`row_outcomes`, ``eval.batch_size`` rows a forward) and counted per client: the same
-        integer counts, so the same accuracies, as :func:`evaluate` gives. A client whose split carries its own feature
+        union of their rows (:func:`row_outcomes`, ``eval.batch_size`` rows a forward) and counted per client, as
+        :func:`evaluate` counts: the same accuracies, except where a row's two top logits are within the last bits that
+        another batch composition can move (a CPU GEMM's blocking depends on the batch): a near tie can then flip, as it
+        could between two batch sizes before. Deterministic either way (the batches depend only on the splits). A client whose split carries its own feature
         noise, and every client of a model that draws in its eval forward, is scored by :func:`evaluate`, as before.
         """
         shared = self._shared_rows()
@@ -491,13 +493,14 @@ def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str 
         raise Diverged(round + 1, f"{what} parameter {bad!r} is not finite")
 
 
-def check_finite_rows(round: int, client_id: int, rows: torch.Tensor, what: str = "soft-labels") -> None:
+def check_finite_rows(round: int, client_id: int, rows: torch.Tensor, what: str = "soft-labels", classes: Sequence[int] | None = None) -> None:
     """Stop the run when a client's uploaded rows (``what``: soft-labels, class prototypes) are not finite, naming the
-    round, the client and the row.
+    round, the client and the row (``classes``: the class each row is of, named instead of its place).
 
     Why: the server averaged them into the consensus every client distils from, so a clustering method's k-means crashed
     ("Probabilities contain NaN") and a consensus method blamed an honest client's distillation loss a round later."""
     if not rows.is_floating_point() or bool(torch.isfinite(rows).all()):
         return
     row = int(torch.nonzero(~torch.isfinite(rows).reshape(rows.shape[0], -1).all(dim=1)).flatten()[0]) if rows.dim() else 0
-    raise Diverged(round + 1, f"its uploaded {what} are not finite (row {row} of {rows.shape[0]}; {UPLOAD_CAUSE})", client_id)
+    where = f"class {classes[row]}" if classes is not None else f"row {row} of {rows.shape[0]}"
+    raise Diverged(round + 1, f"its uploaded {what} are not finite ({where}; {UPLOAD_CAUSE})", client_id)

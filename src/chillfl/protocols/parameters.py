@@ -323,6 +323,7 @@ class ParameterSharing:
         objective_context: Mapping[str, float] | None = None,
         anchors: tuple[str, ...] = (),
         objective_fields: Mapping[str, tuple[str, str]] | None = None,
+        tolerant: bool = False,
     ) -> None:
         self.seed = seed
         self.lr_at = lr_at
@@ -339,7 +340,7 @@ class ParameterSharing:
         self.objective_fields = dict(objective_fields or {})
         """Each key ``[objective]``'s terms send, with the field that added the term and its name: a downlink sending it too is refused."""
         self.book = ServerBook(policy, evaluation, eval_clients)
-        self.tolerant = tolerates_bad_clients(aggregator)
+        self.tolerant = tolerant
         """A non-finite upload is left out of the round, not the end of the run (:func:`finite_uploads`)."""
         self.store: ParamStore = ParamStore()
         self.seen: set[int] = set()
@@ -576,6 +577,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
             objective_keys=tuple((key, where, name) for key, (where, name) in fields.items()),
         ),
         eval_clients=exp.config.eval.clients,
+        tolerant=tolerates_bad_clients(exp.config.algorithm, exp.aggregator),
         objective_context=numbers,
         anchors=anchors,
         objective_fields=fields,

@@ -221,6 +221,7 @@ class PrototypeSharing:
         evaluation: Evaluation,
         eval_clients: str,
         proto_dim: int,
+        tolerant: bool = False,
     ) -> None:
         self.hooks = hooks
         self.seed = seed
@@ -228,6 +229,8 @@ class PrototypeSharing:
         self.client = client
         self.state = global_state
         self.aggregator = aggregator
+        self.tolerant = tolerant
+        """A non-finite model upload is left out of the round, not the end of the run (:func:`finite_uploads`)."""
         self.policy = policy
         self.evaluation = evaluation
         self.eval_clients = eval_clients
@@ -269,7 +272,7 @@ class PrototypeSharing:
                 self.own[cid] = reply.state.own
             known = up.rows.counts > 0  # a class the client does not hold releases no row
             for name, rows in (("class prototypes", up.rows.means), *((f"class rows {key!r}", t) for key, t in up.rows.extra.items())):
-                check_finite_rows(round, cid, rows[known], name)  # before the global knowledge every client reads
+                check_finite_rows(round, cid, rows[known], name, torch.nonzero(known).flatten().tolist())  # before the knowledge every client reads
             releases.append(up.rows)
             if up.model is not None:
                 d = task.downlink
@@ -279,7 +282,7 @@ class PrototypeSharing:
         self.book.check_state(round, {"prototypes": knowledge.protos, **knowledge.params, **server}, "global knowledge")
         self.knowledge = knowledge
         if self.aggregator is not None and self.state is not None:
-            usable, left_out = finite_uploads(round, results, tolerates_bad_clients(self.aggregator))
+            usable, left_out = finite_uploads(round, results, self.tolerant)
             before, self.state = self.state, self.aggregator.aggregate(self.state, usable, round)
             check_aggregated(before, self.state, self.aggregator)
             self.book.check_state(round, self.state)
@@ -499,4 +502,5 @@ def build_prototype_sharing(exp: Experiment, evaluation: Evaluation) -> Prototyp
         evaluation=evaluation,
         eval_clients=cfg.eval.clients,
         proto_dim=parts.proto_dim,
+        tolerant=parts.share_model and exp.aggregator is not None and tolerates_bad_clients(cfg.algorithm, exp.aggregator),
     )

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.spread import SPREAD, seed_band
-from chillfl.plots.figure import Figure, fit_title, gap_marker, lone_spread, nulls_as_nan, percent_axis
+from chillfl.plots.figure import Figure, fit_title, gap_marker, literal, lone_spread, nulls_as_nan, percent_axis
 from chillfl.plots.run import axis_label, finish_panels, no_finished_run, not_measured
 from chillfl.plots.styles import variant_style
 
@@ -26,7 +26,7 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
             if not rounds:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
                 not_measured(f"{label} (n={len(runs)})", k, ax)
                 continue
-            (line,) = ax.plot(rounds, mean, label=f"{label} (n={len(runs)})", color=colour, ls=style, marker=gap_marker(rounds))
+            (line,) = ax.plot(rounds, mean, label=literal(f"{label} (n={len(runs)})"), color=colour, ls=style, marker=gap_marker(rounds))
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)
             lone_spread(ax, rounds, mean, std, colour)  # a band of one round has no width: an error bar there
     banded = any(len(runs) > 1 for runs in curves.values())  # one seed each (a tuning grid at one seed): no band to name

@@ -47,7 +47,7 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     if peak is None:
         return None
     unit, scale = unit_for(peak)
-    from chillfl.plots.figure import Figure, finish_figure, gap_marker, mark_lone_points, nulls_as_nan, percent_axis  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
+    from chillfl.plots.figure import Figure, finish_figure, gap_marker, literal, mark_lone_points, nulls_as_nan, percent_axis  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
     # a panel no run measured (the server model of runs that keep none: individual) is left out, not drawn empty
     panels = [(key, what) for key, what in PANELS if any(r.get(key) is not None for recs in curves.values() for r in recs)]
@@ -59,11 +59,11 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
         for colour, (label, records) in enumerate(curves.items()):
             xs, ys = accuracy_vs_bytes(nulls_as_nan(records, key), key)  # a null breaks the line, as a NaN does
             if xs and max(xs) == 0:  # no communication at all (individual): its final accuracy as a level
-                ax.axhline(ys[-1], linestyle="--", color="gray", label=f"{label} (no communication)")
+                ax.axhline(ys[-1], linestyle="--", color="gray", label=literal(f"{label} (no communication)"))
             elif xs:  # a run keeps its colour in both panels, also where one before it has no local accuracy
                 colour_of, style = variant_style(colour)  # and past ten runs a line style of its own
                 measured = [int(r["round"]) for r in records if key in r]  # rounds skipped (eval.every > 1): a dot per evaluated one
-                ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=label, marker=gap_marker(measured))
+                ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=literal(label), marker=gap_marker(measured))
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         if peak == 0:  # an x axis of 0 to 1 byte said nothing: say that none was sent
             ax.set(xlabel="cumulative communication: no bytes sent", xticks=[])

@@ -151,7 +151,7 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
 
     Returns False (nothing written) when no variant has a difference to draw (a comparison of the baseline alone).
     """
-    from chillfl.plots.figure import Figure, save_png, wrapped  # lazy: MissingExtra without the plots extra
+    from chillfl.plots.figure import Figure, literal, save_png, wrapped  # lazy: MissingExtra without the plots extra
 
     keys = [k for k in PANELS if (local or k != "delta_local_acc")]
     panels = [(k, found) for k in keys if (found := differences(rows, baseline, k))]
@@ -177,7 +177,7 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
             mark_clipped_ends(ax, one, y, colour)
         ax.axvline(0.0, color="black", lw=1)
         if i_panel == 0 or not same_rows:  # shared labels say a clip in any panel (each bar marks its own ends)
-            ax.set_yticks(range(len(diffs)), [row_label(one, same_rows and any(clipped(d[i]) for _, d in panels))
+            ax.set_yticks(range(len(diffs)), [literal(row_label(one, same_rows and any(clipped(d[i]) for _, d in panels)))
                                               for i, one in reversed(list(enumerate(diffs)))], fontsize=8)
         ax.set_ylim(-0.6, len(diffs) - 0.4)  # half a row above and below: with two rows the autoscaled view put them on the frame
         ax.margins(x=0.05)
@@ -185,10 +185,10 @@ def plot_differences(rows: Sequence[Mapping[str, Any]], baseline: str, path: str
             ax.set_xticks(spaced_ticks(ax, TICKS), minor=False)
             ax.xaxis.set_major_formatter(lambda v, _: f"{v:g}")
         # wrapped to the panel's width: a long baseline's label ran into the next panel's
-        ax.set(xlabel=wrapped(f"minus {baseline}'s, points{scale}", PANEL_TEXT_INCHES), title=PANELS[key].capitalize())
+        ax.set(xlabel=literal(wrapped(f"minus {baseline}'s, points{scale}", PANEL_TEXT_INCHES)), title=PANELS[key].capitalize())
         ax.grid(axis="x", alpha=0.3)
     heading = (f"{title}: " if title else "") + f"difference from the baseline ({caption([d for _, found in panels for d in found])})"
-    fig.suptitle(textwrap.fill(heading, TITLE_CHARS * len(panels)), fontsize=10)  # wrapped: a clipped bar's note ran past one panel's width
+    fig.suptitle(literal(textwrap.fill(heading, TITLE_CHARS * len(panels))), fontsize=10)  # wrapped: a clipped bar's note ran past one panel's width
     fig.tight_layout()
     save_png(fig, path, dpi=110)
     return True

@@ -17,8 +17,17 @@ from matplotlib.figure import Figure  # noqa: E402
 from matplotlib.ticker import Formatter  # noqa: E402
 
 __all__ = ["Figure", "centre_title_over_axes", "figure_file", "finish_figure", "fit_title", "gap_marker", "legend_below",
-           "log_scale", "lone_spread", "mark_lone_points", "measured_series", "nulls_as_nan", "percent_axis", "plain_log_labels",
+           "literal", "log_scale", "lone_spread", "mark_lone_points", "measured_series", "nulls_as_nan", "percent_axis", "plain_log_labels",
            "save_figure", "save_png", "shared_legend", "spans_decades", "wrapped"]
+
+
+def literal(text: str) -> str:
+    """``text`` (a run or variant name, a title, a label a user chose) as matplotlib draws it literally: every ``$``
+    escaped. Unescaped, two ``$`` were parsed as mathtext, so a legal run name ``lr_$a_b_c$`` ended ``report`` and
+    ``compare`` in a mathtext traceback (a comparison left ``.partial`` after all its runs trained), and ``fee=$10$``
+    was drawn in math italics. Applied once, where the user's text becomes a matplotlib text (chillfl draws no mathtext
+    of its own; a tick formatter's is left alone)."""
+    return text.replace("$", r"\$")
 
 
 def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
@@ -294,7 +303,7 @@ def fit_title(fig: Figure, title: str) -> None:
     from matplotlib import rcParams
     from matplotlib.font_manager import FontProperties
 
-    fig.suptitle(wrapped(title, fig.get_figwidth(), FontProperties(size=rcParams["figure.titlesize"]).get_size_in_points()))
+    fig.suptitle(literal(wrapped(title, fig.get_figwidth(), FontProperties(size=rcParams["figure.titlesize"]).get_size_in_points())))
 
 
 def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:

@@ -30,7 +30,7 @@ from chillfl.metrics.records import METRICS, read_records, run_folders, run_tool
 from chillfl.metrics.spread import SPREAD, seed_band  # noqa: E402
 from chillfl.run_names import CLP_FIGURE, comparison_labels  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
-from chillfl.plots.figure import Figure, finish_figure, gap_marker, lone_spread, log_scale, measured_series, nulls_as_nan, percent_axis, save_png, shared_legend, wrapped  # noqa: E402
+from chillfl.plots.figure import Figure, finish_figure, gap_marker, literal, lone_spread, log_scale, measured_series, nulls_as_nan, percent_axis, save_png, shared_legend, wrapped  # noqa: E402
 from chillfl.plots.run import integer_rounds, no_finished_run  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
 
@@ -122,11 +122,11 @@ def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, A
             no_finished_run(label, (ax,))
             continue
         if not rounds:  # finished, but no round measured a global accuracy (no global model): said, not dropped silently
-            ax.plot([], [], " ", label=f"{label}: no global accuracy measured")
+            ax.plot([], [], " ", label=literal(f"{label}: no global accuracy measured"))
             continue
         shown = f"{label} (n={len(runs)})" if seeded else label
         colour, style = variant_style(i)
-        (line,) = ax.plot(rounds, acc, label=shown, color=colour, ls=style, marker=gap_marker(rounds))
+        (line,) = ax.plot(rounds, acc, label=literal(shown), color=colour, ls=style, marker=gap_marker(rounds))
         if len(runs) > 1:  # the seeds' spread, as the comparison's curves.png shades it (one seed: no band)
             ax.fill_between(rounds, [m - s for m, s in zip(acc, std)], [m + s for m, s in zip(acc, std)], color=line.get_color(), alpha=0.2, linewidth=0)
             lone_spread(ax, rounds, acc, std, colour)  # a 1-round band has no width: an error bar instead
@@ -137,7 +137,7 @@ def plot_compare_clp_seeds(groups: Mapping[str, Sequence[Sequence[Mapping[str, A
     what = f"accuracy, mean over seeds, {SPREAD}" if seeded else "accuracy"
     key = "\n(dots: adapted CLP rounds in at least half the seeds)" if seeded else " (dots: adapted CLP rounds)"  # on a line of its own where long
     # the title over the axes it names, wrapped to their width: a long folder name ran past the figure's edges
-    ax.set(xlabel="round", ylabel="global accuracy", title=wrapped((f"{title}: {what}" if title else what.capitalize()) + key, AXES_INCHES, 12))
+    ax.set(xlabel="round", ylabel="global accuracy", title=literal(wrapped((f"{title}: {what}" if title else what.capitalize()) + key, AXES_INCHES, 12)))
     percent_axis(ax)
     integer_rounds(ax)
     ax.grid(alpha=0.3)

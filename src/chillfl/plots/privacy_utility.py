@@ -191,7 +191,7 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
     utility = utility_points(rows, units)
     if not utility.points:
         return False
-    from chillfl.plots.figure import Figure, save_png  # lazy, and first: MissingExtra without the plots extra
+    from chillfl.plots.figure import Figure, literal, save_png  # lazy, and first: MissingExtra without the plots extra
 
     from matplotlib.lines import Line2D
     from matplotlib.ticker import LogFormatter
@@ -209,7 +209,7 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
     for p, shift in zip(utility.points, dodges(utility.points)):
         err = None if p.interval is None else [[p.accuracy - p.interval.low], [p.interval.high - p.accuracy]]
         drawn = ax.errorbar([p.epsilon], [p.accuracy], yerr=err, fmt=marker_of[p.unit], color=point_style(p.index)[0], ms=7, capsize=4,
-                            fillstyle=point_style(p.index)[1], label=point_label(p))
+                            fillstyle=point_style(p.index)[1], label=literal(point_label(p)))
         if shift:  # side by side, the data unchanged; moved after drawing, so that the axes' limits still fit the data
             moved = offset_copy(ax.transData, fig=fig, x=shift, y=0.0, units="points")
             for artist in drawn.get_children():
@@ -217,15 +217,15 @@ def plot_privacy_utility(rows: Sequence[Mapping[str, Any]], path: str | Path, ti
         handles.append(drawn)
     for ref in utility.references:  # dashed (dotted past ten variants ...) whatever its variant's line: a level, not a point's line
         colour, _, level = point_style(ref.index)
-        handles.append(ax.axhline(ref.accuracy, color=colour, ls=level, lw=1.2, label=f"{ref.label} (no DP): {ref.accuracy:.2f} %"))
+        handles.append(ax.axhline(ref.accuracy, color=colour, ls=level, lw=1.2, label=literal(f"{ref.label} (no DP): {ref.accuracy:.2f} %")))
     ax.set(xlabel="epsilon spent by the last round (each at its own delta)" + ("; log scale" if utility.log_x else ""), ylabel="final global test accuracy %")
     ax.grid(alpha=0.3)
     # figure legends "outside": constrained layout makes room for both (a second axes legend kept by add_artist got none)
     fig.legend(handles=handles, fontsize=7, loc="outside right upper", title="variant", title_fontsize=8)
     if any(utility.units):
-        keys = [Line2D([], [], ls="", marker=marker_of[u], color="black", label=u or "(not given)") for u in utility.units]
+        keys = [Line2D([], [], ls="", marker=marker_of[u], color="black", label=literal(u or "(not given)")) for u in utility.units]
         fig.legend(handles=keys, fontsize=7, loc="outside right lower", title="epsilon bounds", title_fontsize=8)
     ax.set_title(textwrap.fill(note(utility), NOTE_CHARS), fontsize=8)
-    fig.suptitle((f"{title}: " if title else "") + "final accuracy against epsilon spent", fontsize=10)
+    fig.suptitle(literal((f"{title}: " if title else "") + "final accuracy against epsilon spent"), fontsize=10)
     save_png(fig, path, dpi=110)
     return True

@@ -10,7 +10,7 @@ from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import Figure, fit_title, gap_marker, log_scale, mark_lone_points, measured_series, percent_axis, save_png, shared_legend, spans_decades  # noqa: E402
+from chillfl.plots.figure import Figure, fit_title, gap_marker, literal, log_scale, mark_lone_points, measured_series, percent_axis, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
 
@@ -99,7 +99,7 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
             if not rounds:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
                 not_measured(label, k, ax)
                 continue
-            ax.plot(rounds, values, label=label, color=colour, ls=style, marker=gap_marker(rounds))
+            ax.plot(rounds, values, label=literal(label), color=colour, ls=style, marker=gap_marker(rounds))
     ax_acc.set(xlabel="round", ylabel=axis_label(key), title="Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
     if key.endswith("acc"):  # in percent, as differences.png and the HTML report give accuracy
@@ -112,14 +112,14 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
 def not_measured(label: str, key: str, ax: Any) -> None:
     """A legend entry without a line for a variant that finished but measured no ``key`` (a run without a global
     model has no global accuracy): its entry was a coloured line that drew nothing, with no word of why."""
-    ax.plot([], [], " ", label=f"{label}: no {axis_label(key).split(':')[0]} measured")
+    ax.plot([], [], " ", label=literal(f"{label}: no {axis_label(key).split(':')[0]} measured"))
 
 
 def no_finished_run(label: str, axes: Sequence[Any]) -> None:
     """A legend entry without a line for a variant none of whose runs finished (diverged at every seed): its
     curve is missing for a reason the figure says, not silently."""
     for ax in axes:
-        ax.plot([], [], " ", label=f"{label}: no finished run")
+        ax.plot([], [], " ", label=literal(f"{label}: no finished run"))
 
 
 def integer_rounds(ax: Any) -> None:

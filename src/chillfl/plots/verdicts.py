@@ -49,7 +49,7 @@ def label(point: VerdictPoint) -> str:
 
 def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str = "") -> None:
     """One panel per metric present (accuracy difference; bytes ratio), one row per claim, top to bottom."""
-    from chillfl.plots.figure import Figure, save_png  # lazy: MissingExtra without the plots extra, while VerdictPoint stays importable
+    from chillfl.plots.figure import Figure, literal, save_png  # lazy: MissingExtra without the plots extra, while VerdictPoint stays importable
 
     panels = [m for m in ("accuracy", "bytes") if any(p.metric == m for p in points)]
     rows = max(sum(p.metric == m for p in points) for m in panels)
@@ -66,7 +66,7 @@ def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str =
             ax.scatter([p.mean], [y], s=60, marker="D", color=colour, zorder=4)
             ax.annotate(p.verdict, (p.mean, y), xytext=(0, 7), textcoords="offset points", ha="center", fontsize=7, color=colour,
                         bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.85}, zorder=5)
-        ax.set_yticks(range(len(mine)), [textwrap.fill(label(p), 48) for p in reversed(mine)], fontsize=7)
+        ax.set_yticks(range(len(mine)), [literal(textwrap.fill(label(p), 48)) for p in reversed(mine)], fontsize=7)
         ax.set_ylim(-0.7, len(mine) - 0.3)
         if metric == "accuracy":
             ax.axvline(0.0, color="black", lw=1)
@@ -81,6 +81,6 @@ def plot_verdicts(points: Sequence[VerdictPoint], path: str | Path, title: str =
         ax.grid(alpha=0.3, axis="x")
         ax.legend(fontsize=7, loc="best")
     if title:
-        fig.suptitle(title)
+        fig.suptitle(literal(title))
     fig.tight_layout()
     save_png(fig, path, dpi=110)

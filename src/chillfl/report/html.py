@@ -592,14 +592,15 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
 
     One legend for all panels, under them: a legend in each panel, as tall as the labels (every option that varies)
     make it, covered the curves, and said the same thing twice."""
-    from chillfl.plots.run import integer_rounds  # lazy: matplotlib is the `plots` extra
+    from chillfl.plots.figure import literal  # lazy: matplotlib is the `plots` extra
+    from chillfl.plots.run import integer_rounds
 
     present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
     if not present:
         return None
     # a variant's label (every option that varies) can be wider than a panel: wrapped to a panel's width, the legend
     # in as many columns as there are panels, and the figure that much taller (constrained layout places it)
-    labels = {g.label: textwrap.fill(f"{g.label} (n={len(g.runs)})", LEGEND_CHARS) for g in groups}
+    labels = {g.label: literal(textwrap.fill(f"{g.label} (n={len(g.runs)})", LEGEND_CHARS)) for g in groups}  # a `$` drawn as written
     columns = len(present)
     fig = _figure(5.2 * len(present), 3.8 + 0.3 + LEGEND_LINE * legend_rows(list(labels.values()), columns))
     fig.set_layout_engine("constrained")
@@ -658,8 +659,10 @@ def reliability_figure(run: Run) -> str | None:
     the user's own module or data gets one too; a folder written before
     those were kept is replayed from its config and ``model.safetensors``.
     """
+    from chillfl.plots.figure import literal  # lazy: matplotlib is the `plots` extra
+
     if isinstance(saved := run.summary.get("calibration"), dict):
-        result = {"runs": {run_label(run.folder): saved}}
+        result = {"runs": {literal(run_label(run.folder)): saved}}  # the key is the panel's title: a `$` drawn as written
         try:
             return _via_file(lambda path: plot_reliability(result, path))
         except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:  # a hand-edited or foreign summary.json
@@ -672,6 +675,7 @@ def reliability_figure(run: Run) -> str | None:
             raise
         except ConfigError:  # e.g. a dataset that is not on this machine
             return None
+        result = {**result, "runs": {literal(str(label)): one for label, one in result["runs"].items()}}
     else:
         return None
     return _via_file(lambda path: plot_reliability(result, path))
@@ -683,6 +687,8 @@ def partition_figure(run: Run) -> str | None:
     Built with ``eval.clients = "none"`` (no client splits): the map shows train counts only, and the train partition
     is drawn from its own stream, so it is the run's own; drawing every client's eval split first took half the
     report's time at 20,000 clients."""
+    from chillfl.plots.figure import literal  # lazy: matplotlib is the `plots` extra
+
     config = replace(run.config, eval=replace(run.config.eval, clients="none"))
     try:
         data = build_data(config)
@@ -690,7 +696,7 @@ def partition_figure(run: Run) -> str | None:
         raise
     except ConfigError:  # e.g. a dataset that is not on this machine
         return None
-    return _via_file(lambda path: plot_class_heatmap(data.class_counts(), path, title=f"{run.config.name}: class counts per client (seed {run.config.seed})"))
+    return _via_file(lambda path: plot_class_heatmap(data.class_counts(), path, title=literal(f"{run.config.name}: class counts per client (seed {run.config.seed})")))
 
 
 # ----------------------------------------------------------------------------- page

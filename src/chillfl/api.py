@@ -50,6 +50,8 @@ from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
 from chillfl.plugins import has_methods, is_custom
 from chillfl.report.compare import CompareResult as Comparison
+from chillfl.storage.model_file import check_client_ids
+from chillfl.storage.run_folder import CLIENT_MODELS
 from chillfl.storage.run_state import is_sweep
 from chillfl.sweeps.plan import CompareOptions, check_select_used, grid_variants, parse_grid, repeats
 from chillfl.sweeps.record import check_resumable
@@ -345,6 +347,7 @@ def load_run(folder: str | Path, model: nn.Module | None = None, data: UserData 
     _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
     parts = finished_run(folder, model, dataset, field="folder")
+    check_client_ids(Path(folder) / CLIENT_MODELS, parts.client_states, parts.config.federation.num_clients)  # an id past the run's clients: a crafted file
     return FinishedRun(Path(folder), parts.config, parts.model, parts.data, parts.client_states)
 
 

@@ -23,12 +23,20 @@ from chillfl.training.local import persistent_buffers
 
 def model_with_state(template: nn.Module, state: Mapping[str, torch.Tensor]) -> nn.Module:
     """A deep copy of ``template`` (on its own device) with ``state`` copied into its parameters and persistent buffers
-    (a ``persistent=False`` buffer is the template's own, not in the state: :func:`~chillfl.training.local.model_state`)."""
+    (a ``persistent=False`` buffer is the template's own, not in the state: :func:`~chillfl.training.local.model_state`).
+    A state entry that is not a tensor of its parameter's shape is a RuntimeError naming it: ``copy_`` broadcast a
+    number (or a ``[10]`` into a ``[4, 10]``) into the weight without a word, and a list was a TypeError, where a
+    ``model.safetensors`` from elsewhere (its checksum recomputed) held one."""
     model = copy.deepcopy(template)
     named: dict[str, torch.Tensor] = {**dict(model.named_parameters()), **dict(persistent_buffers(model))}
     missing = sorted(set(named) - set(state))
     if missing:  # pragma: no cover - the run's state is the template's own
         raise RuntimeError(f"state lacks {missing[:5]}")
+    for key, tensor in named.items():
+        given = state[key]
+        if not isinstance(given, torch.Tensor) or given.shape != tensor.shape:
+            held = f"shape {list(given.shape)}" if isinstance(given, torch.Tensor) else f"a {type(given).__name__}"
+            raise RuntimeError(f"{key!r} is {held}; the model's is a tensor of shape {list(tensor.shape)}")
     with torch.no_grad():
         for key, tensor in named.items():
             tensor.copy_(state[key])

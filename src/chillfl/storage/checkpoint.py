@@ -228,9 +228,22 @@ def _nonfinite_name(value: float) -> str:
     return "nan" if pattern == _NAN_BITS else f"nan:{pattern:016x}"
 
 
-def _nonfinite_value(name: str) -> float:
+def _nonfinite_value(name: object) -> float:
+    """The float a ``{"__float__": name}`` mark stands for (:func:`_nonfinite_name`); anything else it could say is a
+    ValueError (a corrupt file). Why: the checksum is recomputable, so a crafted file passes it, and a mark of ``5`` or
+    ``"nan:" + 20 hex digits`` ended ``resume`` / ``load_run`` in an AttributeError or a struct.error traceback."""
+    if not isinstance(name, str):
+        raise ValueError(f"a non-finite float mark is {type(name).__name__}, not a name")
     if name.startswith("nan:"):
-        return float(struct.unpack("<d", struct.pack("<Q", int(name[4:], 16)))[0])
+        bits = name[4:]
+        if len(bits) != 16 or any(c not in "0123456789abcdef" for c in bits):
+            raise ValueError(f"a NaN mark {name[:40]!r} is not 'nan:' and 16 hex digits")
+        value = float(struct.unpack("<d", struct.pack("<Q", int(bits, 16)))[0])
+        if not math.isnan(value):
+            raise ValueError(f"a NaN mark {name!r} holds the bits of a number")
+        return value
+    if name not in _NONFINITE:
+        raise ValueError(f"a non-finite float mark {name[:40]!r} is none of inf, -inf, nan")
     return _NONFINITE[name]
 
 

@@ -42,19 +42,41 @@ def write_client_models(path: Path, clients: Mapping[int, Mapping[str, torch.Ten
     write_model(path, {f"{cid}/{name}": t for cid, state in sorted(clients.items()) for name, t in state.items()})
 
 
-def read_client_models(path: Path, device: str | torch.device = "cpu") -> dict[int, dict[str, torch.Tensor]]:
+def read_client_models(path: Path, device: str | torch.device = "cpu", num_clients: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
     """Client id -> its model, from a ``client_models.safetensors`` (this format or the older state-tree one): clients in
-    id order, each model's tensors by name (:func:`by_name`)."""
+    id order, each model's tensors by name (:func:`by_name`). A client id is a number of ASCII digits, written as chillfl
+    writes it, below ``num_clients`` where the caller knows the run's ``federation.num_clients``
+    (:func:`check_client_ids` checks that after the read); else the file is corrupt."""
     out: dict[int, dict[str, torch.Tensor]] = {}
-    for key, value in _read_tensors(Path(path), device, "checkpoint.client_models").items():
+    for key, value in _read_tensors(Path(path), device, CLIENTS_FIELD, nested=True).items():
         if isinstance(value, Mapping):  # an older file: the tree {"client id": {name: tensor}}
-            out[int(key)] = dict(value)
+            out[_client_id(path, key, key, num_clients)] = dict(value)
             continue
         cid, sep, name = key.partition("/")
-        if not sep or not cid.isdigit():
-            raise ConfigError("checkpoint.client_models", f"{path}: tensor {key!r} is not named '<client id>/<name>'")
-        out.setdefault(int(cid), {})[name] = value
+        if not sep:
+            raise ConfigError(CLIENTS_FIELD, f"{path}: tensor {key!r} is not named '<client id>/<name>'")
+        out.setdefault(_client_id(path, cid, key, num_clients), {})[name] = value
     return {cid: out[cid] for cid in sorted(out)}  # clients in id order ("10/..." sorts before "2/..." as text)
+
+
+CLIENTS_FIELD = "checkpoint.client_models"
+"""The field a corrupt ``client_models.safetensors`` is reported on."""
+
+
+def check_client_ids(path: Path, clients: Mapping[int, Any], num_clients: int) -> None:
+    """ConfigError naming ``path`` unless every client id of ``clients`` (read from it) is one of the run's ``num_clients``."""
+    for cid in clients:
+        _client_id(path, str(cid), str(cid), num_clients)
+
+
+def _client_id(path: Path, text: str, key: str, num_clients: int | None) -> int:
+    """``text`` as a client id of the run, or ConfigError naming the file. Why: ``str.isdigit`` is True of ``"١"`` (an
+    Arabic-Indic one, which ``int`` reads as 1), and ``-1`` or a 23-digit id named a client no run has; a crafted file
+    (its checksum recomputed) was read as those clients' models without a word."""
+    if not (text.isascii() and text.isdigit()) or text != str(int(text)) or (num_clients is not None and int(text) >= num_clients):
+        ids = "a client id" if num_clients is None else f"one of the run's client ids 0..{num_clients - 1}"
+        raise ConfigError(CLIENTS_FIELD, f"{path}: tensor {key[:80]!r} does not name {ids}")
+    return int(text)
 
 
 def read_model(path: Path, device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
@@ -62,8 +84,10 @@ def read_model(path: Path, device: str | torch.device = "cpu") -> dict[str, torc
     return _read_tensors(Path(path), device, "model")
 
 
-def _read_tensors(path: Path, device: str | torch.device, field: str) -> dict[str, Any]:
-    """A plain safetensors file's name -> tensor dict, or an older file's state tree; unreadable files: ConfigError on ``field``."""
+def _read_tensors(path: Path, device: str | torch.device, field: str, nested: bool = False) -> dict[str, Any]:
+    """A plain safetensors file's name -> tensor dict, or an older file's state tree; unreadable files: ConfigError on ``field``.
+    An older tree must hold a tensor under every name (``nested``: a name -> tensor table under every client id), else
+    the file is corrupt: a list or a number there went on into ``copy_`` (a TypeError) or was broadcast into a weight."""
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -74,11 +98,22 @@ def _read_tensors(path: Path, device: str | torch.device, field: str) -> dict[st
         except ValueError:  # no metadata table at all: a plain file from any writer
             legacy = False
         tensors = dict(decode_state(data)) if legacy else by_name(safetensors.torch.load(data))
+        if legacy:
+            _check_tree(tensors, nested)
     except (ValueError, KeyError, TypeError, IndexError, UnicodeDecodeError, safetensors.SafetensorError) as exc:
         raise ConfigError(field, f"{path} is not a valid safetensors model file: {one_line(str(exc))}") from exc
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) if isinstance(v, torch.Tensor) else {n: t.to(device) for n, t in v.items()} for k, v in tensors.items()}
     return tensors
+
+
+def _check_tree(tree: Mapping[str, Any], nested: bool) -> None:
+    """ValueError unless every entry of an older file's ``tree`` is a tensor (``nested``: a table of them)."""
+    for key, value in tree.items():
+        if nested and isinstance(value, Mapping):
+            _check_tree(value, False)
+        elif not isinstance(value, torch.Tensor):
+            raise ValueError(f"entry {str(key)[:80]!r} is a {type(value).__name__}, not a tensor")
 
 
 def by_name(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -48,7 +48,7 @@ from chillfl.numeric import is_whole
 from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
-from chillfl.plugins import has_methods, is_custom
+from chillfl.plugins import PluginNotImported, has_methods, is_custom, reading_data
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.model_file import check_client_ids
 from chillfl.storage.run_folder import CLIENT_MODELS
@@ -340,13 +340,23 @@ def load_run(folder: str | Path, model: nn.Module | None = None, data: UserData 
     A registry run is rebuilt from its ``config.toml`` alone; a run on your own ``model`` or ``data`` needs them again
     (the same class and data; the weights come from ``model.safetensors``). Everything stays on the CPU. Why: the
     recorded accuracies are reproducible only on the rows and the model the run used (docs/python-api.md).
+
+    A folder whose config names no plugin part is read as data (:func:`~chillfl.plugins.reading_data`): no
+    ``chillfl.plugins`` entry point is imported, so a received folder cannot run a module it ships beside itself (the
+    working directory is on the import path in a notebook). One that names a plugin imports it: rebuilding needs its code.
     """
     from chillfl.analysis.replay import finished_run
 
     folder = arguments.path(folder, "folder")
     _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
-    parts = finished_run(folder, model, dataset, field="folder")
+    try:
+        with reading_data("chillfl.load_run") as refused:
+            parts = finished_run(folder, model, dataset, field="folder")
+    except PluginNotImported:
+        refused = [("", "")]
+    if refused:  # its config names a plugin's part (a model, a mechanism kept as written): rebuilding the run needs that code
+        parts = finished_run(folder, model, dataset, field="folder")
     check_client_ids(Path(folder) / CLIENT_MODELS, parts.client_states, parts.config.federation.num_clients)  # an id past the run's clients: a crafted file
     return FinishedRun(Path(folder), parts.config, parts.model, parts.data, parts.client_states)
 

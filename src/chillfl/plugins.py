@@ -93,6 +93,27 @@ def reading_data(command: str, hint: str = "") -> Iterator[list[tuple[str, str]]
         _READING.reset(token)
 
 
+_BUILT_INS_ONLY: contextvars.ContextVar[bool] = contextvars.ContextVar("chillfl_built_ins_only", default=False)
+"""While set (:func:`built_ins_only`), :func:`plugin_names` lists no entry point of a part: none is imported to tell."""
+
+
+@contextmanager
+def built_ins_only() -> Iterator[None]:
+    """List the built-ins alone while the block runs (:func:`plugin_names` imports no entry point to tell its part).
+
+    Why: telling the parts apart imports every ``chillfl.plugins`` entry point's module, and a config's ``[privacy]`` or
+    ``[attack]`` table that is off still lists keys (every saved ``config.toml`` does), whose owners were looked up among
+    every spec: parsing a plain fedavg folder (``chillfl.load_run``, ``run --dry-run``) imported every installed plugin, and
+    under ``python -m`` or in a notebook one that a received folder ships in a ``.dist-info`` beside itself. A reader
+    looks among the built-ins first and at the plugins only for a key no built-in takes (:class:`~chillfl.settings.chosen.Choice`).
+    """
+    token = _BUILT_INS_ONLY.set(True)
+    try:
+        yield
+    finally:
+        _BUILT_INS_ONLY.reset(token)
+
+
 def refuse_plugin(field: str, name: str) -> None:
     """Raise :class:`PluginNotImported` for ``name`` on ``field`` while a folder is read as data (:func:`reading_data`); else nothing."""
     reading = _READING.get()
@@ -190,7 +211,7 @@ def plugin_names(accepts: Callable[[Any], bool] | None = None, built_ins: Collec
     names = sorted(entry_points())
     if accepts is None:
         return names
-    if _READING.get() is not None:  # telling the parts apart imports each entry point: a folder read as data lists the built-ins
+    if _READING.get() is not None or _BUILT_INS_ONLY.get():  # telling the parts apart imports each entry point: a folder read as data lists the built-ins
         return []
     out = []
     for name in names:
@@ -241,7 +262,7 @@ def warn_if_shadowed(name: str, what: str, accepts: Callable[[Any], bool], built
     Nothing is imported while a results folder is read as data (:func:`reading_data`).
     """
     path = entry_points().get(name)
-    if path is None or _READING.get() is not None:
+    if path is None or _READING.get() is not None or _BUILT_INS_ONLY.get():  # nothing imported to tell: built_ins_only
         return
     try:
         loaded = load_object(path, f"plugin {name!r}")

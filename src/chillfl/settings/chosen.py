@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, runtime_checkable
+from typing import Any, Callable, Iterator, Mapping, Protocol, runtime_checkable
 
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, HasOptions, parse_options, require, unknown_option
-from chillfl.plugins import Unread
+from chillfl.plugins import Unread, built_ins_only
 
 
 @runtime_checkable
@@ -91,14 +91,36 @@ class Choice:
         return keys
 
     def _is_default(self, key: str, value: Any) -> bool:
-        """Whether ``value`` is the default of ``key`` in every choice that takes it (as a result folder wrote it)."""
-        defaults = [f.default for spec in self.specs().values() for f in dataclasses.fields(spec.options) if f.name == key and f.init]
-        return bool(defaults) and all(_same(value, d) for d in defaults)
+        """Whether ``value`` is the default of ``key`` in every choice that takes it (as a result folder wrote it): the
+        flat table's options are the built-ins', so they are asked first (no plugin imported, :meth:`held`)."""
+        for specs in self._specs_built_ins_first():
+            defaults = [f.default for spec in specs.values() for f in dataclasses.fields(spec.options) if f.name == key and f.init]
+            if defaults:
+                return all(_same(value, d) for d in defaults)
+        return False
+
+    def _specs_built_ins_first(self) -> Iterator[Mapping[str, HasOptions]]:
+        """The built-in specs, then (only if the caller asks on) every spec, the plugins' too. Why: listing a plugin's
+        spec imports its module, and a saved ``config.toml`` lists this table's options even while it is off: parsing a
+        plain fedavg folder imported every installed ``chillfl.plugins`` entry point (:func:`~chillfl.plugins.built_ins_only`)."""
+        with built_ins_only():
+            built_ins = self.specs()
+        yield built_ins
+        yield self.specs()
 
     def held(self, table: Mapping[str, Any], keys: list[str]) -> tuple[tuple[str, Any], ...]:
         """Options written while the table is off, each checked as the choices that own it check it (one of them must
-        take the value): a base table may hold them for the variants that switch one on (``chillfl.config.check_switches``)."""
-        specs = self.specs()
+        take the value): a base table may hold them for the variants that switch one on (``chillfl.config.check_switches``).
+        The built-ins are asked first; the plugins only for a key no built-in takes, or a value none accepts."""
+        searched = self._specs_built_ins_first()
+        built_ins = next(searched)
+        try:
+            return self._held(table, keys, built_ins)
+        except ConfigError:
+            return self._held(table, keys, next(searched))  # a plugin's key, or no spec takes it: the error names every spec
+
+    def _held(self, table: Mapping[str, Any], keys: list[str], specs: Mapping[str, HasOptions]) -> tuple[tuple[str, Any], ...]:
+        """:meth:`held` among ``specs``."""
         held = []
         for key in keys:
             owners = [spec.options for spec in specs.values() if key in option_names(spec.options)]

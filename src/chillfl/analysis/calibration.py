@@ -120,7 +120,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
     """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with the confidence histogram."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import percent_axis, save_figure
+    from chillfl.plots.figure import literal, percent_axis, save_figure
 
     runs = result["runs"]
     rows, cols = grid_shape(len(runs))  # at most MAX_COLUMNS panels a row: 27 runs in one row were ~10,700 px wide
@@ -151,7 +151,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
         ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i % cols == 0 else None)
         percent_axis(ax, "x")  # in percent, as the run and comparison figures give accuracy
         percent_axis(ax, "y")
-        ax.set_title(f"{label}\nECE {_num(run['ece']):.3f}  NLL {_num(run['nll']):.3f}  Brier {_num(run['brier']):.3f}", fontsize=8)
+        ax.set_title(f"{literal(label)}\nECE {_num(run['ece']):.3f}  NLL {_num(run['nll']):.3f}  Brier {_num(run['brier']):.3f}", fontsize=8)
         if i == 0:  # one key for every panel, under them: in the first panel's corner it covered its bars
             handles, labels = ax.get_legend_handles_labels()
             key = (list(handles) + [shares], list(labels) + [str(shares.get_label())])

@@ -216,7 +216,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
     """Left: CKA per layer vs the reference, one line per run (Fig. 12 / Table 6). Right: the Fig. 13 matrix of the first run that has one."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import save_figure
+    from chillfl.plots.figure import literal, save_figure
 
     runs = result["runs"]
     matrix_run, with_matrix = next(((label, r) for label, r in runs.items() if "matrix" in r), ("", None))
@@ -233,7 +233,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
         values = list(run["global_vs_reference"].values())
         undefined = sum(1 for v in values if v is None or not math.isfinite(v))  # a NaN point is not drawn: say so, not a lone dot
         shown = label + (f" ({undefined} of {len(values)} layers undefined: NaN)" if undefined else "")
-        (line,) = ax.plot(xs, values, marker="o", label=shown)
+        (line,) = ax.plot(xs, values, marker="o", label=literal(shown))
         if "clients_vs_reference" in run:  # in the run's colour: the fill's own colour cycle gave it another run's
             client_vals = np.array([[v[name] for name in run["global_vs_reference"]] for v in run["clients_vs_reference"].values()])
             ax.fill_between(xs, client_vals.min(0), client_vals.max(0), color=line.get_color(), alpha=0.15)
@@ -252,7 +252,7 @@ def plot_cka(result: dict[str, Any], path: Path) -> None:
         fig.colorbar(image, ax=ax2, label="CKA")
         ax2.set_xticks(range(len(m["models"])), m["models"], rotation=60, fontsize=6)
         ax2.set_yticks(range(len(m["models"])), m["models"], fontsize=6)
-        ax2.set_title(f"{matrix_run}: {m['layer']} CKA, round {with_matrix['round']} (Fig. 13)", fontsize=9)  # whose: one of the runs
+        ax2.set_title(f"{literal(matrix_run)}: {m['layer']} CKA, round {with_matrix['round']} (Fig. 13)", fontsize=9)  # whose: one of the runs
     fig.tight_layout()
     save_figure(fig, path, dpi=110)  # a link planted at the name is replaced, not written through
 

@@ -116,12 +116,12 @@ def plot_cache_ratio(ratios_by_duration: Mapping[int, Sequence[float]], path: st
 
 
 def _plot_curves(xs: Sequence[float], curves: Mapping[str, np.ndarray], xlabel: str, path: str | Path, logx: bool) -> Path:
-    from chillfl.plots.figure import Figure, save_png  # lazy: matplotlib is the `plots` extra
+    from chillfl.plots.figure import Figure, literal, save_png  # lazy: matplotlib is the `plots` extra
 
     fig = Figure(figsize=(6, 4))
     ax = fig.add_subplot()
     for label, ys in curves.items():
-        ax.plot(list(xs), list(ys), marker="o", label=label)
+        ax.plot(list(xs), list(ys), marker="o", label=literal(label))
     if logx:
         ax.set_xscale("log")
     ax.set_xlabel(xlabel)

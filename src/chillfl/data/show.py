@@ -178,9 +178,11 @@ def fit_title(fig: Any, title: str, fontsize: float = 10.0) -> None:
     """``title`` over the whole figure, wrapped to its width: a long run name must not be cut off at the image's edges."""
     import textwrap
 
+    from chillfl.plots.figure import literal as drawn  # a run name's $ drawn as written; escaped after wrapping (a wrap must not split an escape)
+
     renderer = fig.canvas.get_renderer()
-    text = fig.suptitle(title, fontsize=fontsize)
+    text = fig.suptitle(drawn(title), fontsize=fontsize)
     width = len(title)
     while width > 8 and text.get_window_extent(renderer).width > 0.96 * fig.bbox.width:
         width = max(8, int(width * 0.85))
-        text.set_text("\n".join(textwrap.wrap(title, width, break_long_words=True)))
+        text.set_text("\n".join(drawn(line) for line in textwrap.wrap(title, width, break_long_words=True)))

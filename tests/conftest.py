@@ -6,8 +6,10 @@ executor's bitwise comparison with the sequential one meaningful.
 """
 
 import os
+import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable, Iterator
 
 import pytest
@@ -190,3 +192,24 @@ def my_methods(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]
 
     yield my_methods
     sys.modules.pop("my_methods", None)
+
+
+class Hung(Exception):
+    """The ``guard`` fixture went off: the call did not return."""
+
+
+@pytest.fixture
+def guard() -> Iterator[None]:
+    """A hang fails the test instead of stalling the suite (no speed is asserted: the limit is minutes, the call ms);
+    the accountant tests use it (Opacus's RDP series looped without end at a vanishing noise)."""
+
+    def hung(signum: int, frame: FrameType | None) -> None:
+        raise Hung
+
+    previous = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(120)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -6,11 +6,9 @@ asked for more memory than the machine has (the kernel killed the run)."""
 from __future__ import annotations
 
 import math
-import signal
 import warnings
 from pathlib import Path
-from types import FrameType
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -49,26 +47,6 @@ method = "dsfl"
 public_size = 400
 subset_size = 400
 """
-
-
-class Hung(Exception):
-    """The guard below went off: the call did not return."""
-
-
-@pytest.fixture
-def guard() -> Iterator[None]:
-    """A hang fails the test instead of stalling the suite (no speed is asserted: the limit is minutes, the call ms)."""
-
-    def hung(signum: int, frame: FrameType | None) -> None:
-        raise Hung
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(120)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def run(tmp_path: Path, capsys: pytest.CaptureFixture[str], privacy: str, rounds: int = 1, more: str = "", mechanism: str = "dp-fedavg") -> tuple[int, list[str]]:

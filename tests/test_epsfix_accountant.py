@@ -6,10 +6,7 @@ probe of a unit's planned history, for either accountant."""
 
 from __future__ import annotations
 
-import signal
 from pathlib import Path
-from types import FrameType
-from typing import Iterator
 
 import pytest
 
@@ -17,26 +14,6 @@ from chillfl.cli import main
 from chillfl.privacy.accounting import RDP_MIN_SIGMA, AccountantError, Ledger, history_refusal
 
 pytest.importorskip("opacus")
-
-
-class Hung(Exception):
-    """The guard went off: the accountant did not return."""
-
-
-@pytest.fixture
-def guard() -> Iterator[None]:
-    """A hang fails the test instead of stalling the suite (no speed is asserted: the limit is a minute, the call ms)."""
-
-    def hung(signum: int, frame: FrameType | None) -> None:
-        raise Hung
-
-    previous = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(60)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 @pytest.mark.parametrize("kind", ["rdp", "prv"])

@@ -178,7 +178,8 @@ def fit_title(fig: Any, title: str, fontsize: float = 10.0) -> None:
     """``title`` over the whole figure, wrapped to its width: a long run name must not be cut off at the image's edges."""
     import textwrap
 
-    from chillfl.plots.figure import literal as drawn  # a run name's $ drawn as written; escaped after wrapping (a wrap must not split an escape)
+    def drawn(text: str) -> str:  # a run name's $ drawn as written (plots.figure.literal's rule: chillfl.data does not
+        return text.replace("$", r"\$")  # import chillfl.plots); escaped after wrapping, so a wrap never splits an escape
 
     renderer = fig.canvas.get_renderer()
     text = fig.suptitle(drawn(title), fontsize=fontsize)

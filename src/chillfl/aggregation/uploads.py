@@ -7,11 +7,11 @@ attack forges after that, so the check lives below both (imports flow one way).
 from __future__ import annotations
 
 import logging
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import torch
 
-from chillfl.aggregation.base import ClientResult
+from chillfl.aggregation.base import AroundAggregator, ClientResult
 from chillfl.errors import Diverged
 
 log = logging.getLogger(__name__)
@@ -29,16 +29,22 @@ def nonfinite_entry(params: Mapping[str, torch.Tensor]) -> str | None:
     return next((k for k, v in _floats(params) if not bool(torch.isfinite(v).all())), None)
 
 
-def _all_finite(results: Sequence[ClientResult]) -> bool:
-    """Whether every floating entry of every upload is finite, or may not be (then :func:`finite_uploads` looks at each):
-    a sum a tensor (NaN and inf carry through it; a finite tensor whose sum overflows is only a false alarm, resolved by
-    the exact look) and ONE host sync for the round, not one a client (the GPU round is launch-bound). A sum: the
-    max-abs reduction took a third of a 100-client CPU round."""
-    sums = [v.sum(dtype=torch.float64 if v.dtype == torch.float64 else torch.float32) for r in results for _, v in _floats(r.params)]
+def finite_sums(tensors: Iterable[torch.Tensor]) -> bool:
+    """Whether every one of ``tensors`` (floating, non-empty) is finite, or may not be (then the caller looks at each
+    exactly): a sum a tensor (NaN and inf carry through it; a finite tensor whose sum overflows is only a false alarm,
+    resolved by the exact look) and ONE host sync for them all, not one a client (the GPU round is launch-bound). A sum:
+    the max-abs reduction took a third of a 100-client CPU round. Shared by the model uploads (:func:`finite_uploads`)
+    and the rows a soft-label or prototype method uploads (:func:`chillfl.protocols.common.rows_all_finite`)."""
+    sums = [v.sum(dtype=torch.float64 if v.dtype == torch.float64 else torch.float32) for v in tensors]
     if not sums:
         return True
     stacked = torch.stack(sums) if len({t.device for t in sums}) == 1 else torch.stack([t.cpu() for t in sums])
     return bool(torch.isfinite(stacked).all())
+
+
+def _all_finite(results: Sequence[ClientResult]) -> bool:
+    """Whether every floating entry of every upload is finite, or may not be (:func:`finite_sums`: one host sync a round)."""
+    return finite_sums(v for r in results for _, v in _floats(r.params))
 
 
 def finite_uploads(round: int, results: Sequence[ClientResult], tolerant: bool) -> tuple[list[ClientResult], list[int]]:
@@ -69,3 +75,29 @@ def finite_uploads(round: int, results: Sequence[ClientResult], tolerant: bool) 
         log.warning("round %d: client %d's upload: parameter %r is not finite (%s); left out of the round's aggregation, "
                     "which is built to withstand bad clients", round + 1, cid, bad, UPLOAD_CAUSE)
     return kept, [cid for cid, _ in dropped]
+
+
+@runtime_checkable
+class LeavesOutUploads(Protocol):
+    """An aggregator that checks uploads of its own inside ``aggregate`` and may leave some out (the attack wrapper's
+    forged models, :class:`~chillfl.attacks.aggregate.AttackedAggregation`), and says which.
+
+    Why: the server writes the round's ``uploads_left_out`` from its own check, made before the aggregator; a client
+    left out further in was only a warning line, and ``metrics.jsonl`` did not say who was dropped."""
+
+    def uploads_left_out(self, round: int) -> Sequence[int]:
+        """The clients whose upload the last ``aggregate`` of ``round`` (0-based) left out; none for any other round."""
+        ...
+
+
+def round_left_out(server: Sequence[int], aggregator: object, round: int) -> list[int]:
+    """The round's ``uploads_left_out``: the server's own check's (``server``) and those of every layer of the
+    :class:`~chillfl.aggregation.base.AroundAggregator` chain that leaves uploads out (:class:`LeavesOutUploads`),
+    each client once, by client id."""
+    found = set(server)
+    level: object | None = aggregator
+    while level is not None:
+        if isinstance(level, LeavesOutUploads):
+            found.update(level.uploads_left_out(round))
+        level = level.base if isinstance(level, AroundAggregator) else None
+    return sorted(found)

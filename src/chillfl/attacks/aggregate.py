@@ -6,7 +6,8 @@ model does the same arithmetic the attacker would do on its side (its honest mod
 model out; the same bytes travel). The kind's :attr:`~chillfl.attacks.spec.AttackSpec.forge_models`
 hook computes it in the driver, from the round's models and streams derived from (seed, round,
 client), so every executor sends the aggregator the same models, and the wrapper keeps no state of its
-own: its checkpoint is its base's, and a resumed run is bitwise the uninterrupted one.
+own: its checkpoint is its base's, and a resumed run is bitwise the uninterrupted one. (It notes which forged uploads
+its last ``aggregate`` left out, for the same round's record only: nothing a later round or a resume reads.)
 
 An attacker's update is taken from the model it started from: the global model, or the one its downlink sent it
 (``Downlink.params``: IFCA-style cluster models, pFedHN's generated ones, FedMut's mutations), which the wrapper reads
@@ -72,6 +73,8 @@ class AttackedAggregation(AroundAggregator):
         self.seed = seed
         self.sent = SentStarts()
         """What this round's downlinks told each client to start from: an update is w_i - start_i (:class:`ModelRound`)."""
+        self.dropped: tuple[int, list[int]] = (-1, [])
+        """(round, the clients whose forged upload the round's ``aggregate`` left out): :meth:`uploads_left_out`."""
 
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.sent.record(client_id, round, self.base.downlink(client_id, round, global_params))
@@ -80,8 +83,16 @@ class AttackedAggregation(AroundAggregator):
         starts = self.sent.starts(round, global_params, results, self.base)
         sent = forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed, starts)
         # checked as the server checks what arrives (it ran before the forging): a forged NaN names its client, and a rule
-        # built to withstand bad clients leaves it out (a warning line; the record's uploads_left_out lists the server's)
-        return self.base.aggregate(global_params, finite_uploads(round, sent, self.tolerant)[0], round)
+        # built to withstand bad clients leaves it out (a warning line, and the round's uploads_left_out: uploads_left_out)
+        kept, dropped = finite_uploads(round, sent, self.tolerant)
+        self.dropped = (round, dropped)
+        return self.base.aggregate(global_params, kept, round)
+
+    def uploads_left_out(self, round: int) -> list[int]:
+        """The forged uploads this round's ``aggregate`` left out (:class:`~chillfl.aggregation.uploads.LeavesOutUploads`):
+        the server lists them in the record's ``uploads_left_out`` beside those its own check left out."""
+        done, dropped = self.dropped
+        return list(dropped) if done == round else []
 
     def aggregates_nobody(self) -> bool:
         """The base's (:class:`~chillfl.aggregation.base.AggregatesNobody`): with nobody reporting there is no upload to forge."""

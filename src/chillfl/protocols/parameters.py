@@ -67,7 +67,7 @@ from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import LOSS_HINT, ConfigError
-from chillfl.aggregation.uploads import finite_uploads
+from chillfl.aggregation.uploads import finite_uploads, round_left_out
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
     Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy,
@@ -441,6 +441,7 @@ class ParameterSharing:
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
         usable, left_out = finite_uploads(round, results, self.tolerant)
         before, self.state = self.state, self.aggregator.aggregate(self.state, usable, round)
+        left_out = round_left_out(left_out, self.aggregator, round)  # and those the aggregator left out (an attack's forged ones)
         check_aggregated(before, self.state, self.aggregator)
         if self.after_average and self.eval_clients != "none":
             self.measure_after_average([t.client_id for t in tasks])
@@ -458,7 +459,7 @@ class ParameterSharing:
             client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
             method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, "algorithm.name")),
         )
-        if left_out:  # non-finite uploads a rule built to withstand bad clients did not see (finite_uploads)
+        if left_out:  # non-finite uploads a rule built to withstand bad clients did not see (finite_uploads, round_left_out)
             record.metrics["uploads_left_out"] = left_out
         record.metrics.update(self.book.traffic(round))
         record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))

@@ -54,7 +54,7 @@ from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_name, head_size, refuse_nonlinear_head
-from chillfl.aggregation.uploads import finite_uploads
+from chillfl.aggregation.uploads import finite_uploads, round_left_out
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
     Evaluation, check_aggregated, check_client_state, check_finite_rows, local_evaluation, local_validation, mean_or_none, measured_mean,
@@ -284,6 +284,7 @@ class PrototypeSharing:
         if self.aggregator is not None and self.state is not None:
             usable, left_out = finite_uploads(round, results, self.tolerant)
             before, self.state = self.state, self.aggregator.aggregate(self.state, usable, round)
+            left_out = round_left_out(left_out, self.aggregator, round)  # and those the aggregator left out (an attack's forged ones)
             check_aggregated(before, self.state, self.aggregator)
             self.book.check_state(round, self.state)
 
@@ -299,7 +300,7 @@ class PrototypeSharing:
             metrics={"known_classes": int(knowledge.mask.sum())},
             method=self.hooks.round_metrics(knowledge, releases, round),
         )
-        if left_out:  # non-finite model uploads a rule built to withstand bad clients did not see (finite_uploads)
+        if left_out:  # non-finite model uploads a rule built to withstand bad clients did not see (finite_uploads, round_left_out)
             record.metrics["uploads_left_out"] = left_out
         record.metrics.update(self.book.traffic(round))
         record.metrics.update(self.book.temperatures({t.client_id: trained_at(t, r) for t, r in zip(tasks, replies)}))

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from chillfl.aggregation.base import Downlink
-from chillfl.aggregation.uploads import UPLOAD_CAUSE
+from chillfl.aggregation.uploads import UPLOAD_CAUSE, finite_sums
 from chillfl.config import RunConfig
 from chillfl.data import FederatedData
 from chillfl.engine.ledger import CommunicationLedger, tensor_bytes
@@ -493,9 +493,20 @@ def check_finite_state(round: int, state: Mapping[str, torch.Tensor], what: str 
         raise Diverged(round + 1, f"{what} parameter {bad!r} is not finite")
 
 
+def rows_all_finite(blocks: Iterable[torch.Tensor]) -> bool:
+    """Whether every floating block of rows the round's clients uploaded is finite, or may not be: one reduction over all
+    of them and one host sync (:func:`~chillfl.aggregation.uploads.finite_sums`, as the model uploads are checked).
+
+    Why: :func:`check_finite_rows` synced once a client (more for prototypes: the held classes' rows), which a GPU round
+    of many clients waits on. False: look client by client with :func:`check_finite_rows`, which names the first bad one
+    as before (a finite block whose sum overflows, a false alarm, passes there)."""
+    return finite_sums(b for b in blocks if b.is_floating_point() and b.numel())
+
+
 def check_finite_rows(round: int, client_id: int, rows: torch.Tensor, what: str = "soft-labels", classes: Sequence[int] | None = None) -> None:
     """Stop the run when a client's uploaded rows (``what``: soft-labels, class prototypes) are not finite, naming the
-    round, the client and the row (``classes``: the class each row is of, named instead of its place).
+    round, the client and the row (``classes``: the class each row is of, named instead of its place). One host sync a
+    call: a server asks :func:`rows_all_finite` of the round's rows first, and this only where that says "may not be".
 
     Why: the server averaged them into the consensus every client distils from, so a clustering method's k-means crashed
     ("Probabilities contain NaN") and a consensus method blamed an honest client's distillation loss a round later."""

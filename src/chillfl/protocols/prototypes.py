@@ -57,7 +57,7 @@ from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_n
 from chillfl.aggregation.uploads import finite_uploads, round_left_out
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
-    Evaluation, check_aggregated, check_client_state, check_finite_rows, local_evaluation, local_validation, mean_or_none, measured_mean,
+    Evaluation, check_aggregated, check_client_state, check_finite_rows, local_evaluation, local_validation, mean_or_none, measured_mean, rows_all_finite,
     policy_accuracy, state_bytes,
 )
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
@@ -204,6 +204,23 @@ def trained_at(task: ClientTask[KnowledgeDownlink, KnowledgeState], reply: Clien
     return task.downlink.temperature if reply.temperature is None else reply.temperature
 
 
+def held_rows_finite(releases: Sequence[ClassRows]) -> bool:
+    """Whether every row of a class its client holds (count > 0) is finite in every release, or may not be: the rows of
+    classes not held zeroed in place (no sync, as ``rows[known]`` made one a block), then :func:`rows_all_finite`'s one
+    reduction and host sync for the round. False also where a block cannot be masked so (a shape or device apart from
+    its counts'): the exact look client by client (:func:`check_finite_rows`) decides, as it did before."""
+    blocks: list[torch.Tensor] = []
+    for release in releases:
+        known = release.counts > 0
+        for rows in (release.means, *release.extra.values()):
+            if not rows.is_floating_point():
+                continue
+            if known.dim() != 1 or rows.dim() == 0 or rows.shape[0] != known.shape[0] or rows.device != known.device:
+                return False
+            blocks.append(rows.masked_fill(~known.reshape(-1, *([1] * (rows.dim() - 1))), 0))
+    return rows_all_finite(blocks)
+
+
 class PrototypeSharing:
     """The server side: global knowledge, the global model (when models are shared), every client's own model (when not)."""
 
@@ -261,6 +278,7 @@ class PrototypeSharing:
     ) -> RoundRecord:
         results, releases = [], []
         left_out: list[int] = []
+        clean = held_rows_finite([r.uplink.rows for r in replies])  # one host sync for the round
         for task, reply in zip(tasks, replies):
             cid, up = task.client_id, reply.uplink
             self.book.receive(round, task, reply, up.train_loss, up)
@@ -272,7 +290,8 @@ class PrototypeSharing:
                 self.own[cid] = reply.state.own
             known = up.rows.counts > 0  # a class the client does not hold releases no row
             for name, rows in (("class prototypes", up.rows.means), *((f"class rows {key!r}", t) for key, t in up.rows.extra.items())):
-                check_finite_rows(round, cid, rows[known], name, torch.nonzero(known).flatten().tolist())  # before the knowledge every client reads
+                if not clean:  # some client's held rows may not be finite: the first bad one, named (in reply order)
+                    check_finite_rows(round, cid, rows[known], name, torch.nonzero(known).flatten().tolist())  # before the knowledge every client reads
             releases.append(up.rows)
             if up.model is not None:
                 d = task.downlink

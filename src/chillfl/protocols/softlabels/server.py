@@ -13,7 +13,7 @@ from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.protocols.book import ServerBook
-from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics
+from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics, rows_all_finite
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
 from chillfl.seeds import derive_seed
@@ -188,6 +188,7 @@ class SoftLabelProtocol:
         expected = rows_digest(self.prev.rows) if self.prev is not None and self.cache is not None else None
         uplinks, train_losses, distill_losses, weights, temps = [], [], [], [], []
         verified = 0
+        clean = rows_all_finite(r.uplink.soft.soft_labels for r in replies if r.uplink.soft is not None)  # one host sync for the round
         for task, reply in zip(tasks, replies):
             cid, report = task.client_id, reply.uplink
             self.book.receive(rnd, task, reply, report.train_loss, None)  # the method prices the uplink (below)
@@ -197,7 +198,8 @@ class SoftLabelProtocol:
                     raise CacheOutOfSyncError(f"client {cid}: rebuilt soft-labels of round {t - 1} differ from the server's")
                 verified += 1
             if report.soft is not None:
-                check_finite_rows(rnd, cid, report.soft.soft_labels)  # before the consensus every client distils from
+                if not clean:  # some client's rows may not be finite: the first bad one, named (in reply order, as each arrives)
+                    check_finite_rows(rnd, cid, report.soft.soft_labels)  # before the consensus every client distils from
                 for kind, nbytes in self.method.uplink_bytes(report.soft).items():
                     self.book.ledger.record(rnd, "up", kind, nbytes, cid)
                 uplinks.append(report.soft)

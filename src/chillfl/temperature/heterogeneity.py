@@ -81,13 +81,27 @@ NORMALISATIONS: tuple[str, ...] = ("max", "minmax", "none")
 # --------------------------------------------------------------------------- helpers
 
 
-def _as_counts(counts: np.ndarray | Sequence[float], field: str = "temperature.class_counts") -> np.ndarray:
+def _as_counts(counts: np.ndarray | Sequence[float], field: str = "temperature.class_counts", scale_invariant: bool = True) -> np.ndarray:
+    """The validated count vector; counts whose sum overflows float64 come back divided by their max.
+
+    Why: finite counts summing past 1.8e308 made every p_n(c) = count / inf zero (a ZeroDivisionError,
+    or a silent wrong h_n and temperature). A measure of the distribution alone (``scale_invariant``)
+    scores the rescaled counts exactly as the originals; one that reads the size itself cannot, and is
+    refused. Counts whose sum is finite are returned as given (bit-identical scores).
+    """
     arr = np.asarray(counts, dtype=np.float64)
     if arr.ndim != 1 or arr.size < 2:
         raise ConfigError(field, f"expected a vector of at least 2 class counts, got shape {arr.shape}")
     if np.any(arr < 0) or not np.all(np.isfinite(arr)):
         raise ConfigError(field, "class counts must be finite and >= 0")
-    if arr.sum() <= 0:
+    with np.errstate(over="ignore"):
+        total = arr.sum()
+    if not np.isfinite(total):
+        if not scale_invariant:
+            raise ConfigError(field, "a client's class counts sum past float64's max (1.8e308); this measure reads the dataset size itself")
+        arr = arr / arr.max()
+        total = arr.sum()
+    if total <= 0:
         raise ConfigError(field, "a client has no samples; every client needs at least one labelled sample")
     return arr
 
@@ -157,9 +171,18 @@ def entropy_diff_raw(counts: np.ndarray, p_g: np.ndarray) -> float:
 
 
 def gini_raw(counts: np.ndarray, p_g: np.ndarray) -> float:
-    """Gini coefficient of the class counts: sum_ij |x_i - x_j| / (2 C sum x), in [0, (C-1)/C]."""
+    """Gini coefficient of the class counts: sum_ij |x_i - x_j| / (2 C sum x), in [0, (C-1)/C].
+
+    Scale-invariant, so counts whose pairwise sums overflow are divided by their max first (an inf
+    numerator or denominator gave inf or NaN); other counts are scored as given.
+    """
     c = counts.size
-    return float(np.abs(counts[:, None] - counts[None, :]).sum() / (2.0 * c * counts.sum()))
+    with np.errstate(over="ignore", invalid="ignore"):
+        gini = float(np.abs(counts[:, None] - counts[None, :]).sum() / (2.0 * c * counts.sum()))
+    if math.isfinite(gini):
+        return gini
+    x = counts / counts.max()
+    return float(np.abs(x[:, None] - x[None, :]).sum() / (2.0 * c * x.sum()))
 
 
 def dominant_raw(counts: np.ndarray, p_g: np.ndarray) -> float:
@@ -191,15 +214,18 @@ class Measure:
 
     ``bounds(p_g, sizes)`` -> (least, most); ``sizes`` are the federation's
     client sizes (only ``size`` needs them). Calling a Measure returns the raw value.
+    ``scale_invariant``: the raw value and bounds are the same for counts * k (k > 0), so
+    counts whose sum overflows can be scored divided by their max.
     """
 
     name: str
     raw: Callable[[np.ndarray, np.ndarray], float]
     bounds: Callable[[np.ndarray, np.ndarray], tuple[float, float]]
     description: str
+    scale_invariant: bool = True
 
     def __call__(self, counts: np.ndarray | Sequence[float], p_g: Sequence[float] | np.ndarray | None = None) -> float:
-        arr = _as_counts(counts)
+        arr = _as_counts(counts, scale_invariant=self.scale_invariant)
         return self.raw(arr, reference_distribution(p_g, arr.size))
 
 
@@ -251,7 +277,7 @@ MEASURES: Mapping[str, Measure] = types.MappingProxyType(
             Measure("gini", gini_raw, _gini_bounds, "Gini coefficient of class counts"),
             Measure("dominant", dominant_raw, _dominant_bounds, "dominant-class probability"),
             Measure("active", active_raw, _active_bounds, "number of active classes"),
-            Measure("size", size_raw, _size_bounds, "local dataset size"),
+            Measure("size", size_raw, _size_bounds, "local dataset size", scale_invariant=False),
             Measure("entropy", entropy_raw, _entropy_bounds, "Shannon entropy of p_n"),
         )
     }
@@ -292,12 +318,14 @@ def heterogeneity(
     matrix = np.asarray(counts_matrix, dtype=np.float64)
     if matrix.ndim != 2 or matrix.shape[0] < 1:
         raise ConfigError("temperature.class_counts", f"expected a [clients, classes] matrix, got shape {matrix.shape}")
-    rows = [_as_counts(row) for row in matrix]
+    rows = [_as_counts(row, scale_invariant=spec.scale_invariant) for row in matrix]
     ref = reference_distribution(p_g, matrix.shape[1])
     raw = np.array([spec.raw(row, ref) for row in rows])
     if normalisation == "none":
         return raw
-    least, most = spec.bounds(ref, matrix.sum(axis=1))
+    with np.errstate(over="ignore"):  # only a scale-dependent measure reads the sizes, and its rows were checked finite
+        sizes = matrix.sum(axis=1)
+    least, most = spec.bounds(ref, sizes)
     if normalisation == "minmax":
         lo, hi = float(raw.min()), float(raw.max())
         least, most = (lo, hi) if most > least else (hi, lo)

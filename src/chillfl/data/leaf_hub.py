@@ -73,6 +73,7 @@ import logging
 import os
 import re
 import socket
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -276,18 +277,26 @@ def _splits(ids: np.ndarray, opts: LeafHubOptions, temporal: bool) -> tuple[np.n
 # ---------------------------------------------------------------- FEMNIST
 
 
-def decode_png_column(column: Any) -> np.ndarray:
-    """``[N, 1, H, W]`` uint8 from a ``datasets.Image`` column (struct of PNG bytes) or a column of bytes."""
+def decode_png_column(column: Any, rows: np.ndarray | None = None) -> np.ndarray:
+    """``[N, 1, H, W]`` uint8 from a ``datasets.Image`` column (struct of PNG bytes) or a column of bytes.
+
+    ``rows``: the table row of each value (the column was taken from them), so an error names the row
+    of the data that holds the bad image. An image past PIL's decompression-bomb limit is refused, its
+    warning (over MAX_IMAGE_PIXELS) too: decoding it anyway could take gigabytes for one 28x28 sample.
+    """
     Image = need("PIL.Image", "images", "decoding FEMNIST's PNG images")
     values = column.field("bytes") if hasattr(column.type, "get_field_index") and column.type.get_field_index("bytes") >= 0 else column
     images = []
     for i, blob in enumerate(values.to_pylist()):
+        row = i if rows is None else int(rows[i])
         if blob is None:
-            raise ConfigError(f"{SECTION}.path", f"FEMNIST row {i} has no image bytes")
+            raise ConfigError(f"{SECTION}.path", f"FEMNIST row {row} has no image bytes")
         try:
-            images.append(np.asarray(Image.open(io.BytesIO(blob)).convert("L"), dtype=np.uint8))
-        except Exception as exc:  # noqa: BLE001 - a corrupt PNG is the file's fault: one line
-            raise ConfigError(f"{SECTION}.path", f"FEMNIST row {i}: cannot decode the image ({exc})") from None
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                images.append(np.asarray(Image.open(io.BytesIO(blob)).convert("L"), dtype=np.uint8))
+        except Exception as exc:  # noqa: BLE001 - a corrupt PNG (or a decompression bomb) is the file's fault: one line
+            raise ConfigError(f"{SECTION}.path", f"FEMNIST row {row}: cannot decode the image ({' '.join(str(exc).split())})") from None
     shapes = {a.shape for a in images}
     if len(shapes) > 1:
         raise ConfigError(f"{SECTION}.path", f"FEMNIST images of different sizes: {sorted(shapes)[:3]}")
@@ -314,7 +323,7 @@ def _femnist_decoded(table: Any, opts: LeafHubOptions) -> arraycache.Decoded:
         raise ConfigError(f"{SECTION}.path", f"FEMNIST labels outside 0..{FEMNIST_CLASSES - 1} in column 'character'")
     train, test, b_train, b_test = _splits(ids, opts, temporal=False)
     rows = np.concatenate([train, test])
-    x = decode_png_column(_column(table, "image").take(rows))
+    x = decode_png_column(_column(table, "image").take(rows), rows)
     return arraycache.Decoded(x[: len(train)], labels[train], x[len(train) :], labels[test], FEMNIST_CLASSES, b_train, b_test)
 
 

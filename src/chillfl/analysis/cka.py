@@ -58,6 +58,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
+from chillfl.analysis.replay import check_fits
 from chillfl.analysis.replay import Params, build_run, check_finished, check_out, check_runs, load_model_state, load_run, out_folder, refuse_personal_models, replay_round, run_label, write_json
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.grad_norms import sample_subset
@@ -148,6 +149,7 @@ def layer_features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch
             handles.append(modules[head_name(model)].register_forward_pre_hook(lambda _m, inp: captured.__setitem__(REPRESENTATION, inp[0])))
         else:
             handles.append(modules[name].register_forward_hook(lambda _m, _i, out, name=name: captured.__setitem__(name, out)))
+    check_fits(model, state)  # before the hooks: a state of other shapes was broadcast into wrong features
     try:
         params, buffers = split_state(model, state)
         functional_call(model, (params, buffers), (x,))

@@ -39,7 +39,7 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from chillfl.analysis.replay import build_run, check_out, check_runs, load_model_state, out_folder, run_label, write_json
+from chillfl.analysis.replay import build_run, check_fits, check_out, check_runs, load_model_state, out_folder, run_label, write_json
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.output import add_out
 from chillfl.extras import need
@@ -61,6 +61,7 @@ def training_temperature(exp: Experiment) -> float:
 def input_gradient_norms(model: torch.nn.Module, state: dict[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor,
                          temperature: float, batch_size: int = 512) -> tuple[np.ndarray, np.ndarray]:
     """(per-sample ||d CE(z/T, y) / d x||_2, per-sample correct flag) in eval mode."""
+    check_fits(model, state)  # a state of other shapes was broadcast into wrong gradients
     model.eval()
     params, buffers = split_state(model, state)
     params = {k: v.detach() for k, v in params.items()}

@@ -322,11 +322,31 @@ def refuse_personal_models(config: RunConfig, run_dir: str | Path, field: str = 
 
 @torch.no_grad()
 def predict(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
-    """Logits of ``state`` on ``x``, in eval mode."""
+    """Logits of ``state`` on ``x``, in eval mode; ConfigError on ``model`` unless ``state`` fits ``model`` (:func:`check_fits`)."""
+    check_fits(model, state)
     model.eval()
     params, buffers = split_state(model, state)
     outs = [functional_call(model, (params, buffers), (x[i : i + batch_size],)) for i in range(0, len(x), batch_size)]
     return torch.cat(outs) if outs else torch.zeros(0)
+
+
+def check_fits(model: nn.Module, state: Mapping[str, torch.Tensor]) -> None:
+    """ConfigError on ``model`` naming the first tensor of ``state`` that ``model`` does not hold as it is.
+
+    Why: ``functional_call`` broadcasts a tensor of another shape (a scalar bias where the model has a [10] one) and
+    uses the module's own tensor for a missing name, so a crafted or mismatched saved state gave wrong predictions
+    without a word. The names are those a saved model holds (parameters and persistent buffers, a tied tensor once).
+    """
+    held = {n: t for n, t in (*model.named_parameters(), *persistent_buffers(model))}
+    what = type(model).__qualname__
+    differ = sorted(set(held) ^ set(state))
+    if differ:
+        where = "the saved state has no tensor" if differ[0] in held else f"{what} has no tensor"
+        raise ConfigError("model", f"the saved state does not fit {what}: {where} {differ[0][:80]!r}")
+    for key, tensor in state.items():
+        if not isinstance(tensor, torch.Tensor) or tuple(tensor.shape) != tuple(held[key].shape):
+            got = list(tensor.shape) if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise ConfigError("model", f"the saved state does not fit {what}: tensor {key[:80]!r} is {got}, the model's is {list(held[key].shape)}")
 
 
 def entropy(logits: torch.Tensor) -> torch.Tensor:

@@ -123,5 +123,5 @@ def test_load_run_refuses_a_scalar_weight_and_a_client_past_the_runs(tmp_path: P
         chillfl.load_run(folder, model=Watched(), data=DATA)
     write_model(folder / "model.safetensors", good)
     write_client_models(folder / "client_models.safetensors", {0: good, 7: good})  # a 2-client run
-    with pytest.raises(ConfigError, match="client_models.safetensors: tensor '7' does not name one of the run's client ids 0..1"):
+    with pytest.raises(ConfigError, match="client_models.safetensors: tensor '7/fc.bias' does not name one of the run's client ids 0..1"):
         chillfl.load_run(folder, model=Watched(), data=DATA)

@@ -226,7 +226,8 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
             raise ConfigError("data", f"{path} is a run on the registered dataset {config.dataset.get('name')!r}, which it rebuilds itself: leave data out")
         check_data_record(config, dataset)
     data = poisoned_data(config, build_data(config, dataset))  # [attack]: the attackers' training rows, as the run trained on them
-    client_states = read_client_models(path / CLIENT_MODELS) if (path / CLIENT_MODELS).is_file() else {}
+    # the run's client count: a crafted file naming a client past it is refused as it is read (load_run checked only after)
+    client_states = read_client_models(path / CLIENT_MODELS, num_clients=config.federation.num_clients) if (path / CLIENT_MODELS).is_file() else {}
     if not (path / MODEL).is_file():  # a protocol without a global model (each client keeps its own)
         return FinishedParts(config, None, data, client_states)
     if model is None:

@@ -39,18 +39,19 @@ def has_ended(partial: Path, name: str) -> bool:
     return (partial / name / "summary.json").is_file() or (partial / f"{name}{FAILED}" / FAILURE).is_file()
 
 
-def finished_run(partial: Path, name: str) -> RunOutput | DivergedBefore | None:
+def finished_run(partial: Path, name: str, num_clients: int | None = None) -> RunOutput | DivergedBefore | None:
     """A resumed sweep's run ``name`` as it ended before: its output read back, its divergence, or None.
 
     A garbled ``summary.json``, ``metrics.jsonl`` or ``failure.json`` is one ConfigError naming it (it was a traceback); so is
     a ``NAME`` folder without its summary, which the run, run again, left beside it as ``NAME-2`` (``status`` then read the
     damaged one), and a ``NAME.failed`` folder without its ``failure.json``, which the run, run again and diverged, left
-    beside it as ``NAME.failed-2``."""
+    beside it as ``NAME.failed-2``. ``num_clients``: the run's ``federation.num_clients``, so that a
+    ``client_models.safetensors`` naming a client past them (a crafted file) is refused as it is read."""
     done, failed = partial / name, partial / f"{name}{FAILED}"
     if (done / "summary.json").is_file():
         summary = _json_object(done / "summary.json")
         model = read_model(done / MODEL) if (done / MODEL).is_file() else None
-        clients = read_client_models(done / CLIENT_MODELS) if (done / CLIENT_MODELS).is_file() else {}
+        clients = read_client_models(done / CLIENT_MODELS, num_clients=num_clients) if (done / CLIENT_MODELS).is_file() else {}
         try:
             records = read_metrics(done)
         except (OSError, ValueError) as exc:

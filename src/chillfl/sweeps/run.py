@@ -112,7 +112,7 @@ class Sweep:
         partial = self.partial
         cfg = config if partial is None else config.with_overrides({"out_dir": str(partial)})
         label = f"[{i + 1}/{self.total}] {cfg.name}"
-        before = finished_run(partial, cfg.name) if self.resuming and partial is not None else None
+        before = finished_run(partial, cfg.name, cfg.federation.num_clients) if self.resuming and partial is not None else None
         self.visited += 1
         if self.total > 1:
             eta = f", ETA {format_seconds(left)}" if (left := self.eta_s()) is not None else ""
@@ -121,7 +121,7 @@ class Sweep:
             self.results[key], self.failures[key] = None, f"diverged at round {before.round}"
             return
         if before is not None:
-            self.keep(key, before)
+            self.keep(key, before, cfg.federation.num_clients)
             return
         if partial is not None and (blocked := in_the_way(partial, cfg.name)) is not None:  # before the run's folder is made or resumed
             raise ConfigError(RUN_FIELD, f"{blocked}, where the comparison's run {cfg.name} must have its folder (nothing else is read back "
@@ -164,9 +164,9 @@ class Sweep:
         finally:
             self.ran += 1
             self.busy_s += time.monotonic() - start
-        self.keep(key, self.results[key])
+        self.keep(key, self.results[key], cfg.federation.num_clients)
 
-    def keep(self, key: tuple[str, int, int], out: RunOutput | None) -> None:
+    def keep(self, key: tuple[str, int, int], out: RunOutput | None, num_clients: int | None = None) -> None:
         """Record run ``key``'s output, without its trained models (global and clients') once they are in its folder.
 
         The sweep reads only records and summaries; the models were held for every finished run until the table was
@@ -177,7 +177,7 @@ class Sweep:
         if out is None or out.folder is None or (out.model_state is None and not out.client_states):
             return
         self.let_go[key] = Devices(first_device(out.model_state), first_device(next(iter(out.client_states.values()), None)),
-                                   tuple(out.model_state or ()), tuple((cid, tuple(state)) for cid, state in out.client_states.items()))
+                                   tuple(out.model_state or ()), tuple((cid, tuple(state)) for cid, state in out.client_states.items()), num_clients)
         out.model_state, out.client_states = None, {}
 
     def bring_back(self, returned: Iterable[RunOutput]) -> None:
@@ -194,10 +194,12 @@ class Sweep:
                     model = read_model(out.folder / MODEL, held.model_device)
                     out.model_state = {name: model[name] for name in held.model}
                 if held.clients:
-                    clients = read_client_models(out.folder / CLIENT_MODELS, held.clients_device)
+                    clients = read_client_models(out.folder / CLIENT_MODELS, held.clients_device, held.num_clients)
                     out.client_states = {cid: {name: clients[cid][name] for name in names} for cid, names in held.clients}
             except ConfigError as exc:  # removed or damaged since the run wrote it: the table stands, the output lacks its model
                 log.warning("the trained model of %s is not read back (%s): its output has none", out.folder.name, exc)
+            except KeyError as exc:  # rewritten since without a client or tensor the run had: the same, not a traceback
+                log.warning("the trained model of %s is not read back (its file lacks %s): its output has none", out.folder.name, exc)
             del self.let_go[key]
 
     def eta_s(self) -> float | None:
@@ -231,6 +233,8 @@ class Devices:
     """Its global model's names, in order (empty: it had none)."""
     clients: tuple[tuple[int, tuple[str, ...]], ...]
     """Its client models' ids and names, in order (empty: none, ``checkpoint.client_models = false``)."""
+    num_clients: int | None = None
+    """The run's ``federation.num_clients``: a client file read back naming a client past them is refused (a crafted file)."""
 
 
 def first_device(state: Mapping[str, torch.Tensor] | None) -> str:

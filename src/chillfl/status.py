@@ -9,19 +9,17 @@ Nothing is written; a running run is told by a shared ``flock`` probe held for a
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
 from pathlib import Path
 
 from chillfl.errors import ConfigError, one_line
 from chillfl.paths import shell_path
 from chillfl.plugins import reading_data
-from chillfl.storage.checkpoint import CorruptCheckpoint
 from chillfl.storage.results import FAILED, PARTIAL
 from chillfl.storage.run_folder import (
-    STARTED_IN, SWEEP_FILE, check_saved_files, is_temperature_sweep, lost_sweep, refuse_temperature_sweep, start_folder,
+    SWEEP_FILE, is_temperature_sweep, lost_sweep, refuse_temperature_sweep,
 )
-from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
+from chillfl.partition_refusal import checked_folder_state, checked_run_state
+from chillfl.storage.run_state import RunState, folder_state, is_sweep
 from chillfl.wording import counted
 
 FIELD = "run_dir"
@@ -31,7 +29,7 @@ def comparison_states(folder: Path) -> list[RunState]:
     """Every run of the comparison in ``folder``, in plan order (from its ``config.toml`` and ``sweep.json``)."""
     from chillfl.config import load_config
     from chillfl.sweeps.plan import plan_runs
-    from chillfl.sweeps.record import read_sweep, sweep_started_in
+    from chillfl.sweeps.record import read_sweep
 
     variants, options, reference = read_sweep(folder, force=True)  # an edited config.toml still shows where the runs stand
     try:
@@ -40,65 +38,8 @@ def comparison_states(folder: Path) -> list[RunState]:
         begun = _folded_names(folder)
         if begun is None:
             raise
-        return [run_state(folder, name, _own_rounds(folder, name)) for name in begun]
-    started_in = sweep_started_in(folder)
-    return [_partition_checked(run_state(folder, c.config.name, c.config.federation.rounds), _run_folder(folder, c.config.name), started_in)
-            for c in plan.cells]
-
-
-def _run_folder(parent: Path, name: str) -> Path:
-    """The folder of a comparison's run ``name`` whose line says it resumes: ``NAME`` (stopped by a callback, its summary
-    written) or ``NAME.partial``, as :func:`~chillfl.storage.run_state.run_state` picks it."""
-    return parent / name if (parent / name / "summary.json").is_file() else parent / f"{name}{PARTIAL}"
-
-
-def _promises_resume(state: RunState) -> bool:
-    """Whether ``state``'s line says a resume goes on with the run ("resumes after round 2, its checkpoint", "...;
-    `chillfl resume` continues it"), not that resume refuses it or runs it again."""
-    return state.kind == "stopped" and (state.detail.startswith("resumes") or state.detail.endswith("continues it"))
-
-
-def _partition_checked(state: RunState, folder: Path, started_in: Path | None) -> RunState:
-    """``state``, or, where its line promises a resume and ``chillfl resume`` would refuse the run's ``partition.from`` file
-    (moved or deleted since, or an older noisy file: :func:`~chillfl.data.partition_file.check_file`, the resume's own check of
-    it), the line saying so and what to do. Why: status read only the run's folder and said "resumes after round 1" of a
-    run whose resume then refused its split file. ``started_in``: where the run was started (a comparison's start folder;
-    None: its checkpoint's record), whence a resume reads a relative ``partition.from``."""
-    if not _promises_resume(state):
-        return state
-    refusal = _partition_refusal(folder, started_in)
-    if refusal is None:
-        return state
-    early = state.detail.split("; ", 1)[0] if state.detail.startswith("early") else ""  # "early, by a callback: ..." stays said
-    return replace(state, detail=f"{early}; {refusal}" if early else refusal)
-
-
-def _partition_refusal(folder: Path, started_in: Path | None) -> str | None:
-    """Why a resume of the run in ``folder`` refuses its ``partition.from`` file, and what to do; None: it reads it (or the
-    run reads none). Only the file is read, not the dataset: what a resume refuses whatever the data."""
-    from chillfl.config import RunConfig, load_config
-    from chillfl.data.partition_file import FROM_FILE, FROM_KEY, check_file
-
-    try:
-        config = load_config(folder / "config.toml")
-    except ConfigError:
-        return None  # said otherwise (resume refuses an unreadable config.toml)
-    if config.partition.get("name") != FROM_FILE:
-        return None
-    if started_in is None:
-        try:
-            started_in = start_folder(folder, check_saved_files(folder, force=True).run.get(STARTED_IN))
-        except (ConfigError, CorruptCheckpoint, OSError):
-            started_in = start_folder(folder, None)
-    _, options = RunConfig.component(config.paths_from(started_in).partition)  # what the resume's data build reads
-    try:
-        check_file(options, config.federation.num_clients)
-    except ConfigError as exc:
-        path = options.get(FROM_KEY)
-        gone = isinstance(path, str) and not os.path.lexists(path)
-        again = "put the file back where it was, or start the run again" if gone else "start the run again"
-        return f"resume refuses it, its {exc.field}: {exc.message}" + ("" if "start it again" in exc.message else f"; {again}")
-    return None
+        return [checked_run_state(folder, name, _own_rounds(folder, name)) for name in begun]
+    return [checked_run_state(folder, c.config.name, c.config.federation.rounds) for c in plan.cells]
 
 
 def _folded_names(folder: Path) -> list[str] | None:
@@ -211,7 +152,7 @@ def _status_table(folder: Path) -> str:
             planned = load_config(folder / "config.toml").federation.rounds
         except ConfigError:
             pass
-        states = [_partition_checked(folder_state(folder, name, planned), folder, None)]
+        states = [checked_folder_state(folder, name, planned)]
         head = f"{one_line(folder)}: one run"  # escaped, as the run names are (RunState.cells)
     elif _claimed_run(folder):
         states = [_claimed_state(folder)]

@@ -55,7 +55,7 @@ from chillfl.data.show import plot_class_heatmap
 from chillfl.storage.results import SPENT_KEYS, evaluation_interval, last_value, nulls_as_nan, read_metrics, series, to_toml
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
-from chillfl.storage.run_state import folder_state, is_sweep, run_state
+from chillfl.storage.run_state import is_sweep
 from chillfl.errors import ConfigError, StorageError, json_loads
 from chillfl.experiment import build_data
 from chillfl.extras import need
@@ -63,6 +63,7 @@ from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
 from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
+from chillfl.partition_refusal import checked_folder_state, checked_run_state  # status's own lines: a split file resume refuses is said
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import RecordedVariant, comparison_labels, variant_points
@@ -862,7 +863,7 @@ def _unfinished_note(g: Group) -> str:
     notes = []
     for r in g.runs:
         if not r.summary or _unfinished(r.folder):
-            name, state, rounds, _ = folder_state(r.folder, r.config.name, r.config.federation.rounds).cells()
+            name, state, rounds, _ = checked_folder_state(r.folder, r.config.name, r.config.federation.rounds).cells()
             strict = ", strict = true" if r.config.strict and state.startswith("diverged") else ""  # grouped with non-strict seeds: why it stopped
             notes.append(f"{name}: {state}{strict}, {rounds} rounds")
     return f" ({'; '.join(notes)})" if notes else ""
@@ -1038,7 +1039,7 @@ def _missing_runs(run_dirs: Sequence[Path], taken: Sequence[Path]) -> list[str]:
             continue
         planned = list(comparison_labels(folder))
         here = {p.name for p in taken if p.parent.resolve() == folder.resolve()}
-        missing = [run_state(folder, name) for name in planned if name not in here]
+        missing = [checked_run_state(folder, name) for name in planned if name not in here]
         if missing:
             states = ", ".join(f"{s.name} ({s.cells()[1]})" for s in missing)
             lines.append(f"{folder} is an unfinished comparison: {len(missing)} of its {counted(len(planned), 'planned run')} "

@@ -1,5 +1,7 @@
 """One run's state read from its folder (finished, diverged, running, stopped, not started), for ``chillfl status``
-and the HTML report's rows of unfinished runs; it imports no sweep code, so the report can use it."""
+and the HTML report's rows of unfinished runs; it imports no sweep code, so the report can use it. Only the folder is read:
+whether a resume would refuse the run's ``partition.from`` file needs the config and the data, which sit above storage,
+and is asked by both through :mod:`chillfl.partition_refusal`."""
 
 from __future__ import annotations
 

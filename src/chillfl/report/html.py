@@ -682,8 +682,18 @@ def reliability_figure(run: Run) -> str | None:
     return _via_file(lambda path: plot_reliability(result, path))
 
 
+class NotDrawn(Exception):
+    """A figure the page cannot draw, with why in one line (``reason``): the page says it in the figure's place and goes on.
+    Why: the partition heat map swallowed its rebuild's ConfigError, and the page said nothing of why the map was not there."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def partition_figure(run: Run) -> str | None:
-    """The class x client heat map of ``run``'s partition (rebuilt from its config; None if the data is unavailable).
+    """The class x client heat map of ``run``'s partition (rebuilt from its config); :class:`NotDrawn` with the rebuild's
+    one-line error where the data cannot be rebuilt (a dataset not on this machine, a config no longer valid).
 
     Built with ``eval.clients = "none"`` (no client splits): the map shows train counts only, and the train partition
     is drawn from its own stream, so it is the run's own; drawing every client's eval split first took half the
@@ -695,8 +705,8 @@ def partition_figure(run: Run) -> str | None:
         data = build_data(config)
     except PluginNotImported:  # e.g. a plugin's soft-label method (its public pool): the caller names it in its note
         raise
-    except ConfigError:  # e.g. a dataset that is not on this machine
-        return None
+    except ConfigError as exc:  # e.g. a dataset that is not on this machine: the page says why, and renders on
+        raise NotDrawn(f"its data could not be rebuilt from its config.toml: {exc}") from None
     return _via_file(lambda path: plot_class_heatmap(data.class_counts(), path, title=literal(f"{run.config.name}: class counts per client (seed {run.config.seed})")))
 
 
@@ -1167,7 +1177,12 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
             shared.setdefault(_partition_key(g.runs[0].config), []).append(g)
         for members in shared.values():
             names = ", ".join(m.label for m in members)
-            if uri := _unless_plugin(partition_figure, members[0].runs[0], f"the partition of {names}", left_out):
+            try:
+                uri = _unless_plugin(partition_figure, members[0].runs[0], f"the partition of {names}", left_out)
+            except NotDrawn as exc:
+                parts.append(f'<div class="fig"><p class="muted">{_e(names)}: partition not drawn: {_e(exc.reason)}</p></div>')
+                continue
+            if uri:
                 parts.append(f'<div class="fig"><p class="muted">{_e(names)}</p><img alt="partition {_e(names)}" src="{uri}"></div>')
     parts += ['<p id="render-check" hidden data-images="" data-broken="" data-tables="" data-overflow=""></p>', f"<script>{SCRIPT}</script>", "</body></html>"]
     return "\n".join(parts)

@@ -547,7 +547,7 @@ class RunConfig:
     client-by-client path for large convolutions, SAM's and DP-SGD's steps (vmapped), and evaluation stay eager. Needs a C++ compiler on the CPU and Triton on
     a GPU; off by default: on the CPU it was slower (docs/gpu.md has the measurements)."""
     strict: bool = False
-    """An exploding training loss that stays finite (>= 1e4 x round 1's, or above 1e3, 1e3 / T below T = 1: :mod:`chillfl.engine.health`)
+    """An exploding training loss that stays finite (>= 1e4 x round 1's or above 1e3, both in T = 1 units, loss x T below T = 1: :mod:`chillfl.engine.health`)
     stops the run as a divergence (exit 3, ``NAME.failed``) instead of one warning line. ``--strict`` on the command line."""
     federation: FederationConfig = field(default_factory=FederationConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)

@@ -24,7 +24,13 @@ Choices
   legal T = 1e-4 (it falls to ~20 and reaches 88 % on digits); a fixed 1e3
   warned it and stopped it under ``strict``, with a "lower client.lr" that made
   the loss higher still. Above T = 1 the ceiling stays 1e3 (the loss only
-  shrinks there). The growth rule compares raw losses, as before.
+  shrinks there).
+* The growth rule compares losses in T = 1 units too: ``loss * min(T, 1)`` of
+  the round against the same of round 1, each at its own round's smallest
+  training temperature (:func:`t1_units`; no temperature recorded: the raw
+  loss). Why: a policy that lowers T across rounds (FedChill decays it on
+  stagnation) makes a healthy run's raw loss grow like 1 / T, and raw losses
+  warned (or, under ``strict``, stopped) a run whose T fell 1e4-fold.
 * It is a guard against blow-ups by orders of magnitude, not a quality check:
   a run stuck at chance with a loss below the ceiling is not reported.
 * A warning by default (the run is still a valid, if useless, result);
@@ -66,15 +72,27 @@ def loss_ceiling(temperature: float | None) -> float:
     return LOSS_CEILING / temperature if temperature is not None and temperature < 1 else LOSS_CEILING
 
 
-def loss_explosion(loss: float, first: float | None, temperature: float | None = None) -> str | None:
+def t1_units(loss: float, temperature: float | None) -> float:
+    """``loss``, trained at ``temperature``, in T = 1 units: times T below T = 1 (CE(z / T) grows like 1 / T), unchanged at
+    or above it and when T is not known, as :func:`loss_ceiling` scales the ceiling."""
+    return loss * temperature if temperature is not None and temperature < 1 else loss
+
+
+def loss_explosion(loss: float, first: float | None, temperature: float | None = None, first_temperature: float | None = None) -> str | None:
     """Why ``loss`` counts as exploding given the first round's ``first`` (None: it does not); ``temperature``: the
-    round's smallest training temperature, which scales the ceiling (:func:`loss_ceiling`)."""
+    round's smallest training temperature, which scales the ceiling (:func:`loss_ceiling`); ``first_temperature``: round
+    1's, the growth rule comparing both losses in T = 1 units (:func:`t1_units`)."""
     ceiling = loss_ceiling(temperature)
     if loss > ceiling:
         scaled = f" ({LOSS_CEILING:g} / T at the round's smallest training temperature T = {temperature:g})" if ceiling != LOSS_CEILING else ""
         return f"is above {ceiling:.3g}{scaled}" if scaled else f"is above {LOSS_CEILING:g}"
-    if first is not None and first > 0 and loss >= LOSS_GROWTH * first:
-        return f"is {loss / first:.3g} times round 1's {first:.3g}"
+    if first is None:
+        return None
+    now, then = t1_units(loss, temperature), t1_units(first, first_temperature)
+    if then > 0 and now >= LOSS_GROWTH * then:
+        if (now, then) == (loss, first):
+            return f"is {loss / first:.3g} times round 1's {first:.3g}"
+        return f"is {now / then:.3g} times round 1's {first:.3g} in T = 1 units (each loss times its round's smallest training temperature below 1)"
     return None
 
 
@@ -85,7 +103,10 @@ class LossWatch:
     def __init__(self, strict: bool, records: Iterable[Mapping[str, Any]] = (), name: str | None = None) -> None:
         self.strict = strict
         self.name = name
-        self.first: float | None = next((float(r["train_loss"]) for r in records if r.get("train_loss") is not None), None)
+        begun = next((r for r in records if r.get("train_loss") is not None), None)  # a resume's round 1, from its metrics.jsonl
+        self.first: float | None = None if begun is None else float(begun["train_loss"])
+        self.first_temperature: float | None = None if begun is None else training_temperature(begun)
+        """Round 1's smallest training temperature (None: not recorded), for the growth rule's T = 1 units."""
         self.warned = False
         self.warned_local = False
         self.warned_global = False
@@ -97,9 +118,10 @@ class LossWatch:
         loss ``train_loss`` is (Ditto's v_k) blew up there alone, with no word."""
         loss = record.get("train_loss")
         if loss is not None:  # None: a skipped round
-            why = loss_explosion(float(loss), self.first, training_temperature(record))
+            temperature = training_temperature(record)
+            why = loss_explosion(float(loss), self.first, temperature, self.first_temperature)
             if self.first is None:
-                self.first = float(loss)
+                self.first, self.first_temperature = float(loss), temperature
             if why is not None and not self.warned:
                 self._report(record, f"training loss {float(loss):.3g} {why} ({LOSS_HINT})")
                 self.warned = True

@@ -12,10 +12,10 @@ import os
 from dataclasses import replace
 from pathlib import Path
 
-from chillfl.errors import ConfigError, json_loads
+from chillfl.errors import ConfigError
 from chillfl.storage.checkpoint import CorruptCheckpoint
 from chillfl.storage.results import PARTIAL
-from chillfl.storage.run_folder import STARTED_IN, SWEEP_FILE, check_saved_files, start_folder
+from chillfl.storage.run_folder import STARTED_IN, check_saved_files, start_folder, sweep_started_in
 from chillfl.storage.run_state import RunState, folder_state, is_sweep, run_state
 
 
@@ -58,13 +58,8 @@ def started_in(folder: Path) -> Path | None:
     """Where the run in ``folder`` was started, whence a resume reads a relative ``partition.from``: a comparison's run, its
     comparison's start folder (its ``sweep.json``'s record, as the comparison's resume reads it); another run, its checkpoint's
     record (:func:`~chillfl.storage.run_folder.start_folder`)."""
-    parent = folder.parent
-    if is_sweep(parent):
-        try:
-            recorded = json_loads((parent / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
-        except (OSError, ValueError, AttributeError):
-            recorded = None
-        return start_folder(parent, recorded)
+    if is_sweep(folder.parent):
+        return sweep_started_in(folder.parent)
     try:
         return start_folder(folder, check_saved_files(folder, force=True).run.get(STARTED_IN))
     except (ConfigError, CorruptCheckpoint, OSError):

@@ -121,6 +121,16 @@ def start_folder(folder: Path, recorded: object) -> Path | None:
     return _started_in(Path(os.path.abspath(folder)))
 
 
+def sweep_started_in(folder: Path) -> Path | None:
+    """The folder the comparison in ``folder`` was started in (:func:`~chillfl.storage.run_folder.start_folder`: what its
+    ``sweep.json`` records, else what its relative ``out_dir`` tells): its runs read their relative paths from there."""
+    try:
+        recorded = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
+    except (OSError, ValueError, AttributeError):
+        recorded = None
+    return start_folder(folder, recorded)
+
+
 def folder_named(folder: str | Path) -> Path:
     """``folder`` as a path with its own name: ``.`` (``chillfl resume .`` from inside it) or ``..`` made absolute,
     since whether it is a ``.partial`` and what it is renamed to are read from its name. Links are not followed."""

@@ -38,7 +38,7 @@ from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.results import PARTIAL, refuse_links, to_toml, unset_comment
-from chillfl.storage.run_folder import STARTED_IN, config_changes, executor_move, move_accepted, say_accepted, start_folder
+from chillfl.storage.run_folder import STARTED_IN, config_changes, executor_move, move_accepted, say_accepted, start_folder, sweep_started_in  # noqa: F401  (sweep_started_in re-exported)
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, parse_grid, repeats, typed_comparison, with_controls
 
@@ -170,16 +170,6 @@ def same_sweep(saved: object, record: SweepRecord) -> bool:
         return False
     wanted = json.loads(json.dumps(record, sort_keys=True))  # as it reads back (tuples as lists)
     return {k: v for k, v in saved.items() if k != STARTED_IN} == {k: v for k, v in wanted.items() if k != STARTED_IN}
-
-
-def sweep_started_in(folder: Path) -> Path | None:
-    """The folder the comparison in ``folder`` was started in (:func:`~chillfl.storage.run_folder.start_folder`: what its
-    ``sweep.json`` records, else what its relative ``out_dir`` tells): its runs read their relative paths from there."""
-    try:
-        recorded = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
-    except (OSError, ValueError, AttributeError):
-        recorded = None
-    return start_folder(folder, recorded)
 
 
 def write_sweep(partial: Path, record: SweepRecord) -> None:

@@ -1,6 +1,6 @@
 """A zip whose checksum passes but whose bytes are damaged (a corrupt deflate stream, an encrypted member, an unknown
 compression method), or a tar whose gzip stream fails its CRC or holds a file and a folder of one name, is one line
-(exit status 1, naming the archive), and the archive is removed from ``data_dir/.downloads``: these were tracebacks
+(exit status 2, bad input: naming the archive), and the archive is removed from ``data_dir/.downloads``: these were tracebacks
 (zlib.error, RuntimeError, NotImplementedError) or a plain error that kept the archive, so every rerun failed alike."""
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def test_a_damaged_archive_is_one_line_and_removed(tmp_path: Path, capsys: pytes
     name, fname, make = CASES[case]
     mirror, sums = _mirror(tmp_path, name, {fname: make()})
     data = tmp_path / "data"
-    assert _download(data, name, mirror, sums) == 1
+    assert _download(data, name, mirror, sums) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"{fname} is not a readable" in err, err
     assert f"the download was removed from {data / DOWNLOADS / name}" in err
@@ -98,7 +98,7 @@ def test_the_rerun_fetches_the_mirrors_fixed_file(tmp_path: Path, capsys: pytest
     mirror, sums = _mirror(tmp_path, "cifar10", {"cifar-10-python.tar.gz": _gzip_crc_fails()})
     data = tmp_path / "data"
     (data / "kept").mkdir(parents=True)
-    assert _download(data, "cifar10", mirror, sums) == 1
+    assert _download(data, "cifar10", mirror, sums) == 2
     assert "is not a readable tar archive" in capsys.readouterr().err
     assert not (data / DOWNLOADS).exists()
     mirror, sums = _mirror(tmp_path, "cifar10", good)

@@ -42,7 +42,7 @@ def _download(data: Path, name: str, mirror: str, sums: Path, *extra: str) -> in
 def test_a_refused_archive_is_removed_and_the_line_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str], name: str, files: dict[str, bytes], said: str) -> None:
     mirror, sums = _mirror(tmp_path, name, files)
     data = tmp_path / "data"
-    assert _download(data, name, mirror, sums) == 1
+    assert _download(data, name, mirror, sums) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and said in err
     assert f"the download was removed from {data / DOWNLOADS / name}" in err and err.endswith("and rerun")
@@ -61,7 +61,7 @@ def test_a_refused_archive_cached_by_an_earlier_run_is_not_taken_again(tmp_path:
     cached.parent.mkdir(parents=True)
     cached.write_bytes(ESCAPING_TAR)
     sums.write_text(manifest("cifar10", {"cifar-10-python.tar.gz": ESCAPING_TAR}))
-    assert _download(data, "cifar10", mirror, sums, "--force") == 1
+    assert _download(data, "cifar10", mirror, sums, "--force") == 2
     assert "refusing cifar-10-python.tar.gz" in capsys.readouterr().err
     assert not cached.exists() and not (data / DOWNLOADS).exists() and (data / "kept").is_dir()
     sums.write_text(manifest("cifar10", good))  # the mirror's file, vouched for

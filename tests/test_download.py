@@ -427,7 +427,7 @@ def test_archive_that_passes_its_checksum_but_is_not_one_is_one_line(tmp_path: P
     files = {"cifar-10-python.tar.gz": b"not an archive at all"}
     rc = _download_from_mirror(tmp_path, monkeypatch, "cifar10", files, files)
     err = capsys.readouterr().err.strip()
-    assert rc == 1 and len(err.splitlines()) == 1 and "is not a readable tar archive" in err and err.endswith("and rerun")
+    assert rc == 2 and len(err.splitlines()) == 1 and "is not a readable tar archive" in err and err.endswith("and rerun")
 
 
 def test_cli_without_names_lists_what_data_dir_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -599,9 +599,10 @@ def _other_partitions(config: RunConfig) -> list[str]:
 
 def cmd_data_download(args: argparse.Namespace) -> int:
     """Fetch a real dataset; every failure is one line: exit status 1 when it could not finish (the network, the disk, a file
-    failing its check), 2 when it was asked wrongly (a :class:`~chillfl.data.download.DownloadRequestError`)."""
+    failing its check), 2 for bad input (a :class:`~chillfl.data.download.DownloadRequestError`, or an
+    :class:`~chillfl.data.download.ArchiveError`: vouched-for bytes that do not unpack); the error's class says which."""
     with _signals_held():  # torch (chillfl.data)
-        from chillfl.data.download import DownloadError, DownloadRequestError, download_dataset, read_checksums
+        from chillfl.data.download import DownloadError, download_dataset, read_checksums
     from chillfl.progress import mode_for
 
     if not args.data_dir or "\0" in args.data_dir:  # "" was the current folder: datasets unpacked beside the user's files
@@ -617,7 +618,7 @@ def cmd_data_download(args: argparse.Namespace) -> int:
             print(f"{name}: {folder}")
     except DownloadError as exc:
         say(f"chillfl: error: download {name}: {exc}")
-        return 2 if isinstance(exc, DownloadRequestError) else 1
+        return exc.exit_status
     except KeyboardInterrupt:
         say("chillfl: interrupted; the same command resumes the download")
         return 130

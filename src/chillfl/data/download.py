@@ -21,7 +21,9 @@ Why it is built this way
 
 Every failure is a :class:`DownloadError`, one line: exit status 1 in the CLI (the network, the disk, a file that
 fails its check: the request was right, the run could not finish it), or 2 for a :class:`DownloadRequestError`
-(an unknown name, a mirror that is no URL, a malformed manifest: bad input). A failed download leaves nothing under a
+(an unknown name, a mirror that is no URL, a malformed manifest: bad input) and an :class:`ArchiveError` (an archive
+that passed the check it was given but does not unpack: bad input, the bytes the mirror or manifest vouched for, which
+a rerun cannot mend). Each class says its own status (``exit_status``). A failed download leaves nothing under a
 final name: a file is a ``.part`` until it passes its check (kept, so that a rerun resumes), and the folders it made
 for a file that never arrived are removed. An archive that passes its check but is refused or unreadable when unpacked
 (an :class:`ArchiveError`) is deleted with the folders it emptied: kept, every rerun took it again and failed the same way.
@@ -50,7 +52,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import Any, ClassVar
 
 try:
     import fcntl
@@ -77,16 +79,24 @@ USER_AGENT = "chillfl-data-download"
 class DownloadError(Exception):
     """A download that cannot finish (no network, a full disk, a file that fails its check); the message is one line for the user."""
 
+    exit_status: ClassVar[int] = 1
+    """The CLI's exit status: 1, the request was right but could not be finished (a rerun may succeed)."""
+
 
 class ArchiveError(DownloadError):
     """An archive that passed its check but cannot be installed: unreadable, or a member that would land outside its
     folder. :func:`download_dataset` removes what it fetched: kept, a rerun (``--force`` too) took the cached file,
-    which passes its check again, and failed the same way."""
+    which passes its check again, and failed the same way. Exit status 2: the bytes were vouched for (by the table, a
+    mirror's ``--checksums``) and are not an archive we can install, which no rerun of the same input mends: bad input."""
+
+    exit_status: ClassVar[int] = 2
 
 
 class DownloadRequestError(DownloadError):
     """A download asked for wrongly (an unknown or hand-fetched dataset, a mirror that is no URL, a malformed checksum
     manifest, a folder not ours without ``--force``): bad input, which the CLI answers with exit status 2, not 1."""
+
+    exit_status: ClassVar[int] = 2
 
 
 # ---------------------------------------------------------------- sources and overrides

@@ -58,7 +58,7 @@ from chillfl.sweeps.record import check_resumable
 from chillfl.sweeps.run import run_compare
 from chillfl.sweeps.shard import Shard
 from chillfl.reproduce import Outcome, write_verdicts
-from chillfl.resolve import is_default_table, resolved
+from chillfl.resolve import dataset_table, is_default_table, model_table, partition_table, resolved
 from chillfl.reproduce import reproduce as reproduce_claims
 from chillfl.once import once_per_call, said_once
 from chillfl.runner import Callback, RunOutput, refuse_inference_mode, run_experiment
@@ -345,20 +345,36 @@ def load_run(folder: str | Path, model: nn.Module | None = None, data: UserData 
     ``chillfl.plugins`` entry point is imported, so a received folder cannot run a module it ships beside itself (the
     working directory is on the import path in a notebook). One that names a plugin imports it: rebuilding needs its code.
     """
-    from chillfl.analysis.replay import finished_run
+    from chillfl.analysis.replay import check_finished, finished_run, saved_config, saved_config_data
 
     folder = arguments.path(folder, "folder")
     _check_model(model)
     dataset = as_dataset(data, _input_dtype(model)) if data is not None else None
-    try:
-        with reading_data("chillfl.load_run") as refused:
-            parts = finished_run(folder, model, dataset, field="folder")
-    except PluginNotImported:
-        refused = [("", "")]
-    if refused:  # its config names a plugin's part (a model, a mechanism kept as written): rebuilding the run needs that code
-        parts = finished_run(folder, model, dataset, field="folder")
+    check_finished(folder, "folder")
+    saved = saved_config_data(folder, "folder")  # read once: parsed as data, then (naming a plugin) again with it imported
+    parts = None
+    with reading_data("chillfl.load_run") as refused:
+        try:
+            config = saved_config(saved)
+            _look_up_built_parts(config)
+            if not refused:  # a plugin part kept as written: not built from that, the model files not read for nothing
+                parts = finished_run(folder, model, dataset, field="folder", config=config)
+        except PluginNotImported:  # a plugin part met while building: before any model file was read (finished_run)
+            pass
+    if parts is None:  # its config names a plugin's part (a model, a mechanism kept as written): rebuilding the run needs that code
+        parts = finished_run(folder, model, dataset, field="folder", config=saved_config(saved))
     check_client_ids(Path(folder) / CLIENT_MODELS, parts.client_states, parts.config.federation.num_clients)  # an id past the run's clients: a crafted file
     return FinishedRun(Path(folder), parts.config, parts.model, parts.data, parts.client_states)
+
+
+def _look_up_built_parts(config: RunConfig) -> None:
+    """Look up the specs of the parts :func:`chillfl.load_run` builds (its dataset, partitioner and model), building nothing.
+
+    Why: a plugin's part is refused (:class:`~chillfl.plugins.PluginNotImported`) while a folder is read as data only
+    when its spec is looked up; met while building, the data had been built for nothing, and was built again."""
+    dataset_table(config.dataset)
+    partition_table(config.partition)
+    model_table(config.model)
 
 
 def _check_same_parts(config: RunConfig, model: nn.Module | None, dataset: ArrayDataset | None, plugged: Plugged, entry: FromPython) -> None:

@@ -36,6 +36,7 @@ the replayed round from ``start = "initial"`` reproduces round 1's
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ from torch import nn
 from torch.func import functional_call
 
 from chillfl.capabilities import Capabilities
-from chillfl.config import RunConfig, load_config
+from chillfl.config import RunConfig, check_depth, config_from_dict, load_config, name_from_path, read_config_file
 from chillfl.engine.loop import availability, draw_clients, releases_empty
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.model_file import read_client_models, read_model
@@ -127,6 +128,27 @@ def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
     return load_config(path / "config.toml")
 
 
+def saved_config_data(run_dir: str | Path, field: str = "run_dir") -> dict[str, Any]:
+    """A run folder's ``config.toml`` as read, not parsed (the checks of :func:`load_run`); :func:`saved_config` parses it.
+
+    Why apart: :func:`chillfl.load_run` parses a folder's config first as data (no plugin imported) and, when it names a
+    plugin part, again with the plugin imported: the file is read once for both."""
+    path = Path(run_dir)
+    check_not_comparison(path, field)
+    if not (path / "config.toml").is_file():
+        raise ConfigError(field, f"{path} is not a chillfl run folder (no config.toml)")
+    data = read_config_file(path / "config.toml")
+    if "name" not in data:  # as load_config names it
+        data["name"] = name_from_path(path / "config.toml")
+    check_depth(data)  # before deepcopy, which recurses
+    return data
+
+
+def saved_config(data: Mapping[str, Any]) -> RunConfig:
+    """:func:`saved_config_data`'s dict parsed, as :func:`load_run` parses the file; ``data`` is left as it was (parsed again later)."""
+    return config_from_dict(copy.deepcopy(dict(data)))
+
+
 def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", field: str = "run_dir") -> Params:
     """The run's saved global model (``model.safetensors``)."""
     run = Path(run_dir)
@@ -196,13 +218,18 @@ def _dtype_fix(held: str) -> str:
 
 
 def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: ArrayDataset | None = None,
-                 field: str = "run_dir") -> FinishedParts:
+                 field: str = "run_dir", config: RunConfig | None = None) -> FinishedParts:
     """A finished run's parts on the CPU for :func:`chillfl.load_run`: its data (the server validation split held out as the
     run held it out), its global model loaded into the config's model (or into a copy of ``model``, for a run on the user's
-    own module) and its saved client models. Why: the recorded metrics are reproducible only on these rows and this model."""
+    own module) and its saved client models. Why: the recorded metrics are reproducible only on these rows and this model.
+    ``config``: the folder's, already read and checked (:func:`saved_config`); None reads it here.
+
+    The folder's model files are read after every part is built: a part that cannot be built yet (a plugin refused while
+    the folder is read as data) stops the call before any of them is read, and the caller's second call reads them once."""
     path = Path(run_dir)
-    check_finished(path, field)
-    config = load_run(path, field)
+    if config is None:
+        check_finished(path, field)
+        config = load_run(path, field)
     entry = f"chillfl.load_run({shell_path(path)!r}, model=..., data=...)"
     if model is None and is_custom(config.model.get("name")):
         held = config.model.get("class", "your module")
@@ -226,13 +253,14 @@ def finished_run(run_dir: str | Path, model: nn.Module | None = None, dataset: A
             raise ConfigError("data", f"{path} is a run on the registered dataset {config.dataset.get('name')!r}, which it rebuilds itself: leave data out")
         check_data_record(config, dataset)
     data = poisoned_data(config, build_data(config, dataset))  # [attack]: the attackers' training rows, as the run trained on them
-    # the run's client count: a crafted file naming a client past it is refused as it is read (load_run checked only after)
-    client_states = read_client_models(path / CLIENT_MODELS, num_clients=config.federation.num_clients) if (path / CLIENT_MODELS).is_file() else {}
-    if not (path / MODEL).is_file():  # a protocol without a global model (each client keeps its own)
-        return FinishedParts(config, None, data, client_states)
-    if model is None:
+    has_model = (path / MODEL).is_file()  # else a protocol without a global model (each client keeps its own)
+    if has_model and model is None:
         with float32_default():
             model, _ = build_initial_model(config, data.dataset.input_shape, data.num_classes)
+    # the run's client count: a crafted file naming a client past it is refused as it is read (load_run checked only after)
+    client_states = read_client_models(path / CLIENT_MODELS, num_clients=config.federation.num_clients) if (path / CLIENT_MODELS).is_file() else {}
+    if not has_model or model is None:
+        return FinishedParts(config, None, data, client_states)
     state = load_model_state(path, "cpu", field)
     # the names are those model.safetensors was written with (training.local.model_state: parameters and persistent buffers, a tied
     # tensor once), not state_dict()'s, which repeats a tied submodule under its every name

@@ -90,5 +90,5 @@ def test_a_partitioner_classs_own_defaults_are_no_news() -> None:
     """A flwr run's config.toml held only the options set before 2026-12-06; the class's defaults written since
     (min_partition_size, self_balancing, shuffle) are the ones the run took from the class then (rev106b 1)."""
     written = {"partition": {"name": "flwr", "partitioner": "DirichletPartitioner", "options": {"alpha": 0.5}}}
-    assert runner._no_news(written, "partition.options.min_partition_size")
-    assert not runner._no_news(written, "attack.local_dp")  # anything else is still named
+    assert runner._no_news(written, "partition.options.min_partition_size", 10)  # the class's default (test_clifix_no_news: the rest)
+    assert not runner._no_news(written, "attack.local_dp", "comply")  # anything else is still named

@@ -33,7 +33,7 @@ import time
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
 import torch
@@ -43,6 +43,7 @@ from chillfl.config import RunConfig, load_config, read_config_file
 from chillfl.data import FederatedData
 from chillfl.data.augment import AUGMENT_KEY, AugmentOptions
 from chillfl.data.loaders import files_absent
+from chillfl.data.partition import partitioner_options
 from chillfl.data.partition_file import PARTITION_FILE, encode_partition, partition_record
 from chillfl.resolve import added_options, resolved
 from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_state, write_atomic, write_state
@@ -434,16 +435,28 @@ CLASS_OPTIONS = ("partition", "options")
 """A partitioner's table of a third-party class's own keyword options (flwr-datasets', the only partition entry with an
 ``options`` table): config.toml wrote only those set before 2026-12-06, and now writes the class's defaults too
 (:func:`~chillfl.data.flwr_partition.with_defaults`); the run took those same defaults from the class then, so they are no
-news either."""
+news either: each such key whose value is the class's default (:class:`ClassDefaults`), and no other."""
+
+
+@runtime_checkable
+class ClassDefaults(Protocol):
+    """A partitioner's options that write a third-party class's own keyword defaults in (``class_defaults``: key -> the value
+    written when unset). Why a capability: the resume asks the options which missing keys the class defaulted, naming no partitioner."""
+
+    def class_defaults(self) -> Mapping[str, Any]: ...
 
 
 AUGMENT_FIELDS = frozenset(f.name for f in dataclasses.fields(AugmentOptions))
 """Every key of a complete ``augment`` sub-table."""
 
 
-def _no_news(written: Mapping[str, Any], option: str) -> bool:
-    """Whether the dotted ``option``, absent from ``written`` (config.toml, as read), is a default the run already took when
-    it started, only not written then (:data:`WRITTEN_AS_TYPED`, :data:`CLASS_OPTIONS`)."""
+def _no_news(written: Mapping[str, Any], option: str, value: Any) -> bool:
+    """Whether the dotted ``option``, absent from ``written`` (config.toml, as read) and resolved now to ``value``, is a default
+    the run already took when it started, only not written then (:data:`WRITTEN_AS_TYPED`, :data:`CLASS_OPTIONS`).
+
+    A class option is no news only when the written partitioner's options say the class defaults that key
+    (:class:`ClassDefaults`) and ``value`` is that default (of the same type): another partitioner's missing option, or
+    one the options do not fill from the class, is added since, as any other option is."""
     for keys, mark in WRITTEN_AS_TYPED:
         if option.startswith(".".join(keys) + "."):
             table: Any = written
@@ -451,7 +464,18 @@ def _no_news(written: Mapping[str, Any], option: str) -> bool:
                 table = table.get(key) if isinstance(table, Mapping) else None
             complete = isinstance(table, Mapping) and isinstance(table.get(mark), Mapping) and set(table[mark]) >= AUGMENT_FIELDS
             return not complete
-    return option.startswith(".".join(CLASS_OPTIONS) + ".")
+    section, options_key = CLASS_OPTIONS
+    prefix = f"{section}.{options_key}."
+    key = option[len(prefix):]
+    table = written.get(section)
+    if not option.startswith(prefix) or "." in key or not isinstance(table, Mapping) or not isinstance(table.get("name"), str):
+        return False
+    try:
+        opts = partitioner_options(*RunConfig.component(table), section)
+    except ConfigError:  # the run's own build names it
+        return False
+    defaults = opts.class_defaults() if isinstance(opts, ClassDefaults) else {}
+    return key in defaults and type(defaults[key]) is type(value) and defaults[key] == value
 
 
 def _say_added_options(path: Path, config: RunConfig) -> None:
@@ -459,7 +483,7 @@ def _say_added_options(path: Path, config: RunConfig) -> None:
     started) and the defaults they take: the resumed rounds run with them, which nothing said before. Those of a table an
     older chillfl wrote as typed (:func:`_no_news`) are no news: the run took the same defaults from its start."""
     written = read_config_file(path)
-    added = {key: value for key, value in added_options(written, config).items() if not _no_news(written, key)}
+    added = {key: value for key, value in added_options(written, config).items() if not _no_news(written, key, value)}
     if added:  # JSON's spelling of a string, number, boolean or list is TOML's: the line reads as the file would
         said = ", ".join(f"{key} = {json.dumps(value, default=str, ensure_ascii=False)}" for key, value in added.items())
         log.warning("resume: options added since this run started take their defaults: %s", said)

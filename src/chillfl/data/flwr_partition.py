@@ -129,6 +129,12 @@ class FlwrOptions:
         flwr-datasets whose defaults changed is still the same run."""
         object.__setattr__(self, "options", with_defaults(self.partitioner, self.options))
 
+    def class_defaults(self) -> dict[str, Any]:
+        """The keyword defaults of the partitioner class that :func:`with_defaults` writes in, whatever is set: what a run
+        whose config.toml predates their writing (2026-12-06) took from the class unwritten (a resume's no news,
+        :class:`chillfl.runner.ClassDefaults`)."""
+        return with_defaults(self.partitioner, {})
+
     def validate(self, section: str) -> None:
         require(bool(self.partitioner), f"{section}.partitioner", "is required (e.g. DirichletPartitioner)")
         classes = partitioner_classes(_module(section))

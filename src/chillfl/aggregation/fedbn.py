@@ -16,6 +16,11 @@ them: ``ntd`` reads every BN entry, ``proximal_mu`` the BN weights and biases, a
 Choices
 -------
 * A client's first round starts from the global model's BN entries.
+* Local accuracy: ``local_eval = "trained"`` (default) measures the client's
+  model at the end of its training, with its own BN entries, before the
+  server's average; ``"averaged"`` measures its own BN entries on the
+  non-BN entries the server has just averaged, as the authors' code tests its
+  sites.
 * The global model's BN entries (used for global-model evaluation, which
   FLex&Chill Sec. 4.7 / Table 7 reports for FedBN, and as the start of
   first-time clients): ``global_bn = "average"`` (default) stores the weighted
@@ -28,8 +33,13 @@ Checked against (2026-12-02) med-air/FedBN ``federated/fed_digits.py`` and
 stays with its site (weight, bias, running_mean, running_var,
 num_batches_tracked; here every entry of a ``_BatchNorm`` module, found by
 type, not name), the rest averaged with ``client_weights = 1/client_num``;
-the server model's BN entries are never written; each site is evaluated with
-its own model (chillfl's local accuracy, ``personal_model``). And
+the server model's BN entries are never written; each site is tested after
+``communication``, on the averaged non-BN entries with its own BN entries.
+chillfl's default local accuracy (``local_eval = "trained"``) is taken before
+the average, on the site's trained model, so it is not the authors' measure and
+sits above it; ``local_eval = "averaged"`` is theirs (the server measures
+:meth:`KeepLocal.personal_model` on the new global model right after the
+average, :class:`~chillfl.aggregation.base.MeasuredAfterAverage`). And
 KarhouTam/FL-bench ``src/client/fedbn.py`` (BatchNorm2d parameters and every
 buffer personal).
 """
@@ -58,7 +68,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm
+from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, after_average, instance_field, register_algorithm
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.models.parts import SwitchesBatchNorm
@@ -72,6 +82,9 @@ class FedBNOptions:
     global_bn: Literal["average", "keep"] = "average"
     weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
+    local_eval: Literal["trained", "averaged"] = "trained"
+    """``trained``: local accuracy of the client's model at the end of its training; ``averaged``: of its own BN entries on
+    the model the server has just averaged, measured by the server after the round (the authors' code's)."""
 
 
 def batchnorm_keys(model: nn.Module) -> list[str]:
@@ -97,7 +110,7 @@ class KeepLocal:
     prefix: str
     after_average: bool = field(default=False, kw_only=True)
     """Local accuracy of the client's own entries on the *next* global model, measured by the server after the
-    average (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; FedPer's, FedRep's, LG-FedAvg's ``local_eval``)."""
+    average (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; FedBN's, FedPer's, FedRep's, LG-FedAvg's ``local_eval``)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         own = own_entries(state, self.prefix)
@@ -152,8 +165,8 @@ class FedBN(AggregatorBase):
         return tuple(k for k in global_params if k not in self.bn_keys)
 
     def client_half(self) -> ClientHalf:
-        """The client keeps its own BN entries (:class:`KeepLocal`)."""
-        return KeepLocal(self.bn_keys, PREFIX)
+        """The client keeps its own BN entries (:class:`KeepLocal`), measured after the average under ``local_eval = "averaged"``."""
+        return KeepLocal(self.bn_keys, PREFIX, after_average=self.rule.local_eval == "averaged")
 
     def state_dict(self) -> dict[str, Any]:
         """Nothing: every client's BN entries are in its own state, the global model has the average."""
@@ -201,13 +214,14 @@ def _bind(aggregator: FedBN, ctx: BuildContext) -> None:
         raise ConfigError(instance_field(ctx, "bn_keys"), f"{what}; got {', '.join(map(repr, unknown[:3]))}{' and more' if len(unknown) > 3 else ''}")
 
 
-SPEC = register_algorithm(
+SPEC: AlgorithmSpec = register_algorithm(
     "fedbn",
     AlgorithmSpec(
         FedBNOptions,
         _build,
         "local batch norm (Li et al. 2021)",
         capabilities=Capabilities(takes_weights=True, personal_model=True),
+        capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),
         makes=(FedBN,),
         bind=_bind,
     ),

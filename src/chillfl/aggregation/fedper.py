@@ -35,8 +35,9 @@ base is set from the server's).
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Sequence
 
 from torch import nn
 
@@ -47,6 +48,14 @@ from chillfl.aggregation.registry import AlgorithmSpec, after_average, register_
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError
 from chillfl.models.parts import DeclaresHead, check_guessed_head, head_name, refuse_tied_head, warn_undeclared
+
+log = logging.getLogger(__name__)
+
+NORMS = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm)
+"""Normalisation layers (batch, instance, layer, group, RMS norm): each belongs with the weight layer before it."""
+
+CONTAINERS = (nn.Sequential, nn.ModuleList, nn.ModuleDict)
+"""Modules that only hold layers in a row: a head boundary between their children cuts no layer."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +78,8 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
     parameters ending at the declared head.
 
     A model that declares no head: its last ``layers`` such modules (warned once per class). A head that leaves
-    no body is a ConfigError on ``field``, the option that asked for ``layers``.
+    no body is a ConfigError on ``field``, the option that asked for ``layers``. A head that cuts a layer (half an
+    LSTM layer, a BatchNorm without its Linear: :func:`cut_layer`) is kept as counted, with one warning line.
     """
     owners = [(name, m) for name, m in model.named_modules() if any(True for _ in m.parameters(recurse=False))]
     if len(owners) <= layers:
@@ -85,6 +95,7 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
         check_guessed_head(model, owners[-1][0])  # a last nn.Linear that is not the classifier
         warn_undeclared(model, f"keeps its last {layers} parameterised module(s), {[name for name, _ in owners[-layers:]]}, as its head")
     refuse_tied_head(model, [name for name, _ in owners[end - layers : end]])  # its keys would name a tensor the state holds under the body's name
+    warn_cut_layer(model, owners, end, layers, field)
     keys: list[str] = []
     for name, module in owners[end - layers : end]:
         base = f"{name}." if name else ""
@@ -92,6 +103,49 @@ def head_keys(model: nn.Module, layers: int = 1, field: str = "algorithm.head_la
         # not a persistent=False buffer: the run's state (model_state) holds none, so no upload has it
         keys.extend(base + n for n, b in module.named_buffers(recurse=False) if b is not None and n not in module._non_persistent_buffers_set)
     return keys
+
+
+def cut_layer(model: nn.Module, owners: Sequence[tuple[str, nn.Module]], start: int, end: int) -> str | None:
+    """What a head of ``owners[start:end]`` (the parameterised modules, in order) cuts at its start, in words; None when nothing.
+
+    Counting every module with parameters as a layer (the rule recorded results were run with) can cut what the papers
+    count as one layer: a module of several parameterised parts (an LSTM layer's input and hidden halves, a residual
+    block), when the last body module and the first head module have such a module as their nearest common parent (not
+    the model, not a plain container); or a normalisation layer from the weight layer before it.
+    """
+    if start < 1:
+        return None
+    (before, shared), (first, personal) = owners[start - 1], owners[start]
+    parts_a, parts_b = before.split("."), first.split(".")
+    depth = next((i for i, (x, y) in enumerate(zip(parts_a, parts_b)) if x != y), min(len(parts_a), len(parts_b)))
+    unit = ".".join(parts_a[:depth])
+    if unit and unit not in (before, first) and not isinstance(model.get_submodule(unit), CONTAINERS):
+        inside = [(i, name) for i, (name, _) in enumerate(owners) if name.startswith(f"{unit}.")]
+        head = [f"{name}.*" for i, name in inside if start <= i < end]
+        body = [f"{name}.*" for i, name in inside if not start <= i < end]
+        return f"splits {unit} ({type(model.get_submodule(unit)).__name__}): {_few(head)} in the head, {_few(body)} in the body"
+    if isinstance(personal, NORMS) and not isinstance(shared, NORMS):
+        return f"begins the head with the normalisation layer {first}.* ({type(personal).__name__}) and leaves its weight layer {before}.* ({type(shared).__name__}) in the body"
+    return None
+
+
+def _few(names: Sequence[str]) -> str:
+    """``names`` joined, the first three and a count of the rest: one readable line for a large block."""
+    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
+
+
+def warn_cut_layer(model: nn.Module, owners: Sequence[tuple[str, nn.Module]], end: int, layers: int, field: str) -> None:
+    """One warning line when the head of ``layers`` modules ending at ``owners[end - 1]`` cuts a layer (:func:`cut_layer`),
+    with the nearest ``field`` values that do not. Why a warning and not another count: every recorded result of FedPer,
+    FedRep, FedBABU, LG-FedAvg and pFedSim was run with this one, and a head of 2 that is a BatchNorm and the classifier,
+    or half an LSTM layer and the classifier, is rarely what the user meant."""
+    cut = cut_layer(model, owners, end - layers, end) if layers > 1 else None  # 1: the declared classifier alone, as asked
+    if cut is None:
+        return
+    whole = [k for k in range(1, end) if k != layers and cut_layer(model, owners, end - k, end) is None]
+    nearest = [k for k in whole if k > layers][:1] + [k for k in whole if k < layers][-1:]
+    hint = f"; {field.rsplit('.', 1)[-1]} = {' or '.join(map(str, nearest))} keeps every layer whole" if nearest else ""
+    log.warning("%s = %d %s (every module with parameters counts as a layer)%s", field, layers, cut, hint)
 
 
 def fedper_server(model: nn.Module, options: FedPerOptions, section: str = "algorithm") -> tuple[list[str], FedBNOptions]:

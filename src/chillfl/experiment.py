@@ -10,7 +10,7 @@ import math
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -793,14 +793,17 @@ def steering_note(config: RunConfig, policy: TemperaturePolicy | None = None) ->
 
 
 def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None) -> str | None:
-    """The note (said once a process, :func:`say_notes`) when the run's algorithm declares an option counting the byzantine clients
-    it withstands (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`) and ``[attack]`` has more attackers
-    than that option: at 0 (the default) the robust rule defends against no one, below the attackers against some.
+    """The note (said once a process, :func:`say_notes`) when the run's algorithm declares the byzantine clients of a
+    round it withstands and ``[attack]`` has more attackers than that: by an option counting them
+    (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`: at 0, the default, the robust rule defends against no
+    one, below the attackers against some).
 
-    The rule counts the attackers of one round, so the number compared is the run's attackers or, where fewer clients
-    take part a round, that many (the most a round can hold). It suggests that number, or, where the rule refuses that
-    many in this run (Bulyan needs clients per round >= 4f + 3), the largest value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the
-    spec's own check), saying that none covers them all.
+    The rule counts the attackers of one round, so the number compared is the run's attackers or, where a round
+    samples a fixed number of clients fewer than that, that many (the most a round can hold). Under Poisson sampling
+    a round's size varies and a round may hold every attacker, so it is the run's attackers. The note suggests that
+    number, or, where the rule refuses that many in this run (Bulyan needs clients per round >= 4f + 3), the largest
+    value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the spec's own check), saying
+    that none covers them all.
 
     A note, not an error: a run at f = 0, or below the attackers, is a fair baseline to ask for. Called once the whole
     run is built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
@@ -820,27 +823,66 @@ def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None
     else:
         spec = algorithm_spec(name)
         parsed = algorithm_options(spec, name, options)
-    if spec.tolerates is None:
-        return None
-    tolerated = getattr(parsed, spec.tolerates)  # the option the spec names (as AlgorithmSpec.wraps is read)
     attacking = len(attacker_ids(config, config.federation.num_clients))
-    per_round = config.federation.sample_size()
-    most = min(attacking, per_round)  # the rule counts a round's attackers: a round samples at most per_round clients
+    round_ = _AttackedRound.of(config, attacking)
+    if spec.tolerates is not None:
+        return _tolerated_note(config, name, options, f"{section}.{spec.tolerates}", getattr(parsed, spec.tolerates), round_)
+    return None
+
+
+@dataclass(frozen=True)
+class _AttackedRound:
+    """The round :func:`fewer_attackers_note` measures a rule against, and how the note words it."""
+
+    attacking: int
+    """The run's attackers."""
+    clients: int
+    """Clients a round: the count under fixed-size sampling, the expected count under Poisson."""
+    most: int
+    """The attackers a round may hold: at most ``clients`` under fixed-size sampling; every one under Poisson."""
+    poisson: bool
+
+    @staticmethod
+    def of(config: RunConfig, attacking: int) -> _AttackedRound:
+        clients = config.federation.sample_size()
+        poisson = config.federation.sampling == "poisson"  # each client drawn on its own: no round size caps the attackers
+        return _AttackedRound(attacking, clients, attacking if poisson else min(attacking, clients), poisson)
+
+    @property
+    def per_round(self) -> str:
+        """The round's size, as a rule's bound was checked against it."""
+        return f"{self.clients} clients" + (" expected" if self.poisson else "")
+
+    @property
+    def in_round(self) -> str:
+        """Why the note compares with :attr:`most` where it is not the plain count of a round's clients."""
+        if self.poisson:
+            if self.attacking <= self.clients:
+                return ""
+            return (f"; Poisson sampling varies a round's size ({self.clients} clients expected), "
+                    f"so a round may hold all {self.attacking}")
+        return "" if self.most == self.attacking else f", at most {self.most} in a round of {self.clients}"
+
+
+def _attackers(count: int) -> str:
+    return "no attacker" if count == 0 else f"{count} attacker{'s' if count > 1 else ''}"
+
+
+def _tolerated_note(config: RunConfig, name: str, options: Mapping[str, Any] | None, field: str, tolerated: int, round_: _AttackedRound) -> str | None:
+    """The note for a rule whose option ``field`` counts the attackers it withstands (Krum's ``f``)."""
+    most = round_.most
     if tolerated >= most:
         return None
-    field = f"{section}.{spec.tolerates}"
     largest = largest_tolerated(name, options, config, most)
-    here = f"here ({per_round} clients per round)"
+    here = f"here ({round_.per_round} per round)"
     if largest >= most:
         advice = f"set {field} = {most}"
     elif largest > tolerated:
         advice = f"set {field} = {largest}, the largest {name} accepts {here}: none it accepts covers all {most}"
     else:
         advice = f"{name} accepts no larger {field} {here}: none covers all {most}"
-    withstands = "no attacker" if tolerated == 0 else f"{tolerated} attacker{'s' if tolerated > 1 else ''}"
-    in_round = "" if most == attacking else f", at most {most} in a round of {per_round}"
-    return (f"note: {field} = {tolerated}: {name} tolerates {withstands}, and this run has {attacking} of {config.federation.num_clients} "
-            f"clients attacking{in_round}; {advice}")
+    return (f"note: {field} = {tolerated}: {name} tolerates {_attackers(tolerated)}, and this run has {round_.attacking} of "
+            f"{config.federation.num_clients} clients attacking{round_.in_round}; {advice}")
 
 
 def cpu_graphs_note(config: RunConfig, device: torch.device) -> str | None:

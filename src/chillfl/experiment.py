@@ -796,14 +796,17 @@ def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None
     """The note (said once a process, :func:`say_notes`) when the run's algorithm declares the byzantine clients of a
     round it withstands and ``[attack]`` has more attackers than that: by an option counting them
     (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.tolerates`: at 0, the default, the robust rule defends against no
-    one, below the attackers against some).
+    one, below the attackers against some), or by a count its options and the round's size give
+    (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.withstands`: the trimmed mean's floor(beta n), the median's
+    fewer than half).
 
     The rule counts the attackers of one round, so the number compared is the run's attackers or, where a round
     samples a fixed number of clients fewer than that, that many (the most a round can hold). Under Poisson sampling
     a round's size varies and a round may hold every attacker, so it is the run's attackers. The note suggests that
     number, or, where the rule refuses that many in this run (Bulyan needs clients per round >= 4f + 3), the largest
     value it accepts (:func:`~chillfl.aggregation.registry.largest_tolerated`, which asks the spec's own check), saying
-    that none covers them all.
+    that none covers them all; for a ``withstands`` rule, the option value its spec gives
+    (:attr:`~chillfl.aggregation.registry.AlgorithmSpec.withstanding`), or that it withstands no such count.
 
     A note, not an error: a run at f = 0, or below the attackers, is a fair baseline to ask for. Called once the whole
     run is built (:func:`chillfl.runner.run_experiment`), so that a bad value still ends in its one error line.
@@ -827,7 +830,15 @@ def fewer_attackers_note(config: RunConfig, aggregator: Aggregator | None = None
     round_ = _AttackedRound.of(config, attacking)
     if spec.tolerates is not None:
         return _tolerated_note(config, name, options, f"{section}.{spec.tolerates}", getattr(parsed, spec.tolerates), round_)
-    return None
+    if spec.withstands is None:
+        return None
+    withstood = spec.withstands(parsed, round_.clients)
+    if withstood >= round_.most:
+        return None
+    suggested = None if spec.withstanding is None else spec.withstanding(parsed, round_.most, round_.clients)
+    advice = f"{name} cannot withstand {round_.most}" if suggested is None else f"set {section}.{suggested[0]} = {suggested[1]!r}"
+    return (f"note: {name} withstands {_attackers(withstood)} of the {round_.per_round} a round, and this run has {round_.attacking} of "
+            f"{config.federation.num_clients} clients attacking{round_.in_round}; {advice}")
 
 
 @dataclass(frozen=True)

@@ -63,7 +63,7 @@ import torch
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params, client_weights
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.aggregation.robust import ROBUST, flat_models, float_keys, integer_max, unflatten
+from chillfl.aggregation.robust import ROBUST, fewer_than_half, flat_models, float_keys, integer_max, unflatten
 from chillfl.options import require
 
 MAX_ITERATIONS = 10_000
@@ -146,5 +146,6 @@ SPEC = register_algorithm(
         "geometric median by smoothed Weiszfeld (RFA), byzantine-robust (Pillutla et al. 2022)",
         capabilities=ROBUST,
         makes=(GeoMed,),
+        withstands=fewer_than_half,  # its breakdown point is half the weight: half the clients where their weights are equal
     ),
 )

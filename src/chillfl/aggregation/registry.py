@@ -132,12 +132,22 @@ class AlgorithmSpec:
     """``check_model(options, model)``: a ConfigError when the run's ``model`` lacks what the method needs under ``options``
     (MOON's classifier head, FedBN's batch norm), called before the builder (:func:`make_aggregator`) and for an instance
     passed from Python (:func:`check_instance`), so that both paths refuse alike. None: it needs nothing of the model."""
+    withstands: Callable[[Any, int], int] | None = None
+    """``withstands(options, clients)``: the byzantine clients of a round of ``clients`` the rule withstands under its
+    parsed options, for a rule no integer option counts them for (:attr:`tolerates`): the trimmed mean's floor(beta n),
+    the median's fewer than half. None: it declares none. Why: below the attackers of ``[attack]`` the run says so in
+    the note :attr:`tolerates` gives (:func:`chillfl.experiment.fewer_attackers_note`), which such a rule went without."""
+    withstanding: Callable[[Any, int, int], tuple[str, float] | None] | None = None
+    """``withstanding(options, attackers, clients)``: the option, and the value to write for it, under which the rule
+    withstands ``attackers`` of a round of ``clients`` (the trimmed mean's smallest beta that trims them), or None where
+    no value it accepts does. The note suggests it. None (the median): no option changes what :attr:`withstands` counts."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""
         return [("build", self.build, ("options", "context")), ("check", self.check, ("options", "config", "section")),
                 ("capabilities_of", self.capabilities_of, ("options",)), ("bind", self.bind, ("aggregator", "context")),
-                ("check_model", self.check_model, ("options", "model"))]
+                ("check_model", self.check_model, ("options", "model")), ("withstands", self.withstands, ("options", "clients")),
+                ("withstanding", self.withstanding, ("options", "attackers", "clients"))]
 
     def declared(self, options: Any) -> Capabilities:
         """What it declares under ``options`` (:attr:`capabilities_of`, else :attr:`capabilities`)."""

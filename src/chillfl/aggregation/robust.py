@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fractions import Fraction
 from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import torch
@@ -209,6 +210,9 @@ class KrumOptions:
 class Median(AggregatorBase):
     """Coordinate-wise median of the client models (Yin et al. 2018)."""
 
+    def __init__(self, options: MedianOptions = MedianOptions()) -> None:
+        self.options = options  # recorded for an instance passed from Python: its spec's note reads it (fewer_attackers_note)
+
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         return _per_entry(results, coordinate_median)
 
@@ -262,14 +266,40 @@ ROBUST = Capabilities(withstands_bad_clients=True)
 cannot reach it; its point is to ignore how much any client claims to weigh). Not every such rule is unweighted: geomed and
 norm_bound weight by sample counts unless ``weighting = "uniform"``."""
 
+
+def fewer_than_half(options: object, clients: int) -> int:
+    """The attackers a round of ``clients`` holds below half of it, ceil(n / 2) - 1: the breakdown point of the
+    median (and of the geometric median, counted in clients of equal weight). At half, an even round's median is the
+    mean of two middle values the attackers may both send."""
+    return (clients - 1) // 2
+
+
+def trims(options: TrimmedMeanOptions, clients: int) -> int:
+    """floor(beta n): the values dropped at each end of every entry, so that many attackers' values are all dropped."""
+    return floored_share(options.beta, clients)
+
+
+def beta_trimming(options: TrimmedMeanOptions, attackers: int, clients: int) -> tuple[str, float] | None:
+    """The smallest beta (to three decimals, more where those would reach 0.5) that trims ``attackers`` of ``clients``
+    at each end, floor(beta n) >= attackers; None where that needs beta >= 0.5 (the option's bound): 2 attackers >= n."""
+    if 2 * attackers >= clients:
+        return None
+    for digits in range(3, 19):  # ceil(a 10^d / n) / 10^d stays below 1/2 once 10^d >= 2n
+        scale = 10**digits
+        beta = Fraction(-(-attackers * scale // clients), scale)  # a / n rounded up to d decimals: floor(beta n) >= a
+        if beta < Fraction(1, 2):
+            return "beta", float(beta)
+    return None
+
+
 MEDIAN = register_algorithm(
     "median", AlgorithmSpec(MedianOptions, lambda o, ctx: (Median(), []), "coordinate-wise median, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST,
-                            makes=(Median,))
+                            makes=(Median,), withstands=fewer_than_half)
 )
 TRIMMED_MEAN = register_algorithm(
     "trimmed_mean",
     AlgorithmSpec(TrimmedMeanOptions, lambda o, ctx: (TrimmedMean(o), []), "coordinate-wise trimmed mean, byzantine-robust (Yin et al. 2018)", capabilities=ROBUST,
-                 makes=(TrimmedMean,)),
+                 makes=(TrimmedMean,), withstands=trims, withstanding=beta_trimming),
 )
 KRUM = register_algorithm(
     "krum",

@@ -39,6 +39,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import metadata
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any, Callable, Collection, Generic, Iterator, Mapping, Sequence, TypeVar
 
@@ -472,7 +473,7 @@ class Registry(Generic[T]):
         frame: FrameType | None = sys._getframe(2)
         caller = top = ""
         while frame is not None:
-            module = str(frame.f_globals.get("__name__", ""))
+            module = _module_name(frame)
             if not caller and module not in (__name__, self._owner):
                 caller = module
             if frame.f_code.co_name == "<module>":
@@ -523,6 +524,18 @@ class Registry(Generic[T]):
         """The registry as a read-only mapping whose lookups go through :meth:`get` (what :func:`look_up` takes);
         listing it imports every module."""
         return _RegistryView(self)
+
+
+def _module_name(frame: FrameType) -> str:
+    """The name of the module whose code ``frame`` runs: for a module run with ``python -m pkg.mod``, its real name
+    (``__spec__.name``), not ``__main__``. Why: its top level registered under ``__main__``, loading the built-ins
+    first imported it again under its real name, and that copy's registration of the same name made the two clash
+    (``python -m chillfl.plots.pa3fed`` always failed: "figure 'clp' is registered twice"). A script or a notebook
+    (no ``__spec__``) stays ``__main__``."""
+    module = str(frame.f_globals.get("__name__", ""))
+    spec = frame.f_globals.get("__spec__") if module == "__main__" else None
+    name = spec.name if isinstance(spec, ModuleSpec) else None
+    return name if isinstance(name, str) and name else module
 
 
 def _chillfl_home(home: str) -> bool:

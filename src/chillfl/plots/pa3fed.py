@@ -16,12 +16,24 @@ mean with a ± 1 std band (as the compare figures do), and refuses a folder with
 from __future__ import annotations
 
 import math
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from chillfl.errors import MissingExtra
 from chillfl.extras import need
 
-need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
+PROG = "python -m chillfl.plots.pa3fed"
+"""The command :func:`main` is (its usage line and error lines)."""
+
+try:
+    need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
+except MissingExtra as missing:
+    if __name__ != "__main__":
+        raise  # imported: the caller (a run's figures, `chillfl analyze`) says the line
+    # Run as PROG: the line and exit 2, as run_tool says a ConfigError; it was a traceback, raised before main() ran.
+    print(f"{PROG}: error: {missing}", file=sys.stderr)
+    raise SystemExit(2) from None
 from matplotlib.axes import Axes  # noqa: E402
 
 from chillfl.config import safe_name  # noqa: E402
@@ -181,8 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """``python -m chillfl.plots.pa3fed FOLDER``: write ``clp_curves.png`` (Fig. 4 style) into a compare or run folder."""
     import argparse
 
-    prog = "python -m chillfl.plots.pa3fed"
-    parser = argparse.ArgumentParser(prog=prog, description=main.__doc__)
+    parser = argparse.ArgumentParser(prog=PROG, description=main.__doc__)
     parser.add_argument("folder", type=Path, help="a `chillfl compare` result folder, or one run's folder")
     args = parser.parse_args(argv)
     folder: Path = args.folder
@@ -196,7 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ConfigError(str(folder), "no run has a global accuracy curve (global_acc): nothing to draw")
         return [str(out)]
 
-    return run_tool(prog, draw)
+    return run_tool(PROG, draw)
 
 
 if __name__ == "__main__":

@@ -248,6 +248,13 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     plan = Tables(parts, lengths, durations, betas, subsets, args.drift_executor, n_pub, n_sub)
     plan.write(planner, lambda *_: None)
     study = Study(config, seeds, max(lengths), progress=not args.quiet, total=len(planner.planned))
+    if planner.planned:
+        # The first run's parts, built before anything is printed: a missing extra (scikit-learn for digits) or any
+        # other mistake the run's build refuses is its one line and exit 2; raised inside the first table, it came
+        # after a header, an empty table and "(interrupted: the tables above are incomplete)" on stdout.
+        from chillfl.experiment import build_experiment  # lazy: torch; the study's planning and tables import none
+
+        build_experiment(study.arm_config(*planner.planned[0]))
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")

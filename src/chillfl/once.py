@@ -64,15 +64,15 @@ def once_per_call(fn: F) -> F:
     return call  # type: ignore[return-value]
 
 
-def warn_once(log: logging.Logger, message: str, key: str | None = None) -> bool:
-    """``message`` as a warning on ``log`` the first time this call says it (or anything under ``key``); whether it did."""
+def warn_once(log: logging.Logger, message: str, key: str | None = None, level: int = logging.WARNING) -> bool:
+    """``message`` as a warning (or at ``level``) on ``log`` the first time this call says it (or anything under ``key``); whether it did."""
     said = (log.name, message if key is None else key)
     scope = _SAID.get()
     if scope is not None:
         if said in scope:
             return False
         scope.add(said)
-    log.warning("%s", message)
+    log.log(level, "%s", message)
     return True
 
 

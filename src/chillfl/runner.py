@@ -58,7 +58,7 @@ from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODEL
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, NO_CODE, ResumedSetup, as_comment, changes, differences, environment, lacks_code
 from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
-from chillfl.once import once_per_call
+from chillfl.once import once_per_call, warn_once
 from chillfl.options import warn_unread
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import executor_record, follows_cores
@@ -912,6 +912,13 @@ def run_figures(records: Sequence[Mapping[str, Any]], config: RunConfig) -> tupl
     return tuple(dict.fromkeys(names))
 
 
+def figures_skipped(missing: MissingExtra) -> None:
+    """Say that figures are skipped for want of the ``plots`` extra: once a call (:func:`~chillfl.once.said_once`),
+    for the runs and a comparison's own figures alike. Why: said once a run, a comparison without matplotlib repeated
+    it 21 times (the README's demo), where docs/install.md promises one log line."""
+    warn_once(log, f"{missing}; figures skipped", key="figures skipped", level=logging.INFO)
+
+
 def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
     """The run's figures, each looked up by name in :mod:`chillfl.plots.registry` (imported here: the engine knows nothing of plots).
 
@@ -924,7 +931,7 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
     try:
         figures = registered_figures()
     except MissingExtra as exc:
-        log.info("%s; figures skipped", exc)
+        figures_skipped(exc)
         return
     for name in run_figures(records, config):
         spec = figures.get(name)

@@ -24,7 +24,6 @@ renders what it ran, and imports nothing of it.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +36,7 @@ from chillfl.metrics.stats import CLIPPED_NOTE as CLIPPED_RANGE, FRACTION, Bound
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
-from chillfl.runner import RunOutput
+from chillfl.runner import RunOutput, figures_skipped
 from chillfl.report.caveats import eval_interval_caveat
 from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach, spent_epsilon
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
@@ -589,7 +588,7 @@ def write_compare_figures(
         from chillfl.plots.privacy_utility import plot_privacy_utility
         from chillfl.plots.run import plot_curves
     except MissingExtra as exc:
-        logging.getLogger(__name__).info("%s; figures skipped", exc)
+        figures_skipped(exc)  # once a call: its runs said it already
         return
 
     labels = list(order) if set(order) >= {*outputs, *unfinished} else [*outputs, *unfinished]
@@ -611,7 +610,7 @@ def write_band_figures(
         from chillfl.plots.differences import plot_differences
         from chillfl.plots.privacy_utility import plot_privacy_utility
     except MissingExtra as exc:
-        logging.getLogger(__name__).info("%s; figures skipped", exc)
+        figures_skipped(exc)  # once a call: its runs said it already
         return
 
     plot_band_curves(bands, folder / CURVES_FIGURE, title=title)

@@ -258,6 +258,36 @@ def test_install_pages_extras_table_names_every_extra() -> None:
     assert sorted(table) == sorted(extras)
 
 
+def _datasets_named(text: str) -> set[str]:
+    """The datasets a table row names: a span ``NAME`` of a built-in dataset, or ``dataset.name = "NAME"``."""
+    from chillfl.data.datasets import DATASETS
+
+    spans = [m.group(1) or m.group(2) for m in re.finditer(r"``([^`]+)``|`([^`]+)`", text)]
+    named = {m.group(1) for span in spans if (m := re.fullmatch(r'dataset\.name = "(\w+)"', span))}
+    return named | {span for span in spans if span in DATASETS}
+
+
+def test_extras_docstring_table_names_every_run_time_extra_as_install_md_does() -> None:
+    """chillfl/extras.py's table lacked `ray` and `flower`, and it and install.md's did not say that `flwr_femnist` and
+    `flwr_shakespeare` need `hf` (pyarrow reads their LEAF parquet files; its message names `hf`): every extra a
+    run-time message names is in it, and each row names the datasets install.md's row does."""
+    import chillfl.extras
+    from chillfl.config import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    doc = chillfl.extras.__doc__ or ""
+    rows = {m.group(1): m.group(2) for m in re.finditer(r"^([\w-]+) {2,}\S.*? {2,}(.*)$", doc, flags=re.M) if m.group(1) != "extra"}
+    install = {m.group(1): m.group(2) for m in re.finditer(r"^\| `([\w-]+)` \| [^|]* \| (.*) \|$", _text(ROOT / "docs" / "install.md"), flags=re.M)}
+    said = set()  # need(module, EXTRA, ...) and "chillfl[EXTRA]" in the package's messages
+    for path in (ROOT / "src" / "chillfl").rglob("*.py"):
+        text = path.read_text(encoding="utf-8")
+        said |= set(re.findall(r'need\(\s*"[\w.]+",\s*"([\w-]+)"', text)) | set(re.findall(r"chillfl\[([a-z][\w-]*)\]", text))
+    said.discard("extra")  # need's docstring: pip install "chillfl[extra]"
+    assert said <= set(rows) == set(extras) - {"all", "test", "dev", "docs"}, sorted(said - set(rows))
+    assert {extra: _datasets_named(row) for extra, row in rows.items()} == {extra: _datasets_named(install[extra]) for extra in rows}
+    assert {"flwr_femnist", "flwr_shakespeare"} <= _datasets_named(rows["hf"])
+
+
 def test_the_index_lists_every_page() -> None:
     """The README calls docs/index.md the list of every page: reproducibility.md and api.md were missing."""
     listed = set(re.findall(r"\]\(([\w-]+\.md)\)", _text(ROOT / "docs" / "index.md")))

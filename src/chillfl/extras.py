@@ -5,20 +5,25 @@ tomli-w only. Everything else is an extra, imported lazily through
 :func:`need`, which turns a missing package into one
 :class:`~chillfl.errors.MissingExtra` line naming the extra to install:
 
-=============  ==========================================  ================================
-extra          packages                                    used by
-=============  ==========================================  ================================
-plots          matplotlib                                  run/compare figures, ``data show``
-analysis       scipy, matplotlib                           ``chillfl analyze``
-datasets       scikit-learn, scipy, mnist1d                ``digits``, ``mnist1d``, ``svhn``
-images         pillow                                      ``tiny_imagenet``, ``caltech256`` (JPEGs)
-tensorboard    tensorboard                                 ``[log] sinks = ["tensorboard"]``
-wandb          wandb                                       ``[log] sinks = ["wandb"]``
-mlflow         mlflow-skinny (or mlflow)                   ``[log] sinks = ["mlflow"]``
-hf             datasets, pillow                            ``dataset.name = "hf"``
-flwr-datasets  flwr-datasets (and datasets)                ``partition.name = "flwr"``
-privacy        opacus                                      ``[privacy]`` (its accountant)
-=============  ==========================================  ================================
+=============  ==============================================  ================================
+extra          packages                                        used by
+=============  ==============================================  ================================
+plots          matplotlib                                      run/compare figures, ``data show``
+analysis       scipy, matplotlib                               ``chillfl analyze``
+datasets       scikit-learn, scipy, mnist1d                    ``digits``, ``mnist1d``, ``svhn``
+images         pillow                                          ``tiny_imagenet``, ``caltech256`` (JPEGs); ``flwr_femnist``, ``hf`` (images)
+tensorboard    tensorboard                                     ``[log] sinks = ["tensorboard"]``
+wandb          wandb                                           ``[log] sinks = ["wandb"]``
+mlflow         mlflow-skinny (or mlflow), sqlalchemy, alembic  ``[log] sinks = ["mlflow"]``
+hf             datasets (its pyarrow), pillow                  ``dataset.name = "hf"``; ``flwr_femnist``, ``flwr_shakespeare`` (LEAF parquet files)
+flwr-datasets  flwr-datasets (and datasets)                    ``partition.name = "flwr"``
+privacy        opacus                                          ``[privacy]`` (its accountant)
+ray            ray                                             ``executor = "ray"``
+flower         flwr[simulation]                                :mod:`chillfl.flower` apps
+=============  ==============================================  ================================
+
+``all`` is every extra above but ``ray`` and ``flower``; ``test``, ``dev`` and ``docs`` are the contributors' sets
+(docs/install.md).
 """
 
 from __future__ import annotations

@@ -202,7 +202,7 @@ def _fmt(x: float) -> str:
 
 
 def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
-    """``"0.05,0.1,1"`` (or a list) -> sorted distinct temperatures in a run's range (:func:`~chillfl.temperature.base.require_temperature`); None -> the default grid."""
+    """``"0.05,0.1,1"`` (or a list) -> the temperatures in a run's range, sorted; a value given twice is refused (:func:`~chillfl.temperature.base.require_temperature`); None -> the default grid."""
     if text is None:
         return list(DEFAULT_TEMPERATURES)
     items: Sequence[Any] = text.split(",") if isinstance(text, str) else text
@@ -214,7 +214,10 @@ def parse_temperatures(text: str | Sequence[float] | None) -> list[float]:
             raise ConfigError(TEMPERATURES_FIELD, f"expected comma-separated numbers > 0, got {item!r}") from None
         require_temperature(value, TEMPERATURES_FIELD)  # a run's own range and message: a grid point trains as a run's T
         values.append(value)
-    grid = sorted(set(values))
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:  # as compare's grids: a repeated point was dropped without a word (the grid the user typed was not the one run)
+        raise ConfigError(TEMPERATURES_FIELD, f"duplicate values: {', '.join(f'{t:g}' for t in twice)} twice in {', '.join(f'{t:g}' for t in values)}")
+    grid = sorted(values)
     if len(grid) < 2:
         raise ConfigError(TEMPERATURES_FIELD, f"give at least 2 distinct temperatures, got {list(items)!r}")
     return grid

@@ -442,6 +442,16 @@ def is_device_name(name: str) -> bool:
     return head == "cuda" and index.isascii() and index.isdigit() and len(index) <= 3
 
 
+def encodes_as_utf8(path: str) -> bool:
+    """Whether ``path`` is text UTF-8 can write: a folder name holding a non-UTF-8 byte (Latin-1 ``caf\\xe9``) reaches
+    Python as a lone surrogate, which config.toml, the metrics and the report (all UTF-8) cannot record."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def check_name(name: str, field: str = "name") -> None:
     """A run name becomes a folder under ``out_dir``: it must not escape it or hide characters.
 
@@ -637,6 +647,8 @@ class RunConfig:
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said
             require(bool(path) and "\0" not in path, key, f"must be a non-empty path without NUL characters, got {short_repr(path)}")
+            require(encodes_as_utf8(path), key,
+                    f"must be a path that is valid UTF-8, which the run's config.toml records (a non-UTF-8 locale such as LC_ALL=C: set PYTHONUTF8=1), got {short_repr(path)}")
         vectorises = self.executor in ("vectorized", "auto")  # what compile, cuda_graphs and batched_conv act on: else they were silently nothing
         require(not self.compile or vectorises, "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         require(not self.cuda_graphs or vectorises, "cuda_graphs", f"records the vectorised executor's step as CUDA graphs; executor {self.executor!r} has none: use 'vectorized' or 'auto'")

@@ -1205,5 +1205,7 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # checked writable above; gone since (a race, a full disk)
         raise StorageError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    write_atomic(path, page.encode("utf-8"))
+    # a run folder under a non-UTF-8 name (Latin-1 ``caf\\xe9``, a lone surrogate here) is only shown on the page, never
+    # read back from it: shown escaped (``caf\\udce9``, as chillfl's error lines show it), not a UnicodeEncodeError traceback
+    write_atomic(path, page.encode("utf-8", "backslashreplace"))
     return path

@@ -1,0 +1,104 @@
+"""A changed environment is one line or works, never a traceback after the run folder was made (report-envdet):
+a path with a non-UTF-8 byte (``--out``, ``data_dir``, a run folder given to ``report``), a stdout in ASCII or
+Latin-1, a ``RAY_TMPDIR`` that is missing or not a folder, and matplotlib's warnings under ``-qq``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import chillfl
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.errors import ConfigError
+
+SRC = str(Path(chillfl.__file__).resolve().parents[1])
+CONFIG = {
+    "name": "t",
+    "seed": 3,
+    "threads": 1,
+    "device": "cpu",
+    "dataset": {"name": "digits"},
+    "partition": {"name": "dirichlet", "alpha": 0.5},
+    "model": {"name": "mlp", "hidden": [8]},
+    "federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1},
+    "client": {"epochs": 1, "batch_size": 64, "lr": 0.05},
+    "eval": {"client_split_size": 20},
+}
+
+
+def write_config(folder: Path, **over: Any) -> Path:
+    """``CONFIG`` (with ``over``) as a TOML file in ``folder``, its out_dir ``folder/out``."""
+    table = {**CONFIG, **over}
+    lines = [f'out_dir = "{folder / "out"}"']
+    lines += [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for key, sub in table.items():
+        if isinstance(sub, dict):
+            lines += [f"[{key}]", *(f"{k} = {json.dumps(v)}" for k, v in sub.items())]
+    path = folder / "t.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def chillfl_process(*args: str | bytes, **env: str) -> subprocess.CompletedProcess[bytes]:
+    """``python -m chillfl ARGS`` with this checkout's chillfl and ``env`` added to the environment (bytes out)."""
+    environment = {**os.environ, "PYTHONPATH": SRC, **env}
+    return subprocess.run([sys.executable, "-m", "chillfl", *args], env=environment, capture_output=True, timeout=120)
+
+
+def latin1_folder(parent: Path) -> str:
+    """``parent/café`` with the é as the one Latin-1 byte 0xE9 (not UTF-8), made on disk; as Python names it (``caf\\udce9``)."""
+    folder = os.fsencode(parent) + b"/caf\xe9"
+    os.mkdir(folder)
+    return os.fsdecode(folder)
+
+
+# 1. a non-UTF-8 path
+
+
+@pytest.mark.parametrize("key", ["out_dir", "data_dir"])
+def test_a_path_that_is_not_utf8_is_refused_naming_its_field(tmp_path: Path, key: str) -> None:
+    folder = latin1_folder(tmp_path)
+    assert "\udce9" in folder
+    with pytest.raises(ConfigError) as refused:
+        load_config(write_config(tmp_path), {key: folder})
+    assert refused.value.field == key
+    assert "UTF-8" in refused.value.message
+
+
+def test_run_with_an_out_folder_that_is_not_utf8_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    config = write_config(tmp_path)
+    out = os.fsencode(tmp_path) + b"/caf\xe9"  # not made: the run would make it
+    done = chillfl_process("run", str(config), "-q", b"--out", out)
+    lines = done.stderr.decode("utf-8", "backslashreplace").splitlines()
+    assert done.returncode == 2, done.stderr
+    assert len(lines) == 1 and lines[0].startswith("chillfl: error: out_dir: "), lines
+    assert not os.path.lexists(out)  # before: a UnicodeEncodeError traceback (exit 1) and out/t.partial left
+    assert os.listdir(tmp_path) == ["t.toml"]
+
+
+def test_compare_with_a_data_dir_that_is_not_utf8_is_refused_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = write_config(tmp_path)
+    code = main(["compare", str(config), "--seeds", "0,1", "-q", f"data_dir={tmp_path}/caf\udce9"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("chillfl: error: data_dir: "), err
+    assert sorted(os.listdir(tmp_path)) == ["t.toml"]
+
+
+def test_report_of_a_run_under_a_folder_that_is_not_utf8_is_written(tmp_path: Path) -> None:
+    """The folder is only shown on the page: it is shown escaped, where writing the page raised UnicodeEncodeError."""
+    from chillfl.report.html import write_report
+    from chillfl.runner import run_experiment
+
+    run_experiment(load_config(write_config(tmp_path)), progress=False)
+    under = latin1_folder(tmp_path)
+    os.rename(tmp_path / "out", f"{under}/out")
+    page = write_report([f"{under}/out/t"], tmp_path / "r.html", models=False, partitions=False)
+    assert "caf\\udce9" in page.read_text(encoding="utf-8")

@@ -4,6 +4,7 @@ Latin-1, a ``RAY_TMPDIR`` that is missing or not a folder, and matplotlib's warn
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -102,3 +103,35 @@ def test_report_of_a_run_under_a_folder_that_is_not_utf8_is_written(tmp_path: Pa
     os.rename(tmp_path / "out", f"{under}/out")
     page = write_report([f"{under}/out/t"], tmp_path / "r.html", models=False, partitions=False)
     assert "caf\\udce9" in page.read_text(encoding="utf-8")
+
+
+# 2. stdout in an encoding without the table's characters
+
+
+def test_list_options_prints_on_an_ascii_stdout() -> None:
+    done = chillfl_process("list", "--options", PYTHONIOENCODING="ascii")
+    assert done.returncode == 0, done.stderr  # before: UnicodeEncodeError at the first '\u2014'
+    assert b"[federation] \\u2014 " in done.stdout
+
+
+def test_the_stream_is_given_back_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-process caller's Latin-1 stdout: escaped while the command prints, then its own error handler again."""
+    raw = io.BytesIO()
+    stdout = io.TextIOWrapper(raw, encoding="latin-1", errors="strict", write_through=True)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert main(["list", "--options"]) == 0
+    assert stdout.errors == "strict"
+    assert b"[federation] \\u2014 " in raw.getvalue()
+
+
+def test_a_path_byte_is_written_back_as_the_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A path's escaped byte (``caf\\udce9``, as ``surrogateescape`` reads it) is printed as that byte, the rest escaped."""
+    from chillfl.cli import _printable_output
+
+    raw = io.BytesIO()
+    stdout = io.TextIOWrapper(raw, encoding="ascii", errors="surrogateescape", write_through=True)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    with _printable_output():
+        print("caf\udce9 \u00b1 \u2020")
+    assert raw.getvalue() == b"caf\xe9 \\xb1 \\u2020\n"
+    assert stdout.errors == "surrogateescape"

@@ -22,8 +22,10 @@ from chillfl.stop_signals import SIGHUP, STOP_SIGNALS, HeldSignals, StartHold, c
 
 with command_start():  # a signal from here (the standard library's imports too) ends the command with one line; held on until main() takes it over
     import argparse
+    import codecs
     import contextlib
     import dataclasses
+    import io
     import logging
     import os
     import re
@@ -1148,6 +1150,45 @@ def _logger_kept() -> Iterator[None]:
         logger.handlers[:] = handlers
 
 
+PRINTABLE = "chillfl.printable"
+"""The output streams' error handler while a command runs (:func:`_printable_output`)."""
+
+_RAISING_HANDLERS = frozenset({"strict", "surrogateescape"})
+"""Stream error handlers under which a character the encoding lacks raises (surrogateescape: every one but a path's escaped byte)."""
+
+
+def _escape_unprintable(exc: UnicodeError) -> tuple[str | bytes, int]:
+    """A lone surrogate (a path's non-UTF-8 byte, escaped by Python) written back as that byte, as ``surrogateescape``
+    does; any other character the stream's encoding lacks (``†``, ``±``, ``—`` on an ASCII or Latin-1 stdout) as
+    ``\\u2020``, as ``backslashreplace`` does."""
+    if isinstance(exc, UnicodeEncodeError) and all(0xDC80 <= ord(c) <= 0xDCFF for c in exc.object[exc.start:exc.end]):
+        return codecs.lookup_error("surrogateescape")(exc)
+    return codecs.lookup_error("backslashreplace")(exc)
+
+
+@contextlib.contextmanager
+def _printable_output() -> Iterator[None]:
+    """stdout and stderr, while the command runs, print every character their encoding has and escape the others.
+
+    Why: a stdout in ASCII or Latin-1 (``PYTHONIOENCODING=latin-1``, ``LC_ALL=C`` without UTF-8 mode, an older cluster's
+    ``LANG=de_DE``) raised UnicodeEncodeError at the comparison table's ``†`` or a non-ASCII results path: a finished
+    run or comparison ended with a traceback and exit 1, and its table never reached the log. The encoding is kept;
+    a stream without ``reconfigure`` (a caller's StringIO) or with a handler of its own choosing is left alone, and the
+    handlers are put back after, for an in-process caller."""
+    codecs.register_error(PRINTABLE, _escape_unprintable)
+    changed: list[tuple[io.TextIOWrapper, str]] = []
+    try:
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper) and stream.errors in _RAISING_HANDLERS:  # not None (no stream), not a StringIO
+                changed.append((stream, stream.errors))
+                stream.reconfigure(errors=PRINTABLE)
+        yield
+    finally:
+        for stream, errors in changed:
+            with contextlib.suppress(OSError, ValueError):  # closed meanwhile (a closed pipe): nothing left to print to
+                stream.reconfigure(errors=errors)
+
+
 def _command(argv: Sequence[str] | None) -> str | None:
     """The subcommand the arguments name (the first one not starting with ``-``), if any."""
     return next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), None)
@@ -1197,7 +1238,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
     ``own_process``: :func:`entry`'s (the command owns its process: :func:`_own_process`), done under the held signals
     of the start-up, as torch's import must be (a Ctrl-C there was a traceback from inside torch's import)."""
     refuse_in_worker_start("chillfl.cli.main")  # a script without the __main__ guard, re-run by a spawned worker
-    with _logger_kept(), said_once(), _CommandSignals() as signals:
+    with _printable_output(), _logger_kept(), said_once(), _CommandSignals() as signals:
         try:
             with _before_writing(_starting(argv)):
                 signals.started()  # the command's start-up hold (command_start) released: a signal it held is raised here

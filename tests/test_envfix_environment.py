@@ -135,3 +135,65 @@ def test_a_path_byte_is_written_back_as_the_byte(monkeypatch: pytest.MonkeyPatch
         print("caf\udce9 \u00b1 \u2020")
     assert raw.getvalue() == b"caf\xe9 \\xb1 \\u2020\n"
     assert stdout.errors == "surrogateescape"
+
+
+# 3. RAY_TMPDIR
+
+
+def test_a_missing_ray_tmpdir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.executors.ray_executor import check_local_ray_temp
+
+    monkeypatch.chdir(tmp_path)  # relative: short enough for the socket paths under it
+    monkeypatch.setenv("RAY_TMPDIR", "missing")
+    with pytest.raises(ConfigError) as refused:
+        check_local_ray_temp()
+    assert refused.value.field == "RAY_TMPDIR" and "does not exist" in refused.value.message
+
+
+def test_a_ray_tmpdir_that_is_a_file_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.executors.ray_executor import check_local_ray_temp
+
+    (tmp_path / "file").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_TMPDIR", "file")
+    with pytest.raises(ConfigError) as refused:
+        check_local_ray_temp()
+    assert refused.value.field == "RAY_TMPDIR" and "not a folder" in refused.value.message
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into a read-only folder")
+def test_a_read_only_ray_tmpdir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from chillfl.executors.ray_executor import check_local_ray_temp
+
+    (tmp_path / "ro").mkdir(mode=0o555)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_TMPDIR", "ro")
+    with pytest.raises(ConfigError) as refused:
+        check_local_ray_temp()
+    assert refused.value.field == "RAY_TMPDIR"
+
+
+@pytest.mark.parametrize("value", [None, "", "folder"])
+def test_a_usable_or_unset_ray_tmpdir_passes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    from chillfl.executors.ray_executor import check_local_ray_temp
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", ".")
+    if value is not None:
+        monkeypatch.setenv("RAY_TMPDIR", value)
+        (tmp_path / "folder").mkdir()
+    check_local_ray_temp()
+    assert sorted(os.listdir(tmp_path)) == ([] if value is None else ["folder"])  # the probe left nothing
+
+
+def test_a_ray_run_with_a_missing_ray_tmpdir_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("ray")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAY_TMPDIR", "missing")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    code = main(["run", str(write_config(tmp_path)), "-q", "executor=ray"])
+    err = capsys.readouterr().err.splitlines()
+    assert code == 2
+    assert len(err) == 1 and err[0].startswith("chillfl: error: RAY_TMPDIR: "), err
+    assert sorted(os.listdir(tmp_path)) == ["t.toml"]  # before: FileNotFoundError from mkdtemp, out/t.partial left

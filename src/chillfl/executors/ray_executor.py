@@ -82,6 +82,7 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
+from chillfl.paths import check_writable_dir
 from chillfl.stop_signals import STOP_SIGNALS
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
 
@@ -117,15 +118,32 @@ def import_ray(address: str | None = None) -> Any:
     if not imported:
         undo_import(hook, path, client_mode)
     if address is not None and not (address or os.environ.get("RAY_ADDRESS")):
-        variable = "RAY_TMPDIR" if "RAY_TMPDIR" in os.environ else "TMPDIR" if "TMPDIR" in os.environ else None
-        temp = os.environ[variable] if variable else "/tmp"
-        if variable and len(os.fsencode(temp)) + RAY_SOCKET_SUFFIX > AF_UNIX_PATH_MAX:
-            raise ConfigError(
-                variable,
-                f"is {len(os.fsencode(temp))} bytes long; a local Ray's socket paths under it would pass the {AF_UNIX_PATH_MAX}-byte limit of "
-                f"AF_UNIX paths: set RAY_TMPDIR to a folder of at most {AF_UNIX_PATH_MAX - RAY_SOCKET_SUFFIX} bytes (e.g. /tmp)",
-            )
+        check_local_ray_temp()
     return ray
+
+
+def check_local_ray_temp() -> None:
+    """Refuse, in one line naming the variable, a temp folder a local Ray started here cannot use: before the run's
+    folder is written, not as a traceback from inside the run (:func:`local_ray_folder`), which left a ``NAME.partial``.
+
+    Its socket paths must fit under it (with a long ``TMPDIR`` Ray failed with an ``AF_UNIX path length`` traceback);
+    ``RAY_TMPDIR``, when set, must be a folder this user can create folders in: :func:`tempfile.mkdtemp` takes it as
+    it is (a missing or read-only one raised FileNotFoundError or PermissionError), while a bad ``TMPDIR`` is skipped
+    for /tmp by :func:`tempfile.gettempdir`. Needs no Ray: it reads only the environment and the file system."""
+    variable = "RAY_TMPDIR" if "RAY_TMPDIR" in os.environ else "TMPDIR" if "TMPDIR" in os.environ else None
+    temp = os.environ[variable] if variable else "/tmp"
+    if variable and len(os.fsencode(temp)) + RAY_SOCKET_SUFFIX > AF_UNIX_PATH_MAX:
+        raise ConfigError(
+            variable,
+            f"is {len(os.fsencode(temp))} bytes long; a local Ray's socket paths under it would pass the {AF_UNIX_PATH_MAX}-byte limit of "
+            f"AF_UNIX paths: set RAY_TMPDIR to a folder of at most {AF_UNIX_PATH_MAX - RAY_SOCKET_SUFFIX} bytes (e.g. /tmp)",
+        )
+    ray_temp = os.environ.get("RAY_TMPDIR")
+    if ray_temp:  # "" reads as unset (local_ray_folder)
+        if not os.path.isdir(ray_temp):
+            where = "is not a folder" if os.path.lexists(ray_temp) else "does not exist"
+            raise ConfigError("RAY_TMPDIR", f"{ray_temp} {where}: a local Ray's session folder is made in it; create it, or unset RAY_TMPDIR")
+        check_writable_dir(ray_temp, "RAY_TMPDIR")
 
 
 def undo_import(hook: Any, path: Sequence[str], client_mode: str | None) -> None:
@@ -209,7 +227,10 @@ def local_ray_folder() -> str:
     Ray's default, /tmp/ray, keeps every session's folder (logs, sockets) for good; whoever starts a
     local Ray in this folder removes it when that Ray has stopped.
     """
-    return tempfile.mkdtemp(prefix=LOCAL_RAY_PREFIX, dir=os.environ.get("RAY_TMPDIR") or None)
+    try:
+        return tempfile.mkdtemp(prefix=LOCAL_RAY_PREFIX, dir=os.environ.get("RAY_TMPDIR") or None)
+    except OSError as exc:  # checked before the run (check_local_ray_temp); removed or made read-only since
+        raise ConfigError("RAY_TMPDIR" if os.environ.get("RAY_TMPDIR") else "TMPDIR", f"cannot make a local Ray's folder: {exc.strerror or exc}") from None
 
 
 def _compact(x: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -197,3 +198,25 @@ def test_a_ray_run_with_a_missing_ray_tmpdir_writes_nothing(tmp_path: Path, monk
     assert code == 2
     assert len(err) == 1 and err[0].startswith("chillfl: error: RAY_TMPDIR: "), err
     assert sorted(os.listdir(tmp_path)) == ["t.toml"]  # before: FileNotFoundError from mkdtemp, out/t.partial left
+
+
+# 4. -qq and matplotlib's warnings
+
+
+def test_errors_only_keeps_matplotlibs_config_warnings_off_stderr(tmp_path: Path) -> None:
+    """A config folder matplotlib cannot make (a read-only HOME; here MPLCONFIGDIR under a file, which fails for root
+    too) made it warn twice on stderr, ``-qq`` or not."""
+    (tmp_path / "file").write_text("")
+    env = {"MPLCONFIGDIR": str(tmp_path / "file" / "mpl")}
+    config = str(write_config(tmp_path))
+    done = chillfl_process("run", config, "-qq", **env)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == b""
+    assert (tmp_path / "out" / "t" / "accuracy_loss.png").is_file()  # it drew a figure, so it imported matplotlib
+
+
+def test_errors_only_gives_the_matplotlib_logger_back(tmp_path: Path) -> None:
+    library = logging.getLogger("matplotlib")
+    before = library.level
+    assert main(["run", str(write_config(tmp_path)), "-qq", "--dry-run"]) == 0
+    assert library.level == before

@@ -1128,26 +1128,41 @@ class _StderrHandler(logging.Handler):
             self.handleError(record)
 
 
+QUIETED_LIBRARIES = ("matplotlib",)
+"""Libraries whose warnings ``-qq`` ("errors only") keeps off stderr: matplotlib's two lines about a temporary config
+folder when ``~/.config`` is not writable (a read-only HOME) were printed at every ``-qq`` run that drew a figure."""
+
+
 def _log_to_stderr(level: int) -> None:
-    """Our own log lines on stderr; other libraries' (matplotlib's font cache, ...) are not configured by us."""
+    """Our own log lines on stderr; other libraries' (matplotlib's font cache, ...) are not configured by us, except that
+    at ``-qq`` (``level`` ERROR) the :data:`QUIETED_LIBRARIES`' warnings are held back too, as "errors only" says."""
     logger = logging.getLogger("chillfl")
     if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
         handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("chillfl: %(message)s"))
         logger.addHandler(handler)
     logger.setLevel(level)
+    if level >= logging.ERROR:
+        for name in QUIETED_LIBRARIES:
+            library = logging.getLogger(name)
+            if library.getEffectiveLevel() < logging.ERROR:  # a caller's quieter setting is kept
+                library.setLevel(logging.ERROR)
 
 
 @contextlib.contextmanager
 def _logger_kept() -> Iterator[None]:
-    """The ``chillfl`` logger's level and handlers as they were before :func:`_log_to_stderr` set them for the command."""
+    """The ``chillfl`` logger's level and handlers, and the :data:`QUIETED_LIBRARIES`' levels, as they were before
+    :func:`_log_to_stderr` set them for the command."""
     logger = logging.getLogger("chillfl")
     level, handlers = logger.level, list(logger.handlers)
+    libraries = [(library, library.level) for library in map(logging.getLogger, QUIETED_LIBRARIES)]
     try:
         yield
     finally:
         logger.setLevel(level)
         logger.handlers[:] = handlers
+        for library, library_level in libraries:
+            library.setLevel(library_level)
 
 
 PRINTABLE = "chillfl.printable"

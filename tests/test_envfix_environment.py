@@ -162,13 +162,19 @@ def test_a_ray_tmpdir_that_is_a_file_is_refused(tmp_path: Path, monkeypatch: pyt
     assert refused.value.field == "RAY_TMPDIR" and "not a folder" in refused.value.message
 
 
-@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root writes into a read-only folder")
 def test_a_read_only_ray_tmpdir_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder nobody can make folders in: a 0o555 folder, or, where the tests run as root (who writes there anyway),
+    /proc, where mkdir fails for root too (the probe check_writable_dir makes)."""
     from chillfl.executors.ray_executor import check_local_ray_temp
 
-    (tmp_path / "ro").mkdir(mode=0o555)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("RAY_TMPDIR", "ro")
+    if os.geteuid() == 0:
+        assert os.path.isdir("/proc/self"), "Linux's /proc is what makes a folder root cannot write into"
+        read_only = "/proc/self"
+    else:
+        (tmp_path / "ro").mkdir(mode=0o555)
+        monkeypatch.chdir(tmp_path)
+        read_only = "ro"
+    monkeypatch.setenv("RAY_TMPDIR", read_only)
     with pytest.raises(ConfigError) as refused:
         check_local_ray_temp()
     assert refused.value.field == "RAY_TMPDIR"

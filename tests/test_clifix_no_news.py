@@ -63,8 +63,10 @@ def test_a_resume_of_an_older_flwr_folder_says_nothing(tmp_path: Path, caplog: p
 
 def test_a_resume_names_an_option_that_is_not_the_class_default(tmp_path: Path, caplog: pytest.LogCaptureFixture,
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The options resolved now hold a value the class would not have used unwritten (here: a class default changed
-    under the folder, as a newer flwr-datasets may): named, with the value the resumed rounds take."""
+    """A missing key resolved now to a value other than the class's default is named, with the value the resumed rounds
+    take (the resolved options are stubbed to hold 7: a resolved flwr config takes its defaults from the class installed
+    now, the same class _no_news compares with, so a default a newer flwr-datasets changed is NOT detected: that needs
+    the flwr-datasets version recorded at the run's start, which no run folder holds)."""
     path, config = _older_folder(tmp_path, {"alpha": 0.5})
     monkeypatch.setattr(runner, "added_options", lambda written, cfg: {"partition.options.min_partition_size": 7})
     with caplog.at_level(logging.WARNING, logger=runner.__name__):

@@ -119,17 +119,49 @@ def _stopped_after_round_2(tmp_path: Path, executor: str = "sequential") -> Path
     )
     import chillfl.runner as runner
 
+    real_checkpoint = runner._checkpoint
+
+    def stop_after_round_2(writer: Any, protocol: Any, done: int, *args: Any) -> None:
+        if done == 3:  # killed in round 3, before its checkpoint: the folder's checkpoint is round 2's, round 3 is left
+            raise KeyboardInterrupt
+        real_checkpoint(writer, protocol, done, *args)
+
+    runner._checkpoint = stop_after_round_2  # type: ignore[assignment]
+    try:
+        assert main(["run", str(config), "-q"]) == 130
+    finally:
+        runner._checkpoint = real_checkpoint  # type: ignore[assignment]
+    assert read_state(tmp_path / "out" / "r.partial" / "checkpoint.safetensors")["round"] == 2
+    return tmp_path / "out" / "r.partial"
+
+
+def test_a_checkpoint_of_the_last_round_resumed_elsewhere_is_not_said_to_span_two_setups(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A run killed after its last round's checkpoint (before its results were written) ran every round on its first
+    setup: resumed with other code or torch, it said "not bitwise what an uninterrupted run gives" and its summary
+    recorded a resume across setups (report-compat 2), though no round ran on the second."""
+    from chillfl.cli import main
+    import chillfl.runner as runner
+
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'name = "r"\nout_dir = "{tmp_path / "out"}"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+        '[federation]\nnum_clients = 4\nrounds = 2\n[eval]\nclient_split_size = 20\n[checkpoint]\nevery = 1\n'
+    )
     real_finish = runner.finish_run
 
-    def stop_after_round_2(*args: Any, **kwargs: Any) -> None:
-        raise KeyboardInterrupt  # the run ends after its last checkpoint (round 2), as if killed
+    def killed_before_the_results(*args: Any, **kwargs: Any) -> None:
+        raise KeyboardInterrupt
 
-    runner.finish_run = stop_after_round_2  # type: ignore[assignment]
+    runner.finish_run = killed_before_the_results  # type: ignore[assignment]
     try:
         assert main(["run", str(config), "-q"]) == 130
     finally:
         runner.finish_run = real_finish  # type: ignore[assignment]
-    return tmp_path / "out" / "r.partial"
+    partial = tmp_path / "out" / "r.partial"
+    assert read_state(partial / "checkpoint.safetensors")["round"] == 2
+    assert _setup_warnings(partial, caplog, torch="0.0.1") == []
+    summary = json.loads((tmp_path / "out" / "r" / "summary.json").read_text())
+    assert not summary.get("resumed")
 
 
 def _setup_warnings(partial: Path, caplog: pytest.LogCaptureFixture, **saved: Any) -> list[str]:
@@ -176,7 +208,7 @@ def test_resume_warns_when_the_code_changed_without_a_git_checkout(tmp_path: Pat
     state = read_state(partial / "checkpoint.safetensors")
     assert state["environment"]["git_commit"] is None and state["environment"]["code"] == code_sha256()[:16]
     lines = _setup_warnings(partial, caplog, code="0" * 16)
-    assert lines == [f"resuming on another setup than the checkpoint's (code {'0' * 16} -> {code_sha256()[:16]}): not bitwise what an uninterrupted run gives"]
+    assert lines == [f"resuming on another setup than the checkpoint's (code {'0' * 16} -> {code_sha256()[:16]}): the rounds left may not be bitwise what an uninterrupted run gives"]
 
 
 @pytest.mark.parametrize(("executor", "warned"), [("vectorized", True), ("auto", True), ("sequential", False), ("processes", False)])
@@ -189,7 +221,7 @@ def test_resume_warns_of_other_cores_where_they_chunk_the_clients(executor: str,
     cores = len(os.sched_getaffinity(0))
     assert read_state(partial / "checkpoint.safetensors")["environment"]["cores"] == cores
     lines = _setup_warnings(partial, caplog, cores=cores + 3)
-    assert lines == ([f"resuming on another setup than the checkpoint's (cores {cores + 3} -> {cores}): not bitwise what an uninterrupted run gives"] if warned else [])
+    assert lines == ([f"resuming on another setup than the checkpoint's (cores {cores + 3} -> {cores}): the rounds left may not be bitwise what an uninterrupted run gives"] if warned else [])
 
 
 def test_the_partition_is_saved_and_reloads_with_partition_from(tmp_path: Path, digits: chillfl.TensorData) -> None:

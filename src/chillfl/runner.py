@@ -390,14 +390,16 @@ def resume_experiment(
             state, _ = read_checkpoint(point.path / CHECKPOINT, exp.device)
             compared = COMPARED + (CHUNKED if follows_cores(config.executor, exp.device.type) else ())
             saved, now = state.get("environment") or {}, environment(exp.device)
-            changed = differences(saved, now, compared)
-            if lacks_code(saved, now):  # an older chillfl's checkpoint: whether the code changed is unknown
+            left = point.done < config.federation.rounds  # a checkpoint of the last round: no round runs on this setup
+            changed = differences(saved, now, compared) if left else []
+            if lacks_code(saved, now) and left:  # an older chillfl's checkpoint: whether the code changed is unknown
                 also = f" (and on another setup: {'; '.join(changed)})" if changed else ""
                 log.warning("resuming a checkpoint %s%s", NO_CODE, also)
             elif changed:  # results stay valid, but the rest of the run may differ in the last bits from an uninterrupted one
-                log.warning("resuming on another setup than the checkpoint's (%s): not bitwise what an uninterrupted run gives", "; ".join(changed))
+                log.warning("resuming on another setup than the checkpoint's (%s): the rounds left may not be bitwise what an uninterrupted "
+                            "run gives", "; ".join(changed))
             writer = ResultWriter.reopen(point.path, point.lock, point.metrics, point.config, origin)
-            writer.resumed = resumed_across(state, point.done, changes(saved, now, compared))
+            writer.resumed = resumed_across(state, point.done, changes(saved, now, compared) if left else {})  # every round ran on the first
             resumed = Resumed(point.done, state["protocol"], point.records, _wall_time(state))
             return _run(exp, config, writer, progress=progress, label=label or config.name, callbacks=callbacks, hooks=hooks, resume=resumed, pools=pools)
     finally:

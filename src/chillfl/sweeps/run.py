@@ -932,7 +932,7 @@ def resume_compare(
         say_executor_move(path)
     changed = made_with_changes(path)
     if changed:  # finished runs are kept as they ran: the rest of the table may differ in the last bits from an uninterrupted one
-        log.warning("resuming a comparison started with other code or torch (%s): its runs still to run are not bitwise what an uninterrupted comparison gives",
+        log.warning("resuming a comparison started with other code or torch (%s): its runs still to run may not be bitwise what an uninterrupted comparison gives",
                     "; ".join(changed))
     config = load_config(path / "config.toml")
     if check is not None:

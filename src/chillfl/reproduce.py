@@ -75,7 +75,8 @@ from chillfl.catalogue import estimate_cpu_minutes
 from chillfl.report.caveats import grid_edge_caveat
 from chillfl.report.compare import MIN_SEEDS, CompareResult, few_seeds_warning
 from chillfl.sweeps.plan import CompareOptions, plan_runs
-from chillfl.sweeps.record import find_compare, read_compare
+from chillfl.sweeps.record import compares_by_other_code, find_compare, read_compare
+from chillfl.paths import shell_path
 from chillfl.sweeps.run import resume_compare, run_plan
 from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
@@ -335,6 +336,10 @@ def run_claim(
             say(f"chillfl reproduce: resuming {found}")
             result = resume_compare(found, progress=progress)
         else:
+            if resume and write:
+                for other in compares_by_other_code(config, planned):  # never reused (its code or torch is not this one): said, not passed over
+                    say(f"chillfl reproduce: {other} was made by other code or torch: not reused; `chillfl resume {shell_path(other)}` "
+                        "continues it (the rounds left may not be bitwise)")
             result = run_plan(config, planned, progress=progress, write=write)
         cache[_key(claim)] = result
     compared = cache[_key(claim)]
@@ -510,6 +515,8 @@ def plan(paper: str, seeds: Sequence[int], *, out_dir: str | None = None, resume
         cells = [cell.config for cell in runs.cells]
         found = find_compare(config, runs) if resume else None
         action = "run" if found is None else f"resume {found}" if found.name.endswith(PARTIAL) else f"read back {found}"
+        if found is None and resume and (others := compares_by_other_code(config, runs)):
+            action = f"run ({', '.join(o.name for o in others)}: other code, not reused)"
         labels = tuple(v.label for v in runs.variants)
         planned.append(Planned(tuple(claims), config, labels, len(runs.points), len(cells), estimate_cpu_minutes(config, cells), action, complete))
     return planned

@@ -27,7 +27,7 @@ import shlex
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Iterator, TypedDict
 
 import torch
 
@@ -177,6 +177,22 @@ def write_sweep(partial: Path, record: SweepRecord) -> None:
     write_atomic(partial / SWEEP_FILE, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
 
+def _candidates(parent: Path, name: str) -> Iterator[tuple[Path, object]]:
+    """(folder, its ``sweep.json`` as read) of every comparison folder under ``parent`` named as a comparison ``name``
+    would be (``NAME``, ``NAME-2``, ... as :func:`~chillfl.storage.results.claim_dir` names them, with or without
+    ``.partial``), in name order; a link, a folder without a readable ``sweep.json`` left out."""
+    for folder in sorted(parent.glob(f"{glob_escape(name)}*"), key=lambda p: p.name):
+        base = folder.name.removesuffix(PARTIAL)
+        if not (base == name or (base.startswith(f"{name}-") and base[len(name) + 1:].isdigit())) or folder.is_symlink():
+            continue
+        if not (folder / SWEEP_FILE).is_file():  # a FIFO: read, it blocked the shard or reproduce --resume forever
+            continue
+        try:
+            yield folder, json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+
+
 def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
     """The comparison folder under ``parent`` that the sweep ``record`` would make again, finished or (else) interrupted.
 
@@ -185,16 +201,7 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
     tuning, reference, code and torch. Anything else (another config, an older chillfl) is never reused.
     """
     found: Path | None = None
-    for folder in sorted(parent.glob(f"{glob_escape(name)}*"), key=lambda p: p.name):
-        base = folder.name.removesuffix(PARTIAL)
-        if not (base == name or (base.startswith(f"{name}-") and base[len(name) + 1:].isdigit())) or folder.is_symlink():
-            continue
-        if not (folder / SWEEP_FILE).is_file():  # a FIFO: read, it blocked the shard or reproduce --resume forever
-            continue
-        try:
-            saved = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+    for folder, saved in _candidates(parent, name):
         if not same_sweep(saved, record):
             continue
         if not folder.name.endswith(PARTIAL) and (folder / "table.json").is_file():
@@ -202,6 +209,18 @@ def find_sweep(parent: Path, name: str, record: SweepRecord) -> Path | None:
         if folder.name.endswith(PARTIAL) and found is None:
             found = folder
     return found
+
+
+def made_by_other_code(parent: Path, name: str, record: SweepRecord) -> list[Path]:
+    """The interrupted comparisons under ``parent`` that are the sweep ``record`` but for the code or torch that made
+    them (``made_with``), which :func:`find_sweep` never reuses. Why: ``reproduce --resume`` after an upgrade ran the
+    claim again from scratch beside such a folder and said nothing of it, though ``chillfl resume`` continues it."""
+    def other(saved: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in saved.items() if k not in (STARTED_IN, "made_with")}
+
+    wanted = json.loads(json.dumps(record, sort_keys=True))
+    return [folder for folder, saved in _candidates(parent, name)
+            if folder.name.endswith(PARTIAL) and isinstance(saved, dict) and not same_sweep(saved, record) and other(saved) == other(wanted)]
 
 
 def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:
@@ -280,6 +299,12 @@ def find_compare(config: RunConfig, plan: Plan) -> Path | None:
     None when there is none (:func:`find_sweep`)."""
     record = sweep_record(comparison_toml(config, plan).encode(), plan, resumable=True)
     return find_sweep(Path(config.out_dir), f"{config.name}-compare", record)
+
+
+def compares_by_other_code(config: RunConfig, plan: Plan) -> list[Path]:
+    """:func:`made_by_other_code` for this very comparison (as :func:`find_compare` finds it)."""
+    record = sweep_record(comparison_toml(config, plan).encode(), plan, resumable=True)
+    return made_by_other_code(Path(config.out_dir), f"{config.name}-compare", record)
 
 
 def read_compare(folder: Path) -> CompareResult:

@@ -25,12 +25,16 @@ Choices
   warned it and stopped it under ``strict``, with a "lower client.lr" that made
   the loss higher still. Above T = 1 the ceiling stays 1e3 (the loss only
   shrinks there).
-* The growth rule compares losses in T = 1 units too: ``loss * min(T, 1)`` of
-  the round against the same of round 1, each at its own round's smallest
-  training temperature (:func:`t1_units`; no temperature recorded: the raw
-  loss). Why: a policy that lowers T across rounds (FedChill decays it on
-  stagnation) makes a healthy run's raw loss grow like 1 / T, and raw losses
-  warned (or, under ``strict``, stopped) a run whose T fell 1e4-fold.
+* The growth rule compares losses in T = 1 units too (:func:`t1_loss`, the
+  same for round 1 and the round): with per-client temperatures below 1, the
+  plain mean over the round's clients of ``loss_i * min(T_i, 1)``; else
+  ``train_loss * min(T, 1)`` with the round's one temperature (no temperature
+  recorded: the raw loss). Why: a policy that lowers T across rounds (FedChill
+  decays it on stagnation) makes a healthy run's raw loss grow like 1 / T, and
+  raw losses warned (or, under ``strict``, stopped) a run whose T fell
+  1e4-fold. Why per client: the mean scaled by the round's smallest T shrank
+  a round with one client at T = 1e-4 1e4-fold, and a later round's unchanged
+  loss read as a 1e4-fold growth.
 * It is a guard against blow-ups by orders of magnitude, not a quality check:
   a run stuck at chance with a loss below the ceiling is not reported.
 * A warning by default (the run is still a valid, if useless, result);
@@ -78,22 +82,43 @@ def t1_units(loss: float, temperature: float | None) -> float:
     return loss * temperature if temperature is not None and temperature < 1 else loss
 
 
+def t1_loss(record: Mapping[str, Any]) -> float | None:
+    """The round's training loss in T = 1 units (None: a skipped round). Per client where the record has per-client
+    losses (``client_train_loss``) and temperatures (``temperatures``, both keyed by client id) and some T is below 1:
+    the plain mean of ``loss_i * min(T_i, 1)``, so one client at a tiny T scales its own loss, not the round's. Else
+    ``train_loss`` at the round's one temperature (:func:`t1_units`): raw at T >= 1, as the rule was before T."""
+    loss = record.get("train_loss")
+    if loss is None:
+        return None
+    losses, temperatures = record.get("client_train_loss"), record.get("temperatures")
+    if isinstance(losses, Mapping) and losses and isinstance(temperatures, Mapping) and set(losses) <= set(temperatures):
+        pairs = [(float(losses[cid]), float(temperatures[cid])) for cid in losses]
+        if all(math.isfinite(t) and t > 0 for _, t in pairs) and any(t < 1 for _, t in pairs):
+            return sum(value * min(t, 1.0) for value, t in pairs) / len(pairs)
+    return t1_units(float(loss), training_temperature(record))
+
+
+def loss_growth(loss: float, first: float, now: float, then: float) -> str | None:
+    """Why ``loss`` counts as grown past round 1's ``first`` (None: it does not); ``now``, ``then``: the two in T = 1
+    units (:func:`t1_loss`), the values compared. The message prints them where they are not the raw losses."""
+    if not (then > 0 and now >= LOSS_GROWTH * then):
+        return None
+    if (now, then) == (loss, first):
+        return f"is {loss / first:.3g} times round 1's {first:.3g}"
+    return f"is {now / then:.3g} times round 1's in T = 1 units (now {now:.3g}, round 1 {then:.3g})"
+
+
 def loss_explosion(loss: float, first: float | None, temperature: float | None = None, first_temperature: float | None = None) -> str | None:
     """Why ``loss`` counts as exploding given the first round's ``first`` (None: it does not); ``temperature``: the
     round's smallest training temperature, which scales the ceiling (:func:`loss_ceiling`); ``first_temperature``: round
-    1's, the growth rule comparing both losses in T = 1 units (:func:`t1_units`)."""
+    1's, the growth rule comparing both losses in T = 1 units (:func:`t1_units`: one temperature per round)."""
     ceiling = loss_ceiling(temperature)
     if loss > ceiling:
         scaled = f" ({LOSS_CEILING:g} / T at the round's smallest training temperature T = {temperature:g})" if ceiling != LOSS_CEILING else ""
         return f"is above {ceiling:.3g}{scaled}" if scaled else f"is above {LOSS_CEILING:g}"
     if first is None:
         return None
-    now, then = t1_units(loss, temperature), t1_units(first, first_temperature)
-    if then > 0 and now >= LOSS_GROWTH * then:
-        if (now, then) == (loss, first):
-            return f"is {loss / first:.3g} times round 1's {first:.3g}"
-        return f"is {now / then:.3g} times round 1's {first:.3g} in T = 1 units (each loss times its round's smallest training temperature below 1)"
-    return None
+    return loss_growth(loss, first, t1_units(loss, temperature), t1_units(first, first_temperature))
 
 
 class LossWatch:
@@ -105,8 +130,8 @@ class LossWatch:
         self.name = name
         begun = next((r for r in records if r.get("train_loss") is not None), None)  # a resume's round 1, from its metrics.jsonl
         self.first: float | None = None if begun is None else float(begun["train_loss"])
-        self.first_temperature: float | None = None if begun is None else training_temperature(begun)
-        """Round 1's smallest training temperature (None: not recorded), for the growth rule's T = 1 units."""
+        self.first_t1: float | None = None if begun is None else t1_loss(begun)
+        """Round 1's training loss in T = 1 units (:func:`t1_loss`), what the growth rule compares each round's with."""
         self.warned = False
         self.warned_local = False
         self.warned_global = False
@@ -118,10 +143,12 @@ class LossWatch:
         loss ``train_loss`` is (Ditto's v_k) blew up there alone, with no word."""
         loss = record.get("train_loss")
         if loss is not None:  # None: a skipped round
-            temperature = training_temperature(record)
-            why = loss_explosion(float(loss), self.first, temperature, self.first_temperature)
+            now = t1_loss(record)
+            why = loss_explosion(float(loss), None, training_temperature(record))  # the ceiling
+            if why is None and self.first is not None and self.first_t1 is not None and now is not None:
+                why = loss_growth(float(loss), self.first, now, self.first_t1)
             if self.first is None:
-                self.first, self.first_temperature = float(loss), temperature
+                self.first, self.first_t1 = float(loss), now
             if why is not None and not self.warned:
                 self._report(record, f"training loss {float(loss):.3g} {why} ({LOSS_HINT})")
                 self.warned = True

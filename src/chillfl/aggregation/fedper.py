@@ -110,21 +110,34 @@ def cut_layer(model: nn.Module, owners: Sequence[tuple[str, nn.Module]], start: 
 
     Counting every module with parameters as a layer (the rule recorded results were run with) can cut what the papers
     count as one layer: a module of several parameterised parts (an LSTM layer's input and hidden halves, a residual
-    block), when the last body module and the first head module have such a module as their nearest common parent (not
-    the model, not a plain container); or a normalisation layer from the weight layer before it.
+    block) that is a common ancestor of the last body module and the first head module (not the model, not a plain
+    container); or a normalisation layer from its sibling (same parent) weight layer before it. Not only the nearest
+    ancestor: a torchvision ViT's MLP is an ``nn.Sequential`` inside the residual block, so the rule climbs past a
+    plain container while the cut is between two of its layers, and stops at one whose children at the cut are whole
+    sub-modules (a row of blocks: a ResNet stage's, a transformer's), a cut between whole blocks. The norm rule wants
+    siblings: a pre-norm transformer's final norm normalises the residual stream, not the last block's Linear.
     """
     if start < 1:
         return None
     (before, shared), (first, personal) = owners[start - 1], owners[start]
     parts_a, parts_b = before.split("."), first.split(".")
     depth = next((i for i, (x, y) in enumerate(zip(parts_a, parts_b)) if x != y), min(len(parts_a), len(parts_b)))
-    unit = ".".join(parts_a[:depth])
-    if unit and unit not in (before, first) and not isinstance(model.get_submodule(unit), CONTAINERS):
+    unit = ""
+    for level in range(depth, 0, -1):  # the common ancestors, nearest first; "" (the model) left out
+        ancestor = ".".join(parts_a[:level])
+        if ancestor in (before, first):
+            continue
+        if not isinstance(model.get_submodule(ancestor), CONTAINERS):
+            unit = ancestor
+            break
+        if ".".join(parts_a[: level + 1]) != before or ".".join(parts_b[: level + 1]) != first:
+            break  # a row of whole sub-modules: cut between two of them
+    if unit:
         inside = [(i, name) for i, (name, _) in enumerate(owners) if name.startswith(f"{unit}.")]
         head = [f"{name}.*" for i, name in inside if start <= i < end]
         body = [f"{name}.*" for i, name in inside if not start <= i < end]
         return f"splits {unit} ({type(model.get_submodule(unit)).__name__}): {_few(head)} in the head, {_few(body)} in the body"
-    if isinstance(personal, NORMS) and not isinstance(shared, NORMS):
+    if isinstance(personal, NORMS) and not isinstance(shared, NORMS) and parts_a[:-1] == parts_b[:-1]:  # siblings
         return f"begins the head with the normalisation layer {first}.* ({type(personal).__name__}) and leaves its weight layer {before}.* ({type(shared).__name__}) in the body"
     return None
 

@@ -141,6 +141,9 @@ def plan_privacy(config: RunConfig, data: FederatedData, tell: bool = False) -> 
     if setup is not None:  # the soft-label method's own reports (Selective-FD's selection)
         from chillfl.protocols.softlabels.method import spec_of as method_spec
 
+        if not setup.spec.collaborative:  # its clients upload no row: the mechanism would privatise nothing, and report epsilon 0
+            raise ConfigError(FIELD, f"{p.mechanism!r} privatises {spec.covers()[config.protocol]}, and distillation method {setup.common.method!r} "
+                                     "uploads none (no collaboration): there is nothing to privatise; leave [privacy] off for it")
         _refuse_reports(p.mechanism, "the clients' soft-label rows", repr(setup.common.method), method_spec(setup).capabilities, "a method whose clients send only their rows")
     policy = _policy_capabilities(config)
     if policy.reports:  # read by the server from every client, whatever the mechanism noises

@@ -143,7 +143,11 @@ def validation_score(records: Sequence[Mapping[str, Any]] | None, rule: str) -> 
         if key == LOCAL_VALIDATION_KEY:
             raise ConfigError("compare.select", f"rule {rule!r} selects on {key}, which this run did not record: it needs eval.validation > 0, "
                                                 "and eval.clients other than 'none' (the clients of every built-in protocol measure it)")
-        raise ConfigError("eval.validation", "tuning selects on the validation accuracy; set eval.validation > 0 (e.g. 0.1)")
+        # the plan refused eval.validation = 0 and a method without a global model up front; a run that still has no
+        # val_acc kept no global model the server scored: the local rules read what its clients measured
+        raise ConfigError("compare.select", f"rule {rule!r} selects on {key}, which this run did not record: it needs eval.validation > 0 and a global "
+                                            f"model (a method whose clients keep only models of their own records none); "
+                                            f"use select = {' or '.join(repr(r) for r in SELECT_RULES if is_local(r))}")
     finite = [v for v in values if math.isfinite(v)]
     if rule.endswith("final"):
         return values[-1] if math.isfinite(values[-1]) else NONFINITE

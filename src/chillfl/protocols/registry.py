@@ -91,6 +91,9 @@ class ProtocolKind:
     """The work the protocol itself adds to a round beyond local training, whatever its method (time estimates)."""
     public_size: Callable[[RunConfig], int] = _no_public_set
     """The samples of the public set its clients read (0: none), which prices a method's work over it (``Cost.first_public_pair_flops``)."""
+    global_model: Callable[[RunConfig], bool] = _always
+    """Whether the run keeps a global model the server scores (``global_acc`` of it, and ``val_acc`` on the server's
+    validation split): tuning's global rules read ``val_acc``, so a run without one is refused before any point runs."""
 
     def method(self, config: RunConfig) -> str:
         """The method the config names for it (``[distillation] method``, ``[prototypes] method`` or ``[algorithm] name``)."""
@@ -118,6 +121,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         uses_aggregator=True,
         models_travel=share_models,
         travel_reason="[prototypes] share_model = true averages models",
+        global_model=share_models,  # else each client keeps its own model: global_acc is their mean, and no val_acc
         own_objective="the prototype-sharing protocol ([prototypes]) trains with its own objective",
         check=check_prototype_sharing,
         cost=prototype_cost,
@@ -138,6 +142,7 @@ PROTOCOLS: dict[str, ProtocolKind] = {
         check_data=check_distillation,
         cost=soft_label_cost,
         public_size=lambda config: _distillation_setup(config).common.public_size,
+        global_model=lambda config: _distillation_setup(config).spec.collaborative,  # no collaboration: no server model
         bytes_figure=True,
     ),
 }

@@ -556,6 +556,7 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
             own = apply_variant(config, v)
             if tuned:  # a variant's own eval.validation = 0 (or eval.clients = "none") failed selection after every run ran
                 check_selectable(own, select)
+                check_global_model(own, select)
         # the temperature it trains at, also where it comes from the base config or a dotted key: a chilled variant gets
         # its step-size controls and the reference sees it, whatever table set its T
         checked.append(dataclasses.replace(v, temperature=constant_temperature(own.temperature)))
@@ -581,6 +582,19 @@ def check_selectable(config: RunConfig, select: str) -> None:
         raise ConfigError("eval.validation", "tuning selects on the server validation split; set eval.validation > 0 (e.g. eval.validation=0.1)")
     if is_local(select) and config.eval.clients == "none":
         raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
+
+
+def check_global_model(config: RunConfig, select: str) -> None:
+    """Refuse a global rule (``final``, ``best``) for a run that keeps no global model: it records no ``val_acc``, and
+    selection failed only after every point of the grid had trained. The protocol says whether its method keeps one."""
+    from chillfl.protocols.registry import protocol_of
+
+    kind = protocol_of(config)
+    if is_local(select) or kind.global_model(config):
+        return
+    raise ConfigError("compare.select", f"{select!r} selects on val_acc, a global model's validation accuracy, and {kind.title} method "
+                                        f"{kind.method(config)!r} keeps no global model (each client keeps its own), so it records no val_acc; "
+                                        f"use select = {' or '.join(repr(r) for r in SELECT_RULES if is_local(r))} (each client's own model on its own validation split)")
 
 
 @dataclass(frozen=True)

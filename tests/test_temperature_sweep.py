@@ -47,9 +47,9 @@ def tiny_config(tmp_path, **extra):
 
 def test_parse_temperatures() -> None:
     assert parse_temperatures(None) == list(DEFAULT_TEMPERATURES) == [0.05, 0.1, 0.25, 0.5, 1.0]
-    assert parse_temperatures("1, 0.05,0.5,0.5") == [0.05, 0.5, 1.0]  # sorted, duplicates dropped
+    assert parse_temperatures("1, 0.05,0.5") == [0.05, 0.5, 1.0]  # sorted (a value given twice is refused: below)
     assert parse_temperatures([2, 0.1]) == [0.1, 2.0]
-    for bad in ("a,1", "0,1", "-1,1", "1", "inf,1"):
+    for bad in ("a,1", "0,1", "-1,1", "1", "inf,1", "1, 0.05,0.5,0.5"):
         with pytest.raises(ConfigError) as info:
             parse_temperatures(bad)
         assert info.value.field == "--temperatures"

@@ -74,6 +74,14 @@ def test_a_path_that_is_not_utf8_is_refused_naming_its_field(tmp_path: Path, key
     assert "UTF-8" in refused.value.message
 
 
+def test_a_name_holding_a_byte_that_is_not_utf8_is_refused_as_such(tmp_path: Path) -> None:
+    """``name=caf\\xe9`` from argv arrives as ``caf\\udce9``: refused naming UTF-8 (it was called "control characters")."""
+    with pytest.raises(ConfigError) as refused:
+        load_config(write_config(tmp_path), {"name": "caf\udce9"})
+    assert refused.value.field == "name"
+    assert "UTF-8" in refused.value.message and "control" not in refused.value.message
+
+
 def test_run_with_an_out_folder_that_is_not_utf8_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
     config = write_config(tmp_path)
     out = os.fsencode(tmp_path) + b"/caf\xe9"  # not made: the run would make it

@@ -458,14 +458,16 @@ def check_name(name: str, field: str = "name") -> None:
     Refused: empty or blank, a leading ``.`` (hidden, ``..``) or ``-`` (read as an
     option by ``rm``, ``ls``...), a trailing ``.partial`` or ``.failed`` (a finished run's folder read as a stopped or
     failed one), ``/`` or ``\\``, control and format characters
-    (newlines, NUL, terminal escapes, bidi overrides), more than
+    (newlines, NUL, terminal escapes, bidi overrides), a byte that is not UTF-8, more than
     :data:`MAX_NAME_BYTES` bytes of UTF-8.
     """
     require(bool(name) and not name.isspace(), field, f"must be a non-empty name, got {short_repr(name)}")
     require(not name.startswith((".", "-")), field, f"must not start with '.' or '-', got {short_repr(name)}")
     require(not name.endswith((PARTIAL, FAILED)), field, f"must not end in {PARTIAL!r} or {FAILED!r}, which mark an unfinished or failed run's folder, got {short_repr(name)}")
     require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {short_repr(name)}")
-    bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Cs", "Co", "Zl", "Zp")]
+    # a byte that is not UTF-8 (argv under a UTF-8 locale) arrives as a lone surrogate: named as what it is
+    require(encodes_as_utf8(name), field, f"must be UTF-8 text (a byte that is not UTF-8 cannot be a folder name recorded in config.toml), got {short_repr(name)}")
+    bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Zl", "Zp")]
     require(not bad, field, f"must not contain control characters, got {short_repr(name)}")
     size = len(name.encode("utf-8", "surrogatepass"))
     require(size <= MAX_NAME_BYTES, field, f"must be at most {MAX_NAME_BYTES} bytes of UTF-8, got {size}")

@@ -33,6 +33,16 @@ def test_a_global_rule_without_a_global_model_is_refused_before_any_run(method: 
     assert list(tmp_path.iterdir()) == []  # no folder, no .partial left behind
 
 
+def test_a_tuning_point_that_takes_the_global_model_away_is_refused_before_any_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FedHKD shares its model by default; a grid over prototypes.share_model holds a point that keeps none (the check
+    read the variant's own config only, and the grid trained before selection failed)."""
+    monkeypatch.setattr(sweep_run, "run_experiment", _no_run)
+    with pytest.raises(ConfigError) as err:
+        chillfl.compare(config={**BASE, "prototypes": {"method": "fedhkd"}}, tune={"prototypes.share_model": [True, False]}, out_dir=tmp_path, progress=False)
+    assert err.value.field == "compare.select" and "keeps no global model at tuning point prototypes.share_model=False" in err.value.message
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_method_that_shares_its_model_still_tunes_on_the_global_rule(tmp_path: Path) -> None:
     result = chillfl.compare(config=BASE, tune={"client.lr": [0.05, 0.1]}, write=False, progress=False)
     assert len(result.rows) == 1

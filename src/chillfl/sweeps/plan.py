@@ -35,7 +35,7 @@ from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options, resolved
 from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_folders, run_name, short_setting, suffixed, taken_name, variant_points
-from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune
+from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
 from chillfl.wording import counted
 
 MAX_VARIANTS = 1000
@@ -563,6 +563,11 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
         built.append(own)
     planned = checked
     tune_table = typed_tune(tune_table, built)  # --tune too, and a part's own option as the variants' parts hold it
+    if tuned and not is_local(select):  # a tuning point may take the global model away (fedhkd's share_model = false)
+        for v, own in zip(planned, built):
+            with naming(v, from_grid):
+                for point in variant_points(tune_table, v):
+                    check_global_model(own.with_overrides(point) if point else own, select, point)
     # a swept option of an off table ([privacy], [attack]) that no variant switches on changes no run: refused as in a file
     check_sweep_switches(built, [*dotted_keys(v.overrides for v in planned), *tune_table, *dotted_keys(v.tune for v in planned)])
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):
@@ -584,7 +589,7 @@ def check_selectable(config: RunConfig, select: str) -> None:
         raise ConfigError("eval.clients", f"select = {select!r} scores the clients' own models on their own validation splits; set eval.clients = 'sampled' or 'all'")
 
 
-def check_global_model(config: RunConfig, select: str) -> None:
+def check_global_model(config: RunConfig, select: str, point: Point | None = None) -> None:
     """Refuse a global rule (``final``, ``best``) for a run that keeps no global model: it records no ``val_acc``, and
     selection failed only after every point of the grid had trained. The protocol says whether its method keeps one."""
     from chillfl.protocols.registry import protocol_of
@@ -593,8 +598,13 @@ def check_global_model(config: RunConfig, select: str) -> None:
     if is_local(select) or kind.global_model(config):
         return
     raise ConfigError("compare.select", f"{select!r} selects on val_acc, a global model's validation accuracy, and {kind.title} method "
-                                        f"{kind.method(config)!r} keeps no global model (each client keeps its own), so it records no val_acc; "
+                                        f"{kind.method(config)!r} keeps no global model{_at_point(point)} (each client keeps its own), so it records no val_acc; "
                                         f"use select = {' or '.join(repr(r) for r in SELECT_RULES if is_local(r))} (each client's own model on its own validation split)")
+
+
+def _at_point(point: Point | None) -> str:
+    """`` at tuning point k=v`` for a refusal that only one point of the grid earns."""
+    return f" at tuning point {point_label(point)}" if point else ""
 
 
 @dataclass(frozen=True)

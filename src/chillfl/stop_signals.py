@@ -103,6 +103,56 @@ class HeldSignals:
             signal.raise_signal(signum)
 
 
+class RaisedLater:
+    """A block in which the stop signals' handlers run as their signals come, but an exception one raises is kept, and
+    raised where :meth:`check` is called or when the block ends.
+
+    Why: a handler runs wherever the main thread checks for signals, and a library's C code checks too: Ray's
+    ``ray.get`` and ``ray.wait`` call ``PyErr_CheckSignals`` while they wait, and take only a KeyboardInterrupt or a
+    SystemExit from it. Another exception (the runner's ``RunInterrupted`` for a second stop signal) stayed set while
+    Ray went on calling into Python, which ended the run in a chain of ``SystemError`` tracebacks and exit 1 instead of
+    the interruption's one line and 128 + the signal. Only the exception waits: the handler runs at once, so a first
+    signal's notice is said when it comes and a repeat (:class:`Repeats`) is measured from when it came. The block's
+    owner waits in short steps and calls :meth:`check` between them. ``SIG_DFL`` and ``SIG_IGN`` run no Python code and
+    are left as they are. Main thread only; elsewhere no handler runs anyway.
+    """
+
+    def __init__(self) -> None:
+        self.raised: BaseException | None = None
+        self._previous: dict[int, Callable[[int, Any], Any]] = {}
+
+    def __enter__(self) -> "RaisedLater":
+        import functools
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in STOP_SIGNALS:
+                handler = signal.getsignal(sig)
+                if callable(handler):
+                    self._previous[sig] = handler
+                    signal.signal(sig, functools.partial(self._run, handler))
+        return self
+
+    def _run(self, handler: Callable[[int, Any], Any], signum: int, frame: Any) -> None:
+        try:
+            handler(signum, frame)
+        except BaseException as exc:  # noqa: BLE001 - kept, raised by check() outside the C code that ran the handler
+            if self.raised is None:  # the first: with no deferral it alone would have been raised
+                self.raised = exc
+
+    def check(self) -> None:
+        """Raise the exception a handler raised since the block began (or the last check), if one did."""
+        if self.raised is not None:
+            exc, self.raised = self.raised, None
+            raise exc
+
+    def __exit__(self, *exc_info: Any) -> None:
+        previous, self._previous = self._previous, {}
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        self.check()
+
+
 def made_held(make: Callable[[], T]) -> tuple[T, HeldSignals]:
     """``make()`` (a folder made: ``claim_dir``, a ``ResultWriter``) with the stop signals held, and the hold, which the
     caller releases as the first line of the ``try`` that removes what was made; released here if ``make`` fails.

@@ -83,13 +83,17 @@ from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, Worke
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.paths import check_writable_dir
-from chillfl.stop_signals import STOP_SIGNALS
+from chillfl.stop_signals import STOP_SIGNALS, RaisedLater
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
 
 log = logging.getLogger(__name__)
 
 EXTRA = "pip install 'chillfl[ray]'"
 
+
+WAIT_STEP_S = 0.1
+"""How long the driver waits on the actors in one ``ray.wait`` before it raises what a stop signal's handler raised
+meanwhile (:class:`~chillfl.stop_signals.RaisedLater`): a second Ctrl-C stops a round within this."""
 
 LOCAL_RAY_PREFIX = "ray"
 """A local Ray's folder in the temp directory (:func:`tempfile.mkdtemp` adds 8 characters; short, for the socket paths under it): removed when it stops."""
@@ -606,9 +610,11 @@ class RayExecutor:
         shares: list[list[int]] = [[] for _ in range(self.workers)]
         for i, a in enumerate(owners):
             shares[a].append(i)
-        calls = {a: self._actors[a].update.remote(self._parts, [self._ship(tasks[i], states) for i in idx]) for a, idx in enumerate(shares) if idx}
+        with RaisedLater() as later:  # Ray's C code runs the handlers: what they raise is raised between its calls
+            calls = {a: self._actors[a].update.remote(self._parts, [self._ship(tasks[i], states) for i in idx]) for a, idx in enumerate(shares) if idx}
+            collected = self._collect(calls, tasks, shares, later)
         replies: list[Any] = [None] * len(tasks)
-        for a, out in self._collect(calls, tasks, shares).items():
+        for a, out in collected.items():
             for i, reply in zip(shares[a], out):
                 replies[i] = reply
         return replies
@@ -620,20 +626,30 @@ class RayExecutor:
         for i, a in enumerate(owners):
             shares[a].append(i)
         compact = [map_leaves(j, _compact, lambda x: isinstance(x, torch.Tensor)) for j in jobs]
-        calls = {a: self._actors[a].run.remote(self._parts, [compact[i] for i in idx]) for a, idx in enumerate(shares) if idx}
+        with RaisedLater() as later:  # as in map
+            calls = {a: self._actors[a].run.remote(self._parts, [compact[i] for i in idx]) for a, idx in enumerate(shares) if idx}
+            collected = self._collect(calls, jobs, shares, later)
         outcomes: list[Any] = [None] * len(jobs)
-        for a, out in self._collect(calls, jobs, shares).items():
+        for a, out in collected.items():
             for i, outcome in zip(shares[a], out):
                 outcomes[i] = outcome
         return outcomes
 
-    def _collect(self, calls: dict[int, Any], items: Sequence[Any], shares: list[list[int]]) -> dict[int, Any]:
-        """Every call's result, or one WorkerError once every call has settled (a lost worker's round is never used)."""
+    def _collect(self, calls: dict[int, Any], items: Sequence[Any], shares: list[list[int]], later: RaisedLater) -> dict[int, Any]:
+        """Every call's result, or one WorkerError once every call has settled (a lost worker's round is never used).
+
+        Waits in steps of :data:`WAIT_STEP_S`, raising between them what a stop signal's handler raised (``later``): a
+        second signal stops the round from Python code, not from inside Ray's wait, where Ray turned it into SystemErrors.
+        """
         if self._broken:
             raise WorkerError(f"the Ray executor is unusable: {self._broken}")
         if self._closed or self.pool.closed:
             raise WorkerError("the Ray executor is closed")
         ray = self._ray
+        pending = list(calls.values())
+        while pending:  # returns as soon as every call has settled (failed ones too), not at the next step
+            _, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_STEP_S)
+            later.check()
         results: dict[int, Any] = {}
         errors: list[tuple[int, str | ConfigError]] = []
         for a, ref in calls.items():

@@ -37,6 +37,10 @@ the restarted actor re-fetches its clients' data). When the retries are
 spent, the round raises :class:`~chillfl.executors.processes.WorkerError` with
 one line and nothing of that round is aggregated.
 
+Stop signals: the driver waits on the actors in steps of :data:`WAIT_STEP_S` inside a
+:class:`~chillfl.stop_signals.RaisedLater`, since Ray's wait runs the signal handlers from its C code: the
+runner's "stop at once" for a second signal is raised between the steps, as under the ``processes`` executor.
+
 Lifetime: the actors and the Ray connection are a :class:`RayWorkers`. An
 executor builds its own and closes it with itself; a :class:`RayWorkers` built
 apart serves one executor after another (``RayExecutor(..., pool=workers)``),

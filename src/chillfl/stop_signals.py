@@ -12,7 +12,9 @@ made ``kill -INT`` and ``timeout -s INT`` do nothing in such jobs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
+import threading
 import time
 from typing import Any, Callable, Iterator, TypeVar
 
@@ -122,9 +124,6 @@ class RaisedLater:
         self._previous: dict[int, Callable[[int, Any], Any]] = {}
 
     def __enter__(self) -> "RaisedLater":
-        import functools
-        import threading
-
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 handler = signal.getsignal(sig)

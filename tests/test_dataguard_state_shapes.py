@@ -46,7 +46,9 @@ def test_a_missing_or_extra_tensor_is_refused() -> None:
 
 def test_cka_features_and_gradient_norms_refuse_it_too() -> None:
     bad = _state(torch.tensor(0.5))
+    model = Watched()
     with pytest.raises(ConfigError, match="'fc.bias' is \\[\\]"):
-        layer_features(Watched(), bad, X, ["fc"])
+        layer_features(model, bad, X, ["fc"])
+    assert not model.fc._forward_hooks  # refused before its hooks went on (they stayed on the model)
     with pytest.raises(ConfigError, match="'fc.bias' is \\[\\]"):
         input_gradient_norms(Watched(), bad, X, torch.tensor([0, 1]), 1.0)

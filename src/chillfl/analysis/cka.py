@@ -140,6 +140,7 @@ def model_template(config: RunConfig, inputs: dict[str, tuple[tuple[int, ...], i
 @torch.no_grad()
 def layer_features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, layers: Sequence[str]) -> dict[str, torch.Tensor]:
     """Each named module's output (``representation``: the head's input) on ``x``, flattened to [n, features]."""
+    check_fits(model, state)  # before the hooks (a refusal left them on the model): a state of other shapes was broadcast into wrong features
     model.eval()
     captured: dict[str, torch.Tensor] = {}
     handles = []
@@ -149,7 +150,6 @@ def layer_features(model: nn.Module, state: Mapping[str, torch.Tensor], x: torch
             handles.append(modules[head_name(model)].register_forward_pre_hook(lambda _m, inp: captured.__setitem__(REPRESENTATION, inp[0])))
         else:
             handles.append(modules[name].register_forward_hook(lambda _m, _i, out, name=name: captured.__setitem__(name, out)))
-    check_fits(model, state)  # before the hooks: a state of other shapes was broadcast into wrong features
     try:
         params, buffers = split_state(model, state)
         functional_call(model, (params, buffers), (x,))

@@ -74,6 +74,18 @@ def test_a_path_that_is_not_utf8_is_refused_naming_its_field(tmp_path: Path, key
     assert "UTF-8" in refused.value.message
 
 
+def test_the_hint_for_a_path_that_is_not_utf8_fits_the_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """UTF-8 mode mends only Python reading paths in another encoding; a Latin-1 byte in a name needs renaming (rev107 2)."""
+    folder = latin1_folder(tmp_path)
+    with pytest.raises(ConfigError) as refused:
+        load_config(write_config(tmp_path), {"out_dir": folder})
+    assert "rename it" in refused.value.message and "PYTHONUTF8" not in refused.value.message
+    monkeypatch.setattr(sys, "getfilesystemencoding", lambda: "ascii")
+    with pytest.raises(ConfigError) as refused:
+        load_config(write_config(tmp_path), {"out_dir": f"{tmp_path}/caf\udce9"})
+    assert "Python reads paths as ascii here: set PYTHONUTF8=1" in refused.value.message
+
+
 def test_a_name_holding_a_byte_that_is_not_utf8_is_refused_as_such(tmp_path: Path) -> None:
     """``name=caf\\xe9`` from argv arrives as ``caf\\udce9``: refused naming UTF-8 (it was called "control characters")."""
     with pytest.raises(ConfigError) as refused:

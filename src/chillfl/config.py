@@ -21,6 +21,7 @@ no nesting deeper than :data:`MAX_DEPTH`, ``[variants]`` / ``[compare]`` /
 
 from __future__ import annotations
 
+import codecs
 import copy
 import dataclasses
 import errno
@@ -452,6 +453,15 @@ def encodes_as_utf8(path: str) -> bool:
     return True
 
 
+def _non_utf8_hint() -> str:
+    """What helps with a path that is not UTF-8: only Python reading paths in another encoding is mended by UTF-8 mode;
+    a folder name holding a Latin-1 byte on a UTF-8 system reads the same whatever is set."""
+    encoding = sys.getfilesystemencoding()
+    if codecs.lookup(encoding).name != "utf-8":
+        return f"Python reads paths as {encoding} here: set PYTHONUTF8=1"
+    return "a folder name holds a byte that is not UTF-8, e.g. Latin-1: rename it or choose another folder"
+
+
 def check_name(name: str, field: str = "name") -> None:
     """A run name becomes a folder under ``out_dir``: it must not escape it or hide characters.
 
@@ -649,8 +659,7 @@ class RunConfig:
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said
             require(bool(path) and "\0" not in path, key, f"must be a non-empty path without NUL characters, got {short_repr(path)}")
-            require(encodes_as_utf8(path), key,
-                    f"must be a path that is valid UTF-8, which the run's config.toml records (a non-UTF-8 locale such as LC_ALL=C: set PYTHONUTF8=1), got {short_repr(path)}")
+            require(encodes_as_utf8(path), key, f"must be a path that is valid UTF-8, which the run's config.toml records ({_non_utf8_hint()}), got {short_repr(path)}")
         vectorises = self.executor in ("vectorized", "auto")  # what compile, cuda_graphs and batched_conv act on: else they were silently nothing
         require(not self.compile or vectorises, "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         require(not self.cuda_graphs or vectorises, "cuda_graphs", f"records the vectorised executor's step as CUDA graphs; executor {self.executor!r} has none: use 'vectorized' or 'auto'")

@@ -49,7 +49,8 @@ Choices
   (a reset socket) is that dead worker, the parent's resource sharer is quiet about a fetch of
   a task cut short (:func:`_quiet_resource_sharer`), and a worker that cannot allocate memory
   (a task's tensors it cannot map, a MemoryError) exits with :data:`OUT_OF_MEMORY_EXIT`, no
-  traceback, and the line says it ran out of memory. A
+  traceback, and the line says it ran out of memory, quoting the error's first line (torch's
+  "you tried to allocate N bytes"), which the worker leaves in the pool's temp folder. A
   :class:`~chillfl.errors.ConfigError` (bad input only a client can see, such as
   a context key a loss term reads and the client lacks) is raised as itself, so
   the command line still ends with one line and exit 2.
@@ -215,6 +216,46 @@ class ClientCodeError(WorkerError):
 
 OUT_OF_MEMORY_EXIT = 75
 """A worker's exit status when it could not allocate memory (MemoryError, ENOMEM): the parent's one line says so."""
+
+_NOTE_CHARS = 400
+"""At most this much of an out-of-memory error's first line goes to the parent (torch's names the bytes it asked for)."""
+
+
+def _memory_note(folder: str, pid: int) -> str:
+    """Where worker ``pid`` leaves the first line of its out-of-memory error, in the pool's temp folder, for the parent.
+
+    A file, not a result on the queue: the worker writes it before it exits, so the parent that sees the exit status
+    finds it (a queued item could still be in the pipe), and writing a short line needs no pickling."""
+    return os.path.join(folder, f"out-of-memory-{pid}")
+
+
+def _exit_out_of_memory(exc: BaseException, folder: str) -> None:
+    """End this worker with :data:`OUT_OF_MEMORY_EXIT`, leaving the error's first line for the parent's message.
+
+    The parent's line said "MemoryError: Cannot allocate memory" whatever was asked: torch's own text ("you tried to
+    allocate 4000000000000 bytes") tells a model that always asks too much from a machine that was full."""
+    try:
+        line = (str(exc).strip().splitlines() or [""])[0]
+        text = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+        with open(_memory_note(folder, os.getpid()), "w", encoding="utf-8") as note:
+            note.write(text[:_NOTE_CHARS])
+    except Exception:  # noqa: BLE001 - the exit status alone still says it ran out of memory
+        pass
+    sys.exit(OUT_OF_MEMORY_EXIT)
+
+
+def _read_memory_note(folder: str, pid: int | None) -> str | None:
+    """The first line that worker ``pid`` left before it exited out of memory (and the note removed), or None."""
+    if pid is None:
+        return None
+    path = _memory_note(folder, pid)
+    try:
+        with open(path, encoding="utf-8") as note:
+            text = note.read().strip()
+        os.remove(path)
+    except (OSError, UnicodeDecodeError):
+        return None
+    return text or None
 
 
 def out_of_memory(exc: BaseException) -> bool:
@@ -393,7 +434,7 @@ PARENT_GONE = "parent gone"
 """What :func:`_next_task` returns once the parent process is gone (the parent's own stop sentinel is None)."""
 
 
-def _next_task(tasks: Any, parent: int) -> Any:
+def _next_task(tasks: Any, parent: int, parent_temp: str) -> Any:
     """The next task, None (the parent's stop sentinel), or PARENT_GONE, so no worker outlives its run."""
     while True:
         try:
@@ -403,7 +444,7 @@ def _next_task(tasks: Any, parent: int) -> Any:
                 return PARENT_GONE
         except Exception as exc:
             if out_of_memory(exc):  # the task's tensors could not be mapped: one line in the parent, no traceback per worker
-                sys.exit(OUT_OF_MEMORY_EXIT)
+                _exit_out_of_memory(exc, parent_temp)
             if isinstance(exc, (EOFError, OSError)):  # the parent's end of the queue closed: it is gone (or going)
                 return PARENT_GONE
             raise
@@ -505,7 +546,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
     gc.freeze()  # chillfl owns this process: torch's import-time objects out of every later full collection
     key: int | None = None
     while True:
-        task: _Task | _UpdateTask | str | None = _next_task(tasks, parent)
+        task: _Task | _UpdateTask | str | None = _next_task(tasks, parent, parent_temp)
         if task is None:
             return
         if isinstance(task, str):  # PARENT_GONE: killed without running its handlers
@@ -534,7 +575,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
             results.put((task.index, False, exc))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
             if out_of_memory(exc):  # the machine's limit, not the client's code: the parent says so in one line
-                sys.exit(OUT_OF_MEMORY_EXIT)
+                _exit_out_of_memory(exc, parent_temp)
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
             results.put((task.index, False, text))
 
@@ -656,7 +697,7 @@ class WorkerPool:
         self.threads_per_worker = threads_per_worker
         ctx = tmp.get_context("spawn")
         _tracker_keeps_sighup_blocked()  # before the queues, which would start it
-        temp = short_socket_folder()
+        temp = self._temp = short_socket_folder()
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)
         self._processes = [
@@ -749,7 +790,9 @@ class WorkerPool:
             if dead:
                 p = dead[0]
                 if p.exitcode == OUT_OF_MEMORY_EXIT:
-                    return f"worker {p.name} ran out of memory (MemoryError: Cannot allocate memory); fewer workers or smaller rounds need less"
+                    said = _read_memory_note(self._temp, p.pid) or "MemoryError"
+                    return (f"worker {p.name} ran out of memory ({said}); the run can go on after freeing memory or with fewer "
+                            "workers, unless one client alone needs more than the machine has")
                 return f"worker {p.name} died with exit code {p.exitcode}"
             if self._tasks.unsent is not None:
                 return f"could not send a task to the workers: {self._tasks.unsent}"

@@ -54,6 +54,9 @@ Choices
   :class:`~chillfl.errors.ConfigError` (bad input only a client can see, such as
   a context key a loss term reads and the client lacks) is raised as itself, so
   the command line still ends with one line and exit 2.
+* A worker that hangs (stopped, deadlocked in a client's code) is alive, so the round waits for
+  it; after :data:`STALL_S` without a result one warning line names the workers still busy and
+  their clients (each worker notes its client in a shared array), again after twice as long.
 * A queue pickles what it sends in a thread of its own, where an error is only
   printed: a task that cannot be sent breaks the pool with a
   :class:`WorkerError` naming why, and a result that cannot be sent comes back
@@ -106,6 +109,12 @@ from chillfl.stop_signals import STOP_SIGNALS
 
 _POLL_S = 0.5
 _JOIN_S = 5.0
+STALL_S = 60.0
+"""Seconds without any result after which a round says which workers it waits for; again after twice as long, and so on.
+
+A worker stopped (SIGSTOP) or deadlocked in a client's code passes every liveness check, and the round waited for it
+with no output at all: a cluster job burnt its allocation in silence. The notice changes nothing else: the round still
+waits (a legitimately slow client is no error), and each notice doubles the wait before the pool's next one."""
 _WATCH_S = WATCH_S
 AF_UNIX_PATH_MAX = 103 if sys.platform == "darwin" else 107
 """Longest socket path the OS accepts (``sockaddr_un.sun_path`` is 108 bytes on Linux, 104 on macOS, with its NUL)."""
@@ -530,8 +539,10 @@ def _quiet_resource_sharer() -> _QuietSharer:
     return _QuietSharer()
 
 
-def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str) -> None:
-    """Worker loop: run each task, send back (index, packed result) or (index, error text)."""
+def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str, busy: Any = None, slot: int = 0) -> None:
+    """Worker loop: run each task, send back (index, packed result) or (index, error text).
+
+    ``busy[slot]``: the client this worker is training (-1 between tasks), which the parent names when a round stalls."""
     # Ctrl-C and a terminal's hang-up (SIGHUP, an ssh disconnect) reach the whole process group, and a scheduler's SIGTERM every
     # process of the job (Slurm's scancel, systemd): the parent decides (it stops after the round, checkpointed, and closes the workers).
     # They were blocked since the spawn (_stop_signals_blocked): ignored first, then unblocked, so one that came meanwhile is dropped
@@ -557,6 +568,8 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
                 # removed: its unlink raised FileNotFoundError, printed as a traceback under the killed run
                 os._exit(0)
             return
+        if busy is not None:
+            busy[slot] = task.client_id
         try:
             if task.setup.key != key:  # the first task of another executor: its template, objective, client side
                 key = None
@@ -578,6 +591,9 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
                 _exit_out_of_memory(exc, parent_temp)
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
             results.put((task.index, False, text))
+        finally:
+            if busy is not None:
+                busy[slot] = -1
 
 
 def _shutdown(processes: list[Any], tasks: Any, results: Any, quiet: _QuietSharer | None = None) -> None:
@@ -700,10 +716,12 @@ class WorkerPool:
         temp = self._temp = short_socket_folder()
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)
+        self._busy = ctx.RawArray("q", [-1] * self.workers)  # each worker's client in training, -1 none: for a stalled round's notice
+        self._notices = 0  # stall notices so far: the next one comes after STALL_S * 2**notices without a result
         self._processes = [
             ctx.Process(
                 target=Watched(_worker_main, os.getpid(), temp),  # watches its parent from its start, before it imports torch
-                args=(threads_per_worker, self._tasks, self._results, os.getpid(), temp),
+                args=(threads_per_worker, self._tasks, self._results, os.getpid(), temp, self._busy, i),
                 name=f"chillfl-worker-{i}",
                 daemon=True,
             )
@@ -770,16 +788,33 @@ class WorkerPool:
         self.close()
 
     def _next_result(self) -> tuple[int, bool, Any]:
+        since = time.monotonic()
         while True:
             try:
                 return self._results.get(timeout=_POLL_S)
             except queue.Empty:
                 self._broken = self._lost()
+                if not self._broken:
+                    self._notice_stall(time.monotonic() - since)
             except (EOFError, OSError) as exc:  # a result whose tensors' sender died as they were fetched (its socket reset)
                 self._broken = self._lost(wait=_JOIN_S) or f"could not receive a result from the workers: {type(exc).__name__}: {exc}"
             if self._broken:
                 self.close()
                 raise WorkerError(self._broken) from None
+
+    def _notice_stall(self, waited: float) -> None:
+        """One warning line naming the workers still busy, and their clients, once ``waited`` s passed without a result.
+
+        A stopped or deadlocked worker is alive, so :meth:`_lost` never sees it: without this line the run said nothing
+        for as long as it hung. The next notice waits twice as long, so a pool whose clients are merely slow says so a
+        few times, not once a round."""
+        if waited < STALL_S * 2**self._notices:
+            return
+        self._notices += 1
+        busy = [f"{p.name} (client {self._busy[i]})" for i, p in enumerate(self._processes) if self._busy[i] >= 0]
+        who = f"worker{'s' if len(busy) > 1 else ''} {', '.join(busy)}" if busy else "the workers"
+        log.warning("no result from %s for %.0f s; the round waits for %s with no time limit (one stopped or stuck in a "
+                    "client's code never replies: two Ctrl-C stop the run)", who, waited, "them" if len(busy) != 1 else "it")
 
     def _lost(self, wait: float = 0.0) -> str | None:
         """Why the pool is broken (a dead worker, a task that could not be sent), or None. ``wait``: up to that long

@@ -58,3 +58,14 @@ def test_ordinary_counts_score_as_before() -> None:
 def test_one_client_scores_huge_counts_as_their_proportions() -> None:
     """A client computing its own h_n (the start temperature's input, Eq. 7) from its label counts."""
     assert client_heterogeneity([1e308, 1e308, 0.5e308], "js") == client_heterogeneity([2.0, 2.0, 1.0], "js")
+
+
+def test_huge_counts_keep_a_small_count_for_the_active_measure() -> None:
+    assert MEASURES["active"](np.array([1.5e308, 1.5e308, 1e-5])) == MEASURES["active"](np.array([1.5, 1.5, 1e-5])) == 3
+
+
+def test_counts_a_rescale_would_flush_to_zero_are_refused() -> None:
+    """1e-20 beside 1.5e308 cannot be kept by any rescale that makes the sum finite: dividing by the max rounded it to 0
+    and 'active' counted 2 classes where the same proportions count 3 (rev107 3); refused now."""
+    with pytest.raises(ConfigError, match="span more than float64's range"):
+        heterogeneity([[1.5e308, 1.5e308, 1e-20]], "active")

@@ -82,12 +82,13 @@ NORMALISATIONS: tuple[str, ...] = ("max", "minmax", "none")
 
 
 def _as_counts(counts: np.ndarray | Sequence[float], field: str = "temperature.class_counts", scale_invariant: bool = True) -> np.ndarray:
-    """The validated count vector; counts whose sum overflows float64 come back divided by their max.
+    """The validated count vector; counts whose sum overflows float64 come back scaled down by a power of two.
 
     Why: finite counts summing past 1.8e308 made every p_n(c) = count / inf zero (a ZeroDivisionError,
     or a silent wrong h_n and temperature). A measure of the distribution alone (``scale_invariant``)
-    scores the rescaled counts exactly as the originals; one that reads the size itself cannot, and is
-    refused. Counts whose sum is finite are returned as given (bit-identical scores).
+    scores the rescaled counts exactly as the originals (scaled by a power of two, which rounds none but subnormal
+    counts; counts a rescale would flush to 0 are refused); one that reads the size itself cannot, and is refused.
+    Counts whose sum is finite are returned as given (bit-identical scores).
     """
     arr = np.asarray(counts, dtype=np.float64)
     if arr.ndim != 1 or arr.size < 2:
@@ -99,7 +100,10 @@ def _as_counts(counts: np.ndarray | Sequence[float], field: str = "temperature.c
     if not np.isfinite(total):
         if not scale_invariant:
             raise ConfigError(field, "a client's class counts sum past float64's max (1.8e308); this measure reads the dataset size itself")
-        arr = arr / arr.max()
+        scaled = np.ldexp(arr, -int(np.frexp(arr.max())[1]))  # by a power of two (exact but for subnormals): max in [0.5, 1)
+        if np.any((scaled == 0) & (arr > 0)):  # a count under ~1e-324 of the max flushed to 0 ('active' counted one class fewer)
+            raise ConfigError(field, "a client's class counts span more than float64's range (their sum overflows and the smallest would round to 0)")
+        arr = scaled
         total = arr.sum()
     if total <= 0:
         raise ConfigError(field, "a client has no samples; every client needs at least one labelled sample")

@@ -70,3 +70,14 @@ def test_a_runs_one_line_says_what_failed(error: type[WorkerError], call: int, l
     _lose_a_worker_at(call, error, monkeypatch)
     assert main(["run", str(config), "-q", *TINY]) == 1
     assert capsys.readouterr().err.strip().splitlines()[-1].startswith(line.format(folder=tmp_path / "out" / "one.partial"))
+
+
+def test_a_worker_lost_before_the_first_round_leaves_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The line says "nothing to resume, run it again": the folder of config and partition alone went with it, as on a
+    signal (it stayed as one.partial, and running it again made one-1 beside it)."""
+    config = tmp_path / "one.toml"
+    config.write_text(f'out_dir = "{tmp_path / "out"}"\n', encoding="utf-8")
+    _lose_a_worker_at(1, WorkerError, monkeypatch)
+    assert main(["run", str(config), "-q", *TINY]) == 1
+    assert "nothing to resume, run it again" in capsys.readouterr().err
+    assert list((tmp_path / "out").iterdir()) == []

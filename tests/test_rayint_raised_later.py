@@ -117,3 +117,42 @@ def test_the_ray_executor_waits_in_steps_and_raises_between_them(handlers: Calla
         with RaisedLater() as later:
             executor._collect({0: "ref0", 1: "ref1"}, [], [[], []], later)
     assert steps == [WAIT_STEP_S]
+
+
+def test_the_ray_executor_names_the_actors_a_stalled_round_waits_for(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A stopped or stuck actor is alive, so the round waited in silence: after STALL_S without a result one line names
+    the actors still busy and their clients, again after twice as long (as the processes executor's pool says)."""
+    pytest.importorskip("ray")
+    import chillfl.executors.ray_executor as ray_executor
+
+    now = [0.0]
+
+    def clock() -> float:
+        now[0] += 40.0  # each read of the clock: 40 s later
+        return now[0]
+
+    waits = [0]
+
+    class FakeRay:
+        exceptions = SimpleNamespace(RayActorError=type("RayActorError", (Exception,), {}), RayTaskError=type("RayTaskError", (Exception,), {}))
+
+        def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list[Any], list[Any]]:
+            waits[0] += 1
+            if waits[0] == 1:  # actor 0 answers at once, actor 1 not for three more steps
+                return [p for p in pending if p == "ref0"], [p for p in pending if p != "ref0"]
+            return (pending, []) if waits[0] == 5 else ([], pending)
+
+        def get(self, ref: Any) -> Any:
+            return ref
+
+    monkeypatch.setattr(ray_executor, "time", SimpleNamespace(monotonic=clock))
+    executor = object.__new__(ray_executor.RayExecutor)
+    executor._broken, executor._closed, executor._ray, executor._notices = None, False, FakeRay(), 0
+    executor.pool = SimpleNamespace(closed=False)  # type: ignore[assignment]
+    items = [SimpleNamespace(client_id=c) for c in (4, 7, 9)]
+    with caplog.at_level("WARNING", logger=ray_executor.__name__), RaisedLater() as later:
+        assert executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1, 2]], later) == {0: "ref0", 1: "ref1"}
+    said = [r.getMessage() for r in caplog.records]
+    # the clock: since = 40 and 80 (actor 0's reply); then 120, 160, 200: 80 s and 120 s without a result, each a notice
+    assert said == [f"no result from Ray worker 1 (clients 7, 9) for {s} s; the round waits for it with no time limit "
+                    "(one stopped or stuck in a client's code never replies: two Ctrl-C stop the run)" for s in (80, 120)], said

@@ -230,6 +230,15 @@ _NOTE_CHARS = 400
 """At most this much of an out-of-memory error's first line goes to the parent (torch's names the bytes it asked for)."""
 
 
+def stalled_line(busy: Sequence[str], waited: float, kind: str = "worker") -> str:
+    """The notice for a round with no result for ``waited`` s, naming the ``busy`` workers (and their clients).
+
+    A stopped or deadlocked worker is alive: no liveness check sees it, and the round waited for it in silence."""
+    who = f"{kind}{'s' if len(busy) > 1 else ''} {', '.join(busy)}" if busy else f"the {kind}s"
+    return (f"no result from {who} for {waited:.0f} s; the round waits for {'it' if len(busy) == 1 else 'them'} with no time limit "
+            "(one stopped or stuck in a client's code never replies: two Ctrl-C stop the run)")
+
+
 def _memory_note(folder: str, pid: int) -> str:
     """Where worker ``pid`` leaves the first line of its out-of-memory error, in the pool's temp folder, for the parent.
 
@@ -811,10 +820,7 @@ class WorkerPool:
         if waited < STALL_S * 2**self._notices:
             return
         self._notices += 1
-        busy = [f"{p.name} (client {self._busy[i]})" for i, p in enumerate(self._processes) if self._busy[i] >= 0]
-        who = f"worker{'s' if len(busy) > 1 else ''} {', '.join(busy)}" if busy else "the workers"
-        log.warning("no result from %s for %.0f s; the round waits for %s with no time limit (one stopped or stuck in a "
-                    "client's code never replies: two Ctrl-C stop the run)", who, waited, "them" if len(busy) != 1 else "it")
+        log.warning(stalled_line([f"{p.name} (client {self._busy[i]})" for i, p in enumerate(self._processes) if self._busy[i] >= 0], waited))
 
     def _lost(self, wait: float = 0.0) -> str | None:
         """Why the pool is broken (a dead worker, a task that could not be sent), or None. ``wait``: up to that long

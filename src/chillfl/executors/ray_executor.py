@@ -83,7 +83,8 @@ from torch import nn
 
 from chillfl.config import RayConfig
 from chillfl.executors.sequential import SequentialExecutor
-from chillfl.executors.processes import AF_UNIX_PATH_MAX, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves
+from chillfl.executors.processes import (AF_UNIX_PATH_MAX, STALL_S, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves,
+                                         stalled_line)
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
 from chillfl.paths import check_writable_dir
@@ -550,6 +551,7 @@ class RayExecutor:
         self.sent_data_bytes = 0
         self._broken: str | None = None
         self._closed = False
+        self._notices = 0  # stall notices so far: the next after processes.STALL_S * 2**notices without a result
         try:
             self._parts = [self._ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
         except BaseException:
@@ -650,10 +652,18 @@ class RayExecutor:
         if self._closed or self.pool.closed:
             raise WorkerError("the Ray executor is closed")
         ray = self._ray
+        actor_of = {ref: a for a, ref in calls.items()}
         pending = list(calls.values())
+        since = time.monotonic()
         while pending:  # returns as soon as every call has settled (failed ones too), not at the next step
-            _, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_STEP_S)
+            ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_STEP_S)
             later.check()
+            if ready:
+                since = time.monotonic()
+            elif (waited := time.monotonic() - since) >= STALL_S * 2**self._notices:  # a stopped or stuck actor is alive: say which
+                self._notices += 1  # the next notice waits twice as long: slow clients say so a few times, not once a round
+                log.warning(stalled_line([f"{a} (clients {', '.join(str(items[i].client_id) for i in shares[a])})"
+                                          for a in sorted(actor_of[ref] for ref in pending)], waited, kind="Ray worker"))
         results: dict[int, Any] = {}
         errors: list[tuple[int, str | ConfigError]] = []
         for a, ref in calls.items():

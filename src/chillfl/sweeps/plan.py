@@ -567,7 +567,11 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
         for v, own in zip(planned, built):
             with naming(v, from_grid):
                 for point in variant_points(tune_table, v):
-                    check_global_model(own.with_overrides(point) if point else own, select, point)
+                    try:
+                        pointed = own.with_overrides(point) if point else own
+                    except ConfigError:  # a point this variant refuses: the checks below name its tune key
+                        continue
+                    check_global_model(pointed, select, point)
     # a swept option of an off table ([privacy], [attack]) that no variant switches on changes no run: refused as in a file
     check_sweep_switches(built, [*dotted_keys(v.overrides for v in planned), *tune_table, *dotted_keys(v.tune for v in planned)])
     if opts.controls if opts.controls is not None else config.compare.get("controls", False):

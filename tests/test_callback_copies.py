@@ -52,7 +52,7 @@ def test_a_comparison_on_the_users_model_saves_every_option_of_a_switched_part(t
     """A comparison's run on the user's own model (an Experiment built already) saved its config.toml unresolved: a
     variant that switched to FedProx and FedChill said only their names, where one on a registered model lists every
     option (and a resume then said those options were "added since this run started")."""
-    import tomllib
+    from chillfl.config import tomllib  # tomli on Python 3.10
 
     grid = {"algorithm.name": ["fedavg", "fedprox"], "temperature.policy": ["none", "fedchill"]}
     chillfl.compare(model=_model(), data=_data(), config={**CONFIG, "federation": {"num_clients": 4, "rounds": 1}}, grid=grid,

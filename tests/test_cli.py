@@ -255,7 +255,7 @@ def test_data_show_creates_a_missing_output_folder(tmp_path, capsys):
 
 
 def test_flags_override_the_file_and_dry_run_prints_the_resolved_config(tmp_path, capsys):
-    import tomllib
+    from chillfl.config import tomllib  # tomli on Python 3.10
 
     config = _write(tmp_path, 'name = "flags"\nseed = 1\nout_dir = "elsewhere"\n')
     assert main(["run", str(config), "--seed", "7", "--out", str(tmp_path / "o"), "--device", "cpu", "--dry-run", "client.lr=0.5"]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 from types import SimpleNamespace
 

@@ -8,7 +8,7 @@ It held the file alone: ``chillfl compare cfg.toml --seeds 0,1 --tune client.mom
 from __future__ import annotations
 
 import json
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 from typing import Any
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import json
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
 import torch

@@ -16,7 +16,7 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 import warnings
 from pathlib import Path
 from typing import Any, Iterator

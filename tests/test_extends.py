@@ -127,7 +127,7 @@ def test_a_long_chain_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_saved_config_is_the_fully_resolved_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    import tomllib
+    from chillfl.config import tomllib  # tomli on Python 3.10
 
     assert main(["run", "flexchill/table7-fedprox-digits", "--dry-run"]) == 0
     saved = tomllib.loads(capsys.readouterr().out)

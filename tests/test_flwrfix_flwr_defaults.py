@@ -11,7 +11,7 @@ library's are (the options are checked against them).
 """
 
 import sys
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 import types
 from pathlib import Path
 from typing import Any, Literal

@@ -9,7 +9,7 @@ at run time (a model vmap refuses) recorded.
 from __future__ import annotations
 
 import json
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
 import pytest

@@ -7,7 +7,7 @@ appeared nowhere in the folder. The comment changes nothing: the file reruns the
 
 from __future__ import annotations
 
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
 import pytest

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 from typing import Any
 

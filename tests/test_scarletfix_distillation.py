@@ -3,7 +3,7 @@ authors' request rule, a public pool from the run's own dataset, and public_data
 
 from __future__ import annotations
 
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 
 import pytest

@@ -10,7 +10,7 @@ table took it for a control and dropped the step-size caveat of an uncontrolled 
 from __future__ import annotations
 
 import dataclasses
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 from typing import Any
 

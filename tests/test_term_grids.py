@@ -8,7 +8,7 @@ TOML's unquoted dotted form alike; a key that cannot be set is one ConfigError n
 
 from __future__ import annotations
 
-import tomllib
+from chillfl.config import tomllib  # tomli on Python 3.10
 from pathlib import Path
 from typing import Any
 

@@ -353,7 +353,13 @@ def unpack_tar(archive: Path, dest: Path) -> None:
             for m in members:
                 if not _inside(m.name) or not (m.isfile() or m.isdir()):
                     raise ArchiveError(f"refusing {archive.name}: member {m.name!r} is {'a link or device' if _inside(m.name) else 'outside the target folder'}")
-            tar.extractall(dest, members=members, filter="data")
+            if hasattr(tarfile, "data_filter"):  # Python 3.10.12+, 3.11.4+: the standard library's own check, on top of ours
+                tar.extractall(dest, members=members, filter="data")
+            else:  # older patch releases, which pyproject allows, have no filter argument (a TypeError): the members were
+                for m in members:  # checked above; what "data" does besides, by hand: no setuid, no group/other write, no owner
+                    m.mode = (m.mode & 0o755) | (0o600 if m.isfile() else 0o700)
+                    m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
+                tar.extractall(dest, members=members)
     except UNREADABLE_TAR as exc:
         raise ArchiveError(f"{archive.name} is not a readable tar archive ({_one_line(exc)})") from exc
     except OSError as exc:

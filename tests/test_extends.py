@@ -13,7 +13,10 @@ the authors' splitters (``scarlet_dirichlet`` / ``flexchill_dirichlet`` with
 ``eval.client_split = "partition"``), where they had ``dirichlet``; and
 FLex&Chill's full-size FedProx and SCAFFOLD Table 7 configs take 5 clients a
 round, 5 local epochs and batch 32, the hyper-parameters its earlier version
-states for those runs (flexchill-short Appendix C.2, Table 6).
+states for those runs (flexchill-short Appendix C.2, Table 6); and the
+full-size FLex&Chill configs take the authors' ``--decay`` as SGD weight decay
+1e-5 (no ``lr_decay``), FLex&Chill's ResNet-18 and SCARLET's ResNet-20 the
+initialisation of the authors' code (``init``).
 Each rewritten config must resolve to the very same dict and the very same
 RunConfig as its old file.
 """

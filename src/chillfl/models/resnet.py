@@ -18,7 +18,9 @@ Choices
   ``torchvision`` (convs from ``kaiming_normal_``, fan_out, as torchvision's
   ``resnet18`` that FLex&Chill used; norms and the head as PyTorch's).
 * PA3Fed gives no stem for its CIFAR-100 ResNet-18, so its configs keep
-  ``auto`` (cifar stem at 32x32); FLex&Chill's configs set ``imagenet``.
+  ``auto`` (cifar stem at 32x32) and the default init; FLex&Chill's config
+  sets ``imagenet`` and ``init = "torchvision"``, as the authors'
+  ``models/ResNet18.py`` builds torchvision's ``resnet18()``.
 
 Checked against: torchvision's ``resnet18`` (the imagenet stem: 11,227,812
 parameters at 100 classes, torchvision's 11,689,512 less its 1000-way head plus

@@ -8,6 +8,15 @@
   are convs, batch norms and the head: 269,722 (ResNet-20) and 464,154
   (ResNet-32) at 10 classes, the "0.27M" and "0.46M" of the paper and of
   SCARLET's Table III models (CIFAR-10: ResNet-20, CIFAR-100: ResNet-32).
+  ``init``: ``torchvision`` (default: every conv from ``kaiming_normal_``,
+  fan_out, the head as PyTorch's ``Linear``) or ``kaiming_fan_in`` (every conv
+  **and** linear weight from ``kaiming_normal_`` at its defaults: fan_in, gain
+  sqrt(2), std sqrt(2 / fan_in); biases as PyTorch's), which is Idelbayev's
+  ``resnet.py`` that SCARLET's code uses (``src/model/resnet.py``,
+  ``_weights_init``, ``reproducibility`` branch), so SCARLET's CIFAR-10
+  configs set it. The two differ most at the stem and the head: ResNet-20's
+  3->16 conv has std sqrt(2/27) = 0.272 against sqrt(2/144) = 0.118, its
+  64->10 head 0.177 against PyTorch's uniform bound 1/8 (std 0.072).
 * ``resnet18_fedchill``: the ResNet-18 of FedChill's Table 1 baselines, which
   is FedHKD's (Chen et al. 2023, official code: torchvision's ``resnet18``
   with ``num_classes = 64`` as the feature extractor, then ``Linear(64, C)``).
@@ -19,7 +28,8 @@
   "torchvision"`` draws its convs as torchvision's ``resnet18`` does (FedHKD's
   model is one); the default keeps PyTorch's per-layer initialisation.
 
-Checked against: He et al. (2016) Sec. 4.2 (0.27M / 0.46M), SCARLET Table III,
+Checked against: He et al. (2016) Sec. 4.2 (0.27M / 0.46M), SCARLET Table III and
+its authors' ``src/model/resnet.py`` (layout, option-A padding, ``kaiming_fan_in``),
 FedChill Table 1's 11.209M / 11.215M.
 
 Every model names its last stage in ``slim_stage``; :meth:`Stage.forward`
@@ -189,9 +199,23 @@ class FedChillResNet18(nn.Module):
         return self.classifier(self.code(x.mean(dim=(2, 3))))
 
 
+def kaiming_fan_in_init(model: CifarResNet) -> CifarResNet:
+    """Every conv and linear weight from ``kaiming_normal_`` at its defaults (fan_in, gain sqrt(2)), as SCARLET's code.
+
+    Its ResNet (Idelbayev's ``resnet.py``) applies ``init.kaiming_normal_(m.weight)`` to every ``Conv2d`` and ``Linear``;
+    the default fan_out draw gives a different std wherever fan_in != fan_out (the stem, stage transitions, the head).
+    """
+    for m in model.modules():
+        if isinstance(m, (nn.Conv2d, nn.Linear)):
+            nn.init.kaiming_normal_(m.weight)
+    return model
+
+
 @dataclass(frozen=True)
 class CifarResNetOptions:
-    """ResNet-20/32 have no options (the depth is the name)."""
+    """``init``: torchvision (convs kaiming_normal_ fan_out) | kaiming_fan_in (convs and head fan_in, SCARLET's code)."""
+
+    init: Literal["torchvision", "kaiming_fan_in"] = "torchvision"
 
 
 @dataclass(frozen=True)
@@ -207,12 +231,14 @@ class FedChillResNet18Options:
 
 def build_resnet20(input_shape: Shape, num_classes: int, options: CifarResNetOptions, section: str) -> CifarResNet:
     c, _, _ = require_image("resnet20", input_shape, section)
-    return CifarResNet(c, num_classes, 3)
+    model = CifarResNet(c, num_classes, 3)
+    return kaiming_fan_in_init(model) if options.init == "kaiming_fan_in" else model
 
 
 def build_resnet32(input_shape: Shape, num_classes: int, options: CifarResNetOptions, section: str) -> CifarResNet:
     c, _, _ = require_image("resnet32", input_shape, section)
-    return CifarResNet(c, num_classes, 5)
+    model = CifarResNet(c, num_classes, 5)
+    return kaiming_fan_in_init(model) if options.init == "kaiming_fan_in" else model
 
 
 def build_resnet18_fedchill(input_shape: Shape, num_classes: int, options: FedChillResNet18Options, section: str) -> FedChillResNet18:

@@ -196,7 +196,8 @@ def test_integer_pixel_columns_scale_as_uint8_images(feature: Any, tmp_path: Pat
 
 
 def test_integers_beyond_eight_bits_stay_numbers(tmp_path: Path):
-    # a 16-bit scan (a value 300 in the test split) is no 8-bit image: both splits keep their numbers
+    # a 16-bit scan (a value 300 in the test split) is no 8-bit image: both splits are 16-bit, divided by 65535
+    # (as a 16-bit PNG's pixels: tests/test_hfdl_images.py); beyond 65535 they stay numbers (same file)
     feature = datasets.Sequence(datasets.Sequence(datasets.Value("int64")))
     train = datasets.Dataset.from_dict({"img": [(_pixels(i, 1).astype(np.int64)).tolist() for i in range(6)], "label": [0, 1] * 3},
                                        features=datasets.Features({"img": feature, "label": datasets.Value("int64")}))
@@ -206,4 +207,4 @@ def test_integers_beyond_eight_bits_stay_numbers(tmp_path: Path):
     train.to_parquet(str(tmp_path / "wide" / "train.parquet"))
     test.to_parquet(str(tmp_path / "wide" / "test.parquet"))
     ds = load_dataset("hf", {"path": str(tmp_path / "wide"), "image_column": "img", "augment": {"normalize": False}})
-    assert float(ds.x_test.min()) == 300.0 and float(ds.x_train.max()) == float(_pixels(5, 1).max())
+    assert float(ds.x_test.min()) == pytest.approx(300 / 65535, rel=1e-5) and float(ds.x_train.max()) == pytest.approx(_pixels(5, 1).max() / 65535, rel=1e-5)

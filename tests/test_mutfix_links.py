@@ -34,8 +34,8 @@ def test_an_hf_parquet_root_with_a_linked_data_folder_lists_its_splits(tmp_path:
     linked(root, "data", tmp_path / "shards")  # the hub layout, data/ kept on another disk
     for name in ("train-00000-of-00001.parquet", "test-00000-of-00001.parquet"):
         (root / "data" / name).write_bytes(b"")  # listed only: what load_dataset("hf") reads its splits from
-    assert _parquet_files(root, "train") == [root / "data" / "train-00000-of-00001.parquet"]
-    assert _parquet_files(root, "test") == [root / "data" / "test-00000-of-00001.parquet"]
+    assert _parquet_files(root, ("train", "test")) == {"train": [root / "data" / "train-00000-of-00001.parquet"],
+                                                       "test": [root / "data" / "test-00000-of-00001.parquet"]}
 
 
 @needs_links

@@ -86,10 +86,10 @@ def test_a_mode_000_folder_of_a_table_source_is_not_no_files(tmp_path: Path, mon
     (root / "d" / "train").mkdir(parents=True)
     (root / "d" / "train" / "a.parquet").write_bytes(b"")
     assert leaf_hub._files(root) == [root / "d" / "train" / "a.parquet"]  # the controls
-    assert hf._parquet_files(root / "d", "train") == [root / "d" / "train" / "a.parquet"]
+    assert hf._parquet_files(root / "d", ("train", "test")) == {"train": [root / "d" / "train" / "a.parquet"]}
     bad = root / "d"
     _mode_000(monkeypatch, bad)
-    for read in (lambda: leaf_hub._files(root), lambda: hf._parquet_files(root, "train")):
+    for read in (lambda: leaf_hub._files(root), lambda: hf._parquet_files(root, ("train", "test"))):
         with pytest.raises(ConfigError) as info:
             read()
         _refused(bad, info)

@@ -6,6 +6,7 @@
     name = "hf"
     path = "my_cifar"            # a save_to_disk folder, a folder of parquet files, or one .parquet file
     image_column = "img"         # images (datasets.Image or nested arrays) -> [N, C, H, W]
+    # image_layout = "hwc"         # numeric arrays: "chw" or "hwc" (default "auto": the shape decides; both fit: refused)
     label_column = "label"
     # feature_columns = ["a", "b"]   # tabular instead of images -> [N, F]
     train_split = "train"
@@ -23,25 +24,33 @@ Choices
   (``load_from_disk``). Otherwise the split's parquet files are the ``.parquet``
   files under ``path`` whose relative path starts with the split's name
   (``train-00000-of-00001.parquet``, ``train/0.parquet``, ``data/train-*.parquet``
-  after stripping a leading ``data/``); a single ``.parquet`` file is the
-  train split. They are read with pyarrow, and the ``datasets`` features kept
-  in the file's schema (``Image``, ``ClassLabel``) decide how columns decode.
+  after stripping a leading ``data/``) or, when none does, one config folder
+  deeper, as ``hf download`` lays out a hub dataset
+  (``plain_text/train-00000-of-00001.parquet``; several configs: refused, naming
+  them); hidden folders (``.cache/``) are skipped. A single ``.parquet`` file is
+  the train split. They are read with pyarrow, and the ``datasets`` features kept
+  in the file's schema (``Image``, ``ClassLabel``) decide how columns decode; a
+  binary (or ``{bytes, path}``) column without them is decoded as images too.
 * Columns: ``image_column`` unset and no ``feature_columns``: the first of
   ``image``, ``img``, ``pixel_values`` present. Images are decoded with Pillow
   from the bytes stored in the file, never from a ``path`` or URL a row names
   (``datasets`` would open or fetch it: a file from elsewhere would reach the
   disk or the network): such a row, and a corrupt or decompression-bomb image,
   is one line on ``image_column`` naming the row;
-  all must share one size (resize them beforehand); a split whose first image
-  is grayscale ("L") is read as 1 channel, anything else as RGB. ``uint8``
-  pixels are scaled to [0, 1] and standardised per channel with the train
+  all must share one size (resize them beforehand) and one bit depth; a split
+  whose first image is grayscale ("L") is read as 1 channel, a 16-bit
+  ("I;16"), 32-bit ("I") or float ("F") one as 1 channel of its numbers,
+  anything else as RGB. Pixels are scaled to [0, 1] (8-bit by 255, 16-bit by
+  65535: :func:`pixel_scale`) and standardised per channel with the train
   set's statistics, like every image dataset (``[dataset.augment] normalize``
   can change that). An image column of nested lists or ``Array2D``/``Array3D``
   comes back from ``datasets`` as Python ints (int64, even when declared
-  ``uint8``): when every value of both splits lies in [0, 255] they are 8-bit
-  pixels and scale as ``uint8`` ones; integers beyond that range (16-bit
-  scans) are kept as numbers, standardised as they are; floats are taken as
-  they are. ``feature_columns`` (numbers) give tabular inputs, standardised
+  ``uint8``): a declared ``uint8``/``uint16`` gives the scale; else every value
+  of both splits in [0, 255] makes them 8-bit pixels, in [0, 65535] 16-bit
+  ones; integers beyond that are kept as numbers, standardised as they are;
+  floats are taken as they are. Numeric [C, H, W] / [H, W, C] arrays: the end
+  holding 1, 3 or 4 is the channels; when both ends do, ``image_layout`` must
+  say which. ``feature_columns`` (numbers) give tabular inputs, standardised
   per feature (integers are no pixels there).
 * Labels: a ``ClassLabel`` column gives its class count; integer labels give
   ``max + 1``; string labels are numbered in sorted order over both splits.
@@ -49,14 +58,15 @@ Choices
   (``split_seed``), when the files have no test split.
 
 Checked against (2026-12): Hugging Face datasets' Image/ClassLabel features; scaled and standardised as the built-in
-image datasets (uint8 pixels, and integer ones in [0, 255], are divided by 255; until 2026-12-02 integer lists were not).
+image datasets (uint8 pixels, and integer ones in [0, 255], are divided by 255; until 2026-12-02 integer lists were not;
+16-bit ones by 65535 since 2026-12-07); Pillow 13's modes of 16-bit PNG/TIFF images (I;16) and the hub's ``<config>/<split>-*.parquet``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -75,6 +85,7 @@ class HFOptions:
 
     path: str = ""
     image_column: str | None = None
+    image_layout: Literal["auto", "chw", "hwc"] = "auto"
     label_column: str = "label"
     feature_columns: list[str] | None = None
     train_split: str = "train"
@@ -89,6 +100,11 @@ class HFOptions:
             self.image_column is None or self.feature_columns is None,
             f"{section}.feature_columns",
             "give either image_column (images) or feature_columns (tabular), not both",
+        )
+        require(
+            self.image_layout == "auto" or self.feature_columns is None,
+            f"{section}.image_layout",
+            "says how image arrays are laid out; feature_columns gives tabular inputs, which have none",
         )
         require(self.test_fraction is None or 0 < self.test_fraction < 1, f"{section}.test_fraction", f"must be in (0, 1), got {self.test_fraction}")
         require(0 <= self.split_seed < 2**63, f"{section}.split_seed", f"must be in [0, 2**63), got {self.split_seed}")
@@ -107,17 +123,46 @@ def _resolve(path: str, data_dir: Path) -> Path:
     return p
 
 
-def _parquet_files(root: Path, split: str) -> list[Path]:
-    """The parquet files of ``split`` under a local folder (one unreadable: one line on ``data_dir``, not "no files": :func:`tree_files`)."""
+def _is_split(name: str, split: str) -> bool:
+    """Whether a file or folder ``name`` belongs to ``split`` (``train``, ``train-00000-of-00001.parquet``, ``train.parquet``)."""
+    return name == split or name.startswith((f"{split}-", f"{split}.", f"{split}_"))
+
+
+def _parquet_files(root: Path, splits: tuple[str, str]) -> dict[str, list[Path]]:
+    """{split: its parquet files} under a local folder, for the splits found (one unreadable: one line on ``data_dir``,
+    not "no files": :func:`tree_files`).
+
+    Two layouts: the split named at the top (after a leading ``data/``), or, when nothing is named so, one level
+    deeper under a config folder, as ``hf download`` lays out a hub dataset (``plain_text/train-00000-of-00001.parquet``,
+    the card's ``data_files: plain_text/train-*``). Several configs: one line asking for one of them, never a guess."""
     if is_file(root):
-        return [root] if split == "train" else []
-    out = []
+        return {"train": [root]} if "train" in splits else {}
+    rels = {}
     for f in tree_files(root, ".parquet"):
         rel = f.relative_to(root).parts
-        rel = rel[1:] if rel[0] == "data" and len(rel) > 1 else rel
-        if rel[0] == split or rel[0].startswith(f"{split}-") or rel[0].startswith(f"{split}.") or rel[0].startswith(f"{split}_"):
-            out.append(f)
-    return out
+        if not any(part.startswith(".") for part in rel):  # hf download's .cache/huggingface/ bookkeeping
+            rels[f] = rel[1:] if rel[0] == "data" and len(rel) > 1 else rel
+    top = {s: [f for f, rel in rels.items() if _is_split(rel[0], s)] for s in splits}
+    if any(top.values()):
+        return {s: files for s, files in top.items() if files}
+    configs: dict[str, dict[str, list[Path]]] = {}
+    for f, rel in rels.items():
+        for s in splits:
+            if len(rel) > 1 and _is_split(rel[1], s):
+                configs.setdefault(rel[0], {}).setdefault(s, []).append(f)
+    if len(configs) > 1:
+        names = sorted(configs)
+        raise ConfigError(f"{SECTION}.path", f"{root} holds the parquet files of {len(names)} configs ({', '.join(names)}); point path at one of them, e.g. {root / names[0]}")
+    if configs:
+        return next(iter(configs.values()))
+    if not rels:
+        raise ConfigError(f"{SECTION}.path", f"no save_to_disk folder (dataset_dict.json, state.json) and no .parquet files under {root}")
+    shown = ", ".join(sorted(Path(*f.relative_to(root).parts).as_posix() for f in rels)[:3]) + (f" and {len(rels) - 3} more" if len(rels) > 3 else "")
+    raise ConfigError(
+        f"{SECTION}.train_split",
+        f"no parquet file of split {splits[0]!r} under {root} (found {shown}); expected {splits[0]}-*.parquet or {splits[0]}/*.parquet, "
+        f"under data/ or one config folder (<config>/{splits[0]}-*.parquet) at most",
+    )
 
 
 def open_splits(root: Path, opts: HFOptions) -> tuple[dict[str, Any], list[str]]:
@@ -135,10 +180,7 @@ def open_splits(root: Path, opts: HFOptions) -> tuple[dict[str, Any], list[str]]
     import pyarrow.parquet as pq
 
     out: dict[str, Any] = {}
-    for split in (opts.train_split, opts.test_split):
-        files = _parquet_files(root, split)
-        if not files:
-            continue
+    for split, files in _parquet_files(root, (opts.train_split, opts.test_split)).items():
         try:
             table = pa.concat_tables([pq.read_table(f) for f in files])
         except Exception as exc:  # noqa: BLE001
@@ -203,8 +245,62 @@ def _decoded(values: list[Any], mode: str | None, column: str) -> list[Any]:
     return out
 
 
-def _images(dataset: Any, column: str) -> np.ndarray:
-    """[N, C, H, W] uint8 (decoded images) or the column's numbers as an array."""
+SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
+"""PIL modes of 16-bit grayscale (a 16-bit PNG or TIFF): read as uint16, never converted to 8 bits (Pillow clamps)."""
+WIDE_MODES = (*SIXTEEN_BIT_MODES, "I", "F")
+"""PIL modes kept as their numbers (one channel): converting them to L or RGB clamps every value above 255."""
+
+
+def _raw_bytes(feature: Any) -> bool:
+    """Whether a column holds encoded images without a ``datasets.Image`` feature: binary values, or ``{bytes, path}``
+    structs (a parquet file written by pyarrow or another tool, without the schema metadata ``datasets`` adds)."""
+    value = _datasets().Value
+
+    def binary(f: Any) -> bool:
+        return isinstance(f, value) and f.dtype in ("binary", "large_binary")
+
+    return binary(feature) or (isinstance(feature, dict) and binary(feature.get("bytes")))
+
+
+def _declared_dtype(feature: Any) -> str | None:
+    """The element dtype a nested-list or ``ArrayND`` feature declares (``datasets`` hands the values back as Python
+    ints whatever it is, so only the feature says that ``uint16`` pixels are 16-bit ones)."""
+    ds = _datasets()
+    while isinstance(feature, (ds.List, ds.LargeList)):
+        feature = feature.feature
+    if isinstance(feature, (ds.Value, ds.Array2D, ds.Array3D, ds.Array4D, ds.Array5D)):
+        return str(feature.dtype)
+    return None
+
+
+def _pil_arrays(values: list[Any], column: str) -> list[np.ndarray]:
+    """Decoded PIL images as arrays: 8-bit ones as [H, W] (L) or [H, W, 3] (RGB, every other 8-bit mode), 16-bit,
+    32-bit integer and float ones (``I;16``, ``I``, ``F``) as [H, W] of their own numbers. One column mixing the
+    two kinds, or two wide modes, is refused: there is no one scale for its pixels."""
+    field = f"{SECTION}.image_column"
+    first = values[0].mode
+    for i, v in enumerate(values):
+        if (v.mode in WIDE_MODES or first in WIDE_MODES) and v.mode != first:
+            raise ConfigError(field, f"row {i} of column {column!r} is a mode {v.mode} image but row 0 is mode {first}; give the column one bit depth (convert the images to one mode first)")
+    if first in WIDE_MODES:
+        arrays = [np.asarray(v) for v in values]
+        return [a.astype(a.dtype.newbyteorder("=")) for a in arrays]  # I;16B is big-endian uint16
+    mode = "L" if first == "L" else "RGB"
+    arrays = []
+    for i, v in enumerate(values):
+        try:
+            arrays.append(np.asarray(v.convert(mode)))
+        except (OSError, ValueError) as exc:  # a mode PIL cannot convert
+            raise ConfigError(field, f"row {i} of column {column!r}: cannot convert the image to {mode} ({exc})") from None
+    return arrays
+
+
+def _images(dataset: Any, column: str, layout: str = "auto") -> np.ndarray:
+    """[N, C, H, W]: decoded images (uint8, or uint16 / int32 / float32 for 16-bit, ``I`` and ``F`` modes) or the
+    column's numbers as an array (in its declared ``uint8``/``uint16`` dtype where the feature gives one).
+
+    ``layout``: how numeric [H, W, C] / [C, H, W] arrays are stored; ``auto`` takes the one the shape allows and
+    refuses a shape both allow (both ends 1, 3 or 4) instead of guessing CHW."""
     field = f"{SECTION}.image_column"
     _column(dataset, column, field)
     feature = dataset.features.get(column)
@@ -214,42 +310,69 @@ def _images(dataset: Any, column: str) -> np.ndarray:
         raise ConfigError(field, f"row {missing} of column {column!r} has no image (None); drop such rows first")
     if isinstance(feature, _datasets().Image):
         values = _decoded(values, feature.mode, column)
+    elif _raw_bytes(feature):
+        values = _decoded(values, None, column)
     pil = len(values) > 0 and hasattr(values[0], "convert")
-    if pil:  # decoded PIL images: [H, W] (L) or [H, W, 3] (RGB)
-        mode = "L" if values[0].mode == "L" else "RGB"
-        arrays = []
-        for i, v in enumerate(values):
-            try:
-                arrays.append(np.asarray(v.convert(mode)))
-            except (OSError, ValueError) as exc:  # a mode PIL cannot convert
-                raise ConfigError(field, f"row {i} of column {column!r}: cannot convert the image to {mode} ({exc})") from None
+    if pil:  # decoded PIL images: [H, W] or [H, W, 3]
+        arrays = _pil_arrays(values, column)
     else:
+        declared = _declared_dtype(feature)
         arrays = [np.asarray(v) for v in values]
+        if declared in ("uint8", "uint16"):  # stored in that type, so every value fits it
+            arrays = [a.astype(declared) if a.dtype.kind in "iu" else a for a in arrays]
     shapes = {a.shape for a in arrays}
     if len(shapes) > 1:
         raise ConfigError(f"{SECTION}.image_column", f"images of different sizes {sorted(shapes)[:3]}...; resize them to one size first")
     x = np.stack(arrays) if arrays else np.zeros((0, 1, 1, 1), dtype=np.uint8)
     if x.ndim == 3:  # [N, H, W]: one channel
         x = x[:, None]
-    elif x.ndim == 4 and (pil or (x.shape[-1] in (1, 3, 4) and x.shape[1] not in (1, 3, 4))):  # [N, H, W, C] -> [N, C, H, W]
+    elif x.ndim == 4 and pil:  # PIL gives [N, H, W, C]
         x = x.transpose(0, 3, 1, 2)
+    elif x.ndim == 4:
+        last, first = x.shape[-1] in (1, 3, 4), x.shape[1] in (1, 3, 4)
+        if layout == "auto" and last and first:
+            a, b, c = x.shape[1:]
+            raise ConfigError(
+                f"{SECTION}.image_layout",
+                f"column {column!r} holds arrays of shape {[a, b, c]}: {a} channels of {b}x{c} (chw) or {c} channels of {a}x{b} (hwc)? "
+                'set image_layout = "chw" or "hwc"',
+            )
+        if layout == "hwc" or (layout == "auto" and last):  # [N, H, W, C] -> [N, C, H, W]
+            x = x.transpose(0, 3, 1, 2)
     if x.ndim != 4:
         raise ConfigError(f"{SECTION}.image_column", f"column {column!r} is not images (shape {list(x.shape[1:])})")
     return np.ascontiguousarray(x)
 
 
-def eight_bit(*splits: np.ndarray) -> tuple[np.ndarray, ...]:
-    """Integer images as ``uint8`` pixels when every value of every split lies in [0, 255]; else as they are.
+def pixel_scale(*splits: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Image inputs of every split on one scale: 8-bit pixels as ``uint8`` (divided by 255 when the dataset is built),
+    16-bit ones divided by 65535 here into the same [0, 1] (float32); other numbers as they are.
 
-    Why: ``datasets`` hands a column of nested lists or ``Array2D``/``Array3D`` back as Python ints, whatever
-    its declared ``uint8``, so ``np.asarray`` makes them int64, and only ``uint8`` is divided by 255
-    (:func:`chillfl.data.datasets.standardise`). Decided over all splits at once, so train and test share one
-    scale. Integers beyond [0, 255] (16-bit scans) are no 8-bit pixels: kept as numbers, standardised as they are.
+    Why: only ``uint8`` is divided by 255 (:func:`chillfl.data.datasets.standardise`'s caller), so 16-bit pixels were
+    kept as 0..65535 (nested lists) or clamped to 255 by an RGB conversion (16-bit PNG/TIFF images); a 16-bit value
+    ``257 * k`` is the 8-bit value ``k`` on either route now. The range comes from the type where one says it (``uint8``,
+    ``uint16``: a PIL image's mode, a feature's declared dtype); integers of no stated range (nested lists read back
+    as int64, PIL mode ``I``) are judged by their values over all splits at once, so train and test share one scale:
+    all in [0, 255] 8-bit, in [0, 65535] 16-bit, else kept as numbers (standardised as they are); floats as they are.
     """
-    ints = [a for a in splits if a.dtype.kind in "iu" and a.dtype != np.uint8]
-    if not ints or any(a.size and (a.min() < 0 or a.max() > 255) for a in ints):
+    free = [a for a in splits if a.dtype.kind in "iu" and a.dtype not in (np.uint8, np.uint16) and a.size]
+    low = min((int(a.min()) for a in free), default=0)
+    high = max((int(a.max()) for a in free), default=0)
+    free_range = 255 if low >= 0 and high <= 255 else 65535 if low >= 0 and high <= 65535 else 1
+
+    def divisor(a: np.ndarray) -> int:
+        if a.dtype == np.uint8:
+            return 255
+        if a.dtype == np.uint16:
+            return 65535
+        return free_range if a.dtype.kind in "iu" else 1
+
+    divisors = [divisor(a) for a in splits]
+    if all(d == 255 for d in divisors):
+        return tuple(a.astype(np.uint8) for a in splits)
+    if all(d == 1 for d in divisors):
         return splits
-    return tuple(a.astype(np.uint8) if a.dtype.kind in "iu" else a for a in splits)
+    return tuple(a.astype(np.float32) / np.float32(d) for a, d in zip(splits, divisors))
 
 
 def _features(dataset: Any, columns: list[str]) -> np.ndarray:
@@ -318,7 +441,7 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
         _column(train, column, f"{SECTION}.image_column")
 
         def inputs(d: Any) -> np.ndarray:
-            return _images(d, column)
+            return _images(d, column, opts.image_layout)
 
     for part, name in ((train, opts.train_split), (test, opts.test_split)):
         if part is not None and len(part) == 0:
@@ -333,11 +456,11 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
         tr, te = _hold_out(y_train, float(opts.test_fraction or 0), opts.split_seed)
         require(len(te) > 0 and len(tr) > 0, f"{SECTION}.test_fraction", f"{opts.test_fraction} of the {len(y_train)} train rows leaves an empty train or test split")
         if opts.feature_columns is None:
-            (x_train,) = eight_bit(x_train)
+            (x_train,) = pixel_scale(x_train)
         return RawSplit(x_train[tr], y_train[tr], x_train[te], y_train[te], num_classes)
     x_test = inputs(test)
-    if opts.feature_columns is None:  # images: integer pixels in [0, 255] scale as uint8 ones
-        x_train, x_test = eight_bit(x_train, x_test)
+    if opts.feature_columns is None:  # images: 8-bit and 16-bit pixels on one [0, 1] scale
+        x_train, x_test = pixel_scale(x_train, x_test)
     if x_test.shape[1:] != x_train.shape[1:]:
         raise ConfigError(f"{SECTION}.path", f"train inputs have shape {list(x_train.shape[1:])}, test inputs {list(x_test.shape[1:])}")
     assert y_test is not None

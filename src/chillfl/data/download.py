@@ -8,6 +8,10 @@ Why it is built this way
   the start again, over the old part.
 * Checked: every file's md5/sha256 (see :mod:`chillfl.data.sources`) is
   compared before anything is unpacked; a mismatch removes the file.
+* Read where installed: what an archive unpacked is moved into place only
+  where the loader's own presence test (:func:`chillfl.data.loaders.find_root`,
+  which the listing uses too) finds it; a repacked archive's one top folder of
+  another name is taken as the dataset's folder, anything else is refused.
 * Atomic: archives are unpacked into a temporary folder beside the target,
   moved into place with one ``rename``, and the marker ``.chillfl-download``
   is written last, listing every file installed. A folder without the marker is never taken as complete, and
@@ -59,6 +63,7 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent downloads of one dataset are not guarded there
     fcntl = None  # type: ignore[assignment]
 
+from chillfl.data.loaders import find_root, read_where
 from chillfl.data.sources import DATA_DIR, HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
 from chillfl.progress import NoBar, Progress, as_mode
@@ -404,11 +409,46 @@ def _unpack(path: Path, file: RemoteFile, dest: Path) -> None:
             nested.unlink()
 
 
+def _staged(source: Source, fetched: list[Path], unpacked: Path, stage: Path) -> Path:
+    """``stage/<folder>``, holding what was unpacked laid out where the loader reads it (its own presence test,
+    :func:`find_root`, on ``stage`` as the data folder): the archive's ``<folder>/`` or its whole content (as the
+    publishers pack them), else the one top folder of a repacked archive (a mirror's ``cifar10-repacked/``). Else an
+    :class:`ArchiveError` naming what the archive holds: installed anyway, the folder was marked downloaded while the
+    loader said "not found; fetch it", and the download fetched nothing."""
+    stage.mkdir()
+    final = stage / source.folder
+    tops = sorted(unpacked.iterdir())
+    candidates = [unpacked / source.folder] if (unpacked / source.folder).is_dir() else []
+    candidates.append(unpacked)
+    if len(tops) == 1 and tops[0].is_dir() and tops[0] not in candidates:
+        candidates.append(tops[0])
+    for candidate in candidates:
+        candidate.replace(final)
+        found = find_root(stage, source.name)
+        if found is not None and (found == final or final in found.parents):
+            return final
+        final.replace(candidate)
+    held = ", ".join(p.name + ("/" if p.is_dir() else "") for p in tops[:4]) + (f" and {len(tops) - 4} more" if len(tops) > 4 else "")
+    raise ArchiveError(f"{', '.join(p.name for p in fetched)} unpacked to {held or 'nothing'}, with no {read_where(source.name)} "
+                       f"where the {source.name} loader reads it (nothing was installed)")
+
+
 # ---------------------------------------------------------------- one dataset
 
 
+def _reads_ours(data_dir: Path, source: Source) -> bool:
+    """Whether the loader of ``source`` reads its files from the folder the downloader installs (``data_dir/<folder>``
+    or a folder inside it: EMNIST's ``emnist/gzip``), by the loaders' own presence test (:func:`find_root`)."""
+    target = data_dir / source.folder
+    found = find_root(data_dir, source.name)
+    return found is not None and (found == target or target in found.parents)
+
+
 def is_complete(data_dir: Path, source: Source) -> bool:
-    return (data_dir / source.folder / MARKER).is_file() and not missing_files(data_dir, source)
+    """Installed by us (the marker), no file it lists gone, and where the loader reads it: a folder with the marker but
+    its files one level down (a repacked archive unpacked before that was checked) was "already downloaded", while
+    the loader said "not found; fetch it", which fetched nothing."""
+    return (data_dir / source.folder / MARKER).is_file() and not missing_files(data_dir, source) and _reads_ours(data_dir, source)
 
 
 def missing_files(data_dir: Path, source: Source) -> list[str]:
@@ -432,9 +472,11 @@ def _marker_text(source: Source, target: Path) -> str:
 
 
 def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
-    """(name, folder, download size, state) of every dataset that lives in ``data_dir``; state: downloaded | incomplete (N
-    files missing) | present (not by us) | missing | manual; a hub dataset (fetched by ``hf download``, not here): present,
-    or ``missing: <the command>``."""
+    """(name, folder, download size, state) of every dataset that lives in ``data_dir``; state: downloaded | incomplete
+    (N files missing, or no marker file where the loader reads it) | present (not by us) | missing (with why, when its
+    folder is there) | manual (LEAF) | present (LEAF's files) ; a hub dataset (fetched by ``hf download``, not here): present, or
+    ``missing: <the command>``. Present or not is the loaders' own test (:func:`find_root`), and the folder shown is the
+    one the loader reads (torchvision's ``MNIST/raw/``, say): the listing had a rule of its own (the folder exists)."""
     root = Path(data_dir)
     rows = []
     for name in sorted({*downloadable(), *HUB}):
@@ -442,23 +484,34 @@ def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
             hub = HUB[name]
             rows.append((name, hub.repo + "/", "hub", "present" if (root / hub.repo).exists() else f"missing: {hub.command(str(root))}"))
             continue
-        if name in SOURCES:
-            source = SOURCES[name]
-            sizes = [f.size for f in source.files]
-            size = f"{sum(s for s in sizes if s) / 1e6:.0f} MB" if all(sizes) else "see docs"
-            folder = source.folder
-            missing = len(missing_files(root, source))
-            state = (
-                f"incomplete ({missing} file{'s' if missing > 1 else ''} missing)" if missing
-                else "downloaded" if is_complete(root, source)
-                else "present (not by us)" if (root / folder).exists()
-                else "missing"
-            )
-        else:
-            folder, size = MANUAL[name].folder, "-"
-            state = "present" if (root / folder).exists() else "manual (LEAF)"
-        rows.append((name, folder + "/", size, state))
+        source = SOURCES.get(name) or MIRRORED_ONLY[name]
+        sizes = [f.size for f in source.files]
+        size = "-" if name in MANUAL else f"{sum(s for s in sizes if s) / 1e6:.0f} MB" if all(sizes) else "see docs"
+        state, folder = _state(root, source)
+        rows.append((name, folder, size, state))
     return rows
+
+
+def _state(root: Path, source: Source) -> tuple[str, str]:
+    """(state, the folder shown) of one dataset the downloader knows, for :func:`dataset_status`."""
+    target = root / source.folder
+    found = find_root(root, source.name)
+    shown = source.folder + "/" if found is None else (found.relative_to(root).as_posix() + "/" if found != root else "./")
+    ours = (target / MARKER).is_file()
+    missing = len(missing_files(root, source)) if ours else 0
+    if missing:
+        return f"incomplete ({missing} file{'s' if missing > 1 else ''} missing)", shown
+    if ours and _reads_ours(root, source):
+        return "downloaded", shown
+    if ours:
+        return f"incomplete (no {read_where(source.name)})", shown
+    if found is not None:
+        return ("present" if source.name in MANUAL else "present (not by us)"), shown
+    if source.name in MANUAL:
+        return "manual (LEAF)", shown
+    if target.exists():  # a folder the loader does not read: the downloader leaves it alone without --force
+        return f"missing (no {read_where(source.name)}; --force replaces the {source.folder}/ there)", shown
+    return "missing", shown
 
 
 def download_dataset(
@@ -540,7 +593,8 @@ def _download_locked(
     target = root / source.folder
     ours = (target / MARKER).is_file()
     missing = missing_files(root, source) if ours else []
-    if ours and not missing and not force:
+    unread = ours and not missing and not _reads_ours(root, source)
+    if ours and not missing and not unread and not force:
         log.info("%s is already in %s", name, target)
         return target
     if target.exists() and not ours and not force:
@@ -548,6 +602,8 @@ def _download_locked(
     if missing and not force:  # the archive is gone after unpacking: the whole dataset is fetched and installed again
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
         log.warning("%s in %s is incomplete (%s missing): fetching it again", name, target, shown)
+    if unread and not force:
+        log.warning("%s in %s has no %s where its loader reads it: fetching it again", name, target, read_where(name))
     downloads = root / DOWNLOADS / name
     fetched = [fetch(f, downloads, progress=progress, retries=retries, timeout=timeout) for f in source.files]
     try:
@@ -579,14 +635,17 @@ def _remove_if_empty(folders: Iterable[Path]) -> None:
 
 
 def _install(source: Source, fetched: list[Path], root: Path, target: Path) -> None:
-    """Unpack into a temp folder beside ``target``, rename it into place, write the marker last."""
+    """Unpack into a temp folder beside ``target``, check that the loader reads what it holds, rename it into place,
+    write the marker last."""
     for stale in root.glob(f".{source.name}.unpacking-*"):  # left by a process killed while unpacking
         shutil.rmtree(stale, ignore_errors=True)
     tmp = make_temp_dir(f".{source.name}.unpacking-", root)  # renamed into place: a plain folder's permissions
     try:
+        unpacked = tmp / "unpacked"
+        unpacked.mkdir()
         for path, file in zip(fetched, source.files):
-            _unpack(path, file, tmp)
-        made = tmp / source.folder if (tmp / source.folder).is_dir() else tmp
+            _unpack(path, file, unpacked)
+        made = _staged(source, fetched, unpacked, tmp / "staged")
         if target.exists():
             shutil.rmtree(target)
         made.replace(target)

@@ -78,15 +78,49 @@ def _fetch_hint(key: str, data_dir: Path, url: str, again: bool = False) -> str:
     return f"fetch it with: {download_command(key, str(data_dir))} (source: {url})"
 
 
-def _find_dir(data_dir: Path, folders: tuple[str, ...], marker: tuple[str, ...], what: str, url: str, expected: str, key: str) -> Path:
-    """First of ``data_dir/folder`` (then ``data_dir``) holding one of the ``marker`` files."""
+_IDX_MARKER = ("train-images-idx3-ubyte", "train-images-idx3-ubyte.gz")
+
+ROOTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "cifar10": (("cifar-10-batches-py",), ("data_batch_1",)),
+    "cifar100": (("cifar-100-python",), ("train",)),
+    "svhn": (("svhn", "SVHN"), ("train_32x32.mat",)),
+    "mnist": (("mnist", "MNIST/raw", "MNIST"), _IDX_MARKER),
+    "fashion_mnist": (("fashion_mnist", "fashion-mnist", "FashionMNIST/raw", "FashionMNIST"), _IDX_MARKER),
+    "uci_har": (("UCI HAR Dataset",), ("train/y_train.txt",)),
+    "emnist": (("emnist/gzip", "EMNIST/raw", "gzip"),
+               tuple(f"emnist-{s}-train-images-idx3-ubyte.gz" for s in ("byclass", "bymerge", "balanced", "letters", "digits", "mnist"))),
+    "tiny_imagenet": (("tiny-imagenet-200",), ("wnids.txt",)),
+    "caltech256": (("256_ObjectCategories",), ("001.ak47/",)),
+    "femnist": (("femnist", "femnist/data"), ("all_data/", "train/")),
+}
+"""Where each real dataset's loader looks under ``data_dir`` (these folders in order, then ``data_dir`` itself) and the
+files that mark it there (a name ending in ``/``: a folder). One table for the loaders and ``chillfl data download``
+(its listing, its check of what an archive unpacked): the listing had a rule of its own (the folder exists) and said
+"missing" of a torchvision ``MNIST/raw`` the loader read, "present" of an empty folder it did not."""
+
+
+def find_root(data_dir: Path, key: str, marker: tuple[str, ...] | None = None) -> Path | None:
+    """The folder dataset ``key``'s loader reads under ``data_dir`` (:data:`ROOTS`), None where there is none;
+    ``marker``: the files one option needs instead (EMNIST's split)."""
+    folders, markers = ROOTS[key]
     for base in [data_dir / f for f in folders] + [data_dir]:
-        if any(is_file(base / m) for m in marker):
+        if any(is_dir(base / m[:-1]) if m.endswith("/") else is_file(base / m) for m in marker or markers):
             return base
-    raise ConfigError(
-        DATA_DIR_FIELD,
-        f"{what} not found at {data_dir / folders[0]}; expected {expected}; {_fetch_hint(key, data_dir, url)}",
-    )
+    return None
+
+
+def read_where(key: str) -> str:
+    """Where dataset ``key``'s loader first looks for its first marker, relative to ``data_dir`` (for messages)."""
+    folders, markers = ROOTS[key]
+    return f"{folders[0]}/{markers[0]}"
+
+
+def _find_dir(data_dir: Path, key: str, what: str, url: str, expected: str, marker: tuple[str, ...] | None = None) -> Path:
+    """:func:`find_root`, or one line on ``data_dir`` naming the folder, the files expected and how to fetch them."""
+    root = find_root(data_dir, key, marker)
+    if root is None:
+        raise ConfigError(DATA_DIR_FIELD, f"{what} not found at {data_dir / ROOTS[key][0][0]}; expected {expected}; {_fetch_hint(key, data_dir, url)}")
+    return root
 
 
 def _need(path: Path, what: str, url: str, key: str, data_dir: Path) -> Path:
@@ -261,7 +295,7 @@ class NoOptions:
 def load_cifar10(data_dir: Path, opts: NoOptions) -> RawSplit:
     files = [f"data_batch_{i}" for i in range(1, 6)]
     expected = ", ".join(files + ["test_batch"])
-    root = _find_dir(data_dir, ("cifar-10-batches-py",), ("data_batch_1",), "CIFAR-10", CIFAR10_URL, expected, "cifar10")
+    root = _find_dir(data_dir, "cifar10", "CIFAR-10", CIFAR10_URL, expected)
     parts = [_read_pickle(_need(root / f, "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels") for f in files]
     x_test, y_test = _read_pickle(_need(root / "test_batch", "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels")
     return RawSplit(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), x_test, y_test, 10)
@@ -275,7 +309,7 @@ class Cifar100Options:
 
 
 def load_cifar100(data_dir: Path, opts: Cifar100Options) -> RawSplit:
-    root = _find_dir(data_dir, ("cifar-100-python",), ("train",), "CIFAR-100", CIFAR100_URL, "train, test", "cifar100")
+    root = _find_dir(data_dir, "cifar100", "CIFAR-100", CIFAR100_URL, "train, test")
     key = b"fine_labels" if opts.labels == "fine" else b"coarse_labels"
     x_train, y_train = _read_pickle(root / "train", key)
     x_test, y_test = _read_pickle(_need(root / "test", "CIFAR-100", CIFAR100_URL, "cifar100", data_dir), key)
@@ -304,7 +338,7 @@ def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def load_svhn(data_dir: Path, opts: NoOptions) -> RawSplit:
-    root = _find_dir(data_dir, ("svhn", "SVHN"), ("train_32x32.mat",), "SVHN", SVHN_URL, "train_32x32.mat, test_32x32.mat", "svhn")
+    root = _find_dir(data_dir, "svhn", "SVHN", SVHN_URL, "train_32x32.mat, test_32x32.mat")
     x_train, y_train = _read_svhn(root / "train_32x32.mat")
     x_test, y_test = _read_svhn(_need(root / "test_32x32.mat", "SVHN", SVHN_URL, "svhn", data_dir))
     return RawSplit(x_train, y_train, x_test, y_test, 10)
@@ -351,9 +385,8 @@ def _idx_file(root: Path, name: str) -> Path:
     return root / name if is_file(root / name) else root / f"{name}.gz"
 
 
-def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str, key: str) -> RawSplit:
-    marker = (IDX_FILES[0], IDX_FILES[0] + ".gz")
-    root = _find_dir(data_dir, folders, marker, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES), key)
+def _load_idx_set(data_dir: Path, what: str, url: str, key: str) -> RawSplit:
+    root = _find_dir(data_dir, key, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES))
     arrays = [read_idx(_need(_idx_file(root, f), what, url, key, data_dir)) for f in IDX_FILES]
     x_train, y_train, x_test, y_test = arrays
     for x, y, f in ((x_train, y_train, IDX_FILES[0]), (x_test, y_test, IDX_FILES[2])):
@@ -362,12 +395,11 @@ def _load_idx_set(data_dir: Path, folders: tuple[str, ...], what: str, url: str,
 
 
 def load_mnist(data_dir: Path, opts: NoOptions) -> RawSplit:
-    return _load_idx_set(data_dir, ("mnist", "MNIST/raw", "MNIST"), "MNIST", MNIST_URL, "mnist")
+    return _load_idx_set(data_dir, "MNIST", MNIST_URL, "mnist")
 
 
 def load_fashion_mnist(data_dir: Path, opts: NoOptions) -> RawSplit:
-    folders = ("fashion_mnist", "fashion-mnist", "FashionMNIST/raw", "FashionMNIST")
-    return _load_idx_set(data_dir, folders, "Fashion-MNIST", FASHION_URL, "fashion_mnist")
+    return _load_idx_set(data_dir, "Fashion-MNIST", FASHION_URL, "fashion_mnist")
 
 
 # ---------------------------------------------------------------- UCI HAR
@@ -394,9 +426,8 @@ def _read_har(root: Path, split: str, data_dir: Path) -> tuple[np.ndarray, np.nd
 
 
 def load_uci_har(data_dir: Path, opts: NoOptions) -> RawSplit:
-    marker = ("train/y_train.txt",)
     expected = "{train,test}/Inertial Signals/<9 signals>_{train,test}.txt and {train,test}/y_{train,test}.txt"
-    root = _find_dir(data_dir, ("UCI HAR Dataset",), marker, "UCI HAR", HAR_URL, expected, "uci_har")
+    root = _find_dir(data_dir, "uci_har", "UCI HAR", HAR_URL, expected)
     x_train, y_train = _read_har(root, "train", data_dir)
     x_test, y_test = _read_har(root, "test", data_dir)
     return RawSplit(x_train, y_train, x_test, y_test, 6)
@@ -417,7 +448,7 @@ class EmnistOptions:
 
 def load_emnist(data_dir: Path, opts: EmnistOptions) -> RawSplit:
     names = [f"emnist-{opts.split}-{part}-ubyte.gz" for part in ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")]
-    root = _find_dir(data_dir, ("emnist/gzip", "EMNIST/raw", "gzip"), (names[0],), "EMNIST", EMNIST_URL, ", ".join(names), "emnist")
+    root = _find_dir(data_dir, "emnist", "EMNIST", EMNIST_URL, ", ".join(names), (names[0],))
     x_train, y_train, x_test, y_test = (read_idx(_need(root / n, "EMNIST", EMNIST_URL, "emnist", data_dir)) for n in names)
     offset = 1 if opts.split == "letters" else 0  # letters are labelled 1..26
     out = []
@@ -484,7 +515,7 @@ class TinyImagenetOptions:
 
 
 def tiny_imagenet_root(data_dir: Path) -> Path:
-    return _find_dir(data_dir, ("tiny-imagenet-200",), ("wnids.txt",), "Tiny-ImageNet", TINY_URL, "wnids.txt, train/<wnid>/images/*.JPEG, val/val_annotations.txt", "tiny_imagenet")
+    return _find_dir(data_dir, "tiny_imagenet", "Tiny-ImageNet", TINY_URL, "wnids.txt, train/<wnid>/images/*.JPEG, val/val_annotations.txt")
 
 
 TINY_IMAGENET_OUTPUT = 1
@@ -567,10 +598,7 @@ class Caltech256Options:
 
 
 def caltech256_root(data_dir: Path) -> Path:
-    for base in (data_dir / "256_ObjectCategories", data_dir):
-        if is_dir(base / "001.ak47"):
-            return base
-    raise ConfigError(DATA_DIR_FIELD, f"Caltech-256 not found at {data_dir / '256_ObjectCategories'}; expected <NNN.name>/*.jpg folders; {_fetch_hint('caltech256', data_dir, CALTECH_URL)}")
+    return _find_dir(data_dir, "caltech256", "Caltech-256", CALTECH_URL, "<NNN.name>/*.jpg folders")
 
 
 CALTECH256_OUTPUT = 1
@@ -663,10 +691,7 @@ def read_leaf_json(folder: Path) -> Writers:
 
 
 def femnist_root(data_dir: Path) -> Path:
-    for base in (data_dir / "femnist", data_dir / "femnist" / "data", data_dir):
-        if is_dir(base / "all_data") or is_dir(base / "train"):
-            return base
-    raise ConfigError(DATA_DIR_FIELD, f"FEMNIST not found at {data_dir / 'femnist'}; expected LEAF's all_data/*.json or train/ and test/ *.json; {_fetch_hint('femnist', data_dir, FEMNIST_URL)}")
+    return _find_dir(data_dir, "femnist", "FEMNIST", FEMNIST_URL, "LEAF's all_data/*.json or train/ and test/ *.json")
 
 
 def select_writers(counts: list[int], opts: FemnistOptions, at_least: int = 1) -> list[int]:

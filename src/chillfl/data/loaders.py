@@ -713,8 +713,26 @@ def select_writers(counts: list[int], opts: FemnistOptions, at_least: int = 1) -
     return kept[: opts.max_writers] if opts.max_writers else kept
 
 
-FEMNIST_OUTPUT = 2
-"""Output version of the FEMNIST loader and its stacking (``datasets.build_femnist``), in its cache key: bump it when what they produce changes."""
+FEMNIST_OUTPUT = 3
+"""Output version of the FEMNIST loader and its stacking (``datasets.build_femnist``), in its cache key: bump it when what they produce changes.
+3: LEAF test/ writers missing from train/ are refused (2 cached a test set without them: such an entry must not be served)."""
+
+
+def _check_leaf_split(train: Writers, test: Writers, root: Path) -> None:
+    """Refuse test writers that train/ does not hold: a client is a writer, its test part the writer's own samples.
+
+    Why: the test set was built for train/'s writers only, so such writers' samples vanished from the global test set
+    silently. LEAF's ``split_data.py -t sample`` (the per-writer split chillfl reads) puts every writer in both;
+    writers missing from train/ mean its ``-t user`` split (writers held out whole), which has no per-writer test part."""
+    extra = [u for u in test if u not in train]
+    if not extra:
+        return
+    samples = sum(len(test[u][1]) for u in extra)
+    disjoint = not any(u in train for u in test)
+    why = ("LEAF's '-t user' split, which holds writers out whole: chillfl reads the per-writer '-t sample' split"
+           if disjoint else "each writer's test samples must be its own, beside its train samples (LEAF's '-t sample' split)")
+    raise ConfigError(DATA_DIR_FIELD, f"{root / 'test'} holds {len(extra)} writer(s) ({samples} samples) not in {root / 'train'}, e.g. {extra[0]!r}: "
+                                      f"{why}; rerun split_data.py with -t sample, or leave only LEAF's all_data/ there (train_fraction splits each writer)")
 
 
 def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tuple[np.ndarray, np.ndarray]], list[tuple[np.ndarray, np.ndarray]]]:
@@ -722,7 +740,11 @@ def load_femnist_writers(data_dir: Path, opts: FemnistOptions) -> tuple[list[tup
     root = femnist_root(data_dir)
     if is_dir(root / "train"):
         train = read_leaf_json(root / "train")
-        test = read_leaf_json(root / "test") if is_dir(root / "test") else {}
+        if not is_dir(root / "test"):  # else an empty test split, refused only after the cache was written
+            raise ConfigError(DATA_DIR_FIELD, f"{root / 'train'} has no test/ beside it: LEAF's split_data.py writes train/ and test/ together "
+                                              f"(or leave only LEAF's all_data/ there: train_fraction splits each writer)")
+        test = read_leaf_json(root / "test")
+        _check_leaf_split(train, test, root)
         names = list(train)
         empty = (np.zeros((0, 1, 28, 28), np.float32), np.zeros(0, np.int64))
         counts = [len(train[u][1]) + len(test.get(u, empty)[1]) for u in names]

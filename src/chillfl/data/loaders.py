@@ -88,7 +88,7 @@ ROOTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "fashion_mnist": (("fashion_mnist", "fashion-mnist", "FashionMNIST/raw", "FashionMNIST"), _IDX_MARKER),
     "uci_har": (("UCI HAR Dataset",), ("train/y_train.txt",)),
     "emnist": (("emnist/gzip", "EMNIST/raw", "gzip"),
-               tuple(f"emnist-{s}-train-images-idx3-ubyte.gz" for s in ("byclass", "bymerge", "balanced", "letters", "digits", "mnist"))),
+               tuple(f"emnist-{s}-train-images-idx3-ubyte{gz}" for s in ("byclass", "bymerge", "balanced", "letters", "digits", "mnist") for gz in (".gz", ""))),
     "tiny_imagenet": (("tiny-imagenet-200",), ("wnids.txt",)),
     "caltech256": (("256_ObjectCategories",), ("001.ak47/",)),
     "femnist": (("femnist", "femnist/data"), ("all_data/", "train/")),
@@ -353,12 +353,17 @@ IDX_IMAGE = (28, 28)
 """The image size of every idx dataset here (MNIST, Fashion-MNIST, EMNIST): any other loaded silently into models built for it."""
 
 
-def _check_idx_pair(x: np.ndarray, y: np.ndarray, path: Path, what: str) -> None:
-    """Images ``x`` (N x 28 x 28) and labels ``y`` (N) of one split, else one ConfigError on ``data_dir`` naming ``path``."""
-    if x.ndim != 3 or y.ndim != 1 or len(x) != len(y):
-        raise _corrupt(path, f"images {x.shape} do not match labels {y.shape}")
+def _check_idx_pair(x: np.ndarray, y: np.ndarray, path: Path, what: str, labels: Path, classes: int, first: int = 0) -> None:
+    """Images ``x`` (N x 28 x 28, file ``path``) and labels ``y`` (N in ``first``..``first + classes - 1``, file ``labels``) of one
+    split, else one ConfigError on ``data_dir`` naming the file at fault (both where their counts differ)."""
+    if y.ndim != 1:
+        raise _corrupt(labels, f"labels of shape {y.shape}, expected one dimension")
+    if x.ndim != 3 or len(x) != len(y):
+        raise _corrupt(path, f"images {x.shape} do not match labels {y.shape} of {labels.name}")
     if x.shape[1:] != IDX_IMAGE:
         raise _corrupt(path, f"images are {x.shape[1]}x{x.shape[2]}, {what}'s are {IDX_IMAGE[0]}x{IDX_IMAGE[1]}")
+    if y.size and (y.min() < first or y.max() > first + classes - 1):
+        raise _corrupt(labels, f"labels outside {first}..{first + classes - 1}, {what}'s range (got {y.min()}..{y.max()})")
 
 
 def read_idx(path: Path) -> np.ndarray:
@@ -385,21 +390,72 @@ def _idx_file(root: Path, name: str) -> Path:
     return root / name if is_file(root / name) else root / f"{name}.gz"
 
 
-def _load_idx_set(data_dir: Path, what: str, url: str, key: str) -> RawSplit:
+def _gz_first(root: Path, name: str) -> Path:
+    """``root/name.gz`` where it is there, else ``root/name`` (EMNIST: NIST ships gzipped files, torchvision gunzips them)."""
+    return root / f"{name}.gz" if is_file(root / f"{name}.gz") else root / name
+
+
+class IdxSet(NamedTuple):
+    """One of the two idx datasets that share all four file names (MNIST, Fashion-MNIST): what tells its files apart."""
+
+    key: str
+    what: str
+    url: str
+    names: tuple[str, ...]
+    """Folder names that say a flat folder (``data_dir`` itself, or ``<name>/raw``) is this set's, compared by :func:`_plain_name`."""
+    train_mean: float
+    """Mean train pixel (0..255) of the published 60,000-image train file: MNIST 33.3 (0.1307), Fashion-MNIST 72.9 (0.2860)."""
+
+
+MNIST_SET = IdxSet("mnist", "MNIST", MNIST_URL, ("mnist",), 0.1307 * 255)  # its folders: ROOTS
+FASHION_SET = IdxSet("fashion_mnist", "Fashion-MNIST", FASHION_URL, ("fashionmnist", "fashion"), 0.2860 * 255)  # "fashion": Zalando's repository keeps them in data/fashion/
+IDX_SETS = (MNIST_SET, FASHION_SET)
+IDX_PUBLISHED = (60_000, 10_000)
+"""Train and test images of both published sets: only files of these sizes are told apart by their pixels."""
+
+
+def _plain_name(folder: Path) -> str:
+    """``folder``'s name for :attr:`IdxSet.names` (lower case, no ``-`` or ``_``); torchvision's ``raw`` is named by its parent."""
+    name = folder.name if folder.name.lower() != "raw" else folder.parent.name
+    return name.lower().replace("-", "").replace("_", "")
+
+
+def _idx_owner(root: Path, x_train: np.ndarray, x_test: np.ndarray) -> IdxSet | None:
+    """Which set the files in the flat folder ``root`` are: its name's, else the published files' mean pixel; None: cannot tell."""
+    named = [s for s in IDX_SETS if _plain_name(root) in s.names]
+    if named:
+        return named[0]
+    if (len(x_train), len(x_test)) != IDX_PUBLISHED:
+        return None
+    mean = float(x_train.mean(dtype=np.float64))
+    return min(IDX_SETS, key=lambda s: abs(s.train_mean - mean))
+
+
+def _load_idx_set(data_dir: Path, spec: IdxSet) -> RawSplit:
+    what, url, key = spec.what, spec.url, spec.key
     root = _find_dir(data_dir, key, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES))
     arrays = [read_idx(_need(_idx_file(root, f), what, url, key, data_dir)) for f in IDX_FILES]
     x_train, y_train, x_test, y_test = arrays
-    for x, y, f in ((x_train, y_train, IDX_FILES[0]), (x_test, y_test, IDX_FILES[2])):
-        _check_idx_pair(x, y, _idx_file(root, f), what)
+    for x, y, images, labels in ((x_train, y_train, IDX_FILES[0], IDX_FILES[1]), (x_test, y_test, IDX_FILES[2], IDX_FILES[3])):
+        _check_idx_pair(x, y, _idx_file(root, images), what, _idx_file(root, labels), 10)
+    if root == data_dir:  # a flat folder: MNIST's and Fashion-MNIST's files share every name, so it must say whose they are
+        owner = _idx_owner(root, x_train, x_test)
+        if owner is None:
+            raise ConfigError(DATA_DIR_FIELD, f"cannot tell whether the idx files directly in {data_dir} are MNIST's or Fashion-MNIST's (they share "
+                                              f"file names): put them in {data_dir / ROOTS[key][0][0]}, or point data_dir at the folder above it")
+        if owner is not spec:
+            raise ConfigError(DATA_DIR_FIELD, f"the idx files directly in {data_dir} are {owner.what}'s, not {what}'s "
+                                              f"({'by the folder name' if _plain_name(root) in owner.names else 'by their pixels'}); "
+                                              f"{what} not found at {data_dir / ROOTS[key][0][0]}; {_fetch_hint(key, data_dir, url)}")
     return RawSplit(x_train[:, None], y_train.astype(np.int64), x_test[:, None], y_test.astype(np.int64), 10)
 
 
 def load_mnist(data_dir: Path, opts: NoOptions) -> RawSplit:
-    return _load_idx_set(data_dir, "MNIST", MNIST_URL, "mnist")
+    return _load_idx_set(data_dir, MNIST_SET)
 
 
 def load_fashion_mnist(data_dir: Path, opts: NoOptions) -> RawSplit:
-    return _load_idx_set(data_dir, "Fashion-MNIST", FASHION_URL, "fashion_mnist")
+    return _load_idx_set(data_dir, FASHION_SET)
 
 
 # ---------------------------------------------------------------- UCI HAR
@@ -447,13 +503,16 @@ class EmnistOptions:
 
 
 def load_emnist(data_dir: Path, opts: EmnistOptions) -> RawSplit:
-    names = [f"emnist-{opts.split}-{part}-ubyte.gz" for part in ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")]
-    root = _find_dir(data_dir, "emnist", "EMNIST", EMNIST_URL, ", ".join(names), (names[0],))
-    x_train, y_train, x_test, y_test = (read_idx(_need(root / n, "EMNIST", EMNIST_URL, "emnist", data_dir)) for n in names)
+    names = [f"emnist-{opts.split}-{part}-ubyte" for part in ("train-images-idx3", "train-labels-idx1", "test-images-idx3", "test-labels-idx1")]
+    # NIST's gzip.zip holds them gzipped (emnist/gzip); torchvision's EMNIST/raw holds them gunzipped
+    marker = (names[0] + ".gz", names[0])
+    root = _find_dir(data_dir, "emnist", "EMNIST", EMNIST_URL, ", ".join(f"{n}[.gz]" for n in names), marker)
+    paths = [_gz_first(root, n) for n in names]
+    x_train, y_train, x_test, y_test = (read_idx(_need(p, "EMNIST", EMNIST_URL, "emnist", data_dir)) for p in paths)
     offset = 1 if opts.split == "letters" else 0  # letters are labelled 1..26
     out = []
-    for x, y, n in ((x_train, y_train, names[0]), (x_test, y_test, names[2])):
-        _check_idx_pair(x, y, root / n, "EMNIST")
+    for x, y, images, labels in ((x_train, y_train, paths[0], paths[1]), (x_test, y_test, paths[2], paths[3])):
+        _check_idx_pair(x, y, images, "EMNIST", labels, EMNIST_CLASSES[opts.split], offset)
         out += [np.ascontiguousarray(x.transpose(0, 2, 1))[:, None], y.astype(np.int64) - offset]  # NIST stores images transposed
     return RawSplit(out[0], out[1], out[2], out[3], EMNIST_CLASSES[opts.split])
 

@@ -331,7 +331,11 @@ def _read_svhn(path: Path) -> tuple[np.ndarray, np.ndarray]:
         y = _integers(mat["y"], "labels").astype(np.int64).reshape(-1)
         if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.shape[3] != len(y):
             raise ValueError(f"X has shape {x.shape}, y has {len(y)} labels")
-    except (KeyError, ValueError, TypeError, IndexError, OSError, MatReadError) as exc:
+        if y.size and (y.min() < 0 or y.max() > 10):  # 1..10 (10 is digit 0); a 0 some re-saves write is digit 0 too
+            raise ValueError(f"labels outside 1..10, SVHN's range (got {y.min()}..{y.max()})")
+    except NotImplementedError:  # scipy's answer to a MATLAB v7.3 file (HDF5 inside): a traceback before
+        raise _corrupt(path, "a MATLAB v7.3 (HDF5) .mat file, which is not read; SVHN's own files are v5: fetch them again") from None
+    except (KeyError, ValueError, TypeError, IndexError, OSError, MatReadError, zlib.error) as exc:  # zlib.error: a damaged compressed v5 file
         raise _corrupt(path, exc) from exc
     y = np.where(y == 10, 0, y)  # SVHN stores digit 0 as label 10
     return np.ascontiguousarray(x.transpose(3, 2, 0, 1)), y

@@ -11,7 +11,15 @@ Choices
 * A reader looks for its files in ``data_dir/<usual folder>`` first and then
   in ``data_dir`` itself (e.g. ``data/cifar-10-batches-py`` or a ``data_dir``
   that already points there); MNIST-style files may also sit in torchvision's
-  ``MNIST/raw`` / ``FashionMNIST/raw`` folders, plain or gzipped.
+  ``MNIST/raw`` / ``FashionMNIST/raw`` folders, plain or gzipped, and EMNIST's in
+  NIST's ``emnist/gzip`` (gzipped) or torchvision's ``EMNIST/raw`` (gunzipped).
+* MNIST and Fashion-MNIST share all four file names, so their files directly in
+  ``data_dir`` are read only where ``data_dir`` says whose they are: its name
+  (``mnist``, ``MNIST/raw``; ``fashion_mnist``, ``FashionMNIST/raw``, Zalando's
+  ``data/fashion``), else the published 60,000-image train file's mean pixel
+  (MNIST 0.13, Fashion-MNIST 0.29); otherwise one line refuses, never a guess.
+* Only CIFAR-10's python version is read; its binary version
+  (``cifar-10-batches-bin``) and MATLAB v7.3 (HDF5) SVHN files are refused in one line.
 * CIFAR-100 uses the 100 fine labels by default (``labels = "coarse"`` for 20).
 * No file executes code: the CIFAR pickles are read by :class:`CifarUnpickler`,
   which admits only the few numpy callables the format uses; SVHN ``.mat``
@@ -227,6 +235,8 @@ def _numpy_globals() -> dict[tuple[str, str], Any]:
         ("numpy", "ndarray"): np.ndarray,
         ("numpy", "dtype"): np.dtype,
         ("_codecs", "encode"): _latin1_bytes,  # how Python 3 writes bytes at protocols 0-2
+        ("__builtin__", "bytes"): _empty_bytes,  # ... and b"" (its protocol-2 name; a batch_label or an empty split)
+        ("builtins", "bytes"): _empty_bytes,
     }
     for module in ("numpy.core", "numpy._core"):
         allowed[(f"{module}.multiarray", "_reconstruct")] = multiarray._reconstruct
@@ -239,6 +249,14 @@ def _latin1_bytes(text: str, encoding: str = "latin1") -> bytes:
     if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
         raise pickle.UnpicklingError(f"refusing _codecs.encode with {encoding!r}")
     return text.encode("latin1")
+
+
+def _empty_bytes(*args: object) -> bytes:
+    """``bytes()`` as Python 3 pickles ``b""`` at protocols 0-2 (``__builtin__.bytes`` called with no argument); any argument
+    is refused, since ``bytes(n)`` would allocate what the file asks and nothing else of the format calls it."""
+    if args:
+        raise pickle.UnpicklingError("refusing bytes(...) with arguments: not part of the CIFAR format")
+    return b""
 
 
 class CifarUnpickler(pickle.Unpickler):
@@ -267,12 +285,22 @@ def load_cifar_batch(path: Path) -> Any:
         return CifarUnpickler(f, encoding="bytes").load()
 
 
-def _read_pickle(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
+def _batch_value(batch: dict[Any, Any], key: bytes) -> Any:
+    """``batch[key]``, or under its ``str`` name (a batch loaded with ``encoding="latin1"``, as torchvision does, and pickled
+    again has ``str`` keys); missing, one line that says which key and which keys are there (KeyError's "(b'data')" did not)."""
+    for k in (key, key.decode("latin1")):
+        if k in batch:
+            return batch[k]
+    keys = ", ".join(sorted(repr(k) for k in batch)[:8])
+    raise ValueError(f"no key {key!r} (keys: {keys or 'none'})")
+
+
+def _read_pickle(path: Path, label_key: bytes, classes: int) -> tuple[np.ndarray, np.ndarray]:
     try:
         batch = load_cifar_batch(path)
         if not isinstance(batch, dict):
             raise TypeError(f"expected a dict, got {type(batch).__name__}")
-        raw, raw_labels = batch[b"data"], batch[label_key]
+        raw, raw_labels = _batch_value(batch, b"data"), _batch_value(batch, label_key)
         if isinstance(raw, np.ndarray) and raw.dtype.hasobject:
             raise TypeError("object arrays are not part of the format")
         data = _integers(raw, "pixels", 0, 255).astype(np.uint8)
@@ -284,6 +312,8 @@ def _read_pickle(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
         raise _corrupt(path, f"labels of shape {labels.shape} and data of shape {data.shape} (expected one label per row of pixels)")
     if len(labels) != len(images):
         raise _corrupt(path, f"{len(images)} images but {len(labels)} labels")
+    if labels.size and (labels.min() < 0 or labels.max() >= classes):
+        raise _corrupt(path, f"{label_key.decode()}: labels outside 0..{classes - 1} (got {labels.min()}..{labels.max()})")
     return images, labels
 
 
@@ -292,12 +322,28 @@ class NoOptions:
     """A dataset without options."""
 
 
+CIFAR10_BINARY = "cifar-10-batches-bin"
+
+
+def _refuse_cifar10_binary(data_dir: Path) -> None:
+    """CIFAR-10's binary version (``cifar-10-batches-bin/data_batch_1.bin``) where the python version is not: one line saying so.
+
+    Why: "not found; fetch it" sent the user to download what they had, without saying that only the python version is read."""
+    if any(is_file(base / "data_batch_1") for base in (data_dir / "cifar-10-batches-py", data_dir)):
+        return
+    for base in (data_dir / CIFAR10_BINARY, data_dir):
+        if is_file(base / "data_batch_1.bin"):
+            raise ConfigError(DATA_DIR_FIELD, f"{base} holds CIFAR-10's binary version (data_batch_1.bin ...), which is not read: use its python version "
+                                              f"(cifar-10-python.tar.gz, unpacked as {data_dir / 'cifar-10-batches-py'}); {_fetch_hint('cifar10', data_dir, CIFAR10_URL)}")
+
+
 def load_cifar10(data_dir: Path, opts: NoOptions) -> RawSplit:
     files = [f"data_batch_{i}" for i in range(1, 6)]
     expected = ", ".join(files + ["test_batch"])
+    _refuse_cifar10_binary(data_dir)
     root = _find_dir(data_dir, "cifar10", "CIFAR-10", CIFAR10_URL, expected)
-    parts = [_read_pickle(_need(root / f, "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels") for f in files]
-    x_test, y_test = _read_pickle(_need(root / "test_batch", "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels")
+    parts = [_read_pickle(_need(root / f, "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels", 10) for f in files]
+    x_test, y_test = _read_pickle(_need(root / "test_batch", "CIFAR-10", CIFAR10_URL, "cifar10", data_dir), b"labels", 10)
     return RawSplit(np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]), x_test, y_test, 10)
 
 
@@ -311,9 +357,10 @@ class Cifar100Options:
 def load_cifar100(data_dir: Path, opts: Cifar100Options) -> RawSplit:
     root = _find_dir(data_dir, "cifar100", "CIFAR-100", CIFAR100_URL, "train, test")
     key = b"fine_labels" if opts.labels == "fine" else b"coarse_labels"
-    x_train, y_train = _read_pickle(root / "train", key)
-    x_test, y_test = _read_pickle(_need(root / "test", "CIFAR-100", CIFAR100_URL, "cifar100", data_dir), key)
-    return RawSplit(x_train, y_train, x_test, y_test, 100 if opts.labels == "fine" else 20)
+    classes = 100 if opts.labels == "fine" else 20
+    x_train, y_train = _read_pickle(root / "train", key, classes)
+    x_test, y_test = _read_pickle(_need(root / "test", "CIFAR-100", CIFAR100_URL, "cifar100", data_dir), key, classes)
+    return RawSplit(x_train, y_train, x_test, y_test, classes)
 
 
 # ---------------------------------------------------------------- SVHN

@@ -282,6 +282,9 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
     if found is not None:
         return found
     decoded = decode()
+    for y, part in ((decoded.y_train, "train"), (decoded.y_test, "test")):
+        if len(y) == 0:  # refused here, before the entry is written: a run that is refused leaves no cache behind
+            raise ConfigError("data_dir", f"{name} {part} split is empty: missing or corrupt files?")
     try:
         cache_root.mkdir(parents=True, exist_ok=True)
         tmp = make_temp_dir(f".{name}-", cache_root)  # renamed into place: a plain folder's permissions

@@ -8,6 +8,7 @@ import gzip
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from chillfl.data import load_dataset, loaders
 from fake_datasets import emnist_files, idx_bytes
@@ -45,6 +46,18 @@ def test_a_flat_folder_of_one_idx_set_is_not_read_as_the_other(tmp_path: Path) -
     # torchvision's layout under data_dir is found by its own folder, as before
     assert len(load_dataset("mnist", data_dir=tmp_path / "d2").y_train) == 20
     _refused("fashion_mnist", tmp_path / "d2", "Fashion-MNIST not found at .*d2/fashion_mnist")
+
+
+def test_a_flat_folder_given_as_dot_is_named_by_its_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``data_dir = "."`` inside ``MNIST/raw`` or ``fashion_mnist``: the folder's own name still says whose files they are."""
+    _small(tmp_path / "MNIST" / "raw")
+    _small(tmp_path / "fashion_mnist")
+    monkeypatch.chdir(tmp_path / "MNIST" / "raw")
+    assert len(load_dataset("mnist", data_dir=".").y_train) == 20
+    _refused("fashion_mnist", Path("."), "are MNIST's, not Fashion-MNIST's")
+    monkeypatch.chdir(tmp_path / "fashion_mnist")
+    assert len(load_dataset("fashion_mnist", data_dir=".").y_test) == 10
+    _refused("mnist", Path("."), "are Fashion-MNIST's, not MNIST's")
 
 
 def test_a_flat_folder_that_does_not_say_whose_files_is_refused(tmp_path: Path) -> None:

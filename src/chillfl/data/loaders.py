@@ -466,7 +466,9 @@ IDX_PUBLISHED = (60_000, 10_000)
 
 
 def _plain_name(folder: Path) -> str:
-    """``folder``'s name for :attr:`IdxSet.names` (lower case, no ``-`` or ``_``); torchvision's ``raw`` is named by its parent."""
+    """``folder``'s name for :attr:`IdxSet.names` (lower case, no ``-`` or ``_``); torchvision's ``raw`` is named by its parent.
+    Taken from the absolute path: ``data_dir = "."`` (run inside ``mnist/``) has no name of its own."""
+    folder = Path(os.path.abspath(folder))
     name = folder.name if folder.name.lower() != "raw" else folder.parent.name
     return name.lower().replace("-", "").replace("_", "")
 

@@ -32,6 +32,7 @@ from chillfl import arguments
 import torch
 from torch import nn
 
+from chillfl.aggregation.base import Aggregator
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
 from chillfl.config import SWITCHED, RunConfig, name_from_path, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, dotted_overrides, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, FederatedData, dataset_names, partitioner_names
@@ -68,7 +69,8 @@ from chillfl.settings.distillation import method_names
 from chillfl.settings.privacy import mechanism_names
 from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.temperature import POLICY_METHODS, policy_names
-from chillfl.training.terms import term_names
+from chillfl.temperature.policy import TemperaturePolicy
+from chillfl.training.terms import Term, term_names
 from chillfl.tune import SELECT_RULES, parse_tune
 
 log = logging.getLogger(__name__)
@@ -224,9 +226,9 @@ def run(
     callbacks: Sequence[CallbackLike] = (),
     progress: Progress = True,
     write: bool = True,
-    aggregator: Any = None,
-    terms: Sequence[Any] = (),
-    policy: Any = None,
+    aggregator: Aggregator | None = None,
+    terms: Sequence[Term] = (),
+    policy: TemperaturePolicy | None = None,
     **overrides: Any,
 ) -> Result:
     """Run one federated experiment and return the trained model.
@@ -294,9 +296,9 @@ def resume(
     model: nn.Module | None = None,
     data: UserData | None = None,
     *,
-    aggregator: Any = None,
-    terms: Sequence[Any] = (),
-    policy: Any = None,
+    aggregator: Aggregator | None = None,
+    terms: Sequence[Term] = (),
+    policy: TemperaturePolicy | None = None,
     callbacks: Sequence[CallbackLike] = (),
     progress: Progress = True,
     force: bool = False,
@@ -438,9 +440,9 @@ def compare(
     out_dir: str | Path | None = None,
     progress: Progress = True,
     write: bool = True,
-    aggregator: Any = None,
-    terms: Sequence[Any] = (),
-    policy: Any = None,
+    aggregator: Aggregator | None = None,
+    terms: Sequence[Term] = (),
+    policy: TemperaturePolicy | None = None,
     shard: str | None = None,
     **overrides: Any,
 ) -> Comparison:
@@ -514,9 +516,9 @@ def resume_compare(
     model: nn.Module | None = None,
     data: UserData | None = None,
     *,
-    aggregator: Any = None,
-    terms: Sequence[Any] = (),
-    policy: Any = None,
+    aggregator: Aggregator | None = None,
+    terms: Sequence[Term] = (),
+    policy: TemperaturePolicy | None = None,
     progress: Progress = True,
     force: bool = False,
 ) -> Comparison:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+from abc import abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Collection, Generator, Literal, Mapping, Protocol, Sequence, runtime_checkable
@@ -881,6 +882,13 @@ class AggregatorBase:
     declares no capabilities: those are the spec's, or a plugin class's own
     ``capabilities`` attribute (:mod:`chillfl.capabilities`).
     """
+
+    if TYPE_CHECKING:  # for the type checker only: a subclass's aggregate is checked against this signature, and one
+        # without aggregate is an abstract class to mypy. Not defined at run time, so that a class lacking it is still
+        # refused in one line when a run is built ("lacks aggregate"), not by a NotImplementedError in round 1.
+        @abstractmethod
+        def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
+            """The next global model from the round's uploads (:meth:`Aggregator.aggregate`)."""
 
     def client_half(self) -> ClientHalf | None:
         """No per-client part: the rule reads the clients' models and sample counts only."""

@@ -37,7 +37,9 @@ from chillfl.training.terms import ObjectiveTerm
 if TYPE_CHECKING:  # annotations only
     from chillfl.config import RunConfig
 
-Built = tuple[Aggregator, list[Term]]
+Built = tuple[Aggregator, Sequence[Term]]
+"""What a spec's builder returns: a Sequence, not a list, so a builder typed ``-> tuple[MyRule, list[LossTerm]]`` is one (a
+list is invariant in its items); :func:`make_aggregator` returns the terms as a list."""
 
 
 @dataclass(frozen=True)
@@ -459,7 +461,7 @@ def make_aggregator(
     client_sizes: Sequence[int] | None = None,
     objective_terms: Sequence[ObjectiveTerm] | None = None,
     field: str | None = None,
-) -> Built:
+) -> tuple[Aggregator, list[Term]]:
     """Build algorithm ``name`` from its option table; unknown names and options raise ConfigError.
 
     ``client_momentum`` is the run's ``client.momentum`` (FedNova needs it); None skips that check.

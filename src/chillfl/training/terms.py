@@ -69,9 +69,13 @@ def read_tensor(context: Context, key: str) -> torch.Tensor:
 
 
 class LossTerm(Protocol):
-    """An additive term of the local objective: term(params, context) -> scalar; ``reads`` names its context keys."""
+    """An additive term of the local objective: term(params, context) -> scalar; ``reads`` names its context keys.
 
-    reads: tuple[str, ...]
+    ``reads`` is read-only here (a property) so that a plain class attribute satisfies the protocol: mypy infers
+    ``reads = ("a", "b")`` as ``tuple[str, str]``, which a mutable ``tuple[str, ...]`` member (invariant) refused."""
+
+    @property
+    def reads(self) -> tuple[str, ...]: ...
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context) -> torch.Tensor:
         ...
@@ -153,9 +157,13 @@ class BatchTerm(Protocol):
     whose (input, output) the training forward records for the term.
     """
 
-    per_batch: bool
-    captures: tuple[str, ...]
-    reads: tuple[str, ...]
+    # read-only members (see LossTerm): ``per_batch = True`` and ``captures = ()`` as plain class attributes satisfy them
+    @property
+    def per_batch(self) -> bool: ...
+    @property
+    def captures(self) -> tuple[str, ...]: ...
+    @property
+    def reads(self) -> tuple[str, ...]: ...
 
     def __call__(self, params: Mapping[str, torch.Tensor], context: Context, step: StepView) -> torch.Tensor:
         ...

@@ -51,22 +51,23 @@ from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.temperature.registry import constant_temperature, steers_on_test_rows
 
 
-def _temperature(config: RunConfig) -> str:
+def _temperature(config: RunConfig, policy: TemperaturePolicy | None = None) -> str:
     """What the variant trains at: ``1`` (no chilling), ``T=<value>`` (a policy declaring one T, ``trains_at``), or a
-    per-client policy's name."""
-    value = constant_temperature(config.temperature)
+    per-client policy's name. ``policy``: one passed from Python, read for its ``trains_at`` (:func:`constant_temperature`)."""
+    value = constant_temperature(config.temperature, policy)
     if value is None:
         return str(config.temperature.get("policy", "none"))
     return "1" if value == 1.0 else f"T={value:g}"
 
 
-def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[Any]], controls: bool, uncontrolled: Sequence[str] = ()) -> str | None:
+def step_size_caveat(configs: Sequence[RunConfig], tune: Mapping[str, Sequence[Any]], controls: bool, uncontrolled: Sequence[str] = (),
+                     policy: TemperaturePolicy | None = None) -> str | None:
     """One paragraph when the variants compare temperatures at one shared ``client.lr``; None otherwise.
 
     ``controls``: the comparison has step-size controls; they cover the variants at one fixed T, so the caveat then
     stays for ``uncontrolled`` alone (labels of chilled variants whose policy sets T per client or round: no one T to
-    scale the lr by), naming them, and is None when there are none."""
-    temperatures = {_temperature(c) for c in configs}
+    scale the lr by), naming them, and is None when there are none. ``policy``: the one passed from Python, if any."""
+    temperatures = {_temperature(c, policy) for c in configs}
     lrs = {c.client.lr for c in configs}
     if len(temperatures) < 2 or len(lrs) != 1 or "client.lr" in tune or (controls and not uncontrolled):
         return None

@@ -33,6 +33,7 @@ from chillfl.errors import ConfigError, MissingExtra, did_you_mean
 from chillfl.numeric import is_real, is_whole
 from chillfl.options import comma_items, option_type
 from chillfl.resolve import held_options, resolved
+from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.temperature.registry import constant_temperature
 from chillfl.run_names import TEMPERATURE_SHORTHAND, folder_clash, run_folders, run_name, short_setting, suffixed, taken_name, variant_points
 from chillfl.tune import SELECT_RULES, Point, is_local, parse_tune, point_label
@@ -429,11 +430,12 @@ def gets_controls(variant: Variant, config: RunConfig) -> bool:
     return variant.temperature is not None and variant.temperature != 1.0 and config.client.loss == "standard"
 
 
-def left_without_controls(variants: Sequence[Variant], configs: Sequence[RunConfig]) -> list[str]:
+def left_without_controls(variants: Sequence[Variant], configs: Sequence[RunConfig], policy: TemperaturePolicy | None = None) -> list[str]:
     """The labels of the chilled variants that :func:`with_controls` cannot control: the standard loss under a policy
-    that sets T per client or round (FedChill's decay), or one passed from Python, so there is no one T to scale the lr
-    by. Their step-size caveat stays under a controlled table (:func:`~chillfl.report.caveats.step_size_caveat`)."""
-    return [v.label for v, c in zip(variants, configs) if c.client.loss == "standard" and constant_temperature(c.temperature) is None]
+    that sets T per client or round (FedChill's decay), so there is no one T to scale the lr by. Their step-size caveat
+    stays under a controlled table (:func:`~chillfl.report.caveats.step_size_caveat`). ``policy``: the one passed from
+    Python, read for its declared ``trains_at`` (:func:`constant_temperature`)."""
+    return [v.label for v, c in zip(variants, configs) if c.client.loss == "standard" and constant_temperature(c.temperature, policy) is None]
 
 
 def _refuse_tuned_temperature(variant: Variant, shared: Mapping[str, Any]) -> None:
@@ -520,15 +522,18 @@ def cell_config(config: RunConfig, variant: Variant, point: Mapping[str, Any], s
 
 def plan_sweep(
     config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
+    policy: TemperaturePolicy | None = None,
 ) -> tuple[list[Variant], CompareOptions]:
     """The comparison's variants (``grid``, else ``variants``, else the config's; controls added) and its options with
     every default filled in (seeds, tuning table, selection rule): what ``sweep.json`` records. Every variant is
-    checked here, before anything runs; errors name the variant."""
-    planned, saved, _ = _plan_sweep(config, grid, options, variants)
+    checked here, before anything runs; errors name the variant. ``policy``: the temperature policy passed from Python
+    (``chillfl.compare(policy=...)``), whose declared ``trains_at`` a ``custom`` [temperature] is read for."""
+    planned, saved, _ = _plan_sweep(config, grid, options, variants, policy)
     return planned, saved
 
 
-def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions | None, variants: Sequence[Variant] | None) -> tuple[list[Variant], CompareOptions, list[RunConfig]]:
+def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions | None, variants: Sequence[Variant] | None,
+                policy: TemperaturePolicy | None = None) -> tuple[list[Variant], CompareOptions, list[RunConfig]]:
     """:func:`plan_sweep`, with the configs it built to check the variants: the first of the planned variants', in
     order (the controls after them are built by :func:`variant_configs`). Each variant's config is built once a plan."""
     opts = options or CompareOptions()
@@ -558,8 +563,8 @@ def _plan_sweep(config: RunConfig, grid: Sequence[str], options: CompareOptions 
                 check_selectable(own, select)
                 check_global_model(own, select)
         # the temperature it trains at, also where it comes from the base config or a dotted key: a chilled variant gets
-        # its step-size controls and the reference sees it, whatever table set its T
-        checked.append(dataclasses.replace(v, temperature=constant_temperature(own.temperature)))
+        # its step-size controls and the reference sees it, whatever table set its T (a policy passed from Python too)
+        checked.append(dataclasses.replace(v, temperature=constant_temperature(own.temperature, policy)))
         built.append(own)
     planned = checked
     tune_table = typed_tune(tune_table, built)  # --tune too, and a part's own option as the variants' parts hold it
@@ -742,12 +747,12 @@ def variant_configs(config: RunConfig, variants: Sequence[Variant], built: Seque
 
 def plan_runs(
     config: RunConfig, grid: Sequence[str], options: CompareOptions | None = None, variants: Sequence[Variant] | None = None,
-    reference: str | None = None, existing: bool | Path = False,
+    reference: str | None = None, existing: bool | Path = False, policy: TemperaturePolicy | None = None,
 ) -> Plan:
     """The whole comparison (:func:`plan_sweep`), bounded to :data:`MAX_RUNS`, with every run's config and the reference;
-    ``existing``: of a folder begun already (:func:`plan_cells`)."""
+    ``existing``: of a folder begun already (:func:`plan_cells`); ``policy``: as for :func:`plan_sweep`."""
     from_grid = bool(grid) or variants is not None
-    planned, saved, built = _plan_sweep(config, grid, options, variants)
+    planned, saved, built = _plan_sweep(config, grid, options, variants, policy)
     seeds, tune_table = saved.seeds or [], saved.tune or {}
     points = parse_tune(tune_table)
     for v in planned:  # a --tune grid replaces the config's: the variants' own grids must still add other keys

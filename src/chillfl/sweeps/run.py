@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +56,7 @@ from chillfl.storage.results import FAILED, LOCAL_MIX_TV, PARTIAL, FolderInUse, 
 from chillfl.stop_signals import made_held
 from chillfl.storage.model_file import read_client_models, read_model
 from chillfl.storage.run_folder import CLIENT_MODELS, FIELD as RUN_FIELD, MODEL, folder_named
-from chillfl.sweeps.plan import CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
+from chillfl.sweeps.plan import Cell, CompareOptions, Plan, Variant, data_key, describe_plan, gets_controls, left_without_controls, naming, plan_runs
 from chillfl.sweeps.record import check_resumable, comparison_toml, made_with_changes, read_sweep, sweep_record, sweep_started_in, write_sweep
 from chillfl.storage.run_state import CHECKPOINT, SWEEP_FILE
 from chillfl.wording import counted
@@ -346,7 +346,7 @@ def check_runs(
                             check_parts(other.config)
                     say_notes(note for other in plan.cells for note in run_notes(other.config, None))
                     return None
-            exp = build_experiment(here, data=datasets[key], model=model, plugged=plugged)  # every part of every variant is valid before anything is written
+            exp = build_experiment(here, data=datasets[key], model=model, plugged=cell_parts(c, plugged))  # every part of every variant is valid before anything is written
             if dry_run:
                 check_protocol(exp)
                 notes += run_notes(here, exp)
@@ -425,6 +425,19 @@ def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool,
     return SweepFolder(folder, partial), lock
 
 
+def cell_parts(cell: Cell, plugged: Plugged | None) -> Plugged | None:
+    """The method parts from Python that run ``cell`` takes: all of them, except that a step-size control that trains at
+    T = 1 (:func:`~chillfl.sweeps.plan.with_controls`: its ``[temperature]`` names a policy of its own, ``none``) runs
+    without the policy passed from Python, as the control of a policy named by import path replaces that policy.
+
+    Why: a policy instance that declares ``trains_at`` gets its controls as the same class by import path does; a run
+    given both would refuse the control's ``[temperature]`` (build_policy). A variant the user asked for keeps the rule
+    that a policy from Python replaces ``[temperature]`` (a grid over it is refused)."""
+    if plugged is None or plugged.policy is None or not cell.variant.control or is_custom(cell.config.temperature.get("policy")):
+        return plugged
+    return replace(plugged, policy=None) or None
+
+
 def run_points(
     plan: Plan, where: SweepFolder, resuming: bool, force: bool, progress: Progress, datasets: Mapping[str, FederatedData],
     model: nn.Module | None, plugged: Plugged | None, only: Shard | None = None, dataset: ArrayDataset | None = None, started_in: Path | None = None,
@@ -443,7 +456,7 @@ def run_points(
             sweep = Sweep(where.partial, resuming, force, progress, pools, len(plan.cells), mine=mine, dataset=dataset, started_in=started_in, shard=only)
             for i, c in enumerate(plan.cells):
                 if only is None or only.takes(i):
-                    sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, plugged)
+                    sweep.run(i, c.config, c.key, datasets.get(data_key(c.config)), model, cell_parts(c, plugged))
     except RunInterrupted as exc:
         if where.partial is not None:
             exc.folder = where.partial
@@ -551,10 +564,10 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
     labelled = [(v.label, c) for v, c in zip(plan.variants, configs)]
     controls = plan.controls_added  # with_controls added them (as the plan records, not a scaled lr: a variant asked for may scale its own)
-    uncontrolled = left_without_controls(plan.variants, configs) if controls else []
+    uncontrolled = left_without_controls(plan.variants, configs, policy) if controls else []
     controlled = [c for v, c in zip(plan.variants, configs) if controls and gets_controls(v, c)]
     points = {v.label: len(plan.points_of(v)) for v in plan.variants}  # a tuned private variant's selection is not in its epsilon
-    for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),
+    for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled, policy), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),
                    other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), nonfinite_accuracy_caveat(nonfinite_acc), epsilon_caveat(labelled, points), steering_caveat(labelled, policy)):
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
@@ -777,7 +790,8 @@ def run_compare(
     The steps: plan and bound the runs (:func:`~chillfl.sweeps.plan.plan_runs`), then :func:`run_plan`.
     """
     with unstarted(resume):
-        plan = plan_runs(config, grid, options, variants, reference, existing=resume if resume is not None else False)
+        plan = plan_runs(config, grid, options, variants, reference, existing=resume if resume is not None else False,
+                         policy=plugged.policy if plugged is not None else None)  # a policy from Python: read for its trains_at, as by import path
     return run_plan(config, plan, progress=progress, write=write, dry_run=dry_run, dataset=dataset, model=model, plugged=plugged, resume=resume, force=force, on_checked=on_checked, shard=shard)
 
 

@@ -175,13 +175,24 @@ def _declared(spec: PolicySpec, options: Any, table: Mapping[str, Any], section:
     return declared(spec.capabilities(options), str(table.get("policy")), f"{section}.policy")
 
 
-def constant_temperature(table: Mapping[str, Any]) -> float | None:
+def constant_temperature(table: Mapping[str, Any], policy: TemperaturePolicy | None = None) -> float | None:
     """The one temperature a ``[temperature]`` table trains every client at, every round, as its policy declares it
     (:attr:`~chillfl.capabilities.Capabilities.trains_at`); None for a policy that sets T per client or round, a table
-    that names no policy (a variant's overrides of the base's), a policy passed from Python, or one this table
-    misconfigures (the run's own checks say why, in their one line)."""
-    if "policy" not in table or is_custom(table.get("policy")):
+    that names no policy (a variant's overrides of the base's), or one this table misconfigures (the run's own checks
+    say why, in their one line).
+
+    ``policy``: the instance passed from Python that a ``custom`` table records (a comparison's, :class:`Plugged`),
+    read as :func:`built_policy_capabilities` reads it, so that its declared ``trains_at`` gets the step-size controls
+    and caveats the same class named by import path gets; without it a ``custom`` table has no T to read (None)."""
+    if "policy" not in table:
         return None
+    if is_custom(table.get("policy")):
+        if policy is None:
+            return None
+        try:
+            return built_policy_capabilities(table, policy).trains_at
+        except ConfigError:  # a malformed declaration: the run's own checks refuse it in their one line
+            return None
     try:
         return policy_capabilities(table).trains_at
     except ConfigError:

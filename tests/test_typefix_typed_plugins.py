@@ -22,14 +22,23 @@ from torch import nn
 import chillfl
 from chillfl.errors import ConfigError
 from chillfl.extend import AggregatorBase
+from docs_pages import blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 
+
+def docs_typed_plugin() -> str:
+    """docs/extending.md's ``typed_plugin.py`` ("Type-checking your plugin"), as the reader writes it."""
+    page = (ROOT / "docs" / "extending.md").read_text()
+    return "".join(b.source for b in blocks(page) if b.kind == "file" and b.value == "typed_plugin.py")
+
 # --strict's per-module flags, inline: a command-line --strict changes every module's options, so mypy would check all
 # of chillfl again (its cache is keyed by them: minutes) where this file is what is under test
-PLUGIN = '''# mypy: disallow-untyped-defs, disallow-incomplete-defs, disallow-any-generics, disallow-untyped-calls, disallow-subclassing-any
+STRICT = """# mypy: disallow-untyped-defs, disallow-incomplete-defs, disallow-any-generics, disallow-untyped-calls, disallow-subclassing-any
 # mypy: disallow-untyped-decorators, check-untyped-defs, warn-return-any, warn-unused-ignores, no-implicit-reexport, strict-equality, extra-checks
-from __future__ import annotations
+"""
+
+PLUGIN = STRICT + '''from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -162,11 +171,14 @@ chillfl.run(config=CONFIG, policy=3, write=False)  # E: arg-type
 @pytest.mark.slow
 def test_typed_plugins_type_check_and_wrong_ones_are_caught(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     api = pytest.importorskip("mypy.api")
-    user = tmp_path / "typed_plugin.py"
+    user = tmp_path / "typed_plugins.py"
     user.write_text(PLUGIN + WRONG)
+    docs = tmp_path / "typed_plugin.py"
+    docs.write_text(STRICT + docs_typed_plugin())  # the docs' example: no error
     monkeypatch.chdir(ROOT)  # mypy's config (pyproject.toml) and its cache
     monkeypatch.setenv("MYPYPATH", str(ROOT / "src"))  # this checkout's chillfl, whatever one is installed
-    out, err, status = api.run(["--no-error-summary", "--hide-error-context", "--show-error-codes", str(user)])
+    out, err, status = api.run(["--no-error-summary", "--hide-error-context", "--show-error-codes", str(user), str(docs)])
+    assert docs.name not in out, out
     lines = user.read_text().splitlines()
     expected = sorted((n, line.split("# E: ")[1]) for n, line in enumerate(lines, 1) if "# E: " in line)
     # the file's own name and line: mypy's cache may replay an error under the path an earlier run had for the module
@@ -201,6 +213,15 @@ def test_the_typed_plugins_run(plugin: ModuleType) -> None:
     by_spec = chillfl.run(model=_model(), data=_data(), config={**plugin.CONFIG, "algorithm": {"name": "typefix_typed_plugin:TRIMMED"}},
                           write=False, progress=False)  # the builder typed -> tuple[TrimmedMean, list[LossTerm]]
     assert len(by_spec.records) == 1
+
+
+def test_the_docs_typed_plugin_runs_by_import_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "typefix_docs_plugin.py").write_text(docs_typed_plugin())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    config = {"federation": {"num_clients": 2, "clients_per_round": 2, "rounds": 1}, "client": {"lr": 0.1, "batch_size": 8},
+              "algorithm": {"name": "typefix_docs_plugin:TYPED", "mu": 0.1}}
+    result = chillfl.run(model=_model(), data=_data(), config=config, write=False, progress=False)
+    assert len(result.records) == 1 and result.config.algorithm["mu"] == 0.1
 
 
 def test_aggregator_base_declares_aggregate_for_the_type_checker_only() -> None:

@@ -494,7 +494,7 @@ def make_aggregator(
     return built[0], with_needed_terms(built[0], built[1])
 
 
-def build_base(options: Any, ctx: BuildContext, key: str = "base") -> Built:
+def build_base(options: Any, ctx: BuildContext, key: str = "base") -> tuple[Aggregator, list[Term]]:
     """The algorithm a wrapper wraps, built under the wrapper's run (``ctx``), as the run builds its own algorithm.
 
     ``options``: the wrapper's parsed options; ``key``: its :attr:`AlgorithmSpec.wraps` option, which names the base

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, AroundAggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
-from chillfl.aggregation.registry import (INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec, bind_instance, binds_to_run, built_by, check_algorithm,
+from chillfl.aggregation.registry import (AGGREGATOR_CALLS, HALF_CALLS, INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec,
+                                         bind_instance, binds_to_run, built_by, check_algorithm,
                                          check_declarations, check_instance, check_named_classes, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
                                          wrapped)
 from chillfl.privacy.build import exempted, private_aggregator, private_steps, with_privacy
@@ -49,16 +50,16 @@ from chillfl.protocols.softlabels.build import only_checking
 from chillfl.protocols.softlabels.public import check_public_dataset, one_sample_failure
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
-from chillfl.plugins import CUSTOM, has_methods, is_custom
+from chillfl.plugins import CUSTOM, check_calls, has_methods, is_custom
 from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_names
-from chillfl.temperature.registry import steers_on_test_rows
+from chillfl.temperature.registry import POLICY_CALLS, steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, half_weights_note, model_state, parameter_dtypes, persistent_buffers, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
-from chillfl.training.terms import configured_terms
+from chillfl.training.terms import configured_terms, term_calls
 
 log = logging.getLogger(__name__)
 
@@ -465,7 +466,9 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
                                objective_terms=configured_terms(config.objective))
         check_algorithm(name, options, config)
         check_named_classes(name, options, built[0], config, model)  # a class named by path: held to the spec that makes it, as an instance is
-    check_client_half(built[0], "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name")
+    field = "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name"
+    check_calls(built[0], AGGREGATOR_CALLS, field)  # a hook with the wrong parameters: one line now, not a TypeError at round 1
+    check_client_half(built[0], field)
     warn_no_client_models(config, built[0])
     return built
 
@@ -494,6 +497,7 @@ def check_client_half(aggregator: Aggregator, field: str) -> None:
             f"{type(aggregator).__name__}'s client half {type(half).__name__} lacks {', '.join(lacks)}: a ClientHalf needs prepare and finish "
             "(subclass chillfl.extend.Stateless for both, keeping nothing), a Personalising one also objectives and train",
         )
+    check_calls(half, HALF_CALLS, field)
     if measured_after_average(half) and not holds_personal_model(half):  # the server would have no client model to measure after its average
         raise ConfigError(
             field,
@@ -612,6 +616,9 @@ def _build_experiment(
     term_fields = (*(f"terms[{i}]" if i < passed else method_field for i in range(len(terms))), *(f for _, f in configured))
     terms = [*terms, *(t for t, _ in configured)]
     policy = build_policy(config, data, plugged)
+    check_calls(policy, POLICY_CALLS, "policy" if plugged is not None and plugged.policy is not None else "temperature.policy")
+    for term, term_field in zip(terms, term_fields):  # a term's or a policy's hook with the wrong parameters: one line, before anything is written
+        check_calls(term, term_calls(term), term_field)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
     losses = base_losses()
     if config.client.loss not in losses:

@@ -356,6 +356,67 @@ def check_hooks(name: object, hooks: Sequence[Hook], field: str) -> None:
             raise ConfigError(field, f"{name!r}: its spec's {hook_field} is called as {call}, which {refused} does not take")
 
 
+Call = tuple[str, tuple[str, ...]]
+"""One method a run calls on a part it was given (an aggregator, a client half, a policy, a term): (its name, the
+arguments the runtime passes it, positionally)."""
+
+
+def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
+    """A ConfigError on ``field`` when a method of ``obj``, a built part, cannot take the arguments the runtime passes it.
+
+    Why: a hook that exists with the wrong parameters (``aggregate(self, global_params, results)``, no ``round``) passed
+    every check that it exists, and the run then wrote its folder and stopped at round 1 with a TypeError traceback from
+    inside chillfl. Read from the bound method (``self`` already given), so that extra parameters with defaults,
+    ``*args`` and ``**kwargs`` pass as a call would; a method absent here is refused where the part is recognised.
+    """
+    for method, parameters in calls:
+        bound = getattr(obj, method, None)
+        if not callable(bound):
+            continue
+        try:
+            signature = inspect.signature(bound)
+        except (TypeError, ValueError):  # no signature to read (a builtin): calling it will tell
+            continue
+        try:
+            signature.bind(*parameters)
+        except TypeError:
+            empty = inspect.Parameter.empty
+            written = signature.replace(parameters=[p.replace(annotation=empty) for p in signature.parameters.values()], return_annotation=empty)
+            raise ConfigError(field, f"{type(obj).__name__}.{method}{written} cannot be called as {method}({', '.join(parameters)}), "
+                                     "as the run calls it") from None
+
+
+def refuse_bad_registration(name: object, spec: object, spec_type: type, helper: str) -> None:
+    """A TypeError or ValueError naming the argument when ``helper`` (``register_algorithm``) is given a name no config can
+    write or a spec not of ``spec_type``; raised before the registry is touched.
+
+    Why: ``register_algorithm(3, spec)`` was accepted, and every later listing and every misspelt name's suggestion then
+    failed with a TypeError comparing an int to a str, far from the cause; a str spec failed with an AttributeError.
+    """
+    check_name(name, helper)
+    if not isinstance(spec, spec_type):
+        raise TypeError(f"{helper}: spec must be a chillfl.extend.{spec_type.__name__}, got {short_repr(spec)} ({type(spec).__name__})")
+
+
+def check_name(name: object, helper: str) -> None:
+    """A TypeError when a registered ``name`` is not a str, a ValueError when it is empty or holds whitespace (a config
+    names it in one word), as a name registered twice is refused."""
+    if not isinstance(name, str):
+        raise TypeError(f"{helper}: name must be a str, got {short_repr(name)} ({type(name).__name__})")
+    if not name or any(c.isspace() for c in name):
+        raise ValueError(f"{helper}: name must be a non-empty word without whitespace, got {name!r}")
+
+
+def check_spec_parts(name: object, options: object, summary: object, kind: str, field: str) -> None:
+    """A ConfigError on ``field`` when spec ``name`` (a ``kind``, ``AlgorithmSpec``) has ``options`` that are not a dataclass
+    class, or a ``summary`` that is not a str. Why: every option table is parsed against that class, and a dict, None or
+    an instance there was a TypeError traceback from deep in the parser; a class's nested ``Options`` was already one line."""
+    if not (isinstance(options, type) and dataclasses.is_dataclass(options)):
+        raise ConfigError(field, f"{name!r}: its {kind}'s options must be a dataclass (the class, not an instance), got {short_repr(options)}")
+    if not isinstance(summary, str):
+        raise ConfigError(field, f"{name!r}: its {kind}'s summary must be a str, got {short_repr(summary)}")
+
+
 @functools.lru_cache(maxsize=4096)
 def _refused_call(hook: Callable[..., Any], parameters: tuple[str, ...]) -> str | None:
     """``hook``'s name and signature when it cannot be called with ``parameters``, else None (also when it has no
@@ -446,6 +507,7 @@ class Registry(Generic[T]):
         without a lock (a module registers while another thread may hold the walk's lock waiting on that import); a
         caller outside chillfl first loads the built-ins (:meth:`_load`, under that lock, which imports only chillfl's
         modules), so that a built-in's name is refused, not taken."""
+        check_name(name, f"{self.what} registry")
         home = self._home()
         if not self._loaded and not _chillfl_home(home):
             # Built-ins load lazily: without this, a plugin registered first under a built-in's name took it without a

@@ -30,7 +30,8 @@ from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options, short_repr
-from chillfl.plugins import Hook, Registry, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
+from chillfl.plugins import (Call, Hook, Registry, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, plugin_names,
+                             refuse_bad_registration)
 from chillfl.training.objective import Term
 from chillfl.training.terms import ObjectiveTerm
 
@@ -168,6 +169,8 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     from its own module (a cell re-run, a reloaded module), the new spec replaces the old, and the classes the old one
     made (:data:`_MADE`) are the new one's classes' claim instead.
     """
+    refuse_bad_registration(name, spec, AlgorithmSpec, "register_algorithm")
+    check_spec_parts(name, spec.options, spec.summary, "AlgorithmSpec", "algorithm.name")
     check_hooks(name, spec.calls(), "algorithm.name")  # registered by a plugin module: its hooks checked as a spec named by import path
     old = _REGISTRY.registered(name)
     registered = _REGISTRY.register(name, spec)
@@ -234,6 +237,17 @@ class NoOptions:
 
 AGGREGATOR_METHODS = ("downlink", "aggregate", "round_metrics", "begin_round", "client_half", "state_dict", "load_state_dict")
 
+AGGREGATOR_CALLS: tuple[Call, ...] = (
+    ("aggregate", ("global_params", "results", "round")), ("downlink", ("client_id", "round", "global_params")),
+    ("begin_round", ("round", "client_ids")), ("round_metrics", ()), ("client_half", ()), ("state_dict", ()), ("load_state_dict", ("state",)),
+)
+"""How the run calls each of :data:`AGGREGATOR_METHODS` (:func:`~chillfl.plugins.check_calls`, on the built aggregator)."""
+
+HALF_CALLS: tuple[Call, ...] = (
+    ("prepare", ("state", "start", "context")), ("finish", ("model", "state", "trained")), ("objectives", ("spec",)), ("train", ("local",)),
+)
+"""How every client calls its client half's hooks (``objectives`` and ``train``: a personalising half's, where it has them)."""
+
 
 def declared_capabilities(cls: type, name: str, field: str) -> Capabilities:
     """A user's aggregator class's own ``capabilities`` attribute (none: it declares nothing).
@@ -258,6 +272,7 @@ def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:
     """
     if isinstance(obj, AlgorithmSpec):
         declared(obj.capabilities, name, field)
+        check_spec_parts(name, obj.options, obj.summary, "AlgorithmSpec", field)
         check_hooks(name, obj.calls(), field)
         return obj
     if not isinstance(obj, type):
@@ -487,6 +502,10 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
+    if not has_methods(type(built[0]), AGGREGATOR_METHODS):  # its first item is called every round: an int there was an AttributeError
+        missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(built[0], m, None))]
+        raise ConfigError(field or f"{section}.name", f"{name!r}: its AlgorithmSpec's build returned {short_repr(built[0])} as the aggregator, which is "
+                                                      f"not an aggregator: it lacks {', '.join(missing)} (see chillfl.extend.AggregatorBase)")
     by_spec = instance_capabilities(built[0]) if isinstance(spec.build, ClassBuilder) else None  # a class: what its making spec declares, as for an instance
     check_declarations(capabilities if by_spec is None else by_spec, built[0], repr(name), field or f"{section}.name")
     # the terms its aggregator declares it needs, where the builder left them out (a plugin's): the instance passed from
@@ -525,7 +544,7 @@ def check_declarations(capabilities: Capabilities, aggregator: Aggregator, name:
         raise ConfigError(field, f"{name} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
     if capabilities.takes_weights and not takes_keyword(aggregator.aggregate, "weights"):  # a wrapper passes weights= (PA3Fed, [privacy]): a TypeError mid-run
         raise ConfigError(field, f"{name} declares takes_weights = True, but its aggregate() takes no weights= argument; add "
-                                 "weights: Sequence[float] | None = None to it, or drop takes_weights")
+                                 "weights: torch.Tensor | None = None to it (the clients' weights, as FedAvg.aggregate takes them), or drop takes_weights")
 
 
 def takes_keyword(function: Callable[..., Any], name: str) -> bool:

@@ -18,7 +18,8 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import Hook, Registry, building, check_constructor, check_hooks, has_methods, is_custom, look_up, plugin_names
+from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, plugin_names,
+                             refuse_bad_registration)
 from chillfl.temperature.policy import TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
@@ -69,6 +70,8 @@ def register_policy(name: str, spec: PolicySpec) -> PolicySpec:
 
     Returns ``spec`` (``SPEC = register_policy("fixed", PolicySpec(...))``); a name registered by another module is an error, by its own module again replaces (:class:`~chillfl.plugins.Registry`).
     """
+    refuse_bad_registration(name, spec, PolicySpec, "register_policy")
+    check_spec_parts(name, spec.options, spec.summary, "PolicySpec", "temperature.policy")
     check_hooks(name, spec.calls(), "temperature.policy")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)
 
@@ -80,6 +83,12 @@ def registered_policies() -> dict[str, PolicySpec]:
 
 POLICY_METHODS = ("temperature", "observe", "client_half", "state_dict", "load_state_dict")
 """What a user's policy class has (:class:`~chillfl.temperature.base.TemperaturePolicy`): how a registry recognises one."""
+
+POLICY_CALLS: tuple[Call, ...] = (
+    ("temperature", ("client_id", "round")), ("observe", ("client_id", "round", "local_accuracy")), ("client_half", ("num_classes",)),
+    ("state_dict", ()), ("load_state_dict", ("state",)),
+)
+"""How the run calls each of :data:`POLICY_METHODS` (:func:`~chillfl.plugins.check_calls`, on the built policy)."""
 
 
 def policy_names() -> list[str]:
@@ -114,6 +123,7 @@ def user_policy(obj: Any, name: str, field: str) -> PolicySpec:
         if not callable(obj.capabilities):
             raise ConfigError(field, f"{name!r}: its PolicySpec's capabilities must be a function of its options returning a chillfl.extend.Capabilities, "
                                      f"got {type(obj.capabilities).__name__}")
+        check_spec_parts(name, obj.options, obj.summary, "PolicySpec", field)
         check_hooks(name, obj.calls(), field)
         return obj
     if not isinstance(obj, type):

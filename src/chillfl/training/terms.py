@@ -30,7 +30,8 @@ from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.numeric import is_real
 from chillfl.options import NoOptions, parse_options, short_repr
-from chillfl.plugins import Hook, Registry, building, check_constructor, check_hooks, has_methods, look_up, plugin_names
+from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, look_up, plugin_names,
+                             refuse_bad_registration)
 
 Params = dict[str, torch.Tensor]
 
@@ -174,6 +175,11 @@ def is_batch_term(term: object) -> bool:
     return bool(getattr(term, "per_batch", False))
 
 
+def term_calls(term: object) -> tuple[Call, ...]:
+    """How a step calls ``term`` (:func:`apply_term`), for :func:`~chillfl.plugins.check_calls` on the built term."""
+    return (("__call__", ("params", "context", "step") if is_batch_term(term) else ("params", "context")),)
+
+
 Term = LossTerm | BatchTerm
 """Any additive term of the local objective."""
 
@@ -295,6 +301,8 @@ TERM_METHODS = ("__call__",)
 def register_term(name: str, spec: TermSpec) -> TermSpec:
     """Name ``spec`` ``name`` (each built-in next to its code; a plugin the same way); a name registered by another module
     is an error, by its own module again replaces (:class:`~chillfl.plugins.Registry`)."""
+    refuse_bad_registration(name, spec, TermSpec, "register_term")
+    check_spec_parts(name, spec.options, spec.summary, "TermSpec", "objective.terms")
     check_hooks(name, spec.calls(), "objective.terms")  # registered by a plugin module: its hooks checked as a spec named by import path
     return _REGISTRY.register(name, spec)
 
@@ -321,6 +329,7 @@ def is_term(obj: Any) -> bool:
 def user_term(obj: Any, name: str, field: str) -> TermSpec:
     """A user's object (import path or entry point) as a :class:`TermSpec`, or a ConfigError on ``field``."""
     if isinstance(obj, TermSpec):
+        check_spec_parts(name, obj.options, obj.summary, "TermSpec", field)
         check_hooks(name, obj.calls(), field)
         return obj
     if not _is_term_class(obj):

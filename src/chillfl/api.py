@@ -78,7 +78,8 @@ log = logging.getLogger(__name__)
 ConfigLike = Union[RunConfig, Mapping[str, Any], str, Path, None]
 UserData = Union["TensorData", "DatasetData", ArrayDataset]
 
-__all__ = ["Comparison", "DatasetData", "FinishedRun", "Result", "TensorData", "available", "compare", "load_run", "make_config", "resume_compare", "run"]
+__all__ = ["Comparison", "DatasetData", "FinishedRun", "Result", "TensorData", "available", "compare", "load_run", "make_config", "reproduce_paper",
+           "resume", "resume_compare", "run"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -182,7 +183,7 @@ class FinishedRun:
 
     def evaluate(self, x: torch.Tensor, y: torch.Tensor, state: Mapping[str, torch.Tensor] | None = None) -> tuple[float, float]:
         """(accuracy, mean cross-entropy) of the global model (or of ``state``, e.g. ``client_states[k]``, in the same
-        architecture) on (x, y), scored as the run scores: eval mode, ``eval.batch_size`` batches, fp32."""
+        architecture) on (x, y), scored as the run scores: eval mode, ``eval.batch_size`` batches, in the model's dtype (a float64 model in float64)."""
         if self.model is None:  # a protocol whose clients keep their own models (prototypes): no architecture is read back
             kept = "; its client_states are in each client's own model: load one into your module yourself" if self.client_states else ""
             raise ConfigError("model", f"{self.folder} has no global model, the architecture evaluate scores in{kept}")

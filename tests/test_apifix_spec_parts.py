@@ -21,7 +21,7 @@ from chillfl.training.terms import TermSpec, register_term
 
 
 @dataclasses.dataclass(frozen=True)
-class O:
+class Opts:
     mu: float = 0.0
 
 
@@ -31,9 +31,9 @@ def _fedavg(options: Any, context: Any) -> Any:
 
 BAD_OPTS = AlgorithmSpec(dict, _fedavg, "s")
 NONE_OPTS = AlgorithmSpec(None, _fedavg, "s")  # type: ignore[arg-type]
-INSTANCE_OPTS = AlgorithmSpec(O(), _fedavg, "s")  # type: ignore[arg-type]
-NUMBER_SUMMARY = AlgorithmSpec(O, _fedavg, 5)  # type: ignore[arg-type]
-BUILD_RETURNS_WRONG = AlgorithmSpec(O, lambda o, c: (3, []), "s")  # type: ignore[arg-type, return-value]
+INSTANCE_OPTS = AlgorithmSpec(Opts(), _fedavg, "s")  # type: ignore[arg-type]
+NUMBER_SUMMARY = AlgorithmSpec(Opts, _fedavg, 5)  # type: ignore[arg-type]
+BUILD_RETURNS_WRONG = AlgorithmSpec(Opts, lambda o, c: (3, []), "s")  # type: ignore[arg-type, return-value]
 POL_BAD_OPTS = PolicySpec(dict, lambda o, c: ConstantTemperature(1.0), "x")
 TERM_BAD_OPTS = TermSpec(dict, lambda o: None, "x")  # type: ignore[arg-type, return-value]
 
@@ -53,7 +53,7 @@ def _with(table: str, key: str, value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("config", "field", "words"), [
     (_with("algorithm", "name", f"{__name__}:BAD_OPTS"), "algorithm.name", "its AlgorithmSpec's options must be a dataclass (the class, not an instance), got <class 'dict'>"),
     (_with("algorithm", "name", f"{__name__}:NONE_OPTS"), "algorithm.name", "options must be a dataclass (the class, not an instance), got None"),
-    (_with("algorithm", "name", f"{__name__}:INSTANCE_OPTS"), "algorithm.name", "got O(mu=0.0)"),
+    (_with("algorithm", "name", f"{__name__}:INSTANCE_OPTS"), "algorithm.name", "got Opts(mu=0.0)"),
     (_with("algorithm", "name", f"{__name__}:NUMBER_SUMMARY"), "algorithm.name", "its AlgorithmSpec's summary must be a str, got 5"),
     (_with("algorithm", "name", f"{__name__}:BUILD_RETURNS_WRONG"), "algorithm.name", "build returned 3 as the aggregator, which is not an aggregator: it lacks downlink"),
     (_with("temperature", "policy", f"{__name__}:POL_BAD_OPTS"), "temperature.policy", "its PolicySpec's options must be a dataclass"),
@@ -65,7 +65,7 @@ def test_a_malformed_spec_is_one_line(config: dict[str, Any], field: str, words:
     assert err.value.field == field and words in err.value.message, err.value
 
 
-SPEC = AlgorithmSpec(O, _fedavg, "s")
+SPEC = AlgorithmSpec(Opts, _fedavg, "s")
 
 
 @pytest.mark.parametrize(("call", "error", "words"), [

@@ -250,15 +250,32 @@ HALF_CALLS: tuple[Call, ...] = (
 
 
 def declared_capabilities(cls: type, name: str, field: str) -> Capabilities:
-    """A user's aggregator class's own ``capabilities`` attribute (none: it declares nothing).
+    """A user's aggregator class's own ``capabilities`` attribute; without one, only the limits it inherits
+    (:func:`inherited_limits`).
 
-    Only the class's own attribute counts, not one it inherits: a subclass of ``FedAvg`` or of
-    another plugin's rule may change ``aggregate`` or its client half, so what the parent
-    promised is not promised for it. A subclass that keeps them says so:
-    ``capabilities = Parent.capabilities``.
+    Only the class's own attribute promises anything: a subclass of ``FedAvg`` or of another plugin's rule may change
+    ``aggregate`` or its client half, so what the parent promised (``takes_weights``, ``personal_model``) is not promised
+    for it. A subclass that keeps them says so: ``capabilities = Parent.capabilities``.
     """
     own = vars(cls).get("capabilities")
-    return Capabilities() if own is None else declared(own, name, field)
+    return inherited_limits(cls) if own is None else declared(own, name, field)
+
+
+def inherited_limits(cls: type) -> Capabilities:
+    """The limits that guard correctness (``plain_sgd``, ``linear_head``) of the nearest class ``cls`` derives from that
+    declares capabilities (a registered spec that makes it, :attr:`AlgorithmSpec.makes`, or its own ``capabilities``
+    attribute); none when no such class declares them.
+
+    Why: ``class MyScaffold(Scaffold): pass`` (to add a round metric) ran with Adam without a word, while ``Scaffold(3)``
+    was refused: the subclass runs its parent's maths, whose assumption a forgotten declaration dropped. A limit only
+    refuses, so keeping it changes no run that was accepted; a subclass whose maths lifts it declares its own
+    ``capabilities`` (``Capabilities()`` for none), which replace all of the parent's."""
+    for parent in cls.__mro__[1:]:
+        spec = _REGISTRY.get(_MADE[parent]) if parent in _MADE else None
+        found = spec.capabilities if spec is not None else vars(parent).get("capabilities")
+        if isinstance(found, Capabilities):
+            return Capabilities(plain_sgd=found.plain_sgd, linear_head=found.linear_head)
+    return Capabilities()
 
 
 def user_algorithm(obj: Any, name: str, field: str) -> AlgorithmSpec:

@@ -13,6 +13,7 @@ from torch import nn
 
 import chillfl
 from chillfl.errors import ConfigError
+from chillfl.aggregation.base import AroundAggregator
 from chillfl.extend import AggregatorBase, ConstantTemperature, Downlink, FedAvg
 
 CONFIG = {"federation": {"num_clients": 2, "rounds": 1}}
@@ -68,6 +69,22 @@ class PolicyWrong(ConstantTemperature):
         return 1.0
 
 
+class Around(AroundAggregator):
+    """A user's wrapper: it calls its base's hooks as the run calls its own."""
+
+    def aggregate(self, global_params: Any, results: Any, round: int) -> Any:
+        return self.base.aggregate(global_params, results, round)
+
+    def round_metrics(self) -> dict[str, Any]:
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: Any) -> None:
+        pass
+
+
 class Optional(AggregatorBase):
     """Extra parameters with defaults, *args and **kwargs: callable as the run calls it, so accepted."""
 
@@ -81,12 +98,13 @@ def _run(tmp_path: Path, **parts: Any) -> Callable[[], Any]:
 
 @pytest.mark.parametrize(("parts", "field", "words"), [
     ({"aggregator": NoRound()}, "aggregator", "NoRound.aggregate(global_params, results) cannot be called as aggregate(global_params, results, round)"),
+    ({"aggregator": Around(NoRound())}, "aggregator", "NoRound.aggregate(global_params, results) cannot be called as aggregate(global_params, results, round)"),
     ({"aggregator": WrongDownlink()}, "aggregator", "WrongDownlink.downlink(client_id, global_params) cannot be called as downlink(client_id, round, global_params)"),
     ({"aggregator": WrongHalf()}, "aggregator", "HalfWrong.prepare(state, start) cannot be called as prepare(state, start, context)"),
     ({"aggregator": FedAvg(), "terms": [TermWrong()]}, "terms[0]", "TermWrong.__call__(params) cannot be called as __call__(params, context)"),
     ({"aggregator": FedAvg(), "terms": [BatchTermWrong()]}, "terms[0]", "cannot be called as __call__(params, context, step)"),
     ({"policy": PolicyWrong(1.0)}, "policy", "PolicyWrong.temperature(client_id) cannot be called as temperature(client_id, round)"),
-], ids=["aggregate", "downlink", "half-prepare", "term", "batch-term", "policy"])
+], ids=["aggregate", "wrapped-base", "downlink", "half-prepare", "term", "batch-term", "policy"])
 def test_a_hook_of_the_wrong_arity_is_one_line_before_anything_is_written(tmp_path: Path, parts: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:
         _run(tmp_path, **parts)()

@@ -467,7 +467,12 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
         check_algorithm(name, options, config)
         check_named_classes(name, options, built[0], config, model)  # a class named by path: held to the spec that makes it, as an instance is
     field = "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name"
-    check_calls(built[0], AGGREGATOR_CALLS, field)  # a hook with the wrong parameters: one line now, not a TypeError at round 1
+    part: object = built[0]
+    while True:  # a hook with the wrong parameters: one line now, not a TypeError at round 1; a wrapper's base is called the same way
+        check_calls(part, AGGREGATOR_CALLS, field)
+        if not isinstance(part, AroundAggregator):
+            break
+        part = part.base
     check_client_half(built[0], field)
     warn_no_client_models(config, built[0])
     return built

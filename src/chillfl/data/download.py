@@ -363,6 +363,8 @@ def unpack_tar(archive: Path, dest: Path) -> None:
             else:  # older patch releases, which pyproject allows, have no filter argument (a TypeError): the members were
                 for m in members:  # checked above; what "data" does besides, by hand: no setuid, no group/other write, no owner
                     m.mode = (m.mode & 0o755) | (0o600 if m.isfile() else 0o700)
+                    if m.isfile() and not m.mode & 0o100:  # a file its owner cannot run: nobody can
+                        m.mode &= ~0o111
                     m.uid, m.gid, m.uname, m.gname = os.getuid(), os.getgid(), "", ""
                 tar.extractall(dest, members=members)
     except UNREADABLE_TAR as exc:

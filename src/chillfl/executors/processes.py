@@ -831,7 +831,8 @@ class WorkerPool:
             if dead:
                 p = dead[0]
                 if p.exitcode == OUT_OF_MEMORY_EXIT:
-                    said = _read_memory_note(self._temp, p.pid) or "MemoryError"
+                    notes = [_read_memory_note(self._temp, q.pid) for q in dead if q.exitcode == OUT_OF_MEMORY_EXIT]  # each read, each removed
+                    said = notes[0] or "MemoryError"
                     return (f"worker {p.name} ran out of memory ({said}); the run can go on after freeing memory or with fewer "
                             "workers, unless one client alone needs more than the machine has")
                 return f"worker {p.name} died with exit code {p.exitcode}"

@@ -22,7 +22,7 @@ from typing import Any
 from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.runner import CLIENT_MODELS, MODEL, RunOutput
 from chillfl.storage.model_file import read_client_models, read_model
-from chillfl.storage.results import FAILED, FAILURE, PARTIAL, read_metrics, remove_tree
+from chillfl.storage.results import FAILED, FAILURE, PARTIAL, RunLock, read_metrics, remove_tree
 from chillfl.storage.run_folder import CHECKPOINT, FIELD, SWEEP_FILE, executor_move, move_accepted, say_accepted, say_forced
 
 
@@ -80,12 +80,22 @@ def _json_object(file: Path) -> dict[str, Any]:
 
 
 def stopped_run(partial: Path, name: str) -> Path | None:
-    """The run ``name``'s folder if it stopped with a checkpoint (to resume); one stopped before its first is removed."""
+    """The run ``name``'s folder if it stopped with a checkpoint (to resume); one stopped before its first is removed.
+
+    It is removed under its lock, taken without waiting: a folder without a checkpoint is also a run that another process
+    (a duplicate of this shard, a requeued job whose first try lives on) is running and has not checkpointed yet.
+    Removing it then let this process write into the folder the other one was finishing (a "finished" run with the
+    other's metrics); now it is refused as the run with a checkpoint is (:class:`~chillfl.storage.results.FolderInUse`,
+    one line naming the folder, exit 2)."""
     stopped = partial / f"{name}{PARTIAL}"
     if (stopped / CHECKPOINT).is_file():
         return stopped
-    if stopped.is_dir():  # nothing to keep: it runs again from the start
-        remove_tree(stopped)
+    if stopped.is_dir() and not stopped.is_symlink():  # nothing to keep: it runs again from the start
+        lock = RunLock(stopped)  # FolderInUse: another process runs it
+        try:
+            remove_tree(stopped)
+        finally:
+            lock.release()
     return None
 
 

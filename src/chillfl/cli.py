@@ -1543,7 +1543,9 @@ def _interrupted(exc: RunInterrupted, shard: str | None = None) -> int:
         again = f"; resume with: {exc.resume_command}" if exc.resume_command else _go_on(exc.folder, shard)
         say(f"chillfl: {exc}{kept}{again}")
     else:
-        say(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume")
+        kept = "" if exc.kept is None else (f"; its rounds so far are kept in {shell_path(exc.kept)} (remove it before running the config again, "
+                                             "or that run is written under the next free name, NAME-2)")  # it holds the name; said, not hidden
+        say(f"chillfl: {exc}; no checkpoint had been written yet, so there is nothing to resume{kept}")
     return exc.exit_code
 
 

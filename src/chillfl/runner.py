@@ -124,6 +124,9 @@ class RunInterrupted(Exception):
         """How to go on, where it is more than ``chillfl resume FOLDER`` (``chillfl reproduce PAPER --resume``)."""
         self.run: str | None = None
         """The stopped run's name where it was one of several (a comparison's): its round alone would not say which."""
+        self.kept: Path | None = None
+        """A run stopped at once before its first checkpoint: its folder, kept because rounds are in it (nothing resumes
+        it, and it holds the run's name, so the next run of the config is ``NAME-2``): the line names it."""
 
     def __str__(self) -> str:
         return super().__str__() if self.run is None else f"run {self.run} {super().__str__()}"
@@ -742,6 +745,7 @@ def _run_rounds(
             exc.folder, exc.checkpoint = writer.path, _checkpoint_round(writer)
         elif exc.folder is None and writer is not None:  # stopped at once before its first checkpoint: resume would refuse the folder
             _discard_unstarted(writer)  # removed unless a round is in it (its config and partition alone are nothing to keep)
+            exc.kept = writer.path if writer.path.is_dir() else None
         raise
     except BaseException as exc:
         if writer:

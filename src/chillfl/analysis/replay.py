@@ -421,17 +421,21 @@ def check_runs(run_dirs: Sequence[str | Path], field: str = "run_dir") -> None:
 
 
 def out_folder(run_dirs: Sequence[str | Path], out: str | None) -> Path:
-    """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis`` (checked as :func:`check_out` checks it), created."""
+    """Where an analysis writes: ``--out``, or ``<first RUN_DIR>/analysis`` (checked as :func:`check_out` checks it).
+
+    Not created here: its first file's write makes it (:func:`~chillfl.plots.figure.save_figure`, :func:`write_json`).
+    Made here, an analysis interrupted while it drew its figure left it empty (by default inside a finished run folder)."""
     folder = check_out(run_dirs, out)
     if folder is None:  # the first RUN_DIR was read, and is gone since
         raise ConfigError("run_dir", f"{run_dirs[0]} is not a folder")
-    folder.mkdir(parents=True, exist_ok=True)
     return folder
 
 
 def write_json(path: Path, data: Any) -> None:
     """An analysis's result, written atomically and after its figure: an analysis interrupted (Ctrl-C) while it draws
-    left a complete-looking JSON without its PNG, and the command had said only "interrupted"."""
+    left a complete-looking JSON without its PNG, and the command had said only "interrupted". Its folder is made here
+    if no file made it yet (:func:`out_folder`)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(path, (json.dumps(strict(data), indent=2, sort_keys=True, allow_nan=False) + "\n").encode("utf-8"))
 
 

@@ -50,11 +50,11 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | Non
     out = Path(path)
     if not out.suffix:  # as savefig(path) names it: a caller's plot_curves(..., "acc") then finds acc.png
         out = out.with_name(f"{out.name}.{format or 'png'}")
-    out.parent.mkdir(parents=True, exist_ok=True)
     FigureCanvasAgg(fig)
     centre_title_over_axes(fig)
     image = io.BytesIO()  # drawn in memory first: an image is small, and a failed draw leaves the old file as it was
     fig.savefig(image, format=format or out.suffix[1:].lower(), dpi=dpi)
+    out.parent.mkdir(parents=True, exist_ok=True)  # once drawn: a draw interrupted (Ctrl-C) leaves no empty folder
     write_atomic(out, image.getvalue())  # O_NOFOLLOW temp file, then os.replace over the name (a link there, replaced)
     return out
 

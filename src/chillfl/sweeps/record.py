@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import shlex
+import tomllib
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
@@ -164,12 +165,59 @@ def sweep_record(config_toml: bytes, plan: Plan, resumable: bool) -> SweepRecord
 
 
 def same_sweep(saved: object, record: SweepRecord) -> bool:
-    """Whether ``saved`` (a ``sweep.json`` as read) records the comparison ``record`` would: every field but the folder
-    each was started in, so a shard or ``reproduce --resume`` started in another folder joins or reuses it."""
+    """Whether ``saved`` (a ``sweep.json`` as read) records the comparison ``record`` would (:func:`sweep_difference`)."""
+    return sweep_difference(saved, record) is None
+
+
+def sweep_difference(saved: object, record: SweepRecord, ignore: tuple[str, ...] = ()) -> str | None:
+    """What differs between ``saved`` (a ``sweep.json`` as read) and the comparison ``record`` would make, in a few words
+    naming the field (``"data_dir: '/a/data' there, '/b/data' here"``); None when it is the same comparison.
+
+    Every field but the folder each was started in counts (and ``ignore``'s), so a shard or ``reproduce --resume`` started
+    in another folder joins or reuses it. Of the config, ``out_dir`` is left out (the folder matched is under it, however
+    it is spelt: ``res``, ``./res``, ``res/``, its absolute path) and ``data_dir`` is the folder it names from the folder
+    each was started in (a dataset's files can be read from it, as ``hf``'s ``path``). Why: they were compared as typed,
+    so a shard started elsewhere, which has to spell ``--out`` absolute, was refused as "another comparison"."""
     if not isinstance(saved, dict):
-        return False
+        return f"its {SWEEP_FILE} holds no JSON object"
     wanted = json.loads(json.dumps(record, sort_keys=True))  # as it reads back (tuples as lists)
-    return {k: v for k, v in saved.items() if k != STARTED_IN} == {k: v for k, v in wanted.items() if k != STARTED_IN}
+    skip = {STARTED_IN, "config_sha256", "config_toml", *ignore}  # the checksum is of config_toml, compared below
+    for key in sorted((set(saved) | set(wanted)) - skip):
+        if saved.get(key) != wanted.get(key):
+            return "chillfl or torch (made_with)" if key == "made_with" else key
+    there, here = saved.get("config_toml"), wanted.get("config_toml")
+    if there == here and saved.get("config_sha256") == wanted.get("config_sha256"):
+        return None
+    if not isinstance(there, str) or not isinstance(here, str):
+        return "config"
+    try:
+        before, after = _where_resolved(there, saved.get(STARTED_IN)), _where_resolved(here, wanted.get(STARTED_IN))
+    except ValueError:
+        return "config"
+    for key in sorted(set(before) | set(after)):
+        if before.get(key, "unset") != after.get(key, "unset"):
+            return f"{key}: {before.get(key, 'unset')!r} there, {after.get(key, 'unset')!r} here"
+    return None
+
+
+def _where_resolved(config_toml: str, started_in: object) -> dict[str, Any]:
+    """``config_toml``'s options as ``section.key``, without ``out_dir`` and with ``data_dir`` the absolute folder it
+    names from ``started_in`` (as typed where that is unknown: an older chillfl's record)."""
+    flat: dict[str, Any] = {}
+
+    def walk(table: dict[str, Any], prefix: str) -> None:
+        for key, value in table.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                flat[f"{prefix}{key}"] = value
+
+    walk(tomllib.loads(config_toml), "")
+    flat.pop("out_dir", None)
+    data_dir = flat.get("data_dir")
+    if isinstance(data_dir, str) and isinstance(started_in, str):
+        flat["data_dir"] = os.path.normpath(os.path.join(started_in, os.path.expanduser(data_dir)))
+    return flat
 
 
 def write_sweep(partial: Path, record: SweepRecord) -> None:
@@ -215,12 +263,8 @@ def made_by_other_code(parent: Path, name: str, record: SweepRecord) -> list[Pat
     """The interrupted comparisons under ``parent`` that are the sweep ``record`` but for the code or torch that made
     them (``made_with``), which :func:`find_sweep` never reuses. Why: ``reproduce --resume`` after an upgrade ran the
     claim again from scratch beside such a folder and said nothing of it, though ``chillfl resume`` continues it."""
-    def other(saved: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in saved.items() if k not in (STARTED_IN, "made_with")}
-
-    wanted = json.loads(json.dumps(record, sort_keys=True))
     return [folder for folder, saved in _candidates(parent, name)
-            if folder.name.endswith(PARTIAL) and isinstance(saved, dict) and not same_sweep(saved, record) and other(saved) == other(wanted)]
+            if folder.name.endswith(PARTIAL) and not same_sweep(saved, record) and sweep_difference(saved, record, ignore=("made_with",)) is None]
 
 
 def read_sweep(folder: Path, force: bool = False, own_parts: bool = False) -> tuple[list[Variant], CompareOptions, str | None]:

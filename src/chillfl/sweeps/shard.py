@@ -34,7 +34,7 @@ from pathlib import Path
 from chillfl.errors import ConfigError, json_loads
 from chillfl.stop_signals import made_held
 from chillfl.storage.results import FAILED, PARTIAL, FolderInUse, RunLock, remove_tree
-from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, same_sweep, write_sweep
+from chillfl.sweeps.record import SWEEP_FILE, SweepRecord, sweep_difference, write_sweep
 
 FIELD = "shard"
 _SHARD = re.compile(r"^\s*(\d{1,6})\s*/\s*(\d{1,6})\s*$")
@@ -116,19 +116,24 @@ def join_folder(parent: Path, name: str, config_toml: str, record: SweepRecord, 
             remove_tree(made)
     if partial.is_symlink() or not partial.is_dir():
         raise ConfigError(FIELD, f"{partial} is not a comparison folder; remove it or give another out_dir")
-    if not _holds(partial, record):
-        raise ConfigError(FIELD, f"{partial} holds another comparison (its {SWEEP_FILE} differs: another config, variants, seeds, tuning, "
-                                 "chillfl or torch); every shard must run the same command with the same code, or give each comparison its own out_dir")
+    if (differs := _difference(partial, record)) is not None:  # named: "another config ... or torch" left the user to guess which
+        raise ConfigError(FIELD, f"{partial} holds another comparison (its {SWEEP_FILE} differs: {differs}); every shard must run the same "
+                                 "command with the same code, or give each comparison its own out_dir")
     return final, partial
 
 
 def _holds(folder: Path, record: SweepRecord) -> bool:
     """Whether ``folder``'s ``sweep.json`` is ``record`` (:func:`~chillfl.sweeps.record.same_sweep`: the folder each started in aside)."""
+    return _difference(folder, record) is None
+
+
+def _difference(folder: Path, record: SweepRecord) -> str | None:
+    """What differs between ``folder``'s ``sweep.json`` and ``record`` (:func:`~chillfl.sweeps.record.sweep_difference`), or None."""
     try:
         saved = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return False
-    return same_sweep(saved, record)
+        return "it cannot be read"
+    return sweep_difference(saved, record)
 
 
 def refuse_ended(final: Path, record: SweepRecord, shard: Shard) -> None:

@@ -112,7 +112,7 @@ TINY = ["dataset.name=digits", "model.name=mlp", "federation.num_clients=4", "fe
     (["algorithm.name=mine:MetricsFloat"], "algorithm.name: MetricsFloat.round_metrics() returned float: it returns a dict of str names to numbers "
                                            "(or str, bools, lists of them)"),
     (["algorithm.name=mine:CLAIMS_WEIGHTS"], "algorithm.name: 'mine:CLAIMS_WEIGHTS' declares takes_weights = True, but its aggregate() takes no "
-                                             "weights= argument; add weights: torch.Tensor | None = None to it (the clients' weights, as FedAvg.aggregate takes them), "
+                                             "weights= argument; add weights: torch.Tensor | None = None to it (the clients' weights, as the built-in averaging rule takes them), "
                                              "or drop takes_weights"),
     (["algorithm.name=mine:Checked", "algorithm.beta=-1"], "algorithm: Checked.Options.validate(): beta must be >= 0"),
     (["algorithm.name=mine:ReportsDrift", "privacy.mechanism=dp-fedavg", "privacy.delta=1e-3"],

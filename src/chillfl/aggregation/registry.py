@@ -561,7 +561,7 @@ def check_declarations(capabilities: Capabilities, aggregator: Aggregator, name:
         raise ConfigError(field, f"{name} {said} HoldsPersonalModel (chillfl.extend); make the two agree")
     if capabilities.takes_weights and not takes_keyword(aggregator.aggregate, "weights"):  # a wrapper passes weights= (PA3Fed, [privacy]): a TypeError mid-run
         raise ConfigError(field, f"{name} declares takes_weights = True, but its aggregate() takes no weights= argument; add "
-                                 "weights: torch.Tensor | None = None to it (the clients' weights, as FedAvg.aggregate takes them), or drop takes_weights")
+                                 "weights: torch.Tensor | None = None to it (the clients' weights, as the built-in averaging rule takes them), or drop takes_weights")
 
 
 def takes_keyword(function: Callable[..., Any], name: str) -> bool:

@@ -24,11 +24,16 @@ import hashlib
 import json
 import os
 import shlex
-import tomllib
+import sys
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
 from typing import Any, Iterator, TypedDict
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
 
 import torch
 

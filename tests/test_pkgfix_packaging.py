@@ -73,3 +73,16 @@ def test_the_sdist_holds_the_tests_helpers_and_what_they_read() -> None:
     assert {"tests/conftest.py", "tests/slow_tests.txt", "tests/received_folder.py", "docs/install.md", "CITATION.cff"} <= shipped
     assert any(f.startswith("tests/private_net/") for f in shipped)
     assert not shipped & set(caches), sorted(shipped & set(caches))
+
+
+def test_tomllib_is_imported_only_where_python_3_10_has_tomli_instead() -> None:
+    """pyproject allows Python 3.10, which has no tomllib: every import of it sits under a version check or a try (a plain
+    `import tomllib` in sweeps/record.py broke every command there, 2026-12-07), and the tests import chillfl.config's."""
+    root = Path(__file__).resolve().parents[1]
+    bare = []
+    for path in sorted([*(root / "src" / "chillfl").rglob("*.py"), *(root / "tests").rglob("*.py")]):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines):
+            if line.strip() == "import tomllib" and not (i and re.match(r"\s*(if sys\.version_info >= \(3, 11\):|try:)\s*$", lines[i - 1])):
+                bare.append(f"{path.relative_to(root)}:{i + 1}")
+    assert bare == []

@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, AroundAggregator, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
+from chillfl.aggregation.base import Aggregator, AroundAggregator, half_parts, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
 from chillfl.aggregation.registry import (AGGREGATOR_CALLS, HALF_CALLS, INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec,
                                          bind_instance, binds_to_run, built_by, check_algorithm,
                                          check_declarations, check_instance, check_named_classes, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
@@ -458,7 +458,10 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
         bind_instance(aggregator, run_context(config, model, client_sizes, INSTANCE_OPTIONS))  # what its builder takes from the run (momentum, rounds)
         check_instance(aggregator, config, model)  # its spec's limits and check (a wrapper's base's too), as a config naming the method is checked
         by_spec = instance_capabilities(aggregator)  # what its spec declares (a personal model), a wrapper's completed by its base's
-        check_declarations(declared if by_spec is None else by_spec, aggregator, method, "aggregator")
+        combined = declared if by_spec is None else by_spec
+        refuse_nonlinear_head(model, combined.linear_head, method)  # a user's wrapper around a base with limits keeps them (it ran with Adam)
+        check_plain_sgd(combined, config, method)
+        check_declarations(combined, aggregator, method, "aggregator")
         built = aggregator, with_needed_terms(aggregator, copy.deepcopy(plugged.terms))  # its own terms, as its spec's builder returns them
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
@@ -502,7 +505,8 @@ def check_client_half(aggregator: Aggregator, field: str) -> None:
             f"{type(aggregator).__name__}'s client half {type(half).__name__} lacks {', '.join(lacks)}: a ClientHalf needs prepare and finish "
             "(subclass chillfl.extend.Stateless for both, keeping nothing), a Personalising one also objectives and train",
         )
-    check_calls(half, HALF_CALLS, field)
+    for part in half_parts(half):  # PA3Fed's combined half calls its base's hooks as every client calls its own
+        check_calls(part, HALF_CALLS, field)
     if measured_after_average(half) and not holds_personal_model(half):  # the server would have no client model to measure after its average
         raise ConfigError(
             field,

@@ -380,10 +380,22 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
         try:
             signature.bind(*parameters)
         except TypeError:
+            if _binds_unwrapped(bound, parameters):  # a decorator (functools.wraps) that supplies an argument itself: a call tells
+                continue
             empty = inspect.Parameter.empty
             written = signature.replace(parameters=[p.replace(annotation=empty) for p in signature.parameters.values()], return_annotation=empty)
             raise ConfigError(field, f"{type(obj).__name__}.{method}{written} cannot be called as {method}({', '.join(parameters)}), "
                                      "as the run calls it") from None
+
+
+def _binds_unwrapped(bound: Callable[..., Any], parameters: tuple[str, ...]) -> bool:
+    """Whether ``bound``'s own signature, not the one ``functools.wraps`` hands on from the function it wraps, takes
+    ``parameters``: a decorator may supply an argument of the inner function itself, and the hook ran before."""
+    try:
+        inspect.signature(bound, follow_wrapped=False).bind(*parameters)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def refuse_bad_registration(name: object, spec: object, spec_type: type, helper: str) -> None:
@@ -428,6 +440,8 @@ def _refused_call(hook: Callable[..., Any], parameters: tuple[str, ...]) -> str 
     try:
         signature.bind(*parameters)
     except TypeError:
+        if _binds_unwrapped(hook, parameters):  # a decorator that supplies an argument itself (functools.wraps)
+            return None
         return f"{getattr(hook, '__qualname__', type(hook).__name__)}{signature}"
     return None
 

@@ -268,7 +268,7 @@ def inherited_limits(cls: type) -> Capabilities:
 
     Why: ``class MyScaffold(Scaffold): pass`` (to add a round metric) ran with Adam without a word, while ``Scaffold(3)``
     was refused: the subclass runs its parent's maths, whose assumption a forgotten declaration dropped. A limit only
-    refuses, so keeping it changes no run that was accepted; a subclass whose maths lifts it declares its own
+    refuses: a run that broke one, accepted before, is refused now (a resumed one too); a subclass whose maths lifts it declares its own
     ``capabilities`` (``Capabilities()`` for none), which replace all of the parent's."""
     for parent in cls.__mro__[1:]:
         spec = _REGISTRY.get(_MADE[parent]) if parent in _MADE else None
@@ -519,8 +519,8 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
-    if not has_methods(type(built[0]), AGGREGATOR_METHODS):  # its first item is called every round: an int there was an AttributeError
-        missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(built[0], m, None))]
+    missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(built[0], m, None))]  # the instance's: hooks set on it, a proxy's
+    if missing:  # its first item is called every round: an int there was an AttributeError
         raise ConfigError(field or f"{section}.name", f"{name!r}: its AlgorithmSpec's build returned {short_repr(built[0])} as the aggregator, which is "
                                                       f"not an aggregator: it lacks {', '.join(missing)} (see chillfl.extend.AggregatorBase)")
     by_spec = instance_capabilities(built[0]) if isinstance(spec.build, ClassBuilder) else None  # a class: what its making spec declares, as for an instance

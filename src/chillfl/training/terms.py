@@ -177,7 +177,8 @@ def is_batch_term(term: object) -> bool:
 
 def term_calls(term: object) -> tuple[Call, ...]:
     """How a step calls ``term`` (:func:`apply_term`), for :func:`~chillfl.plugins.check_calls` on the built term."""
-    return (("__call__", ("params", "context", "step") if is_batch_term(term) else ("params", "context")),)
+    method = "forward" if isinstance(term, nn.Module) else "__call__"  # a module's __call__ takes anything: its forward is what runs
+    return ((method, ("params", "context", "step") if is_batch_term(term) else ("params", "context")),)
 
 
 Term = LossTerm | BatchTerm

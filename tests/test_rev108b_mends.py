@@ -16,7 +16,7 @@ from torch import nn
 import chillfl
 from chillfl.aggregation.scaffold import Scaffold
 from chillfl.errors import ConfigError
-from chillfl.extend import AlgorithmSpec, AroundAggregator, Capabilities, FedAvg
+from chillfl.extend import AlgorithmSpec, AroundAggregator, Capabilities, ConstantTemperature, FedAvg, PolicySpec
 from test_apifix_hook_calls import CONFIG, HalfWrong, _data
 
 
@@ -112,3 +112,52 @@ def test_a_module_terms_forward_is_checked(tmp_path: Path) -> None:
                     terms=[ModuleTermWrong()])
     assert err.value.field == "terms[0]" and "ModuleTermWrong.forward(params) cannot be called as forward(params, context)" in err.value.message
     assert list(tmp_path.iterdir()) == []
+
+
+# report-rev108c: the mends' own gaps
+
+CLASS_BUILT = AlgorithmSpec(NoOptions, lambda options, ctx: (FedAvg, []), "returns the class, not an instance")
+
+
+def test_a_builder_returning_a_class_is_one_line() -> None:
+    """A class's hooks are callable, so the instance test let it through to a TypeError in check_declarations."""
+    with pytest.raises(ConfigError) as err:
+        _run(config={**CONFIG, "algorithm": {"name": f"{__name__}:CLASS_BUILT"}})
+    assert "a class, not an instance: call it" in err.value.message
+
+
+class NoGradNoRound(FedAvg):
+    @torch.no_grad()
+    def aggregate(self, global_params: Any, results: Any) -> Any:  # type: ignore[override]  # no `round`, behind a pass-through decorator
+        return dict(global_params)
+
+
+def test_a_pass_through_decorator_hides_no_missing_argument(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(model=nn.Linear(8, 3), data=_data(), config=CONFIG, out_dir=tmp_path, name="r", progress=False, aggregator=NoGradNoRound())
+    assert "aggregate(global_params, results) cannot be called as aggregate(global_params, results, round)" in err.value.message
+    assert list(tmp_path.iterdir()) == []
+
+
+class CalledTerm(nn.Module):
+    """Overrides __call__ (the term) and keeps an unrelated forward: called as any term, as before."""
+
+    reads = ()
+
+    def __call__(self, params: Any, context: Any) -> torch.Tensor:  # type: ignore[override]
+        return torch.zeros(())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+
+def test_a_module_term_that_overrides_call_runs_as_before() -> None:
+    assert _run(aggregator=FedAvg(), terms=[CalledTerm()]) is not None
+
+
+PROXIED_POLICY = PolicySpec(NoOptions, lambda options, counts: Proxy(ConstantTemperature(0.5)), "a fixed T behind a proxy")
+
+
+def test_a_proxy_policy_built_by_a_spec_runs() -> None:
+    out = _run(config={**CONFIG, "temperature": {"policy": f"{__name__}:PROXIED_POLICY"}})
+    assert out.records[-1]["temperature_mean"] == 0.5

@@ -389,13 +389,27 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
 
 
 def _binds_unwrapped(bound: Callable[..., Any], parameters: tuple[str, ...]) -> bool:
-    """Whether ``bound``'s own signature, not the one ``functools.wraps`` hands on from the function it wraps, takes
-    ``parameters``: a decorator may supply an argument of the inner function itself, and the hook ran before."""
+    """Whether a decorated hook may still be called with ``parameters`` though the function it wraps (the signature
+    ``functools.wraps`` hands on) cannot: the decorator's own named parameters take them, or a pass-through decorator
+    (``*args, **kwargs``: ``torch.no_grad()``, a timer) leaves the wrapped function short of arguments it may supply
+    itself. One that would get more arguments than it takes is refused: a pass-through hides no missing ``round``."""
     try:
-        inspect.signature(bound, follow_wrapped=False).bind(*parameters)
+        own = inspect.signature(bound, follow_wrapped=False)
+        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in own.parameters.values()):
+            own.bind(*parameters)
+        else:
+            inspect.signature(bound).bind_partial(*parameters)
     except (TypeError, ValueError):
         return False
     return True
+
+
+def missing_hooks(obj: object, methods: Sequence[str]) -> list[str]:
+    """The ``methods`` that instance ``obj`` cannot be called with: read on the instance, so hooks it sets itself or
+    forwards (a proxy's ``__getattr__``) count; a class lacks them all (its methods are not bound: call it)."""
+    if isinstance(obj, type):
+        return list(methods)
+    return [m for m in methods if not callable(getattr(obj, m, None))]
 
 
 def refuse_bad_registration(name: object, spec: object, spec_type: type, helper: str) -> None:

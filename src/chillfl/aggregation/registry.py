@@ -30,8 +30,8 @@ from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options, short_repr
-from chillfl.plugins import (Call, Hook, Registry, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, plugin_names,
-                             refuse_bad_registration)
+from chillfl.plugins import (Call, Hook, Registry, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, missing_hooks,
+                             plugin_names, refuse_bad_registration)
 from chillfl.training.objective import Term
 from chillfl.training.terms import ObjectiveTerm
 
@@ -519,10 +519,10 @@ def make_aggregator(
     built = spec.build(parsed, ctx)
     if not (isinstance(built, tuple) and len(built) == 2 and isinstance(built[1], (list, tuple))):  # a plugin's builder: its mistake is one line, not a TypeError
         raise ConfigError(f"{section}.name", f"{name!r}: its AlgorithmSpec's build must return (aggregator, [loss terms]), got {type(built).__name__}")
-    missing = [m for m in AGGREGATOR_METHODS if not callable(getattr(built[0], m, None))]  # the instance's: hooks set on it, a proxy's
-    if missing:  # its first item is called every round: an int there was an AttributeError
+    if missing := missing_hooks(built[0], AGGREGATOR_METHODS):  # called every round: an int there was an AttributeError
+        why = "a class, not an instance: call it" if isinstance(built[0], type) else f"not an aggregator: it lacks {', '.join(missing)}"
         raise ConfigError(field or f"{section}.name", f"{name!r}: its AlgorithmSpec's build returned {short_repr(built[0])} as the aggregator, which is "
-                                                      f"not an aggregator: it lacks {', '.join(missing)} (see chillfl.extend.AggregatorBase)")
+                                                      f"{why} (see chillfl.extend.AggregatorBase)")
     by_spec = instance_capabilities(built[0]) if isinstance(spec.build, ClassBuilder) else None  # a class: what its making spec declares, as for an instance
     check_declarations(capabilities if by_spec is None else by_spec, built[0], repr(name), field or f"{section}.name")
     # the terms its aggregator declares it needs, where the builder left them out (a plugin's): the instance passed from

@@ -26,7 +26,7 @@ from chillfl.numeric import is_real
 from chillfl.extras import need
 from chillfl.models.common import variance_buffers
 from chillfl.options import short_repr
-from chillfl.plugins import has_methods
+from chillfl.plugins import missing_hooks
 from chillfl.privacy.accounting import RDP_MAX_EPSILON, AccountantError, history_refusal, noise_for
 from chillfl.privacy.dpsgd import PerSampleClipping, check_per_sample
 from chillfl.privacy.plan import PrivacyPlan
@@ -331,7 +331,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
     if private is base:  # nothing would be clipped or noised, and the run would report an epsilon for it
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook returned the run's aggregator itself, which clips and noises nothing; "
                                  "wrap it (chillfl.extend.PrivateAggregation)")
-    if not has_methods(type(private), ("aggregate",)):  # a plugin's hook: one line, not an error inside the round loop
+    if missing_hooks(private, ("aggregate",)):  # a plugin's hook: one line, not an error inside the round loop (a proxy's hooks count)
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook must return an aggregator (chillfl.extend.PrivateAggregation wraps the one it is given), "
                                  f"got {type(private).__name__}")
     if exempt and isinstance(private, PrivateAggregation) and private.client_noise and private.exempt != noise.exempt:

@@ -18,7 +18,7 @@ import numpy as np
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options
-from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, plugin_names,
+from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, missing_hooks, plugin_names,
                              refuse_bad_registration)
 from chillfl.temperature.policy import TemperaturePolicy
 
@@ -168,7 +168,7 @@ def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: st
     name = table.get("policy")
     with building(name, f"{section}.policy", isinstance(name, str) and name in _REGISTRY.view(), " (called as build(options, class_counts))"):
         policy = spec.build(options, class_counts)
-    if not has_methods(type(policy), POLICY_METHODS):  # a plugin's builder: its mistake is one line, not an AttributeError mid-run
+    if missing_hooks(policy, POLICY_METHODS):  # a plugin's builder: its mistake is one line, not an AttributeError mid-run (a proxy's hooks count)
         raise ConfigError(f"{section}.policy", f"{table.get('policy')!r}: its PolicySpec's build must return a temperature policy "
                                                f"(see chillfl.extend.TemperaturePolicy), got {type(policy).__name__}")
     return policy

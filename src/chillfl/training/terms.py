@@ -177,7 +177,8 @@ def is_batch_term(term: object) -> bool:
 
 def term_calls(term: object) -> tuple[Call, ...]:
     """How a step calls ``term`` (:func:`apply_term`), for :func:`~chillfl.plugins.check_calls` on the built term."""
-    method = "forward" if isinstance(term, nn.Module) else "__call__"  # a module's __call__ takes anything: its forward is what runs
+    # a module's own __call__ takes anything and runs its forward; one that overrides __call__ is called as any term
+    method = "forward" if isinstance(term, nn.Module) and type(term).__call__ is nn.Module.__call__ else "__call__"
     return ((method, ("params", "context", "step") if is_batch_term(term) else ("params", "context")),)
 
 

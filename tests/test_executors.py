@@ -84,6 +84,17 @@ def _assert_close(ref: list[LocalOutcome], got: list[LocalOutcome], atol: float 
             torch.testing.assert_close(b.params[k], a.params[k], atol=atol, rtol=1e-5)
 
 
+
+def one_thread_reference(model: nn.Module, spec: LocalSpec, jobs: list[Any]) -> list[Any]:
+    """The sequential executor's outcomes at one thread, the workers' count: bitwise equality needs the same."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return SequentialExecutor(model, spec).run(jobs)
+    finally:
+        torch.set_num_threads(threads)
+
+
 def _assert_identical(ref: list[LocalOutcome], got: list[LocalOutcome]) -> None:
     for a, b in zip(ref, got, strict=True):
         assert (a.num_steps, a.mean_loss, list(a.params)) == (b.num_steps, b.mean_loss, list(b.params))
@@ -321,12 +332,7 @@ def test_process_pool_bitwise_errors_and_clean_shutdown() -> None:
     g = torch.Generator().manual_seed(9)
     contexts = [{"c": {"4.bias": torch.randn(5, generator=g)}, "scale": 0.5} for _ in SIZES]
     jobs = _jobs(model, SIZES, (1, 6, 6), contexts)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the workers' thread count: bitwise equality needs the same
-    try:
-        ref = SequentialExecutor(model, spec).run(jobs)
-    finally:
-        torch.set_num_threads(threads)
+    ref = one_thread_reference(model, spec, jobs)
     ex = ProcessExecutor(model, spec, workers=2)
     try:
         pids = ex.pids

@@ -16,9 +16,8 @@ import torch
 
 from chillfl.executors import processes
 from chillfl.executors.processes import ClientCodeError, ProcessExecutor, WorkerError, WorkerPool
-from chillfl.executors.sequential import SequentialExecutor
 from chillfl.training.local import LocalSpec
-from test_executors import _alive, _assert_identical, _jobs, _mlp
+from test_executors import _alive, _assert_identical, _jobs, _mlp, one_thread_reference
 
 ASKED = "you tried to allocate 4000000000000 bytes"
 
@@ -89,12 +88,7 @@ def test_a_stopped_worker_is_named_while_the_round_waits(monkeypatch: pytest.Mon
     model = _mlp()
     spec = LocalSpec(epochs=1, batch_size=8, terms=(StopOnce(),))
     jobs = _jobs(model, [9, 7], (3, 4))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # the workers' thread count: bitwise equality needs the same
-    try:
-        ref = SequentialExecutor(model, spec).run(jobs)
-    finally:
-        torch.set_num_threads(threads)
+    ref = one_thread_reference(model, spec, jobs)
     logger = logging.getLogger("chillfl.executors.processes")
     with WorkerPool(workers=1) as pool:
         pid = pool.pids[0]

@@ -49,7 +49,7 @@ from chillfl.numeric import is_whole
 from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
-from chillfl.plugins import PluginNotImported, is_custom, reading_data
+from chillfl.plugins import PluginNotImported, is_custom, missing_hooks, reading_data
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.model_file import check_client_ids
 from chillfl.storage.run_folder import CLIENT_MODELS
@@ -632,7 +632,7 @@ def _check_seeds(seeds: Sequence[int]) -> list[int]:
 def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
     """The user's method parts passed to :func:`run` / :func:`compare`, checked: ConfigError on ``aggregator``, ``terms[i]``, ``policy``."""
     for field_name, obj, methods, what in (("aggregator", aggregator, AGGREGATOR_METHODS, "Aggregator"), ("policy", policy, POLICY_METHODS, "TemperaturePolicy")):
-        lacks = [] if obj is None else [m for m in methods if not callable(getattr(obj, m, None))]  # the instance's: a proxy's hooks count
+        lacks = [] if obj is None else missing_hooks(obj, methods)  # the instance's: a proxy's hooks count
         if obj is not None and (isinstance(obj, type) or lacks):
             why = f"{obj.__name__} is a class, not an instance: call it" if isinstance(obj, type) else f"{type(obj).__name__} lacks {', '.join(lacks)}"
             raise ConfigError(field_name, f"must be a chillfl.extend.{what} instance; {why}")

@@ -78,7 +78,8 @@ def with_executor(source: str, executor: str) -> str:
 def test_every_block_is_run_by_a_test() -> None:
     kinds = [(k, n, lang) for k, n, lang, _ in blocks()]
     assert all(k is not None or lang == "text" for k, _, lang in kinds), "an unmarked code block: mark it and run it here"
-    assert {n for k, n, _ in kinds if k == "file"} == {"my_methods.py", "my_feddyn.toml", "my_prototypes.toml", "pyproject.toml"}
+    # typed_plugin.py: run and type-checked by tests/test_typefix_typed_plugins.py
+    assert {n for k, n, _ in kinds if k == "file"} == {"my_methods.py", "my_feddyn.toml", "my_prototypes.toml", "pyproject.toml", "typed_plugin.py"}
     assert {n for k, n, _ in kinds if k == "example"} == {"python", "cli", "config", "softlabels", "prototypes", "head"}
     assert {n for k, n, _ in kinds if k == "prints"} == {"prototypes"}
     assert len(texts()) == 2  # the error line and `chillfl list`, each checked below

@@ -282,6 +282,7 @@ def run_experiment(
     hooks: Sequence[RoundHook] = (),
     pools: WorkerPools | None = None,
     started_in: Path | None = None,
+    exact_name: bool = False,
 ) -> RunOutput:
     """Build and run ``config``; write its result folder unless ``write`` is False.
 
@@ -292,6 +293,8 @@ def run_experiment(
     ``pools``: worker processes and Ray actors a sweep lends its runs (:mod:`chillfl.executors.pools`).
     ``started_in``: the folder the run's relative paths are read from, which its checkpoints record (a resumed
     comparison's new runs: the comparison's, :meth:`~chillfl.config.RunConfig.paths_from`; default: the current folder).
+    ``exact_name``: the folder is ``config.name`` or none, never ``name-N`` (a comparison's run: another process that holds
+    it, a duplicate of the shard, runs it; :class:`~chillfl.storage.results.FolderInUse`).
     """
     refuse_inference_mode()
     with ExitStack() as threads:
@@ -308,7 +311,7 @@ def run_experiment(
                 check_sinks(config)
             else:  # every sink writes from the run's folder (a tracking service too): a setting that did nothing said so
                 warn_unread(config.log, ("sinks",), "log", "without a results folder (write=False; each sink logs from the run's folder)")
-            writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name, started_in) if write else None)
+            writer, held = made_held(lambda: ResultWriter(config.out_dir, config.name, started_in, exact_name) if write else None)
         try:
             with stopped_as(RunNotStarted):  # the folder is removed again below: nothing to resume
                 held.release()  # a signal that came meanwhile lands here

@@ -11,7 +11,8 @@ A run folder is a transaction:
 
 * it is created atomically (:func:`claim_dir`: ``mkdir`` decides, never a
   check-then-create), and renamed at the end onto a name nothing occupies
-  (not even a dangling link);
+  (not even a dangling link); a run's folder appears under its name already
+  locked (:class:`ResultWriter`), so no other process ever sees it unheld;
 * one process at a time writes it: :class:`ResultWriter` holds an exclusive
   ``flock`` on the folder itself (no lock file; it follows the folder's
   renames and is released when the process ends, however it ends);
@@ -31,6 +32,7 @@ import hashlib
 import json
 import math
 import os
+import secrets
 import shutil
 import stat
 import textwrap
@@ -172,6 +174,71 @@ def claim_dir(parent: Path, name: str, field: str = "out_dir") -> tuple[Path, Pa
         return final, partial
 
 
+_CLAIM = ".claim-"
+"""How the hidden folder a run's folder is made in starts (:func:`_new_folder`), before it is renamed onto its name."""
+
+
+def _new_folder(parent: Path, field: str) -> Path:
+    """A new, empty folder of a name of its own in ``parent`` (hidden, unique to this process), made as ``mkdir`` makes one.
+
+    Why not the run's name at once: a folder made there is seen by other processes before it is locked, and one of them
+    took it for an abandoned one (a duplicate of a comparison's shard removed it as a run without a checkpoint, or took
+    ``NAME-2`` beside it and ran the same run again). :class:`ResultWriter` locks this one first, then renames it there."""
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(field, f"cannot create {parent}: {exc.strerror or exc}") from None
+    while True:
+        folder = parent / f"{_CLAIM}{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            folder.mkdir()  # the mode a run folder always had (0o777 less the umask), not mkdtemp's 0o700
+            return folder
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise ConfigError(field, f"cannot create a folder in {parent}: {exc.strerror or exc}") from None
+
+
+def _publish(held: Path, parent: Path, name: str, exact: bool) -> tuple[Path, Path]:
+    """Rename the locked, non-empty folder ``held`` onto ``parent/<name>[-N].partial``; returns ``(final, partial)``.
+
+    The rename decides as ``mkdir`` did: onto a folder that holds files (every run's folder, made here) it fails, and the
+    name is taken. A name whose final folder appeared meanwhile (another run finished) is given up again.
+    ``exact``: a comparison's run, which has no ``-N`` (:func:`in_the_way`): its name taken, or ended, is another process
+    running it (a duplicate of the shard), and this one is refused as when it finds that folder held
+    (:class:`FolderInUse`), instead of running the run a second time in ``NAME-2``."""
+    n = 0
+    while True:
+        n += 1
+        final = parent / (name if n == 1 else f"{name}-{n}")
+        partial = final.with_name(final.name + PARTIAL)
+        if not _taken(final) and not (exact and os.path.lexists(final.with_name(final.name + FAILED))):
+            try:
+                held.rename(partial)
+            except OSError as exc:
+                if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+                    raise ConfigError("out_dir", f"cannot create {partial}: {exc.strerror or exc}") from None
+            else:
+                if not os.path.lexists(final):
+                    return final, partial
+                partial.rename(held)  # finished by someone else between the check and the rename: ours is held, none other touched it
+        if exact:
+            raise _run_by_another(final, partial)
+
+
+def _run_by_another(final: Path, partial: Path) -> FolderInUse:
+    """Why a comparison's run cannot have its own folder: the lock another process holds on it (the line a held folder
+    always gave), else the folder that process made of it meanwhile."""
+    try:
+        RunLock(partial).release()
+    except FolderInUse as exc:
+        return exc
+    except ConfigError:  # no folder (any more), or none to open: the one that stands there is named below
+        pass
+    there = next((p for p in (partial, final, final.with_name(final.name + FAILED)) if os.path.lexists(p)), partial)
+    return FolderInUse("run_dir", f"{there} was made by another chillfl process while this one prepared the run (it runs or ran it)")
+
+
 def rename_free(path: Path, final: Path, name: str) -> Path:
     """Rename ``path`` onto ``final``, or onto the next free ``name-N`` if something (even a link) is there."""
     while True:
@@ -252,13 +319,20 @@ def refuse_links(folder: Path, field: str = "run_dir") -> None:
 class ResultWriter:
     """Writes one run's folder, holding its lock; ``finish()`` makes it final by renaming it."""
 
-    def __init__(self, out_dir: str | Path, name: str, started_in: Path | None = None) -> None:
-        """Claim ``out_dir/name[-N].partial``, lock it and open its ``metrics.jsonl``; whatever stops that (a Ctrl-C,
+    def __init__(self, out_dir: str | Path, name: str, started_in: Path | None = None, exact: bool = False) -> None:
+        """Claim ``out_dir/name[-N].partial`` locked, with its ``metrics.jsonl`` open; whatever stops that (a Ctrl-C,
         a full disk) removes the folder again, so that no empty ``.partial`` pushes the next run to ``name-2``.
 
+        Claim and lock are one step: the folder is made under a hidden name of its own, locked, given its
+        ``metrics.jsonl`` and only then renamed onto its name (:func:`_publish`). Made there at once and locked after, two
+        copies of one comparison's shard started together both ran the run (one in ``NAME-2``), or one removed the
+        other's new folder as abandoned.
+
         ``started_in``: the folder the run's relative paths are read from, which its checkpoints record for a resume
-        typed elsewhere (a comparison's run: the comparison's; default: the current folder)."""
-        self.final, self.path = claim_dir(Path(out_dir), name)
+        typed elsewhere (a comparison's run: the comparison's; default: the current folder). ``exact``: ``name`` only,
+        never ``name-N`` (a comparison's run); taken, :class:`FolderInUse`."""
+        parent = Path(out_dir)
+        self.path = _new_folder(parent, "out_dir")
         self._name = name
         self.started_in = str(started_in) if started_in is not None else current_folder()
         self._metrics: int | None = None
@@ -269,7 +343,8 @@ class ResultWriter:
         lock = None
         try:
             lock = self._lock = RunLock(self.path)
-            self._open_metrics(b"", create=True)
+            self._open_metrics(b"", create=True)  # not empty now: no other claim's rename can replace the folder
+            self.final, self.path = _publish(self.path, parent, name, exact)
         except BaseException:
             self._close()
             shutil.rmtree(self.path, ignore_errors=True)

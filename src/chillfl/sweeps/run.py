@@ -141,7 +141,8 @@ class Sweep:
                     if data is None:  # it had ended when the resume began and was removed since: it runs again, on the same data
                         data = build_data(here, self.dataset)
                     own = build_experiment(here, data=data, model=model, plugged=plugged) if model is not None or plugged else None
-                self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools, started_in=self.started_in)
+                self.results[key] = run_experiment(cfg, write=partial is not None, progress=self.progress, data=data, label=label, experiment=own, pools=self.pools, started_in=self.started_in,
+                                                  exact_name=True)  # a duplicate of this shard that claimed it first runs it: refused
         except Diverged as exc:  # the sweep goes on; its folder is NAME.failed and every table says so
             self.results[key], self.failures[key] = None, f"diverged at round {exc.round}"
             if exc.stop_signal is not None:  # a stop signal came in the round that diverged: the comparison stops here, resumable

@@ -114,7 +114,9 @@ STALL_S = 60.0
 
 A worker stopped (SIGSTOP) or deadlocked in a client's code passes every liveness check, and the round waited for it
 with no output at all: a cluster job burnt its allocation in silence. The notice changes nothing else: the round still
-waits (a legitimately slow client is no error), and each notice doubles the wait before the pool's next one."""
+waits (a legitimately slow client is no error), and each notice doubles the wait before the round's next one. Each round
+starts again at ``STALL_S``: counted over the pool's life, a hang in a long sweep's later run was named only after
+``STALL_S * 2**n``, ``n`` the notices of every earlier round (slow ones, or one the user had continued)."""
 _WATCH_S = WATCH_S
 AF_UNIX_PATH_MAX = 103 if sys.platform == "darwin" else 107
 """Longest socket path the OS accepts (``sockaddr_un.sun_path`` is 108 bytes on Linux, 104 on macOS, with its NUL)."""
@@ -726,7 +728,7 @@ class WorkerPool:
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)
         self._busy = ctx.RawArray("q", [-1] * self.workers)  # each worker's client in training, -1 none: for a stalled round's notice
-        self._notices = 0  # stall notices so far: the next one comes after STALL_S * 2**notices without a result
+        self._notices = 0  # the round's stall notices so far: the next one comes after STALL_S * 2**notices without a result
         self._processes = [
             ctx.Process(
                 target=Watched(_worker_main, os.getpid(), temp),  # watches its parent from its start, before it imports torch
@@ -765,6 +767,7 @@ class WorkerPool:
             raise WorkerError(f"the process pool is unusable: {self._broken}")
         if not self._finalizer.alive:
             raise WorkerError("the process executor is closed")
+        self._notices = 0  # a round's first notice after STALL_S, whatever earlier rounds said
         next_item = 0
         in_flight = 0
         done: dict[int, Any] = {}
@@ -815,8 +818,8 @@ class WorkerPool:
         """One warning line naming the workers still busy, and their clients, once ``waited`` s passed without a result.
 
         A stopped or deadlocked worker is alive, so :meth:`_lost` never sees it: without this line the run said nothing
-        for as long as it hung. The next notice waits twice as long, so a pool whose clients are merely slow says so a
-        few times, not once a round."""
+        for as long as it hung. The next notice of the round waits twice as long, so a round whose clients are merely slow
+        says so a few times, not once a poll; the next round starts again at STALL_S (:meth:`round`)."""
         if waited < STALL_S * 2**self._notices:
             return
         self._notices += 1

@@ -551,7 +551,6 @@ class RayExecutor:
         self.sent_data_bytes = 0
         self._broken: str | None = None
         self._closed = False
-        self._notices = 0  # stall notices so far: the next after processes.STALL_S * 2**notices without a result
         try:
             self._parts = [self._ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
         except BaseException:
@@ -655,13 +654,14 @@ class RayExecutor:
         actor_of = {ref: a for a, ref in calls.items()}
         pending = list(calls.values())
         since = time.monotonic()
+        notices = 0  # the round's stall notices: the next after STALL_S * 2**notices without a result (each round from STALL_S again)
         while pending:  # returns as soon as every call has settled (failed ones too), not at the next step
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_STEP_S)
             later.check()
             if ready:
                 since = time.monotonic()
-            elif (waited := time.monotonic() - since) >= STALL_S * 2**self._notices:  # a stopped or stuck actor is alive: say which
-                self._notices += 1  # the next notice waits twice as long: slow clients say so a few times, not once a round
+            elif (waited := time.monotonic() - since) >= STALL_S * 2**notices:  # a stopped or stuck actor is alive: say which
+                notices += 1  # the next notice waits twice as long: slow clients say so a few times, not once a step
                 log.warning(stalled_line([f"{a} (clients {', '.join(str(items[i].client_id) for i in shares[a])})"
                                           for a in sorted(actor_of[ref] for ref in pending)], waited, kind="Ray worker"))
         results: dict[int, Any] = {}

@@ -13,7 +13,9 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from chillfl.executors.processes import StallClock
 from chillfl.runner import RunInterrupted, _Signals
+
 from chillfl.stop_signals import RaisedLater, Repeats
 
 
@@ -111,7 +113,7 @@ def test_the_ray_executor_waits_in_steps_and_raises_between_them(handlers: Calla
 
     handlers(signal.SIGINT, handler)
     executor = object.__new__(RayExecutor)
-    executor._broken, executor._closed, executor._ray = None, False, FakeRay()
+    executor._broken, executor._closed, executor._ray, executor._stall = None, False, FakeRay(), StallClock()
     executor.pool = SimpleNamespace(closed=False)  # type: ignore[assignment]
     with pytest.raises(Stop):
         with RaisedLater() as later:
@@ -147,7 +149,7 @@ def test_the_ray_executor_names_the_actors_a_stalled_round_waits_for(monkeypatch
 
     monkeypatch.setattr(ray_executor, "time", SimpleNamespace(monotonic=clock))
     executor = object.__new__(ray_executor.RayExecutor)
-    executor._broken, executor._closed, executor._ray, executor._notices = None, False, FakeRay(), 0
+    executor._broken, executor._closed, executor._ray, executor._stall = None, False, FakeRay(), StallClock()
     executor.pool = SimpleNamespace(closed=False)  # type: ignore[assignment]
     items = [SimpleNamespace(client_id=c) for c in (4, 7, 9)]
     with caplog.at_level("WARNING", logger=ray_executor.__name__), RaisedLater() as later:

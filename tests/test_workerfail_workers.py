@@ -92,7 +92,9 @@ def test_a_stopped_worker_is_named_while_the_round_waits(monkeypatch: pytest.Mon
     logger = logging.getLogger("chillfl.executors.processes")
     with WorkerPool(workers=1) as pool:
         pid = pool.pids[0]
-        ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), pool=pool).run(jobs)  # started: its imports are no stall
+        warm = ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), pool=pool)
+        warm.run(jobs)  # started: its imports are no stall
+        warm.run(jobs)  # and a quick round: the next round's first notice comes after STALL_S (StallClock)
         monkeypatch.setattr(processes, "STALL_S", 0.6, raising=False)
         go_on = GoOn(pid)
         unstick = threading.Timer(15.0, os.kill, (pid, signal.SIGCONT))  # without a notice the test fails, not hangs
@@ -110,7 +112,8 @@ def test_a_stopped_worker_is_named_while_the_round_waits(monkeypatch: pytest.Mon
         _assert_identical(ref, got)
         # growing intervals: a pool whose clients are only slow says so a few times, not once a round
         monkeypatch.setattr(processes, "STALL_S", 60.0)
-        pool._notices = 0
+        pool._stall = processes.StallClock()  # a fresh pool's round
+        pool._stall.start_round()
         go_on.seen.clear()
         logger.addHandler(go_on)
         try:

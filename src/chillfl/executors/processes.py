@@ -56,7 +56,8 @@ Choices
   the command line still ends with one line and exit 2.
 * A worker that hangs (stopped, deadlocked in a client's code) is alive, so the round waits for
   it; after :data:`STALL_S` without a result one warning line names the workers still busy and
-  their clients (each worker notes its client in a shared array), again after twice as long.
+  their clients (each worker notes its client in a shared array), again after twice as long
+  (:class:`StallClock`: a round's first after twice the previous round's longest wait).
 * A queue pickles what it sends in a thread of its own, where an error is only
   printed: a task that cannot be sent breaks the pool with a
   :class:`WorkerError` naming why, and a result that cannot be sent comes back
@@ -114,9 +115,41 @@ STALL_S = 60.0
 
 A worker stopped (SIGSTOP) or deadlocked in a client's code passes every liveness check, and the round waited for it
 with no output at all: a cluster job burnt its allocation in silence. The notice changes nothing else: the round still
-waits (a legitimately slow client is no error), and each notice doubles the wait before the round's next one. Each round
-starts again at ``STALL_S``: counted over the pool's life, a hang in a long sweep's later run was named only after
-``STALL_S * 2**n``, ``n`` the notices of every earlier round (slow ones, or one the user had continued)."""
+waits (a legitimately slow client is no error). When it comes: :class:`StallClock`."""
+
+
+class StallClock:
+    """When a round that waits without a result says so: after ``first * 2**n`` s, ``n`` the round's notices so far, and
+    ``first`` twice the previous round's longest wait for a result, at least :data:`STALL_S`.
+
+    Why adaptive: a full-size run whose clients take minutes each waited over STALL_S every round, and named its busy
+    workers every round as if they hung; twice its own usual wait is what a hang stands out from. Why per round: counted
+    over a pool's life, the doubling named a hang in a long sweep's later run only after ``STALL_S * 2**n``, ``n`` every
+    earlier round's notices. One round's outlier (a hang the user continued) sets only the next round's ``first``."""
+
+    def __init__(self) -> None:
+        self._previous = 0.0  # the last completed round's longest wait for a result
+        self._longest = 0.0
+        self._first = STALL_S
+        self._notices = 0
+
+    def start_round(self) -> None:
+        self._first = max(STALL_S, 2.0 * self._previous)
+        self._longest, self._notices = 0.0, 0
+
+    def result(self, waited: float) -> None:
+        """A result came after ``waited`` s without one."""
+        self._longest = max(self._longest, waited)
+
+    def end_round(self) -> None:
+        self._previous = self._longest
+
+    def due(self, waited: float) -> bool:
+        """Whether ``waited`` s without a result is the round's next notice (counted as said when True)."""
+        if waited < self._first * 2**self._notices:
+            return False
+        self._notices += 1
+        return True
 _WATCH_S = WATCH_S
 AF_UNIX_PATH_MAX = 103 if sys.platform == "darwin" else 107
 """Longest socket path the OS accepts (``sockaddr_un.sun_path`` is 108 bytes on Linux, 104 on macOS, with its NUL)."""
@@ -728,7 +761,7 @@ class WorkerPool:
         self._tasks = _Tasks(ctx=ctx)
         self._results = _Results(ctx=ctx)
         self._busy = ctx.RawArray("q", [-1] * self.workers)  # each worker's client in training, -1 none: for a stalled round's notice
-        self._notices = 0  # the round's stall notices so far: the next one comes after STALL_S * 2**notices without a result
+        self._stall = StallClock()  # when a round that waits for a result names its busy workers
         self._processes = [
             ctx.Process(
                 target=Watched(_worker_main, os.getpid(), temp),  # watches its parent from its start, before it imports torch
@@ -767,7 +800,7 @@ class WorkerPool:
             raise WorkerError(f"the process pool is unusable: {self._broken}")
         if not self._finalizer.alive:
             raise WorkerError("the process executor is closed")
-        self._notices = 0  # a round's first notice after STALL_S, whatever earlier rounds said
+        self._stall.start_round()
         next_item = 0
         in_flight = 0
         done: dict[int, Any] = {}
@@ -783,6 +816,7 @@ class WorkerPool:
                 done[index] = decode(payload)
             else:
                 errors.append((index, payload))
+        self._stall.end_round()
         if errors:
             first = min(errors, key=lambda e: e[0])[1]  # the lowest job's: the one a sequential run would have raised
             if isinstance(first, ConfigError):
@@ -803,7 +837,9 @@ class WorkerPool:
         since = time.monotonic()
         while True:
             try:
-                return self._results.get(timeout=_POLL_S)
+                got = self._results.get(timeout=_POLL_S)
+                self._stall.result(time.monotonic() - since)
+                return got
             except queue.Empty:
                 self._broken = self._lost()
                 if not self._broken:
@@ -818,11 +854,9 @@ class WorkerPool:
         """One warning line naming the workers still busy, and their clients, once ``waited`` s passed without a result.
 
         A stopped or deadlocked worker is alive, so :meth:`_lost` never sees it: without this line the run said nothing
-        for as long as it hung. The next notice of the round waits twice as long, so a round whose clients are merely slow
-        says so a few times, not once a poll; the next round starts again at STALL_S (:meth:`round`)."""
-        if waited < STALL_S * 2**self._notices:
+        for as long as it hung. When: :class:`StallClock`."""
+        if not self._stall.due(waited):
             return
-        self._notices += 1
         log.warning(stalled_line([f"{p.name} (client {self._busy[i]})" for i, p in enumerate(self._processes) if self._busy[i] >= 0], waited))
 
     def _lost(self, wait: float = 0.0) -> str | None:

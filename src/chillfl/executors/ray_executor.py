@@ -83,7 +83,7 @@ from torch import nn
 
 from chillfl.config import RayConfig
 from chillfl.executors.sequential import SequentialExecutor
-from chillfl.executors.processes import (AF_UNIX_PATH_MAX, STALL_S, ClientCodeError, WorkerError, _is_state, default_workers, map_leaves,
+from chillfl.executors.processes import (AF_UNIX_PATH_MAX, ClientCodeError, StallClock, WorkerError, _is_state, default_workers, map_leaves,
                                          stalled_line)
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
 from chillfl.errors import ConfigError
@@ -551,6 +551,7 @@ class RayExecutor:
         self.sent_data_bytes = 0
         self._broken: str | None = None
         self._closed = False
+        self._stall = StallClock()  # when a round that waits for its actors names the busy ones
         try:
             self._parts = [self._ray.put((model, spec, client))]  # in a list: passed by reference, fetched once per actor
         except BaseException:
@@ -654,16 +655,17 @@ class RayExecutor:
         actor_of = {ref: a for a, ref in calls.items()}
         pending = list(calls.values())
         since = time.monotonic()
-        notices = 0  # the round's stall notices: the next after STALL_S * 2**notices without a result (each round from STALL_S again)
+        self._stall.start_round()
         while pending:  # returns as soon as every call has settled (failed ones too), not at the next step
             ready, pending = ray.wait(pending, num_returns=len(pending), timeout=WAIT_STEP_S)
             later.check()
             if ready:
+                self._stall.result(time.monotonic() - since)
                 since = time.monotonic()
-            elif (waited := time.monotonic() - since) >= STALL_S * 2**notices:  # a stopped or stuck actor is alive: say which
-                notices += 1  # the next notice waits twice as long: slow clients say so a few times, not once a step
+            elif self._stall.due(waited := time.monotonic() - since):  # a stopped or stuck actor is alive: say which
                 log.warning(stalled_line([f"{a} (clients {', '.join(str(items[i].client_id) for i in shares[a])})"
                                           for a in sorted(actor_of[ref] for ref in pending)], waited, kind="Ray worker"))
+        self._stall.end_round()
         results: dict[int, Any] = {}
         errors: list[tuple[int, str | ConfigError]] = []
         for a, ref in calls.items():

@@ -38,7 +38,8 @@ Choices
   disk or the network): such a row, and a corrupt or decompression-bomb image,
   is one line on ``image_column`` naming the row;
   all must share one size (resize them beforehand) and one bit depth; a split
-  whose first image is grayscale ("L") is read as 1 channel, a 16-bit
+  whose first image is grayscale ("L", 1-bit "1", gray + alpha "LA": alpha
+  dropped) is read as 1 channel, every image of it converted to "L", a 16-bit
   ("I;16"), 32-bit ("I") or float ("F") one as 1 channel of its numbers,
   anything else as RGB. Pixels are scaled to [0, 1] (8-bit by 255, 16-bit by
   65535: :func:`pixel_scale`) and standardised per channel with the train
@@ -249,6 +250,9 @@ SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 """PIL modes of 16-bit grayscale (a 16-bit PNG or TIFF): read as uint16, never converted to 8 bits (Pillow clamps)."""
 WIDE_MODES = (*SIXTEEN_BIT_MODES, "I", "F")
 """PIL modes kept as their numbers (one channel): converting them to L or RGB clamps every value above 255."""
+GRAY_MODES = ("L", "1", "LA", "La")
+"""8-bit PIL modes of grayscale images (1-bit, gray + alpha too): read as one channel ("L"). Why: a column of 1-bit or
+gray + alpha images was converted to RGB, three equal channels, where the same pixels saved as "L" gave one."""
 
 
 def _raw_bytes(feature: Any) -> bool:
@@ -274,7 +278,8 @@ def _declared_dtype(feature: Any) -> str | None:
 
 
 def _pil_arrays(values: list[Any], column: str) -> list[np.ndarray]:
-    """Decoded PIL images as arrays: 8-bit ones as [H, W] (L) or [H, W, 3] (RGB, every other 8-bit mode), 16-bit,
+    """Decoded PIL images as arrays: 8-bit ones as [H, W] (L: the first image's mode is gray, :data:`GRAY_MODES`) or
+    [H, W, 3] (RGB: every other 8-bit mode), every image of the column alike, as the first decides; 16-bit,
     32-bit integer and float ones (``I;16``, ``I``, ``F``) as [H, W] of their own numbers. One column mixing the
     two kinds, or two wide modes, is refused: there is no one scale for its pixels."""
     field = f"{SECTION}.image_column"
@@ -285,7 +290,7 @@ def _pil_arrays(values: list[Any], column: str) -> list[np.ndarray]:
     if first in WIDE_MODES:
         arrays = [np.asarray(v) for v in values]
         return [a.astype(a.dtype.newbyteorder("=")) for a in arrays]  # I;16B is big-endian uint16
-    mode = "L" if first == "L" else "RGB"
+    mode = "L" if first in GRAY_MODES else "RGB"
     arrays = []
     for i, v in enumerate(values):
         try:

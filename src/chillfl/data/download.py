@@ -63,8 +63,8 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent downloads of one dataset are not guarded there
     fcntl = None  # type: ignore[assignment]
 
-from chillfl.data.loaders import find_root, read_where
-from chillfl.data.sources import DATA_DIR, HUB, MANUAL, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
+from chillfl.data.loaders import find_root, read_where, table_files
+from chillfl.data.sources import DATA_DIR, HUB, MANUAL, HubSource, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
 from chillfl.progress import NoBar, Progress, as_mode
 
@@ -476,15 +476,17 @@ def _marker_text(source: Source, target: Path) -> str:
 def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
     """(name, folder, download size, state) of every dataset that lives in ``data_dir``; state: downloaded | incomplete
     (N files missing, or no marker file where the loader reads it) | present (not by us) | missing (with why, when its
-    folder is there) | manual (LEAF) | present (LEAF's files) ; a hub dataset (fetched by ``hf download``, not here): present, or
-    ``missing: <the command>``. Present or not is the loaders' own test (:func:`find_root`), and the folder shown is the
-    one the loader reads (torchvision's ``MNIST/raw/``, say): the listing had a rule of its own (the folder exists)."""
+    folder is there) | manual (LEAF) | present (LEAF's files); a hub dataset (fetched by ``hf download``, not here):
+    present, or ``missing`` (why, when its folder is there) and the command. Present or not is the loaders' own test
+    (:func:`find_root`, :func:`table_files`), and the folder shown is the one the loader reads (torchvision's
+    ``MNIST/raw/``, say): the listing had a rule of its own (the folder exists).
+    docs/datasets.md lists these states."""
     root = Path(data_dir)
     rows = []
     for name in sorted({*downloadable(), *HUB}):
         if name in HUB:
             hub = HUB[name]
-            rows.append((name, hub.repo + "/", "hub", "present" if (root / hub.repo).exists() else f"missing: {hub.command(str(root))}"))
+            rows.append((name, hub.repo + "/", "hub", _hub_state(root, hub)))
             continue
         source = SOURCES.get(name) or MIRRORED_ONLY[name]
         sizes = [f.size for f in source.files]
@@ -492,6 +494,17 @@ def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
         state, folder = _state(root, source)
         rows.append((name, folder, size, state))
     return rows
+
+
+def _hub_state(root: Path, hub: HubSource) -> str:
+    """The state of a hub dataset in ``root``, by its loader's own test (:func:`table_files` of ``root/<repo>``, the
+    folder its default ``path`` finds): the listing said "present" of any folder of that name, empty or not."""
+    where = root / hub.repo
+    if not where.exists():
+        return f"missing: {hub.command(str(root))}"
+    if table_files(where):
+        return "present"
+    return f"missing (no .parquet or .csv files in {hub.repo}/): {hub.command(str(root))}"
 
 
 def _state(root: Path, source: Source) -> tuple[str, str]:

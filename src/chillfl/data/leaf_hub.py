@@ -83,7 +83,7 @@ import numpy as np
 import torch
 
 from chillfl.data import arraycache
-from chillfl.data.loaders import FemnistOptions, is_file, select_writers, tree_files
+from chillfl.data.loaders import FemnistOptions, select_writers, table_files
 from chillfl.data.sources import hub_download_command
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
@@ -176,20 +176,12 @@ def local_source(path: str, data_dir: Path) -> Path | None:
     return None
 
 
-def _files(root: Path) -> list[Path]:
-    """The table files of a local source (a folder unreadable: one line on ``data_dir``, not "no files": :func:`tree_files`)."""
-    if is_file(root):
-        return [root]
-    files = tree_files(root, ".parquet") or tree_files(root, ".csv")
-    return [f for f in files if not any(part.startswith(".") for part in f.relative_to(root).parts)]
-
-
 def read_table(path: str, data_dir: Path) -> tuple[Any, Path | None]:
     """(pyarrow Table of every row, the local source or None when it came from the hub)."""
     pa = need("pyarrow", "hf", "reading the LEAF parquet files")
     root = local_source(path, data_dir)
     if root is not None:
-        files = _files(root)
+        files = table_files(root)  # a folder unreadable: one line on data_dir, not "no files" (tree_files)
         if not files:
             raise ConfigError(f"{SECTION}.path", f"no .parquet or .csv files under {root}")
         try:

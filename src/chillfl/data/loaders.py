@@ -204,6 +204,17 @@ def tree_files(root: Path, suffix: str) -> list[Path]:
     return sorted(found)
 
 
+def table_files(root: Path) -> list[Path]:
+    """The files a hub dataset's loader (``flwr_femnist``, ``flwr_shakespeare``) reads from its local source ``root``:
+    ``root`` itself when it is a file, else the ``.parquet`` files under it (none: the ``.csv`` ones), hidden folders
+    (``hf download``'s ``.cache/``) skipped. Here, not in :mod:`chillfl.data.leaf_hub` (which imports torch), so that
+    ``chillfl data download``'s listing asks the loader's question: it said "present" of any folder of that name."""
+    if is_file(root):
+        return [root]
+    files = tree_files(root, ".parquet") or tree_files(root, ".csv")
+    return [f for f in files if not any(part.startswith(".") for part in f.relative_to(root).parts)]
+
+
 def _integers(values: Any, what: str, low: int | None = None, high: int | None = None) -> np.ndarray:
     """``values`` as an integer array, refused (ValueError) unless they are integers within [low, high].
 

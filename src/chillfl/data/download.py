@@ -63,7 +63,7 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent downloads of one dataset are not guarded there
     fcntl = None  # type: ignore[assignment]
 
-from chillfl.data.loaders import find_root, read_where, table_files
+from chillfl.data.loaders import IDX_FILES, IDX_PUBLISHED, IDX_SETS, find_root, idx_count, idx_file, named_idx_set, read_where, table_files
 from chillfl.data.sources import DATA_DIR, HUB, MANUAL, HubSource, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
 from chillfl.progress import NoBar, Progress, as_mode
@@ -476,10 +476,11 @@ def _marker_text(source: Source, target: Path) -> str:
 def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
     """(name, folder, download size, state) of every dataset that lives in ``data_dir``; state: downloaded | incomplete
     (N files missing, or no marker file where the loader reads it) | present (not by us) | missing (with why, when its
-    folder is there) | manual (LEAF) | present (LEAF's files); a hub dataset (fetched by ``hf download``, not here):
-    present, or ``missing`` (why, when its folder is there) and the command. Present or not is the loaders' own test
-    (:func:`find_root`, :func:`table_files`), and the folder shown is the one the loader reads (torchvision's
-    ``MNIST/raw/``, say): the listing had a rule of its own (the folder exists).
+    folder is there, or idx files directly in ``data_dir`` are the other set's or nobody's) | ambiguous (such idx files
+    of the published sizes: the loader tells them apart by their pixels) | manual (LEAF) | present (LEAF's files); a
+    hub dataset (fetched by ``hf download``, not here): present, or ``missing`` (why, when its folder is there) and the
+    command. Present or not is the loaders' own test (:func:`find_root`, :func:`table_files`), and the folder shown is
+    the one the loader reads (torchvision's ``MNIST/raw/``, say): the listing had a rule of its own (the folder exists).
     docs/datasets.md lists these states."""
     root = Path(data_dir)
     rows = []
@@ -507,6 +508,26 @@ def _hub_state(root: Path, hub: HubSource) -> str:
     return f"missing (no .parquet or .csv files in {hub.repo}/): {hub.command(str(root))}"
 
 
+def _flat_idx_state(root: Path, source: Source) -> str | None:
+    """The state of MNIST or Fashion-MNIST whose loader found idx files directly in ``root`` (their four file names are
+    the same), told as the loader tells it (:func:`chillfl.data.loaders._load_idx_set`): the folder's name, else the
+    published sizes (read from the files' headers) and then the pixels, which the listing does not read (47 MB): such a
+    folder is "ambiguous", never "present" for both. None: not one of the two sets."""
+    spec = next((s for s in IDX_SETS if s.key == source.name), None)
+    if spec is None:
+        return None
+    named = named_idx_set(root)
+    if named is spec:
+        return "present (not by us)"
+    if named is not None:
+        return f"missing (the idx files in ./ are {named.key}'s, by the folder's name)"
+    sizes = tuple(idx_count(idx_file(root, f)) for f in (IDX_FILES[0], IDX_FILES[2]))
+    if sizes != IDX_PUBLISHED:
+        whose = " or ".join(f"{s.key}'s" for s in IDX_SETS)
+        return f"missing (cannot tell whether the idx files in ./ are {whose}: move them into {source.folder}/)"
+    return f"ambiguous: {' or '.join(s.key for s in IDX_SETS)} (the loader tells the idx files in ./ apart by their pixels; move them into {source.folder}/ to be sure)"
+
+
 def _state(root: Path, source: Source) -> tuple[str, str]:
     """(state, the folder shown) of one dataset the downloader knows, for :func:`dataset_status`."""
     target = root / source.folder
@@ -521,7 +542,8 @@ def _state(root: Path, source: Source) -> tuple[str, str]:
     if ours:
         return f"incomplete (no {read_where(source.name)})", shown
     if found is not None:
-        return ("present" if source.name in MANUAL else "present (not by us)"), shown
+        flat = _flat_idx_state(root, source) if found == root else None
+        return flat or ("present" if source.name in MANUAL else "present (not by us)"), shown
     if source.name in MANUAL:
         return "manual (LEAF)", shown
     if target.exists():  # a folder the loader does not read: the downloader leaves it alone without --force

@@ -448,10 +448,6 @@ def read_idx(path: Path) -> np.ndarray:
         raise _corrupt(path, exc) from exc
 
 
-def _idx_file(root: Path, name: str) -> Path:
-    return root / name if is_file(root / name) else root / f"{name}.gz"
-
-
 def _gz_first(root: Path, name: str) -> Path:
     """``root/name.gz`` where it is there, else ``root/name`` (EMNIST: NIST ships gzipped files, torchvision gunzips them)."""
     return root / f"{name}.gz" if is_file(root / f"{name}.gz") else root / name
@@ -489,11 +485,35 @@ def _plain_name(folder: Path) -> str:
     return name.lower().replace("-", "").replace("_", "")
 
 
+def named_idx_set(folder: Path) -> IdxSet | None:
+    """The set whose files the flat folder ``folder`` holds by its name (:attr:`IdxSet.names`); None: its name says neither."""
+    return next((s for s in IDX_SETS if _plain_name(folder) in s.names), None)
+
+
+def idx_count(path: Path) -> int | None:
+    """The first size (images, labels) an idx file's header gives, read from its first 8 bytes; None: no idx header.
+    Why: ``chillfl data download``'s listing tells a flat folder's set apart as the loader does (name, then published
+    sizes) without reading 47 MB of pixels."""
+    try:
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as f:
+            head = f.read(8)
+    except (OSError, EOFError, zlib.error):
+        return None
+    if len(head) < 8 or head[:3] != b"\x00\x00\x08" or head[3] == 0:
+        return None
+    return int.from_bytes(head[4:8], "big", signed=True)
+
+
+def idx_file(root: Path, name: str) -> Path:
+    """``root/name``, plain where it is there, else gzipped: the file the MNIST and Fashion-MNIST loaders read."""
+    return root / name if is_file(root / name) else root / f"{name}.gz"
+
+
 def _idx_owner(root: Path, x_train: np.ndarray, x_test: np.ndarray) -> IdxSet | None:
     """Which set the files in the flat folder ``root`` are: its name's, else the published files' mean pixel; None: cannot tell."""
-    named = [s for s in IDX_SETS if _plain_name(root) in s.names]
-    if named:
-        return named[0]
+    named = named_idx_set(root)
+    if named is not None:
+        return named
     if (len(x_train), len(x_test)) != IDX_PUBLISHED:
         return None
     mean = float(x_train.mean(dtype=np.float64))
@@ -504,10 +524,10 @@ def _idx_owner(root: Path, x_train: np.ndarray, x_test: np.ndarray) -> IdxSet | 
 def _load_idx_set(data_dir: Path, spec: IdxSet) -> RawSplit:
     what, url, key = spec.what, spec.url, spec.key
     root = _find_dir(data_dir, key, what, url, ", ".join(f"{f}[.gz]" for f in IDX_FILES))
-    arrays = [read_idx(_need(_idx_file(root, f), what, url, key, data_dir)) for f in IDX_FILES]
+    arrays = [read_idx(_need(idx_file(root, f), what, url, key, data_dir)) for f in IDX_FILES]
     x_train, y_train, x_test, y_test = arrays
     for x, y, images, labels in ((x_train, y_train, IDX_FILES[0], IDX_FILES[1]), (x_test, y_test, IDX_FILES[2], IDX_FILES[3])):
-        _check_idx_pair(x, y, _idx_file(root, images), what, _idx_file(root, labels), 10)
+        _check_idx_pair(x, y, idx_file(root, images), what, idx_file(root, labels), 10)
     if root == data_dir:  # a flat folder: MNIST's and Fashion-MNIST's files share every name, so it must say whose they are
         owner = _idx_owner(root, x_train, x_test)
         if owner is None:

@@ -77,9 +77,9 @@ PROXIED = AlgorithmSpec(NoOptions, lambda options, ctx: (Proxy(FedAvg()), []), "
 
 
 def test_a_proxy_aggregator_runs_as_before() -> None:
-    """The check read the class's methods and refused it, listing none as missing; by instance and by spec."""
+    """The check read the class's methods and refused it, listing none as missing; built by a spec, which the run checks.
+    One passed from Python is refused by name: its class hides the rule it runs (report-rev109 1, test_plugmend_checks)."""
     assert _run(config={**CONFIG, "algorithm": {"name": f"{__name__}:PROXIED"}}) is not None
-    assert _run(aggregator=Proxy(FedAvg())) is not None
 
 
 def _with_clock(f: Callable[..., Any]) -> Callable[..., Any]:

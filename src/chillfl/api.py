@@ -32,7 +32,7 @@ from chillfl import arguments
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator
+from chillfl.aggregation.base import Aggregator, AroundAggregator
 from chillfl.aggregation.registry import AGGREGATOR_METHODS, algorithm_names
 from chillfl.config import SWITCHED, RunConfig, name_from_path, apply_overrides, check_compare_option, check_depth, check_out_dir, config_from_dict, dotted_overrides, read_config_file, set_dotted
 from chillfl.data import ArrayDataset, FederatedData, dataset_names, partitioner_names
@@ -49,7 +49,7 @@ from chillfl.numeric import is_whole
 from chillfl.models.assign import refuse_with_user_model
 from chillfl.options import plain, short_repr
 from chillfl.progress import Progress
-from chillfl.plugins import PluginNotImported, is_custom, missing_hooks, reading_data
+from chillfl.plugins import PluginNotImported, instance_only_hooks, is_custom, missing_hooks, reading_data
 from chillfl.report.compare import CompareResult as Comparison
 from chillfl.storage.model_file import check_client_ids
 from chillfl.storage.run_folder import CLIENT_MODELS
@@ -636,6 +636,7 @@ def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
         if obj is not None and (isinstance(obj, type) or lacks):
             why = f"{obj.__name__} is a class, not an instance: call it" if isinstance(obj, type) else f"{type(obj).__name__} lacks {', '.join(lacks)}"
             raise ConfigError(field_name, f"must be a chillfl.extend.{what} instance; {why}")
+    _refuse_instance_hooks(aggregator, policy)
     if isinstance(terms, (str, bytes)) or not isinstance(terms, Sequence):
         raise ConfigError("terms", f"must be a list of local objective terms, got {type(terms).__name__}")
     for i, term in enumerate(terms):
@@ -649,6 +650,25 @@ def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
     for field_name, obj in (("aggregator", aggregator), ("policy", policy)):
         _validate_options(obj, field_name)
     return Plugged(aggregator, tuple(terms), policy)
+
+
+def _refuse_instance_hooks(aggregator: object, policy: object) -> None:
+    """A ConfigError on ``aggregator`` (a wrapper's base too) or ``policy`` whose hooks only the instance holds (set on it,
+    forwarded through ``__getattr__``: a proxy). Why: the run reads a part by its class (its spec's limits, ``check`` and
+    ``bind``, its declared capabilities), and a proxy's class declares nothing: ``Proxy(Scaffold(2))`` ran with Adam and
+    ``Proxy(DnC())`` with seed None; a naive proxy was a RecursionError in ``copy.deepcopy``. A wrapper subclasses
+    :class:`~chillfl.aggregation.base.AroundAggregator`, whose base the run checks."""
+    part = aggregator
+    while part is not None:
+        if hooks := instance_only_hooks(part, AGGREGATOR_METHODS):
+            raise ConfigError("aggregator", f"{type(part).__name__} holds {', '.join(hooks)} on the instance only (set on it or forwarded through __getattr__), "
+                                            "which hides the rule it runs from its spec's checks: subclass chillfl.extend.AroundAggregator to wrap an "
+                                            "aggregator (it forwards every hook and the run checks its base), or define the hooks on the class")
+        part = part.base if isinstance(part, AroundAggregator) else None
+    if policy is not None and (hooks := instance_only_hooks(policy, POLICY_METHODS)):
+        raise ConfigError("policy", f"{type(policy).__name__} holds {', '.join(hooks)} on the instance only (set on it or forwarded through __getattr__), "
+                                    "which hides the policy it runs from the run's checks of its class (its capabilities): subclass the policy it wraps, "
+                                    "or define the hooks on the class")
 
 
 def _validate_options(obj: object, field_name: str) -> None:

@@ -391,17 +391,38 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
 def _binds_unwrapped(bound: Callable[..., Any], parameters: tuple[str, ...]) -> bool:
     """Whether a decorated hook may still be called with ``parameters`` though the function it wraps (the signature
     ``functools.wraps`` hands on) cannot: the decorator's own named parameters take them, or a pass-through decorator
-    (``*args, **kwargs``: ``torch.no_grad()``, a timer) leaves the wrapped function short of arguments it may supply
-    itself. One that would get more arguments than it takes is refused: a pass-through hides no missing ``round``."""
+    (``*args, **kwargs``: a timer's) leaves the wrapped function short of arguments it may supply itself. One whose
+    wrapped function would get more arguments than it takes is refused, whatever the wrapper's own signature (a
+    pass-through hides no missing ``round``), and so is one behind torch's ``no_grad()``, which supplies none
+    (:func:`_supplies_nothing`)."""
+    if _supplies_nothing(bound):
+        return False
     try:
         own = inspect.signature(bound, follow_wrapped=False)
         if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in own.parameters.values()):
             own.bind(*parameters)
-        else:
-            inspect.signature(bound).bind_partial(*parameters)
+        inspect.signature(bound).bind_partial(*parameters)  # whatever the wrapper's own: more than the wrapped takes is a TypeError
     except (TypeError, ValueError):
         return False
     return True
+
+
+_PASS_THROUGH_MODULES = ("torch.utils._contextlib",)
+"""Modules whose decorators only pass a call on (``torch.no_grad()``, ``torch.enable_grad()``, ``torch.inference_mode()``:
+``decorate_context``): a hook behind one is checked as the function it wraps."""
+
+
+def _supplies_nothing(bound: Callable[..., Any]) -> bool:
+    """Whether ``bound``'s wrapper is one of :data:`_PASS_THROUGH_MODULES`' decorators, which supply no argument.
+
+    Why: its own signature is ``(*args, **kwargs)``, as a decorator's that does supply one (a timer's ``clock=``), so
+    ``@torch.no_grad()`` on ``aggregate(..., round, extra)`` passed the check and was a TypeError at round 1. Told by
+    the file of the wrapper's code (``functools.wraps`` copies ``__module__`` from the wrapped function)."""
+    function = bound.__func__ if inspect.ismethod(bound) else bound
+    if not inspect.isfunction(function):
+        return False
+    files = {module.__file__ for name in _PASS_THROUGH_MODULES if (module := sys.modules.get(name)) is not None}
+    return function.__code__.co_filename in files
 
 
 def missing_hooks(obj: object, methods: Sequence[str]) -> list[str]:
@@ -410,6 +431,13 @@ def missing_hooks(obj: object, methods: Sequence[str]) -> list[str]:
     if isinstance(obj, type):
         return list(methods)
     return [m for m in methods if not callable(getattr(obj, m, None))]
+
+
+def instance_only_hooks(obj: object, methods: Sequence[str]) -> list[str]:
+    """The ``methods`` instance ``obj`` answers but its class does not define: set on the instance or forwarded through
+    ``__getattr__`` (a proxy). Why: a run checks and binds a part by its class (the spec that makes it, its declared
+    capabilities), so a proxy's class hides the rule it runs from every check (SCAFFOLD ran with Adam behind one)."""
+    return [m for m in methods if callable(getattr(obj, m, None)) and not callable(getattr(type(obj), m, None))]
 
 
 def refuse_bad_registration(name: object, spec: object, spec_type: type, helper: str) -> None:

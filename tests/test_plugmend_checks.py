@@ -1,0 +1,140 @@
+"""Mends from report-rev109 (the plugin checks of a0eba0ff/8af16a22): a decorated hook short of an argument is one line
+again, a proxy aggregator or policy passed from Python is refused (its class is what every check reads), PA3Fed's
+combined client half checks each part's hooks, a function or class term is checked as any term."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+from torch import nn
+
+import chillfl
+from chillfl.aggregation.dnc import DnC, DnCOptions
+from chillfl.aggregation.scaffold import Scaffold
+from chillfl.errors import ConfigError
+from chillfl.extend import AroundAggregator, Capabilities, ConstantTemperature, FedAvg
+from test_apifix_hook_calls import CONFIG, _data
+
+
+def _run(config: dict[str, Any] = CONFIG, **parts: Any) -> Any:
+    return chillfl.run(model=nn.Linear(8, 3), data=_data(), config=config, write=False, progress=False, **parts)
+
+
+def _refused(tmp_path: Path, config: dict[str, Any] = CONFIG, **parts: Any) -> ConfigError:
+    """The ConfigError a run on ``parts`` ends with, having written nothing (no NAME.partial folder)."""
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(model=nn.Linear(8, 3), data=_data(), config=config, out_dir=tmp_path, name="r", progress=False, **parts)
+    assert list(tmp_path.iterdir()) == []
+    return err.value
+
+
+# finding 2: a decorated hook that needs an argument nobody supplies
+
+class NoGradExtra(FedAvg):
+    @torch.no_grad()
+    def aggregate(self, global_params: Any, results: Any, round: int, extra: Any) -> Any:  # type: ignore[override]
+        return dict(global_params)
+
+
+def _named_first(f: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(f)
+    def wrapped(self: Any, global_params: Any, *args: Any, **kwargs: Any) -> Any:
+        return f(self, global_params, *args, **kwargs)
+    return wrapped
+
+
+class NamedFirstNoRound(FedAvg):
+    @_named_first
+    def aggregate(self, global_params: Any, results: Any) -> Any:  # type: ignore[override]  # no `round`
+        return dict(global_params)
+
+
+def test_a_no_grad_hook_short_of_an_argument_is_one_line(tmp_path: Path) -> None:
+    """torch.no_grad()'s wrapper supplies nothing: the hook is checked as the function it wraps (it was a TypeError at round 1)."""
+    err = _refused(tmp_path, aggregator=NoGradExtra())
+    assert err.field == "aggregator"
+    assert "NoGradExtra.aggregate(global_params, results, round, extra) cannot be called as aggregate(global_params, results, round)" in err.message
+
+
+def test_a_wrapper_with_a_named_parameter_hides_no_missing_round(tmp_path: Path) -> None:
+    err = _refused(tmp_path, aggregator=NamedFirstNoRound())
+    assert "NamedFirstNoRound.aggregate(global_params, results) cannot be called as aggregate(global_params, results, round)" in err.message
+
+
+class NoGradOK(FedAvg):
+    @torch.no_grad()
+    def aggregate(self, global_params: Any, results: Any, round: int) -> Any:
+        return dict(global_params)
+
+
+def test_a_no_grad_hook_that_takes_the_call_still_runs() -> None:
+    assert _run(aggregator=NoGradOK()) is not None
+
+
+# findings 1 and 5: a proxy passed from Python hides the rule it runs from every check that reads its class
+
+class Proxy:
+    """Forwards every hook to an inner rule (to log calls, say), guarded so that copy.deepcopy survives it."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+
+class NaiveProxy:
+    """The textbook proxy: copy.deepcopy recursed in its __getattr__ (RecursionError)."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class HooksInInit:
+    """Its hooks set on the instance: its class declares and is made by nothing, whatever rule the hooks run."""
+
+    def __init__(self, inner: Any) -> None:
+        for hook in ("downlink", "aggregate", "round_metrics", "begin_round", "client_half", "state_dict", "load_state_dict"):
+            setattr(self, hook, getattr(inner, hook))
+
+
+class Ident(AroundAggregator):
+    """A user's identity wrapper: forwards every hook, and the run checks its base."""
+
+
+def test_a_proxy_of_scaffold_with_adam_is_refused(tmp_path: Path) -> None:
+    """Scaffold(2) alone is refused with Adam (plain-SGD limit); behind a proxy it ran with Adam."""
+    adam = {**CONFIG, "client": {"optimizer": "adam"}}
+    for aggregator in (Proxy(Scaffold(2)), HooksInInit(Scaffold(2)), Ident(Proxy(Scaffold(2)))):
+        err = _refused(tmp_path, config=adam, aggregator=aggregator)
+        assert err.field == "aggregator"
+        assert "on the instance only" in err.message and "subclass chillfl.extend.AroundAggregator" in err.message
+    assert "Proxy holds downlink, aggregate" in _refused(tmp_path, aggregator=Proxy(DnC(options=DnCOptions(f=5)))).message
+    assert "HooksInInit holds downlink" in _refused(tmp_path, aggregator=HooksInInit(FedAvg())).message
+    err = _refused(tmp_path, config=adam, aggregator=Ident(Scaffold(2)))  # the sound way to wrap: its base's limit holds
+    assert err.field == "client.optimizer"
+
+
+def test_a_naive_proxy_is_one_line_not_a_recursion_error(tmp_path: Path) -> None:
+    err = _refused(tmp_path, aggregator=NaiveProxy(FedAvg()))
+    assert err.field == "aggregator" and "NaiveProxy holds" in err.message
+    err = _refused(tmp_path, aggregator=FedAvg(), policy=NaiveProxy(ConstantTemperature(0.5)))
+    assert err.field == "policy" and "NaiveProxy holds temperature, observe" in err.message
+
+
+class MyConstant(ConstantTemperature):
+    """Subclasses the policy it changes: its class is what the run reads."""
+
+
+def test_a_policy_subclass_still_runs() -> None:
+    out = _run(aggregator=FedAvg(), policy=MyConstant(0.5))
+    assert out.records[-1]["temperature_mean"] == 0.5

@@ -138,3 +138,61 @@ class MyConstant(ConstantTemperature):
 def test_a_policy_subclass_still_runs() -> None:
     out = _run(aggregator=FedAvg(), policy=MyConstant(0.5))
     assert out.records[-1]["temperature_mean"] == 0.5
+
+
+# findings 3 and 6: PA3Fed's combined client half checks each part's hooks by its class, as a half alone is
+
+class HalfNoFinish:
+    def prepare(self, state: Any, start: Any, context: Any) -> Any:
+        return start, context
+
+
+class WeightedNoFinish(FedAvg):
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_half(self) -> Any:
+        return HalfNoFinish()
+
+
+class Half:
+    def prepare(self, state: Any, start: Any, context: Any) -> Any:
+        return start, context
+
+    def finish(self, model: Any, state: Any, trained: Any) -> Any:
+        return {}, {}
+
+
+class ProxyHalfWeighted(FedAvg):
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_half(self) -> Any:
+        return Proxy(Half())
+
+
+def _under_pa3fed(base: str) -> dict[str, Any]:
+    return {**CONFIG, "algorithm": {"name": "pa3fed", "base": f"{__name__}:{base}"}}
+
+
+def test_pa3fed_refuses_a_base_half_without_finish(tmp_path: Path) -> None:
+    """Only the combined half (which has every hook) was asked: an AttributeError at the first client, NAME.partial left."""
+    err = _refused(tmp_path, config=_under_pa3fed("WeightedNoFinish"))
+    assert "client half HalfNoFinish lacks finish: a ClientHalf needs prepare and finish" in err.message
+    assert "client half HalfNoFinish lacks finish: " in _refused(tmp_path, aggregator=WeightedNoFinish()).message  # alone, as before
+
+
+def test_a_proxy_half_is_refused_alone_and_under_pa3fed_alike(tmp_path: Path) -> None:
+    """Alone it was refused ('lacks prepare, finish'), under PA3Fed it ran: one rule, which says why."""
+    says = "client half Proxy lacks prepare, finish on its class (prepare, finish only on the instance"
+    assert says in _refused(tmp_path, aggregator=ProxyHalfWeighted()).message
+    assert says in _refused(tmp_path, config=_under_pa3fed("ProxyHalfWeighted")).message
+
+
+class WeightedHalf(FedAvg):
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_half(self) -> Any:
+        return Half()
+
+
+def test_pa3fed_over_a_base_with_a_whole_half_runs() -> None:
+    assert _run(config=_under_pa3fed("WeightedHalf")) is not None

@@ -50,7 +50,7 @@ from chillfl.protocols.softlabels.build import only_checking
 from chillfl.protocols.softlabels.public import check_public_dataset, one_sample_failure
 from chillfl.protocols.parts import ClientModels, Experiment, build_architecture, build_client_models  # noqa: F401  (re-exported: the built parts of a run)
 from chillfl.protocols.registry import protocol_of
-from chillfl.plugins import CUSTOM, check_calls, has_methods, is_custom
+from chillfl.plugins import CUSTOM, check_calls, has_methods, instance_only_hooks, is_custom
 from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_names
 from chillfl.temperature.registry import POLICY_CALLS, steers_on_test_rows
@@ -497,15 +497,17 @@ def check_client_half(aggregator: Aggregator, field: str) -> None:
     half = aggregator.client_half()
     if half is None:
         return
-    needed = ("prepare", "finish", *(("objectives", "train") if hasattr(half, "train") or hasattr(half, "objectives") else ()))
-    lacks = [m for m in needed if not has_methods(type(half), (m,))]
-    if lacks:
-        raise ConfigError(
-            field,
-            f"{type(aggregator).__name__}'s client half {type(half).__name__} lacks {', '.join(lacks)}: a ClientHalf needs prepare and finish "
-            "(subclass chillfl.extend.Stateless for both, keeping nothing), a Personalising one also objectives and train",
-        )
-    for part in half_parts(half):  # PA3Fed's combined half calls its base's hooks as every client calls its own
+    for part in half_parts(half):  # PA3Fed's combined half has every hook and calls its base's as every client calls its own: each part's
+        needed = ("prepare", "finish", *(("objectives", "train") if hasattr(part, "train") or hasattr(part, "objectives") else ()))
+        lacks = [m for m in needed if not has_methods(type(part), (m,))]  # by its class, as an aggregator passed from Python is
+        if lacks:
+            held = instance_only_hooks(part, lacks)
+            why = f" on its class ({', '.join(held)} only on the instance, set on it or forwarded through __getattr__)" if held else ""
+            raise ConfigError(
+                field,
+                f"{type(aggregator).__name__}'s client half {type(part).__name__} lacks {', '.join(lacks)}{why}: a ClientHalf needs prepare and finish "
+                "(subclass chillfl.extend.Stateless for both, keeping nothing), a Personalising one also objectives and train",
+            )
         check_calls(part, HALF_CALLS, field)
     if measured_after_average(half) and not holds_personal_model(half):  # the server would have no client model to measure after its average
         raise ConfigError(

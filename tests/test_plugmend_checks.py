@@ -5,6 +5,7 @@ combined client half checks each part's hooks, a function or class term is check
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -16,7 +17,7 @@ import chillfl
 from chillfl.aggregation.dnc import DnC, DnCOptions
 from chillfl.aggregation.scaffold import Scaffold
 from chillfl.errors import ConfigError
-from chillfl.extend import AroundAggregator, Capabilities, ConstantTemperature, FedAvg
+from chillfl.extend import AroundAggregator, Capabilities, ConstantTemperature, FedAvg, TermSpec
 from test_apifix_hook_calls import CONFIG, _data
 
 
@@ -196,3 +197,69 @@ class WeightedHalf(FedAvg):
 
 def test_pa3fed_over_a_base_with_a_whole_half_runs() -> None:
     assert _run(config=_under_pa3fed("WeightedHalf")) is not None
+
+
+# finding 4: a function term, or a TermSpec whose build returns a class
+
+@dataclass(frozen=True)
+class NoOpts:
+    pass
+
+
+def fn_term_wrong(params: Any) -> torch.Tensor:  # no `context`
+    return torch.zeros(())
+
+
+fn_term_wrong.reads = ()  # type: ignore[attr-defined]
+
+
+def fn_term(params: Any, context: Any) -> torch.Tensor:
+    return torch.zeros(())
+
+
+fn_term.reads = ()  # type: ignore[attr-defined]
+
+
+class ModTerm(nn.Module):
+    reads = ()
+
+    def forward(self, params: Any, context: Any) -> torch.Tensor:
+        return torch.zeros(())
+
+
+FN_TERM = TermSpec(NoOpts, lambda o: fn_term_wrong, "a function term without context")
+CLASS_MODTERM = TermSpec(NoOpts, lambda o: ModTerm, "returns the class, not an instance")
+
+
+def _with_term(name: str) -> dict[str, Any]:
+    return {**CONFIG, "objective": {"terms": [f"{__name__}:{name}"]}}
+
+
+def test_a_function_terms_parameters_are_checked(tmp_path: Path) -> None:
+    """A function's __call__ is a method-wrapper taking anything: a TypeError at the first step, NAME.partial left."""
+    err = _refused(tmp_path, aggregator=FedAvg(), terms=[fn_term_wrong])
+    assert err.field == "terms[0]" and "fn_term_wrong(params) cannot be called as __call__(params, context)" in err.message
+    err = _refused(tmp_path, config=_with_term("FN_TERM"))
+    assert err.field.startswith("objective.terms") and "fn_term_wrong(params) cannot be called" in err.message
+
+
+def test_a_function_term_that_takes_the_call_runs() -> None:
+    partial = functools.partial(fn_term)
+    partial.reads = ()  # type: ignore[attr-defined]
+    assert _run(aggregator=FedAvg(), terms=[fn_term, partial]) is not None
+
+
+def test_a_term_spec_returning_a_class_is_one_line(tmp_path: Path) -> None:
+    err = _refused(tmp_path, config=_with_term("CLASS_MODTERM"))
+    assert err.field.startswith("objective.terms") and "its TermSpec's build returned the class ModTerm, not an instance: call it" in err.message
+
+
+# finding 7: an nn.Module term without forward
+
+class ModTermNoForward(nn.Module):
+    reads = ()
+
+
+def test_a_module_term_without_forward_is_one_line(tmp_path: Path) -> None:
+    err = _refused(tmp_path, aggregator=FedAvg(), terms=[ModTermNoForward()])
+    assert err.field == "terms[0]" and "ModTermNoForward is an nn.Module term without forward: define forward(params, context)" in err.message

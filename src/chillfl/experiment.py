@@ -59,7 +59,7 @@ from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, half_weights_note, model_state, parameter_dtypes, persistent_buffers, reads_representation, resolve_compute
 from chillfl.training.objective import Term, temperature_cross_entropy
-from chillfl.training.terms import configured_terms, term_calls
+from chillfl.training.terms import check_term, configured_terms
 
 log = logging.getLogger(__name__)
 
@@ -629,7 +629,7 @@ def _build_experiment(
     policy = build_policy(config, data, plugged)
     check_calls(policy, POLICY_CALLS, "policy" if plugged is not None and plugged.policy is not None else "temperature.policy")
     for term, term_field in zip(terms, term_fields):  # a term's or a policy's hook with the wrong parameters: one line, before anything is written
-        check_calls(term, term_calls(term), term_field)
+        check_term(term, term_field)
     policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
     losses = base_losses()
     if config.client.loss not in losses:

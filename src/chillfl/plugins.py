@@ -368,9 +368,11 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
     every check that it exists, and the run then wrote its folder and stopped at round 1 with a TypeError traceback from
     inside chillfl. Read from the bound method (``self`` already given), so that extra parameters with defaults,
     ``*args`` and ``**kwargs`` pass as a call would; a method absent here is refused where the part is recognised.
+    ``__call__`` is read on ``obj`` itself: a function's (or a ``functools.partial``'s) own ``__call__`` is a wrapper
+    taking anything, so a function term's parameters went unchecked.
     """
     for method, parameters in calls:
-        bound = getattr(obj, method, None)
+        bound = obj if method == "__call__" and not isinstance(obj, type) else getattr(obj, method, None)
         if not callable(bound):
             continue
         try:
@@ -384,7 +386,8 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
                 continue
             empty = inspect.Parameter.empty
             written = signature.replace(parameters=[p.replace(annotation=empty) for p in signature.parameters.values()], return_annotation=empty)
-            raise ConfigError(field, f"{type(obj).__name__}.{method}{written} cannot be called as {method}({', '.join(parameters)}), "
+            who = obj.__qualname__ if bound is obj and inspect.isroutine(obj) else f"{type(obj).__name__}.{method}"  # a function term by its name
+            raise ConfigError(field, f"{who}{written} cannot be called as {method}({', '.join(parameters)}), "
                                      "as the run calls it") from None
 
 

@@ -30,7 +30,7 @@ from chillfl.capabilities import Cost
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.numeric import is_real
 from chillfl.options import NoOptions, parse_options, short_repr
-from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, look_up, plugin_names,
+from chillfl.plugins import (Call, Hook, Registry, building, check_calls, check_constructor, check_hooks, check_spec_parts, has_methods, look_up, plugin_names,
                              refuse_bad_registration)
 
 Params = dict[str, torch.Tensor]
@@ -180,6 +180,17 @@ def term_calls(term: object) -> tuple[Call, ...]:
     # a module's own __call__ takes anything and runs its forward; one that overrides __call__ is called as any term
     method = "forward" if isinstance(term, nn.Module) and type(term).__call__ is nn.Module.__call__ else "__call__"
     return ((method, ("params", "context", "step") if is_batch_term(term) else ("params", "context")),)
+
+
+def check_term(term: object, field: str) -> None:
+    """A ConfigError on ``field`` when a step cannot call the built ``term`` as it calls it (:func:`term_calls`).
+
+    Why: an ``nn.Module`` term with no ``forward`` has ``nn.Module``'s, which takes ``*input`` and raises
+    NotImplementedError: it passed the check and stopped the run at its first step, leaving NAME.partial."""
+    if isinstance(term, nn.Module) and type(term).__call__ is nn.Module.__call__ and type(term).forward is nn.Module.forward:
+        raise ConfigError(field, f"{type(term).__name__} is an nn.Module term without forward: define forward(params, context"
+                                 f"{', step' if is_batch_term(term) else ''}), which the step calls")
+    check_calls(term, term_calls(term), field)
 
 
 Term = LossTerm | BatchTerm
@@ -367,6 +378,8 @@ class ObjectiveTerm:
         built_in = isinstance(self.name, str) and _REGISTRY.get(self.name) is self.spec  # one lookup: no import of every term module
         with building(self.name, self.field, built_in, " (called as build(options))"):
             term = self.spec.build(self.options)
+        if isinstance(term, type):  # its __call__ is type's: it passed as a term and was built, with the step's arguments, at the first step
+            raise ConfigError(self.field, f"{self.name!r}: its TermSpec's build returned the class {term.__name__}, not an instance: call it")
         if not (has_methods(type(term), TERM_METHODS) and isinstance(term.reads if hasattr(term, "reads") else None, tuple)):
             raise ConfigError(self.field, f"{self.name!r}: its TermSpec's build must return a loss term (a `reads` tuple and __call__; "
                                           f"see chillfl.extend.LossTerm), got {short_repr(term)}")  # not an AttributeError mid-training

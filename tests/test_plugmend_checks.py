@@ -17,7 +17,8 @@ import chillfl
 from chillfl.aggregation.dnc import DnC, DnCOptions
 from chillfl.aggregation.scaffold import Scaffold
 from chillfl.errors import ConfigError
-from chillfl.extend import AroundAggregator, Capabilities, ConstantTemperature, FedAvg, TermSpec
+from chillfl.extend import (Accounting, AroundAggregator, Capabilities, Charge, ConstantTemperature, FedAvg, MechanismSpec, PolicySpec, PrivateAggregation,
+                            TermSpec)
 from test_apifix_hook_calls import CONFIG, _data
 
 
@@ -263,3 +264,28 @@ class ModTermNoForward(nn.Module):
 def test_a_module_term_without_forward_is_one_line(tmp_path: Path) -> None:
     err = _refused(tmp_path, aggregator=FedAvg(), terms=[ModTermNoForward()])
     assert err.field == "terms[0]" and "ModTermNoForward is an nn.Module term without forward: define forward(params, context)" in err.message
+
+
+# finding 8: a PolicySpec, or a mechanism's aggregator hook, that returns a class says so (it said "got type")
+
+CLASS_POLICY = PolicySpec(NoOpts, lambda o, counts: ConstantTemperature, "returns the class, not an instance")
+
+
+def _accounts(options: Any, sizes: Any) -> Accounting:
+    return Accounting(((1.0, sizes.rounds),))
+
+
+def _charges(options: Any, sizes: Any, participants: Any) -> list[Charge]:
+    return [Charge(f"client {p.client_id}", 1.0) for p in participants]
+
+
+CLASS_MECHANISM = MechanismSpec("m", NoOpts, accounts=_accounts, charges=_charges, aggregator=lambda o, noise, base: PrivateAggregation,
+                                adjacency="replace", subsampled=False)
+
+
+def test_a_builder_returning_a_class_says_so(tmp_path: Path) -> None:
+    err = _refused(tmp_path, config={**CONFIG, "temperature": {"policy": f"{__name__}:CLASS_POLICY"}})
+    assert err.field == "temperature.policy" and err.message.endswith("got the class ConstantTemperature, not an instance: call it")
+    privacy = {"mechanism": f"{__name__}:CLASS_MECHANISM", "clip_norm": 1.0, "noise_multiplier": 1.0, "delta": 1e-3}
+    err = _refused(tmp_path, config={**CONFIG, "privacy": privacy})
+    assert err.field == "privacy.mechanism" and err.message.endswith("got the class PrivateAggregation, not an instance: call it")

@@ -333,7 +333,7 @@ def private_aggregator(config: RunConfig, data: FederatedData, aggregator: Aggre
                                  "wrap it (chillfl.extend.PrivateAggregation)")
     if missing_hooks(private, ("aggregate",)):  # a plugin's hook: one line, not an error inside the round loop (a proxy's hooks count)
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook must return an aggregator (chillfl.extend.PrivateAggregation wraps the one it is given), "
-                                 f"got {type(private).__name__}")
+                                 f"got {f'the class {private.__name__}, not an instance: call it' if isinstance(private, type) else type(private).__name__}")
     if exempt and isinstance(private, PrivateAggregation) and private.client_noise and private.exempt != noise.exempt:
         raise ConfigError(FIELD, f"{plan.mechanism!r}: its aggregator hook builds a client-side PrivateAggregation without exempt=noise.exempt, "
                                  "so the attackers set to skip the client-side step would comply without a word: pass it on")

@@ -17,7 +17,7 @@ import numpy as np
 
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
-from chillfl.options import Chosen, NoOptions, parse_options
+from chillfl.options import Chosen, NoOptions, parse_options, short_repr
 from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, missing_hooks, plugin_names,
                              refuse_bad_registration)
 from chillfl.temperature.policy import TemperaturePolicy
@@ -170,8 +170,13 @@ def make_policy(table: Mapping[str, Any], class_counts: ClassCounts, section: st
         policy = spec.build(options, class_counts)
     if missing_hooks(policy, POLICY_METHODS):  # a plugin's builder: its mistake is one line, not an AttributeError mid-run (a proxy's hooks count)
         raise ConfigError(f"{section}.policy", f"{table.get('policy')!r}: its PolicySpec's build must return a temperature policy "
-                                               f"(see chillfl.extend.TemperaturePolicy), got {type(policy).__name__}")
+                                               f"(see chillfl.extend.TemperaturePolicy), got {_got(policy)}")
     return policy
+
+
+def _got(obj: object) -> str:
+    """What a builder returned, in a refusal: a class is said to be one (``got type`` named nothing)."""
+    return f"the class {obj.__name__}, not an instance: call it" if isinstance(obj, type) else f"{short_repr(obj)} ({type(obj).__name__})"
 
 
 def policy_capabilities(table: Mapping[str, Any], section: str = "temperature") -> Capabilities:

@@ -289,3 +289,16 @@ def test_a_builder_returning_a_class_says_so(tmp_path: Path) -> None:
     privacy = {"mechanism": f"{__name__}:CLASS_MECHANISM", "clip_norm": 1.0, "noise_multiplier": 1.0, "delta": 1e-3}
     err = _refused(tmp_path, config={**CONFIG, "privacy": privacy})
     assert err.field == "privacy.mechanism" and err.message.endswith("got the class PrivateAggregation, not an instance: call it")
+
+
+class NoGradTermWrong:
+    reads = ()
+
+    @torch.no_grad()
+    def __call__(self, params: Any, context: Any, extra: Any) -> torch.Tensor:  # `extra`, which a decorator that supplies nothing leaves out
+        return torch.zeros(())
+
+
+def test_a_no_grad_term_short_of_an_argument_is_one_line(tmp_path: Path) -> None:
+    err = _refused(tmp_path, aggregator=FedAvg(), terms=[NoGradTermWrong()])
+    assert err.field == "terms[0]" and "NoGradTermWrong.__call__(params, context, extra) cannot be called as __call__(params, context)" in err.message

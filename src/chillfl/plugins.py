@@ -421,7 +421,7 @@ def _supplies_nothing(bound: Callable[..., Any]) -> bool:
     Why: its own signature is ``(*args, **kwargs)``, as a decorator's that does supply one (a timer's ``clock=``), so
     ``@torch.no_grad()`` on ``aggregate(..., round, extra)`` passed the check and was a TypeError at round 1. Told by
     the file of the wrapper's code (``functools.wraps`` copies ``__module__`` from the wrapped function)."""
-    function = bound.__func__ if inspect.ismethod(bound) else bound
+    function = bound.__func__ if inspect.ismethod(bound) else bound if inspect.isroutine(bound) else type(bound).__call__  # a term: its class's
     if not inspect.isfunction(function):
         return False
     files = {module.__file__ for name in _PASS_THROUGH_MODULES if (module := sys.modules.get(name)) is not None}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import typing
 from abc import abstractmethod
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from torch import nn
 
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
+from chillfl.options import coerce
 from chillfl.once import warn_once
 from chillfl.training.objective import Context, LossTerm, Wire
 from chillfl.training.optim import Carried
@@ -773,8 +775,21 @@ Weighting = Literal["samples", "uniform"]
 (the FLex&Chill authors' code, ``Servers/aggregator.py``: a plain mean of the client models)."""
 
 
+def check_weighting(weighting: object, field: str) -> Weighting:
+    """``weighting`` if it is one of :data:`Weighting`, else the config path's one-line ConfigError on ``field``.
+
+    The one rule for every path: a config table's ``weighting`` is checked by ``parse_options`` against the same
+    Literal, and an options dataclass passed from Python (``FedAvg("unifrom")``, ``FedOptOptions(weighting=...)``), which
+    no table parse sees, calls this from its ``validate``; before, such a typo ran as ``samples`` without a word."""
+    return typing.cast(Weighting, coerce(weighting, Weighting, field))
+
+
 def client_weights(results: Sequence[ClientResult], weighting: Weighting = "samples") -> torch.Tensor:
-    """The round's averaging weights: :func:`sample_weights`, or 1/|S| each for ``uniform``."""
+    """The round's averaging weights: :func:`sample_weights`, or 1/|S| each for ``uniform``.
+
+    Any other value is refused (:func:`check_weighting`), not read as ``samples``: an instance built past the options'
+    checks must not run a weighting other than the one it records."""
+    check_weighting(weighting, "weighting")
     if weighting == "uniform":
         return torch.full((len(results),), 1.0 / len(results), dtype=torch.float64)
     return sample_weights(results)
@@ -1018,6 +1033,10 @@ class FedAvgOptions:
     """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""
 
     weighting: Weighting = "samples"
+
+    def validate(self, section: str) -> None:
+        """A ``FedAvg(weighting)`` passed from Python is checked through this, as a config's table is by its parse."""
+        check_weighting(self.weighting, f"{section}.weighting")
 
 
 class FedAvg(AggregatorBase):

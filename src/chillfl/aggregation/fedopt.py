@@ -57,8 +57,10 @@ from chillfl.aggregation.base import (
     AggregatorBase,
     ClientResult,
     OnParameters,
+    Weighting,
     Params,
     check_state_keys,
+    check_weighting,
     load_params,
     params_state,
     client_weights,
@@ -83,10 +85,11 @@ class FedOptOptions:
     beta1: float = 0.9
     beta2: float = 0.99
     tau: float = 1e-3
-    weighting: Literal["samples", "uniform"] = "samples"
+    weighting: Weighting = "samples"
     """``samples`` (n_i / n, as FedAvg) or ``uniform`` (1/|S|, Algorithm 2's plain mean)."""
 
     def validate(self, section: str) -> None:
+        check_weighting(self.weighting, f"{section}.weighting")  # a FedOpt built in Python meets no table parse
         require(self.server_lr > 0, f"{section}.server_lr", f"must be > 0, got {self.server_lr}")
         require(0 <= self.beta1 < 1, f"{section}.beta1", f"must be in [0, 1), got {self.beta1}")
         require(0 <= self.beta2 < 1, f"{section}.beta2", f"must be in [0, 1), got {self.beta2}")

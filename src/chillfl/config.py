@@ -597,7 +597,8 @@ class RunConfig:
     compare: dict[str, Any] = field(default_factory=dict)
     """``chillfl compare`` options: ``reference`` (label whose best accuracy is the target), ``baseline``,
     ``seeds`` (list: every variant runs at each), ``controls`` (step-size controls for T != 1),
-    ``select`` (``final`` | ``best``: the tuning rule on validation accuracy), ``local`` (the seed table adds local
+    ``select`` (the tuning rule: ``final`` | ``best`` on the global model's validation accuracy, ``local_final`` |
+    ``local_best`` on the clients' local validation accuracy), ``local`` (the seed table adds local
     accuracy and its paired difference to the baseline's)."""
     tune: dict[str, Any] = field(default_factory=dict)
     """``chillfl compare``: option -> list of values; each variant runs at every point of the grid and keeps

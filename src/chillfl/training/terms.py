@@ -52,11 +52,17 @@ def read_table(context: Context, key: str) -> Mapping[str, torch.Tensor]:
 
 
 def read_number(context: Context, key: str) -> float | torch.Tensor:
-    """``context[key]`` as a number (a float, or a 0-d tensor under vmap)."""
+    """``context[key]`` as a number (a float, or a 0-d tensor under vmap).
+
+    Anything else is a TypeError, as :func:`read_table` and :func:`read_tensor` refuse theirs: a string or a vector
+    handed back here reached a typed term as a "number" of any shape."""
     value = context[key]
-    if isinstance(value, Mapping):
-        raise TypeError(f"context[{key!r}] must be a number, got a table")
-    return value
+    if isinstance(value, torch.Tensor) and value.dim() == 0:
+        return value
+    if is_real(value):
+        return value
+    what = f"a tensor of shape {tuple(value.shape)}" if isinstance(value, torch.Tensor) else "a table" if isinstance(value, Mapping) else type(value).__name__
+    raise TypeError(f"context[{key!r}] must be a number or a 0-d tensor, got {what}")
 
 
 def read_tensor(context: Context, key: str) -> torch.Tensor:

@@ -39,6 +39,7 @@ def test_flat_params_spell_the_config_as_strings() -> None:
 
 
 def test_an_mlflow_run_holds_the_config_every_round_and_the_folder(tmp_path: Path, file_store: str) -> None:
+    import mlflow.artifacts
     from mlflow.tracking import MlflowClient
 
     config = load_config(None, {**TINY, "out_dir": str(tmp_path / "results"), "log.sinks": ["mlflow"], "log.mlflow_tracking_uri": file_store,
@@ -73,7 +74,9 @@ def test_an_mlflow_run_holds_the_config_every_round_and_the_folder(tmp_path: Pat
     names = sorted(a.path for a in client.list_artifacts(run.info.run_id))
     files = sorted(p.name for p in out.folder.iterdir() if p.is_file() and p.name not in NOT_ARTIFACTS and p.stat().st_size <= ARTIFACT_MAX_BYTES)
     assert names == files and {"config.toml", "metrics.jsonl", "summary.json"} <= set(names)
-    stored = Path(client.download_artifacts(run.info.run_id, "metrics.jsonl", str(tmp_path / "down")))
+    # Fetched from the run's own artifact URI: MLflow 3.0.0's client.download_artifacts(run_id, ...) looks the run
+    # up in the default store, not in the client's tracking URI, and fails with "Run ... not found".
+    stored = Path(mlflow.artifacts.download_artifacts(artifact_uri=f"{run.info.artifact_uri}/metrics.jsonl", dst_path=str(tmp_path / "down")))
     assert stored.read_bytes() == (out.folder / "metrics.jsonl").read_bytes()
 
 

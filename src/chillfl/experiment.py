@@ -53,7 +53,7 @@ from chillfl.protocols.registry import protocol_of
 from chillfl.plugins import CUSTOM, check_calls, has_methods, instance_only_hooks, is_custom
 from chillfl.seeds import derive_seed
 from chillfl.temperature import check_policy, make_policy, policy_names
-from chillfl.temperature.registry import POLICY_CALLS, steers_on_test_rows
+from chillfl.temperature.registry import check_built_policy, steers_on_test_rows
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
@@ -627,10 +627,11 @@ def _build_experiment(
     term_fields = (*(f"terms[{i}]" if i < passed else method_field for i in range(len(terms))), *(f for _, f in configured))
     terms = [*terms, *(t for t, _ in configured)]
     policy = build_policy(config, data, plugged)
-    check_calls(policy, POLICY_CALLS, "policy" if plugged is not None and plugged.policy is not None else "temperature.policy")
     for term, term_field in zip(terms, term_fields):  # a term's or a policy's hook with the wrong parameters: one line, before anything is written
         check_term(term, term_field)
-    policy.client_half(data.num_classes)  # its checks against the data (FedChill's p_g per class) before anything is written
+    policy_field = "policy" if plugged is not None and plugged.policy is not None else "temperature.policy"  # and its client half's, its checks against the data
+    client_train = data.client_train
+    check_built_policy(config.temperature, policy, data.num_classes, data.num_clients, lambda cid: client_train(cid)[1], policy_field)
     losses = base_losses()
     if config.client.loss not in losses:
         raise choice_error("client.loss", config.client.loss, list(losses))

@@ -9,18 +9,21 @@ same spec (:func:`user_policy`); a plugin may also call :func:`register_policy` 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import numpy as np
+import torch
 
 from chillfl.capabilities import Capabilities, declared
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options, short_repr
-from chillfl.plugins import (Call, Hook, Registry, building, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, missing_hooks, plugin_names,
-                             refuse_bad_registration)
-from chillfl.temperature.policy import TemperaturePolicy
+from chillfl.plugins import (Call, Hook, Registry, building, check_calls, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, missing_hooks,
+                             plugin_names, refuse_bad_registration)
+from chillfl.temperature.policy import TemperatureHalf, TemperaturePolicy
 
 if TYPE_CHECKING:  # annotations only
     from chillfl.config import RunConfig
@@ -89,6 +92,16 @@ POLICY_CALLS: tuple[Call, ...] = (
     ("state_dict", ()), ("load_state_dict", ("state",)),
 )
 """How the run calls each of :data:`POLICY_METHODS` (:func:`~chillfl.plugins.check_calls`, on the built policy)."""
+
+HALF_METHODS = ("temperature", "finish")
+"""What a policy's client half has (:class:`~chillfl.temperature.policy.TemperatureHalf`)."""
+
+HALF_CALLS: tuple[Call, ...] = (("temperature", ("state", "offered", "labels")), ("finish", ("state", "temperature", "local_accuracy")))
+"""How every client calls each of :data:`HALF_METHODS` (:func:`~chillfl.plugins.check_calls`, on the built half)."""
+
+PROBED_CLIENTS = 32
+"""How many clients (ids 0, 1, ...) :func:`check_built_policy` asks for their first round's T when the policy declares
+``trains_at``: a plugin's per-client T shows among a few, and a run of 100,000 clients is not asked 100,000 times."""
 
 
 def policy_names() -> list[str]:
@@ -266,3 +279,68 @@ def steers_on_test_rows(config: RunConfig, policy: TemperaturePolicy | None = No
             return None
         return built_policy_capabilities(config.temperature, policy).steers_by_accuracy
     return policy_capabilities(config.temperature).steers_by_accuracy
+
+
+def check_built_policy(table: Mapping[str, Any], policy: TemperaturePolicy, num_classes: int, num_clients: int,
+                       labels: Callable[[int], torch.Tensor], field: str) -> None:
+    """The run's built ``policy`` (from ``table``, or passed from Python: ``custom``) against how the run calls it, each
+    misfit one ConfigError on ``field`` before anything is written: its hooks' parameters (:data:`POLICY_CALLS`), its
+    client half's hooks and theirs (:data:`HALF_CALLS`), and its declared ``trains_at`` against the T its first round
+    trains each client at (:func:`check_trains_at`). ``labels(cid)``: client ``cid``'s training labels, which a client
+    half may read for its T.
+
+    Why: a client half's ``temperature`` or ``finish`` with the wrong parameters (or none) was a TypeError or
+    AttributeError traceback at the first client, after the run had written its folder; the server half's hooks were
+    checked, the half's not. Calling ``client_half`` here also runs its own checks against the data (FedChill's p_g per
+    class)."""
+    check_calls(policy, POLICY_CALLS, field)
+    name = table.get("policy")
+    shown = type(policy).__name__ if is_custom(name) else name
+    built_in = isinstance(name, str) and not is_custom(name) and name in _REGISTRY.view()
+    with building(shown, field, built_in, " (called as client_half(num_classes))"):
+        half = policy.client_half(num_classes)
+    if half is not None:
+        lacks = missing_hooks(half, HALF_METHODS)
+        if lacks:
+            raise ConfigError(field, f"{type(policy).__name__}'s client half {type(half).__name__} lacks {', '.join(lacks)}: a temperature policy's "
+                                     "client half has temperature(state, offered, labels) and finish(state, temperature, local_accuracy) "
+                                     "(see chillfl.extend.TemperatureHalf)")
+        check_calls(half, HALF_CALLS, field)
+    check_trains_at(table, policy, half, num_clients, labels, field)
+
+
+def check_trains_at(table: Mapping[str, Any], policy: TemperaturePolicy, half: TemperatureHalf | None, num_clients: int,
+                    labels: Callable[[int], torch.Tensor], field: str) -> None:
+    """A ConfigError on ``field`` when ``policy`` declares ``trains_at`` (:func:`built_policy_capabilities`) and a client
+    of the first round (round 0; the first :data:`PROBED_CLIENTS` ids) would train at another T: the server half's
+    ``temperature(client_id, 0)`` where it has no client half, else the half's ``temperature({}, offered, labels)``, the
+    call a client makes before it has a state of its own. Asked of a copy, so a policy that draws or counts as it answers
+    runs as it would have; one that cannot be copied is not asked.
+
+    Why: the step-size controls, the comparison's caveats, the records (no per-client T) and ``analyze grad-norms`` read
+    the declared T, not the ones trained at; a declaration that disagrees (a subclass of ``ConstantTemperature`` whose
+    ``temperature`` sets T per client) made them all wrong without a word. Sound, not complete: a refusal shows a T the
+    run would train at, but a policy that agrees at round 0 and not later passes."""
+    said = built_policy_capabilities(table, policy).trains_at
+    if said is None:
+        return
+    try:
+        probe, probe_half = copy.deepcopy((policy, half))
+    except Exception:  # noqa: BLE001 - a plugin's object that cannot be copied: asking the run's own could change its run
+        return
+    name = table.get("policy")
+    shown = type(policy).__name__ if is_custom(name) else name
+    built_in = isinstance(name, str) and not is_custom(name) and name in _REGISTRY.view()
+    for cid in range(min(num_clients, PROBED_CLIENTS)):
+        with building(shown, field, built_in, f" (asked for client {cid}'s T at round 0)"):
+            offered = probe.temperature(cid, 0)
+            used = offered if probe_half is None else probe_half.temperature({}, offered, labels(cid))
+        try:
+            value = float(used)
+        except (TypeError, ValueError):
+            return  # not a number: training says so, in its own words
+        if not math.isclose(value, said, rel_tol=1e-6):
+            where = f"temperature({cid}, 0)" if probe_half is None else f"client half's temperature({{}}, {offered!r}, labels) for client {cid}"
+            raise ConfigError(field, f"{shown!r} declares trains_at = {said:g} (the one T for every client and round, which the step-size controls, "
+                                     f"caveats and records read), but its {where} is {value:g} at round 0; declare trains_at only for a policy "
+                                     "that trains every client at that T every round, none for one that sets T per client or round")

@@ -975,15 +975,19 @@ def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator
 def run_capabilities(table: Mapping[str, Any], aggregator: object) -> Capabilities:
     """What the run's algorithm declares: the ``[algorithm]`` table's (its options, a wrapped base's included) where it names
     a registered algorithm or a class by path; for an instance passed from Python, what the spec that builds it declares
-    (Ditto()'s takes_weights), else its class's own ``capabilities``."""
+    (Ditto()'s takes_weights), else its class's own ``capabilities`` or, without one, the limits it inherits
+    (:func:`declared_capabilities`).
+
+    Why: the run's refusals read the instance so (:func:`chillfl.experiment.build_algorithm`), and this read the class's own
+    attribute alone: ``class MyNova(FedNova): pass`` was refused Adam for FedNova's plain_sgd while this said it had no
+    limit (a privacy mechanism or a listing asking here saw none)."""
     try:
         algorithm_spec(str(table.get("name")), "algorithm")
     except ConfigError:
         by_spec = instance_capabilities(aggregator)
         if by_spec is not None:
             return by_spec
-        declared = vars(type(aggregator)).get("capabilities")
-        return declared if isinstance(declared, Capabilities) else Capabilities()
+        return declared_capabilities(type(aggregator), type(aggregator).__name__, "aggregator")
     return configured_capabilities(table)
 
 

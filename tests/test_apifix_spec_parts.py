@@ -57,7 +57,7 @@ def _with(table: str, key: str, value: Any) -> dict[str, Any]:
     (_with("algorithm", "name", f"{__name__}:NUMBER_SUMMARY"), "algorithm.name", "its AlgorithmSpec's summary must be a str, got 5"),
     (_with("algorithm", "name", f"{__name__}:BUILD_RETURNS_WRONG"), "algorithm.name", "build returned 3 as the aggregator, which is not an aggregator: it lacks downlink"),
     (_with("temperature", "policy", f"{__name__}:POL_BAD_OPTS"), "temperature.policy", "its PolicySpec's options must be a dataclass"),
-    (_with("objective", "terms", [f"{__name__}:TERM_BAD_OPTS"]), "objective.terms", "its TermSpec's options must be a dataclass"),
+    (_with("objective", "terms", [f"{__name__}:TERM_BAD_OPTS"]), "objective.terms[0]", "its TermSpec's options must be a dataclass"),
 ], ids=["dict", "none", "instance", "summary", "build", "policy", "term"])
 def test_a_malformed_spec_is_one_line(config: dict[str, Any], field: str, words: str) -> None:
     with pytest.raises(ConfigError) as err:

@@ -86,13 +86,13 @@ def test_an_objective_term_among_several_is_named_by_its_entry(user: Any, execut
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
 def test_a_missing_context_key_names_the_objective_term(user: Any, executor: str) -> None:
     err = _run({"executor": executor, "objective": {"terms": ["apifix_term_parts:Missing"]}})
-    assert isinstance(err, ContextError) and err.field == "objective.terms", str(err)
+    assert isinstance(err, ContextError) and err.field == "objective.terms[0]", str(err)
     assert err.message.startswith("Missing reads context key(s) 'apifix_nothing_sends_this'"), str(err)
 
 
 def test_the_proximal_mu_term_and_then_a_term_by_name_keep_their_own_fields(user: Any) -> None:
     err = _run({"objective": {"proximal_mu": 0.1, "terms": ["apifix_term_parts:Missing"]}})
-    assert err.field == "objective.terms", str(err)
+    assert err.field == "objective.terms[0]", str(err)
 
 
 def test_a_methods_own_term_is_named_by_algorithm_name(user: Any) -> None:

@@ -17,5 +17,5 @@ def test_a_term_sent_twice_names_the_field_of_the_first(tmp_path: Path, capsys: 
     assert main(["run", str(config), f"out_dir={tmp_path / 'out'}"]) == 2
     assert not (tmp_path / "out").exists()
     lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("chillfl: error: objective.terms: ")
+    assert len(lines) == 1 and lines[0].startswith("chillfl: error: objective.terms[0]: ")
     assert "sends context key 'mu', which the term of objective.proximal_mu sends too" in lines[0]

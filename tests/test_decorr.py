@@ -104,7 +104,7 @@ def test_fedavg_plus_decorr_end_to_end_under_every_executor() -> None:
     assert_records_close(seq[:1], vec[:1])
 
 
-@pytest.mark.parametrize(("options", "field"), [({"beta": -0.1}, "objective.terms.beta"), ({"tau": 1.0}, "objective.terms")])
+@pytest.mark.parametrize(("options", "field"), [({"beta": -0.1}, "objective.terms[0].beta"), ({"tau": 1.0}, "objective.terms[0]")])
 def test_option_errors_name_the_objective_terms_field(options: dict[str, Any], field: str) -> None:
     with pytest.raises(ConfigError) as info:
         build_experiment(config(**RUN, **{"objective.terms": [{"name": "decorr", **options}]}))

@@ -34,7 +34,7 @@ def test_dp_sgd_refuses_a_term_that_couples_the_samples_of_a_batch() -> None:
     # dp-sgd evaluates the loss one sample at a time (xi[None]); FedDecorr's term is 0 for N = 1, so the run was the run
     # without it, bitwise, and was reported as FedDecorr
     err = refusal(**{"privacy.mechanism": "dp-sgd", "objective.terms": ["decorr"]})
-    assert err.field == "objective.terms" and "'decorr' couples the samples of a batch" in str(err) and "\n" not in str(err)
+    assert err.field == "objective.terms[0]" and "'decorr' couples the samples of a batch" in str(err) and "\n" not in str(err)
     two = refusal(**{"privacy.mechanism": "dp-sgd", "objective.terms": ["ntd", {"name": "decorr", "beta": 0.5}]})
     assert two.field == "objective.terms[1]"  # the entry, not the per-sample one before it
 

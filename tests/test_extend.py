@@ -305,7 +305,7 @@ def test_a_config_error_in_a_comparisons_first_run_leaves_no_folder(user: Any, t
     )
     assert main(["run", str(tmp_path / "c.toml"), "--out", str(tmp_path / "out"), "-q"]) == 2
     err = capfd.readouterr().err
-    assert err.splitlines() == ["chillfl: error: objective.terms: Vector returned a tensor of shape (16, 64); a loss term returns a scalar (a 0-d tensor)"], err
+    assert err.splitlines() == ["chillfl: error: objective.terms[0]: Vector returned a tensor of shape (16, 64); a loss term returns a scalar (a 0-d tensor)"], err
     assert list((tmp_path / "out").iterdir()) == []
 
 

@@ -17,7 +17,7 @@ TOML = 'name = "t"\n[federation]\nnum_clients = 3\nrounds = 1\n[dataset]\nname =
     ('[{name="ntd"},{name="decorr",beta=-1}]', "objective.terms[1].beta: must be in [0, 1e6], got -1.0"),
     ('[{name="ntd"},{name="decorr",bta=1}]', "objective.terms[1].bta: unknown option (did you mean 'beta'?); allowed: beta"),
     ('["ntd","bogus"]', "objective.terms[1]: unknown value 'bogus'"),
-    ('[{name="decorr",beta=-1}]', "objective.terms.beta: must be in [0, 1e6], got -1.0"),  # one entry: no index
+    ('[{name="decorr",beta=-1}]', "objective.terms[0].beta: must be in [0, 1e6], got -1.0"),  # one entry: its index too
 ])
 def test_a_term_entry_error_names_its_index(tmp_path: Path, capsys: pytest.CaptureFixture[str], terms: str, line: str) -> None:
     (tmp_path / "t.toml").write_text(TOML)

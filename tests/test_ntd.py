@@ -142,10 +142,10 @@ def test_ntd_composes_with_the_proximal_term_on_the_same_start_model() -> None:
 @pytest.mark.parametrize(
     ("options", "field"),
     [
-        ({"beta": -0.1}, "objective.terms.beta"),
-        ({"tau": 0.0}, "objective.terms.tau"),
-        ({"tau": -1.0}, "objective.terms.tau"),
-        ({"temperature": 1.0}, "objective.terms"),  # an unknown option
+        ({"beta": -0.1}, "objective.terms[0].beta"),
+        ({"tau": 0.0}, "objective.terms[0].tau"),
+        ({"tau": -1.0}, "objective.terms[0].tau"),
+        ({"temperature": 1.0}, "objective.terms[0]"),  # an unknown option
     ],
 )
 def test_option_errors_name_the_objective_terms_field(options: dict[str, Any], field: str) -> None:

@@ -106,7 +106,7 @@ def test_an_object_that_is_no_term_is_one_plain_line() -> None:
     """The refusal printed reST markup (``reads``) on the command line, where it is read as typed."""
     with pytest.raises(ConfigError) as info:
         build_experiment(load_config(None, {**BASE, "objective.terms": ["collections:OrderedDict"]}))
-    assert info.value.field == "objective.terms"
+    assert info.value.field == "objective.terms[0]"
     assert str(info.value).endswith("'collections:OrderedDict' is not a loss term: give a TermSpec, or a class with a `reads` tuple and __call__ "
                                     "(see chillfl.extend.LossTerm, BatchTerm)")
 

@@ -15,8 +15,8 @@ BASE = {**TERMS_BASE, "distillation.method": "dsfl", "distillation.public_size":
 @pytest.mark.parametrize(
     ("over", "field", "tail"),
     [
-        ({"objective.terms": [{"name": "decorr"}]}, "objective.terms", "leave it empty"),  # a batch term: reads no global model
-        ({"objective.terms": ["proximal"]}, "objective.terms", "leave it empty"),
+        ({"objective.terms": [{"name": "decorr"}]}, "objective.terms[0]", "leave it empty"),  # a batch term: reads no global model
+        ({"objective.terms": ["proximal"]}, "objective.terms[0]", "leave it empty"),
         ({"objective.proximal_mu": 0.1}, "objective.proximal_mu", "leave it 0"),
     ],
 )

@@ -118,7 +118,7 @@ TINY = ["dataset.name=digits", "model.name=mlp", "federation.num_clients=4", "fe
     (["algorithm.name=mine:ReportsDrift", "privacy.mechanism=dp-fedavg", "privacy.delta=1e-3"],
      "algorithm.name: client 0 sent, besides its model, a report ('drift') that its method does not declare (Capabilities.reports): under "
      "[privacy] it reaches the server without noise, outside epsilon; declare it (every mechanism then refuses the method), or send the model alone"),
-    (['objective.terms=["mine:ReadsUndeclared"]'], "objective.terms: ReadsUndeclared read the context key 'global_params', which it does not declare in its "
+    (['objective.terms=["mine:ReadsUndeclared"]'], "objective.terms[0]: ReadsUndeclared read the context key 'global_params', which it does not declare in its "
                                                    "reads and the method does not send: declare it in reads (a key the method's context carries)"),
 ])
 def test_a_plugin_mistake_is_one_line_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],

@@ -175,7 +175,7 @@ def test_a_plugin_partitioners_right_split_is_kept_sorted(plugin: Path) -> None:
 
 
 @pytest.mark.parametrize("table,field,words", [
-    ({"objective": {"terms": ["pf_plugins:RaisingTerm"]}}, "objective.terms", "RuntimeError: term boom"),
+    ({"objective": {"terms": ["pf_plugins:RaisingTerm"]}}, "objective.terms[0]", "RuntimeError: term boom"),
     ({"dataset": {"name": "pf_plugins:raising_dataset"}}, "dataset.name", "RuntimeError: dataset boom"),
     ({"partition": {"name": "pf_plugins:raising_partition"}}, "partition.name", "RuntimeError: partition boom"),
     ({"temperature": {"policy": "pf_plugins:RaisingPolicy"}}, "temperature.policy", "RuntimeError: policy boom"),
@@ -227,7 +227,7 @@ SOFT_TABLE: dict[str, Any] = {"public_size": 200, "subset_size": 100}
     ({"prototypes": {"method": "pf_plugins:PROTO_NARROW"}}, "prototypes.method", "NarrowRelease.release() returned means of shape (10, 3)"),
     ({"prototypes": {"method": "pf_plugins:PROTO_NUMBER"}}, "prototypes.method", "NumberLoss.loss() returned a float, not a loss"),
     ({"distillation": {"method": "pf_plugins:SOFT_NARROW", **SOFT_TABLE}}, "distillation.method", "sent soft-labels of shape (100, 3) for 100 rows"),
-    ({"objective": {"terms": ["pf_plugins:TERM_NUMBER"]}}, "objective.terms", "build must return a loss term"),
+    ({"objective": {"terms": ["pf_plugins:TERM_NUMBER"]}}, "objective.terms[0]", "build must return a loss term"),
 ])
 def test_a_plugins_wrong_shape_or_kind_is_one_line_on_its_field(plugin: Path, table: dict[str, Any], field: str, words: str) -> None:
     from chillfl.runner import run_experiment

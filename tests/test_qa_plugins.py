@@ -141,7 +141,7 @@ TERM = TermSpec(NoOptions, lambda: None, "build without its options")
     ({"prototypes": {"method": "qa_arity:PROTO"}}, "prototypes.method", "its spec's check is called as check(options, config), which three("),
     ({"distillation": {"method": "qa_arity:SOFT", "public_size": 200, "subset_size": 100}}, "distillation.method", "its spec's check is called as check(options, config), "),
     ({"privacy": {"mechanism": "qa_arity:MECH"}}, "privacy.mechanism", "its spec's accounts is called as accounts(options, sizes), which <lambda>(options) does not take"),
-    ({"objective": {"terms": ["qa_arity:TERM"]}}, "objective.terms", "its spec's build is called as build(options), which <lambda>() does not take"),
+    ({"objective": {"terms": ["qa_arity:TERM"]}}, "objective.terms[0]", "its spec's build is called as build(options), which <lambda>() does not take"),
 ])
 def test_a_hook_that_cannot_take_its_call_is_one_config_error_on_the_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: dict[str, Any],
                                                                           field: str, words: str) -> None:
@@ -335,7 +335,7 @@ class PolicyWantsTwo(ConstantTemperature):
 
 
 @pytest.mark.parametrize("table,field,words", [
-    ({"objective": {"terms": ["qa_ctor:TermWantsOptions"]}}, "objective.terms", "built as TermWantsOptions(), as it declares no Options"),
+    ({"objective": {"terms": ["qa_ctor:TermWantsOptions"]}}, "objective.terms[0]", "built as TermWantsOptions(), as it declares no Options"),
     ({"algorithm": {"name": "qa_ctor:RuleTakesNothing"}}, "algorithm.name", "built as RuleTakesNothing(options), as it declares an Options"),
     ({"temperature": {"policy": "qa_ctor:PolicyWantsTwo"}}, "temperature.policy", "built as PolicyWantsTwo()"),
 ])

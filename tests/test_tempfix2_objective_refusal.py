@@ -13,8 +13,8 @@ from test_pafix_objective_refusal import BASE
 @pytest.mark.parametrize(
     ("over", "field", "name"),
     [
-        ({"objective.terms": ["decorr"]}, "objective.terms", "decorr"),
-        ({"objective.terms": [{"name": "ntd", "beta": 2.0}]}, "objective.terms", "ntd"),
+        ({"objective.terms": ["decorr"]}, "objective.terms[0]", "decorr"),
+        ({"objective.terms": [{"name": "ntd", "beta": 2.0}]}, "objective.terms[0]", "ntd"),
         ({"objective.terms": ["decorr", "ntd"]}, "objective.terms[0]", "decorr"),  # the first, as its field says
         ({"objective.proximal_mu": 0.1}, "objective.proximal_mu", "proximal"),
     ],

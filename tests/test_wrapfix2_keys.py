@@ -80,7 +80,7 @@ def test_a_half_rewriting_the_objectives_key_is_refused_on_the_terms_field(half:
 def test_a_half_replacing_the_anchor_is_refused_on_the_field_that_named_the_term() -> None:
     with pytest.raises(ConfigError) as err:
         _run(CopiesAnchor(), {"terms": ["proximal"]})
-    assert err.value.field == "objective.terms" and "context key 'global_params'" in err.value.message
+    assert err.value.field == "objective.terms[0]" and "context key 'global_params'" in err.value.message
 
 
 def test_a_combined_half_is_named_by_its_parts() -> None:

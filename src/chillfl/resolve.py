@@ -45,7 +45,7 @@ from chillfl.settings.prototypes import PrototypeSettings
 from chillfl.storage.results import unset_names
 from chillfl.options import parse_options, require
 from chillfl.temperature import policy_options, policy_spec
-from chillfl.training.terms import entry_name, term_spec
+from chillfl.training.terms import entry_field, entry_name, term_spec
 
 
 def option_table(options: Any) -> dict[str, Any]:
@@ -158,8 +158,7 @@ def objective_table(objective: ObjectiveConfig) -> ObjectiveConfig:
     """
     terms: list[str | dict[str, Any]] = []
     for i, entry in enumerate(objective.terms):
-        # of several entries, the field names the entry, as configured_terms does (two terms may share an option)
-        field = "objective.terms" + (f"[{i}]" if len(objective.terms) > 1 else "")
+        field = entry_field("objective", i)  # the entry, as configured_terms names it
         name = entry_name(entry)
         spec = term_spec(name, field)
         given = {k: v for k, v in entry.items() if k != "name"} if isinstance(entry, Mapping) else {}

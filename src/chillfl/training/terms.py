@@ -410,13 +410,21 @@ def configured_terms(objective: ObjectiveTable, section: str = "objective") -> l
         proximal = term_spec("proximal", field)
         out.append(ObjectiveTerm(proximal, parse_options(proximal.options, {"mu": objective.proximal_mu}, field), field, "proximal"))
     for i, entry in enumerate(objective.terms):
-        # of several entries, the field names the entry (two of one term gave two alike lines), as other list fields do
-        field = f"{section}.terms" + (f"[{i}]" if len(objective.terms) > 1 else "")
+        field = entry_field(section, i)
         name, table = (entry, {}) if isinstance(entry, str) else (entry.get("name"), {k: v for k, v in entry.items() if k != "name"})
         spec = term_spec(name, field)
         out.append(ObjectiveTerm(spec, parse_options(spec.options, table, field), field, name))
     check_context(out)
     return out
+
+
+def entry_field(section: str, index: int) -> str:
+    """The config field of entry ``index`` of ``[section] terms`` (``objective.terms[0]``), which its refusals name.
+
+    Why: always the entry, as every other list field is named (``model.assign[0]``, ``model.groups[0]``, ``terms[0]``
+    from Python, ``callbacks[0]``); a lone entry was ``objective.terms``, and a refusal of its options
+    (``objective.terms.beta``) read as an option of the list, not of its term."""
+    return f"{section}.terms[{index}]"
 
 
 def entry_name(entry: Any) -> Any:

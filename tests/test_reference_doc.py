@@ -132,3 +132,14 @@ def test_a_partition_read_from_a_file_is_shown() -> None:
     text = render_reference()
     partition = text[text.index("## [partition] name = ...") :].split("\n### ", 1)[0]
     assert '`from = "results/RUN/partition.json"` alone' in partition
+
+
+def test_the_reference_shows_no_rest_role() -> None:
+    """Docstrings cross-reference with reST roles (:func:`x`); the page is Markdown (and ``chillfl list`` prints it), so
+    the summaries and first paragraphs show them as literals. test_reference_doc keeps the page equal to the command's
+    output, so this reads the page."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "reference.md").read_text(encoding="utf-8")
+    assert not re.findall(r":(?:mod|func|data|class|meth|attr|exc|obj|const):`", text)

@@ -215,7 +215,7 @@ def _first_line(obj: Any) -> str:
     doc = (getattr(obj, "__doc__", None) or "").strip()
     if dataclasses.is_dataclass(obj) and isinstance(obj, type) and doc.startswith(f"{obj.__name__}("):
         return ""
-    return doc.splitlines()[0] if doc else ""
+    return _no_roles(doc.splitlines()[0]) if doc else ""
 
 
 def _first_paragraph(obj: Any) -> str:
@@ -223,7 +223,7 @@ def _first_paragraph(obj: Any) -> str:
     if not _first_line(obj):
         return ""
     lines = inspect.cleandoc(obj.__doc__).split("\n\n")[0].splitlines()
-    return " ".join(line.strip() for line in lines)
+    return _no_roles(" ".join(line.strip() for line in lines))
 
 
 PARAGRAPH_WIDTH = 100
@@ -364,9 +364,15 @@ def attribute_docs(cls: type) -> dict[str, str]:
     return docs
 
 
+def _no_roles(text: str) -> str:
+    """A docstring's reST roles as literals: ``:func:`~a.b``` as ````a.b````. Why: the summaries and first paragraphs
+    kept them, so the reference page (and ``chillfl list``) showed ``:mod:`chillfl.sinks``` as text."""
+    return re.sub(r":[a-z]+:`~?([^`]+)`", r"``\1``", text)
+
+
 def _markdown(text: str) -> str:
     """A docstring's reST as markdown: ````x```` and ``:func:`x``` as ```x```."""
-    return re.sub(r"``([^`]+)``", r"`\1`", re.sub(r":[a-z]+:`~?([^`]+)`", r"``\1``", text))
+    return re.sub(r"``([^`]+)``", r"`\1`", _no_roles(text))
 
 
 def _option_docs(cls: type, names: Sequence[str]) -> list[str]:

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Protocol, Sequence, TypeVar, runtime_checkable
 
 import chillfl._torch  # noqa: F401  (first: imports torch with the GC paused)
+import safetensors
 import torch
 
 from chillfl.aggregation.registry import algorithm_spec
@@ -540,19 +541,36 @@ def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int
     of the config and metrics it goes with.
 
     A part's ``state_dict()`` that holds what a checkpoint cannot (a plugin's int-keyed dict) is one ConfigError on the
-    field that chose the part, not a TypeError traceback from the encoder."""
+    field that chose the part, not a TypeError traceback from the encoder. Any other failure to encode or write the
+    file (safetensors refusing it, memory) is one StorageError line naming the round and ``checkpoint.every``: the
+    runner's handler adds which checkpoint is kept (the file is replaced atomically, so the previous one is) and how
+    to resume; a failure that comes again on resume is gone with ``checkpoint.every = 0``."""
     if writer is not None:
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
+        path = writer.path / CHECKPOINT
         try:
             resumed = {"resumed": writer.resumed} if writer.resumed else {}  # a later resume keeps the earlier ones' setups
-            write_state(writer.path / CHECKPOINT, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device),
-                                                  "wall_time_s": wall_time_s, **resumed}, run)
+            write_state(path, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device),
+                               "wall_time_s": wall_time_s, **resumed}, run)
         except UnstorableState as exc:
             field = next((f for prefix, f in STATE_OWNERS if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
             if field is None:
-                raise
+                raise _unwritable(path, done, exc) from exc
             raise ConfigError(field, f"its state_dict() cannot be checkpointed: {exc} (a checkpoint holds dicts with str keys, lists, "
                                      "tensors, int, float, str, bool and None)") from exc
+        except (StorageError, ConfigError):  # disk full, I/O error: already one line, and the runner says which checkpoint is kept
+            raise
+        except (safetensors.SafetensorError, ValueError, RuntimeError, MemoryError, OverflowError) as exc:
+            if signal_in(exc) is not None:  # a stop signal a package wrapped: the signal's, not a failed write
+                raise
+            raise _unwritable(path, done, exc) from exc
+
+
+def _unwritable(path: Path, done: int, exc: BaseException) -> StorageError:
+    """One line for a checkpoint that could not be encoded or written (not the disk's fault): what failed, and the way
+    to run on should the same write fail again on resume (the runner adds which checkpoint is kept)."""
+    return StorageError(f"cannot write the checkpoint of round {done} to {path}: {type(exc).__name__}: {exc} (should a resume fail the "
+                        "same way, set checkpoint.every = 0 in its config.toml and resume with --force: it then writes no periodic checkpoint)")
 
 
 def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment, writer: ResultWriter | None) -> None:

@@ -1,4 +1,4 @@
-"""On-disk format of run checkpoints: one safetensors file, JSON skeleton in its metadata.
+"""On-disk format of run checkpoints: one safetensors file, JSON skeleton in its metadata (or, when large, an entry).
 
 A state tree (what the ``state_dict()`` methods return: dicts with string
 keys, lists, tensors, int, float, str, bool, None) is split into
@@ -55,6 +55,17 @@ Choices
   (a model's weights) stay entries of their own: packing them would copy them
   once more on both write and read. Version 1 files (one entry per tensor,
   no ``"slots"``) are read as before.
+* A document (skeleton, slots, strides, run metadata) of more than
+  :data:`INLINE_MAX` bytes goes into a 1-D uint8 entry ``"chillfl.document"``
+  of its ASCII JSON, the same document with ``"version": 3``; the header's
+  ``"chillfl"`` metadata then holds ``{"version": 3, "round": R, "sha256": ...}``
+  only (the checksum covers that entry as any other). Why: safetensors refuses
+  a header of more than 100 MB, and the skeleton grows with every client ever
+  sampled (the ledger's per-client totals, ``local.acc``, a slot per packed
+  per-client tensor: 130-420 B a client), so a federation of a few hundred
+  thousand clients could write no checkpoint, and no resume got past it.
+  Smaller documents stay in the header (version 2, the bytes older chillfl
+  versions write and read).
 * Tuples, numpy values and other objects are rejected on write rather than
   silently turned into lists or strings, since they would not come back as
   they were.
@@ -79,7 +90,13 @@ from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.errors import MAX_JSON_DEPTH, ConfigError, StorageError, json_loads
 
 FORMAT_VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # 1: one safetensors entry per tensor, no "slots"
+FORMAT_VERSION_OUTSIDE = 3
+"""Version 2 with its document in the tensor entry :data:`DOCUMENT` rather than in the header (see the module docstring)."""
+_READABLE_VERSIONS = (1, 2, 3)  # 1: one safetensors entry per tensor, no "slots"
+DOCUMENT = "chillfl.document"
+"""The entry (1-D uint8, the document's ASCII JSON) of a version 3 file; no tensor of a tree is named so (``"0"``, ``"packed.*"``)."""
+INLINE_MAX = 1 << 20
+"""A document of at most this many bytes goes into the header (version 2), a larger one into :data:`DOCUMENT` (version 3)."""
 PACK_MAX_NUMEL = 65536
 """Tensors of at most this many elements are packed into one entry per dtype (see the module docstring)."""
 PACK_PREFIX = "packed."
@@ -292,7 +309,14 @@ def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) 
     if slots:
         doc["slots"] = slots
     doc["run"] = dict(sorted(dict(run or {}).items()))
-    doc[DIGEST_KEY] = _digest(_text(doc), tensors)
+    text = _text(doc)
+    if len(text) > INLINE_MAX:  # ASCII (json.dumps escapes the rest): characters are bytes
+        doc["version"] = FORMAT_VERSION_OUTSIDE
+        tensors[DOCUMENT] = torch.frombuffer(bytearray(_text(doc).encode("ascii")), dtype=torch.uint8)
+        done = skeleton.get("round") if isinstance(skeleton, dict) else None
+        doc = {"version": FORMAT_VERSION_OUTSIDE, **({"round": done} if type(done) is int else {})}
+        text = _text(doc)
+    doc[DIGEST_KEY] = _digest(text, tensors)
     return safetensors.torch.save(tensors, metadata={METADATA_KEY: _text(doc)})
 
 
@@ -325,13 +349,33 @@ def saved_round(path: Path) -> int | None:
             doc = json_loads(_header_metadata(head + fh.read(min(size, _MAX_HEADER)))[METADATA_KEY])
     except (OSError, ValueError, KeyError):
         return None
-    tree = doc.get("tree") if isinstance(doc, dict) else None
-    done = tree.get("round") if isinstance(tree, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    tree = doc.get("tree")
+    done = tree.get("round") if isinstance(tree, dict) else doc.get("round")  # version 3: the header's copy of it
     return done if type(done) is int else None
 
 
 class Tampered(ValueError):
     """The checkpoint's content does not match its own checksum: changed after it was written."""
+
+
+_UNSUPPORTED = f"unsupported checkpoint layout (expected version {' or '.join(map(str, _READABLE_VERSIONS))})"
+
+
+def _document(header: Mapping[str, Any], stored: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The document of a version 3 file, taken out of ``stored`` (its entry :data:`DOCUMENT` is no tensor of the tree);
+    ValueError when it is missing or malformed, or says another round than the header (which ``chillfl status`` shows)."""
+    entry = stored.pop(DOCUMENT, None)
+    if entry is None or entry.dtype != torch.uint8 or entry.dim() != 1:
+        raise ValueError(f"no {DOCUMENT!r} entry of bytes in a version {FORMAT_VERSION_OUTSIDE} checkpoint")
+    doc = json_loads(entry.numpy().tobytes())
+    version = doc.get("version") if isinstance(doc, dict) else None
+    if type(version) is not int or version != FORMAT_VERSION_OUTSIDE or not isinstance(doc.get("tree"), dict):
+        raise ValueError(_UNSUPPORTED)
+    if "round" in header and doc["tree"].get("round") != header["round"]:
+        raise ValueError("the round in its header is not its state's")
+    return cast(dict[str, Any], doc)
 
 
 def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[dict[str, Any], dict[str, Any]]:
@@ -347,12 +391,15 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
     doc = json_loads(meta[METADATA_KEY])
     version = doc.get("version") if isinstance(doc, dict) else None
-    if type(version) is not int or version not in _READABLE_VERSIONS or not isinstance(doc.get("tree"), dict):
-        raise ValueError(f"unsupported checkpoint layout (expected version {' or '.join(map(str, _READABLE_VERSIONS))})")
+    outside = version == FORMAT_VERSION_OUTSIDE  # its tree is in an entry, read below
+    if type(version) is not int or version not in _READABLE_VERSIONS or not (outside or isinstance(doc.get("tree"), dict)):
+        raise ValueError(_UNSUPPORTED)
     stored = safetensors.torch.load(data)
     digest = doc.pop(DIGEST_KEY, None)
     if digest is not None and _digest(_text(doc), stored) != digest:
         raise Tampered("its content does not match the checksum written with it (a torn or changed file)")
+    if outside:
+        doc = _document(doc, stored)
     run = doc.get("run", {})
     if not isinstance(run, dict):
         raise ValueError("malformed run metadata")

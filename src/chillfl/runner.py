@@ -548,10 +548,10 @@ def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int
     if writer is not None:
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
         path = writer.path / CHECKPOINT
-        try:
-            resumed = {"resumed": writer.resumed} if writer.resumed else {}  # a later resume keeps the earlier ones' setups
-            write_state(path, {"round": done, "protocol": protocol.state_dict(), "environment": environment(device),
-                               "wall_time_s": wall_time_s, **resumed}, run)
+        resumed = {"resumed": writer.resumed} if writer.resumed else {}  # a later resume keeps the earlier ones' setups
+        state = {"round": done, "protocol": protocol.state_dict(), "environment": environment(device), "wall_time_s": wall_time_s, **resumed}
+        try:  # the write alone: an error of a part's own state_dict() is its own, not a checkpoint that cannot be written
+            write_state(path, state, run)
         except UnstorableState as exc:
             field = next((f for prefix, f in STATE_OWNERS if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
             if field is None:

@@ -20,6 +20,9 @@ PARTIAL = ".partial"
 FAILED = ".failed"
 """The suffix of a run that diverged. Both live here, not in :mod:`chillfl.storage.results`, so that the small tables
 that skip such folders (:mod:`chillfl.metrics.records`) need not import torch."""
+CLAIM = ".claim-"
+"""How the hidden folder a run's folder is made in starts (:class:`chillfl.storage.results.ResultWriter` locks it, then
+renames it onto its name); one left by a claimer killed in between is no run, and the tables skip it."""
 PARTITION_FILE = "partition.json"
 """A run folder's record of every client's rows (:mod:`chillfl.data.partition_file` writes and reads it). Here, so that
 :mod:`chillfl.storage` names it without importing :mod:`chillfl.data` (which imports :mod:`chillfl.storage`)."""

@@ -250,7 +250,7 @@ SIXTEEN_BIT_MODES = ("I;16", "I;16L", "I;16B", "I;16N")
 """PIL modes of 16-bit grayscale (a 16-bit PNG or TIFF): read as uint16, never converted to 8 bits (Pillow clamps)."""
 WIDE_MODES = (*SIXTEEN_BIT_MODES, "I", "F")
 """PIL modes kept as their numbers (one channel): converting them to L or RGB clamps every value above 255."""
-GRAY_MODES = ("L", "1", "LA", "La")
+GRAY_MODES = ("L", "1", "LA")
 """8-bit PIL modes of grayscale images (1-bit, gray + alpha too): read as one channel ("L"). Why: a column of 1-bit or
 gray + alpha images was converted to RGB, three equal channels, where the same pixels saved as "L" gave one."""
 

@@ -762,6 +762,7 @@ class WorkerPool:
         self._results = _Results(ctx=ctx)
         self._busy = ctx.RawArray("q", [-1] * self.workers)  # each worker's client in training, -1 none: for a stalled round's notice
         self._stall = StallClock()  # when a round that waits for a result names its busy workers
+        self._warm = False  # a round has completed: the workers' start-up is behind them
         self._processes = [
             ctx.Process(
                 target=Watched(_worker_main, os.getpid(), temp),  # watches its parent from its start, before it imports torch
@@ -816,7 +817,9 @@ class WorkerPool:
                 done[index] = decode(payload)
             else:
                 errors.append((index, payload))
-        self._stall.end_round()
+        if self._warm:  # a pool's first round waits for its workers' imports too (seconds, more on a cluster's file system)
+            self._stall.end_round()
+        self._warm = True
         if errors:
             first = min(errors, key=lambda e: e[0])[1]  # the lowest job's: the one a sequential run would have raised
             if isinstance(first, ConfigError):

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from chillfl.errors import ConfigError, json_loads
-from chillfl.paths import FAILED, PARTIAL
+from chillfl.paths import CLAIM, FAILED, PARTIAL
 from chillfl.storage.jsonl import decode_record
 
 METRICS = "metrics.jsonl"
@@ -38,7 +38,8 @@ def client_order(sub: object) -> tuple[int, int, str]:
 def unfinished(path: Path, under: Path) -> bool:
     """Whether ``path`` lies in a ``NAME.partial`` / ``NAME.failed`` folder below ``under`` (named ``under`` itself, it is
     taken): a compare table leaves those runs out of its statistics, and so do these tables (as the HTML report does)."""
-    return any(suffix in part for part in path.relative_to(under).parts[:-1] for suffix in UNFINISHED)
+    return any(suffix in part for part in path.relative_to(under).parts[:-1] for suffix in UNFINISHED) or any(
+        part.startswith(CLAIM) for part in path.relative_to(under).parts[:-1])  # a killed claimer's hidden folder
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:

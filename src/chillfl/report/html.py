@@ -62,7 +62,7 @@ from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
-from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
+from chillfl.paths import CLAIM, O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.partition_refusal import checked_folder_state, checked_run_state  # status's own lines: a split file resume refuses is said
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
@@ -143,8 +143,8 @@ def _is_run(folder: Path) -> bool:
 
 
 def _unfinished(folder: Path) -> bool:
-    """``NAME.partial`` / ``NAME.failed[-n]``: taken only when named explicitly."""
-    return ".partial" in folder.name or ".failed" in folder.name
+    """``NAME.partial`` / ``NAME.failed[-n]``, and a killed claimer's hidden ``.claim-*`` folder: taken only when named explicitly."""
+    return ".partial" in folder.name or ".failed" in folder.name or folder.name.startswith(CLAIM)
 
 
 RUN_FILES = ("config.toml", "metrics.jsonl")

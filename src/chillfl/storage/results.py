@@ -36,6 +36,7 @@ import secrets
 import shutil
 import stat
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -49,9 +50,10 @@ except ImportError:  # pragma: no cover - Windows: no flock; run folders are not
 
 from chillfl.environment import ResumedSetup
 from chillfl.storage.checkpoint import write_atomic
+from chillfl.storage.owned_temp import remove_unlocked
 from chillfl.storage.jsonl import NONFINITE as NONFINITE, decode_record as decode_record, encode_record as encode_record, strict as strict
 from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, current_folder
-from chillfl.paths import FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
+from chillfl.paths import CLAIM, FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
 from chillfl.errors import ConfigError, StorageError, json_loads
 FAILURE = "failure.json"
 
@@ -174,8 +176,7 @@ def claim_dir(parent: Path, name: str, field: str = "out_dir") -> tuple[Path, Pa
         return final, partial
 
 
-_CLAIM = ".claim-"
-"""How the hidden folder a run's folder is made in starts (:func:`_new_folder`), before it is renamed onto its name."""
+_CLAIM = CLAIM  # the hidden folder a run's folder is made in (:func:`_new_folder`), before it is renamed onto its name
 
 
 def _new_folder(parent: Path, field: str) -> Path:
@@ -188,6 +189,7 @@ def _new_folder(parent: Path, field: str) -> Path:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ConfigError(field, f"cannot create {parent}: {exc.strerror or exc}") from None
+    _remove_stale_claims(parent)
     while True:
         folder = parent / f"{_CLAIM}{os.getpid()}-{secrets.token_hex(6)}"
         try:
@@ -197,6 +199,30 @@ def _new_folder(parent: Path, field: str) -> Path:
             continue
         except OSError as exc:
             raise ConfigError(field, f"cannot create a folder in {parent}: {exc.strerror or exc}") from None
+
+
+_STALE_CLAIM_S = 60.0
+"""How old an unlocked claim folder must be before :func:`_remove_stale_claims` takes it for a killed claimer's: one being
+made is locked within microseconds of its ``mkdir``, and must not be taken in between."""
+
+
+def _remove_stale_claims(parent: Path) -> None:
+    """Remove this user's claim folders in ``parent`` that no process holds and that are older than :data:`_STALE_CLAIM_S`:
+    a process killed (SIGKILL) between making its claim and renaming it left one for good, which the HTML report then
+    named among the incomplete runs."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        try:
+            if (not entry.name.startswith(_CLAIM) or not entry.is_dir(follow_symlinks=False)
+                    or (st := entry.stat(follow_symlinks=False)).st_uid != os.getuid() or now - st.st_mtime < _STALE_CLAIM_S):
+                continue
+        except OSError:
+            continue
+        remove_unlocked(Path(entry.path))
 
 
 def _publish(held: Path, parent: Path, name: str, exact: bool) -> tuple[Path, Path]:

@@ -123,7 +123,12 @@ def test_the_ray_executor_waits_in_steps_and_raises_between_them(handlers: Calla
 
 def test_the_ray_executor_names_the_actors_a_stalled_round_waits_for(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """A stopped or stuck actor is alive, so the round waited in silence: after STALL_S without a result one line names
-    the actors still busy and their clients, again after twice as long (as the processes executor's pool says)."""
+    the actors still busy and their clients, again after twice as long (as the processes executor's pool says).
+
+    Three rounds on one executor: the first waits 160 s for actor 1 and says so at 80 and 120 s; the second, as slow,
+    says nothing (its first notice is due after twice the first round's longest wait, 320 s: StallClock); the third,
+    whose actor 1 hangs for 400 s, is named at 320 s (counted over the executor's life, the doubling grew with every
+    slow round, and a later hang was named hours late)."""
     pytest.importorskip("ray")
     import chillfl.executors.ray_executor as ray_executor
 
@@ -133,7 +138,7 @@ def test_the_ray_executor_names_the_actors_a_stalled_round_waits_for(monkeypatch
         now[0] += 40.0  # each read of the clock: 40 s later
         return now[0]
 
-    waits = [0]
+    waits, done_at = [0], [5]
 
     class FakeRay:
         exceptions = SimpleNamespace(RayActorError=type("RayActorError", (Exception,), {}), RayTaskError=type("RayTaskError", (Exception,), {}))
@@ -142,7 +147,7 @@ def test_the_ray_executor_names_the_actors_a_stalled_round_waits_for(monkeypatch
             waits[0] += 1
             if waits[0] == 1:  # actor 0 answers at once, actor 1 not for three more steps
                 return [p for p in pending if p == "ref0"], [p for p in pending if p != "ref0"]
-            return (pending, []) if waits[0] == 5 else ([], pending)
+            return (pending, []) if waits[0] == done_at[0] else ([], pending)
 
         def get(self, ref: Any) -> Any:
             return ref
@@ -152,9 +157,14 @@ def test_the_ray_executor_names_the_actors_a_stalled_round_waits_for(monkeypatch
     executor._broken, executor._closed, executor._ray, executor._stall = None, False, FakeRay(), StallClock()
     executor.pool = SimpleNamespace(closed=False)  # type: ignore[assignment]
     items = [SimpleNamespace(client_id=c) for c in (4, 7, 9)]
-    with caplog.at_level("WARNING", logger=ray_executor.__name__), RaisedLater() as later:
-        assert executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1, 2]], later) == {0: "ref0", 1: "ref1"}
+    with caplog.at_level("WARNING", logger=ray_executor.__name__):
+        for last in (5, 5, 12):  # the wait call that brings actor 1's result, each round
+            waits[0], done_at[0] = 0, last
+            with RaisedLater() as later:
+                assert executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1, 2]], later) == {0: "ref0", 1: "ref1"}
     said = [r.getMessage() for r in caplog.records]
-    # the clock: since = 40 and 80 (actor 0's reply); then 120, 160, 200: 80 s and 120 s without a result, each a notice
+    # each read of the clock 40 s on; since = after actor 0's reply, then 40, 80, 120, ... s without a result. Round 1:
+    # notices at 80 s (>= 60) and 120 s (>= 120), actor 1 answers after 160 s. Round 2: 40-120 s, all under 2 * 160 = 320.
+    # Round 3: 40, 80, ..., 400 s: one notice at 320 s (the next was due at 640 s)
     assert said == [f"no result from Ray worker 1 (clients 7, 9) for {s} s; the round waits for it with no time limit "
-                    "(one stopped or stuck in a client's code never replies: two Ctrl-C stop the run)" for s in (80, 120)], said
+                    "(one stopped or stuck in a client's code never replies: two Ctrl-C stop the run)" for s in (80, 120, 320)], said

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from chillfl.data import download
 from chillfl.errors import ConfigError
@@ -89,3 +90,38 @@ def test_a_hub_folder_in_the_current_folder_is_present_as_the_loader_reads_it(tm
     (tmp_path / "here" / "flwrlabs" / "shakespeare" / "shakespeare.csv").unlink()
     assert _listing(tmp_path / "data", capsys)["flwr_shakespeare"][1].startswith(
         "missing (no .parquet or .csv files in ./flwrlabs/shakespeare/ (the current folder)): ")
+
+
+# ---------------------------------------------------------------- report-rev109c
+
+
+def test_the_html_reports_not_included_line_skips_a_left_claim_folder(tmp_path: Path) -> None:
+    from chillfl.report.html import skipped_folders
+
+    _put(tmp_path / "a", {"metrics.jsonl": b"", "config.toml": b'name = "a"\n', "summary.json": b"{}"})
+    claim = tmp_path / f"{CLAIM}9-dead"
+    _put(claim, {"metrics.jsonl": b""})  # no config.toml: was "incomplete run folders: .claim-9-dead (...)"
+    assert [s.folder for s in skipped_folders([tmp_path])] == []
+
+
+def test_a_new_executor_on_a_lent_pool_starts_its_stall_clock_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A comparison lends its pool to each run: a slow run's last round set the next run's first threshold."""
+    model = _mlp()
+    jobs = _jobs(model, [9, 7], (3, 4))
+    monkeypatch.setattr(processes, "STALL_S", 0.001)
+    with WorkerPool(workers=1) as pool:
+        ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), pool=pool).run(jobs)
+        pool._stall.result(600.0)  # as if its last round had waited 10 minutes for a client
+        pool._stall.end_round()
+        ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), pool=pool)  # the next run's executor
+        pool._stall.start_round()
+        assert pool._stall._first == 0.001
+
+
+@pytest.mark.parametrize("tensor", [torch.eye(3).to_sparse(), torch.empty(3, device="meta")], ids=["sparse", "meta"])
+def test_a_tensor_with_no_dense_bytes_is_unstorable_state(tensor: torch.Tensor, tmp_path: Path) -> None:
+    """Was a StorageError advising checkpoint.every = 0 (exit 1): the part's state is at fault, and the run names its field."""
+    from chillfl.storage.checkpoint import UnstorableState, write_state
+
+    with pytest.raises(UnstorableState, match=r"cannot checkpoint a (sparse_coo|meta) tensor at protocol\.x"):
+        write_state(tmp_path / "c.safetensors", {"protocol": {"x": tensor}})

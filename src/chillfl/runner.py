@@ -570,7 +570,8 @@ def _unwritable(path: Path, done: int, exc: BaseException) -> StorageError:
     """One line for a checkpoint that could not be encoded or written (not the disk's fault): what failed, and the way
     to run on should the same write fail again on resume (the runner adds which checkpoint is kept)."""
     return StorageError(f"cannot write the checkpoint of round {done} to {path}: {type(exc).__name__}: {exc} (should a resume fail the "
-                        "same way, set checkpoint.every = 0 in its config.toml and resume with --force: it then writes no periodic checkpoint)")
+                        "same way, set checkpoint.every = 0 in its config.toml and resume with --force: it then writes no periodic checkpoint; "
+                        "where no checkpoint was kept, run again with checkpoint.every = 0)")
 
 
 def _restore(protocol: ServerProtocol, state: Mapping[str, Any], exp: Experiment, writer: ResultWriter | None) -> None:

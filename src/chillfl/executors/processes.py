@@ -792,7 +792,11 @@ class WorkerPool:
         return self._broken is None and self._finalizer.alive
 
     def setup(self, model: nn.Module, spec: LocalSpec, client: ClientSide | None) -> _Setup:
-        """An executor's template, objective and client side, under a key no other executor of this pool has."""
+        """An executor's template, objective and client side, under a key no other executor of this pool has.
+
+        A new executor is a new run's (a comparison lends its pool to each): its stall clock starts afresh, so a slow
+        earlier run does not delay the notice of a hang in this one's first round."""
+        self._stall = StallClock()
         return _Setup.pack(next(self._keys), model, spec, client)
 
     def round(self, items: Sequence[Any], decode: Callable[[Any], Any]) -> list[Any]:

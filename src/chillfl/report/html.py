@@ -257,7 +257,7 @@ def skipped_folders(paths: Sequence[str | Path]) -> list[Skipped]:
     for p in distinct(paths):
         if not _is_run(p) and p.is_dir():
             listed = (p / "table.md").is_file()  # a finished comparison's section lists its diverged runs itself
-            for s in sorted(s for s in p.iterdir() if s.is_dir() and not (listed and ".failed" in s.name)):
+            for s in sorted(s for s in p.iterdir() if s.is_dir() and not (listed and ".failed" in s.name) and not s.name.startswith(CLAIM)):
                 if is_sweep(s) or (_is_run(s) and _unfinished(s)):
                     out.append(Skipped(s))
                 elif why := _cut_short(s):

@@ -150,6 +150,9 @@ def _encode(
     if marked and level > MAX_JSON_DEPTH:  # each becomes a JSON list or object one level deeper than its parent
         raise UnstorableState(where, f"state at {where} is nested too deeply to checkpoint (its skeleton may nest {MAX_JSON_DEPTH} levels)")
     if isinstance(node, torch.Tensor):
+        if node.layout is not torch.strided or node.is_nested or node.is_meta:  # no bytes to store: the part's state, not the disk
+            kind = "nested" if node.is_nested else "meta" if node.is_meta else str(node.layout).removeprefix("torch.")
+            raise UnstorableState(where, f"cannot checkpoint a {kind} tensor at {where or '<root>'}: store a dense (strided) tensor")
         name = str(len(tensors) + len(small))
         if node.numel() <= PACK_MAX_NUMEL:
             small.append((name, node.detach()))

@@ -368,15 +368,19 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
     every check that it exists, and the run then wrote its folder and stopped at round 1 with a TypeError traceback from
     inside chillfl. Read from the bound method (``self`` already given), so that extra parameters with defaults,
     ``*args`` and ``**kwargs`` pass as a call would; a method absent here is refused where the part is recognised.
-    ``__call__`` is read on ``obj`` itself: a function's (or a ``functools.partial``'s) own ``__call__`` is a wrapper
-    taking anything, so a function term's parameters went unchecked.
+    ``__call__`` is read on ``obj`` itself when it is a function or a ``functools.partial`` (whose own ``__call__`` is a
+    wrapper taking anything, so a function term's parameters went unchecked), and on ``obj.__call__`` for any other
+    instance: ``inspect.signature`` of an instance drops the first parameter of a ``staticmethod`` ``__call__`` and
+    follows an instance's ``__wrapped__`` (a class-based decorator's ``functools.update_wrapper(self, fn)``) to a
+    function Python never calls with the run's arguments; both were refused though they ran.
     """
     for method, parameters in calls:
-        bound = obj if method == "__call__" and not isinstance(obj, type) else getattr(obj, method, None)
+        itself = method == "__call__" and _is_function_like(obj)
+        bound = obj if itself else getattr(obj, method, None)
         if not callable(bound):
             continue
         try:
-            signature = inspect.signature(bound)
+            signature = inspect.signature(bound, follow_wrapped=_is_function_like(bound))  # an instance's __wrapped__ is not what runs
         except (TypeError, ValueError):  # no signature to read (a builtin): calling it will tell
             continue
         try:
@@ -391,20 +395,31 @@ def check_calls(obj: object, calls: Sequence[Call], field: str) -> None:
                                      "as the run calls it") from None
 
 
+def _is_function_like(obj: object) -> bool:
+    """Whether ``obj`` is a function, a method or a ``functools.partial``: what ``inspect.signature`` reads as it runs.
+    Any other callable is an instance, run through its class's ``__call__``."""
+    return inspect.isroutine(obj) or isinstance(obj, functools.partial)
+
+
 def _binds_unwrapped(bound: Callable[..., Any], parameters: tuple[str, ...]) -> bool:
     """Whether a decorated hook may still be called with ``parameters`` though the function it wraps (the signature
-    ``functools.wraps`` hands on) cannot: the decorator's own named parameters take them, or a pass-through decorator
-    (``*args, **kwargs``: a timer's) leaves the wrapped function short of arguments it may supply itself. One whose
-    wrapped function would get more arguments than it takes is refused, whatever the wrapper's own signature (a
-    pass-through hides no missing ``round``), and so is one behind torch's ``no_grad()``, which supplies none
-    (:func:`_supplies_nothing`)."""
-    if _supplies_nothing(bound):
+    ``functools.wraps`` hands on) cannot.
+
+    An adapter, whose own named parameters take every argument (none left to its ``*args``/``**kwargs``), may call the
+    wrapped function as it likes (drop ``round``, say): accepted, as a call would be. A pass-through (``*args,
+    **kwargs``: a timer's), or a wrapper that hands some arguments on through them (``(self, global_params, *args,
+    **kwargs)``), passes them to the wrapped function, so that must take them: a missing ``round`` is refused, though
+    it may lack arguments the decorator supplies itself (``bind_partial``). One behind torch's ``no_grad()``, which
+    supplies none, is checked as the wrapped function (:func:`_supplies_nothing`). Only a function's or a method's
+    ``__wrapped__`` is followed: a callable instance's names a function its ``__call__`` need not pass anything on to."""
+    if _supplies_nothing(bound) or not _is_function_like(bound):
         return False
     try:
         own = inspect.signature(bound, follow_wrapped=False)
-        if any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in own.parameters.values()):
-            own.bind(*parameters)
-        inspect.signature(bound).bind_partial(*parameters)  # whatever the wrapper's own: more than the wrapped takes is a TypeError
+        passed_on = {p.name for p in own.parameters.values() if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+        if not passed_on & set(own.bind(*parameters).arguments):
+            return True  # its named parameters take the whole call: what it hands the wrapped function is its own
+        inspect.signature(bound).bind_partial(*parameters)  # handed on: more than the wrapped takes is a TypeError
     except (TypeError, ValueError):
         return False
     return True

@@ -372,12 +372,13 @@ class ObjectiveConfig:
 
     def validate(self, section: str) -> None:
         require(0 <= self.proximal_mu <= 1e6, f"{section}.proximal_mu", f"must be in [0, 1e6] (0 = off), got {self.proximal_mu}")
-        for entry in self.terms:
+        for i, entry in enumerate(self.terms):
+            where = f"{section}.terms[{i}]"  # the entry, as training.terms.entry_field names it everywhere else (a lone one too)
             if isinstance(entry, dict):
                 name = entry.get("name")
-                require(isinstance(name, str) and bool(name), f"{section}.terms", f"a term's table needs a name (a registered term or \"pkg.mod:Term\"), got {sorted(entry)}")
+                require(isinstance(name, str) and bool(name), where, f"a term's table needs a name (a registered term or \"pkg.mod:Term\"), got {sorted(entry)}")
             else:
-                require(bool(entry), f"{section}.terms", "a term's name must not be empty")
+                require(bool(entry), where, "a term's name must not be empty")
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import inspect
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Mapping
@@ -102,6 +103,14 @@ HALF_CALLS: tuple[Call, ...] = (("temperature", ("state", "offered", "labels")),
 PROBED_CLIENTS = 32
 """How many clients (ids 0, 1, ...) :func:`check_built_policy` asks for their first round's T when the policy declares
 ``trains_at``: a plugin's per-client T shows among a few, and a run of 100,000 clients is not asked 100,000 times."""
+
+
+PROBE_COPY_BYTES = 64 * 2 ** 20
+"""The most tensor and array bytes a policy (with its client half) may hold for :func:`check_trains_at` to copy it
+and ask: a policy holding more (a cache, a model) is not asked, as one that cannot be copied is not."""
+
+_PROBE_WALK_OBJECTS = 100_000
+"""The most objects :func:`_holds_little` visits before it deems the state large (not asked): the walk stays cheap."""
 
 
 def policy_names() -> list[str]:
@@ -315,14 +324,17 @@ def check_trains_at(table: Mapping[str, Any], policy: TemperaturePolicy, half: T
     of the first round (round 0; the first :data:`PROBED_CLIENTS` ids) would train at another T: the server half's
     ``temperature(client_id, 0)`` where it has no client half, else the half's ``temperature({}, offered, labels)``, the
     call a client makes before it has a state of its own. Asked of a copy, so a policy that draws or counts as it answers
-    runs as it would have; one that cannot be copied is not asked.
+    runs as it would have; one that cannot be copied is not asked, nor one whose tensors and arrays exceed
+    :data:`PROBE_COPY_BYTES` (:func:`_holds_little`): its copy doubled the memory (CPU or GPU) the policy holds at
+    every build of a run, a comparison's or a resume's. Sharing its tensors with the copy would not be sound, as a
+    ``temperature`` that updates one in place (a counter) would change the run it is asked for.
 
     Why: the step-size controls, the comparison's caveats, the records (no per-client T) and ``analyze grad-norms`` read
     the declared T, not the ones trained at; a declaration that disagrees (a subclass of ``ConstantTemperature`` whose
     ``temperature`` sets T per client) made them all wrong without a word. Sound, not complete: a refusal shows a T the
     run would train at, but a policy that agrees at round 0 and not later passes."""
     said = built_policy_capabilities(table, policy).trains_at
-    if said is None:
+    if said is None or not _holds_little((policy, half), PROBE_COPY_BYTES):
         return
     try:
         probe, probe_half = copy.deepcopy((policy, half))
@@ -344,3 +356,37 @@ def check_trains_at(table: Mapping[str, Any], policy: TemperaturePolicy, half: T
             raise ConfigError(field, f"{shown!r} declares trains_at = {said:g} (the one T for every client and round, which the step-size controls, "
                                      f"caveats and records read), but its {where} is {value:g} at round 0; declare trains_at only for a policy "
                                      "that trains every client at that T every round, none for one that sets T per client or round")
+
+
+def _holds_little(obj: object, limit: int) -> bool:
+    """Whether the tensors and numpy arrays reachable from ``obj`` (through attributes, ``__slots__`` aside, and the
+    items of dicts, lists, tuples and sets: what ``copy.deepcopy`` copies) hold at most ``limit`` bytes, each counted
+    once. A walk past :data:`_PROBE_WALK_OBJECTS` objects is deemed large. Why: telling when a copy is cheap costs no
+    copy (:func:`check_trains_at`)."""
+    seen: set[int] = set()
+    stack: list[object] = [obj]
+    total = 0
+    while stack:
+        item = stack.pop()
+        if id(item) in seen or isinstance(item, (str, bytes, int, float, bool, type(None), type)):
+            continue
+        seen.add(id(item))
+        if len(seen) > _PROBE_WALK_OBJECTS:
+            return False
+        if isinstance(item, torch.Tensor):
+            total += item.nelement() * item.element_size()
+        elif isinstance(item, np.ndarray):
+            total += item.nbytes
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            stack.extend(item)
+        elif not inspect.isroutine(item) and not inspect.ismodule(item):  # deepcopy shares functions and modules
+            try:
+                stack.extend(vars(item).values())
+            except TypeError:  # no __dict__ (a builtin's object): nothing of ours to count
+                pass
+        if total > limit:
+            return False
+    return True

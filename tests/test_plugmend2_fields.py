@@ -1,6 +1,5 @@
-"""Mends from report-rev109b 4 and 6: a refusal names the field the user wrote. An ``[objective] terms`` entry without a
-name is named by its index (``objective.terms[2]``), as every other entry refusal is; a policy passed from Python is
-``policy`` in the refusals of its run, not ``temperature.policy``."""
+"""Mend from report-rev109b 4: an ``[objective] terms`` entry without a name is named by its index
+(``objective.terms[2]``), as every other entry refusal is; it named the list (``objective.terms``)."""
 
 from __future__ import annotations
 

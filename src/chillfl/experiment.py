@@ -659,6 +659,7 @@ def _build_experiment(
         terms=tuple(terms),
         term_fields=term_fields,
         method_field=method_field,
+        policy_field=policy_field,
         augment=training_augment(config, data.dataset),
         memory_format=memory_format,
         precision=precision,

@@ -71,6 +71,9 @@ class ClientJob:
     carry: Carried | None = None
     """The optimiser state the training starts from, returned where it ends (:attr:`LocalOutcome.carry`): a method that
     keeps its clients' optimiser state between participations; None: the zero state, as every training's."""
+    policy_field: str | None = None
+    """The config field of the temperature policy that gave ``temperature`` (``policy`` for one passed from Python), on
+    which a bad T is refused; None: the spec's (:attr:`~chillfl.training.local.LocalSpec.policy_field`), else ``temperature.policy``."""
 
     def __post_init__(self) -> None:
         # T comes from the temperature policy, a plugin's code too (its server half or its client half): a T <= 0
@@ -78,7 +81,8 @@ class ClientJob:
         t = _number(self.temperature)  # a str or None was a TypeError traceback (float("0.5") passed, then failed in the loss)
         if t is None or not (math.isfinite(t) and t > 0):
             said = self.temperature if t is None else t
-            raise ConfigError("temperature.policy", f"the policy gave client {self.client_id} the temperature {said!r}; a temperature must be a finite number > 0")
+            field = self.policy_field or (self.spec.policy_field if self.spec is not None else "temperature.policy")
+            raise ConfigError(field, f"the policy gave client {self.client_id} the temperature {said!r}; a temperature must be a finite number > 0")
         check_rows(self.x, self.y, self.stamp)  # every executor's jobs, the vectorised chunks' too
 
 

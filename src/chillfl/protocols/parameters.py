@@ -152,6 +152,12 @@ class ParameterClient:
     objective_keys: tuple[tuple[str, str, str], ...] = ()
     """Each context key ``[objective]``'s terms send, with the field that added the term and its name
     (:func:`~chillfl.training.terms.context_fields`): the half's ``prepare`` may not add, replace or drop one."""
+    method_field: str = "algorithm.name"
+    """The config field of the aggregator whose client half this is (``aggregator`` for one passed from Python): its
+    slips are refused on it, as a term's on :attr:`~chillfl.training.local.LocalSpec.method_field`."""
+    policy_field: str = "temperature.policy"
+    """The config field of the temperature policy (``policy`` for one passed from Python): a bad T, or a client-half
+    state that is no tensor table, is refused on it (:attr:`~chillfl.training.local.LocalSpec.policy_field`)."""
 
     def update(self, task: ClientTask[ParamDownlink, ClientState]) -> ClientProgram:
         d, data = task.downlink, task.data
@@ -159,33 +165,34 @@ class ParameterClient:
         t = d.temperature if self.temperature is None else self.temperature.temperature(state, d.temperature, data.y)
         start, context = d.start, d.context
         if self.half is not None:  # given a copy, so that an edit in place is seen (and the sent context stays as sent)
-            start, context = check_pair(self.half.prepare(state, d.start, dict(d.context)), f"{type(self.half).__name__}.prepare()", "(start, context)", "algorithm.name")
+            start, context = check_pair(self.half.prepare(state, d.start, dict(d.context)), f"{type(self.half).__name__}.prepare()", "(start, context)", self.method_field)
             self.refuse_rewritten(d.context, context)
         if self.trainer is None:
-            out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp)
+            out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp,
+                                                policy_field=self.policy_field)
             done, nonfinite = Personal(out.params, out.num_steps, out.mean_loss), None
         else:
             assert self.spec is not None, "a personalising half needs the run's spec"
             done, nonfinite = yield from self._trainings(task, t, Local(task.client_id, data.x, data.y, start, context, d.lr, state, d.seed, self.spec))
         template = personal_template(self.half, self.model) if done.personal is not None else self.model
         acc, loss = local_evaluation(template, done.params if done.personal is None else done.personal, data, self.eval_batch_size)
-        check_client_state(done.state, f"{type(self.trainer).__name__}.train()'s Personal.state", "algorithm.name")
-        check_report(done.report, f"{type(self.trainer).__name__}.train()'s Personal", "algorithm.name")
+        check_client_state(done.state, f"{type(self.trainer).__name__}.train()'s Personal.state", self.method_field)
+        check_report(done.report, f"{type(self.trainer).__name__}.train()'s Personal", self.method_field)
         new_state: ClientState = dict(done.state)
         report: Report = dict(done.report)
         if self.half is not None:
             trained = Trained(task.client_id, data.x, data.y, start, d.context, context, d.lr, t, done.params, done.num_steps)
             finish = f"{type(self.half).__name__}.finish()"
-            own, said = check_pair(self.half.finish(self.model, state, trained), finish, "(state, report)", "algorithm.name")
-            check_client_state(own, finish, "algorithm.name")
-            check_report(said, finish, "algorithm.name")
+            own, said = check_pair(self.half.finish(self.model, state, trained), finish, "(state, report)", self.method_field)
+            check_client_state(own, finish, self.method_field)
+            check_report(said, finish, self.method_field)
             new_state.update(own)
             report.update(said)
         personal = done.params if done.personal is None else done.personal
         val_acc = local_validation(template, personal, data, self.eval_batch_size)
         if self.temperature is not None:
             kept = self.temperature.finish(state, t, policy_accuracy(acc, val_acc))
-            check_client_state(kept, f"{type(self.temperature).__name__}.finish()", "temperature.policy")
+            check_client_state(kept, f"{type(self.temperature).__name__}.finish()", self.policy_field)
             new_state.update(kept)
         uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
         forgot = bool(state) and not new_state  # it had a state and its half keeps none now: the next state is empty, not the last one
@@ -221,18 +228,19 @@ class ParameterClient:
                 step = next(program) if outcome is None else program.send(outcome)
             except StopIteration as stop:
                 if not isinstance(stop.value, Personal):
-                    raise ConfigError("algorithm.name", f"{type(self.trainer).__name__}.train() returned {type(stop.value).__name__}, "
-                                                        "not a Personal (chillfl.extend): return Personal(params, num_steps, mean_loss, ...)") from None
+                    raise ConfigError(self.method_field, f"{type(self.trainer).__name__}.train() returned {type(stop.value).__name__}, "
+                                                           "not a Personal (chillfl.extend): return Personal(params, num_steps, mean_loss, ...)") from None
                 return stop.value, nonfinite
             if step.objective is not None and not 0 <= step.objective < len(self.objectives):
-                raise ConfigError("algorithm.name", f"{type(self.trainer).__name__}.train() asked Train(objective={step.objective}), but its "
-                                                    f"objectives() returned {len(self.objectives)}: objective i is the i-th of them")
+                raise ConfigError(self.method_field, f"{type(self.trainer).__name__}.train() asked Train(objective={step.objective}), but its "
+                                                       f"objectives() returned {len(self.objectives)}: objective i is the i-th of them")
             x, y = (local.x, local.y) if step.rows is None else (local.x[step.rows], local.y[step.rows])
             stamp = task.data.stamp if task.data.stamp is None or step.rows is None else task.data.stamp[step.rows]
             spec = None if step.objective is None else self.objectives[step.objective]
             seed = d.seed if i == 0 else derive_seed(d.seed, "personal", i)
             lr = d.lr if step.lr is None else step.lr
-            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp, carry=step.carry)
+            outcome = yield ClientJob(task.client_id, step.start, x, y, lr, t, step.context, seed, spec, work=task.work, stamp=stamp, carry=step.carry,
+                                policy_field=self.policy_field)
             if i and nonfinite is None and not math.isfinite(outcome.mean_loss):
                 nonfinite = f"the loss of {type(self.trainer).__name__}'s training {i + 1} is {outcome.mean_loss} ({LOSS_HINT})"
         raise AssertionError("unreachable")
@@ -457,7 +465,7 @@ class ParameterSharing:
             train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()) if trained else None,
             temperature_mean=float(np.mean([r.temperature for r in results])) if trained else None,
             client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
-            method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, "algorithm.name")),
+            method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, self.client.method_field)),
         )
         if left_out:  # non-finite uploads a rule built to withstand bad clients did not see (finite_uploads, round_left_out)
             record.metrics["uploads_left_out"] = left_out
@@ -576,6 +584,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
             exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes),
             trainer=trainer, spec=exp.spec if trainer else None, objectives=objectives,
             objective_keys=tuple((key, where, name) for key, (where, name) in fields.items()),
+            method_field=exp.spec.method_field or "algorithm.name", policy_field=exp.spec.policy_field,
         ),
         eval_clients=exp.config.eval.clients,
         tolerant=tolerates_bad_clients(exp.config.algorithm, exp.aggregator),

@@ -190,7 +190,7 @@ class KnowledgeClient:
         up = KnowledgeUplink(rows, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
         val_acc = local_validation(model, out.params, data, self.eval_batch_size)
         entries = {} if self.temperature is None else self.temperature.finish(mine.own, t, policy_accuracy(acc, val_acc))
-        check_client_state(entries, f"{type(self.temperature).__name__}.finish()", "temperature.policy")
+        check_client_state(entries, f"{type(self.temperature).__name__}.finish()", self.specs[arch].policy_field)
         state = KnowledgeState(None if self.share_model else out.params, entries)
         kept = state if state.model is not None or state.own else None
         return ClientReply(cid, up, kept, acc, loss, None if self.temperature is None else t, local_val_acc=val_acc)

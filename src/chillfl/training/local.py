@@ -369,6 +369,10 @@ class LocalSpec:
     """(These two last, after the fields of before they came: a spec built positionally keeps its meaning.) The executor
     verified that the steps draw nothing from torch's global generators (the vectorized executor's probe: vmap refuses a random op):
     :func:`train_client` neither forks nor holds them, whatever :func:`draws_global` assumes."""
+    policy_field: str = "temperature.policy"
+    """(After those two, for the same reason.) The config field of the run's temperature policy (``temperature.policy``,
+    ``policy`` from Python), kept by :meth:`phase`: a T it gives that no training can use, or a client-half state it
+    returns that is no tensor table, is refused on it."""
 
     def term_field(self, index: int) -> str | None:
         """The config field of the term at ``index`` in :attr:`terms` (:attr:`term_fields`, else :attr:`method_field`)."""
@@ -393,7 +397,7 @@ class LocalSpec:
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
             memory_format=self.memory_format, precision=self.precision, deterministic=self.deterministic, batched_conv=self.batched_conv,
             optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False, sam_eta=0.0),
-            cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen,
+            cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen, policy_field=self.policy_field,
         )
 
 

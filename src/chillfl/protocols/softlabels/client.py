@@ -145,7 +145,8 @@ class SoftLabelClient:
                     out: LocalOutcome = yield job
                     state.model, distill_loss = out.params, out.mean_loss
         t = d.temperature if self.temperature is None else self.temperature.temperature(state.own, d.temperature, data.y)
-        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, t, {}, d.train_seed, spec=train_spec, work=task.work, stamp=data.stamp)  # a straggler stops early
+        out = yield ClientJob(cid, state.model, data.x, data.y, d.lr, t, {}, d.train_seed, spec=train_spec, work=task.work, stamp=data.stamp,
+                            policy_field=self.distill_spec.policy_field)  # a straggler stops early
         state.model = out.params
         acc, loss = None, None
         evaluation = local_evaluation_job(cid, template, state.model, data, self.eval_batch_size)
@@ -161,7 +162,7 @@ class SoftLabelClient:
             val_acc = validation
         if self.temperature is not None:
             state.own = self.temperature.finish(state.own, t, policy_accuracy(acc, val_acc))
-            check_client_state(state.own, f"{type(self.temperature).__name__}.finish()", "temperature.policy")
+            check_client_state(state.own, f"{type(self.temperature).__name__}.finish()", self.distill_spec.policy_field)  # the run's, which every phase keeps
         soft = None
         if self.collaborative and d.requested.numel() > 0:
             kind: Output = "logits" if self.uses_logits else "proba"

@@ -52,5 +52,8 @@ def test_client_weights_refuses_what_it_does_not_know():
     # 1:3 samples: "samples" is [0.25, 0.75], "uniform" [0.5, 0.5]; "bogus" was silently [0.25, 0.75]
     results = [ClientResult(i, {"w": torch.tensor([float(v)])}, n, 1, 0.1, 1.0, 0.0) for i, (v, n) in enumerate([(1, 1), (4, 3)])]
     assert client_weights(results, "uniform").tolist() == [0.5, 0.5]
+    assert client_weights(results, "samples").tolist() == [0.25, 0.75]
+    with pytest.raises(ValueError, match="unknown value 'bogus'"):
+        client_weights(results, "bogus")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown value 'bogus'"):
         FedAvg("bogus").aggregate({"w": torch.tensor([0.0])}, results, 1)  # type: ignore[arg-type]

@@ -73,7 +73,7 @@ def test_a_document_past_the_header_limit_goes_into_an_entry_and_reads_back(tmp_
     """With the header limit (safetensors' 100 MB) and the inline limit scaled down, a 3,000-client document is
     written with a small header and read back bit for bit; before, it went into the header, past the limit."""
     monkeypatch.setattr(checkpoint, "_MAX_HEADER", 200_000)
-    monkeypatch.setattr(checkpoint, "INLINE_MAX", 50_000, raising=False)
+    monkeypatch.setattr(checkpoint, "INLINE_MAX", 50_000)
     tree = federation(3000)
     path = tmp_path / "checkpoint.safetensors"
     write_state(path, tree, {"metrics_sha256": "x"})
@@ -117,8 +117,17 @@ def test_a_changed_byte_of_the_document_entry_is_refused() -> None:
 
 @pytest.mark.parametrize("method", ["algorithm.fedavg", "algorithm.scaffold", "temperature.fedchill"])
 def test_resume_from_checkpoints_with_the_document_in_an_entry_is_bitwise(method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(checkpoint, "INLINE_MAX", 0, raising=False)  # every checkpoint version 3
+    monkeypatch.setattr(checkpoint, "INLINE_MAX", 0)  # every checkpoint version 3
+    encode, written = checkpoint.encode_state, []
+
+    def encode_seen(*args: Any, **kwargs: Any) -> bytes:
+        data = encode(*args, **kwargs)
+        written.append(checkpoint.DOCUMENT.encode() in data[8:8 + header_size(data)])  # its entry is named in the header
+        return data
+
+    monkeypatch.setattr(checkpoint, "encode_state", encode_seen)
     check_resume(method, "sequential", 2, tmp_path, monkeypatch)
+    assert written and all(written), written
 
 
 def test_a_folder_checkpointed_by_the_old_encoder_resumes_bitwise(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,6 @@ run has that name or none: the copy that comes second is refused in the one line
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -51,35 +50,28 @@ def test_a_duplicate_shard_that_comes_second_to_a_run_is_refused(tmp_path: Path,
             writer.abort()
 
 
-def test_of_two_claims_of_a_comparison_run_at_once_one_wins(tmp_path: Path) -> None:
-    """Two threads released together claim one comparison run's folder, 20 times: one gets ``cell.partial``, the other
-    is refused (never ``cell-2.partial``), and no hidden folder of a claim is left behind."""
-    for attempt in range(20):
-        out = tmp_path / str(attempt)
-        barrier = threading.Barrier(2)
-        won: list[ResultWriter] = []
-        refused: list[BaseException] = []
+def test_of_two_claims_of_a_comparison_run_at_once_one_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other copy claims the run's folder between this claim's look at the name and its rename onto it: one gets
+    ``cell.partial``, the other is refused (never ``cell-2.partial``), and no hidden folder of a claim is left behind.
+    (A check-then-create claim took the name twice here, or moved on to ``cell-2``.)"""
+    taken, other = results._taken, []
 
-        def claim() -> None:
-            barrier.wait()
-            try:
-                won.append(ResultWriter(out, "cell", exact=True))
-            except BaseException as exc:  # noqa: BLE001 - reported to the test
-                refused.append(exc)
+    def check_then_other_claims(final: Path) -> bool:
+        found = taken(final)
+        if not other:
+            monkeypatch.setattr(results, "_taken", taken)
+            other.append(ResultWriter(tmp_path, "cell", exact=True))
+        return found
 
-        threads = [threading.Thread(target=claim) for _ in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=30)
-        try:
-            assert len(won) == 1 and len(refused) == 1, (won, refused)
-            assert isinstance(refused[0], FolderInUse), refused
-            assert won[0].path == out / "cell.partial"
-            assert sorted(p.name for p in out.iterdir()) == ["cell.partial"]
-        finally:
-            for writer in won:
-                writer.abort()
+    monkeypatch.setattr(results, "_taken", check_then_other_claims)
+    try:
+        with pytest.raises(FolderInUse):
+            ResultWriter(tmp_path, "cell", exact=True)
+        assert other and other[0].path == tmp_path / "cell.partial"
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["cell.partial"]
+    finally:
+        for writer in other:
+            writer.abort()
 
 
 def test_a_new_run_folder_is_never_seen_unlocked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,6 +84,8 @@ def test_a_new_run_folder_is_never_seen_unlocked(tmp_path: Path, monkeypatch: py
     def looked_in_first(folder: Path, *args: object, **kwargs: object) -> RunLock:
         if not looked:
             looked.append(stopped_run(tmp_path, "cell"))  # a duplicate's look at the run, in this claim's window
+            assert folder.is_dir()  # the folder being locked survived the look
+            assert not (tmp_path / "cell.partial").exists()  # nothing under the run's name before it is locked
         return lock(folder, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(results, "RunLock", looked_in_first)

@@ -16,7 +16,9 @@ from test_executors import _jobs, _mlp
 
 
 def test_a_round_that_completes_resets_the_doubling(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    """Within a round the notices come after 60, 120, 240 s; the round after one that completed starts again at 60 s."""
+    """Notices fed after a completed round (as a slow round's would come: at 60 and 120 s) do not carry into the next
+    round, whose first comes at 60 s again (it was 240 s). The waits are fed between rounds, through the pool's hook;
+    StallClock's own per-round rule is test_the_stall_clock_by_hand's."""
     model = _mlp()
     jobs = _jobs(model, [9, 7], (3, 4))
     monkeypatch.setattr(processes, "STALL_S", 60.0)

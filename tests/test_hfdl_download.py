@@ -4,6 +4,7 @@ server of tests/fake_datasets.py (127.0.0.1, a free port, stopped with its ``wit
 
 from __future__ import annotations
 
+import os
 import pickle
 from pathlib import Path
 
@@ -17,10 +18,17 @@ from chillfl.data.sources import MANUAL, MIRRORED_ONLY, SOURCES
 from fake_datasets import GENERATORS, ServerState, cifar_batch, manifest, publish, serve, tar_bytes
 
 
-def _listing(data: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, tuple[str, str]]:
-    """{name: (folder column, state)} of ``chillfl data download --data-dir data`` (columns of 16, 26 and 12 characters)."""
+def _listing(data: Path, capsys: pytest.CaptureFixture[str], cwd: Path | None = None) -> dict[str, tuple[str, str]]:
+    """{name: (folder column, state)} of ``chillfl data download --data-dir data`` (columns of 16, 26 and 12 characters),
+    run from ``cwd`` (default: the folder holding ``data``): the hub rows also read ``./flwrlabs/NAME`` in the current
+    folder, as their loader does, so a checkout holding one would change the rows."""
     capsys.readouterr()
-    assert main(["data", "download", "--data-dir", str(data)]) == 0
+    here = os.getcwd()
+    os.chdir(cwd or data.parent)
+    try:
+        assert main(["data", "download", "--data-dir", str(data)]) == 0
+    finally:
+        os.chdir(here)
     return {line[:16].strip(): (line[17:43].strip(), line[58:].strip()) for line in capsys.readouterr().out.splitlines()}
 
 

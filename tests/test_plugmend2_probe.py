@@ -4,7 +4,6 @@ as one that cannot be copied is not; one that holds little is still asked (and a
 
 from __future__ import annotations
 
-import copy
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +31,20 @@ class Lying(ConstantTemperature):
 
 def test_a_policy_holding_more_than_the_limit_is_not_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """Not copied, so not asked: its false declaration is not caught (sound, not complete), and it runs."""
-    monkeypatch.setattr(registry, "PROBE_COPY_BYTES", 4 * 1000, raising=False)
-    deepcopy = copy.deepcopy
-    probed: list[object] = []
+    monkeypatch.setattr(registry, "PROBE_COPY_BYTES", 4 * 1000)
+    holds_little, said = registry._holds_little, []
 
-    def spy(obj: Any, memo: Any = None) -> Any:
-        if isinstance(obj, tuple) and obj and isinstance(obj[0], Lying):
-            probed.append(obj)
-        return deepcopy(obj, memo)
+    def spy(obj: Any, limit: int) -> bool:
+        said.append(holds_little(obj, limit))  # the probe's own question: copy it or not
+        return said[-1]
 
-    monkeypatch.setattr(registry.copy, "deepcopy", spy)
-    assert _run(aggregator=FedAvg(), policy=Lying(1001)) is not None  # 4004 bytes: over the limit
-    assert probed == []
+    monkeypatch.setattr(registry, "_holds_little", spy)
+    assert _run(aggregator=FedAvg(), policy=Lying(1001)) is not None  # 4004 bytes: over the limit, so not asked (it lies)
+    assert said == [False]
 
 
 def test_a_policy_holding_little_is_still_asked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(registry, "PROBE_COPY_BYTES", 4 * 1000, raising=False)
+    monkeypatch.setattr(registry, "PROBE_COPY_BYTES", 4 * 1000)
     err = _refused(tmp_path, aggregator=FedAvg(), policy=Lying(1000))  # 4000 bytes: at the limit, asked
     assert err.field == "policy" and "declares trains_at = 0.5" in err.message and "is 0.7 at round 0" in err.message
 

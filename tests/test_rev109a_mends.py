@@ -82,13 +82,11 @@ def test_an_unreadable_hub_folder_is_its_rows_state_not_the_end_of_the_listing(t
     assert "mnist" in rows  # the rest of the listing is there
 
 
-def test_a_hub_folder_in_the_current_folder_is_present_as_the_loader_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_hub_folder_in_the_current_folder_is_present_as_the_loader_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _put(tmp_path / "here" / "flwrlabs" / "shakespeare", {"shakespeare.csv": b'character_id,x,y\nA,"to be or not to b",e\n'})
-    monkeypatch.chdir(tmp_path / "here")
-    assert _listing(tmp_path / "data", capsys)["flwr_shakespeare"][1] == "present"
+    assert _listing(tmp_path / "data", capsys, cwd=tmp_path / "here")["flwr_shakespeare"][1] == "present"
     (tmp_path / "here" / "flwrlabs" / "shakespeare" / "shakespeare.csv").unlink()
-    assert _listing(tmp_path / "data", capsys)["flwr_shakespeare"][1].startswith(
+    assert _listing(tmp_path / "data", capsys, cwd=tmp_path / "here")["flwr_shakespeare"][1].startswith(
         "missing (no .parquet or .csv files in ./flwrlabs/shakespeare/ (the current folder)): ")
 
 

@@ -92,9 +92,7 @@ def test_a_stopped_worker_is_named_while_the_round_waits(monkeypatch: pytest.Mon
     logger = logging.getLogger("chillfl.executors.processes")
     with WorkerPool(workers=1) as pool:
         pid = pool.pids[0]
-        warm = ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), pool=pool)
-        warm.run(jobs)  # started: its imports are no stall
-        warm.run(jobs)  # and a quick round: the next round's first notice comes after STALL_S (StallClock)
+        ProcessExecutor(model, LocalSpec(epochs=1, batch_size=8), pool=pool).run(jobs)  # started: its imports are no stall
         monkeypatch.setattr(processes, "STALL_S", 0.6, raising=False)
         go_on = GoOn(pid)
         unstick = threading.Timer(15.0, os.kill, (pid, signal.SIGCONT))  # without a notice the test fails, not hangs

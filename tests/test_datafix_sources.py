@@ -26,6 +26,7 @@ def test_the_mnist_hint_names_the_urls_the_downloader_tries(tmp_path: Path) -> N
 def test_the_listing_names_the_hub_datasets_with_their_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = tmp_path / "data"
     (data / "flwrlabs" / "shakespeare").mkdir(parents=True)
+    (data / "flwrlabs" / "shakespeare" / "shakespeare.csv").write_bytes(b"character_id,x,y\n")  # a table file the loader reads (94ecf775)
     assert main(["data", "download", "--data-dir", str(data)]) == 0
     rows = {line.split()[0]: line.split(maxsplit=3)[1:] for line in capsys.readouterr().out.splitlines()}
     assert rows["flwr_shakespeare"] == ["flwrlabs/shakespeare/", "hub", "present"]

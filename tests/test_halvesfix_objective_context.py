@@ -56,7 +56,7 @@ def test_a_downlink_key_an_objective_term_sends_too_is_refused() -> None:
     SEEN.clear()
     chillfl.run(config=CONFIG, aggregator=SendsMu(), terms=[MuTerm()], write=False, progress=False)
     assert set(SEEN) == {0.123}
-    with pytest.raises(ConfigError, match=r"^objective\.terms: term 'proximal' sends context key 'mu', which SendsMu\.downlink\(\) sends too"):
+    with pytest.raises(ConfigError, match=r"^objective\.terms\[0\]: term 'proximal' sends context key 'mu', which SendsMu\.downlink\(\) sends too"):
         chillfl.run(config={**CONFIG, "objective": {"terms": ["proximal"]}}, aggregator=SendsMu(), terms=[MuTerm()], write=False, progress=False)
 
 

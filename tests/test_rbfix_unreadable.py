@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from chillfl.data import hf, leaf_hub, loaders
+from chillfl.data import hf, loaders
 from chillfl.errors import ConfigError
 from fake_datasets import caltech_members, tiny_imagenet_members
 from test_fsfix_loaders import _write
@@ -85,11 +85,11 @@ def test_a_mode_000_folder_of_a_table_source_is_not_no_files(tmp_path: Path, mon
     root = tmp_path / "leaf"
     (root / "d" / "train").mkdir(parents=True)
     (root / "d" / "train" / "a.parquet").write_bytes(b"")
-    assert leaf_hub._files(root) == [root / "d" / "train" / "a.parquet"]  # the controls
+    assert loaders.table_files(root) == [root / "d" / "train" / "a.parquet"]  # the controls
     assert hf._parquet_files(root / "d", ("train", "test")) == {"train": [root / "d" / "train" / "a.parquet"]}
     bad = root / "d"
     _mode_000(monkeypatch, bad)
-    for read in (lambda: leaf_hub._files(root), lambda: hf._parquet_files(root, ("train", "test"))):
+    for read in (lambda: loaders.table_files(root), lambda: hf._parquet_files(root, ("train", "test"))):
         with pytest.raises(ConfigError) as info:
             read()
         _refused(bad, info)
@@ -99,4 +99,4 @@ def test_a_missing_folder_is_still_not_found(tmp_path: Path) -> None:
     """The control: ENOENT is absence, not a refusal (Caltech-256's own not-found line)."""
     with pytest.raises(ConfigError, match="Caltech-256 not found at"):
         loaders.caltech256_root(tmp_path)
-    assert leaf_hub._files(tmp_path / "none") == []
+    assert loaders.table_files(tmp_path / "none") == []

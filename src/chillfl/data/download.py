@@ -63,7 +63,7 @@ try:
 except ImportError:  # Windows: no advisory locks; concurrent downloads of one dataset are not guarded there
     fcntl = None  # type: ignore[assignment]
 
-from chillfl.data.loaders import IDX_FILES, IDX_PUBLISHED, IDX_SETS, find_root, idx_count, idx_file, named_idx_set, read_where, table_files
+from chillfl.data.loaders import IDX_FILES, IDX_PUBLISHED, IDX_SETS, find_root, idx_count, idx_file, local_source, named_idx_set, read_where, table_files
 from chillfl.errors import ConfigError
 from chillfl.data.sources import DATA_DIR, HUB, MANUAL, HubSource, MIRRORED_ONLY, SOURCES, RemoteFile, Source, downloadable
 from chillfl.paths import make_temp_dir
@@ -499,19 +499,19 @@ def dataset_status(data_dir: str | Path) -> list[tuple[str, str, str, str]]:
 
 
 def _hub_state(root: Path, hub: HubSource) -> str:
-    """The state of a hub dataset for ``root``, by its loader's own test (:func:`table_files` of the folder its default
-    ``path`` finds: ``root/<repo>``, else ``./<repo>`` in the current folder, as ``leaf_hub.local_source`` looks): the
-    listing said "present" of any folder of that name, empty or not. An unreadable folder is its row's state, not the
-    end of the listing."""
-    for where, shown in ((root / hub.repo, f"{hub.repo}/"), (Path(hub.repo), f"./{hub.repo}/ (the current folder)")):
-        if not where.exists():
-            continue
-        try:
-            files = table_files(where)
-        except ConfigError as exc:
-            return f"missing (cannot read {shown}: {exc.message}): {hub.command(str(root))}"
-        return "present" if files else f"missing (no .parquet or .csv files in {shown}): {hub.command(str(root))}"
-    return f"missing: {hub.command(str(root))}"
+    """The state of a hub dataset for ``root``, by its loader's own tests: the folder its default ``path`` finds
+    (:func:`local_source`: ``root/<repo>``, else ``./<repo>`` in the current folder) and the files it reads there
+    (:func:`table_files`): the listing said "present" of any folder of that name, empty or not. An unreadable folder is
+    its row's state, not the end of the listing."""
+    where = local_source(hub.repo, root)
+    if where is None:
+        return f"missing: {hub.command(str(root))}"
+    shown = f"{hub.repo}/" if where == root / hub.repo else f"./{hub.repo}/ (the current folder)"
+    try:
+        files = table_files(where)
+    except ConfigError as exc:
+        return f"missing (cannot read {shown}: {exc.message}): {hub.command(str(root))}"
+    return "present" if files else f"missing (no .parquet or .csv files in {shown}): {hub.command(str(root))}"
 
 
 def _flat_idx_state(root: Path, source: Source) -> str | None:

@@ -83,7 +83,7 @@ import numpy as np
 import torch
 
 from chillfl.data import arraycache
-from chillfl.data.loaders import FemnistOptions, select_writers, table_files
+from chillfl.data.loaders import FemnistOptions, local_source, select_writers, table_files
 from chillfl.data.sources import hub_download_command
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
@@ -164,15 +164,6 @@ def unreachable_hub() -> str | None:
         socket.getaddrinfo(host, 443)
     except (socket.gaierror, UnicodeError) as exc:
         return f"{host} does not resolve: {exc}"
-    return None
-
-
-def local_source(path: str, data_dir: Path) -> Path | None:
-    """The local file or folder ``path`` names (under ``data_dir`` first), or None."""
-    p = Path(path).expanduser()
-    for candidate in ([p] if p.is_absolute() else [data_dir / p, p]):
-        if candidate.exists():
-            return candidate
     return None
 
 

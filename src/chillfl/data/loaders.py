@@ -204,6 +204,16 @@ def tree_files(root: Path, suffix: str) -> list[Path]:
     return sorted(found)
 
 
+def local_source(path: str, data_dir: Path) -> Path | None:
+    """The local file or folder ``path`` names (under ``data_dir`` first, else from the current folder), or None: where
+    the hub datasets' loaders read (:mod:`chillfl.data.leaf_hub`) and ``chillfl data download``'s listing looks."""
+    p = Path(path).expanduser()
+    for candidate in ([p] if p.is_absolute() else [data_dir / p, p]):
+        if candidate.exists():
+            return candidate
+    return None
+
+
 def table_files(root: Path) -> list[Path]:
     """The files a hub dataset's loader (``flwr_femnist``, ``flwr_shakespeare``) reads from its local source ``root``:
     ``root`` itself when it is a file, else the ``.parquet`` files under it (none: the ``.csv`` ones), hidden folders

@@ -28,7 +28,7 @@ import sys
 from dataclasses import asdict
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import Any, Iterator, TypedDict
+from typing import Any, Iterator, Mapping, TypedDict
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -205,12 +205,12 @@ def sweep_difference(saved: object, record: SweepRecord, ignore: tuple[str, ...]
     return None
 
 
-def _where_resolved(config_toml: str, started_in: object) -> dict[str, Any]:
+def _where_resolved(config_toml: str, started_in: object) -> dict[str, object]:
     """``config_toml``'s options as ``section.key``, without ``out_dir`` and with ``data_dir`` the absolute folder it
-    names from ``started_in`` (as typed where that is unknown: an older chillfl's record)."""
-    flat: dict[str, Any] = {}
+    names from ``started_in`` (as typed where that is unknown: an older chillfl's record). Values are only compared."""
+    flat: dict[str, object] = {}
 
-    def walk(table: dict[str, Any], prefix: str) -> None:
+    def walk(table: Mapping[str, object], prefix: str) -> None:
         for key, value in table.items():
             if isinstance(value, dict):
                 walk(value, f"{prefix}{key}.")

@@ -303,9 +303,7 @@ def check_built_policy(table: Mapping[str, Any], policy: TemperaturePolicy, num_
     checked, the half's not. Calling ``client_half`` here also runs its own checks against the data (FedChill's p_g per
     class)."""
     check_calls(policy, POLICY_CALLS, field)
-    name = table.get("policy")
-    shown = type(policy).__name__ if is_custom(name) else name
-    built_in = isinstance(name, str) and not is_custom(name) and name in _REGISTRY.view()
+    shown, built_in = _named(table, policy)
     with building(shown, field, built_in, " (called as client_half(num_classes))"):
         half = policy.client_half(num_classes)
     if half is not None:
@@ -340,9 +338,7 @@ def check_trains_at(table: Mapping[str, Any], policy: TemperaturePolicy, half: T
         probe, probe_half = copy.deepcopy((policy, half))
     except Exception:  # noqa: BLE001 - a plugin's object that cannot be copied: asking the run's own could change its run
         return
-    name = table.get("policy")
-    shown = type(policy).__name__ if is_custom(name) else name
-    built_in = isinstance(name, str) and not is_custom(name) and name in _REGISTRY.view()
+    shown, built_in = _named(table, policy)
     for cid in range(min(num_clients, PROBED_CLIENTS)):
         with building(shown, field, built_in, f" (asked for client {cid}'s T at round 0)"):
             offered = probe.temperature(cid, 0)
@@ -356,6 +352,15 @@ def check_trains_at(table: Mapping[str, Any], policy: TemperaturePolicy, half: T
             raise ConfigError(field, f"{shown!r} declares trains_at = {said:g} (the one T for every client and round, which the step-size controls, "
                                      f"caveats and records read), but its {where} is {value:g} at round 0; declare trains_at only for a policy "
                                      "that trains every client at that T every round, none for one that sets T per client or round")
+
+
+def _named(table: Mapping[str, Any], policy: TemperaturePolicy) -> tuple[str, bool]:
+    """(how a refusal names the built ``policy``: its config name, or its class for one passed from Python; whether
+    that name is a built-in's, whose errors :func:`~chillfl.plugins.building` lets through as chillfl's own)."""
+    name = table.get("policy")
+    if is_custom(name) or not isinstance(name, str):
+        return type(policy).__name__, False
+    return name, name in _REGISTRY.view()
 
 
 def _holds_little(obj: object, limit: int) -> bool:

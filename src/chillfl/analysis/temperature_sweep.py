@@ -392,8 +392,13 @@ def left_out(result: SweepResult) -> None:
 def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
     """The sweep's folder, written as ``NAME-temperature-sweep.partial`` and renamed once whole. Whatever stops the
     writing (a Ctrl-C, a full disk, a figure that fails) removes it again: nothing resumes an analysis, and a
-    half-written ``.partial`` only pushed the next sweep of the name to ``NAME-temperature-sweep-2``."""
-    (folder, partial), held = made_held(lambda: claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep"))  # atomic: no race
+    half-written ``.partial`` only pushed the next sweep of the name to ``NAME-temperature-sweep-2``.
+
+    Claimed as a run's folder is (:func:`~chillfl.storage.results.claim_dir`): it appears under its name locked and
+    holding its ``config.toml``, never empty, where another process's claim (a rename, which replaces an empty folder)
+    took it over; two sweeps of one name at once get ``NAME-temperature-sweep`` and ``-2``, each its own."""
+    (folder, partial, lock), held = made_held(
+        lambda: claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep", lambda made: _write_config(made, config)))
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         _fill(partial, config, result, ties)
@@ -401,12 +406,18 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise
+    finally:
+        lock.release()
     return folder
 
 
+def _write_config(folder: Path, config: RunConfig) -> None:
+    """The sweep's ``config.toml``: its folder's first file (:func:`_write`)."""
+    (folder / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
+
+
 def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> None:
-    """The sweep's files: its config, the per-client table, the correlations and the two figures."""
-    (partial / "config.toml").write_text(to_toml(config.to_dict()), encoding="utf-8")
+    """The sweep's files beside its ``config.toml``: the per-client table, the correlations and the two figures."""
     non_finite = result.non_finite()
     clients = [
         {

@@ -9,10 +9,12 @@ Non-finite numbers: a NaN or infinite value is written ``null`` with a ``"nonfin
 
 A run folder is a transaction:
 
-* it is created atomically (:func:`claim_dir`: ``mkdir`` decides, never a
-  check-then-create), and renamed at the end onto a name nothing occupies
-  (not even a dangling link); a run's folder appears under its name already
-  locked (:class:`ResultWriter`), so no other process ever sees it unheld;
+* it is created atomically (:func:`claim_dir`: made under a hidden name, locked,
+  given its first file, then renamed onto its name, which the rename decides:
+  never a check-then-create), and renamed at the end onto a name nothing occupies
+  (not even a dangling link); a run's, a comparison's and a temperature sweep's
+  folder appears under its name already locked and not empty, so no other
+  process ever sees it unheld;
 * one process at a time writes it: :class:`ResultWriter` holds an exclusive
   ``flock`` on the folder itself (no lock file; it follows the folder's
   renames and is released when the process ends, however it ends);
@@ -37,7 +39,7 @@ import shutil
 import stat
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -145,35 +147,49 @@ def in_the_way(parent: Path, name: str) -> str | None:
     return None
 
 
-def claim_dir(parent: Path, name: str, field: str = "out_dir") -> tuple[Path, Path]:
-    """Create ``parent/<name>[-N].partial`` atomically; returns ``(final, partial)``.
+def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool = False) -> tuple[Path, Path, RunLock]:
+    """Claim ``parent/<name>[-N].partial`` made, locked and holding its first files in one step; returns
+    ``(final, partial, lock)``. The one way chillfl makes a folder of results: a run's (:class:`ResultWriter`), a
+    comparison's, a temperature sweep's.
 
-    ``mkdir`` is the test: of several processes that want one name at once,
-    one gets it and the others move on to ``-2``, ``-3``... A name whose final
-    folder appeared between the check and the ``mkdir`` (another run finished)
-    is given up again.
-    """
+    The folder is made under a hidden name of its own (:func:`_new_folder`), locked, given its first files by ``fill``
+    (at least one: the rename that decides the name fails onto a folder that holds files, :func:`_publish`) and only
+    then renamed onto its name. Made there at once and locked after, another process saw it empty and unlocked: a
+    shard of the comparison renamed its own folder onto it (a rename replaces an empty folder), a run's claim did
+    the same, or a duplicate took it for abandoned. Whatever stops the claim (a Ctrl-C, a full disk) removes the
+    hidden folder again, so that no empty ``.partial`` pushes the next one to ``name-2``.
+
+    ``exact``: ``name`` only, never ``name-N`` (a comparison's run); taken, :class:`FolderInUse`. Otherwise the next
+    free ``name-N``, a separate run (or comparison) beside the one there. A claim that fails (no file locks, a
+    permission, a full disk) is one line on ``out_dir`` naming ``name.partial`` in ``parent``, the folder the user
+    asked for, never the hidden one, which they never see."""
+    shown = parent / f"{name}{PARTIAL}"
+    held = _new_folder(parent, "out_dir")
+    lock = None
     try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(field, f"cannot create {parent}: {exc.strerror or exc}") from None
-    n = 0
-    while True:
-        n += 1
-        final = parent / (name if n == 1 else f"{name}-{n}")
-        partial = final.with_name(final.name + PARTIAL)
-        if os.path.lexists(final) or os.path.lexists(partial):
-            continue
+        lock = RunLock(held, "out_dir", named=shown)
         try:
-            partial.mkdir()
-        except FileExistsError:
-            continue
+            fill(held)  # not empty now: no other claim's rename can replace the folder
         except OSError as exc:
-            raise ConfigError(field, f"cannot create {partial}: {exc.strerror or exc}") from None
-        if os.path.lexists(final):  # finished by someone else between the check and the mkdir
-            partial.rmdir()
-            continue
-        return final, partial
+            raise _unmade(shown, exc) from None
+        final, partial = _publish(held, parent, name, exact)
+    except BaseException:
+        shutil.rmtree(held, ignore_errors=True)
+        if lock is not None:
+            lock.release()
+        raise
+    return final, partial, lock
+
+
+def _unmade(shown: Path, exc: OSError) -> ConfigError:
+    """A claim's first file could not be written: the line names the folder as the user knows it (``shown``), with
+    the file and the system's reason, on ``out_dir``. A :class:`~chillfl.errors.StorageError` (``write_atomic``'s)
+    names the hidden folder in its own text: its reason is read from the ``OSError`` it was raised from."""
+    cause = exc if exc.strerror else exc.__cause__
+    if isinstance(cause, OSError) and cause.strerror:
+        file = f"its {Path(cause.filename).name}: " if cause.filename else ""
+        return ConfigError("out_dir", f"cannot create {shown}: {file}{cause.strerror}")
+    return ConfigError("out_dir", f"cannot create {shown}: {type(exc).__name__}")
 
 
 _CLAIM = CLAIM  # the hidden folder a run's folder is made in (:func:`_new_folder`), before it is renamed onto its name
@@ -184,7 +200,7 @@ def _new_folder(parent: Path, field: str) -> Path:
 
     Why not the run's name at once: a folder made there is seen by other processes before it is locked, and one of them
     took it for an abandoned one (a duplicate of a comparison's shard removed it as a run without a checkpoint, or took
-    ``NAME-2`` beside it and ran the same run again). :class:`ResultWriter` locks this one first, then renames it there."""
+    ``NAME-2`` beside it and ran the same run again). :func:`claim_dir` locks this one first, then renames it there."""
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -294,27 +310,30 @@ class RunLock:
     which keeps out an exclusive one (a resume of the whole comparison) while any shard runs.
     """
 
-    def __init__(self, folder: Path, field: str = "run_dir", shared: bool = False) -> None:
+    def __init__(self, folder: Path, field: str = "run_dir", shared: bool = False, named: Path | None = None) -> None:
+        """``named``: the folder the lines name (default ``folder``): a claim's hidden folder (:func:`claim_dir`) is
+        named as the folder it becomes, which the user looks for."""
         self._fd: int | None = None
         if fcntl is None:
             return
         flags = os.O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC
+        shown = folder if named is None else named
         try:
             self._fd = os.open(folder, flags)
         except OSError as exc:
-            raise ConfigError(field, f"cannot open {folder}: {exc.strerror or exc}") from None
+            raise ConfigError(field, f"cannot open {shown}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(self._fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(self._fd)
             self._fd = None
             if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):  # held: the one error a non-blocking flock has for that
-                raise FolderInUse(field, f"{folder} is in use by another chillfl process (a run or resume of it is going on)") from None
+                raise FolderInUse(field, f"{shown} is in use by another chillfl process (a run or resume of it is going on)") from None
             # NFS without its lock service (ENOLCK), Lustre mounted without flock (ENOSYS, EOPNOTSUPP): every run was
             # refused as "in use" there, a false reason
             raise LocksUnsupported(
                 field,
-                f"the file system of {folder} does not support file locks (flock: {exc.strerror or exc}), which chillfl takes on a "
+                f"the file system of {shown} does not support file locks (flock: {exc.strerror or exc}), which chillfl takes on a "
                 "folder so that no two processes write it at once: use a folder on one that does (a local disk, NFS with its "
                 "lock service, Lustre mounted with -o flock)",
             ) from None
@@ -346,19 +365,13 @@ class ResultWriter:
     """Writes one run's folder, holding its lock; ``finish()`` makes it final by renaming it."""
 
     def __init__(self, out_dir: str | Path, name: str, started_in: Path | None = None, exact: bool = False) -> None:
-        """Claim ``out_dir/name[-N].partial`` locked, with its ``metrics.jsonl`` open; whatever stops that (a Ctrl-C,
-        a full disk) removes the folder again, so that no empty ``.partial`` pushes the next run to ``name-2``.
-
-        Claim and lock are one step: the folder is made under a hidden name of its own, locked, given its
-        ``metrics.jsonl`` and only then renamed onto its name (:func:`_publish`). Made there at once and locked after, two
-        copies of one comparison's shard started together both ran the run (one in ``NAME-2``), or one removed the
-        other's new folder as abandoned.
+        """Claim ``out_dir/name[-N].partial`` locked, with its ``metrics.jsonl`` open (:func:`claim_dir`: made, locked
+        and given that file under a hidden name, then renamed onto its name); whatever stops that (a Ctrl-C, a full
+        disk) removes the folder again, so that no empty ``.partial`` pushes the next run to ``name-2``.
 
         ``started_in``: the folder the run's relative paths are read from, which its checkpoints record for a resume
         typed elsewhere (a comparison's run: the comparison's; default: the current folder). ``exact``: ``name`` only,
         never ``name-N`` (a comparison's run); taken, :class:`FolderInUse`."""
-        parent = Path(out_dir)
-        self.path = _new_folder(parent, "out_dir")
         self._name = name
         self.started_in = str(started_in) if started_in is not None else current_folder()
         self._metrics: int | None = None
@@ -366,17 +379,16 @@ class ResultWriter:
         self.resumed: list[ResumedSetup] = []
         """The run's resumes across setups, for its checkpoints and ``summary.json`` (:func:`chillfl.runner.resumed_across`)."""
         self.config_bytes = b""
-        lock = None
         try:
-            lock = self._lock = RunLock(self.path)
-            self._open_metrics(b"", create=True)  # not empty now: no other claim's rename can replace the folder
-            self.final, self.path = _publish(self.path, parent, name, exact)
+            self.final, self.path, self._lock = claim_dir(Path(out_dir), name, self._first_metrics, exact)
         except BaseException:
             self._close()
-            shutil.rmtree(self.path, ignore_errors=True)
-            if lock is not None:
-                lock.release()
             raise
+
+    def _first_metrics(self, folder: Path) -> None:
+        """The claimed folder's first file, its empty ``metrics.jsonl``, open (:func:`claim_dir` names its error: ``folder`` is hidden)."""
+        self.path = folder
+        self._open_metrics(b"", create=True)
 
     @classmethod
     def reopen(cls, path: str | Path, lock: RunLock, metrics: bytes, config: bytes, started_in: Path | None = None) -> "ResultWriter":

@@ -402,26 +402,31 @@ class SweepFolder:
 def open_folder(config: RunConfig, plan: Plan, resume: Path | None, write: bool, resumable: bool) -> tuple[SweepFolder, RunLock | None]:
     """The interrupted comparison's folders (``resume``), or new ones with its ``config.toml`` and ``sweep.json``; with the folder's lock.
 
-    One process at a time goes on with a comparison (the first run, or a resume of it). A new folder is locked
-    before anything is written into it, its files are replaced atomically, and whatever stops the writing (a
-    Ctrl-C, a full disk) removes the folder again: nothing half-written is left to be taken for a comparison.
+    One process at a time goes on with a comparison (the first run, or a resume of it). A new folder appears under its
+    name locked and holding its ``config.toml`` and ``sweep.json`` (:func:`~chillfl.storage.results.claim_dir`, as a
+    run's): made there empty and locked after, a shard of the same comparison started at that instant renamed its own
+    folder onto it (a rename replaces an empty folder) and both wrote into one folder, or this one then removed the
+    shard's. A second copy started at once gets ``NAME-compare-2``, a separate comparison, as a second run of a name
+    gets ``NAME-2`` (what ``reproduce --resume`` looks up, docs/usage.md). Whatever stops the start (a Ctrl-C, a full
+    disk) removes the folder again: nothing half-written is left to be taken for a comparison.
     """
     if resume is not None:
         return SweepFolder(resume.with_name(resume.name.removesuffix(PARTIAL)), resume), RunLock(resume)
     if not write:
         return SweepFolder(None, None), None
-    (folder, partial), held = made_held(lambda: claim_dir(Path(config.out_dir), f"{config.name}-compare"))  # atomic: no race with a run beside it
-    lock = None
+    toml = comparison_toml(config, plan)
+    record = sweep_record(toml.encode(), plan, resumable=resumable)
+
+    def first_files(folder: Path) -> None:
+        write_atomic(folder / COMPARISON_CONFIG, toml.encode("utf-8"))
+        write_sweep(folder, record)
+
+    (folder, partial, lock), held = made_held(lambda: claim_dir(Path(config.out_dir), f"{config.name}-compare", first_files))
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
-        lock = RunLock(partial)
-        toml = comparison_toml(config, plan)
-        write_atomic(partial / COMPARISON_CONFIG, toml.encode("utf-8"))
-        write_sweep(partial, sweep_record(toml.encode(), plan, resumable=resumable))
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
-        if lock is not None:
-            lock.release()
+        lock.release()
         raise
     return SweepFolder(folder, partial), lock
 

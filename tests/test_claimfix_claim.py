@@ -188,3 +188,22 @@ def test_a_temperature_sweep_that_cannot_write_its_config_leaves_nothing(tmp_pat
     assert caught.value.field == "out_dir"
     assert caught.value.message == f"cannot create {tmp_path / 'ts-temperature-sweep.partial'}: its config.toml: {os.strerror(errno.ENOSPC)}"
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_temperature_sweep_whose_name_was_taken_meanwhile_moves_to_the_next_free_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another sweep of the name finished while this one ran: its folder (not empty) is left as it is and this one takes
+    ``-2``, as a run does (:func:`~chillfl.storage.results.rename_free`); a plain rename failed with the system's error."""
+    config = load_config(None, {"name": "ts", "out_dir": str(tmp_path), "dataset.name": "digits"})
+
+    def finished_beside(partial: Path, *args: object) -> None:
+        (partial / "correlation.md").write_text("mine\n")
+        other = tmp_path / "ts-temperature-sweep"
+        other.mkdir()
+        (other / "correlation.md").write_text("theirs\n")
+
+    monkeypatch.setattr(tsweep, "_fill", finished_beside)
+    folder = tsweep._write(config, None, "mean")  # type: ignore[arg-type]
+    assert folder == tmp_path / "ts-temperature-sweep-2"
+    assert (folder / "correlation.md").read_text() == "mine\n"
+    assert (tmp_path / "ts-temperature-sweep" / "correlation.md").read_text() == "theirs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ts-temperature-sweep", "ts-temperature-sweep-2"]

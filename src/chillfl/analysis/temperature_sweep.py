@@ -90,7 +90,7 @@ from chillfl.analysis.counting import PREFIX, ItemLines
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.data.federated import FederatedData
-from chillfl.storage.results import claim_dir, to_toml
+from chillfl.storage.results import claim_dir, rename_free, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
 from chillfl.errors import ConfigError, RunNotStarted, choice_error, stopped_as
 from chillfl.experiment import base_losses, build_data, build_initial_model, check_parts
@@ -402,7 +402,7 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         _fill(partial, config, result, ties)
-        partial.rename(folder)
+        folder = rename_free(partial, folder, f"{config.name}-temperature-sweep")  # one finished meanwhile: the next free -N
     except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
         raise

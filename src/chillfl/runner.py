@@ -504,8 +504,11 @@ def _checkpoint_round(writer: ResultWriter) -> int | None:
     return int(read_state(path)["round"]) if path.is_file() else None
 
 
-STATE_OWNERS = (("protocol.aggregator", "algorithm.name"), ("protocol.policy", "temperature.policy"), ("protocol.method", "distillation.method"))
-"""Where a part's own ``state_dict()`` sits in a checkpoint's state tree, and the field that chose the part (a plugin's)."""
+def state_owners(spec: LocalSpec) -> tuple[tuple[str, str], ...]:
+    """Where a part's own ``state_dict()`` sits in a checkpoint's state tree, and the field that chose the part (a plugin's):
+    the run spec's, so that an aggregator or a policy passed from Python is named as the caller passed it (``aggregator``,
+    ``policy``), as the run's other refusals of it are, not by a config field the caller never set."""
+    return (("protocol.aggregator", spec.method_field or "algorithm.name"), ("protocol.policy", spec.policy_field), ("protocol.method", "distillation.method"))
 
 
 class Resumed(NamedTuple):
@@ -536,12 +539,12 @@ def _wall_time(state: Mapping[str, Any]) -> float:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) and value >= 0 else 0.0
 
 
-def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, device: torch.device, wall_time_s: float) -> None:
-    """The run state after round ``done`` (and the setup it ran on, and the seconds the run has taken), with the checksums
-    of the config and metrics it goes with.
+def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int, exp: Experiment, wall_time_s: float) -> None:
+    """The run state after round ``done`` (and the setup it ran on, ``exp``'s device, and the seconds the run has taken),
+    with the checksums of the config and metrics it goes with.
 
     A part's ``state_dict()`` that holds what a checkpoint cannot (a plugin's int-keyed dict) is one ConfigError on the
-    field that chose the part, not a TypeError traceback from the encoder. Any other failure to encode or write the
+    field that chose the part (:func:`state_owners` of ``exp``'s spec), not a TypeError traceback from the encoder. Any other failure to encode or write the
     file (safetensors refusing it, memory) is one StorageError line naming the round and ``checkpoint.every``: the
     runner's handler adds which checkpoint is kept (the file is replaced atomically, so the previous one is) and how
     to resume; a failure that comes again on resume is gone with ``checkpoint.every = 0``."""
@@ -549,11 +552,11 @@ def _checkpoint(writer: ResultWriter | None, protocol: ServerProtocol, done: int
         run = run_metadata(writer.config_bytes, writer.metrics_bytes, writer.metrics_sha256, writer.started_in)
         path = writer.path / CHECKPOINT
         resumed = {"resumed": writer.resumed} if writer.resumed else {}  # a later resume keeps the earlier ones' setups
-        state = {"round": done, "protocol": protocol.state_dict(), "environment": environment(device), "wall_time_s": wall_time_s, **resumed}
+        state = {"round": done, "protocol": protocol.state_dict(), "environment": environment(exp.device), "wall_time_s": wall_time_s, **resumed}
         try:  # the write alone: an error of a part's own state_dict() is its own, not a checkpoint that cannot be written
             write_state(path, state, run)
         except UnstorableState as exc:
-            field = next((f for prefix, f in STATE_OWNERS if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
+            field = next((f for prefix, f in state_owners(exp.spec) if exc.where == prefix or exc.where.startswith(prefix + ".")), None)
             if field is None:
                 raise _unwritable(path, done, exc) from exc
             raise ConfigError(field, f"its state_dict() cannot be checkpointed: {exc} (a checkpoint holds dicts with str keys, lists, "
@@ -725,19 +728,19 @@ def _run_rounds(
                     if view.stop_reason is not None and done < rounds:  # a hook stopped the run: resumable from here
                         signals.armed = False  # the checkpoint below must not be cut short
                         signals.finishing = True  # a signal from here on waits for the results, then is passed on (rev104d)
-                        _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
+                        _checkpoint(writer, protocol, done, exp, time.perf_counter() - start)
                         signals.defer("a callback stopped the run after this round")  # one in this round: dropped before
                         break
                     if signals.received is not None and done >= rounds:
                         signals.defer()
                     elif signals.received is not None:
                         signals.armed = False  # the checkpoint below must not be cut short
-                        _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
+                        _checkpoint(writer, protocol, done, exp, time.perf_counter() - start)
                         raise RunInterrupted(signals.received, writer.path if writer else None, done)
                     if every and (done % every == 0 or done == rounds):  # the last round's too: a failed final write (the figures on a full disk) resumes to finish
                         if done >= rounds:  # every round ran: a signal during this write waits for the results, as one after it (rev104c)
                             signals.finishing = True
-                        _checkpoint(writer, protocol, done, exp.device, time.perf_counter() - start)
+                        _checkpoint(writer, protocol, done, exp, time.perf_counter() - start)
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         signals.finishing = True  # a signal now waits until the run's results are complete

@@ -1,0 +1,89 @@
+"""Each refusal names the field the user actually set.
+
+A checkpointed part's ``state_dict()`` that the format cannot hold named ``algorithm.name`` / ``temperature.policy``
+even for an aggregator or a policy passed from Python (``aggregator`` / ``policy``, as their other refusals say).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from plugin_modules import plugin_module
+from test_qa_plugin_returns import BASE
+
+import chillfl
+from chillfl.errors import ConfigError
+from chillfl.extend import ConstantTemperature, FedAvg
+
+UNSTORABLE = "its state_dict() cannot be checkpointed: state key 1 at protocol.{part} is not a string"
+
+PARTS = '''
+from dataclasses import dataclass
+
+from chillfl.extend import ConstantTemperature, FedAvg, SoftLabelMethod, SoftLabelSpec
+
+
+class IntKeyRule(FedAvg):
+    def state_dict(self):
+        return {1: 2}
+
+
+class IntKeyPolicy(ConstantTemperature):
+    def state_dict(self):
+        return {1: 2}
+
+
+def context_loss(logits, y, temperature):
+    return logits.sum()
+
+
+context_loss.uses_context = True  # declared, but its signature takes no context
+
+
+@dataclass(frozen=True)
+class Options:
+    k: int = 1
+
+
+class ContextLossMethod(SoftLabelMethod):
+    def distill_loss(self):
+        return context_loss
+
+
+BAD_DISTILL_LOSS = SoftLabelSpec("bad_distill_loss", Options, ContextLossMethod)
+'''
+
+
+class IntKeyRule(FedAvg):
+    """A state the checkpoint cannot hold: an int key."""
+
+    def state_dict(self) -> dict[Any, Any]:
+        return {1: 2}
+
+
+class IntKeyPolicy(ConstantTemperature):
+    """The same, a policy's."""
+
+    def state_dict(self) -> dict[Any, Any]:
+        return {1: 2}
+
+
+CHECKPOINTED: dict[str, Any] = {**BASE, "checkpoint": {"every": 1}}
+
+
+@pytest.mark.parametrize("passed,field,part", [({"aggregator": IntKeyRule()}, "aggregator", "aggregator"),
+                                               ({"policy": IntKeyPolicy(1.0)}, "policy", "policy")])
+def test_an_unstorable_state_of_a_part_passed_from_python_names_the_argument(tmp_path: Path, passed: dict[str, Any], field: str, part: str) -> None:
+    err = pytest.raises(ConfigError, chillfl.run, config=CHECKPOINTED, out_dir=tmp_path, progress=False, **passed)
+    assert err.value.field == field and err.value.message.startswith(UNSTORABLE.format(part=part))
+
+
+def test_by_import_path_an_unstorable_state_names_the_config_field(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with plugin_module(tmp_path, monkeypatch, "fieldnames_parts", PARTS):
+        for table, field, part in [({"algorithm": {"name": "fieldnames_parts:IntKeyRule"}}, "algorithm.name", "aggregator"),
+                                   ({"temperature": {"policy": "fieldnames_parts:IntKeyPolicy"}}, "temperature.policy", "policy")]:
+            err = pytest.raises(ConfigError, chillfl.run, config={**CHECKPOINTED, **table}, out_dir=tmp_path / part, progress=False)
+            assert err.value.field == field and err.value.message.startswith(UNSTORABLE.format(part=part)), (table, err.value)

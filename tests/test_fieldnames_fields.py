@@ -1,7 +1,9 @@
 """Each refusal names the field the user actually set.
 
 A checkpointed part's ``state_dict()`` that the format cannot hold named ``algorithm.name`` / ``temperature.policy``
-even for an aggregator or a policy passed from Python (``aggregator`` / ``policy``, as their other refusals say).
+even for an aggregator or a policy passed from Python (``aggregator`` / ``policy``, as their other refusals say); a
+distillation phase's base loss named ``algorithm.name`` (:meth:`~chillfl.training.local.LocalSpec.phase` dropped the
+method's field, which the soft-label run did not hold either), not ``distillation.method``.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from plugin_modules import plugin_module
 from test_qa_plugin_returns import BASE
@@ -17,6 +20,7 @@ from test_qa_plugin_returns import BASE
 import chillfl
 from chillfl.errors import ConfigError
 from chillfl.extend import ConstantTemperature, FedAvg
+from chillfl.training.local import LocalSpec
 
 UNSTORABLE = "its state_dict() cannot be checkpointed: state key 1 at protocol.{part} is not a string"
 
@@ -87,3 +91,26 @@ def test_by_import_path_an_unstorable_state_names_the_config_field(tmp_path: Pat
                                    ({"temperature": {"policy": "fieldnames_parts:IntKeyPolicy"}}, "temperature.policy", "policy")]:
             err = pytest.raises(ConfigError, chillfl.run, config={**CHECKPOINTED, **table}, out_dir=tmp_path / part, progress=False)
             assert err.value.field == field and err.value.message.startswith(UNSTORABLE.format(part=part)), (table, err.value)
+
+
+def _context_loss(logits: torch.Tensor, y: torch.Tensor, temperature: float) -> torch.Tensor:
+    return logits.sum()
+
+
+_context_loss.uses_context = True  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("field", ["distillation.method", "aggregator"])
+def test_a_phase_keeps_the_method_field_for_its_base_loss(field: str) -> None:
+    spec = LocalSpec(1, 8, method_field=field, policy_field="policy")
+    err = pytest.raises(ConfigError, spec.phase, 1, 8, _context_loss)
+    assert err.value.field == field and "the base loss _context_loss is called as loss(logits, y, temperature, context=...)" in err.value.message
+    kept = spec.phase(1, 8)
+    assert (kept.method_field, kept.policy_field, kept.terms, kept.term_fields) == (field, "policy", (), ())
+
+
+def test_a_distillation_methods_bad_distill_loss_is_refused_on_distillation_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = {**BASE, "distillation": {"method": "fieldnames_parts:BAD_DISTILL_LOSS", "public_size": 60, "subset_size": 20}}
+    with plugin_module(tmp_path, monkeypatch, "fieldnames_parts", PARTS):
+        err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
+    assert err.value.field == "distillation.method" and "the base loss context_loss is called as loss(logits, y, temperature, context=...)" in err.value.message

@@ -620,7 +620,8 @@ def _build_experiment(
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances
         aggregator = attacked_aggregator(config, data, aggregator, state)  # [attack]: the attackers' uploads, before aggregation (and clipping)
-    method_field = "aggregator" if plugged is not None and plugged.aggregator is not None else "algorithm.name"
+    own_table = f"{kind.method_table}.method" if kind.method_table is not None and not kind.uses_aggregator else None  # [distillation]'s: its phases' losses
+    method_field = "aggregator" if plugged is not None and plugged.aggregator is not None else own_table or "algorithm.name"
     held = plugged.aggregator.base if plugged is not None and isinstance(plugged.aggregator, AroundAggregator) else None
     configured = objective_terms(config, terms, None if held is None else type(held).__name__)
     passed = len(plugged.terms) if plugged is not None and plugged.aggregator is not None else 0  # the caller's, then the aggregator's own

@@ -321,8 +321,9 @@ class LocalSpec:
     :class:`~chillfl.training.terms.ContextError` names it, as a ConfigError names its field. A term past its end is one
     a client half added (its ``objectives`` keep the run's terms first, in order): :attr:`method_field`'s."""
     method_field: str | None = None
-    """The config field of the method (``algorithm.name``, ``aggregator`` from Python), for the terms its client half adds;
-    None: unknown (the errors then say ``terms`` / ``context``)."""
+    """The config field of the method (``algorithm.name``, ``aggregator`` from Python; a protocol whose method its own table
+    names and that runs no aggregator: that table's, ``distillation.method``), for the terms its client half adds and the
+    base losses it sets (:meth:`phase`'s too); None: unknown (the errors then say ``terms`` / ``context``)."""
     model: nn.Module | None = None
     """The architecture these jobs train (heterogeneous clients: one spec per architecture);
     None: the executor's own template. Executors group jobs by spec, so one batch is one architecture."""
@@ -390,14 +391,15 @@ class LocalSpec:
         precision, batched convolutions), so ``precision = "bf16"`` holds in every
         phase, and its :attr:`frozen` parameters, so a frozen backbone stays frozen on
         the server and in distillation as in private training; it drops the private
-        objective's terms and augmentation, and sharpness-aware steps (FedSAM's are the
-        clients' local training).
+        objective's terms (and their :attr:`term_fields`) and augmentation, and sharpness-aware steps (FedSAM's are the
+        clients' local training). It keeps the fields that name the run's parts (:attr:`method_field`,
+        :attr:`policy_field`): a phase's base loss is the method's, and its errors name the method's field.
         """
         return LocalSpec(
             epochs=epochs, batch_size=batch_size, momentum=self.momentum, weight_decay=self.weight_decay, base_loss=base_loss,
             memory_format=self.memory_format, precision=self.precision, deterministic=self.deterministic, batched_conv=self.batched_conv,
             optim=dataclasses.replace(self.optim, sam_rho=0.0, sam_adaptive=False, sam_eta=0.0),
-            cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen, policy_field=self.policy_field,
+            cuda_graphs=self.cuda_graphs, compiled=self.compiled, frozen=self.frozen, method_field=self.method_field, policy_field=self.policy_field,
         )
 
 

@@ -309,7 +309,7 @@ def test_a_batch_term_is_one_line_and_exit_2_and_leaves_no_run_folder(tmp_path: 
                    '[algorithm]\nname = "feddbe"\n[objective]\nterms = [{name = "decorr"}]\n', encoding="utf-8")
     assert main(["run", str(run), "federation.rounds=1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "chillfl: error: objective.terms: FedDBE's head reads the representation shifted by the PRBM; a batch term (one that reads the batch's"
+        "chillfl: error: objective.terms[0]: FedDBE's head reads the representation shifted by the PRBM; a batch term (one that reads the batch's"
         " representation) does not compose with it"]
     assert not any((tmp_path / "results").glob("*"))
 

@@ -3,13 +3,14 @@
 A checkpointed part's ``state_dict()`` that the format cannot hold named ``algorithm.name`` / ``temperature.policy``
 even for an aggregator or a policy passed from Python (``aggregator`` / ``policy``, as their other refusals say); a
 distillation phase's base loss named ``algorithm.name`` (:meth:`~chillfl.training.local.LocalSpec.phase` dropped the
-method's field, which the soft-label run did not hold either), not ``distillation.method``.
+method's field, which the soft-label run did not hold either), not ``distillation.method``; and a batch term refused
+by a method with a forward of its own named ``objective.terms``, not the offending term's ``objective.terms[i]``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pytest
 import torch
@@ -18,9 +19,10 @@ from plugin_modules import plugin_module
 from test_qa_plugin_returns import BASE
 
 import chillfl
+from chillfl.cli import main
 from chillfl.errors import ConfigError
 from chillfl.extend import ConstantTemperature, FedAvg
-from chillfl.training.local import LocalSpec
+from chillfl.training.local import LocalSpec, refuse_representation_readers
 
 UNSTORABLE = "its state_dict() cannot be checkpointed: state key 1 at protocol.{part} is not a string"
 
@@ -114,3 +116,42 @@ def test_a_distillation_methods_bad_distill_loss_is_refused_on_distillation_meth
     with plugin_module(tmp_path, monkeypatch, "fieldnames_parts", PARTS):
         err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
     assert err.value.field == "distillation.method" and "the base loss context_loss is called as loss(logits, y, temperature, context=...)" in err.value.message
+
+
+class Proximal:
+    """A parameter term (reads no batch)."""
+
+    reads = ("anchor",)
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Any) -> torch.Tensor:
+        return torch.zeros(())
+
+
+class Decorr:
+    """A batch term."""
+
+    per_batch = True
+    captures = ()
+    reads = ()
+
+    def __call__(self, params: Mapping[str, torch.Tensor], context: Any, step: Any) -> torch.Tensor:
+        return torch.zeros(())
+
+
+@pytest.mark.parametrize("fields,field", [(("objective.terms[0]", "objective.terms[1]", "objective.terms[2]"), "objective.terms[1]"),
+                                          (("terms[0]", "terms[1]", "terms[2]"), "terms[1]"),
+                                          ((), "objective.terms")])  # no field known for it: the table's
+def test_a_refused_batch_term_is_named_by_its_index(fields: tuple[str, ...], field: str) -> None:
+    spec = LocalSpec(1, 8, terms=(Proximal(), Decorr(), Decorr()), term_fields=fields)
+    err = pytest.raises(ConfigError, refuse_representation_readers, spec, "its forward is its own")
+    assert err.value.field == field and err.value.message == "its forward is its own; a batch term (one that reads the batch's representation) does not compose with it"
+
+
+def test_a_refused_batch_term_from_the_config_is_one_line_on_its_index(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = tmp_path / "run.toml"
+    run.write_text(f'out_dir = "{tmp_path / "results"}"\ndevice = "cpu"\n[dataset]\nname = "digits"\n[model]\nname = "mlp"\n'
+                   '[algorithm]\nname = "fml"\n[objective]\nterms = ["proximal", {name = "decorr"}]\n', encoding="utf-8")
+    assert main(["run", str(run), "federation.rounds=1", "federation.num_clients=4", "federation.clients_per_round=2"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "chillfl: error: objective.terms[1]: FML's forward is the pair's stacked logits; a batch term (one that reads the batch's representation) does not compose with it"]
+    assert not any((tmp_path / "results").glob("*"))

@@ -2,7 +2,7 @@
 
 FedRoD, FML, APFL and FedDBE raised a ValueError from their client half's ``objectives`` as the protocol was built:
 a traceback, exit 1, and ``results/<name>.partial`` left behind. Each now refuses through
-:func:`chillfl.training.local.refuse_representation_readers`, a ConfigError on ``objective.terms``.
+:func:`chillfl.training.local.refuse_representation_readers`, a ConfigError on the term's ``objective.terms[i]``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def test_a_batch_term_is_one_line_exit_2_and_no_run_folder(method: str, tmp_path
                    f'[algorithm]\nname = "{method}"\n[objective]\nterms = [{{name = "decorr"}}]\n', encoding="utf-8")
     assert main(["run", str(run), "federation.rounds=1", "federation.num_clients=4", "federation.clients_per_round=2"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"chillfl: error: objective.terms: {WHY[method]}; a batch term (one that reads the batch's representation) does not compose with it"]
+        f"chillfl: error: objective.terms[0]: {WHY[method]}; a batch term (one that reads the batch's representation) does not compose with it"]
     assert not any((tmp_path / "results").glob("*"))
 
 

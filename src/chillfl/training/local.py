@@ -238,10 +238,13 @@ def reads_representation(spec: LocalSpec) -> bool:
 def refuse_representation_readers(spec: LocalSpec, why: str, *, losses: bool = True) -> None:
     """One line (a ConfigError) when a client half that trains through a forward of its own (FedRoD's two heads, FML's
     pair, APFL's mixture, FedDBE's shifted representation) meets what reads the batch's representation through the run's
-    template: a batch term (``objective.terms``), or with ``losses`` a base loss that reads it (``client.loss``).
+    template: a batch term (on the first one's field, :meth:`LocalSpec.term_field`: ``objective.terms[1]``, as every other
+    refusal of a term names it), or with ``losses`` a base loss that reads it (``client.loss``).
     ``why``: the method's reason. Raised while its protocol is built, before the run's folder is kept: exit 2, no folder."""
-    if any(is_batch_term(t) for t in spec.terms):
-        raise ConfigError("objective.terms", f"{why}; a batch term (one that reads the batch's representation) does not compose with it")
+    batch = next((i for i, t in enumerate(spec.terms) if is_batch_term(t)), None)
+    if batch is not None:
+        field = spec.term_field(batch) or "objective.terms"
+        raise ConfigError(field, f"{why}; a batch term (one that reads the batch's representation) does not compose with it")
     if losses and reads_features(spec.base_loss):
         raise ConfigError("client.loss", f"{why}; a representation-based loss does not compose with it")
 

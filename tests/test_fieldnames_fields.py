@@ -29,7 +29,7 @@ UNSTORABLE = "its state_dict() cannot be checkpointed: state key 1 at protocol.{
 PARTS = '''
 from dataclasses import dataclass
 
-from chillfl.extend import ConstantTemperature, FedAvg, SoftLabelMethod, SoftLabelSpec
+from chillfl.extend import ConstantTemperature, FedAvg, PrototypeHooks, PrototypeSpec, SoftLabelMethod, SoftLabelSpec
 
 
 class IntKeyRule(FedAvg):
@@ -60,6 +60,14 @@ class ContextLossMethod(SoftLabelMethod):
 
 
 BAD_DISTILL_LOSS = SoftLabelSpec("bad_distill_loss", Options, ContextLossMethod)
+
+
+class ContextLossHooks(PrototypeHooks):
+    def loss(self, head):
+        return context_loss
+
+
+BAD_PROTOTYPE_LOSS = PrototypeSpec("bad_prototype_loss", Options, ContextLossHooks)
 '''
 
 
@@ -116,6 +124,14 @@ def test_a_distillation_methods_bad_distill_loss_is_refused_on_distillation_meth
     with plugin_module(tmp_path, monkeypatch, "fieldnames_parts", PARTS):
         err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
     assert err.value.field == "distillation.method" and "the base loss context_loss is called as loss(logits, y, temperature, context=...)" in err.value.message
+
+
+def test_a_prototype_methods_bad_loss_is_refused_on_prototypes_method(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A [prototypes] method's loss is its base loss: a refusal of it names ``prototypes.method``, not ``algorithm.name``."""
+    config = {**BASE, "prototypes": {"method": "fieldnames_parts:BAD_PROTOTYPE_LOSS"}}
+    with plugin_module(tmp_path, monkeypatch, "fieldnames_parts", PARTS):
+        err = pytest.raises(ConfigError, chillfl.run, config=config, write=False, progress=False)
+    assert err.value.field == "prototypes.method" and "the base loss context_loss is called as loss(logits, y, temperature, context=...)" in err.value.message
 
 
 class Proximal:

@@ -457,7 +457,8 @@ def prototype_parts(exp: Experiment, *, warn: bool = True) -> PrototypeParts:
         loss = hooks.loss(heads[-1])
         if not callable(loss):  # a plugin's slip: one line now, not a TypeError at the first training step
             raise ConfigError(f"{SECTION}.method", f"{type(hooks).__name__}.loss() returned a {type(loss).__name__}, not a loss (see chillfl.extend.PrototypeLoss)")
-        specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), model=factored_linears(model)))
+        specs.append(dataclasses.replace(exp.spec, base_loss=loss, terms=(), term_fields=(), model=factored_linears(model),
+                                         method_field=f"{SECTION}.method"))  # its loss is the method's: a refusal of it names the method's field
     if hooks.space == "features" and len(set(dims)) > 1:  # prototypes among the logits have C entries whatever the body
         labels = ", ".join(f"{cm.plan.label(i)}: {d}" for i, d in enumerate(dims))
         raise ConfigError(str(cm.plan.field), f"[prototypes] needs one representation width (the classifier head's input) for all architectures, got {labels}")

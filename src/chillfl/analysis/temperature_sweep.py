@@ -396,9 +396,11 @@ def _write(config: RunConfig, result: SweepResult, ties: str) -> Path:
 
     Claimed as a run's folder is (:func:`~chillfl.storage.results.claim_dir`): it appears under its name locked and
     holding its ``config.toml``, never empty, where another process's claim (a rename, which replaces an empty folder)
-    took it over; two sweeps of one name at once get ``NAME-temperature-sweep`` and ``-2``, each its own."""
+    took it over; two sweeps of one name at once get ``NAME-temperature-sweep`` and ``-2``, each its own. A file system
+    without file locks is no refusal (``locks=False``): the claim comes after all the training, and nothing resumes or
+    shares a sweep's folder."""
     (folder, partial, lock), held = made_held(
-        lambda: claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep", lambda made: _write_config(made, config)))
+        lambda: claim_dir(Path(config.out_dir), f"{config.name}-temperature-sweep", lambda made: _write_config(made, config), locks=False))
     try:
         held.release()  # one that came meanwhile lands here, where the folder is removed again
         _fill(partial, config, result, ties)

@@ -434,6 +434,8 @@ def prototype_parts(exp: Experiment, *, warn: bool = True) -> PrototypeParts:
     settings = _settings(cfg)
     spec = spec_of(settings)
     algorithm, default = cfg.algorithm.get("name"), default_algorithm()
+    if exp.spec.method_field == "aggregator":  # passed from Python: its config record says "custom", which the user never wrote
+        raise ConfigError("aggregator", f"[prototypes] trains with its method's own objective and averages models with its own {default}; pass no aggregator")
     if algorithm != default or exp.spec.terms:
         raise ConfigError("algorithm.name", f"[prototypes] trains with its method's own objective and averages models with {default}; got {algorithm!r}")
     shares = bool(spec.shares_model(settings.options))

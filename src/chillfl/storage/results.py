@@ -147,10 +147,11 @@ def in_the_way(parent: Path, name: str) -> str | None:
     return None
 
 
-def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool = False) -> tuple[Path, Path, RunLock]:
+def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool = False, locks: bool = True) -> tuple[Path, Path, RunLock]:
     """Claim ``parent/<name>[-N].partial`` made, locked and holding its first files in one step; returns
-    ``(final, partial, lock)``. The one way chillfl makes a folder of results: a run's (:class:`ResultWriter`), a
-    comparison's, a temperature sweep's.
+    ``(final, partial, lock)``. How chillfl makes a folder of results: a run's (:class:`ResultWriter`), a
+    comparison's started without ``--shard``, a temperature sweep's (a shard that starts a comparison makes its folder
+    unlocked, not empty, and locks it shared once joined: :func:`chillfl.sweeps.shard.join_folder`).
 
     The folder is made under a hidden name of its own (:func:`_new_folder`), locked, given its first files by ``fill``
     (at least one: the rename that decides the name fails onto a folder that holds files, :func:`_publish`) and only
@@ -162,12 +163,21 @@ def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool
     ``exact``: ``name`` only, never ``name-N`` (a comparison's run); taken, :class:`FolderInUse`. Otherwise the next
     free ``name-N``, a separate run (or comparison) beside the one there. A claim that fails (no file locks, a
     permission, a full disk) is one line on ``out_dir`` naming ``name.partial`` in ``parent``, the folder the user
-    asked for, never the hidden one, which they never see."""
+    asked for, never the hidden one, which they never see.
+
+    ``locks=False``: a file system without file locks is no refusal; the lock returned then holds nothing. For a
+    folder nothing resumes or shares (a temperature sweep's, claimed after all its training), which worked on such a
+    file system before it was claimed locked: its first file alone keeps another claim's rename off it."""
     shown = parent / f"{name}{PARTIAL}"
     held = _new_folder(parent, "out_dir")
     lock = None
     try:
-        lock = RunLock(held, "out_dir", named=shown)
+        try:
+            lock = RunLock(held, "out_dir", named=shown)
+        except LocksUnsupported:
+            if locks:
+                raise
+            lock = RunLock.unheld()
         try:
             fill(held)  # not empty now: no other claim's rename can replace the folder
         except OSError as exc:
@@ -187,7 +197,7 @@ def _unmade(shown: Path, exc: OSError) -> ConfigError:
     names the hidden folder in its own text: its reason is read from the ``OSError`` it was raised from."""
     cause = exc if exc.strerror else exc.__cause__
     if isinstance(cause, OSError) and cause.strerror:
-        file = f"its {Path(cause.filename).name}: " if cause.filename else ""
+        file = f"its {Path(cause.filename).name.removesuffix('.tmp')}: " if cause.filename else ""  # write_atomic's temporary file: the one it becomes
         return ConfigError("out_dir", f"cannot create {shown}: {file}{cause.strerror}")
     return ConfigError("out_dir", f"cannot create {shown}: {type(exc).__name__}")
 
@@ -337,6 +347,13 @@ class RunLock:
                 "folder so that no two processes write it at once: use a folder on one that does (a local disk, NFS with its "
                 "lock service, Lustre mounted with -o flock)",
             ) from None
+
+    @classmethod
+    def unheld(cls) -> RunLock:
+        """A lock that holds nothing (:func:`claim_dir` with ``locks=False`` on a file system without file locks)."""
+        lock = cls.__new__(cls)
+        lock._fd = None
+        return lock
 
     def release(self) -> None:
         if self._fd is not None:

@@ -313,7 +313,8 @@ def trimmed_mean_of_the_docs() -> str:
     blocks = re.findall(r"```python\n(.*?)^```", DOC.read_text(encoding="utf-8"), flags=re.S | re.M)
     found = [b for b in blocks if "class TrimmedMean(" in b]
     assert len(found) == 1
-    return "from dataclasses import dataclass\n\nimport torch\n\nfrom chillfl.extend import require\n" + found[0]
+    return ("from collections.abc import Sequence\nfrom dataclasses import dataclass\n\nimport torch\n\n"
+            "from chillfl.extend import ClientResult, Params, require\n" + found[0])
 
 
 def test_the_docs_trimmed_mean_as_pa3fed_base_is_one_line_and_exit_2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -523,6 +523,11 @@ def make_aggregator(
         why = "a class, not an instance: call it" if isinstance(built[0], type) else f"not an aggregator: it lacks {', '.join(missing)}"
         raise ConfigError(field or f"{section}.name", f"{name!r}: its AlgorithmSpec's build returned {short_repr(built[0])} as the aggregator, which is "
                                                       f"{why} (see chillfl.extend.AggregatorBase)")
+    if not isinstance(spec.build, ClassBuilder):  # a class named by path is bound by its ClassBuilder already
+        # an instance of a class another registered spec makes (a builder's Scaffold(2), DnC()): bound to the run by
+        # that spec as one passed from Python is (DnC's seed None drew every run's coordinates alike); checked in
+        # check_named_classes, once the run's config is at hand
+        hold_to_maker(spec, name, built[0], field or f"{section}.name", lambda: bind_instance(built[0], replace(ctx, section=INSTANCE_OPTIONS)))
     by_spec = instance_capabilities(built[0]) if isinstance(spec.build, ClassBuilder) else None  # a class: what its making spec declares, as for an instance
     check_declarations(capabilities if by_spec is None else by_spec, built[0], repr(name), field or f"{section}.name")
     # the terms its aggregator declares it needs, where the builder left them out (a plugin's): the instance passed from
@@ -967,9 +972,46 @@ def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator
     if isinstance(spec.build, ClassBuilder):
         check_instance(aggregator, config, model, section)  # a wrapper class's base too, as an instance's
         return
+    # a spec whose builder returns an instance of a class another registered spec makes: that spec's checks too
+    hold_to_maker(spec, name, aggregator, field or f"{section}.name", lambda: check_instance(aggregator, config, model))
     inner = wrapped(spec, algorithm_options(spec, name, options, section, field), section)
     if inner is not None and isinstance(aggregator, AroundAggregator):  # the base its options name is the one it holds
         check_named_classes(inner.name, inner.options, aggregator.base, config, model, inner.section, inner.field)
+
+
+def foreign_maker(spec: AlgorithmSpec, aggregator: object) -> str | None:
+    """The name of the registered spec, other than ``spec``, that builds ``aggregator`` or binds it to the run
+    (:func:`binder`: the rule an instance passed from Python is held to), where ``spec``'s builder returned it; None
+    when no spec does, when ``spec`` itself does, or when ``aggregator``'s class is one of ``spec``'s own
+    :attr:`AlgorithmSpec.makes` (a spec derived from a built-in with ``dataclasses.replace``: its checks are the
+    config's, already run). A proxy's class is made by no spec: None."""
+    if type(aggregator) in spec.makes or not found_maker(type(aggregator)):  # none: no walk of every built-in module (FedAvg's build)
+        return None
+    found = binder(aggregator)
+    return None if found is None or found[1] is spec else found[0]
+
+
+def hold_to_maker(spec: AlgorithmSpec, name: str, aggregator: object, field: str, hold: Callable[[], None]) -> None:
+    """``hold()`` (:func:`bind_instance` or :func:`check_instance` of ``aggregator``) where ``aggregator``, returned by
+    ``spec``'s builder (``spec`` named ``name`` by ``field``), is an instance of a class another registered spec makes
+    (:func:`foreign_maker`). A refusal on the run's own fields (``client.optimizer``, ``model``) stays as an instance
+    passed from Python meets it; one on the instance's own (``aggregator.options.f``, ``aggregator.seed``), which a
+    config cannot set, names ``field`` and says which.
+
+    Why: a config naming the spec read the spec's declarations alone, so a builder returning ``Scaffold(2)`` ran with
+    Adam under a spec that declared no ``plain_sgd``, and ``DnC()`` drew with seed None, while ``chillfl.run(aggregator=
+    Scaffold(2))`` with Adam was refused: the method run is the instance's, and so are its limits (both specs' hold)."""
+    maker = None
+    try:
+        maker = foreign_maker(spec, aggregator)
+        if maker is not None:
+            hold()
+    except ConfigError as exc:
+        if exc.field != "aggregator" and not exc.field.startswith("aggregator."):
+            raise
+        made = "" if maker is None else f", which the registered spec {maker!r} makes"
+        raise ConfigError(field, f"{name!r}: its build returned {type(aggregator).__name__}{made}, refused as one passed from Python "
+                                 f"is ({exc.field}: {exc.message})") from None
 
 
 def run_capabilities(table: Mapping[str, Any], aggregator: object) -> Capabilities:

@@ -62,7 +62,7 @@ from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
-from chillfl.paths import CLAIM, O_CLOEXEC, O_NOFOLLOW, shell_path
+from chillfl.paths import CLAIM, FAILED, O_CLOEXEC, O_NOFOLLOW, PARTIAL, shell_path
 from chillfl.partition_refusal import checked_folder_state, checked_run_state  # status's own lines: a split file resume refuses is said
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
@@ -252,12 +252,17 @@ class Skipped:
 def skipped_folders(paths: Sequence[str | Path]) -> list[Skipped]:
     """Sub-folders of a named folder of runs that :func:`find_runs` leaves out: unfinished runs (``.partial``,
     ``.failed``), comparison folders (``NAME-compare``), and run folders cut short (a ``metrics.jsonl`` removed): the
-    page lists them, so none is dropped silently (a comparison's table counted n = 2 where the page's group had 1 run)."""
+    page lists them, so none is dropped silently (a comparison's table counted n = 2 where the page's group had 1 run).
+    A sub-folder that is itself among ``paths`` is on the page, not left out: ``chillfl report cmp cmp/T1-s0.partial``
+    counted that run in its group and still listed it as "not included"."""
+    named = {p.resolve() for p in distinct(paths)}
     out: list[Skipped] = []
     for p in distinct(paths):
         if not _is_run(p) and p.is_dir():
             listed = (p / "table.md").is_file()  # a finished comparison's section lists its diverged runs itself
             for s in sorted(s for s in p.iterdir() if s.is_dir() and not (listed and ".failed" in s.name) and not s.name.startswith(CLAIM)):
+                if s.resolve() in named:
+                    continue
                 if is_sweep(s) or (_is_run(s) and _unfinished(s)):
                     out.append(Skipped(s))
                 elif why := _cut_short(s):
@@ -1048,7 +1053,7 @@ def _missing_runs(run_dirs: Sequence[Path], taken: Sequence[Path]) -> list[str]:
         if not is_sweep(folder) or (folder / "table.md").is_file():
             continue
         planned = list(comparison_labels(folder))
-        here = {p.name for p in taken if p.parent.resolve() == folder.resolve()}
+        here = {_run_name(p) for p in taken if p.parent.resolve() == folder.resolve()}
         missing = [checked_run_state(folder, name) for name in planned if name not in here]
         if missing:
             states = ", ".join(f"{s.name} ({s.cells()[1]})" for s in missing)
@@ -1056,6 +1061,13 @@ def _missing_runs(run_dirs: Sequence[Path], taken: Sequence[Path]) -> list[str]:
                          f"{'is' if len(missing) == 1 else 'are'} not on this page: {states}; chillfl status {shell_path(folder)} says where each "
                          f"stands, chillfl resume {shell_path(folder)} runs them")
     return lines
+
+
+def _run_name(folder: Path) -> str:
+    """The planned run a run folder is of: ``T0.1-s1`` for ``T0.1-s1``, ``T0.1-s1.partial`` and ``T0.1-s1.failed-2``.
+    :func:`_missing_runs` compared the folder's own name with the planned one, so a named stopped run, on the page,
+    was also counted among the comparison's runs "not on this page"."""
+    return re.sub(rf"(?:{re.escape(PARTIAL)}|{re.escape(FAILED)}(?:-\d+)?)$", "", folder.name)
 
 
 def _epsilon_caveat(groups: Sequence[Group], columns: Sequence[tuple[str, str, bool]]) -> str | None:

@@ -1,4 +1,4 @@
-"""``chillfl report``'s lines on which folders the page covers.
+"""``chillfl report``'s lines on which folders the page covers, and its ``-o``.
 
 A folder named on the command line is on the page: it was also listed as "not included" when it sat inside another
 named folder (an unfinished comparison's stopped run, a ``.failed`` run, a comparison beside runs), and a named stopped
@@ -12,6 +12,9 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
+from chillfl.cli import main
 from chillfl.config import RunConfig
 from chillfl.report.html import skipped_folders
 from chillfl.storage.results import to_toml
@@ -56,3 +59,15 @@ def test_a_named_failed_run_or_comparison_inside_a_named_folder_is_not_listed_as
     assert [s.folder for s in skipped_folders([runs, failed])] == [comparison]
     assert [s.folder for s in skipped_folders([runs, comparison])] == [failed]
     assert skipped_folders([runs, str(failed) + "/", comparison]) == []  # the same folder, however it is spelled
+
+
+@pytest.mark.parametrize("suffix", ["/", "/."])
+def test_an_output_ending_in_a_slash_is_refused_in_one_line(tmp_path: Path, suffix: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Other commands refuse a folder for a file output (``data show -o DIR``, ``plot -o DIR``), as ``report`` refuses an
+    existing one: a folder not there yet, meant by its trailing ``/``, is refused the same way, before any work."""
+    run = write_run(tmp_path / "a", records(1.0))
+    out = str(tmp_path / "newdir") + suffix
+    assert main(["report", str(run), "--no-models", "--no-partitions", "-o", out]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [f"chillfl: error: --output: {out} names a folder; give an .html file path, e.g. {tmp_path / 'newdir' / 'report.html'}"]
+    assert not (tmp_path / "newdir").exists()

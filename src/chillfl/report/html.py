@@ -1206,9 +1206,11 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
     :class:`~chillfl.errors.StorageError` line. It wrote ``OUT.partial`` with ``write_text`` and left it (a traceback)."""
     from chillfl.paths import check_writable_dir
 
-    path = Path(out)
+    path, raw = Path(out), os.fspath(out)
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
+    if raw.endswith(("/", os.sep)) or os.path.basename(raw) in (".", ".."):  # Path() drops the slash: `-o new/` wrote a file `new`
+        raise ConfigError("--output", f"{raw} names a folder; give an .html file path, e.g. {path / 'report.html'}")
     if path.suffix and path.suffix.lower() not in (".html", ".htm"):  # -o r.pdf wrote HTML into a file a PDF viewer cannot open
         raise ConfigError("--output", f"the report is an HTML page; give a .html path, not {path.suffix} (a browser prints it to PDF)")
     check_writable_dir(str(path.parent), "--output")  # before the figures are drawn: an unwritable -o is one line, not a traceback

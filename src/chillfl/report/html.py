@@ -21,7 +21,9 @@ included). A folder named twice, or named and inside a named folder (the same re
 Each group names its run folders. A group of a comparison's
 runs is labelled by that comparison's variant label (its ``sweep.json``
 records which run folder is which variant), where that label is the group's
-alone; other groups by the options that differ between groups.
+alone; other groups by their runs' name, or by the options that differ between groups where their seeds have per-seed
+names. Groups of different configs left with one label are each followed by the options that differ among them
+(``demo, client.lr=0.05``); a run repeating another's config and seed is a group of its own, ``LABEL [repeat 1]``.
 
 A small inline script checks, after the page has loaded, that every image
 decoded (``naturalWidth > 0``) and writes the result into
@@ -360,39 +362,87 @@ def group_key(config: RunConfig) -> str:
 
 def group_runs(runs: Sequence[Run]) -> list[Group]:
     """Runs equal but for the seed (and execution details) share a group, in first-seen order. A run equal to one of
-    a group *with* its seed (the same run in two folders: a run and a comparison's) starts a group of its own: a
-    group's mean ± std is over distinct seeds, not a seed counted twice.
+    a group *with* its seed (the same run in two folders: a run and a comparison's) starts a group of its own, a
+    repeat (:func:`_repeats`): a group's mean ± std is over distinct seeds, not a seed counted twice.
 
     A group is labelled by its comparison's own variant label where every run of it has the same one and no other
     group has it (the label the comparison's table prints, which the user chose); else by the options that differ
-    between the groups (seeds of one folder name), or by its run's name."""
-    groups: dict[tuple[str, int], Group] = {}
-    for run in runs:
-        key, repeat = group_key(run.config), 0
-        while (key, repeat) in groups and run.config.seed in groups[(key, repeat)].seeds:
-            repeat += 1
-        if (key, repeat) not in groups:
-            groups[(key, repeat)] = Group(run.config.name)
-        groups[(key, repeat)].runs.append(run)
-    out = list(groups.values())
-    varying = _varying_keys(out)
-    flats = [_flat(g.runs[0].config) for g in out]
-    # an option of a part that some group did not choose, at one value wherever it is set (FedProx's mu at 0.01 and 0.1 stays)
-    partial = {k for k in varying if any(k not in f for f in flats) and len({json.dumps(f[k], sort_keys=True, default=str) for f in flats if k in f}) == 1}
-    for g, flat in zip(out, flats):
-        if len({r.config.name for r in g.runs}) > 1:  # per-seed folder names (compare's): label by what varies
-            implied = _part_defaults(g.runs[0].config)
-            shown = [(k, v) for k, v in flat.items() if k in varying and not (k in partial and k in implied and _same(implied[k], v))]
-            g.label = ", ".join(f"{k}={v}" for k, v in shown) or _strip_seed(g.label)
-    chosen = [_variant_label(g) for g in out]
-    for g, label in zip(out, chosen):  # the comparison's own label, where it names this group alone
-        if label is not None and chosen.count(label) == 1:
-            g.label = label
+    between the groups (seeds of one folder name), or by its run's name. Groups of different configs left with one
+    label (two runs of ``demo`` at two ``client.lr``, an override keeping the config's name) are told apart by the options
+    that differ among them (``demo, client.lr=0.05``): they were ``demo [1]`` and ``demo [2]``, the lr only in the
+    configurations table. A repeat is its first copy's label followed by ``[repeat k]``: its options are that group's."""
+    keys = [group_key(r.config) for r in runs]
+    first = {k: i for i, k in reversed(list(enumerate(keys)))}
+    copies: list[tuple[int, list[Group]]] = []  # (first-seen index, [its group, its repeats...]) per config
+    for key in sorted(set(keys), key=first.__getitem__):
+        members = [r for r, k in zip(runs, keys) if k == key]
+        copies.append((first[key], [Group(rs[0].config.name, rs) for rs in _repeats(members)]))
+    _label([copy[0] for _, copy in copies])
+    for _, copy in copies:
+        for k, g in enumerate(copy[1:], 1):
+            g.label = f"{copy[0].label} [repeat {k}]"
+    order = {id(r): i for i, r in enumerate(runs)}
+    out = sorted((g for _, copy in copies for g in copy), key=lambda g: min(order[id(r)] for r in g.runs))
     labels = [g.label for g in out]
-    for i, g in enumerate(out):  # equal labels, different configs: tell them apart
+    for i, g in enumerate(out):  # equal labels still (a run named as another group's label): the curves key on labels
         if labels.count(g.label) > 1:
             g.label = f"{g.label} [{i + 1}]"
     return out
+
+
+def _label(groups: Sequence[Group]) -> None:
+    """Label ``groups``, one per config (:func:`group_runs`): by variant label, by run name or by the options that differ,
+    then a label several groups share followed by the options that differ among those groups."""
+    if any(len({r.config.name for r in g.runs}) > 1 for g in groups):  # per-seed folder names (compare's): label by what varies
+        for g, options in zip(groups, _options_label(groups)):
+            if len({r.config.name for r in g.runs}) > 1:
+                g.label = options or _strip_seed(g.label)
+    chosen = [_variant_label(g) for g in groups]
+    for g, label in zip(groups, chosen):  # the comparison's own label, where it names this group alone
+        if label is not None and chosen.count(label) == 1:
+            g.label = label
+    shared: dict[str, list[Group]] = {}
+    for g in groups:
+        shared.setdefault(g.label, []).append(g)
+    for label, same in shared.items():  # equal labels, different configs: what differs among them tells them apart
+        if len(same) > 1:
+            for g, options in zip(same, _options_label(same)):
+                g.label = f"{label}, {options}" if options else label
+
+
+def _repeats(runs: Sequence[Run]) -> list[list[Run]]:
+    """``runs`` of one config as groups of distinct seeds: the first takes one run of each seed, the k-th the seeds'
+    k-th copies. Which copy goes first does not depend on the order the folders were named: a folder holding more of
+    these runs (a comparison's seeds) before one holding fewer (a copy beside it), then by path; within a folder, by
+    folder name. The pairing followed the folders' order, so ``chillfl report runs/a runs`` and ``chillfl report runs``
+    paired ``a-2``'s seed 1 with another seed 0 each."""
+    parents: dict[Path, int] = {}
+    for r in runs:
+        parents[r.folder.parent.resolve()] = parents.get(r.folder.parent.resolve(), 0) + 1
+    ranked = sorted(runs, key=lambda r: (-parents[r.folder.parent.resolve()], str(r.folder.parent.resolve()), r.folder.name))
+    out: list[list[Run]] = []
+    for run in ranked:
+        slot = next((g for g in out if run.config.seed not in {r.config.seed for r in g}), None)
+        if slot is None:
+            out.append(slot := [])
+        slot.append(run)
+    return out
+
+
+def _options_label(groups: Sequence[Group]) -> list[str]:
+    """Each group's options that differ between ``groups`` (``client.lr=0.05, temperature.policy=fedchill``), each value
+    as the configurations table writes it (:func:`_inline`: ``unset``, ``true``): an option of a part that some group did
+    not choose is left out where it is at that part's default, which the chosen name implies."""
+    varying = _varying_keys(groups)
+    flats = [_flat(g.runs[0].config) for g in groups]
+    # an option of a part that some group did not choose, at one value wherever it is set (FedProx's mu at 0.01 and 0.1 stays)
+    partial = {k for k in varying if any(k not in f for f in flats) and len({json.dumps(f[k], sort_keys=True, default=str) for f in flats if k in f}) == 1}
+    labels = []
+    for g, flat in zip(groups, flats):
+        implied = _part_defaults(g.runs[0].config)
+        shown = [(k, v) for k, v in flat.items() if k in varying and not (k in partial and k in implied and _same(implied[k], v))]
+        labels.append(", ".join(f"{k}={_inline(v)}" for k, v in shown))
+    return labels
 
 
 @dataclass(frozen=True)
@@ -1082,6 +1132,9 @@ def _epsilon_caveat(groups: Sequence[Group], columns: Sequence[tuple[str, str, b
         return None
 
 
+GROUP_SEPARATOR = "; "
+"""Between group labels in one line (the groups line, a shared partition's caption): a label of options holds ", "
+(``client.lr=0.05, temperature.value=1.0``), so a list joined with ", " could not be split back into its groups."""
 TITLE_MAX = 80
 """The default title's length bound: a tab or heading, not the list of groups (that follows the heading)."""
 
@@ -1146,7 +1199,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
         "</head><body>", f"<h1>{_e(title)}</h1>",
         f'<p class="muted">{counted(len(runs), "run")} in {counted(len(groups), "group")}; runs equal but for the seed form a group '
         f"(numbers: mean ± sample std over its seeds; curves: mean over seeds, {SPREAD}).</p>",
-        f'<p id="groups">groups: {_e(", ".join(g.label for g in groups))}</p>',
+        f'<p id="groups">groups: {_e(GROUP_SEPARATOR.join(g.label for g in groups))}</p>',
         *(f'<p id="missing">{_e(line)}</p>' for line in _missing_runs(run_dirs, folders)),
         *([f'<p class="muted" id="skipped">{_e(_skipped_note(skipped))}</p>'] if (skipped := skipped_folders(run_dirs)) else []),
         "<h2>Configurations</h2>", "<table id=\"configs\"><tr>" + "".join(f'<th class="l">{h}</th>' for h in (
@@ -1188,7 +1241,7 @@ def _render(run_dirs: Sequence[str | Path], title: str | None, *, models: bool, 
         for g in groups:  # groups on the same data, partition and seed share one heat map
             shared.setdefault(_partition_key(g.runs[0].config), []).append(g)
         for members in shared.values():
-            names = ", ".join(m.label for m in members)
+            names = GROUP_SEPARATOR.join(m.label for m in members)
             try:
                 uri = _unless_plugin(partition_figure, members[0].runs[0], f"the partition of {names}", left_out)
             except NotDrawn as exc:

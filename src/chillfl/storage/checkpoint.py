@@ -68,6 +68,10 @@ Choices
   thousand clients could write no checkpoint, and no resume got past it.
   Smaller documents stay in the header (version 2, the bytes older chillfl
   versions write and read).
+* The cyclic garbage collector is paused while a checkpoint is encoded or
+  decoded (:func:`_collector_paused`): the walks build an object a node, and
+  for 10^5 clients its full collections over the whole heap were about 40 %
+  of a write.
 * Tuples, numpy values and other objects are rejected on write rather than
   silently turned into lists or strings, since they would not come back as
   they were.
@@ -76,13 +80,15 @@ Choices
 from __future__ import annotations
 
 import errno
+import gc
 import hashlib
 import json
 import math
 import os
 import struct
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Mapping, Sequence, cast
+from typing import Any, Iterator, Mapping, Sequence, cast
 
 import safetensors
 import safetensors.torch
@@ -293,6 +299,24 @@ def _digest(text: str, tensors: Mapping[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused while a checkpoint is encoded or decoded, and resumed after (unless it was off).
+
+    Why: the walks build a new object (a skeleton dict, a slot list, a decoded value) for every node of the state,
+    millions for a federation of 10^5-10^6 clients, and past a quarter of the live objects each full collection walks
+    the whole heap again, the run's own state included: at 10^5 synthetic clients the collector took about 1.3 s of
+    a 3 s write and 0.3 s of a 1.5 s read. Nothing the walks build is a cycle, so pausing frees nothing later
+    (``chillfl._torch`` pauses it around torch's import for the same reason)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> bytes:
     """The bytes of a checkpoint file for ``tree`` (see the module docstring); ``run``: JSON-able run metadata.
 
@@ -305,6 +329,12 @@ def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) 
     document; see the module docstring), so the cost goes by bytes, not by the
     number of tensors.
     """
+    with _collector_paused():
+        return _encoded(tree, run)
+
+
+def _encoded(tree: Mapping[str, Any], run: Mapping[str, Any] | None) -> bytes:
+    """:func:`encode_state`'s work, the collector paused."""
     tensors: dict[str, torch.Tensor] = {}
     layouts: dict[str, list[int]] = {}
     small: list[tuple[str, torch.Tensor]] = []
@@ -406,6 +436,12 @@ def decode_checkpoint(data: bytes, device: str | torch.device = "cpu") -> tuple[
     A header or skeleton nested deeper than :data:`~chillfl.errors.MAX_JSON_DEPTH` is refused by
     :func:`~chillfl.errors.json_loads` before it is parsed, so the walks over it here never reach Python's recursion
     limit, whatever it is set to (a damaged file, never a RecursionError or a crash)."""
+    with _collector_paused():
+        return _decoded(data, device)
+
+
+def _decoded(data: bytes, device: str | torch.device) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`decode_checkpoint`'s work, the collector paused."""
     meta = _header_metadata(data)
     if METADATA_KEY not in meta:
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")

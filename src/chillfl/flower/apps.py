@@ -78,7 +78,7 @@ from chillfl.storage.results import ResultWriter, remove_tree
 from chillfl.errors import ConfigError
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
-from chillfl.flower.wire import StatesRequest, decode, encode
+from chillfl.flower.wire import Refusal, StatesRequest, decode, encode
 from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.once import once_per_call, said_once
 from chillfl.plugins import is_custom
@@ -283,14 +283,23 @@ class FlowerExecutor:
         rnd = tasks[0].round if tasks else 0
         messages = [Message(content=encode(batch), dst_node_id=node, message_type="train", group_id=str(rnd)) for node, batch in by_node.items()]
         replies: dict[int, ClientReply[Any, Any]] = {}
+        partition = {node: part for part, node in self.partitions.items()}
+        failed: list[tuple[int, ConfigError | str]] = []  # (partition-id, what): every reply read before one is raised
         for msg in self._send_and_receive(messages):
             node = msg.metadata.src_node_id
             if msg.has_error():
-                raise WorkerError(f"SuperNode {node} failed a client update: {msg.error.reason}; the round was not aggregated")
+                failed.append((partition.get(node, -1), f"SuperNode {node} failed a client update: {msg.error.reason}; the round was not aggregated"))
+                continue
             answer = decode(msg.content)
+            if isinstance(answer.get("refused"), Refusal):  # the node's ConfigError (ClientApp's train): raised here as it is
+                failed.append((partition.get(node, -1), ConfigError(answer["refused"].field, answer["refused"].message)))
+                continue
             held = set(answer["held"])
             for reply in answer["replies"]:
                 replies[reply.client_id] = dataclasses.replace(reply, state=OnNode(node) if reply.client_id in held else None)
+        if failed:  # the lowest partition's, as the Ray executor raises its lowest worker's: one line naming the field for bad input
+            first = min(failed, key=lambda f: f[0])[1]
+            raise first if isinstance(first, ConfigError) else WorkerError(first)
         missing = [t.client_id for t in tasks if t.client_id not in replies]
         if missing:
             raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
@@ -497,7 +506,8 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
             writer.abort()
             say(f"chillfl: the Flower run's rounds all ran, then it failed ({type(exc).__name__}); its results are kept in {shell_path(writer.path)} "
                 "(metrics.jsonl); a Flower run is not checkpointed: nothing to resume")
-        elif _discard(writer):  # as a stopped run's: `chillfl resume` would find no checkpoint in it
+        elif _discard(writer) and (records or not isinstance(exc, ConfigError)):  # as a stopped run's: `chillfl resume` would find no
+            # checkpoint in it; a refusal before any round ended is its one line alone, as chillfl run's (its folder removed unsaid)
             what = "was interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
             say(f"chillfl: the Flower run {what}; {NOT_CHECKPOINTED}")
         raise
@@ -635,7 +645,13 @@ def client_app(config: RunConfig | None = None) -> Any:
 
     @app.train()
     def train(msg: Any, context: Any) -> Any:
-        return Message(content=runtime(context).train(msg.content, context.state), reply_to=msg)
+        """The node's updates; its ConfigError (bad input only a client sees) is a reply (:class:`~chillfl.flower.wire.Refusal`),
+        which the server raises as that one line: raised here, Flower logged the traceback and the server got it as text."""
+        try:
+            content = runtime(context).train(msg.content, context.state)
+        except ConfigError as error:
+            content = encode({"refused": Refusal(error.field, error.message)})
+        return Message(content=content, reply_to=msg)
 
     return app
 

@@ -36,10 +36,23 @@ class StatesRequest:
     client_ids: list[int]
 
 
+@dataclass(frozen=True)
+class Refusal:
+    """A node's :class:`~chillfl.errors.ConfigError` (bad input only a client sees: a loss term's shape, a client half's
+    state), sent back as a reply: the two attributes the error is rebuilt from (``ConfigError.__reduce__``'s ``field``
+    and ``message``), so that the server raises it again as one line naming the field, as the Ray executor re-raises its
+    actors' (unpickled there; a Flower message carries no pickle). Raised by Flower instead, it came back as a
+    WorkerError holding the node's whole traceback, the field lost."""
+
+    field: str
+    message: str
+
+
 MESSAGES: dict[str, type] = {
     cls.__name__: cls
     for cls in (
         StatesRequest,  # the clients' states, asked once at the end
+        Refusal,  # a node's ConfigError
         ClientTask, ClientReply,
         ParamDownlink, ParamUplink,  # parameter sharing
         SoftLabelRoundDownlink, SoftLabelDownlink, CacheSyncDelta, SoftLabelReport, SoftLabelUplink,  # soft-label sharing

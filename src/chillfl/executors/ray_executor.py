@@ -76,7 +76,7 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -228,6 +228,12 @@ def reap(children: Sequence[subprocess.Popen[Any]], wait: float = 2.0) -> None:
             child.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             continue
+
+
+def workers_fit(have: Mapping[str, float], num_cpus: float, num_gpus: float) -> list[int]:
+    """How many workers of ``num_cpus`` and ``num_gpus`` each ``have`` (Ray's resources) fits, one count per resource asked
+    for: the Ray executor's worker count, and the Flower simulation's check of ``num_cpus_per_client`` (one rule)."""
+    return [math.floor(have.get(kind, 0) / need + 1e-9) for kind, need in (("CPU", num_cpus), ("GPU", num_gpus)) if need > 0]
 
 
 def local_ray_folder() -> str:
@@ -498,9 +504,7 @@ class RayWorkers:
         options = self.options
         if options.workers:
             return options.workers
-        have = self.ray.cluster_resources()
-        fits = [math.floor(have.get(kind, 0) / need + 1e-9) for kind, need in (("CPU", options.num_cpus), ("GPU", options.num_gpus)) if need > 0]
-        return max(1, min(clients, *fits))
+        return max(1, min(clients, *workers_fit(self.ray.cluster_resources(), options.num_cpus, options.num_gpus)))
 
     @property
     def pids(self) -> list[int]:

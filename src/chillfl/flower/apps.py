@@ -677,8 +677,9 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     import_ray()  # RAY_DISABLE_FAILURE_SIGNAL_HANDLER=1 before flwr imports Ray (Ray's C++ handler aborted on SIGTERM: exit 134)
     from flwr.simulation import run_simulation as flwr_simulation
 
+    check_simulation_args(num_supernodes, num_cpus_per_client)  # before Ray starts: it started, then failed with Flower's tracebacks
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
-    nodes = num_supernodes or config.federation.num_clients
+    nodes = config.federation.num_clients if num_supernodes is None else num_supernodes
     out: list[RunOutputLite | BaseException] = []
     stop = SimulationStop()
     server = server_app_capturing(config, out, min_nodes=nodes, built=built, stop=stop, scope=contextvars.copy_context())
@@ -713,6 +714,25 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     if stop.received is not None:  # it came once the rounds were done: the run completed; the signal goes where it would have
         signal.raise_signal(stop.received)
     return out[0]
+
+
+def check_simulation_args(num_supernodes: int | None, num_cpus_per_client: float) -> None:
+    """A one-line ConfigError naming the argument of :func:`run_simulation` that no simulation can run with, before anything starts.
+
+    Why: ``num_cpus_per_client`` above the local Ray's CPUs started Ray and Flower, then ended in Flower's "ActorPool is
+    empty" tracebacks and a bare RuntimeError; ``num_supernodes = -2`` started Ray and failed on the SuperNodes'
+    partition-ids (its Ray workers outliving the call), and 0 silently meant one node per client. The CPUs are checked
+    by the Ray executor's rule (:func:`~chillfl.executors.ray_executor.workers_fit`) against what the simulation gives
+    its local Ray (:func:`~chillfl.executors.processes.default_workers`)."""
+    from chillfl.executors.processes import default_workers
+    from chillfl.executors.ray_executor import workers_fit
+
+    if num_supernodes is not None and (isinstance(num_supernodes, bool) or not isinstance(num_supernodes, int) or num_supernodes < 1):
+        raise ConfigError("num_supernodes", f"must be a whole number >= 1 (None: one SuperNode per client), got {num_supernodes!r}")
+    cpus = default_workers()
+    number = isinstance(num_cpus_per_client, (int, float)) and not isinstance(num_cpus_per_client, bool)
+    if not (number and num_cpus_per_client > 0 and workers_fit({"CPU": cpus}, num_cpus_per_client, 0.0)[0] >= 1):
+        raise ConfigError("num_cpus_per_client", f"must be > 0 and at most the CPUs the simulation's local Ray has ({cpus}), got {num_cpus_per_client!r}")
 
 
 def in_thread(work: Any) -> None:

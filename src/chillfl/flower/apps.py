@@ -111,22 +111,45 @@ class SimulationStop:
     the process, then its group: :class:`~chillfl.stop_signals.Repeats`), not a second one.
     """
 
-    def __init__(self, repeats: Repeats | None = None) -> None:
+    def __init__(self, repeats: Repeats | None = None, rounds: int | None = None) -> None:
         self.repeats = repeats or Repeats()
         self.received: int | None = None
         self.at_once = threading.Event()
         self.ended = threading.Event()
         self.done = 0
         """The last round the ServerApp completed."""
+        self.rounds = rounds
+        """The run's rounds (None: not known): whether the first signal's line says the run is cut short or finishes."""
+        self._lock = threading.Lock()  # the handler's line and the loop's stop read ``received`` and ``done`` alike
 
     def handle(self, signum: int, frame: Any) -> None:
         if not self.repeats.counts(signum):
             return
         if self.received is None:
-            self.received = signum
-            say(f"chillfl: {signal.Signals(signum).name}: stopping the Flower run after this round (a second one stops at once); {NOT_CHECKPOINTED}")
+            with self._lock:  # never held by the main thread, where the handler runs: the ServerApp's thread holds it briefly
+                self.received = signum
+                done = self.done
+            say(f"chillfl: {signal.Signals(signum).name}: {self.outcome(done)}")
         else:
             self.at_once.set()
+
+    def outcome(self, done: int) -> str:
+        """What the first signal does to a run that had completed ``done`` rounds: the loop stops after the round under way
+        unless it is the last (:meth:`round_done`). Why: a signal after the last round said the partial result folder was
+        removed, while the run finished and kept its folder, whole; the user would rerun a finished run."""
+        if self.rounds is None or done + 1 < self.rounds:
+            return f"stopping the Flower run after this round (a second one stops at once); {NOT_CHECKPOINTED}"
+        if done < self.rounds:
+            return ("the Flower run is in its last round: it finishes and keeps its result folder, then the signal is passed on "
+                    f"(a second one stops at once; {NOT_CHECKPOINTED})")
+        return "the Flower run's rounds were all done: it finishes and keeps its result folder, then the signal is passed on"
+
+    def round_done(self, done: int, rounds: int) -> int | None:
+        """``done`` rounds completed: the signal to stop the run with here (one came and rounds remain), else None; under
+        the lock :meth:`handle` reads ``done`` under, so that its line says what the loop does."""
+        with self._lock:
+            self.done = done
+            return self.received if done < rounds else None
 
     def check(self) -> None:
         """Raise where the ServerApp must stop waiting now: a second signal, or a simulation that has ended."""
@@ -479,10 +502,9 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
             writer.append(record)
             for sink in sinks:  # each its own copy, as chillfl run gives its callbacks
                 sink.on_round(copy.deepcopy(record))
-            if stop is not None:
-                stop.done = len(records)
-                if stop.received is not None and len(records) < config.federation.rounds:
-                    raise FlowerRunInterrupted(stop.received, stop.done)
+            cut = None if stop is None else stop.round_done(len(records), config.federation.rounds)
+            if cut is not None:
+                raise FlowerRunInterrupted(cut, len(records))
         trained = True
         if config.checkpoint.client_models:  # the client states come back from the nodes before the protocol builds their models
             fetch_client_states(protocol, executor)
@@ -681,7 +703,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = config.federation.num_clients if num_supernodes is None else num_supernodes
     out: list[RunOutputLite | BaseException] = []
-    stop = SimulationStop()
+    stop = SimulationStop(rounds=config.federation.rounds)
     server = server_app_capturing(config, out, min_nodes=nodes, built=built, stop=stop, scope=contextvars.copy_context())
     temp = local_ray_folder()  # the simulation's Ray sessions, removed with it
     init = {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}

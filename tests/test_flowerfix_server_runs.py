@@ -186,10 +186,12 @@ def test_a_client_app_still_says_what_only_its_own_data_gives(tmp_path: Path, ca
 def test_the_servers_run_notes_are_said_and_the_executors_are_not(tmp_path: Path, in_process: Any, caplog: pytest.LogCaptureFixture) -> None:
     """chillfl run says its run notes (experiment.run_notes) once the run is built; the Flower server built the same parts
     and said none (a client_fraction the count overrides, Krum's f below the attackers, an idle local_dp: backends). The
-    notes on the executor (threads, [ray]) do not apply where the nodes train, and are not said."""
+    notes on the executor (threads, [ray]) do not apply where the nodes train, and are not said: the [ray] options are
+    noted as a Flower run's, once (test_flowerfix_messages)."""
     config = _config(tmp_path, federation={**BASE["federation"], "rounds": 2, "client_fraction": 0.25}, ray={"workers": 8})
     with caplog.at_level(logging.WARNING, logger="chillfl"):
         run_simulation(config, num_supernodes=NODES)
     said = [r.getMessage() for r in caplog.records]
     assert sum("federation.client_fraction = 0.25 is ignored" in m for m in said) == 1, said
-    assert not [m for m in said if "ray.workers" in m]
+    assert [m for m in said if "ray.workers" in m] == ["note: ray.workers = 8 is ignored: under Flower the SuperNodes run the client updates "
+                                                      "(run_simulation's num_supernodes, num_cpus_per_client; docs/flower.md)"]

@@ -441,6 +441,7 @@ def build_server(config: RunConfig) -> tuple[Any, Any]:
 def _build_server(config: RunConfig) -> tuple[Any, Any]:
     exp = build_experiment(config)  # FedChill's server reads no class count (check_node_computable)
     say_notes(run_notes(config, exp, executor=False))  # chillfl run's notes (Krum's f below the attackers, an idle local_dp, ...): a Flower run said none
+    say_notes(ignored_on_flower_notes(config))
     if exp.aggregator is not None and measured_after_average(exp.aggregator.client_half()):
         # a method whose option asks for it declares so (on_flower, limited_by), refused by check_supported on that
         # option; a half that asks by itself is named with the algorithm that chose it
@@ -450,6 +451,28 @@ def _build_server(config: RunConfig) -> tuple[Any, Any]:
     protocol = build_protocol(exp)
     keep_client_state_on_nodes(protocol)
     return exp, protocol
+
+
+def ignored_on_flower_notes(config: RunConfig) -> list[str]:
+    """A note for each group of options a Flower run does not read that is set off its default: ``checkpoint.every``
+    (a Flower run is not checkpointed), ``executor`` and the ``[ray]`` table (the SuperNodes run the client updates).
+
+    Why: ``checkpoint.every = 1`` wrote no checkpoint and ``ray.workers = 2`` did nothing, without a word, where
+    ``chillfl run`` notes ignored ``[ray]`` options and docs/configuration.md promises that note; ``chillfl run``'s own
+    ``[ray]`` note (:func:`~chillfl.experiment.ignored_ray_note`) names the executor, which a Flower run does not use."""
+    defaults = RunConfig()
+    notes = []
+    if config.checkpoint.every != defaults.checkpoint.every:
+        notes.append(f"note: checkpoint.every = {config.checkpoint.every!r} is ignored: a Flower run is not checkpointed "
+                     "(nothing to resume; chillfl run writes checkpoints)")
+    ray_default = dataclasses.asdict(defaults.ray)
+    changed = [f"ray.{name} = {value!r}" for name, value in dataclasses.asdict(config.ray).items() if value != ray_default[name]]  # in field order
+    if config.executor != defaults.executor:
+        changed.insert(0, f"executor = {config.executor!r}")
+    if changed:
+        notes.append(f"note: {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} ignored: under Flower the SuperNodes run the client "
+                     "updates (run_simulation's num_supernodes, num_cpus_per_client; docs/flower.md)")
+    return notes
 
 
 @once_per_call

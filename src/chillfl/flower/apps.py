@@ -660,8 +660,11 @@ def server_app(config: RunConfig | None = None, *, min_nodes: int = 1) -> Any:
     return app
 
 
-def client_app(config: RunConfig | None = None) -> Any:
-    """A Flower ``ClientApp`` serving ``config``'s clients (None: read from the Flower run config)."""
+def client_app(config: RunConfig | None = None, *, simulated: bool = False) -> Any:
+    """A Flower ``ClientApp`` serving ``config``'s clients (None: read from the Flower run config).
+
+    ``simulated``: it runs in the Ray actors of :func:`run_simulation`, whose ``flwr`` logger then drops Flower's
+    :data:`ACTOR_EXIT` line (:func:`without_actor_exit_line`)."""
     import_flwr()
     from flwr.app import ConfigRecord, Message, RecordDict
     from flwr.clientapp import ClientApp
@@ -670,6 +673,8 @@ def client_app(config: RunConfig | None = None) -> Any:
     runtimes: dict[str, ClientRuntime] = {}
 
     def runtime(context: Any) -> ClientRuntime:
+        if simulated:
+            without_actor_exit_line()
         key = "config" if config is not None else repr(sorted(dict(context.run_config or {}).items()))  # a process may serve several runs
         if key not in runtimes:
             runtimes[key] = ClientRuntime(config or config_from_run_config(context.run_config))
@@ -677,6 +682,8 @@ def client_app(config: RunConfig | None = None) -> Any:
 
     @app.query("chillfl")
     def query(msg: Any, context: Any) -> Any:
+        if simulated:  # every node is asked this first
+            without_actor_exit_line()
         node = context.node_config
         info: dict[str, Any] = {"partition-id": int(node.get("partition-id", 0)), "num-partitions": int(node.get("num-partitions", 1))}
         return Message(content=RecordDict({"node": ConfigRecord(info)}), reply_to=msg)
@@ -734,7 +741,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
 
     def simulate() -> None:
         with stop_signals_blocked(started_local=True):  # the Ray it starts leaves SIGTERM/SIGHUP to this process, as chillfl's Ray executor's
-            flwr_simulation(server_app=server, client_app=client_app(config), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
+            flwr_simulation(server_app=server, client_app=client_app(config, simulated=True), num_supernodes=nodes, backend_config=backend)  # type: ignore[arg-type]
 
     pythonpath = os.environ.get("PYTHONPATH")  # Flower's RayBackend.init_ray writes the driver's sys.path there, for good
     try:
@@ -836,6 +843,23 @@ def without_log_line(logger: str, text: str) -> Iterator[None]:
         yield
     finally:
         log.removeFilter(quiet)
+
+
+ACTOR_EXIT = "Manually terminating"
+"""The start of the WARNING each of Flower's simulation actors logs as Flower ends it (``VirtualClientEngineActor.terminate``)."""
+
+
+def without_actor_exit_line() -> None:
+    """This process's ``flwr`` logger drops :data:`ACTOR_EXIT` for good (once: the filter is added once a process).
+
+    Called in :func:`run_simulation`'s ClientApp, i.e. in a Ray actor that Flower starts for the simulation and ends with
+    it. Why: each actor's "(ClientAppActor pid=...) WARNING : Manually terminating ClientAppActor", which Ray forwards to
+    the caller's terminal as the actor ends, came after chillfl's own last line (a refusal, a failed run's), noise around
+    the one line that matters; it says nothing a user can act on. The filter can only be added in the actor's process:
+    the caller's logging never sees the record, only Ray's copy of the actor's stderr."""
+    log = logging.getLogger("flwr")
+    if not any(isinstance(f, _WithoutLine) and f.text == ACTOR_EXIT for f in log.filters):
+        log.addFilter(_WithoutLine(ACTOR_EXIT))
 
 
 RAY_THREAD_WARNING = "SIGTERM handler is not set"

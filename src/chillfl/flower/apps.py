@@ -455,14 +455,14 @@ def _build_server(config: RunConfig) -> tuple[Any, Any]:
 
 def ignored_on_flower_notes(config: RunConfig) -> list[str]:
     """A note for each group of options a Flower run does not read that is set off its default: ``checkpoint.every``
-    (a Flower run is not checkpointed), ``executor`` and the ``[ray]`` table (the SuperNodes run the client updates).
+    (a Flower run is not checkpointed; ``0``, no checkpoints, is what it does), ``executor`` and the ``[ray]`` table (the SuperNodes run the client updates).
 
     Why: ``checkpoint.every = 1`` wrote no checkpoint and ``ray.workers = 2`` did nothing, without a word, where
     ``chillfl run`` notes ignored ``[ray]`` options and docs/configuration.md promises that note; ``chillfl run``'s own
     ``[ray]`` note (:func:`~chillfl.experiment.ignored_ray_note`) names the executor, which a Flower run does not use."""
     defaults = RunConfig()
     notes = []
-    if config.checkpoint.every != defaults.checkpoint.every:
+    if config.checkpoint.every not in (0, defaults.checkpoint.every):  # 0 asks for what a Flower run does: nothing to note
         notes.append(f"note: checkpoint.every = {config.checkpoint.every!r} is ignored: a Flower run is not checkpointed "
                      "(nothing to resume; chillfl run writes checkpoints)")
     ray_default = dataclasses.asdict(defaults.ray)

@@ -9,6 +9,7 @@ digit changed; the files are byte for byte what the two encodings wrote, version
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any, Mapping
 
 import pytest
@@ -104,3 +105,23 @@ def test_the_collector_is_paused_while_a_checkpoint_is_encoded_or_decoded(monkey
         assert not gc.isenabled()  # the caller's choice kept
     finally:
         gc.enable()
+
+
+def test_a_walk_in_another_thread_leaves_the_collector_alone() -> None:
+    """The collector is the process's: two threads pausing it at once could each find it off and leave it off for good.
+    Only the main thread pauses it; a walk in another thread finds it on and leaves it on."""
+    seen: list[bool] = []
+    walk = checkpoint._encode
+
+    def watched(*a: object) -> object:
+        seen.append(gc.isenabled())
+        return walk(*a)  # type: ignore[arg-type]
+
+    tree = federation(3)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(checkpoint, "_encode", watched)
+        worker = threading.Thread(target=encode_state, args=(tree,))
+        worker.start()
+        worker.join()
+    assert seen == [True] * len(seen) and seen
+    assert gc.isenabled()

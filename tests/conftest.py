@@ -118,9 +118,19 @@ def user_module(tmp_path: Path) -> Iterator[Callable[[str, str], None]]:
 SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
 
 
-FIRST = ("tests/test_private_net.py::test_ray_and_flower_suites_pass_in_a_private_network",)
-"""Tests of minutes (the Ray and Flower suites: 6 of a 2-core machine), started first: under ``-n auto`` (pytest-xdist)
-the other workers share the rest meanwhile, instead of one worker running them alone at the end."""
+_NET = "tests/test_private_net.py::test_ray_and_flower_suites_pass_in_a_private_network"
+FIRST = (
+    f"{_NET}[test_flower-rest]", f"{_NET}[test_flower-deployment]", f"{_NET}[test_ray-rest]", f"{_NET}[test_ray-signals]",
+    f"{_NET}[test_flower_signals]", "tests/test_compile.py::test_two_fresh_processes_compile_the_same_bits_and_leave_no_process",
+    f"{_NET}[test_plugins_on_backends]", "tests/test_docs_pages.py::test_the_page_runs_top_to_bottom[python-api.md]",
+    "tests/test_public_typing.py::test_every_documented_callback_form_type_checks",
+    "tests/test_reproduce_resume.py::test_without_resume_every_claim_runs_again", f"{_NET}[test_rayint_signals]",
+    f"{_NET}[test_extending_ray]", f"{_NET}[test_plugin_dataset_ray]", f"{_NET}[test_thrfix_ray]", f"{_NET}[test_statefix_ray]",
+)
+"""The longest tests, longest first, started before the rest (measured one at a time under -n 0 on a loaded 2-core
+machine, 2026-12-07: the Ray and Flower suites' parts 1-4.5 minutes each, ~21 in all; then the tests of a minute or
+more). Under ``-n auto`` (pytest-xdist, CI's ``--dist worksteal``) the other worker runs the rest meanwhile and takes
+the queued parts when it runs out, instead of a long test starting last and one worker running it alone at the end."""
 
 
 def _collects_all_of_tests(config: pytest.Config) -> bool:
@@ -151,7 +161,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     A run of the whole of tests/ refuses a listed id that matches no test: a test renamed or parametrised since it
     was listed would otherwise drop back into the fast loop (``-m "not slow"``) unnoticed."""
     listed = {line.strip() for line in SLOW_TESTS.read_text().splitlines() if line.strip() and not line.startswith("#")}
-    stale = _stale(listed, items, config.rootpath) if _collects_all_of_tests(config) else []
+    whole = _collects_all_of_tests(config)
+    stale = _stale(listed, items, config.rootpath) if whole else []
+    unordered = _stale(set(FIRST), items, config.rootpath) if whole else []
+    if unordered:  # a renamed long test would lose its early start unnoticed
+        message = f"tests/conftest.py's FIRST names {len(unordered)} id(s) that match no collected test:\n" + "\n".join(unordered)
+        config.hook.pytest_collectreport(report=pytest.CollectReport("tests/conftest.py", "failed", message, []))
     if stale:  # a collection error (pytest-xdist relays one from its workers; a UsageError there is a crash)
         message = (f"{SLOW_TESTS.name} lists {len(stale)} id(s) that match no collected test (renamed, parametrised or "
                    f"removed since: fix or drop the line):\n" + "\n".join(stale))
@@ -159,7 +174,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.nodeid in listed:
             item.add_marker(pytest.mark.slow)
-    items.sort(key=lambda item: item.nodeid not in FIRST)  # stable: otherwise in collection order
+    first = {nodeid: rank for rank, nodeid in enumerate(FIRST)}
+    items.sort(key=lambda item: first.get(item.nodeid, len(FIRST)))  # stable: otherwise in collection order
 
 
 @pytest.fixture

@@ -4,10 +4,11 @@ Ray advertises the host's own address, not 127.0.0.1, even when told
 ``--node-ip-address=127.0.0.1``; Flower's simulation starts a Ray of its own.
 Our tests may send traffic to loopback only, so these tests run in a pytest
 started under ``unshare --net``: a new network namespace whose one interface
-is its loopback device, where no packet can reach any other address. The
-inner session's report is printed here, and every one of its tests must pass:
+is its loopback device, where no packet can reach any other address. Each
+file there (or part of one, :data:`SPLIT`) is a test here, an inner session of
+its own whose report is printed here, and every one of its tests must pass:
 a skip inside counts as a failure, since these tests are what CI has for the
-Ray and Flower backends. The inner session is the first process of a PID namespace too (:data:`NAMESPACES`):
+Ray and Flower backends. Each inner session is the first process of a PID namespace too (:data:`NAMESPACES`):
 nothing it starts outlives it.
 """
 
@@ -16,17 +17,18 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import pytest
 from namespaces import NAMESPACES, in_namespace
 
-pytestmark = pytest.mark.slow  # the Ray and Flower suites in a private network: about 10 minutes; `pytest -m "not slow"` leaves it out
+pytestmark = pytest.mark.slow  # the Ray and Flower suites in a private network: about 10 minutes in all; `pytest -m "not slow"` leaves it out
 
 HERE = Path(__file__).parent
 
@@ -38,7 +40,31 @@ def _private_net_available() -> bool:
     return probe.returncode == 0
 
 
-def test_ray_and_flower_suites_pass_in_a_private_network() -> None:
+SPLIT: dict[str, tuple[tuple[str, str], ...]] = {
+    "test_flower.py": (("deployment", "deployment"),),
+    "test_ray.py": (("signals", "sigterm or stop_signal"),),
+}
+"""Files run in parts, each part a namespace of its own: a ``-k`` expression per part, and a last part, ``rest``, of
+every test none of them selects (``not (...)``), so the parts of a file together run each of its tests once. The parts
+of 2-4 minutes each on a loaded 2-core machine: Flower's TLS deployment (a SuperLink, SuperNodes and ``flwr run``)
+and the simulations; Ray's signal tests (each starts and stops a local Ray of its own) and its two-node cluster's."""
+
+
+def _suites() -> list[Any]:
+    """One test per file of tests/private_net/ (a file added there is a test here), or per part of a :data:`SPLIT` one."""
+    suites = []
+    for path in sorted((HERE / "private_net").glob("test_*.py")):
+        parts = SPLIT.get(path.name, ())
+        rest = f"not ({' or '.join(f'({e})' for _, e in parts)})" if parts else ""
+        for part, expression in (*parts, ("rest", rest)):
+            suites.append(pytest.param(path.name, expression, id=f"{path.stem}-{part}" if parts else path.stem))
+    return suites
+
+
+@pytest.mark.parametrize(("suite", "expression"), _suites())
+def test_ray_and_flower_suites_pass_in_a_private_network(suite: str, expression: str) -> None:
+    """One file of the suite (or a part of it) in a namespace of its own: separate tests, each with its own time
+    limit, that pytest-xdist's workers share, where the whole suite was one test of ~10 minutes on one worker."""
     if not _private_net_available():
         if os.environ.get("CI") == "true":
             pytest.fail("CI must run the Ray and Flower suites, but `unshare --net` is not available here (needs root or user namespaces)")
@@ -46,22 +72,26 @@ def test_ray_and_flower_suites_pass_in_a_private_network() -> None:
     for package in ("ray", "flwr"):
         if shutil.which(package) is None and not (Path(sys.executable).parent / package).exists():
             pytest.fail(f"the test extra must install {package}")
-    inner = f"ip link set lo up && exec {sys.executable} -m pytest -o addopts= -q -rs -p no:cacheprovider {HERE / 'private_net'}"
+    select = f" -k {shlex.quote(expression)}" if expression else ""
+    inner = f"ip link set lo up && exec {sys.executable} -m pytest -o addopts= -q -rs -p no:cacheprovider {HERE / 'private_net' / suite}{select}"
     # Flower's SuperLink starts its helpers by name: the venv's bin must be on PATH even when it is not activated
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     env = {**os.environ, "CHILLFL_PRIVATE_NET": "1", "PATH": path}
-    suite = in_namespace(["sh", "-c", inner], env=env, cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    suite_run = in_namespace(["sh", "-c", inner], env=env, cwd=HERE.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        out, err = suite.communicate(timeout=1500)
+        out, err = suite_run.communicate(timeout=1500)
     finally:
-        suite.kill()  # SIGKILL to unshare (a no-op once it ended): the namespace goes with it
-        suite.wait()
+        suite_run.kill()  # SIGKILL to unshare (a no-op once it ended): the namespace goes with it
+        suite_run.wait()
     report = out + err
     print(report)
-    assert suite.returncode == 0, report[-4000:]
+    assert suite_run.returncode == 0, report[-4000:]
     summary = re.search(r"(\d+) passed", report)
-    assert summary and int(summary.group(1)) >= 10, report[-2000:]
-    assert "skipped" not in report.splitlines()[-1], report[-2000:]
+    # a whole file: at least one passed test per test function in it (parametrised ones give more); a part: one at least
+    least = len(re.findall(r"^\s*def test_", (HERE / "private_net" / suite).read_text(encoding="utf-8"), re.M)) if not expression else 1
+    assert summary and int(summary.group(1)) >= least, report[-2000:]
+    last = report.splitlines()[-1]  # e.g. "74 passed, 20 deselected in 300.00s": nothing skipped
+    assert "skipped" not in last, report[-2000:]
 
 
 def _require_unshare() -> None:

@@ -26,7 +26,7 @@ import torch
 
 from bench_cli import OneLineParser
 from mode_chillfl import overrides
-from workloads import NUM_CLASSES, data_dir, load_data, workload, write_data
+from workloads import NUM_CLASSES, data_dir, data_problem, default_data_dir, load_data, workload, write_data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,11 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=6, help=">= 2 (round 1 is a warm-up)")
     parser.add_argument("--executor", default="auto")
     parser.add_argument("--lists", action="store_true", help="one index array per client (the older form)")
-    parser.add_argument("--data-dir", type=Path, default=Path("/tmp/chillfl-bench-data"))
+    parser.add_argument("--data-dir", type=Path, default=default_data_dir(), help="run.py's data folder (default $TMPDIR/chillfl-bench-data)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.clients < 1 or args.rounds < 2:
         parser.error(f"--clients must be >= 1 and --rounds >= 2 (got {args.clients} and {args.rounds})")
+    if why := data_problem(args.data_dir, args.seed, [workload("2").num_samples]):
+        parser.error(why)
 
     from chillfl.config import load_config
     from chillfl.data.client_rows import ClientRows

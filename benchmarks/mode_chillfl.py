@@ -21,8 +21,8 @@ CIFAR-shaped and synthetic. Two ways of driving a run:
   under ``op_count.OpCounter`` (every aten op dispatched in this process, the
   vectorised executor's worker threads included); on CUDA round 3 runs under
   ``torch.profiler`` for its kernel launches (``cudaLaunchKernel`` and kin). Ops per client step = round 2's
-  ops / the round's client SGD steps (``Workload.steps_per_round``; on workload
-  3 the distillation and predictions add ops but no steps to it). The
+  ops / the round's client SGD steps (``Workload.client_sgd_steps_per_round``: on workload
+  3 the clients' distillation steps too; the server's distillation and the predictions add ops, no steps). The
   ``processes`` executor trains in worker processes: not counted.
 
 Every api first imports chillfl's run modules (torch with the GC paused) and then freezes them out of the cyclic GC
@@ -227,7 +227,7 @@ def main() -> int:
                 exp = build_experiment(cfg, data=data)
                 with device_settings(cfg, exp.device):
                     clock.start()
-                    clock.note(**count_round_ops(rounds_for(exp)(exp), w.steps_per_round, spec["device"]))
+                    clock.note(**count_round_ops(rounds_for(exp)(exp), w.client_sgd_steps_per_round, spec["device"]))
                     clock.round_done()
         elif api == "run_experiment":
             clock.start()

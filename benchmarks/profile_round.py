@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from mode_chillfl import federated_data, overrides  # noqa: E402
-from workloads import data_dir, load_data, round_flops, workload, write_data  # noqa: E402
+from workloads import data_dir, data_problem, default_data_dir, load_data, round_flops, workload, write_data  # noqa: E402
 
 
 def device_time_us(event: Any) -> float:
@@ -116,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")
+    p.add_argument("--data-dir", type=Path, default=default_data_dir())
     p.add_argument("--out", type=Path, required=True, help="folder for profile-w<key>-<variant>.txt/.json")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -128,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     from chillfl.runner import device_settings, intra_op_threads, rounds_for
 
     w = workload(args.workload, args.scale)
+    if why := data_problem(args.data_dir, args.seed, [w.num_samples]):
+        print(f"profile_round.py: {why}", file=sys.stderr)
+        return 2
     folder = data_dir(args.data_dir, w.num_samples, args.seed)
     write_data(folder, w.num_samples, args.seed)
     data = federated_data(w, load_data(folder, mmap=True), args.seed)

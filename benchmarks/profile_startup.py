@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top", type=int, default=30)
-    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")
+    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")  # workloads.default_data_dir()
     p.add_argument("--out", type=Path, required=True)
     args = p.parse_args(argv)
     stamp("arguments parsed")
@@ -72,10 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     from chillfl.config import load_config
     from chillfl.runner import run_experiment
     from mode_chillfl import federated_data, overrides
-    from workloads import data_dir, load_data, workload, write_data
+    from workloads import data_dir, data_problem, load_data, workload, write_data
 
     stamp("chillfl imported")
     w = workload(args.workload, args.scale)
+    if why := data_problem(args.data_dir, args.seed, [w.num_samples]):
+        print(f"profile_startup.py: {why}", file=sys.stderr)
+        return 2
     folder = data_dir(args.data_dir, w.num_samples, args.seed)
     write_data(folder, w.num_samples, args.seed)  # once per machine; not part of a measured start-up
     stamp("benchmark data present")

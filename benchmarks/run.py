@@ -69,7 +69,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_cli import OneLineParser  # noqa: E402
 from peers import ensure_peers  # noqa: E402
-from workloads import WORKLOADS, Workload, data_dir, round_flops, workload, write_data  # noqa: E402
+from workloads import WORKLOADS, Workload, data_dir, data_problem, default_data_dir, round_flops, workload, write_data  # noqa: E402
 
 CHILLFL_EXECUTORS = (
     "auto", "sequential", "vectorized", "processes", "auto+tf32", "auto+bf16", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
@@ -499,7 +499,7 @@ def fmt_table(report: dict[str, Any]) -> str:
                      f"({w['steps_per_round']} SGD steps/round), {entry['rounds_per_run']} rounds per run")
         lines.append(f"{entry.get('flops_per_round', 0) / 1e9:.2f} GFLOP per round (torch.utils.flop_counter)")
         lines.append(f"{'mode':<24}{'s/round min':>12}{'median':>9}{'x bound':>9}{'peak MB':>9}{'x bound':>9}{START_COLUMN:>30}{'GFLOP/s':>9}"
-                     f"{'% peak':>8}  of    {OPS_COLUMN}")
+                     f"{'% peak':>8}  {PEAK_COLUMN:<5} {OPS_COLUMN}")
         for name, r in entry["modes"].items():
             if r["status"] != "ok":
                 lines.append(f"{name:<24}{r['status']}")
@@ -524,20 +524,25 @@ def _number(value: float | None) -> str:
 START_COLUMN = "launch -> end of round 1 (s)"
 OPS_COLUMN = "aten ops / client step"
 """The start-up and op-count columns' one name, in the printed table and the .md (they once had two each)."""
+PEAK_COLUMN = "peak"
+"""The column after "% of peak": the precision whose peak (``--peak-gflops``, ``-tf32``, ``-bf16``) the percentage is of;
+the .md table once had none, so an ``auto+bf16`` row's percentage was of an unnamed peak."""
 
 
 def markdown_table(report: dict[str, Any]) -> str:
     """The README's results table for one report."""
-    rows = [f"| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | {START_COLUMN} | GFLOP/s | % of peak | {OPS_COLUMN} |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+    rows = [f"| workload | mode | s/round min | s/round median | x bound | peak MB | x bound | {START_COLUMN} | GFLOP/s | % of peak | {PEAK_COLUMN} "
+            f"| {OPS_COLUMN} |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for key, entry in report["workloads"].items():
         for name, r in entry.get("modes", {}).items():
             if r["status"] != "ok":
-                rows.append(f"| {key} | {name} | {r['status']} | | | | | | | | |")
+                rows.append(f"| {key} | {name} | {r['status']} | | | | | | | | | |")
                 continue
             rows.append(f"| {key} | {name} | {r['s_per_round_min']:.3f} | {r['s_per_round_median']:.3f} | {_number(r.get('time_ratio_median'))} "
                         f"| {r['peak_mb']:.0f} | {_number(r.get('memory_ratio'))} | {r['first_round_end_s_median']:.1f} "
-                        f"| {_number(r.get('gflops_median'))} | {_percent(r.get('peak_fraction_median'))} | {_ops_text(r.get('ops'))} |")
+                        f"| {_number(r.get('gflops_median'))} | {_percent(r.get('peak_fraction_median'))} | {r.get('peak_precision', '')} "
+                        f"| {_ops_text(r.get('ops'))} |")
     starts = [(key, name, s, entry.get("import_torch_s")) for key, entry in report["workloads"].items()
               for name, s in entry.get("chillfl_startup_run_experiment", {}).items() if s.get("status") == "ok"]
     if starts:
@@ -570,6 +575,19 @@ def threads_setting(threads: int | None, environ: Mapping[str, str]) -> str:
     return f"OMP_NUM_THREADS={inherited} (inherited)" if inherited else "default (OMP_NUM_THREADS unset: torch's own)"
 
 
+def load_warning(loads: list[float], cpus: int | None, threads: int | None) -> str | None:
+    """The one-line warning when the 1-minute load average exceeded the CPUs at the start or end of the run, else None.
+
+    On a busy machine torch's intra-op threads (the compute bound's and the peers', 2 on 2 cores unless ``--threads``)
+    wait for each other while chillfl's modes run 1 thread each: the plain loop once took 24x longer with 2 threads than
+    with 1 at load ~7, so every "x bound" and "chillfl / peer" ratio of such a run is unreliable."""
+    if not cpus or max(loads) <= cpus:
+        return None
+    advice = "rerun on an idle machine" + ("" if threads else ", or with --threads 1")
+    return (f"load average {max(loads):.1f} above the {cpus} CPUs: the 'x bound' and peer ratios are unreliable "
+            f"(the bound and the peers use torch's intra-op threads, chillfl 1 a worker); {advice}")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = OneLineParser(prog="run.py", description=__doc__.split("\n\n")[0], epilog=modes_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all")
@@ -590,8 +608,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="N >= 1: OMP_NUM_THREADS and MKL_NUM_THREADS for every worker, which sets the intra-op threads of the compute "
                    "bound, BlazeFL and Flower only: chillfl's modes set their own (config threads = 1). Default: the variables "
                    "this shell passes on (the JSON's \"threads\" records them)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "chillfl-bench-data")
+    p.add_argument("--seed", type=int, default=0, help=">= 0")
+    p.add_argument("--data-dir", type=Path, default=default_data_dir(),
+                   help="where the synthetic data are written once and kept (default $TMPDIR/chillfl-bench-data; about 600 MB)")
     p.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/<timestamp>.json)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where every mode trains (cuda: chillfl, BlazeFL and Flower on the GPU)")
     p.add_argument("--peak-gflops", type=float, default=None, help="the machine's peak GFLOP/s, for the fraction of peak (see README)")
@@ -613,6 +632,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if any(v is not None and v <= 0 for v in (args.peak_gflops, args.peak_gflops_tf32, args.peak_gflops_bf16)):
         p.error("--peak-gflops(-tf32, -bf16) must be > 0")
     args.scale = 0.02 if args.quick else 1.0 if args.scale is None else args.scale
+    keys = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    if why := data_problem(args.data_dir, args.seed, [workload(key, args.scale).num_samples for key in keys]):
+        p.error(why)
     args.rounds_for = {key: args.rounds for key in WORKLOADS}
     args.rounds_for["1"] = 2 if args.quick else args.rounds
     return args
@@ -673,6 +695,10 @@ class Stopped(Exception):
     """SIGTERM arrived: stop measuring, write what was measured."""
 
 
+INTERRUPTED = 130
+"""run.py's exit status after Ctrl-C, once what was measured is written (the shell's 128 + SIGINT)."""
+
+
 STOP = threading.Event()
 """Set by SIGTERM. The handler only sets it: :func:`measure` checks it before starting a process and while polling
 one, so that no measured process is ever left running (an exception raised by the handler itself could land between
@@ -731,7 +757,10 @@ def main(argv: list[str] | None = None) -> int:
         "peers": peers,
         "workloads": {},
     }
+    if warning := load_warning([report["load_average_start"][0]], report["machine"].get("cpus"), args.threads):
+        print(f"warning: {warning}", flush=True)
     keys = list(WORKLOADS) if args.workload == "all" else [args.workload]
+    status = 0
     previous = signal.signal(signal.SIGTERM, _stopped)  # `timeout` (gpu-check.sh) ends us with SIGTERM: keep what was measured
     try:
         with tempfile.TemporaryDirectory(prefix="chillfl-bench-") as tmp:
@@ -742,17 +771,23 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"workload {key}: {w.title}", flush=True)
                 report["workloads"][key] = {}
                 run_workload(w, modes, peers, args, Path(tmp), sink=report["workloads"][key])
-    except Stopped:
-        report["stopped"] = f"stopped by SIGTERM after {time.time() - started:.0f} s: the modes not listed were not measured"
-        print(f"run.py: {report['stopped']}", file=sys.stderr)
+    except (Stopped, KeyboardInterrupt) as exc:  # Ctrl-C as SIGTERM: a full workload 1 takes hours, and Ctrl-C once lost them all
+        status = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else 0
+        by = "Ctrl-C" if status else "SIGTERM"
+        report["stopped"] = f"stopped by {by} after {time.time() - started:.0f} s: the modes not listed were not measured"
+        print(f"\nrun.py: {report['stopped']}", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)
     report["load_average_end"] = os.getloadavg()
+    report["load_warning"] = load_warning([report["load_average_start"][0], report["load_average_end"][0]], report["machine"].get("cpus"),
+                                          args.threads)
     report["total_s"] = round(time.time() - started, 1)
     print(fmt_table(report))  # before the files: what was measured is on the screen even if writing them fails
     print(f"\n{report['machine'].get('Model name', '?')}, {report['machine'].get('CPU(s)', '?')} CPUs; "
           f"load average {report['load_average_start'][0]:.2f} -> {report['load_average_end'][0]:.2f}; total {report['total_s']:.0f} s; "
           f"workers' threads: {threads}")
+    if report["load_warning"]:
+        print(f"warning: {report['load_warning']}")
     try:
         out.write_text(json.dumps(report, indent=2))
         out.with_suffix(".md").write_text(markdown_table(report) + "\n")
@@ -760,7 +795,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"run.py: --out: cannot write {exc.filename}: {exc.strerror}", file=sys.stderr)
         return 1
     print(f"results: {out}")
-    return 0
+    return status
 
 
 if __name__ == "__main__":

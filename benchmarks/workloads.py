@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -79,6 +81,13 @@ class Workload:
         return self.clients_per_round * self.epochs * math.ceil(self.samples_per_client / self.batch_size)
 
     @property
+    def client_sgd_steps_per_round(self) -> int:
+        """Every SGD step the sampled clients take in a round: local training, and for soft labels each client's one
+        distillation epoch on P^{t-1} at the client batch size (workload 3: 800 + 100 x 20 = 2,800). The op count's
+        denominator: its numerator has the distillation's ops too (it once divided them by the 800 local steps)."""
+        return self.steps_per_round + self.clients_per_round * math.ceil(self.public_per_round / self.batch_size)
+
+    @property
     def sample_steps_per_round(self) -> int:
         """Training samples (forward + backward) per round: local training, and for soft labels the distillation."""
         local = self.clients_per_round * self.epochs * self.samples_per_client
@@ -93,6 +102,7 @@ class Workload:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["steps_per_round"] = self.steps_per_round
+        out["client_sgd_steps_per_round"] = self.client_sgd_steps_per_round
         out["sample_steps_per_round"] = self.sample_steps_per_round
         out["forward_samples_per_round"] = self.forward_samples_per_round
         return out
@@ -126,6 +136,37 @@ def workload_from_dict(data: dict[str, Any]) -> Workload:
 
 def data_dir(directory: Path, num_samples: int, seed: int) -> Path:
     return directory / f"data-n{num_samples}-s{seed}"
+
+
+def default_data_dir() -> Path:
+    """``--data-dir``'s default in every script: ``$TMPDIR/chillfl-bench-data`` (``tempfile.gettempdir()``), so that all
+    of them share one copy (many_clients.py once wrote a second 614 MB copy to a literal ``/tmp``)."""
+    return Path(tempfile.gettempdir()) / "chillfl-bench-data"
+
+
+def data_problem(directory: Path, seed: int, sizes: list[int]) -> str | None:
+    """Why ``--seed`` / ``--data-dir`` cannot give the data of ``sizes`` samples, as ``"--option: why"``, or None.
+
+    Checked before anything is written or measured: a negative seed once ended in numpy's traceback after an empty
+    data folder had been made, and a ``--data-dir`` that is a file in ``pathlib``'s. A folder whose data are already
+    written (its ``done`` file) is only read, so it need not be writable.
+    """
+    if seed < 0:
+        return f"--seed must be >= 0 (got {seed}): numpy's generator takes no negative seed"
+    for num_samples in sizes:
+        folder = data_dir(directory, num_samples, seed)
+        if (folder / "done").is_file():
+            continue
+        if folder.exists() and not folder.is_dir():
+            return f"--data-dir: {folder} is not a folder"
+        existing = folder
+        while not existing.exists() and existing != existing.parent:  # the folders made are made under the first that exists
+            existing = existing.parent
+        if not existing.is_dir():
+            return f"--data-dir: {existing} is not a folder"
+        if not os.access(existing, os.W_OK | os.X_OK):
+            return f"--data-dir: {existing} is not writable"
+    return None
 
 
 def make_arrays(num_samples: int, seed: int, shape: tuple[int, ...] = IMAGE_SHAPE) -> dict[str, np.ndarray]:

@@ -68,12 +68,12 @@ def test_flop_rates_and_tables() -> None:
     report = {"workloads": {"2": {"workload": workload("2").to_dict(), "rounds_per_run": 3, "flops_per_round": 4e9,
                                   "modes": {"compute_bound": entry, "x": results["x"]}, "chillfl_startup_run_experiment": {}}}}
     table = run.markdown_table(report).splitlines()
-    assert table[0].endswith("| GFLOP/s | % of peak | aten ops / client step |")
-    assert table[2].endswith("| 2.00 | 20.0 |  |") and table[3].startswith("| 2 | x | not available: no |")
+    assert table[0].endswith("| GFLOP/s | % of peak | peak | aten ops / client step |")  # the peak the % is of (fp32 here)
+    assert table[2].endswith("| 2.00 | 20.0 | fp32 |  |") and table[3].startswith("| 2 | x | not available: no |")
     assert "4.00 GFLOP per round" in run.fmt_table(report)
     # op counts (issue 39): 1,200 ops over 100 client steps = 12.0 a client step; on CUDA the launches too
     entry["ops"] = {"status": "ok", "ops_per_client_step": 12.0}
-    assert run.markdown_table(report).splitlines()[2].endswith("| 2.00 | 20.0 | 12.0 |")
+    assert run.markdown_table(report).splitlines()[2].endswith("| 2.00 | 20.0 | fp32 | 12.0 |")
     entry["ops"] = {"status": "ok", "ops_per_client_step": 12.0, "cuda_launches_per_client_step": 30.0}
     assert run.markdown_table(report).splitlines()[2].endswith("| 12.0 (30.0 launches) |")
     assert "12.0 (30.0 launches)" in run.fmt_table(report)

@@ -137,7 +137,8 @@ def test_plugin_spec_that_makes_its_class(monkeypatch: pytest.MonkeyPatch) -> No
     """A plugin's registered spec with ``makes`` holds its instances to its check (the registry seen as after
     ``register_algorithm("rule", rule)``, without changing the process's registry)."""
     rule = AlgorithmSpec(RuleOptions, lambda o, ctx: (Rule(o), []), "a plugin's rule", check=_check_rule, makes=(Rule,))
-    registered = registered_algorithms()
-    monkeypatch.setattr(registry, "registered_algorithms", lambda: {**registered, "rule": rule})
+    registered_algorithms()  # the built-ins registered first, as a plugin's register_algorithm loads them
+    monkeypatch.setattr(registry, "_MADE", {**registry._MADE, Rule: "rule"})  # what register_algorithm records: built_by reads it
+    monkeypatch.setattr(registry._REGISTRY, "_specs", {**registry._REGISTRY._specs, "rule": rule})
     assert refusal(aggregator=Rule(RuleOptions(cap=9))).field == "aggregator.options.cap"
     assert run(aggregator=Rule(RuleOptions(cap=2))) is not None

@@ -17,6 +17,7 @@ instead of names. A wrapper (PA3Fed) names the algorithm it wraps in one option
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import inspect
 from dataclasses import dataclass, replace
@@ -174,12 +175,18 @@ def register_algorithm(name: str, spec: AlgorithmSpec) -> AlgorithmSpec:
     check_hooks(name, spec.calls(), "algorithm.name")  # registered by a plugin module: its hooks checked as a spec named by import path
     old = _REGISTRY.registered(name)
     registered = _REGISTRY.register(name, spec)
+    dropped = []
     if old is not None and old is not spec:  # replaced: the old classes (a reloaded module's) no longer hold this name
         for cls in old.makes:
             if _MADE.get(cls) == name:
                 del _MADE[cls]
+                dropped.append(cls)
     for cls in spec.makes:  # the first spec to claim a class holds its instances (built_by); a later claim builds from configs only
         _MADE.setdefault(cls, name)
+    for cls in (c for c in dropped if c not in _MADE):  # another spec that makes it (an alias) holds it now: built_by reads _MADE alone
+        claim = next((n for n, s in registered_algorithms().items() if cls in s.makes), None)
+        if claim is not None:
+            _MADE[cls] = claim
     return registered
 
 
@@ -187,7 +194,9 @@ _MADE: dict[type, str] = {}
 """Each class in a registered spec's :attr:`AlgorithmSpec.makes`, with the name of the first spec registered to make it:
 the one an instance passed from Python is held to (:func:`built_by`). Why not refuse a second claim: a plugin spec derived
 from a built-in (``dataclasses.replace(scaffold.SPEC, options=...)``) or one spec under a second name inherits its
-``makes``, and a plugin that failed to import was unusable from a config too."""
+``makes``, and a plugin that failed to import was unusable from a config too. Complete for every class that exists: a
+built-in's class is registered by the module that defines it (tests/test_builtmend_makers.py), so looking an instance's
+class up here imports no module (a walk of every built-in module cost a plugin spec's run 0.3 s)."""
 
 
 def registered_algorithms() -> dict[str, AlgorithmSpec]:
@@ -524,10 +533,10 @@ def make_aggregator(
         raise ConfigError(field or f"{section}.name", f"{name!r}: its AlgorithmSpec's build returned {short_repr(built[0])} as the aggregator, which is "
                                                       f"{why} (see chillfl.extend.AggregatorBase)")
     if not isinstance(spec.build, ClassBuilder):  # a class named by path is bound by its ClassBuilder already
-        # an instance of a class another registered spec makes (a builder's Scaffold(2), DnC()): bound to the run by
-        # that spec as one passed from Python is (DnC's seed None drew every run's coordinates alike); checked in
-        # check_named_classes, once the run's config is at hand
-        hold_to_maker(spec, name, built[0], field or f"{section}.name", lambda: bind_instance(built[0], replace(ctx, section=INSTANCE_OPTIONS)))
+        # an instance of a class a registered spec binds (a builder's Scaffold(2), DnC(), a derived spec's DnC(None, o)):
+        # bound to the run by that spec, on a copy, as one passed from Python is (DnC's seed None drew every run's
+        # coordinates alike); checked in check_named_classes, once the run's config is at hand
+        built = bound_to_run(spec, name, built, ctx, parsed, field or f"{section}.name")
     by_spec = instance_capabilities(built[0]) if isinstance(spec.build, ClassBuilder) else None  # a class: what its making spec declares, as for an instance
     check_declarations(capabilities if by_spec is None else by_spec, built[0], repr(name), field or f"{section}.name")
     # the terms its aggregator declares it needs, where the builder left them out (a plugin's): the instance passed from
@@ -750,7 +759,8 @@ dataclass, recorded under ``[algorithm.options]``), where a config's method name
 def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, AlgorithmSpec, Any] | None:
     """(name, spec, options) of the spec that builds ``aggregator``: the one it names
     (:class:`~chillfl.aggregation.base.BuiltBySpec`, a plugin's class whose spec is not registered), else the first
-    registered spec whose :attr:`AlgorithmSpec.makes` holds its type (:data:`_MADE`). ``options``: the instance's ``options`` attribute where it is
+    registered spec whose :attr:`AlgorithmSpec.makes` holds its type (:data:`_MADE`, which imports no module: a walk of
+    every built-in module cost 0.3 s of each run whose plugin spec's build returned a built-in's instance). ``options``: the instance's ``options`` attribute where it is
     that spec's options dataclass, else None (what they decide cannot be checked). None when no spec builds it.
     Options a ``built_by()`` names that are not its spec's options dataclass (a dict) are a ConfigError on ``field``:
     every check after reads them as that dataclass."""
@@ -761,11 +771,10 @@ def built_by(aggregator: object, field: str = "aggregator") -> tuple[str, Algori
             raise ConfigError(field, f"{type(aggregator).__name__}.built_by() names {name!r} with options of type {type(options).__name__}, "
                                      f"but that spec's options are a {spec.options.__name__} (or None)")
         return name, spec, options
-    makers = [(name, spec) for name, spec in registered_algorithms().items() if type(aggregator) in spec.makes]
-    if not makers:
+    found = made_by(type(aggregator))  # the first registered to make it (a later spec derived from it, or an alias, builds configs only)
+    if found is None:
         return None
-    first = _MADE.get(type(aggregator))  # the first registered to make it (a later spec derived from it, or an alias, builds configs only)
-    name, spec = next(((n, s) for n, s in makers if n == first), makers[0])
+    name, spec = found
     options = getattr(aggregator, "options", None)
     return name, spec, options if isinstance(options, spec.options) else None
 
@@ -973,45 +982,132 @@ def check_named_classes(name: str, options: Mapping[str, Any] | None, aggregator
         check_instance(aggregator, config, model, section)  # a wrapper class's base too, as an instance's
         return
     # a spec whose builder returns an instance of a class another registered spec makes: that spec's checks too
-    hold_to_maker(spec, name, aggregator, field or f"{section}.name", lambda: check_instance(aggregator, config, model))
-    inner = wrapped(spec, algorithm_options(spec, name, options, section, field), section)
+    parsed = algorithm_options(spec, name, options, section, field)
+    hold_to_maker(spec, name, aggregator, field or f"{section}.name", lambda: check_instance(aggregator, config, model), parsed, section)
+    inner = wrapped(spec, parsed, section)
     if inner is not None and isinstance(aggregator, AroundAggregator):  # the base its options name is the one it holds
         check_named_classes(inner.name, inner.options, aggregator.base, config, model, inner.section, inner.field)
 
 
 def foreign_maker(spec: AlgorithmSpec, aggregator: object) -> str | None:
     """The name of the registered spec, other than ``spec``, that builds ``aggregator`` or binds it to the run
-    (:func:`binder`: the rule an instance passed from Python is held to), where ``spec``'s builder returned it; None
-    when no spec does, when ``spec`` itself does, or when ``aggregator``'s class is one of ``spec``'s own
-    :attr:`AlgorithmSpec.makes` (a spec derived from a built-in with ``dataclasses.replace``: its checks are the
-    config's, already run). A proxy's class is made by no spec: None."""
-    if type(aggregator) in spec.makes or not found_maker(type(aggregator)):  # none: no walk of every built-in module (FedAvg's build)
+    (:func:`binder`: the rule an instance passed from Python is held to), where ``spec``'s builder returned it, for
+    that spec's checks; None when no spec does, when ``spec`` itself does, or when ``aggregator``'s class is one of
+    ``spec``'s own :attr:`AlgorithmSpec.makes` (a spec derived from a built-in with ``dataclasses.replace``: its checks
+    are the config's, already run; it is bound all the same, :func:`run_binder`). A proxy's class is made by no spec: None."""
+    if type(aggregator) in spec.makes or not found_maker(type(aggregator)):  # none: no lookup at all (FedAvg's build)
         return None
     found = binder(aggregator)
     return None if found is None or found[1] is spec else found[0]
 
 
-def hold_to_maker(spec: AlgorithmSpec, name: str, aggregator: object, field: str, hold: Callable[[], None]) -> None:
-    """``hold()`` (:func:`bind_instance` or :func:`check_instance` of ``aggregator``) where ``aggregator``, returned by
-    ``spec``'s builder (``spec`` named ``name`` by ``field``), is an instance of a class another registered spec makes
-    (:func:`foreign_maker`). A refusal on the run's own fields (``client.optimizer``, ``model``) stays as an instance
-    passed from Python meets it; one on the instance's own (``aggregator.options.f``, ``aggregator.seed``), which a
-    config cannot set, names ``field`` and says which.
+def run_binder(spec: AlgorithmSpec, aggregator: object) -> str | None:
+    """The name of the registered spec whose :attr:`AlgorithmSpec.bind` binds ``aggregator`` (:func:`binder`), where
+    ``spec``'s builder returned it and is not that spec's own build; None when no bind binds it, or ``spec``'s build is
+    the binder's (a built-in's, a spec derived from it that kept its build, one spec under two names: that build passed
+    the run's values itself).
+
+    Why not :func:`foreign_maker`'s exemption of ``spec``'s own ``makes``: a spec derived with ``dataclasses.replace(
+    dnc.SPEC, build=...)`` (or declaring ``makes=(DnC,)``) whose build left the seed out drew with seed None, 0 in every
+    run; the bind fills what the build left unset and passes what it set equal to the run's, as for an instance passed
+    from Python."""
+    if not found_maker(type(aggregator)):  # none: no lookup at all (FedAvg's build)
+        return None
+    found = binder(aggregator)
+    return None if found is None or found[1].bind is None or found[1].build is spec.build else found[0]
+
+
+def run_copy(built: Built, model: nn.Module, name: str, field: str) -> Built:
+    """What algorithm ``name``'s build returned, copied (``copy.deepcopy``, as :func:`chillfl.experiment.build_algorithm`
+    copies an instance passed from Python) to be bound to this run; its terms in the same copy, so a term holding the
+    aggregator holds the copy; the run's ``model``, which the build was given, stays the run's. A ConfigError on
+    ``field`` where it cannot be copied.
+
+    Why: binding writes the run's values into the instance, and a build returning one shared instance (a module's,
+    a cache's) had the first run's seed written into it, so the next run in the process (a comparison's second seed)
+    was refused (``aggregator.seed: must equal the run's seed = 1, got 0; pass seed=1``) for a seed never passed."""
+    try:
+        return copy.deepcopy(built, {id(model): model})
+    except (TypeError, RuntimeError, copy.Error) as exc:
+        raise ConfigError(field, f"{name!r}: its build returned {type(built[0]).__name__}, which is bound to the run on a copy, as one "
+                                 f"passed from Python is, and copy.deepcopy cannot copy it ({exc}); give it attributes copy.deepcopy "
+                                 "can copy") from None
+
+
+def bound_to_run(spec: AlgorithmSpec, name: str, built: Built, ctx: BuildContext, given: Any, field: str) -> Built:
+    """``built``, returned by ``spec``'s build (named ``name`` by ``field``; ``given``: the options it received, parsed
+    from ``ctx.section``), with its aggregator bound to the run by the spec that binds its class (:func:`run_binder`),
+    on a copy (:func:`run_copy`), as an instance passed from Python is; as it is where none does. Refusals named as
+    :func:`hold_to_maker` names them."""
+    maker = None
+    try:
+        maker = run_binder(spec, built[0])
+        if maker is None:
+            return built
+        own = run_copy(built, ctx.model, name, field)
+        bind_instance(own[0], replace(ctx, section=INSTANCE_OPTIONS))
+        return own
+    except ConfigError as exc:
+        named = on_spec_field(exc, name, built[0], maker, field, given, ctx.section)
+        if named is None:
+            raise
+        raise named from None
+
+
+def hold_to_maker(spec: AlgorithmSpec, name: str, aggregator: object, field: str, hold: Callable[[], None], given: Any = None,
+                  section: str = "algorithm") -> None:
+    """``hold()`` (:func:`check_instance` of ``aggregator``) where ``aggregator``, returned by ``spec``'s builder (``spec``
+    named ``name`` by ``field``, given the options ``given`` parsed from ``section``), is an instance of a class another
+    registered spec makes (:func:`foreign_maker`), refusals named by :func:`on_spec_field`.
 
     Why: a config naming the spec read the spec's declarations alone, so a builder returning ``Scaffold(2)`` ran with
-    Adam under a spec that declared no ``plain_sgd``, and ``DnC()`` drew with seed None, while ``chillfl.run(aggregator=
-    Scaffold(2))`` with Adam was refused: the method run is the instance's, and so are its limits (both specs' hold)."""
+    Adam under a spec that declared no ``plain_sgd``, while ``chillfl.run(aggregator=Scaffold(2))`` with Adam was
+    refused: the method run is the instance's, and so are its limits (both specs' hold). Its bind: :func:`bound_to_run`."""
     maker = None
     try:
         maker = foreign_maker(spec, aggregator)
         if maker is not None:
             hold()
     except ConfigError as exc:
-        if exc.field != "aggregator" and not exc.field.startswith("aggregator."):
+        named = on_spec_field(exc, name, aggregator, maker, field, given, section)
+        if named is None:
             raise
-        made = "" if maker is None else f", which the registered spec {maker!r} makes"
-        raise ConfigError(field, f"{name!r}: its build returned {type(aggregator).__name__}{made}, refused as one passed from Python "
-                                 f"is ({exc.field}: {exc.message})") from None
+        raise named from None
+
+
+def on_spec_field(exc: ConfigError, name: str, aggregator: object, maker: str | None, field: str, given: Any, section: str) -> ConfigError | None:
+    """How a refusal of ``aggregator``, returned by algorithm ``name``'s build (named by ``field``, its options ``given``
+    parsed from ``section``) and held to the spec ``maker`` that makes or binds its class, is named: None (as raised)
+    on the run's own fields (``client.optimizer``, ``model``), which an instance passed from Python meets alike; on the
+    config's option (``algorithm.f``) where the refused one of the instance (``aggregator.options.f``) is one the
+    build passed on from it (:func:`given_option`); else on ``field``, quoting the instance's field (``aggregator.seed``,
+    or an option the build set itself), which the config did not write.
+
+    Why: ``algorithm.f = 2`` passed on to ``DnC`` was refused on ``algorithm.name`` as "(aggregator.options.f: ...)
+    refused as one passed from Python is", to a user who wrote ``algorithm.f`` and passed nothing from Python."""
+    if exc.field != "aggregator" and not exc.field.startswith("aggregator."):
+        return None
+    made = "" if maker is None else f", which the registered spec {maker!r} makes"
+    option = given_option(exc.field, aggregator, given)
+    if option is not None:
+        return ConfigError(f"{section}.{option}", f"{exc.message} (the build of {name!r} passed it on to the {type(aggregator).__name__} it "
+                                                  f"returned{made})")
+    return ConfigError(field, f"{name!r}: its build returned {type(aggregator).__name__}{made}, refused as one passed from Python "
+                              f"is ({exc.field}: {exc.message})")
+
+
+def given_option(refused: str, aggregator: object, given: Any) -> str | None:
+    """The option of ``given`` (a spec's parsed options, which its build received) that ``refused``, a field of
+    ``aggregator``'s options (``aggregator.options.f``), came from: a field of both by that name whose values are
+    equal (the build passed it on); None otherwise (an option the build set itself, or no options to compare)."""
+    option = refused.removeprefix(f"{INSTANCE_OPTIONS}.")
+    if option == refused or given is None or isinstance(given, type) or not dataclasses.is_dataclass(given):
+        return None
+    found = binder(aggregator)
+    held = None if found is None else found[2]
+    if held is None or option not in {f.name for f in dataclasses.fields(given)} or option not in {f.name for f in dataclasses.fields(held)}:
+        return None
+    return option if getattr(held, option) == getattr(given, option) else None
 
 
 def run_capabilities(table: Mapping[str, Any], aggregator: object) -> Capabilities:

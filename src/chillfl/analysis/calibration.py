@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from chillfl.analysis.replay import (build_evaluation, check_out, check_runs, load_model_state, out_folder, predict, read_summary, run_label,
+from chillfl.analysis.replay import (build_evaluation, check_out, check_runs, load_model_state, out_folder, predict, read_summary, refuse_personal_runs, run_label,
                                     write_json)
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.output import add_out
@@ -167,6 +167,9 @@ def cmd_calibration(args: argparse.Namespace) -> int:
     if not 1 <= args.bins <= 1000:
         raise ConfigError("--bins", f"must be in [1, 1000], got {args.bins}")
     check_runs(args.run_dirs)  # before any run is computed: the options, the folders, the output
+    # a local_only run's global model is never trained: not what its clients use. Here, not in analyze(): the report's
+    # reliability diagram of such a run is the report's to decide
+    refuse_personal_runs(args.run_dirs)
     check_saved_bins(args.run_dirs, args.bins)
     check_out(args.run_dirs, args.out)
     result = analyze(args.run_dirs, temperature=args.temperature, bins=args.bins, binning=args.binning, progress=not args.quiet)

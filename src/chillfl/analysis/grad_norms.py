@@ -39,7 +39,8 @@ import numpy as np
 import torch
 from torch.func import functional_call
 
-from chillfl.analysis.replay import build_run, check_fits, check_out, check_runs, load_model_state, out_folder, run_label, write_json
+from chillfl.analysis.replay import (build_run, check_fits, check_out, check_runs, load_model_state, out_folder, refuse_personal_runs, run_label,
+                                    write_json)
 from chillfl.analysis.counting import Counted
 from chillfl.analysis.output import add_out
 from chillfl.extras import need
@@ -103,6 +104,7 @@ def analyze(run_dirs: Sequence[str], *, temperature: float | None = None, split:
     """Per run: summary statistics (JSON) and the raw (norms, correct) arrays for the plot."""
     out: dict[str, Any] = {"analysis": "grad-norms", "split": split, "runs": {}}
     raw = {}
+    refuse_personal_runs(run_dirs)  # a local_only run's global model is never trained: not what its clients use
     counted = Counted(len(run_dirs), "grad-norms", on=progress)  # a [k/N] RUN line on stderr as each run is done
     for run_dir in run_dirs:
         exp = build_run(run_dir)

@@ -64,6 +64,7 @@ from chillfl.storage.run_folder import folder_named, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import protocol_layers
 from chillfl.errors import ConfigError, json_loads, one_line
+from chillfl.analysis.labels import unique_label
 from chillfl.paths import shell_path
 from chillfl.data import FederatedData
 from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
@@ -328,6 +329,24 @@ def replay_round(run_dir: str | Path, start: Literal["final", "initial"] = "fina
     return Replay(exp, rnd + 1, first, clients, dict(sharing.state), record)
 
 
+def refuse_personal_runs(run_dirs: Sequence[str | Path]) -> None:
+    """:func:`refuse_personal_models` on every run, before the first is computed, for the analyses of the saved global
+    model alone (calibration, grad-norms). Why: they measured ``local_only``'s never-trained global model without a word,
+    while cka and aggregation-* refused it. A run whose method's capabilities cannot be asked (a plugin's, not imported
+    while the folder is read as data: :func:`chillfl.plugins.reading_data`; the saved config parsed, so nothing else is
+    unknown) goes on as before: its model and data alone are evaluated (``--import-plugins`` has it asked). A run that
+    saved no global model (prototype sharing) is left to :func:`load_model_state`, whose line says why it has none."""
+    for run_dir in run_dirs:
+        config = load_run(run_dir)
+        if not (Path(run_dir) / MODEL).is_file():
+            continue
+        try:
+            method_capabilities(config)
+        except ConfigError:
+            continue
+        refuse_personal_models(config, run_dir)
+
+
 def method_capabilities(config: RunConfig) -> Capabilities:
     """What the run's method declares (``[algorithm]``'s, wrapped base included, or the method ``[distillation]`` /
     ``[prototypes]`` names), asked of its spec through the registries, never by its name."""
@@ -440,11 +459,9 @@ def write_json(path: Path, data: Any) -> None:
 
 
 def run_label(run_dir: str | Path, among: Sequence[str | Path] = ()) -> str:
-    """A short label for a run in plots and tables: its folder name, or ``parent/name`` when another folder of
-    ``among`` (the command's RUN_DIRs) has the same name: results keyed by label must not drop a run."""
+    """A short label for a run in plots and tables: its folder name, with as many parent folders as it takes to tell it
+    from every other folder of ``among`` (the command's RUN_DIRs): results keyed by label must not drop a run. Why more
+    than one parent: ``A/results/demo`` and ``B/results/demo`` were both ``results/demo``, and the second overwrote the first."""
     path = Path(run_dir).resolve()
     others = {Path(o).resolve() for o in among} - {path}
-    # names compared as printed (control characters escaped: ESC sequences drove the terminal), so that "a<ESC>" and a
-    # folder literally named "a\x1b" are told apart by their parents rather than merged under one label
-    label = f"{path.parent.name}/{path.name}" if any(one_line(o.name) == one_line(path.name) for o in others) else path.name
-    return one_line(label)
+    return unique_label(path, others)

@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from chillfl.analysis.labels import unique_label
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.analysis.softlabels import (
     entropy_vs_beta,
@@ -97,8 +98,7 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
         raise ConfigError("--rounds", f"must be in [1, {MAX_ROUNDS}], got {args.rounds}")
     if args.rounds * args.public_size > MAX_WORK:  # each round draws from all of P: minutes beyond this
         raise ConfigError("--rounds", f"--rounds x --public-size must be at most {MAX_WORK:.0e} (a simulation of minutes), got {args.rounds * args.public_size:.1e}")
-    if not 0 <= args.seed < 2**63:
-        raise ConfigError("--seed", f"must be in [0, 2**63), got {args.seed}")
+    check_seed(args.seed)
     output = _writable_png(args.out, out_field(args))
     ratios = {d: simulate_cache_ratio(args.public_size, args.subset_size, d, args.rounds, args.seed, args.on_expire) for d in durations}
     tail = max(1, args.rounds // 4)
@@ -112,6 +112,14 @@ def cmd_cache_ratio(args: argparse.Namespace) -> int:
     out = plot_cache_ratio(ratios, output)
     print(f"plot: {out}")
     return 0
+
+
+def check_seed(seed: int) -> None:
+    """Refuse a ``--seed`` outside [0, 2**63) in one line. Why: torch's generator takes at most 2**64 - 1, and a larger
+    seed (or ``seed + 1``, the second example's) ended in a traceback ("Overflow when unpacking long long"); the bound
+    leaves room for every example's ``seed + i``."""
+    if not 0 <= seed < 2**63:
+        raise ConfigError("--seed", f"must be in [0, 2**63), got {seed}")
 
 
 def example_soft_labels(kind: str, seed: int, n: int = 1000, num_classes: int = 10) -> torch.Tensor:
@@ -145,7 +153,43 @@ def load_soft_labels(path: str) -> torch.Tensor:
         raise ConfigError("--soft-labels", f"{p} has nan or infinite entries; soft-labels are probabilities")
     if bool((data < 0).any()):
         raise ConfigError("--soft-labels", f"{p} has negative entries; soft-labels are probabilities")
-    return data.to(torch.float64)
+    sums = data.to(torch.float64).sum(-1)
+    tol = row_sum_tolerance(data.dtype, data.shape[-1])
+    bad = (sums - 1).abs() > tol
+    if bool(bad.any()):  # counts, ReLU'd logits, an all-zero row: beta = 1 read them as probabilities (a negative "entropy")
+        row = tuple(int(i) for i in bad.nonzero()[0])
+        where = f"row {row[0]}" if len(row) == 1 else f"row {row}"
+        raise ConfigError("--soft-labels", f"{p}: {where} sums to {float(sums[row]):.6g}; each row must sum to 1 (within {tol:.3g}): "
+                                           "soft-labels are probabilities")
+    data = data.to(torch.float64)
+    return data / data.sum(-1, keepdim=True)  # off 1 by rounding only: beta = 1 (returned unnormalised) is then an exact entropy
+
+
+SUM_TOLERANCE = 1e-3
+"""How far a soft-label row's sum may be from 1 (the floor of :func:`row_sum_tolerance`)."""
+
+
+def row_sum_tolerance(dtype: torch.dtype, classes: int) -> float:
+    """How far from 1 a row of ``classes`` probabilities stored as ``dtype`` may sum: ``max(1e-3, classes * eps)``.
+
+    Why this much: a float32 softmax row is rounded entry by entry (``exp``, the division, each off by about one unit
+    in the last place, 2**-24 relative) and its denominator is a sum of ``classes`` terms, whose rounding a CPU's
+    vectorised kernels may order any way: the worst case is about ``classes * 2**-24`` on any order, 6e-5 at 1000
+    classes, and a log-sum-exp softmax adds ``|logit| * 2**-24`` per entry. 1e-3 covers both with room (a float32 row
+    cannot be refused for its rounding on one machine and accepted on another), and ``classes * eps`` keeps a float16
+    or bfloat16 row's coarser rounding, or a row of thousands of classes, from being refused. A row off by more is not
+    rounding: counts (sum 10), an all-zero row (sum 0)."""
+    return max(SUM_TOLERANCE, classes * torch.finfo(dtype).eps)
+
+
+def soft_label_names(paths: Sequence[str]) -> dict[str, str]:
+    """Each ``--soft-labels`` file under a name of its own: its stem, with as many parent folders as it takes to tell it
+    from the other files (:func:`~chillfl.analysis.labels.unique_label`). Why: ``a/x.npy`` and ``b/x.npy`` were both
+    ``x``, and only the last was printed and drawn. A file given twice is one set."""
+    files = {Path(p).resolve(): p for p in paths}
+    stems = [f.with_suffix("") for f in files]
+    named = {(s if stems.count(s) == 1 else f): p for s, (f, p) in zip(stems, files.items())}  # a/x.npy beside a/x.pt: x.npy, x.pt
+    return {unique_label(name, named): p for name, p in named.items()}
 
 
 def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
@@ -158,9 +202,8 @@ def cmd_soft_label_entropy(args: argparse.Namespace) -> int:
     for b in betas:
         require_beta(b, "--betas")
     check_folder(args.out, out_field(args))  # before anything is computed or drawn: one line, not a traceback
-    sets: dict[str, torch.Tensor] = {}
-    for path in args.soft_labels or []:
-        sets[Path(path).stem] = load_soft_labels(path)
+    check_seed(args.seed)
+    sets = {label: load_soft_labels(path) for label, path in soft_label_names(args.soft_labels or []).items()}
     if not sets:
         sets = {f"{kind}-entropy example": example_soft_labels(kind, args.seed + i) for i, kind in enumerate(EXAMPLES)}
     for name, soft in sets.items():

@@ -54,9 +54,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 from chillfl.analysis.counting import Counted
-from chillfl.config import load_config, parse_overrides
+from chillfl.config import EXECUTORS, load_config, parse_overrides
 from chillfl.distillation.era import require_beta
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, choice_error
 from chillfl.options import comma_items
 from chillfl.experiments import resolve_config
 from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
@@ -227,6 +227,11 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     subsets = _numbers(args.subset_sizes, "--subset-sizes", int)
     if not seeds:
         raise ConfigError("--seeds", "give at least one seed")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:  # each seed runs once, but the mean, std and CI counted it as often as typed (0,0 read "± 0.00")
+        raise ConfigError("--seeds", f"duplicate values: {', '.join(map(str, twice))} twice in {', '.join(map(str, seeds))}")
+    if args.drift_executor and args.drift_executor not in EXECUTORS:  # before any run: it failed after every other table, naming executor
+        raise choice_error("--drift-executor", args.drift_executor, EXECUTORS)
     if not lengths or min(lengths) < 1:
         raise ConfigError("--rounds", f"give at least one length, each >= 1, got {lengths}")
     if any(d < 0 for d in durations):
@@ -236,6 +241,8 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     parts = set(_numbers(args.parts, "--parts", str))
     if not parts <= set(PARTS):
         raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
+    if args.drift_executor and "drift" not in parts:  # it was ignored without a word
+        raise ConfigError("--drift-executor", f"is the executor of the 'drift' table, which --parts {args.parts!r} leaves out: add drift, or drop the option")
     overrides = parse_overrides(args.overrides)
     overrides["federation.rounds"] = max(lengths)
     config = load_config(resolve_config(args.config), overrides)
@@ -255,6 +262,12 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
         from chillfl.experiment import build_experiment  # lazy: torch; the study's planning and tables import none
 
         build_experiment(study.arm_config(*planner.planned[0]))
+        drift = next((run for run in planner.planned if run[0].executor), None)
+        if drift is not None:  # the drift arm's config under --drift-executor (one it cannot run): its line, before the tables
+            try:
+                build_experiment(study.arm_config(*drift))
+            except ConfigError as exc:
+                raise ConfigError("--drift-executor", f"{args.drift_executor!r}: {exc.field}: {exc.message}") from None
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")

@@ -90,7 +90,7 @@ from chillfl.analysis.counting import PREFIX, ItemLines
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.config import RunConfig, check_out_dir, load_config, parse_overrides
 from chillfl.data.federated import FederatedData
-from chillfl.storage.results import claim_dir, rename_free, to_toml
+from chillfl.storage.results import claim_dir, rename_free, strict, to_toml
 from chillfl.storage.run_folder import TEMPERATURE_SWEEP_FILE
 from chillfl.errors import ConfigError, RunNotStarted, choice_error, stopped_as
 from chillfl.experiment import base_losses, build_data, build_initial_model, check_parts
@@ -439,8 +439,9 @@ def _fill(partial: Path, config: RunConfig, result: SweepResult, ties: str) -> N
     skipped = sorted(set(range(max(result.client_ids()) + 1)) - set(result.client_ids()))  # no training rows (a run's no_data)
     sweep = {"temperatures": result.temperatures, "ties": ties, "split": result.split, "clients": clients, "skipped_no_training_rows": skipped,
              **({"heterogeneity_note": result.score_note} if result.score_note else {})}
-    (partial / TEMPERATURE_SWEEP_FILE).write_text(json.dumps(sweep, indent=2) + "\n", encoding="utf-8")
-    (partial / "correlation.json").write_text(json.dumps(result.correlation, indent=2) + "\n", encoding="utf-8")
+    # strict JSON, as every other analysis writes (non-finite as null): an undefined r, a diverged cell's accuracy was a bare NaN
+    (partial / TEMPERATURE_SWEEP_FILE).write_text(json.dumps(strict(sweep), indent=2, allow_nan=False) + "\n", encoding="utf-8")
+    (partial / "correlation.json").write_text(json.dumps(strict(result.correlation), indent=2, allow_nan=False) + "\n", encoding="utf-8")
     (partial / "correlation.md").write_text(result.correlation_markdown(), encoding="utf-8")
     plot_heatmap(result, partial / "heatmap.png", title=config.name)
     plot_scatter(result, partial / "scatter.png", title=config.name)

@@ -4,23 +4,26 @@ Groups of different configs that share a run name (``demo`` run at two ``client.
 were ``demo [1]`` and ``demo [2]``: they are named by the options that differ among them. A run repeating another's
 config and seed (a copy) is a group of its own whose pairing no longer depends on the order the folders were named,
 labelled as its first copy's with ``[repeat 1]``. Option labels write values as the configurations table does
-(``unset``, not ``None``), and lines listing several groups separate them with "; " (a label holds ", ").
+(``unset``, ``true``, ``[{name = "decorr"}]``, not ``None``, ``True``, ``({'name': 'decorr'},)``), and lines listing
+several groups separate them with "; " (a label holds ", ").
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from chillfl.config import RunConfig
+from chillfl.config import config_from_dict
 from chillfl.report.html import Run, group_runs
 from test_reportfix_report import page_of, records, write_run
 
 
 def run(folder: str, seed: int, **config: Any) -> Run:
-    return Run(Path(folder), RunConfig(name=config.pop("name", Path(folder).name), seed=seed, **config), [], {})
+    """A run of ``config``'s tables as ``chillfl report`` reads its config.toml: through the loader, every section whole
+    (a raw ``{"lr": 0.05}`` for ``client`` held that key alone, which no run folder gives the label code)."""
+    config.setdefault("name", Path(folder).name)
+    return Run(Path(folder), config_from_dict({**config, "seed": seed}), [], {})
 
 
 def test_groups_sharing_a_name_are_labelled_by_the_options_that_differ() -> None:
@@ -30,14 +33,24 @@ def test_groups_sharing_a_name_are_labelled_by_the_options_that_differ() -> None
 
 
 def test_an_option_label_writes_none_as_unset() -> None:
-    aimed = replace(RunConfig().eval, target_accuracy=0.3)
-    groups = group_runs([run(f"x-s{s}", s) for s in (0, 1)] + [run(f"y-s{s}", s, eval=aimed) for s in (0, 1)])
+    groups = group_runs([run(f"x-s{s}", s) for s in (0, 1)] + [run(f"y-s{s}", s, eval={"target_accuracy": 0.3}) for s in (0, 1)])
     assert [g.label for g in groups] == ["eval.target_accuracy=unset", "eval.target_accuracy=0.3"]
 
 
+def test_an_option_label_writes_bools_lists_and_tables_as_toml() -> None:
+    """As a reader types them in config.toml (``true``, ``[{name = "decorr"}]``, ``[]``), not as Python spells them
+    (``True``, ``({'name': 'decorr'},)``, ``()``: the loader makes a list option a tuple)."""
+    nesterov = [run(f"n/demo{s}", 0, name="demo", client={"momentum": 0.9, "nesterov": on}) for s, on in (("", True), ("-2", False))]
+    assert [g.label for g in group_runs(nesterov)] == ["demo, client.nesterov=true", "demo, client.nesterov=false"]
+    terms = [run("t/demo", 0, name="demo", objective={"terms": [{"name": "decorr"}]}), run("t/demo-2", 0, name="demo")]
+    assert [g.label for g in group_runs(terms)] == ['demo, objective.terms=[{name = "decorr"}]', "demo, objective.terms=[]"]
+
+
 def test_a_repeated_run_pairs_the_same_whatever_the_order_named() -> None:
-    """``runs/a`` (seed 0), ``runs/a-2`` (seed 1) and a copy of ``a`` (seed 0): the copy is the repeat, named as such,
-    whichever order the folders come in (it joined ``a-2`` when it came first, and the two groups read ``a [1]``, ``a [2]``)."""
+    """``runs/a`` (seed 0), ``runs/a-2`` (seed 1) and a copy of ``a`` (seed 0): of ``a`` and its copy, the one in the
+    folder holding fewer of these runs is the repeat (``elsewhere/a``), within one folder the later by name (``runs/a``
+    beside ``runs/0-copy``), named as such whichever order the folders come in (the pairing followed that order: the
+    seed 0 that came first joined ``a-2``, and the two groups read ``a [1]``, ``a [2]``)."""
     a, a2 = run("runs/a", 0, name="a"), run("runs/a-2", 1, name="a")
     for copy in (run("elsewhere/a", 0, name="a"), run("runs/0-copy", 0, name="a")):
         for order in ([a, a2, copy], [copy, a, a2], [a2, copy, a]):

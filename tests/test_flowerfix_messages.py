@@ -91,15 +91,51 @@ def test_a_failed_node_still_fails_the_round(tmp_path: Path, grid: list[type[Sim
         run_simulation(_config(tmp_path), num_supernodes=NODES)
 
 
-@pytest.mark.parametrize(("argument", "value"), [("num_supernodes", -2), ("num_supernodes", 0), ("num_cpus_per_client", 10**6),
-                                                 ("num_cpus_per_client", 0.0), ("num_cpus_per_client", float("nan"))])
+CPUS = 4
+"""The local Ray's CPUs in these tests, whatever this machine has: the bound and the message are exact."""
+
+SUPERNODES = "must be a whole number >= 1 (None: one SuperNode per client), got "
+CPUS_PER_CLIENT = f"must be > 0 and at most the CPUs the simulation's local Ray has ({CPUS}), got "
+
+
+class FlowerStarted(Exception):
+    """The stubbed Flower simulation was reached: run_simulation accepted its arguments."""
+
+
+@pytest.mark.parametrize(("argument", "value"), [("num_supernodes", -2), ("num_supernodes", 0), ("num_supernodes", True), ("num_supernodes", 2.0),
+                                                 ("num_cpus_per_client", CPUS + 0.5), ("num_cpus_per_client", 10**6),
+                                                 ("num_cpus_per_client", 0.0), ("num_cpus_per_client", float("nan")),
+                                                 ("num_cpus_per_client", True)])
 def test_bad_simulation_arguments_are_refused_before_anything_starts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, argument: str,
                                                                     value: float) -> None:
+    from chillfl.executors import processes
+
+    monkeypatch.setattr(processes, "default_workers", lambda: CPUS)
     monkeypatch.setattr(flwr.simulation, "run_simulation", lambda **kwargs: pytest.fail("Flower started"))
     with pytest.raises(ConfigError) as err:
         run_simulation(_config(tmp_path), **{argument: value})
-    assert err.value.field == argument and f"got {value!r}" in err.value.message
+    start = SUPERNODES if argument == "num_supernodes" else CPUS_PER_CLIENT
+    assert (err.value.field, err.value.message) == (argument, f"{start}{value!r}")
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(("num_supernodes", "num_cpus_per_client"), [(1, CPUS), (None, float(CPUS)), (1, 0.5)])
+def test_simulation_arguments_at_their_bounds_start_flower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: int | None,
+                                                           num_cpus_per_client: float) -> None:
+    """All the local Ray's CPUs for one client is a simulation that runs (the check's edge), as is one SuperNode."""
+    from chillfl.executors import processes
+
+    monkeypatch.setattr(processes, "default_workers", lambda: CPUS)
+    started: list[tuple[int, float]] = []
+
+    def flower(num_supernodes: int, backend_config: dict[str, Any], **kwargs: Any) -> None:
+        started.append((num_supernodes, backend_config["client_resources"]["num_cpus"]))
+        raise FlowerStarted
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", flower)
+    with pytest.raises(FlowerStarted):
+        run_simulation(_config(tmp_path), num_supernodes=num_supernodes, num_cpus_per_client=num_cpus_per_client)
+    assert started == [(BASE["federation"]["num_clients"] if num_supernodes is None else num_supernodes, num_cpus_per_client)]
 
 
 @pytest.mark.parametrize(("done", "says"), [
@@ -118,14 +154,47 @@ def test_the_first_signals_line_says_whether_the_run_finishes(done: int, says: s
     assert stop.round_done(done + 1, 2) == (signal.SIGINT if done + 1 < 2 else None)  # what the loop then does
 
 
+class SignalInLastRound(SimulationGrid):
+    """A SIGINT while the run's last round trains: the handler run_simulation installed is called as the signal would call
+    it, from the ServerApp's thread, so the round it lands in is known (a raised signal reaches the main thread later)."""
+
+    trains = 0
+
+    def push_messages(self, messages: Sequence[Message]) -> list[str]:
+        if any(m.metadata.message_type == "train" for m in messages):
+            type(self).trains += 1
+            if type(self).trains == 2:  # _config's 2 rounds: the last one's updates
+                handler = signal.getsignal(signal.SIGINT)
+                assert callable(handler)
+                handler(signal.SIGINT, None)
+        return super().push_messages(messages)
+
+
+def test_a_signal_in_the_last_round_is_said_to_let_the_run_finish(tmp_path: Path, grid: list[type[SimulationGrid]],
+                                                                 monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """run_simulation gives its stop the run's rounds: without them the line said "its partial result folder was removed"
+    of a run that finished and kept it (report-flowermsg 3; the test above builds the stop itself)."""
+    passed_on: list[int] = []
+    monkeypatch.setattr(signal, "raise_signal", passed_on.append)  # the signal run_simulation passes on once the run is done
+    grid[0] = type("Grid", (SignalInLastRound,), {"trains": 0})
+    out = run_simulation(_config(tmp_path), num_supernodes=NODES)
+    said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("chillfl: SIGINT")]
+    assert said == ["chillfl: SIGINT: the Flower run is in its last round: it finishes and keeps its result folder, then the signal is "
+                    "passed on (a second one stops at once; a Flower run is not checkpointed: nothing to resume, its partial result "
+                    "folder was removed)"]
+    assert passed_on == [signal.SIGINT]
+    assert len(out.records) == 2 and Path(out.folder).is_dir() and not Path(out.folder).name.endswith(".partial")
+
+
 def test_options_a_flower_run_ignores_are_noted(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     config = _config(tmp_path, executor="ray", checkpoint={"every": 1}, ray={"workers": 2})
     with caplog.at_level(logging.WARNING, logger="chillfl"):
         build_server(config)[1].close()
     said = [r.getMessage() for r in caplog.records]
-    assert ("note: checkpoint.every = 1 is ignored: a Flower run is not checkpointed (nothing to resume; chillfl run writes checkpoints)") in said
-    assert ("note: executor = 'ray', ray.workers = 2 are ignored: under Flower the SuperNodes run the client updates "
-            "(run_simulation's num_supernodes, num_cpus_per_client; docs/flower.md)") in said
+    assert [m for m in said if "ignored" in m] == [  # each once
+        "note: checkpoint.every = 1 is ignored: a Flower run is not checkpointed (nothing to resume; chillfl run writes checkpoints)",
+        "note: executor = 'ray', ray.workers = 2 are ignored: under Flower the SuperNodes run the client updates "
+        "(run_simulation's num_supernodes, num_cpus_per_client; docs/flower.md)"]
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="chillfl"):
         build_server(config_from_dict({**BASE, "out_dir": str(tmp_path)}))[1].close()  # its defaults, but checkpoint.every = 0
@@ -133,10 +202,14 @@ def test_options_a_flower_run_ignores_are_noted(tmp_path: Path, caplog: pytest.L
 
 
 @pytest.mark.usefixtures("server_identity")
-def test_a_simulated_client_app_drops_flowers_actor_exit_line(tmp_path: Path) -> None:
+def test_a_simulated_client_app_drops_flowers_actor_exit_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from flwr.common.logger import log
 
     flwr_log = logging.getLogger("flwr")
+    exit_line = logging.makeLogRecord({"name": "flwr", "levelno": logging.WARNING, "msg": "Manually terminating ClientAppActor"})
+    # an in-process run_simulation earlier in this process added its filter for good: the test starts without it, and
+    # monkeypatch gives the logger its own list back after
+    monkeypatch.setattr(flwr_log, "filters", [f for f in flwr_log.filters if not isinstance(f, logging.Filter) or f.filter(exit_line)])
     before = list(flwr_log.filters)
     seen: list[str] = []
 
@@ -144,16 +217,20 @@ def test_a_simulated_client_app_drops_flowers_actor_exit_line(tmp_path: Path) ->
         def emit(self, record: logging.LogRecord) -> None:
             seen.append(record.getMessage())
 
+    def ask(app: Any) -> None:
+        query = Message(content=RecordDict({}), dst_node_id=10, message_type="query.chillfl")
+        app(query, Context(run_id=1, node_id=10, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(), run_config={}))
+        log(logging.WARNING, "Manually terminating %s", "ClientAppActor")  # as Flower's actor logs it when Flower ends it
+        log(logging.WARNING, "another Flower line")
+
     keep = Keep()
     flwr_log.addHandler(keep)
     try:
-        app = client_app(_config(tmp_path), simulated=True)
-        ask = Message(content=RecordDict({}), dst_node_id=10, message_type="query.chillfl")
-        app(ask, Context(run_id=1, node_id=10, node_config={"partition-id": 0, "num-partitions": 1}, state=RecordDict(), run_config={}))
-        log(logging.WARNING, "Manually terminating %s", "ClientAppActor")  # as Flower's actor logs it when Flower ends it
-        log(logging.WARNING, "another Flower line")
+        ask(client_app(_config(tmp_path)))  # a deployment's SuperNode: its process is the user's, whose Flower log stays whole
+        assert flwr_log.filters == before
+        assert seen == ["Manually terminating ClientAppActor", "another Flower line"]
+        seen.clear()
+        ask(client_app(_config(tmp_path), simulated=True))
     finally:
         flwr_log.removeHandler(keep)
-        for added in [f for f in flwr_log.filters if f not in before]:
-            flwr_log.removeFilter(added)
     assert seen == ["another Flower line"]

@@ -33,15 +33,31 @@ def interrupted(tmp_path: Path) -> Path:
     return folder
 
 
+STATUS = "chillfl status {folder} says where each stands, chillfl resume {folder} runs them"
+
+
+def counted(page: str) -> list[str]:
+    """The page's count of runs and groups, whole (``12 runs in 2 groups`` is not ``2 runs in 2 groups``)."""
+    return re.findall(r'<p class="muted">([^<;]*); runs equal but for the seed form a group', page)
+
+
+def missing(page: str) -> list[str]:
+    """The page's lines on planned runs it does not hold, each whole."""
+    return re.findall(r'<p id="missing">(.*?)</p>', page)
+
+
 def test_a_named_stopped_run_of_an_interrupted_comparison_is_neither_missing_nor_left_out(tmp_path: Path) -> None:
     folder = interrupted(tmp_path)
     page = page_of(folder, folder / "T0.25-s0.partial")
-    assert "2 runs in 2 groups" in page
-    missing = re.findall(r'<p id="missing">(.*?)</p>', page)
-    assert len(missing) == 1 and "2 of its 4 planned runs are not on this page: T1-s1 (not started), T0.25-s1 (not started);" in missing[0], missing
+    assert counted(page) == ["2 runs in 2 groups"]
+    assert missing(page) == [f"{folder} is an unfinished comparison: 2 of its 4 planned runs are not on this page: T1-s1 (not started), "
+                             f"T0.25-s1 (not started); {STATUS.format(folder=folder)}"]
     assert 'id="skipped"' not in page  # its one unfinished run is named, so on the page
     alone = page_of(folder)  # not named: left out, and said so in both lines
-    assert "3 of its 4 planned runs are not on this page" in alone
+    assert counted(alone) == ["1 run in 1 group"]
+    assert missing(alone) == [f"{folder} is an unfinished comparison: 3 of its 4 planned runs are not on this page: T1-s1 (not started), "
+                              "T0.25-s0 (stopped (after its last round, before its folder was complete (no checkpoint to resume from): "
+                              f"runs again)), T0.25-s1 (not started); {STATUS.format(folder=folder)}"]
     assert re.findall(r'<p class="muted" id="skipped">(.*?)</p>', alone) == [
         f"not included (name a comparison folder or an unfinished run to include it): {folder / 'T0.25-s0.partial'}"]
 

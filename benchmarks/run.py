@@ -69,7 +69,7 @@ sys.path.insert(0, str(HERE))
 
 from bench_cli import OneLineParser  # noqa: E402
 from peers import ensure_peers  # noqa: E402
-from workloads import WORKLOADS, Workload, data_dir, data_problem, default_data_dir, round_flops, workload, write_data  # noqa: E402
+from workloads import WORKLOADS, Workload, data_dir, data_problem, default_data_dir, round_flops, unmakeable, workload, write_data  # noqa: E402
 
 CHILLFL_EXECUTORS = (
     "auto", "sequential", "vectorized", "processes", "auto+tf32", "auto+bf16", "auto+bf16+channels_last", "auto+gemm", "auto+tf32+gemm", "auto+bf16+gemm",
@@ -673,14 +673,7 @@ def out_problem(out: Path) -> str | None:
             return f"{path} is a folder"
         if path.exists() and not os.access(path, os.W_OK):
             return f"{path} is not writable"
-    folder = out.parent
-    while not folder.exists():  # the folders that do not exist yet are made; the first one that does must take them
-        folder = folder.parent
-    if not folder.is_dir():
-        return f"{folder} is not a folder"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"{folder} is not writable"
-    return None
+    return unmakeable(out.parent)  # the folders that do not exist yet are made; the first one that does must take them
 
 
 def modes_for(args: argparse.Namespace) -> list[Mode]:

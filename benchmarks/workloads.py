@@ -159,13 +159,21 @@ def data_problem(directory: Path, seed: int, sizes: list[int]) -> str | None:
             continue
         if folder.exists() and not folder.is_dir():
             return f"--data-dir: {folder} is not a folder"
-        existing = folder
-        while not existing.exists() and existing != existing.parent:  # the folders made are made under the first that exists
-            existing = existing.parent
-        if not existing.is_dir():
-            return f"--data-dir: {existing} is not a folder"
-        if not os.access(existing, os.W_OK | os.X_OK):
-            return f"--data-dir: {existing} is not writable"
+        if why := unmakeable(folder):
+            return f"--data-dir: {why}"
+    return None
+
+
+def unmakeable(folder: Path) -> str | None:
+    """Why ``folder`` (and the folders above it that do not exist yet) cannot be made, or None: the first folder above
+    it that exists must be a folder this process can write in (``--data-dir``, ``run.py --out``)."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:  # the folders made are made under the first that exists
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a folder"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable"
     return None
 
 

@@ -67,3 +67,25 @@ def test_soft_label_entropy_seed_is_checked_as_cache_ratio_checks_it(tmp_path: P
 def test_soft_label_entropy_takes_the_largest_seed(tmp_path: Path) -> None:
     """2**63 - 1: its second example's seed is 2**63, still one the generator takes."""
     assert main(["analyze", "soft-label-entropy", "--seed", str(2**63 - 1), "-o", str(tmp_path / "sx"), "--temps", "1", "--betas", "1"]) == 0
+
+
+@pytest.mark.parametrize("dtype, classes", [(torch.bfloat16, 128), (torch.bfloat16, 1000), (torch.float16, 1024)])
+def test_a_low_precision_all_zero_or_far_off_row_is_refused(tmp_path: Path, dtype: torch.dtype, classes: int) -> None:
+    """The tolerance grew with the class count (``classes * eps``): 1 or more for bfloat16 from 128 classes, float16 from
+    1024, so an all-zero row passed and every entropy was NaN, and a row summing to 0.3 was quietly rescaled. A stored
+    row is off its computed sum by at most eps / 2 whatever the class count: ``2 * eps`` (1.6e-2, 2e-3) now."""
+    from chillfl.analysis.cache_ratio import load_soft_labels
+
+    good = torch.softmax(torch.randn(3, classes, generator=torch.Generator().manual_seed(1)), dim=-1).to(dtype)
+    torch.save(good, tmp_path / "good.pt")
+    assert load_soft_labels(str(tmp_path / "good.pt")).shape == (3, classes)  # rounding alone: accepted
+    zero = good.clone()
+    zero[1] = 0
+    torch.save(zero, tmp_path / "zero.pt")
+    with pytest.raises(Exception, match=r"row 1 sums to 0;"):
+        load_soft_labels(str(tmp_path / "zero.pt"))
+    far = good.clone()
+    far[2] = (good[2].to(torch.float64) * 0.3).to(dtype)
+    torch.save(far, tmp_path / "far.pt")
+    with pytest.raises(Exception, match=r"row 2 sums to 0\.\d+;"):
+        load_soft_labels(str(tmp_path / "far.pt"))

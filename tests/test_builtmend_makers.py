@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,6 +48,20 @@ DNC_SHARED = AlgorithmSpec(DnCOptions, lambda o, ctx: (SHARED, []), "one DnC obj
 DNC_PASS = AlgorithmSpec(DnCOptions, lambda o, ctx: (DnC(ctx.seed, o), []), "DnC with DnC's options")
 DNC_OWN_F = AlgorithmSpec(OwnF, lambda o, ctx: (DnC(ctx.seed, DnCOptions(f=2)), []), "DnC removing 2, whatever its own f")
 HOLDING = AlgorithmSpec(DnCOptions, lambda o, ctx: (Holding(ctx.model), []), "a DnC holding the run's model")
+class LockedTerm:
+    """A parameter term holding what copy.deepcopy cannot copy (a lock)."""
+
+    reads = ()
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+    def __call__(self, params: Any, context: Any) -> Any:
+        return next(iter(params.values())).sum() * 0
+
+
+LOCKED = LockedTerm()
+DNC_LOCKED_TERM = AlgorithmSpec(DnCOptions, lambda o, ctx: (DnC(None, o), [LOCKED]), "DnC with a term holding a lock")
 SCAFFOLD_PASS = AlgorithmSpec(ScaffoldOptions, lambda o, ctx: (Scaffold(ctx.num_clients, o), []), "SCAFFOLD with SCAFFOLD's options")
 
 
@@ -86,6 +101,13 @@ def test_a_shared_instance_is_bound_on_a_copy_at_each_seed() -> None:
 
 def test_two_runs_of_a_shared_instance_both_run() -> None:
     assert [_run({**_named("DNC_SHARED"), "seed": seed}) is not None for seed in (3, 4)] == [True, True]
+
+
+def test_only_the_aggregator_is_copied_its_terms_stay_as_built() -> None:
+    """rev110c 2: the terms were copied with the aggregator, so a term holding a lock was refused (on algorithm.name,
+    blaming DnC) and a term holding large objects was copied every build; the bind writes nothing into a term."""
+    built, terms = make_aggregator(f"{__name__}:DNC_LOCKED_TERM", None, num_clients=4, model=nn.Linear(8, 3), seed=6)[:2]
+    assert isinstance(built, DnC) and built.seed == 6 and LOCKED in list(terms)
 
 
 def test_the_copy_keeps_the_runs_model() -> None:

@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
+import numpy as np
 import pytest
 import torch
 
@@ -119,6 +120,31 @@ def test_bad_simulation_arguments_are_refused_before_anything_starts(tmp_path: P
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
+def _numpy_bounds() -> list[tuple[Any, Any]]:
+    return [(np.int64(1), np.float32(1.0)), (None, np.float64(4.0))]
+
+
+@pytest.mark.parametrize(("num_supernodes", "num_cpus_per_client"), _numpy_bounds())
+def test_numpy_numbers_are_taken_as_flower_s_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: Any,
+                                                num_cpus_per_client: Any) -> None:
+    """rev110c 5: np.int64(1) and np.float32(1.0) were refused ("must be > 0 and at most the CPUs ...", which 1.0 is);
+    they reach Flower as int and float."""
+    from chillfl.executors import processes
+
+    monkeypatch.setattr(processes, "default_workers", lambda: CPUS)
+    started: list[tuple[Any, Any]] = []
+
+    def flower(num_supernodes: int, backend_config: dict[str, Any], **kwargs: Any) -> None:
+        started.append((num_supernodes, backend_config["client_resources"]["num_cpus"]))
+        raise FlowerStarted
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", flower)
+    with pytest.raises(FlowerStarted):
+        run_simulation(_config(tmp_path), num_supernodes=num_supernodes, num_cpus_per_client=num_cpus_per_client)
+    nodes = BASE["federation"]["num_clients"] if num_supernodes is None else 1
+    assert [(type(n), n, type(c), c) for n, c in started] == [(int, nodes, float, float(num_cpus_per_client))]
+
+
 @pytest.mark.parametrize(("num_supernodes", "num_cpus_per_client"), [(1, CPUS), (None, float(CPUS)), (1, 0.5)])
 def test_simulation_arguments_at_their_bounds_start_flower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: int | None,
                                                            num_cpus_per_client: float) -> None:
@@ -151,6 +177,7 @@ def test_the_first_signals_line_says_whether_the_run_finishes(done: int, says: s
     line = capsys.readouterr().err.strip()
     assert line.startswith(f"chillfl: SIGINT: {says}")
     assert ("removed" in line) == (done < 2)  # round 2 under way: a second signal would still cut it short
+    assert ("was removed" in line) == (done == 0)  # said as done only where the run is cut short: in its last round it finishes
     assert stop.round_done(done + 1, 2) == (signal.SIGINT if done + 1 < 2 else None)  # what the loop then does
 
 
@@ -180,8 +207,8 @@ def test_a_signal_in_the_last_round_is_said_to_let_the_run_finish(tmp_path: Path
     out = run_simulation(_config(tmp_path), num_supernodes=NODES)
     said = [line for line in capsys.readouterr().err.splitlines() if line.startswith("chillfl: SIGINT")]
     assert said == ["chillfl: SIGINT: the Flower run is in its last round: it finishes and keeps its result folder, then the signal is "
-                    "passed on (a second one stops at once; a Flower run is not checkpointed: nothing to resume, its partial result "
-                    "folder was removed)"]
+                    "passed on (a second one stops it at once, and a Flower run is not checkpointed: its partial result folder is then "
+                    "removed)"]
     assert passed_on == [signal.SIGINT]
     assert len(out.records) == 2 and Path(out.folder).is_dir() and not Path(out.folder).name.endswith(".partial")
 

@@ -1018,18 +1018,21 @@ def run_binder(spec: AlgorithmSpec, aggregator: object) -> str | None:
 
 
 def run_copy(built: Built, model: nn.Module, name: str, field: str) -> Built:
-    """What algorithm ``name``'s build returned, copied (``copy.deepcopy``, as :func:`chillfl.experiment.build_algorithm`
-    copies an instance passed from Python) to be bound to this run; its terms in the same copy, so a term holding the
-    aggregator holds the copy; the run's ``model``, which the build was given, stays the run's. A ConfigError on
-    ``field`` where it cannot be copied.
+    """What algorithm ``name``'s build returned, its aggregator copied (``copy.deepcopy``, as
+    :func:`chillfl.experiment.build_algorithm` copies an instance passed from Python) to be bound to this run; the
+    terms and the run's ``model``, which the build was given, stay as built (the copy holds them, not copies of them).
+    A ConfigError on ``field`` where the aggregator cannot be copied.
 
     Why: binding writes the run's values into the instance, and a build returning one shared instance (a module's,
     a cache's) had the first run's seed written into it, so the next run in the process (a comparison's second seed)
-    was refused (``aggregator.seed: must equal the run's seed = 1, got 0; pass seed=1``) for a seed never passed."""
+    was refused (``aggregator.seed: must equal the run's seed = 1, got 0; pass seed=1``) for a seed never passed. Only
+    the aggregator: the bind writes nothing into a term, and copying the terms too refused a term holding a lock (on
+    ``algorithm.name``, blaming the aggregator) and copied whatever large objects a term holds, every build."""
+    aggregator, terms = built
     try:
-        return copy.deepcopy(built, {id(model): model})
+        return copy.deepcopy(aggregator, {id(model): model, **{id(t): t for t in terms}}), terms
     except (TypeError, RuntimeError, copy.Error) as exc:
-        raise ConfigError(field, f"{name!r}: its build returned {type(built[0]).__name__}, which is bound to the run on a copy, as one "
+        raise ConfigError(field, f"{name!r}: its build returned {type(aggregator).__name__}, which is bound to the run on a copy, as one "
                                  f"passed from Python is, and copy.deepcopy cannot copy it ({exc}); give it attributes copy.deepcopy "
                                  "can copy") from None
 

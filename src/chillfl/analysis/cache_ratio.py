@@ -154,7 +154,7 @@ def load_soft_labels(path: str) -> torch.Tensor:
     if bool((data < 0).any()):
         raise ConfigError("--soft-labels", f"{p} has negative entries; soft-labels are probabilities")
     sums = data.to(torch.float64).sum(-1)
-    tol = row_sum_tolerance(data.dtype, data.shape[-1])
+    tol = row_sum_tolerance(data.dtype)
     bad = (sums - 1).abs() > tol
     if bool(bad.any()):  # counts, ReLU'd logits, an all-zero row: beta = 1 read them as probabilities (a negative "entropy")
         row = tuple(int(i) for i in bad.nonzero()[0])
@@ -169,17 +169,17 @@ SUM_TOLERANCE = 1e-3
 """How far a soft-label row's sum may be from 1 (the floor of :func:`row_sum_tolerance`)."""
 
 
-def row_sum_tolerance(dtype: torch.dtype, classes: int) -> float:
-    """How far from 1 a row of ``classes`` probabilities stored as ``dtype`` may sum: ``max(1e-3, classes * eps)``.
+def row_sum_tolerance(dtype: torch.dtype) -> float:
+    """How far from 1 a row of probabilities stored as ``dtype`` may sum: ``max(1e-3, 2 * eps)``.
 
-    Why this much: a float32 softmax row is rounded entry by entry (``exp``, the division, each off by about one unit
-    in the last place, 2**-24 relative) and its denominator is a sum of ``classes`` terms, whose rounding a CPU's
-    vectorised kernels may order any way: the worst case is about ``classes * 2**-24`` on any order, 6e-5 at 1000
-    classes, and a log-sum-exp softmax adds ``|logit| * 2**-24`` per entry. 1e-3 covers both with room (a float32 row
-    cannot be refused for its rounding on one machine and accepted on another), and ``classes * eps`` keeps a float16
-    or bfloat16 row's coarser rounding, or a row of thousands of classes, from being refused. A row off by more is not
-    rounding: counts (sum 10), an all-zero row (sum 0)."""
-    return max(SUM_TOLERANCE, classes * torch.finfo(dtype).eps)
+    Why this much: each stored entry is off its value by at most half a unit in the last place (``eps / 2``
+    relative), so the stored row's sum (added here in float64) is off the computed row's by at most ``eps / 2``,
+    whatever the class count; a softmax computed in float32 (torch's, on the CPU and GPU, also for float16/bfloat16
+    inputs) is off 1 by about ``classes * 2**-24`` in the worst summation order, 6e-5 at 1000 classes. 1e-3 covers a
+    float32 row with room (no row is refused for its rounding on one machine and accepted on another) and ``2 * eps``
+    a float16 (2e-3) or bfloat16 (1.6e-2) one. ``classes * eps``, the first rule, reached 1 for bfloat16 at 128 classes
+    and let an all-zero row through (every entropy NaN)."""
+    return max(SUM_TOLERANCE, 2 * torch.finfo(dtype).eps)
 
 
 def soft_label_names(paths: Sequence[str]) -> dict[str, str]:

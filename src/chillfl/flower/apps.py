@@ -54,6 +54,7 @@ import contextvars
 import copy
 import dataclasses
 import logging
+import numbers
 import os
 import shlex
 import shutil
@@ -141,7 +142,7 @@ class SimulationStop:
             return f"stopping the Flower run after this round (a second one stops at once); {NOT_CHECKPOINTED}"
         if done < self.rounds:
             return ("the Flower run is in its last round: it finishes and keeps its result folder, then the signal is passed on "
-                    f"(a second one stops at once; {NOT_CHECKPOINTED})")
+                    "(a second one stops it at once, and a Flower run is not checkpointed: its partial result folder is then removed)")
         return "the Flower run's rounds were all done: it finishes and keeps its result folder, then the signal is passed on"
 
     def round_done(self, done: int, rounds: int) -> int | None:
@@ -730,6 +731,7 @@ def run_simulation(config: RunConfig, *, num_supernodes: int | None = None, num_
     from flwr.simulation import run_simulation as flwr_simulation
 
     check_simulation_args(num_supernodes, num_cpus_per_client)  # before Ray starts: it started, then failed with Flower's tracebacks
+    num_supernodes, num_cpus_per_client = None if num_supernodes is None else int(num_supernodes), float(num_cpus_per_client)  # numpy's: Flower's own types
     built = build_server(config)  # a ConfigError stops the run here, before Flower and Ray start
     nodes = config.federation.num_clients if num_supernodes is None else num_supernodes
     out: list[RunOutputLite | BaseException] = []
@@ -779,10 +781,11 @@ def check_simulation_args(num_supernodes: int | None, num_cpus_per_client: float
     from chillfl.executors.processes import default_workers
     from chillfl.executors.ray_executor import workers_fit
 
-    if num_supernodes is not None and (isinstance(num_supernodes, bool) or not isinstance(num_supernodes, int) or num_supernodes < 1):
+    if num_supernodes is not None and (isinstance(num_supernodes, bool) or not isinstance(num_supernodes, numbers.Integral) or num_supernodes < 1):
         raise ConfigError("num_supernodes", f"must be a whole number >= 1 (None: one SuperNode per client), got {num_supernodes!r}")
     cpus = default_workers()
-    number = isinstance(num_cpus_per_client, (int, float)) and not isinstance(num_cpus_per_client, bool)
+    # numbers.Real: numpy's numbers too (np.float32(1.0) was refused "must be > 0 and at most ...", which it is)
+    number = isinstance(num_cpus_per_client, numbers.Real) and not isinstance(num_cpus_per_client, bool)
     if not (number and num_cpus_per_client > 0 and workers_fit({"CPU": cpus}, num_cpus_per_client, 0.0)[0] >= 1):
         raise ConfigError("num_cpus_per_client", f"must be > 0 and at most the CPUs the simulation's local Ray has ({cpus}), got {num_cpus_per_client!r}")
 

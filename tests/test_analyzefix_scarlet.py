@@ -41,6 +41,23 @@ def test_scarlet_deficit_builds_the_drift_arm_before_any_table(monkeypatch: pyte
     assert out == "" and err == "chillfl: error: --drift-executor: 'vectorized': executor: not on this machine\n", (out, err)
 
 
+def test_a_drift_arm_refused_on_another_field_keeps_that_field(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A refusal of the drift arm's config that is not the executor's is raised as it is, not blamed on --drift-executor."""
+    import chillfl.experiment
+    from chillfl.config import RunConfig
+    from chillfl.errors import ConfigError
+
+    def build(config: RunConfig) -> None:
+        if config.executor == "vectorized":
+            raise ConfigError("client.lr", "too large for this arm")
+
+    monkeypatch.setattr(chillfl.experiment, "build_experiment", build)
+    assert main(["analyze", "scarlet-deficit", "--drift-executor", "vectorized", "--rounds", "2", "--seeds", "0", "--parts", "d,drift",
+                 "--durations", "0", "--subset-sizes", "", "--betas", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "chillfl: error: client.lr: too large for this arm\n", (out, err)
+
+
 def test_scarlet_deficit_refuses_a_drift_executor_without_the_drift_table(capsys: pytest.CaptureFixture[str]) -> None:
     """--drift-executor without 'drift' in --parts was ignored without a word (the report's related note)."""
     assert main(["analyze", "scarlet-deficit", "--drift-executor", "vectorized", "--rounds", "2", "--seeds", "0", "--parts", "d",

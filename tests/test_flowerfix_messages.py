@@ -261,3 +261,16 @@ def test_a_simulated_client_app_drops_flowers_actor_exit_line(tmp_path: Path, mo
     finally:
         flwr_log.removeHandler(keep)
     assert seen == ["another Flower line"]
+
+
+def test_a_signal_during_the_first_handlers_hold_does_not_block_it() -> None:
+    """The handler takes the stop's lock in the main thread; a second signal in the instant the first handler holds it
+    runs the handler again there, nested: a plain lock would block that thread on itself. Re-entrant now: the nested
+    handler goes through (it sets at_once, as a second signal does)."""
+    stop = SimulationStop(rounds=2)
+    assert stop._lock.acquire(blocking=False)  # the first handler's hold
+    try:
+        assert stop._lock.acquire(blocking=False)  # the nested handler's, in the same thread
+        stop._lock.release()
+    finally:
+        stop._lock.release()

@@ -267,6 +267,8 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
             try:
                 build_experiment(study.arm_config(*drift))
             except ConfigError as exc:
+                if exc.field != "executor" and not exc.field.startswith(("ray.", "threads")):  # not the executor's: its own field
+                    raise
                 raise ConfigError("--drift-executor", f"{args.drift_executor!r}: {exc.field}: {exc.message}") from None
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")

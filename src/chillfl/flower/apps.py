@@ -121,7 +121,8 @@ class SimulationStop:
         """The last round the ServerApp completed."""
         self.rounds = rounds
         """The run's rounds (None: not known): whether the first signal's line says the run is cut short or finishes."""
-        self._lock = threading.Lock()  # the handler's line and the loop's stop read ``received`` and ``done`` alike
+        self._lock = threading.RLock()  # the handler's line and the loop's stop read ``received`` and ``done`` alike; re-entrant:
+        # a second signal in the instant the first handler holds it runs the handler again, nested, in the same (main) thread
 
     def handle(self, signum: int, frame: Any) -> None:
         if not self.repeats.counts(signum):

@@ -23,38 +23,33 @@ def test_scarlet_deficit_checks_the_drift_executor_before_any_run(capsys: pytest
     assert out == "" and err.startswith("chillfl: error: --drift-executor: unknown value 'bogus'") and len(err.splitlines()) == 1, (out, err)
 
 
-def test_scarlet_deficit_builds_the_drift_arm_before_any_table(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """A known executor the drift arm's config cannot run is refused before the tables too, naming --drift-executor
-    (the build is faked: the sequential arms build, the vectorized one refuses)."""
+def _drift_arm_refused(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], field: str, message: str) -> tuple[str, str]:
+    """scarlet-deficit with --drift-executor vectorized, the build faked: the sequential arms build, the vectorized
+    (drift) arm is refused on ``field``; its exit status must be 2; (stdout, stderr)."""
     import chillfl.experiment
     from chillfl.config import RunConfig
     from chillfl.errors import ConfigError
 
     def build(config: RunConfig) -> None:
         if config.executor == "vectorized":
-            raise ConfigError("executor", "not on this machine")
+            raise ConfigError(field, message)
 
     monkeypatch.setattr(chillfl.experiment, "build_experiment", build)
     assert main(["analyze", "scarlet-deficit", "--drift-executor", "vectorized", "--rounds", "2", "--seeds", "0", "--parts", "d,drift",
                  "--durations", "0", "--subset-sizes", "", "--betas", "1"]) == 2
     out, err = capsys.readouterr()
+    return out, err
+
+
+def test_scarlet_deficit_builds_the_drift_arm_before_any_table(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A known executor the drift arm's config cannot run is refused before the tables too, naming --drift-executor."""
+    out, err = _drift_arm_refused(monkeypatch, capsys, "executor", "not on this machine")
     assert out == "" and err == "chillfl: error: --drift-executor: 'vectorized': executor: not on this machine\n", (out, err)
 
 
 def test_a_drift_arm_refused_on_another_field_keeps_that_field(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """A refusal of the drift arm's config that is not the executor's is raised as it is, not blamed on --drift-executor."""
-    import chillfl.experiment
-    from chillfl.config import RunConfig
-    from chillfl.errors import ConfigError
-
-    def build(config: RunConfig) -> None:
-        if config.executor == "vectorized":
-            raise ConfigError("client.lr", "too large for this arm")
-
-    monkeypatch.setattr(chillfl.experiment, "build_experiment", build)
-    assert main(["analyze", "scarlet-deficit", "--drift-executor", "vectorized", "--rounds", "2", "--seeds", "0", "--parts", "d,drift",
-                 "--durations", "0", "--subset-sizes", "", "--betas", "1"]) == 2
-    out, err = capsys.readouterr()
+    out, err = _drift_arm_refused(monkeypatch, capsys, "client.lr", "too large for this arm")
     assert out == "" and err == "chillfl: error: client.lr: too large for this arm\n", (out, err)
 
 

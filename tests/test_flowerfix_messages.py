@@ -120,15 +120,9 @@ def test_bad_simulation_arguments_are_refused_before_anything_starts(tmp_path: P
     assert not tmp_path.exists() or not any(tmp_path.iterdir())
 
 
-def _numpy_bounds() -> list[tuple[Any, Any]]:
-    return [(np.int64(1), np.float32(1.0)), (None, np.float64(4.0))]
-
-
-@pytest.mark.parametrize(("num_supernodes", "num_cpus_per_client"), _numpy_bounds())
-def test_numpy_numbers_are_taken_as_flower_s_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: Any,
-                                                num_cpus_per_client: Any) -> None:
-    """rev110c 5: np.int64(1) and np.float32(1.0) were refused ("must be > 0 and at most the CPUs ...", which 1.0 is);
-    they reach Flower as int and float."""
+def _started(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: Any, num_cpus_per_client: Any) -> list[tuple[Any, Any]]:
+    """What run_simulation hands Flower (num_supernodes, the client's CPUs) on a faked 4-CPU local Ray, Flower stubbed
+    out at its start."""
     from chillfl.executors import processes
 
     monkeypatch.setattr(processes, "default_workers", lambda: CPUS)
@@ -141,6 +135,15 @@ def test_numpy_numbers_are_taken_as_flower_s_own(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(flwr.simulation, "run_simulation", flower)
     with pytest.raises(FlowerStarted):
         run_simulation(_config(tmp_path), num_supernodes=num_supernodes, num_cpus_per_client=num_cpus_per_client)
+    return started
+
+
+@pytest.mark.parametrize(("num_supernodes", "num_cpus_per_client"), [(np.int64(1), np.float32(1.0)), (None, np.float64(4.0))])
+def test_numpy_numbers_are_taken_as_flower_s_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: Any,
+                                                num_cpus_per_client: Any) -> None:
+    """rev110c 5: np.int64(1) and np.float32(1.0) were refused ("must be > 0 and at most the CPUs ...", which 1.0 is);
+    they reach Flower as int and float."""
+    started = _started(tmp_path, monkeypatch, num_supernodes, num_cpus_per_client)
     nodes = BASE["federation"]["num_clients"] if num_supernodes is None else 1
     assert [(type(n), n, type(c), c) for n, c in started] == [(int, nodes, float, float(num_cpus_per_client))]
 
@@ -149,18 +152,7 @@ def test_numpy_numbers_are_taken_as_flower_s_own(tmp_path: Path, monkeypatch: py
 def test_simulation_arguments_at_their_bounds_start_flower(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, num_supernodes: int | None,
                                                            num_cpus_per_client: float) -> None:
     """All the local Ray's CPUs for one client is a simulation that runs (the check's edge), as is one SuperNode."""
-    from chillfl.executors import processes
-
-    monkeypatch.setattr(processes, "default_workers", lambda: CPUS)
-    started: list[tuple[int, float]] = []
-
-    def flower(num_supernodes: int, backend_config: dict[str, Any], **kwargs: Any) -> None:
-        started.append((num_supernodes, backend_config["client_resources"]["num_cpus"]))
-        raise FlowerStarted
-
-    monkeypatch.setattr(flwr.simulation, "run_simulation", flower)
-    with pytest.raises(FlowerStarted):
-        run_simulation(_config(tmp_path), num_supernodes=num_supernodes, num_cpus_per_client=num_cpus_per_client)
+    started = _started(tmp_path, monkeypatch, num_supernodes, num_cpus_per_client)
     assert started == [(BASE["federation"]["num_clients"] if num_supernodes is None else num_supernodes, num_cpus_per_client)]
 
 

@@ -169,7 +169,7 @@ def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool
     folder nothing resumes or shares (a temperature sweep's, claimed after all its training), which worked on such a
     file system before it was claimed locked: its first file alone keeps another claim's rename off it."""
     shown = parent / f"{name}{PARTIAL}"
-    held = _new_folder(parent, "out_dir")
+    held = _new_folder(parent)
     lock = None
     try:
         try:
@@ -205,7 +205,7 @@ def _unmade(shown: Path, exc: OSError) -> ConfigError:
 _CLAIM = CLAIM  # the hidden folder a run's folder is made in (:func:`_new_folder`), before it is renamed onto its name
 
 
-def _new_folder(parent: Path, field: str) -> Path:
+def _new_folder(parent: Path) -> Path:
     """A new, empty folder of a name of its own in ``parent`` (hidden, unique to this process), made as ``mkdir`` makes one.
 
     Why not the run's name at once: a folder made there is seen by other processes before it is locked, and one of them
@@ -214,7 +214,7 @@ def _new_folder(parent: Path, field: str) -> Path:
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigError(field, f"cannot create {parent}: {exc.strerror or exc}") from None
+        raise ConfigError("out_dir", f"cannot create {parent}: {exc.strerror or exc}") from None
     _remove_stale_claims(parent)
     while True:
         folder = parent / f"{_CLAIM}{os.getpid()}-{secrets.token_hex(6)}"
@@ -224,7 +224,7 @@ def _new_folder(parent: Path, field: str) -> Path:
         except FileExistsError:
             continue
         except OSError as exc:
-            raise ConfigError(field, f"cannot create a folder in {parent}: {exc.strerror or exc}") from None
+            raise ConfigError("out_dir", f"cannot create a folder in {parent}: {exc.strerror or exc}") from None
 
 
 _STALE_CLAIM_S = 60.0

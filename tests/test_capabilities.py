@@ -113,7 +113,7 @@ def test_pa3fed_bases_are_read_from_declared_capabilities() -> None:
 PLAIN_SGD = {
     "scaffold": "SCAFFOLD's option II control variate (x - y_i) / (K lr)",
     "fednova": "FedNova's normalised update (x - y_i) / (a_i lr)",
-    "vrl_sgd": "VRL-SGD's Delta_i = (x - y_i) / (k lr)",
+    "vrl_sgd": "VRL-SGD's Delta_i += (x_hat - x_i) / (k lr)",
 }
 
 

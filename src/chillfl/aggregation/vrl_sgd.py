@@ -25,8 +25,11 @@ Choices
   ``weighting = "uniform"`` is the paper's reading, ``1/N`` (Alg. 1 averages the
   workers uniformly, on equal shards, as the authors' code). On equal shards
   the two agree; on unequal ones only the uniform mean is the paper's. Caller
-  weights (PA3Fed) replace ``p_i``; whichever ``p_i``, ``sum_i p_i (x_hat - x_i) = 0``
-  holds, so the Delta_i stay centred.
+  weights (PA3Fed) replace ``p_i``. Whichever ``p_i``, ``sum_i p_i (x_hat - x_i) = 0``,
+  so the increments keep ``sum_i p_i Delta_i`` at 0 only when every client takes
+  the same ``k gamma`` (the paper's equal shards, k steps each); with a fixed
+  number of epochs on unequal clients the step counts differ and the Delta_i
+  are not centred (the paper's formula, kept as written).
 * ``k`` and ``gamma`` are each client's reported ``num_steps`` and ``lr``.
   With local momentum rho, ``k`` is replaced by FedNova's effective steps
   ``a(k) = (k - rho(1 - rho^k)/(1 - rho))/(1 - rho)``: k momentum steps of a
@@ -170,7 +173,7 @@ SPEC = register_algorithm(
         lambda o, ctx: with_terms(VRLSGD(with_client_momentum(o, ctx, "VRL-SGD's Delta_i"), ctx.trainable_keys())),
         "variance-reduced local SGD (Liang et al. 2019)",
         capabilities=Capabilities(
-            plain_sgd="VRL-SGD's Delta_i = (x - y_i) / (k lr)",
+            plain_sgd="VRL-SGD's Delta_i += (x_hat - x_i) / (k lr)",
             on_flower="VRL-SGD's Delta_i update needs the round's new average model, which a Flower node never sees",
             takes_weights=True,
             cost=Cost(pass_overhead=CORRECTION_TERM),  # SCAFFOLD's correction term, with Delta_i, on every pass

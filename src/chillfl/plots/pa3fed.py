@@ -81,7 +81,7 @@ def plot_clp(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
         ax_acc.plot(acc_rounds, acc, marker=".", label="global model, test set")
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy (CLP shaded)")
     shade_clp(ax_fgn, spans)
-    ax_fgn.plot(fgn_rounds, fgn, marker=".", color="C1", label="FGN(t), Eq. 5")
+    ax_fgn.plot(fgn_rounds, fgn, marker=".", color="C1", label="FGN(t), as logged (agg_fgn)")  # Eq. 5 only under the default fgn_scale_by_lr and grad_norm
     percent_axis(ax_acc)
     logged = min((v for v in fgn if math.isfinite(v)), default=0.0) > 0
     if logged:  # labelled 0.05, 0.1, ...: matplotlib's 6x10^-2 and 10^-1 left most of a decade's values unlabelled

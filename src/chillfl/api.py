@@ -965,8 +965,8 @@ class _Hook:
         """The work is in :meth:`hook` (it has the view)."""
 
     def on_end(self, output: RunOutput) -> None:
-        if self._end is not None:
-            self._end(output)
+        if self._end is not None:  # its own copy, as on_round's record: one that edits it (accuracy in %) edited the Result too
+            self._end(copy.deepcopy(output))
 
 
 def _takes_view(fn: Callable[..., Any], field: str) -> bool:

@@ -117,6 +117,14 @@ def make_temp_dir(prefix: str, parent: Path) -> Path:
     raise FileExistsError(f"cannot make a {prefix}* folder in {parent}: every name drawn was taken")
 
 
+def names_folder(output: str | os.PathLike[str]) -> bool:
+    """Whether an output file path a user typed names a folder by its spelling: a trailing separator, or a last component
+    ``.`` / ``..``. ``Path()`` drops both (``Path("new/")`` is ``new``), so ``-o new/`` wrote a file ``new`` (or
+    ``new.png``) beside the folder meant, when ``new`` did not exist yet; an existing folder is ``Path.is_dir``'s."""
+    raw = os.fspath(output)
+    return raw.endswith(("/", os.sep)) or os.path.basename(raw) in (".", "..")
+
+
 def home_path(value: str) -> str:
     """An output path a user typed, ``~`` read as the home folder: no shell expands it after ``=`` (``--out=~/r``), and
     such a path made a folder literally named ``~`` in the current one (as ``out_dir`` and ``data_dir`` do: RunConfig)."""

@@ -62,15 +62,19 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | Non
 def figure_file(output: str, field: str) -> Path:
     """A figure file a user named (``-o``), checked before anything is computed: without a suffix it is a PNG named so
     (matplotlib would write ``name.png``, so the line naming the file would name one that does not exist), and a suffix
-    matplotlib writes no format for (``.txt``), or a folder, is one line on ``field``, not a traceback after the work."""
+    matplotlib writes no format for (``.txt``), or a folder (one there, or one named by a trailing ``/``:
+    :func:`~chillfl.paths.names_folder`), is one line on ``field``, not a traceback after the work."""
     from matplotlib.backend_bases import FigureCanvasBase
 
     from chillfl.errors import ConfigError
     from chillfl.options import short_path
+    from chillfl.paths import names_folder
 
     path = Path(output)
     if path.is_dir():  # before the suffix: a folder's name would otherwise become folder.png beside it
         raise ConfigError(field, f"{output} is a folder; give a .png file path")
+    if names_folder(output):  # `-o new/`, new not there yet: Path() drops the slash, and new.png was written beside it
+        raise ConfigError(field, f"{output} names a folder; give a .png file path, e.g. {path / 'figure.png'}")
     if not path.suffix:
         return path.with_name(path.name + ".png")
     formats = FigureCanvasBase.get_supported_filetypes()

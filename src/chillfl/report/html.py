@@ -1257,12 +1257,12 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
     """Render the page, then write it atomically (:func:`~chillfl.storage.checkpoint.write_atomic`): a failed write (disk
     full, a file-size limit, a signal) removes its ``.tmp`` and leaves an older ``out`` as it was, and is one
     :class:`~chillfl.errors.StorageError` line. It wrote ``OUT.partial`` with ``write_text`` and left it (a traceback)."""
-    from chillfl.paths import check_writable_dir
+    from chillfl.paths import check_writable_dir, names_folder
 
     path, raw = Path(out), os.fspath(out)
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
-    if raw.endswith(("/", os.sep)) or os.path.basename(raw) in (".", ".."):  # Path() drops the slash: `-o new/` wrote a file `new`
+    if names_folder(raw):  # Path() drops the slash: `-o new/` wrote a file `new`
         raise ConfigError("--output", f"{raw} names a folder; give an .html file path, e.g. {path / 'report.html'}")
     if path.suffix and path.suffix.lower() not in (".html", ".htm"):  # -o r.pdf wrote HTML into a file a PDF viewer cannot open
         raise ConfigError("--output", f"the report is an HTML page; give a .html path, not {path.suffix} (a browser prints it to PDF)")

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from chillfl.analysis.labels import unique_label
+from chillfl.analysis.labels import ends_with, unique_label
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.analysis.softlabels import (
     entropy_vs_beta,
@@ -183,13 +183,23 @@ def row_sum_tolerance(dtype: torch.dtype) -> float:
 
 
 def soft_label_names(paths: Sequence[str]) -> dict[str, str]:
-    """Each ``--soft-labels`` file under a name of its own: its stem, with as many parent folders as it takes to tell it
-    from the other files (:func:`~chillfl.analysis.labels.unique_label`). Why: ``a/x.npy`` and ``b/x.npy`` were both
-    ``x``, and only the last was printed and drawn. A file given twice is one set."""
+    """Each ``--soft-labels`` file under a name of its own, every file named by one rule: its stem (``a/x.npy``: ``x``),
+    with as many parent folders as it takes to tell it from the other files
+    (:func:`~chillfl.analysis.labels.unique_label`); or, where stems do not tell the files apart or a stem's label
+    reads as another file's name, every file by its whole name (``x.npy``, ``x.pt``). A file given twice is one set.
+
+    Why one rule for all: stems were used where unique and names where not, file by file, so ``a/x.npy``, ``a/x.pt``,
+    ``b/x.npy`` came out ``x.npy``, ``x.pt`` and ``x`` (``b/x.npy`` under a name that reads as a file ``x``), beside
+    ``b/x.npy.pt`` ``a/x.npy`` was ``x`` and ``b/x.npy.pt`` was ``x.npy``; and a stem equal to another file's path
+    (``a/x.npy.pt``'s stem is ``a/x.npy``) took its entry, so ``a/x.npy`` was left out unsaid. Before that, ``a/x.npy``
+    and ``b/x.npy`` were both ``x`` and only the last was printed and drawn."""
     files = {Path(p).resolve(): p for p in paths}
-    stems = [f.with_suffix("") for f in files]
-    named = {(s if stems.count(s) == 1 else f): p for s, (f, p) in zip(stems, files.items())}  # a/x.npy beside a/x.pt: x.npy, x.pt
-    return {unique_label(name, named): p for name, p in named.items()}
+    stems = {f: f.with_suffix("") for f in files}
+    if len(set(stems.values())) == len(stems):
+        by_stem = {f: unique_label(s, stems.values()) for f, s in stems.items()}
+        if not any(ends_with(g, label) for f, label in by_stem.items() for g in files if g != f):
+            return {label: files[f] for f, label in by_stem.items()}
+    return {unique_label(f, files): p for f, p in files.items()}
 
 
 def cmd_soft_label_entropy(args: argparse.Namespace) -> int:

@@ -13,19 +13,27 @@ from typing import Iterable
 from chillfl.errors import one_line
 
 
+def _tail(path: Path, k: int) -> str:
+    """The last ``k`` parts of ``path`` as printed (the whole path where it has no more)."""
+    return one_line(str(path) if k >= len(path.parts) else "/".join(path.parts[-k:]))
+
+
+def ends_with(path: Path, label: str) -> bool:
+    """Whether ``label`` reads as a tail of ``path`` (its name, ``parent/name``, ..., as :func:`unique_label` prints one):
+    a label that some other file ends with names that file to a reader."""
+    return any(_tail(path, k) == label for k in range(1, len(path.parts) + 1))
+
+
 def unique_label(path: Path, others: Iterable[Path]) -> str:
     """The shortest tail of ``path`` (its name, then ``parent/name``, ...) that no path of ``others`` ends with, as printed;
     the whole path where none is shorter. Names are compared as printed (control characters escaped: ESC sequences drove
     the terminal), so that "a<ESC>" and a folder literally named "a\\x1b" are told apart by their parents rather than
     merged under one label. Paths printed alike in full (only such an escape tells them apart) get ``[1]``, ``[2]``...
     in the order of their resolved paths: still one label each."""
-    def tail(p: Path, k: int) -> str:
-        return one_line(str(p) if k >= len(p.parts) else "/".join(p.parts[-k:]))
-
     others = [o for o in others if o != path]
     for k in range(1, len(path.parts) + 1):
-        label = tail(path, k)
-        if not any(tail(o, k) == label for o in others):
+        label = _tail(path, k)
+        if not any(_tail(o, k) == label for o in others):
             return label
-    alike = sorted([path, *(o for o in others if tail(o, len(o.parts)) == label)], key=str)
+    alike = sorted([path, *(o for o in others if _tail(o, len(o.parts)) == label)], key=str)
     return f"{label}[{alike.index(path) + 1}]"

@@ -241,6 +241,9 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     parts = set(_numbers(args.parts, "--parts", str))
     if not parts <= set(PARTS):
         raise ConfigError("--parts", f"unknown part(s) {sorted(parts - set(PARTS))}; allowed: {', '.join(PARTS)}")
+    if "ratio" in parts and not subsets:  # the ratio table was skipped without a word: --parts ratio printed header lines only
+        raise ConfigError("--subset-sizes", f"is empty, and --parts {args.parts!r} asks for the ratio table it sizes: give |P^t| values "
+                                            "(e.g. 50,200), or leave ratio out of --parts")
     if args.drift_executor and "drift" not in parts:  # it was ignored without a word
         raise ConfigError("--drift-executor", f"is the executor of the 'drift' table, which --parts {args.parts!r} leaves out: add drift, or drop the option")
     overrides = parse_overrides(args.overrides)
@@ -363,7 +366,7 @@ def add_parser(analyses: "argparse._SubParsersAction[argparse.ArgumentParser]") 
     p.add_argument("--rounds", default="20,40,80", help="lengths to read (one run of the longest per arm and seed; default 20,40,80)")
     p.add_argument("--durations", default="0,1,2,5,20", help="D values of the sweep (the scaled D is added; default 0,1,2,5,20)")
     p.add_argument("--betas", default="1,2,4", help="beta values at D = 0 (1 and 2 also at the largest D; default 1,2,4)")
-    p.add_argument("--subset-sizes", default="50,200", help="|P^t| values besides the config's (empty: skip; default 50,200)")
+    p.add_argument("--subset-sizes", default="50,200", help="|P^t| values besides the config's, of the ratio table (default 50,200; leave ratio out of --parts to skip it)")
     p.add_argument("--parts", default=",".join(PARTS), help=f"which tables (default all: {','.join(PARTS)})")
     p.add_argument("--drift-executor", default="", help="also run DS-FL and SCARLET (largest D) under this executor and show the drift (e.g. vectorized)")
     p.add_argument("-q", "--quiet", action="store_true", help="no per-run progress lines on stderr")

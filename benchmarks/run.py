@@ -702,6 +702,23 @@ def _stopped(signum: int, frame: Any) -> None:
     STOP.set()
 
 
+def measured_note(report: dict[str, Any]) -> str:
+    """What a stopped run measured, for its ``stopped`` line. The repeats go round the modes (repeat 1 of every mode,
+    then repeat 2), so a run stopped after its first repeat lists every mode, each over fewer repeats than
+    ``--repeats``: "the modes not listed were not measured" alone read as every listed mode measured in full."""
+    asked = report["repeats"]
+    short = []
+    for key, entry in report["workloads"].items():
+        for name, r in entry.get("modes", {}).items():
+            done = len(r["runs"]) if r["status"] == "ok" and "runs" in r else asked  # no "runs": nothing to say of its repeats
+            if done < asked:
+                short.append(f"workload {key} {name} ({done} of {asked})")
+    if not short:
+        return "the modes not listed were not measured"
+    return (f"the modes not listed were not measured, and these finished fewer repeats than --repeats {asked} (their numbers are "
+            f"over those): {', '.join(short)}")
+
+
 def cuda_missing() -> str | None:
     """Why ``--device cuda`` cannot run here (None: torch sees a GPU)."""
     try:
@@ -730,7 +747,12 @@ def main(argv: list[str] | None = None) -> int:
     if any(m.peer for m in modes):
         print("peer environment (benchmarks/.venv-peers) ...", flush=True)
         t0 = time.time()
-        peers = ensure_peers(HERE / ".venv-peers", install=not args.no_install)
+        try:
+            peers = ensure_peers(HERE / ".venv-peers", install=not args.no_install)
+        except KeyboardInterrupt:  # before the try below: a traceback, where Ctrl-C later is one line and 130
+            print("\nrun.py: stopped by Ctrl-C while setting up the peers (benchmarks/.venv-peers; the next run goes on with it): "
+                  "nothing was measured or written", file=sys.stderr)
+            return INTERRUPTED
         if args.device == "cuda":
             peers_without_cuda(peers)
         for name, entry in peers.items():
@@ -767,7 +789,7 @@ def main(argv: list[str] | None = None) -> int:
     except (Stopped, KeyboardInterrupt) as exc:  # Ctrl-C as SIGTERM: a full workload 1 takes hours, and Ctrl-C once lost them all
         status = INTERRUPTED if isinstance(exc, KeyboardInterrupt) else 0
         by = "Ctrl-C" if status else "SIGTERM"
-        report["stopped"] = f"stopped by {by} after {time.time() - started:.0f} s: the modes not listed were not measured"
+        report["stopped"] = f"stopped by {by} after {time.time() - started:.0f} s: {measured_note(report)}"
         print(f"\nrun.py: {report['stopped']}", file=sys.stderr)
     finally:
         signal.signal(signal.SIGTERM, previous)

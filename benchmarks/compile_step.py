@@ -27,7 +27,6 @@ remove is what ``cuda_graphs = true`` already removes, and the two combine.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import sys
@@ -36,6 +35,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from bench_cli import OneLineParser  # the script's folder is on sys.path: run as a script, or by the tests
 
 Step = Callable[[dict[str, torch.Tensor], torch.Tensor, torch.Tensor], None]
 
@@ -117,7 +118,7 @@ def measure(device: str, workload: str, clients: int, steps: int, seed: int = 0,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="compile_step.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--workload", choices=sorted(SHAPES), action="append", help="1 (CNN) or 2 (MLP); repeat for both (default: both)")
     p.add_argument("--clients", type=int, default=8)

@@ -31,7 +31,6 @@ Nothing here is imported by the package, and no test asserts a time. On the CPU 
 
 from __future__ import annotations
 
-import argparse
 import bisect
 import json
 import os
@@ -45,6 +44,8 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.training.conv_gemm import window_index, window_sources
+
+from bench_cli import OneLineParser  # the script's folder is on sys.path: run as a script, or by the tests
 
 KERNEL = 5
 LAYERS = {"conv1": (3, 32, 32), "conv2": (32, 64, 14)}
@@ -278,7 +279,7 @@ def summary(rows: list[dict[str, Any]]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="conv_kernels.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--clients", type=int, default=100, help="clients in one vmapped step (workload 1: 100)")
     p.add_argument("--batch", type=int, default=50, help="samples a client step (workload 1: 50)")

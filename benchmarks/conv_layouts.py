@@ -20,7 +20,6 @@ step off cuDNN's per-client grouped kernels.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -28,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from bench_cli import OneLineParser  # the script's folder is on sys.path: run as a script, or by the tests
 
 
 def settings(device: str) -> list[tuple[str, str]]:
@@ -78,7 +79,7 @@ def measure(device: str, clients: int, samples: int, conv: str, precision: str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="conv_layouts.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--clients", type=int, default=50)
     p.add_argument("--samples", type=int, default=500)

@@ -33,6 +33,8 @@ from hypothesis import HealthCheck, given, seed, settings
 import chillfl.config as config_module
 from chillfl.cli import main
 
+from bench_cli import OneLineParser  # the script's folder is on sys.path: run as a script, or by the tests
+
 if not hasattr(config_module, "MAX_NAME_BYTES"):  # an older tree: let the test module import
     config_module.MAX_NAME_BYTES = 200  # type: ignore[attr-defined]
     config_module.check_out_dir = None  # type: ignore[attr-defined]
@@ -131,7 +133,7 @@ def run_one(case, timeout: float, out_kind: str | None = None) -> tuple[str, str
 
 def main_cli() -> None:
     torch.set_num_threads(1)  # before the first fork: the children run one thread each
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = OneLineParser(prog="fuzz_config.py", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-n", type=int, default=400)
     parser.add_argument("--seed", type=int, default=17)
     parser.add_argument("--timeout", type=float, default=15)

@@ -25,7 +25,6 @@ machine. Nothing here is imported by the ``chillfl`` package.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import cProfile
 import io
@@ -45,6 +44,7 @@ import numpy as np  # noqa: E402
 
 from mode_chillfl import federated_data, overrides  # noqa: E402
 from workloads import make_arrays, workload  # noqa: E402
+from bench_cli import OneLineParser  # noqa: E402
 
 FEATURES = (1, 2, 2)
 """The stand-in for a 3x32x32 image: 4 features, so the MLP's arithmetic costs next to nothing."""
@@ -124,7 +124,7 @@ def measure(key: str, rounds: int, graphs: bool, profile: int = 0) -> dict[str, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="host_time.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default="2", choices=["2", "4"])
     p.add_argument("--rounds", type=int, default=10, help="timed rounds (after 2 warm-up rounds)")
     p.add_argument("--graphs", action="store_true", help="steps recorded once and replayed (tape recorder), as cuda_graphs = true")

@@ -21,7 +21,6 @@ events only. Nothing here is imported by the package.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -36,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from mode_chillfl import federated_data, overrides  # noqa: E402
 from workloads import data_dir, data_problem, default_data_dir, load_data, round_flops, workload, write_data  # noqa: E402
+from bench_cli import OneLineParser  # noqa: E402
 
 
 def device_time_us(event: Any) -> float:
@@ -107,7 +107,7 @@ def report_text(key: str, variant: str, flops: float, s: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="profile_round.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default="1", choices=["1", "2", "3", "4"])
     p.add_argument("--variant", default="auto", help="executor[+precision], as benchmarks/run.py's chillfl modes")
     p.add_argument("--scale", type=float, default=1.0, help="workload 1: fraction of its 100 clients")

@@ -35,7 +35,6 @@ def stamp(what: str) -> None:
     STAMPS.append((what, time.time()))
 
 
-import argparse  # noqa: E402
 import cProfile  # noqa: E402
 import io  # noqa: E402
 import pstats  # noqa: E402
@@ -44,10 +43,11 @@ from pathlib import Path  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from bench_cli import OneLineParser  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="profile_startup.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--workload", default="2", choices=["1", "2", "3", "4"])
     p.add_argument("--variant", default="auto")
     p.add_argument("--scale", type=float, default=1.0)

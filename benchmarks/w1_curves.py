@@ -24,7 +24,6 @@ table. Nothing here is imported by the package.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -39,6 +38,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from workloads import IMAGE_SHAPE, NUM_CLASSES, Workload, workload  # noqa: E402
+from bench_cli import OneLineParser  # noqa: E402
 
 TOL_FLOOR = 0.01
 """The smallest tolerance: one point of test accuracy (20 of the default 2,000 test rows)."""
@@ -115,7 +115,7 @@ def compare(ref: list[list[float]], got: list[list[float]]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = OneLineParser(prog="w1_curves.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cuda")
     p.add_argument("--variants", default="auto+bf16+graphs", help="comma-separated mode_chillfl variants (run.py's chillfl[...] modes) to compare")
     p.add_argument("--reference", default="auto", help="the fp32 mode the others are held to")

@@ -17,3 +17,13 @@ def test_an_empty_subset_sizes_with_the_ratio_table_is_refused_before_any_run(pa
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1
     assert err.startswith("chillfl: error: --subset-sizes: is empty, and --parts ") and err.rstrip().endswith("or leave ratio out of --parts")
+
+
+@pytest.mark.parametrize("parts", ["drift", "d,drift"])
+def test_the_drift_table_asked_for_without_its_executor_is_refused_before_any_run(parts: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Before: --parts drift without --drift-executor printed header lines and no table (exit 0). The default --parts
+    (every table) still leaves the drift table out when no executor is given: it is the one table that needs a second one."""
+    assert main(["analyze", "scarlet-deficit", *FAST, "--parts", parts]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("chillfl: error: --drift-executor: is not set, and --parts ") and err.rstrip().endswith("or leave drift out of --parts")

@@ -244,6 +244,9 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     if "ratio" in parts and not subsets:  # the ratio table was skipped without a word: --parts ratio printed header lines only
         raise ConfigError("--subset-sizes", f"is empty, and --parts {args.parts!r} asks for the ratio table it sizes: give |P^t| values "
                                             "(e.g. 50,200), or leave ratio out of --parts")
+    if "drift" in parts and not args.drift_executor and args.parts != ",".join(PARTS):  # --parts drift printed header lines only
+        raise ConfigError("--drift-executor", f"is not set, and --parts {args.parts!r} asks for the drift table it names: give one "
+                                              "(e.g. vectorized), or leave drift out of --parts")
     if args.drift_executor and "drift" not in parts:  # it was ignored without a word
         raise ConfigError("--drift-executor", f"is the executor of the 'drift' table, which --parts {args.parts!r} leaves out: add drift, or drop the option")
     overrides = parse_overrides(args.overrides)

@@ -168,7 +168,10 @@ class FedChillOptions:
     def validate(self, section: str) -> None:
         require_temperature(self.t_min, f"{section}.t_min")  # the floor of every T: Eq. 7 clips to it, Eq. 8 decays no lower
         require_temperature(self.t_max, f"{section}.t_max")  # the ceiling: Eq. 7's T for the most heterogeneous client
-        require(self.t_max >= self.t_min, f"{section}.t_max", f"must be >= t_min = {self.t_min}, got {self.t_max}")
+        if self.t_max < self.t_min:  # blame the one the user moved: t_min = 1.5 under the default t_max named t_max
+            if self.t_min != FedChillOptions.t_min and self.t_max == FedChillOptions.t_max:
+                raise ConfigError(f"{section}.t_min", f"must be <= t_max = {self.t_max}, got {self.t_min}")
+            raise ConfigError(f"{section}.t_max", f"must be >= t_min = {self.t_min}, got {self.t_max}")
         require(self.s >= 0, f"{section}.s", f"must be >= 0, got {self.s}")
         if self.measure not in MEASURES:
             raise choice_error(f"{section}.measure", self.measure, list(MEASURES))

@@ -162,14 +162,15 @@ def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool
 
     ``exact``: ``name`` only, never ``name-N`` (a comparison's run); taken, :class:`FolderInUse`. Otherwise the next
     free ``name-N``, a separate run (or comparison) beside the one there. A claim that fails (no file locks, a
-    permission, a full disk) is one line on ``out_dir`` naming ``name.partial`` in ``parent``, the folder the user
-    asked for, never the hidden one, which they never see.
+    permission, a full disk) is one line on ``out_dir`` naming the ``.partial`` folder in ``parent`` that it would have
+    become (``name-N.partial`` where ``name`` is taken: not the user's other run's folder), never the hidden one,
+    which they never see.
 
     ``locks=False``: a file system without file locks is no refusal; the lock returned then holds nothing. For a
     folder nothing resumes or shares (a temperature sweep's, claimed after all its training), which worked on such a
     file system before it was claimed locked: its first file alone keeps another claim's rename off it."""
-    shown = parent / f"{name}{PARTIAL}"
     held = _new_folder(parent)
+    shown = _partial_of(parent / name if exact else unique_dir(parent, name))  # where it goes, now: the free name
     lock = None
     try:
         try:
@@ -189,6 +190,11 @@ def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool
             lock.release()
         raise
     return final, partial, lock
+
+
+def _partial_of(final: Path) -> Path:
+    """The ``.partial`` folder a run whose finished folder is ``final`` is written in."""
+    return final.with_name(final.name + PARTIAL)
 
 
 def _unmade(shown: Path, exc: OSError) -> ConfigError:

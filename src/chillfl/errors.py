@@ -93,7 +93,7 @@ class ConfigError(ValueError):
     def __reduce__(self) -> tuple[object, tuple[type[ConfigError], dict[str, object]]]:
         """Pickled by its attributes, whatever a subclass's ``__init__`` takes: a worker process or a Ray actor sends it
         back to the run as the same one-line error (same class, field and message)."""
-        return (_rebuilt, (type(self), dict(self.__dict__)))
+        return (rebuilt_error, (type(self), dict(self.__dict__)))
 
 
 class DataAbsent(ConfigError):
@@ -121,8 +121,10 @@ class Unreachable(Exception):
         return f"{one_line(self.field)}: {one_line(self.message)}"
 
 
-def _rebuilt(cls: type[ConfigError], state: dict[str, object]) -> ConfigError:
-    """The unpickled error: :class:`ConfigError`'s own set-up from the saved field and message, then the rest of its attributes."""
+def rebuilt_error(cls: type[ConfigError], state: dict[str, object]) -> ConfigError:
+    """The unpickled error: :class:`ConfigError`'s own set-up from the saved field and message, then the rest of its
+    attributes. Also how a Flower node's error is raised again on the server (:class:`~chillfl.flower.wire.Refusal`),
+    whose message carries no pickle: a subclass's ``__init__`` takes other arguments than ``(field, message)``."""
     error = cls.__new__(cls)
     ConfigError.__init__(error, str(state["field"]), str(state["message"]))
     error.__dict__.update(state)

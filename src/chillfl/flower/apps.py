@@ -317,7 +317,7 @@ class FlowerExecutor:
                 continue
             answer = decode(msg.content)
             if isinstance(answer.get("refused"), Refusal):  # the node's ConfigError (ClientApp's train): raised here as it is
-                failed.append((partition.get(node, -1), ConfigError(answer["refused"].field, answer["refused"].message)))
+                failed.append((partition.get(node, -1), answer["refused"].error()))
                 continue
             held = set(answer["held"])
             for reply in answer["replies"]:
@@ -704,7 +704,7 @@ def client_app(config: RunConfig | None = None, *, simulated: bool = False) -> A
         try:
             content = runtime(context).train(msg.content, context.state)
         except ConfigError as error:
-            content = encode({"refused": Refusal(error.field, error.message)})
+            content = encode({"refused": Refusal.of(error)})
         return Message(content=content, reply_to=msg)
 
     return app

@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from chillfl.errors import json_loads
+from chillfl.errors import ConfigError, DataAbsent, MissingExtra, json_loads, rebuilt_error
 from chillfl.protocols.softlabels.messages import CacheSyncDelta, SoftLabelDownlink, SoftLabelReport, SoftLabelRoundDownlink, SoftLabelUplink
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink
+from chillfl.training.terms import ContextError, TermError
 
 
 @dataclass(frozen=True)
@@ -36,16 +37,46 @@ class StatesRequest:
     client_ids: list[int]
 
 
+REFUSALS: dict[str, type[ConfigError]] = {cls.__name__: cls for cls in (ConfigError, MissingExtra, DataAbsent, ContextError, TermError)}
+"""The :class:`~chillfl.errors.ConfigError` classes a node's refusal is raised again as, by name: a closed list, so that
+a message never names a class to import. Why the subclasses: the CLI says a :class:`~chillfl.errors.MissingExtra` in its
+own line naming the extra, and a dry run tells a :class:`~chillfl.errors.DataAbsent` apart; sent as a plain
+ConfigError, a node without a package said ``<extra>: <message>`` as a bad config value."""
+
+
 @dataclass(frozen=True)
 class Refusal:
     """A node's :class:`~chillfl.errors.ConfigError` (bad input only a client sees: a loss term's shape, a client half's
-    state), sent back as a reply: the two attributes the error is rebuilt from (``ConfigError.__reduce__``'s ``field``
-    and ``message``), so that the server raises it again as one line naming the field, as the Ray executor re-raises its
-    actors' (unpickled there; a Flower message carries no pickle). Raised by Flower instead, it came back as a
-    WorkerError holding the node's whole traceback, the field lost."""
+    state), sent back as a reply: the attributes the error is rebuilt from (``ConfigError.__reduce__``'s), so that the
+    server raises it again as one line naming the field, as the Ray executor re-raises its actors' (unpickled there; a
+    Flower message carries no pickle). Raised by Flower instead, it came back as a WorkerError holding the node's whole
+    traceback, the field lost. Made by :meth:`of`, raised again as :meth:`error`."""
 
     field: str
     message: str
+    kind: str = "ConfigError"
+    """The error's class: the nearest of its classes in :data:`REFUSALS` (a plugin's own subclass: the one it derives from)."""
+    attributes: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Its other public text attributes (a MissingExtra's ``what``, ``module``, ``extra``); any other kind of value stays on the node."""
+
+    @classmethod
+    def of(cls, error: ConfigError) -> Refusal:
+        """``error`` as a reply's refusal."""
+        kind = next(c.__name__ for c in type(error).__mro__ if REFUSALS.get(c.__name__) is c)  # ConfigError at the latest
+        attributes = {k: v for k, v in vars(error).items() if _sent(k) and isinstance(v, str)}
+        return cls(error.field, error.message, kind, attributes)
+
+    def error(self) -> ConfigError:
+        """The node's error as it was raised there: its class (of :data:`REFUSALS`; another, a newer node's: ConfigError),
+        field, message and text attributes."""
+        given = self.attributes if isinstance(self.attributes, dict) else {}  # as decoded: whatever the node sent
+        state: dict[str, object] = {k: v for k, v in given.items() if _sent(k) and isinstance(v, str)}
+        return rebuilt_error(REFUSALS.get(self.kind, ConfigError), {**state, "field": str(self.field), "message": str(self.message)})
+
+
+def _sent(attribute: object) -> bool:
+    """Whether a refusal carries ``attribute`` of its error: a public name other than the two it always carries."""
+    return isinstance(attribute, str) and attribute.isidentifier() and not attribute.startswith("_") and attribute not in ("field", "message")
 
 
 MESSAGES: dict[str, type] = {

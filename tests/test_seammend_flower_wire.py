@@ -1,0 +1,88 @@
+"""What a Flower node's failure says on the server, and what a Flower run notes it ignores (seammend 2-4).
+
+2. A node's ConfigError subclass (a MissingExtra, which the CLI says in its own line naming the extra) came back as a
+   plain ConfigError: the refusal carries its class now, by name, from a closed list (nothing in a message names
+   code to import).
+3. Any other exception on a node came back as a WorkerError holding Flower's reason, under Flower's simulation the
+   node's whole traceback; it keeps the last line now, as the Ray executor does (chillfl.errors.last_line).
+4. ``distillation.client_store = "disk"`` did nothing under Flower without a word, while the other ignored options
+   were noted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("flwr", reason="the Flower backend needs the [flower] extra (flwr)")
+
+from test_flower_privacy_attacks import InProcessGrid, server_identity  # noqa: E402,F401  (a fixture)
+
+from chillfl.config import load_config  # noqa: E402
+from chillfl.engine.protocol import ClientTask  # noqa: E402
+from chillfl.errors import ConfigError, MissingExtra  # noqa: E402
+from chillfl.flower import client_app  # noqa: E402
+from chillfl.flower.apps import ClientRuntime, FlowerExecutor  # noqa: E402
+from chillfl.flower.wire import Refusal, decode, encode  # noqa: E402
+from chillfl.training.terms import TermError  # noqa: E402
+
+TASKS = [ClientTask(client_id=0, round=1, downlink=None, data=None)]  # type: ignore[arg-type]  # the data stay on the node
+
+
+def _raising(error: Exception) -> Any:
+    def train(self: ClientRuntime, content: Any, records: Any) -> Any:
+        raise error
+
+    return train
+
+
+def _executor(grid: Any) -> FlowerExecutor:
+    return FlowerExecutor(grid, min_nodes=1, timeout=5.0)
+
+
+# ----------------------------------------------------------------------------- 2: the refusal keeps its class
+
+
+@pytest.mark.usefixtures("server_identity")
+def test_a_nodes_missing_extra_is_raised_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ClientRuntime, "train", _raising(MissingExtra("JPEG datasets", "PIL.Image", "images")))
+    with pytest.raises(MissingExtra) as caught:
+        _executor(InProcessGrid(client_app(load_config(None, {})), 1)).map(TASKS)
+    error = caught.value
+    assert (error.field, error.what, error.module, error.extra) == ("images", "JPEG datasets", "PIL.Image", "images")
+    assert str(error) == 'PIL.Image is needed for JPEG datasets: pip install "chillfl[images]"'  # the CLI's line, no field before it
+
+
+@pytest.mark.usefixtures("server_identity")
+def test_a_nodes_term_error_is_raised_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ClientRuntime, "train", _raising(TermError("T returned a tensor of shape (3,)", "objective.terms[0]")))
+    with pytest.raises(TermError) as caught:
+        _executor(InProcessGrid(client_app(load_config(None, {})), 1)).map(TASKS)
+    assert (caught.value.field, caught.value.message) == ("objective.terms[0]", "T returned a tensor of shape (3,)")
+
+
+class PluginExtra(MissingExtra):
+    """A plugin's own subclass: not in the closed list, sent as the nearest class it derives from that is."""
+
+    def __init__(self) -> None:
+        super().__init__("my plots", "seaborn", "plots")
+        self.hint = "try again"
+        self.count = 3
+
+
+def test_a_subclass_no_list_names_comes_back_as_the_nearest_one_that_does() -> None:
+    refusal = decode(encode({"refused": Refusal.of(PluginExtra())}))["refused"]
+    assert (refusal.kind, refusal.attributes) == ("MissingExtra", {"what": "my plots", "module": "seaborn", "extra": "plots", "hint": "try again"})
+    error = refusal.error()
+    assert type(error) is MissingExtra and (error.field, error.extra, error.hint) == ("plots", "plots", "try again")
+
+
+def test_a_refusal_naming_another_class_or_odd_attributes_is_a_plain_config_error() -> None:
+    """Nothing a message names is imported or set but a public text attribute: a newer node's class, or a hostile one."""
+    sent = Refusal("algorithm.name", "no", kind="subprocess.Popen", attributes={"_private": "x", "extra": 3, "args": "y"})  # type: ignore[dict-item]
+    error = decode(encode({"refused": sent}))["refused"].error()
+    assert type(error) is ConfigError and (error.field, error.message) == ("algorithm.name", "no")
+    assert "_private" not in vars(error) and "extra" not in vars(error) and error.args == ("algorithm.name: no",)
+    bare = Refusal("f", "m", kind="MissingExtra", attributes=["what"]).error()  # type: ignore[arg-type]  # decoded: any shape
+    assert type(bare) is MissingExtra and str(bare) == "m"

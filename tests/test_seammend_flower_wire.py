@@ -11,19 +11,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+import traceback
+from typing import Any, Sequence
 
 import pytest
 
 pytest.importorskip("flwr", reason="the Flower backend needs the [flower] extra (flwr)")
 
+from flwr.app import Error, Message  # noqa: E402
 from test_flower_privacy_attacks import InProcessGrid, server_identity  # noqa: E402,F401  (a fixture)
 
 from chillfl.config import load_config  # noqa: E402
 from chillfl.engine.protocol import ClientTask  # noqa: E402
-from chillfl.errors import ConfigError, MissingExtra  # noqa: E402
+from chillfl.errors import ConfigError, MissingExtra, last_line  # noqa: E402
+from chillfl.executors.processes import WorkerError  # noqa: E402
 from chillfl.flower import client_app  # noqa: E402
-from chillfl.flower.apps import ClientRuntime, FlowerExecutor  # noqa: E402
+from chillfl.flower.apps import ClientRuntime, FlowerExecutor, error_line  # noqa: E402
 from chillfl.flower.wire import Refusal, decode, encode  # noqa: E402
 from chillfl.training.terms import TermError  # noqa: E402
 
@@ -86,3 +89,45 @@ def test_a_refusal_naming_another_class_or_odd_attributes_is_a_plain_config_erro
     assert "_private" not in vars(error) and "extra" not in vars(error) and error.args == ("algorithm.name: no",)
     bare = Refusal("f", "m", kind="MissingExtra", attributes=["what"]).error()  # type: ignore[arg-type]  # decoded: any shape
     assert type(bare) is MissingExtra and str(bare) == "m"
+
+
+# ----------------------------------------------------------------------------- 3: the last line of a node's exception
+
+
+class TracebackGrid(InProcessGrid):
+    """Flower's simulation engine: a ClientApp's exception is an error reply whose reason is its Ray task error's text."""
+
+    def send_and_receive(self, messages: Sequence[Message], timeout: float | None = None) -> list[Message]:
+        out = []
+        for m in messages:
+            try:
+                out.append(self.app(m, self.contexts[m.metadata.dst_node_id]))
+            except Exception as exc:  # noqa: BLE001 - as Flower's vce_api writes it
+                reason = str(type(exc)) + ":<'" + "ray::ClientAppActor.run()\n" + traceback.format_exc() + "'>"
+                out.append(Message(Error(code=1, reason=reason), reply_to=m))
+        return out
+
+
+@pytest.mark.usefixtures("server_identity")
+def test_a_nodes_exception_is_its_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ClientRuntime, "train", _raising(RuntimeError("boom")))
+    with pytest.raises(WorkerError) as caught:
+        _executor(TracebackGrid(client_app(load_config(None, {})), 1)).map(TASKS)
+    assert str(caught.value) == "SuperNode 10 failed a client update: RuntimeError: boom; the round was not aggregated"
+
+
+@pytest.mark.parametrize(("reason", "said"), [
+    ("<class 'ZeroDivisionError'>:<'division by zero'>", "ZeroDivisionError: division by zero"),  # a deployed SuperNode's
+    ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run()\n  File \"a.py\", line 1\n"
+     "RuntimeError: boom\n\nflwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. Message: boom\n'>",
+     "Exception ClientAppException occurred. Message: boom"),
+    ("Traceback (most recent call last):\n  File \"a.py\", line 1\nValueError: bad\n", "ValueError: bad"),
+    ("RuntimeError: boom", "RuntimeError: boom"),
+    ("", ""),
+])
+def test_a_flower_reason_is_said_in_one_line(reason: str, said: str) -> None:
+    assert error_line(reason) == said
+
+
+def test_the_last_line_is_cut_and_blank_text_is_empty() -> None:
+    assert last_line("a\nb\n\n") == "b" and last_line("  \n ") == "" and last_line("x" * 400) == "x" * 300

@@ -35,6 +35,16 @@ def one_line(text: object) -> str:
     return "".join(out)
 
 
+def last_line(text: object, limit: int = 300) -> str:
+    """The last line of ``text`` (a worker's exception, whose text may be its whole traceback), cut at ``limit``
+    characters; ``""`` for blank text.
+
+    Why: a client's exception in a Ray actor or on a Flower node comes back as text ending with its ``Type: message``
+    line; the run's one error line keeps that (the worker's own log has the traceback), as every executor's does."""
+    lines = str(text).strip().splitlines()
+    return lines[-1][:limit] if lines else ""
+
+
 MAX_JSON_DEPTH = 200
 """How deeply lists and objects may nest in a JSON file chillfl reads; deeper is a damaged file (:func:`json_loads`).
 

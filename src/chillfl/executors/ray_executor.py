@@ -86,7 +86,7 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.executors.processes import (AF_UNIX_PATH_MAX, ClientCodeError, StallClock, WorkerError, _is_state, default_workers, map_leaves,
                                          stalled_line)
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, last_line
 from chillfl.paths import check_writable_dir
 from chillfl.stop_signals import STOP_SIGNALS, RaisedLater
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
@@ -685,7 +685,7 @@ class RayExecutor:
                     errors.append((a, exc.cause))
                     continue
                 cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
-                errors.append((a, f"Ray worker {a}: a client update failed: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:300]}"))
+                errors.append((a, f"Ray worker {a}: a client update failed: {type(cause).__name__}: {last_line(cause)}"))
         if errors:
             first = min(errors, key=lambda e: e[0])[1]
             died = any(isinstance(e, str) and "died" in e for _, e in errors)

@@ -56,6 +56,7 @@ import dataclasses
 import logging
 import numbers
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -76,7 +77,7 @@ from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.results import ResultWriter, remove_tree
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, last_line
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import Refusal, StatesRequest, decode, encode
@@ -189,6 +190,26 @@ def import_flwr() -> Any:
     return flwr
 
 
+_FLOWER_REASON = re.compile(r"<class '(?P<kind>[^']*)'>:<'(?P<text>.*)'>", re.DOTALL)
+"""How Flower writes a node's exception as an error reply's reason: ``str(type(ex)) + ":<'" + str(ex) + "'>"``."""
+
+
+def error_line(reason: str) -> str:
+    """A node's error reply's ``reason`` as the run's error says it: the exception's last line (its ``Type: message``),
+    as the Ray executor says an actor's (:func:`~chillfl.errors.last_line`).
+
+    Why: under Flower's simulation the reason is a Ray task error, whose text is the node's whole traceback (tens of
+    lines in the one line chillfl's CLI gives a failed worker); Flower logs that traceback where the node runs. A
+    one-line reason (a deployed SuperNode's ``<class 'RuntimeError'>:<'boom'>``) reads ``RuntimeError: boom``."""
+    found = _FLOWER_REASON.fullmatch(str(reason).strip())
+    if found is None:
+        return last_line(reason)
+    text = found["text"].strip()
+    if "\n" in text:  # a traceback: its last line names the exception itself
+        return last_line(text)
+    return last_line(f"{found['kind'].rsplit('.', 1)[-1]}: {text}")
+
+
 def config_from_run_config(run_config: Any) -> RunConfig:
     """``config`` (path or bundled name) and ``overrides`` from a Flower run config -> a RunConfig."""
     from chillfl.experiments import resolve_config
@@ -282,7 +303,7 @@ class FlowerExecutor:
         sizes = set()
         for reply in self._send_and_receive(asks):
             if reply.has_error():
-                raise WorkerError(f"SuperNode {reply.metadata.src_node_id} did not answer chillfl's query: {reply.error.reason}")
+                raise WorkerError(f"SuperNode {reply.metadata.src_node_id} did not answer chillfl's query: {error_line(reply.error.reason)}")
             info = reply.content.config_records["node"]
             parts[int(info["partition-id"])] = reply.metadata.src_node_id
             sizes.add(int(info["num-partitions"]))
@@ -313,7 +334,7 @@ class FlowerExecutor:
         for msg in self._send_and_receive(messages):
             node = msg.metadata.src_node_id
             if msg.has_error():
-                failed.append((partition.get(node, -1), f"SuperNode {node} failed a client update: {msg.error.reason}; the round was not aggregated"))
+                failed.append((partition.get(node, -1), f"SuperNode {node} failed a client update: {error_line(msg.error.reason)}; the round was not aggregated"))
                 continue
             answer = decode(msg.content)
             if isinstance(answer.get("refused"), Refusal):  # the node's ConfigError (ClientApp's train): raised here as it is
@@ -342,7 +363,7 @@ class FlowerExecutor:
         states: dict[int, Any] = {}
         for msg in self._send_and_receive(asks):
             if msg.has_error():
-                raise WorkerError(f"SuperNode {msg.metadata.src_node_id} did not send its clients' states: {msg.error.reason}")
+                raise WorkerError(f"SuperNode {msg.metadata.src_node_id} did not send its clients' states: {error_line(msg.error.reason)}")
             for cid in by_node.get(msg.metadata.src_node_id, []):
                 state = load_client_state(msg.content, cid)
                 if state is not None:

@@ -26,7 +26,7 @@ from chillfl.engine.protocol import ClientTask  # noqa: E402
 from chillfl.errors import ConfigError, MissingExtra, last_line  # noqa: E402
 from chillfl.executors.processes import WorkerError  # noqa: E402
 from chillfl.flower import client_app  # noqa: E402
-from chillfl.flower.apps import ClientRuntime, FlowerExecutor, error_line  # noqa: E402
+from chillfl.flower.apps import ClientRuntime, FlowerExecutor, error_line, ignored_on_flower_notes  # noqa: E402
 from chillfl.flower.wire import Refusal, decode, encode  # noqa: E402
 from chillfl.training.terms import TermError  # noqa: E402
 
@@ -131,3 +131,23 @@ def test_a_flower_reason_is_said_in_one_line(reason: str, said: str) -> None:
 
 def test_the_last_line_is_cut_and_blank_text_is_empty() -> None:
     assert last_line("a\nb\n\n") == "b" and last_line("  \n ") == "" and last_line("x" * 400) == "x" * 300
+
+
+# ----------------------------------------------------------------------------- 4: the client store's note
+
+
+SOFT = {"distillation.method": "scarlet", "distillation.public_size": 60, "distillation.subset_size": 40}
+
+
+def test_a_client_store_set_off_its_default_is_noted_as_ignored() -> None:
+    notes = ignored_on_flower_notes(load_config(None, {**SOFT, "distillation.client_store": "disk"}))
+    assert notes == ["note: distillation.client_store = 'disk' is ignored: under Flower each SuperNode holds its clients' states, "
+                     "which the server never stores (docs/flower.md)"]
+    both = ignored_on_flower_notes(load_config(None, {**SOFT, "distillation.client_store": "memory", "distillation.max_clients_in_memory": 5}))
+    assert both == ["note: distillation.client_store = 'memory', distillation.max_clients_in_memory = 5 are ignored: under Flower each "
+                    "SuperNode holds its clients' states, which the server never stores (docs/flower.md)"]
+
+
+def test_a_default_client_store_or_none_is_not_noted() -> None:
+    assert ignored_on_flower_notes(load_config(None, SOFT)) == []
+    assert ignored_on_flower_notes(load_config(None, {})) == []

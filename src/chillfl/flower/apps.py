@@ -71,6 +71,7 @@ import torch
 from chillfl.aggregation.base import half_parts, measured_after_average
 from chillfl.aggregation.registry import AFTER_AVERAGE, declared_parts, half_field
 from chillfl.config import RunConfig, load_config, parse_overrides
+from chillfl.settings.distillation import DistillationOptions
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
@@ -478,7 +479,9 @@ def _build_server(config: RunConfig) -> tuple[Any, Any]:
 
 def ignored_on_flower_notes(config: RunConfig) -> list[str]:
     """A note for each group of options a Flower run does not read that is set off its default: ``checkpoint.every``
-    (a Flower run is not checkpointed; ``0``, no checkpoints, is what it does), ``executor`` and the ``[ray]`` table (the SuperNodes run the client updates).
+    (a Flower run is not checkpointed; ``0``, no checkpoints, is what it does), ``executor`` and the ``[ray]`` table (the SuperNodes run the client updates),
+    and the soft-label protocol's client store (``distillation.client_store``, ``max_clients_in_memory``, ``state_dir``:
+    the nodes hold the clients' states, docs/flower.md).
 
     Why: ``checkpoint.every = 1`` wrote no checkpoint and ``ray.workers = 2`` did nothing, without a word, where
     ``chillfl run`` notes ignored ``[ray]`` options and docs/configuration.md promises that note; ``chillfl run``'s own
@@ -495,7 +498,24 @@ def ignored_on_flower_notes(config: RunConfig) -> list[str]:
     if changed:
         notes.append(f"note: {', '.join(changed)} {'is' if len(changed) == 1 else 'are'} ignored: under Flower the SuperNodes run the client "
                      "updates (run_simulation's num_supernodes, num_cpus_per_client; docs/flower.md)")
+    store = _changed_store(config)
+    if store:
+        notes.append(f"note: {', '.join(store)} {'is' if len(store) == 1 else 'are'} ignored: under Flower each SuperNode holds its "
+                     "clients' states, which the server never stores (docs/flower.md)")
     return notes
+
+
+STORE_OPTIONS = ("client_store", "max_clients_in_memory", "state_dir")
+"""The ``[distillation]`` options of the server's client store (memory or files), which a Flower run does not have."""
+
+
+def _changed_store(config: RunConfig) -> list[str]:
+    """``distillation.<option> = <value>`` for each of :data:`STORE_OPTIONS` set off its default, in that order."""
+    setup = config.distillation_setup
+    if setup is None:
+        return []
+    written, defaults = dataclasses.asdict(setup.common), dataclasses.asdict(DistillationOptions())
+    return [f"distillation.{name} = {written[name]!r}" for name in STORE_OPTIONS if written[name] != defaults[name]]
 
 
 @once_per_call

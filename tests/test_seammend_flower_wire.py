@@ -89,6 +89,8 @@ def test_a_refusal_naming_another_class_or_odd_attributes_is_a_plain_config_erro
     assert "_private" not in vars(error) and "extra" not in vars(error) and error.args == ("algorithm.name: no",)
     bare = Refusal("f", "m", kind="MissingExtra", attributes=["what"]).error()  # type: ignore[arg-type]  # decoded: any shape
     assert type(bare) is MissingExtra and str(bare) == "m"
+    odd = Refusal("f", "m", kind=["MissingExtra"]).error()  # type: ignore[arg-type]
+    assert type(odd) is ConfigError and str(odd) == "f: m"
 
 
 # ----------------------------------------------------------------------------- 3: the last line of a node's exception

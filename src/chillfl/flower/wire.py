@@ -71,7 +71,8 @@ class Refusal:
         field, message and text attributes."""
         given = self.attributes if isinstance(self.attributes, dict) else {}  # as decoded: whatever the node sent
         state: dict[str, object] = {k: v for k, v in given.items() if _sent(k) and isinstance(v, str)}
-        return rebuilt_error(REFUSALS.get(self.kind, ConfigError), {**state, "field": str(self.field), "message": str(self.message)})
+        kind = REFUSALS.get(self.kind, ConfigError) if isinstance(self.kind, str) else ConfigError
+        return rebuilt_error(kind, {**state, "field": str(self.field), "message": str(self.message)})
 
 
 def _sent(attribute: object) -> bool:

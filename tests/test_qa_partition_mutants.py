@@ -210,14 +210,15 @@ def test_flexchill_test_minimum_is_min_samples_times_test_over_train() -> None:
     assert min(len(t) for t in train) == 2 and min(len(t) for t in test) == 1
 
 
-def test_balanced_by_class_fallback_is_equal_over_the_clients_below_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
-    # A class whose whole Dirichlet mass lands on capped clients is split equally over the clients below N / K
-    # (the reference code divides 0 by 0). 6 of class 0, 4 of class 1, 3 clients: N / K = 3.33.
-    # class 0: q = (1, 0, 0) -> 6, 0, 0; class 1: q = (1, 0, 0) masked to 0 -> (0, .5, .5) -> 0, 2, 2.
-    _inject(monkeypatch, [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0]])
+def test_balanced_by_class_fallback_redraws_over_the_clients_below_the_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A class whose whole Dirichlet mass lands on capped clients is drawn again over the clients below N / K (the
+    # reference code divides 0 by 0; an equal split there was the IID extreme). 6 of class 0, 4 of class 1, 3 clients:
+    # N / K = 3.33. class 0: q = (1, 0, 0) -> 6, 0, 0; class 1: q = (1, 0, 0) masked to 0 -> redrawn over clients 1
+    # and 2: (.25, .75) -> 0, 1, 3.
+    calls = _inject(monkeypatch, [[1.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.25, 0.75]])
     labels = np.array([0] * 6 + [1] * 4)
     part = partition("dirichlet_balanced", labels, 3, np.random.default_rng(0), {"alpha": 1.0, "min_size": 0})
-    assert _counts(part, labels, 2) == [[6, 0], [0, 2], [0, 2]]
+    assert _counts(part, labels, 2) == [[6, 0], [0, 1], [0, 3]] and calls == [3, 3, 2]
 
 
 def test_quantity_skew_with_label_skew_keeps_each_clients_size(monkeypatch: pytest.MonkeyPatch) -> None:

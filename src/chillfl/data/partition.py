@@ -116,9 +116,16 @@ Choices
   Within a class the order is a random permutation (FedLab's
   ``shards_partition`` keeps the dataset's order there); the shards a client
   gets are the same in distribution.
-* The per-class splits with a cap (``dirichlet_balanced``) fall back, when the
-  Dirichlet mass of a class lands only on clients already at N / K, to an
-  equal split over the clients below it (the reference code divides 0 by 0).
+* The per-class splits with a cap (``dirichlet_balanced``): when the
+  Dirichlet mass of a class lands only on clients already at N / K (tiny
+  alpha, where numpy's draw has exact zeros), that class is drawn again
+  from Dir(alpha * 1) over the clients below the cap, one-hot when that draw
+  is degenerate too: the alpha -> 0 limit, so a split grows more skewed as
+  alpha falls. The reference code divides 0 by 0 there (NaN proportions);
+  an equal split over the clients below the cap, chillfl's earlier
+  fallback, made alpha = 1e-6 splits less skewed than alpha = 1e-3. A split
+  that never reaches this branch, or reaches it with one client below the
+  cap (which takes the class whole, without a draw), draws exactly as before.
 
 Checked against, 2026-12-02: Hsu et al. 2019 (q ~ Dir(alpha p) per
 client); McMahan et al. 2017 Sec. 3 (label-sorted shards of 300, 2 per
@@ -474,7 +481,12 @@ def _balanced_by_class(labels: np.ndarray, k: int, c: int, rng: np.random.Genera
         if p.sum() > 0:
             p = p / p.sum()
         elif below.any():
-            p = below / np.sum(below)
+            # the draw's mass fell only on clients at the cap: redraw over the clients below it (one-hot when degenerate),
+            # the alpha -> 0 limit, where an equal split over them (the reference code's 0 / 0) would be the IID extreme;
+            # one client below the cap takes it all without a draw, as it did before (Dir over one client is that point)
+            open_clients = int(below.sum())
+            p = np.zeros(k)
+            p[below] = dirichlet(rng, alpha, open_clients) if open_clients > 1 else 1.0
         else:  # every client at N / K holds all n rows, so this class is empty (the data's num_classes names a class absent here)
             p = np.full(k, 1.0 / k)
         for i, chunk in enumerate(split_by_proportions(pool, p)):

@@ -16,3 +16,13 @@ def test_an_inverted_pair_names_the_moved_bound(options: dict[str, float], field
     with pytest.raises(ConfigError) as caught:
         FedChillOptions(**options).validate("temperature")
     assert caught.value.field == field and text in str(caught.value)
+
+
+@pytest.mark.parametrize(("options", "field"), [({"sigma_min": 0.5}, "partition.sigma_min"), ({"sigma_max": 0.05}, "partition.sigma_max")])
+def test_feature_noise_names_the_moved_bound(options: dict[str, float], field: str) -> None:
+    """The same rule for the feature-noise partition's std range (FedChill Table 6's [0.1, 0.3] by default)."""
+    from chillfl.data.partition import FeatureNoiseOptions
+
+    with pytest.raises(ConfigError) as caught:
+        FeatureNoiseOptions(**options).validate("partition")
+    assert caught.value.field == field

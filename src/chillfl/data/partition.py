@@ -604,11 +604,10 @@ class FeatureNoiseOptions:
 
     def validate(self, section: str) -> None:
         require(self.sigma_min >= 0, f"{section}.sigma_min", f"must be >= 0, got {self.sigma_min}")
-        require(
-            self.sigma_max >= self.sigma_min,
-            f"{section}.sigma_max",
-            f"must be >= sigma_min={self.sigma_min}, got {self.sigma_max}",
-        )
+        if self.sigma_max < self.sigma_min:  # blame the one the user moved: sigma_min = 0.5 under the default sigma_max named sigma_max
+            if self.sigma_min != FeatureNoiseOptions.sigma_min and self.sigma_max == FeatureNoiseOptions.sigma_max:
+                raise ConfigError(f"{section}.sigma_min", f"must be <= sigma_max={self.sigma_max}, got {self.sigma_min}")
+            raise ConfigError(f"{section}.sigma_max", f"must be >= sigma_min={self.sigma_min}, got {self.sigma_max}")
 
 
 def _feature_noise(

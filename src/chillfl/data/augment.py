@@ -4,7 +4,7 @@ Configured by ``[dataset.augment]``::
 
     [dataset.augment]
     crop_padding = 4          # 0: no crop
-    padding_mode = "reflect"  # or "zeros"
+    padding_mode = "reflect"  # or "constant" (zeros)
     flip = true               # horizontal flip with probability 1/2
     normalize = "dataset"     # false | "dataset" | [[means...], [stds...]]
 
@@ -61,7 +61,7 @@ from typing import Any, Literal
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.numeric import is_real
+from chillfl.numeric import is_finite_real, is_real
 from chillfl.options import parse_options, require, short_repr
 
 AUGMENT_KEY = "augment"
@@ -88,6 +88,10 @@ class AugmentOptions:
         return self.crop_padding > 0 or self.flip
 
 
+FLOAT32_TINY = float(torch.finfo(torch.float32).tiny)
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def norm_stats(value: Any, field: str) -> tuple[tuple[float, ...], tuple[float, ...]] | str | None:
     """``normalize`` checked: "dataset", None (for false) or (means, stds) with stds > 0."""
     if value == "dataset" and isinstance(value, str):
@@ -100,7 +104,11 @@ def norm_stats(value: Any, field: str) -> tuple[tuple[float, ...], tuple[float, 
         ok = len(means) == len(stds) and all(is_real(v) for v in [*means, *stds])
     if not ok:
         raise ConfigError(field, f'expected "dataset", false or [[means...], [stds...]] of equal length, got {short_repr(value)}')
-    require(all(s > 0 for s in stds), field, f"stds must be > 0, got {short_repr(list(stds))}")
+    # finite, and inside float32's normal range: a NaN mean, an infinite std or a std of 1e-40 (1 / std overflows float32)
+    # made every input NaN, 0 or infinite, and the run then "diverged" in round 1 with a hint to lower the learning rate
+    require(all(is_finite_real(m) and abs(m) <= FLOAT32_MAX for m in means), field, f"means must be finite float32 values, got {short_repr(list(means))}")
+    require(all(is_finite_real(s) and FLOAT32_TINY <= s <= FLOAT32_MAX for s in stds), field,
+            f"stds must be > 0 and finite in float32 (>= {FLOAT32_TINY:.3g}), got {short_repr(list(stds))}")
     return tuple(float(m) for m in means), tuple(float(s) for s in stds)
 
 

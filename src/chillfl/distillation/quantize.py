@@ -22,7 +22,9 @@ Choices and gaps
   which is what the SCARLET authors' CFD code uploads. Hard labels cost
   ceil(log2 C) bits per sample, see :func:`hard_label_bits`.
 * Dequantised vectors are not renormalised (``renormalize=False``): the server
-  averages many clients' vectors; renormalising is an option.
+  averages many clients' vectors; renormalising is an option, a step of the
+  receiver after decoding (CFD's uplink: the server, per client row before the
+  mean), so the codes on the wire stay the quantiser's.
 * Delta coding: CFD entropy-codes the change of the quantised soft-labels since
   the previous round. We send a change bitmap (1 bit per element) plus the new
   codes of the changed elements (b bits each) -- an upper bound on what an
@@ -92,11 +94,22 @@ def compress(soft_labels: torch.Tensor, bits: int, one_bit: OneBitMode = "unifor
     if bits == 1 and one_bit == "argmax":
         return hard_labels(soft_labels)
     values = dequantize(quantize(soft_labels, bits, option), bits, soft_labels.dtype, option)
-    if renormalize:
-        total = values.sum(dim=-1, keepdim=True)
-        uniform = torch.full_like(values, 1.0 / values.shape[-1])
-        values = torch.where(total > 0, values / total.clamp_min(1e-12), uniform)
-    return values
+    return renormalized(values) if renormalize else values
+
+
+def renormalizes(bits: int, one_bit: OneBitMode, renormalize: bool) -> bool:
+    """Whether :func:`compress` with these settings renormalises (quantised codes only: float32 rows and hard labels pass as they are)."""
+    return renormalize and bits < FULL_PRECISION_BITS and not (bits == 1 and one_bit == "argmax")
+
+
+def renormalized(values: torch.Tensor) -> torch.Tensor:
+    """Each dequantised row divided by its sum (an all-zero row: uniform), the receiver's step after decoding.
+
+    Why the receiver's: the codes on the wire (and what delta coding prices) are the quantiser's; renormalised values
+    can fall off the code grid ([3, 1, 0] at 2 bits is [0.75, 0.25, 0], which quantises to [2, 1, 0])."""
+    total = values.sum(dim=-1, keepdim=True)
+    uniform = torch.full_like(values, 1.0 / values.shape[-1])
+    return torch.where(total > 0, values / total.clamp_min(1e-12), uniform)
 
 
 def payload_bytes(soft_labels: torch.Tensor, bits: int, one_bit: OneBitMode = "uniform") -> int:

@@ -5,16 +5,17 @@ Checked against: kitsuyaazuma/SCARLET (branch ``reproducibility``) ``src/algorit
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
 
 import torch
 
-from chillfl.distillation.quantize import FULL_PRECISION_BITS, DeltaCoder, OneBitMode, compress, payload_bytes
+from chillfl.distillation.quantize import FULL_PRECISION_BITS, DeltaCoder, OneBitMode, compress, payload_bytes, renormalized, renormalizes
 from chillfl.options import require
 from chillfl.settings.distillation import SECTION
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
-from chillfl.protocols.softlabels.method import SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, NoState
+from chillfl.protocols.softlabels.method import Aggregate, SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, NoState
 
 if TYPE_CHECKING:
     from chillfl.config import RunConfig
@@ -65,11 +66,15 @@ class CFDMethodOptions(CFDOptions):
 
 
 class CFDClient(SoftLabelClientHooks[CFDMethodOptions]):
-    """CFD's client: quantises its upload to b_up bits."""
+    """CFD's client: quantises its upload to b_up bits.
+
+    It never renormalises: the server does, after decoding (:meth:`CFD.aggregate`). Why: the message is the codes, and
+    with delta coding the server prices the codes it reads back from the values; renormalised values are not the codes
+    the client quantised (2-bit [1, 1, 0] goes up as [1/3, 1/3, 0], renormalised [0.5, 0.5, 0], which re-quantises to [2, 2, 0])."""
 
     def upload(self, cid: int, round: int, indices: torch.Tensor, probs: torch.Tensor, state: NoState) -> SoftLabelUplink:
         o = self.options
-        values = compress(probs, o.bits_up, o.one_bit, o.renormalize, UP)
+        values = compress(probs, o.bits_up, o.one_bit, False, UP)
         bits = None if o.bits_up >= FULL_PRECISION_BITS else o.bits_up
         return SoftLabelUplink(client_id=cid, round=round, indices=indices, soft_labels=values, bits=bits)
 
@@ -89,6 +94,14 @@ class CFD(SoftLabelMethod[CFDMethodOptions]):
             coder = self._coders.setdefault(uplink.client_id, DeltaCoder(o.bits_up, self.num_classes, UP))
             return {"soft_labels": coder.encode(uplink.indices, uplink.soft_labels).nbytes()}
         return {"soft_labels": payload_bytes(uplink.soft_labels, o.bits_up, o.one_bit)}
+
+    def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
+        """The plain mean; with ``renormalize``, of each client's rows renormalised after decoding (the receiver's step, as
+        the uplink carries the quantiser's codes: :class:`CFDClient`)."""
+        o = self.options
+        if renormalizes(o.bits_up, o.one_bit, o.renormalize):
+            uplinks = [dataclasses.replace(up, soft_labels=renormalized(up.soft_labels)) for up in uplinks]
+        return super().aggregate(round, indices, uplinks)
 
     def combine(self, mean: torch.Tensor) -> torch.Tensor:
         """``"mean"``: the mean as it goes down (b_down bits), the server's target too; ``"server"``: the plain mean, the server's target."""

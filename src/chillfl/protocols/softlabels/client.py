@@ -125,7 +125,7 @@ class SoftLabelClient:
                     state.cache.apply_sync(d.sync)
                     rows = state.cache.rebuild(d.previous)
                     digest = rows_digest(rows)
-                if rows.shape[0] > 0:
+                if rows.shape[0] > 0 and distill_spec.epochs > 0:  # 0 epochs: a zero-weighted loss, no phase (server.py's _specs)
                     assert d.previous_indices is not None
                     x_prev = self.public_rows(d.previous_indices)
                     if rows.shape[0] != x_prev.shape[0]:  # distillation pairs inputs and targets by position

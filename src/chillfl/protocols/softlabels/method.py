@@ -198,7 +198,7 @@ class SoftLabelMethod(Generic[Opt]):
     """
 
     distill_weight: float = 1.0
-    """Weight of the clients' distillation loss."""
+    """Weight of the clients' distillation loss; 0: the clients skip the distillation phase (its steps would still decay the weights)."""
     separate_server_rows: bool = False
     """Whether the server model trains on :attr:`Aggregate.server_rows` rather than the rows sent down."""
     uses_logits: bool = False

@@ -68,7 +68,10 @@ class _Specs:
 
 def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[Any]) -> _Specs:
     cfg, spec, c = exp.config, exp.spec, setup.common
-    distill = spec.phase(c.distill_epochs, c.distill_batch_size or cfg.client.batch_size, method.distill_loss())
+    # a zero-weighted distillation loss (COMET at lambda = 0): no phase (0 epochs; the client skips it), since its steps
+    # would still apply the client optimiser's weight decay and momentum, and lambda = 0 must be local training alone
+    epochs = c.distill_epochs if method.distill_weight != 0 else 0
+    distill = spec.phase(epochs, c.distill_batch_size or cfg.client.batch_size, method.distill_loss())
     server = spec.phase(
         c.server_epochs or cfg.client.epochs, c.server_batch_size or c.distill_batch_size or cfg.client.batch_size, method.server_loss(),
     )

@@ -84,6 +84,25 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[An
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
 
 
+ROW_SUM_TOLERANCE = 1e-3
+"""How far a target row's sum may be from 1 for it to count as a probability vector (float32 softmax rows of
+thousands of classes sum within about 1e-4)."""
+
+
+def mean_entropy(targets: torch.Tensor) -> float | None:
+    """Mean entropy (nats) of the server model's target rows; None when there are none or some row is not a probability
+    vector (a negative entry, or a sum off 1 by more than :data:`ROW_SUM_TOLERANCE`).
+
+    Why None: CFD's quantised rows are not renormalised by default, and an all-zero row (nothing above 1-bit's 0.5) has
+    "entropy" 0, which reads as a confident target where the server learns nothing from it."""
+    if targets.numel() == 0:
+        return None
+    rows = targets.to(torch.float64)
+    if bool((rows < 0).any()) or bool(((rows.sum(dim=-1) - 1.0).abs() > ROW_SUM_TOLERANCE).any()):
+        return None
+    return float(entropy(targets).mean())
+
+
 class SoftLabelProtocol:
     """The server side: public draws, the cache (gamma^t), aggregation, the server model, client states."""
 
@@ -286,7 +305,7 @@ class SoftLabelProtocol:
             "public_drawn": int(drawn.numel()),
             "public_requested": int(requested.numel()),
             "public_used": int(used.numel()),
-            "soft_label_entropy": float(entropy(targets).mean()) if targets.numel() and not method.uses_logits else None,
+            "soft_label_entropy": None if method.uses_logits else mean_entropy(targets),
         }
         if self.cache is not None:
             # the share of P^t served from the cache: not 1 - |I_req^t| / |P^t|, as "authors" requests its edge rows and serves

@@ -109,7 +109,9 @@ class SelectiveFD(SoftLabelMethod[SelectiveFDMethodOptions]):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._kept: list[float] = []
-        self._server_kept = 1.0
+        self._server_kept: float | None = None
+        """This round's share of I_req^t kept by both filters; None until :meth:`aggregate` runs in a round (a round whose
+        draw the cache served whole calls none, and reported the last aggregated round's share as its own)."""
 
     def aggregate(self, round: int, indices: torch.Tensor, uplinks: Sequence[SoftLabelUplink]) -> Aggregate:
         n = int(indices.numel())  # the fraction each client kept (float32, as the mean of its bool mask)
@@ -126,14 +128,15 @@ class SelectiveFD(SoftLabelMethod[SelectiveFDMethodOptions]):
 
     def round_metrics(self) -> dict[str, Json]:
         out: dict[str, Json] = {"selective_client_kept": float(np.mean(self._kept)) if self._kept else None, "selective_server_kept": self._server_kept}
-        self._kept = []
+        self._kept, self._server_kept = [], None
         return out
 
     def state_dict(self) -> dict[str, Any]:
         return {"server_kept": self._server_kept}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._server_kept = float(state["server_kept"])
+        kept = state["server_kept"]
+        self._server_kept = None if kept is None else float(kept)
 
 
 KULSIF_FIT = 8.0

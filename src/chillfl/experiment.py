@@ -454,7 +454,8 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
         declared = declared_capabilities(type(plugged.aggregator), method, "aggregator")  # read as a class named in the config is
         refuse_nonlinear_head(model, declared.linear_head, method)
         check_plain_sgd(declared, config, method)
-        aggregator = with_run_model(copy.deepcopy(plugged.aggregator), model)  # its parameters, as a builder passes them
+        own, terms = plugged_copies(plugged.aggregator, plugged.terms, model)
+        aggregator = with_run_model(own, model)  # its parameters, as a builder passes them
         bind_instance(aggregator, run_context(config, model, client_sizes, INSTANCE_OPTIONS))  # what its builder takes from the run (momentum, rounds)
         check_instance(aggregator, config, model)  # its spec's limits and check (a wrapper's base's too), as a config naming the method is checked
         by_spec = instance_capabilities(aggregator)  # what its spec declares (a personal model), a wrapper's completed by its base's
@@ -462,7 +463,7 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
         refuse_nonlinear_head(model, combined.linear_head, method)  # a user's wrapper around a base with limits keeps them (it ran with Adam)
         check_plain_sgd(combined, config, method)
         check_declarations(combined, aggregator, method, "aggregator")
-        built = aggregator, with_needed_terms(aggregator, copy.deepcopy(plugged.terms))  # its own terms, as its spec's builder returns them
+        built = aggregator, with_needed_terms(aggregator, terms)  # its own terms, as its spec's builder returns them
     else:
         built = make_aggregator(name, options, num_clients=config.federation.num_clients, model=model, seed=config.seed, client_momentum=config.client.momentum,
                                rounds=config.federation.rounds, clients_per_round=config.federation.sample_size(), client_sizes=client_sizes,
@@ -479,6 +480,25 @@ def _build_algorithm(config: RunConfig, model: nn.Module, plugged: Plugged | Non
     check_client_half(built[0], field)
     warn_no_client_models(config, built[0])
     return built
+
+
+def plugged_copies(aggregator: Aggregator, terms: Sequence[Term], model: nn.Module) -> tuple[Aggregator, list[Term]]:
+    """Copies of an aggregator and its terms passed from Python, for one run (:class:`Plugged`: the caller's are never
+    changed and two runs never share state), made with one memo, so that a term that is the aggregator, or one the
+    aggregator holds, is the same object in the copy as in the caller's; the run's ``model`` is not copied.
+
+    A ConfigError on ``aggregator`` or ``terms[i]`` where ``copy.deepcopy`` cannot copy it (a lock), as
+    :func:`~chillfl.aggregation.registry.run_copy` refuses a plugin build's aggregator: it was copy.py's TypeError."""
+    memo: dict[int, Any] = {id(model): model}
+    parts: list[tuple[str, object]] = [("aggregator", aggregator), *((f"terms[{i}]", t) for i, t in enumerate(terms))]
+    copies: list[Any] = []
+    for field, part in parts:
+        try:
+            copies.append(copy.deepcopy(part, memo))
+        except (TypeError, RuntimeError, copy.Error) as exc:
+            raise ConfigError(field, f"{type(part).__name__}: the run works on a copy (yours stays as it is, and two runs never share "
+                                     f"its state), and copy.deepcopy cannot copy it ({exc}); give it attributes copy.deepcopy can copy") from None
+    return copies[0], copies[1:]
 
 
 def run_context(config: RunConfig, model: nn.Module, client_sizes: Sequence[int] | None, section: str) -> BuildContext:
@@ -787,7 +807,11 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
         name = config.temperature.get("policy")
         if not is_custom(name):
             raise ConfigError("temperature.policy", f"the run was given a temperature policy from Python, which replaces [temperature]; got {name!r} here too: vary other keys")
-        return copy.deepcopy(plugged.policy)
+        try:
+            return copy.deepcopy(plugged.policy)
+        except (TypeError, RuntimeError, copy.Error) as exc:  # a lock: one line, as plugged_copies refuses an aggregator
+            raise ConfigError("policy", f"{type(plugged.policy).__name__}: the run works on a copy (yours stays as it is), and copy.deepcopy "
+                                        f"cannot copy it ({exc}); give it attributes copy.deepcopy can copy") from None
     check_policy(config)  # its options, then its own checks against the run (PolicySpec.check)
     return make_policy(config.temperature, data.class_counts)
 

@@ -1017,8 +1017,22 @@ def run_binder(spec: AlgorithmSpec, aggregator: object) -> str | None:
     return None if found is None or found[1].bind is None or found[1].build is spec.build else found[0]
 
 
+def copied_for_run(aggregator: Aggregator, terms: Sequence[Term], model: nn.Module) -> tuple[Aggregator, list[Term]]:
+    """``aggregator`` copied once (``copy.deepcopy``) to be bound to a run, and ``terms`` as they are but for those that are
+    the aggregator itself, which are the copy; the run's ``model`` and the terms the aggregator holds stay theirs (the copy
+    holds them, not copies of them). Raises what ``copy.deepcopy`` raises.
+
+    Why the aggregator is left out of the memo: an aggregator that is also one of its own terms (one object, both the server
+    rule and a loss term) mapped to itself, so the "copy" was the caller's object, the run's seed was written into it, and
+    the next run (a comparison's second seed) was refused. Why a term that is the aggregator becomes the copy: the run
+    would otherwise call the caller's object as the term and the copy as the rule, two states where the build had one."""
+    memo: dict[int, Any] = {id(model): model, **{id(t): t for t in terms if t is not aggregator}}
+    own = copy.deepcopy(aggregator, memo)
+    return own, [copy.deepcopy(t, memo) if t is aggregator else t for t in terms]  # the memo's entry: ``own``
+
+
 def run_copy(built: Built, model: nn.Module, name: str, field: str) -> Built:
-    """What algorithm ``name``'s build returned, its aggregator copied (``copy.deepcopy``, as
+    """What algorithm ``name``'s build returned, its aggregator copied (:func:`copied_for_run`, as
     :func:`chillfl.experiment.build_algorithm` copies an instance passed from Python) to be bound to this run; the
     terms and the run's ``model``, which the build was given, stay as built (the copy holds them, not copies of them).
     A ConfigError on ``field`` where the aggregator cannot be copied.
@@ -1030,7 +1044,7 @@ def run_copy(built: Built, model: nn.Module, name: str, field: str) -> Built:
     ``algorithm.name``, blaming the aggregator) and copied whatever large objects a term holds, every build."""
     aggregator, terms = built
     try:
-        return copy.deepcopy(aggregator, {id(model): model, **{id(t): t for t in terms}}), terms
+        return copied_for_run(aggregator, terms, model)
     except (TypeError, RuntimeError, copy.Error) as exc:
         raise ConfigError(field, f"{name!r}: its build returned {type(aggregator).__name__}, which is bound to the run on a copy, as one "
                                  f"passed from Python is, and copy.deepcopy cannot copy it ({exc}); give it attributes copy.deepcopy "

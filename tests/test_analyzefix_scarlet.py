@@ -48,9 +48,10 @@ def test_scarlet_deficit_builds_the_drift_arm_before_any_table(monkeypatch: pyte
 
 
 def test_a_drift_arm_refused_on_another_field_keeps_that_field(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    """A refusal of the drift arm's config that is not the executor's is raised as it is, not blamed on --drift-executor."""
+    """A refusal on another field that only the drift executor gets is the flag's too, that field in its message (rev111 3:
+    the config's own refusals are raised as they are, tests/test_revmend_scarlet.py)."""
     out, err = _drift_arm_refused(monkeypatch, capsys, "client.lr", "too large for this arm")
-    assert out == "" and err == "chillfl: error: client.lr: too large for this arm\n", (out, err)
+    assert out == "" and err == "chillfl: error: --drift-executor: 'vectorized': client.lr: too large for this arm\n", (out, err)
 
 
 def test_scarlet_deficit_refuses_a_drift_executor_without_the_drift_table(capsys: pytest.CaptureFixture[str]) -> None:

@@ -154,7 +154,7 @@ def load_soft_labels(path: str) -> torch.Tensor:
     if bool((data < 0).any()):
         raise ConfigError("--soft-labels", f"{p} has negative entries; soft-labels are probabilities")
     sums = data.to(torch.float64).sum(-1)
-    tol = row_sum_tolerance(data.dtype)
+    tol = row_sum_tolerance(data.dtype, data.shape[-1])
     bad = (sums - 1).abs() > tol
     if bool(bad.any()):  # counts, ReLU'd logits, an all-zero row: beta = 1 read them as probabilities (a negative "entropy")
         row = tuple(int(i) for i in bad.nonzero()[0])
@@ -169,17 +169,23 @@ SUM_TOLERANCE = 1e-3
 """How far a soft-label row's sum may be from 1 (the floor of :func:`row_sum_tolerance`)."""
 
 
-def row_sum_tolerance(dtype: torch.dtype) -> float:
-    """How far from 1 a row of probabilities stored as ``dtype`` may sum: ``max(1e-3, 2 * eps)``.
+def row_sum_tolerance(dtype: torch.dtype, classes: int) -> float:
+    """How far from 1 a row of ``classes`` probabilities stored as ``dtype`` may sum:
+    ``max(1e-3, 2 * eps + classes * tiny * eps / 2)``, with ``eps`` and ``tiny`` (the smallest normal) of ``dtype``.
 
-    Why this much: each stored entry is off its value by at most half a unit in the last place (``eps / 2``
-    relative), so the stored row's sum (added here in float64) is off the computed row's by at most ``eps / 2``,
-    whatever the class count; a softmax computed in float32 (torch's, on the CPU and GPU, also for float16/bfloat16
-    inputs) is off 1 by about ``classes * 2**-24`` in the worst summation order, 6e-5 at 1000 classes. 1e-3 covers a
-    float32 row with room (no row is refused for its rounding on one machine and accepted on another) and ``2 * eps``
-    a float16 (2e-3) or bfloat16 (1.6e-2) one. ``classes * eps``, the first rule, reached 1 for bfloat16 at 128 classes
-    and let an all-zero row through (every entropy NaN)."""
-    return max(SUM_TOLERANCE, 2 * torch.finfo(dtype).eps)
+    Why this much: a stored entry is off its value by at most half a unit in the last place: ``eps / 2`` of it where it
+    is normal, and ``tiny * eps / 2`` (half the smallest subnormal: 3e-8 for float16) where it is subnormal or flushed to
+    0. The stored row's sum (added here in float64) is therefore off the computed row's by at most
+    ``eps / 2 * sum + classes * tiny * eps / 2``, for any class count. The second term is what a confident softmax over
+    a vocabulary needs in float16: 128,256 entries near 3e-8 each moved the sum by up to 3.8e-3, and a correct row was
+    refused. It is negligible for float32 and bfloat16, whose ``tiny`` is 2**-126. A softmax computed in float32 (torch's,
+    on the CPU and GPU, also for float16/bfloat16 inputs) is off 1 by about ``classes * 2**-24`` in the worst summation
+    order, 6e-5 at 1000 classes. 1e-3 covers a float32 row with room (no row is refused for its rounding on one machine
+    and accepted on another), and ``2 * eps`` covers a float16 (2e-3) or bfloat16 (1.6e-2) one. ``classes * eps``, the
+    first rule, reached 1 for bfloat16 at 128 classes and let an all-zero row through (every entropy NaN); this one stays
+    under 1 for float16 up to 33 million classes."""
+    info = torch.finfo(dtype)
+    return max(SUM_TOLERANCE, 2 * info.eps + classes * info.tiny * info.eps / 2)
 
 
 def soft_label_names(paths: Sequence[str]) -> dict[str, str]:

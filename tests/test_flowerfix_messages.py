@@ -256,9 +256,9 @@ def test_a_simulated_client_app_drops_flowers_actor_exit_line(tmp_path: Path, mo
 
 
 def test_a_signal_during_the_first_handlers_hold_does_not_block_it() -> None:
-    """The handler takes the stop's lock in the main thread; a second signal in the instant the first handler holds it
-    runs the handler again there, nested: a plain lock would block that thread on itself. Re-entrant now: the nested
-    handler goes through (it sets at_once, as a second signal does)."""
+    """The stop's lock is re-entrant: the thread holding it can take it again, so the first signal's handler, in the main
+    thread, never waits on a hold of that thread's own. A nested handler does not reach the lock at all (it is the second
+    signal and sets at_once: tests/test_revmend_signals.py drives the handler nested)."""
     stop = SimulationStop(rounds=2)
     assert stop._lock.acquire(blocking=False)  # the first handler's hold
     try:

@@ -123,18 +123,30 @@ class SimulationStop:
         """The last round the ServerApp completed."""
         self.rounds = rounds
         """The run's rounds (None: not known): whether the first signal's line says the run is cut short or finishes."""
-        self._lock = threading.RLock()  # the handler's line and the loop's stop read ``received`` and ``done`` alike; re-entrant:
-        # a second signal in the instant the first handler holds it runs the handler again, nested, in the same (main) thread
+        self._lock = threading.RLock()  # the first signal's line and the loop's stop read ``received`` and ``done`` alike
+        # (the ServerApp's thread holds it briefly); re-entrant so that the handler, which runs in the main thread, can never
+        # wait on a hold of that thread's own. No nested handler takes it: only the first signal's does (``_first``).
+        self._first = threading.Lock()  # taken, never given back, by the first signal's handler
+        self._second = threading.Lock()  # by the second's, which alone sets ``at_once``
 
     def handle(self, signum: int, frame: Any) -> None:
+        """A stop signal: the first asks the round loop to stop after its round, the second (any signal, also one whose
+        handler runs nested in the first's) to stop at once, and the others do nothing more.
+
+        Why tokens taken without blocking: a handler runs in the main thread between any two bytecodes, also inside
+        itself. Reading ``received is None`` and then assigning it let a second signal whose handler ran nested in
+        between read None too and count as the first: two "stopping after this round" lines, no ``at_once``, and a third
+        signal needed. One acquire is one step, so whichever handler takes ``_first`` is the first and every other a
+        later one. Only the one that takes ``_second`` calls ``at_once.set()``, which takes a plain lock of the Event's
+        that a third signal's handler, nested in it, would wait on forever."""
         if not self.repeats.counts(signum):
             return
-        if self.received is None:
-            with self._lock:  # never held by the main thread, where the handler runs: the ServerApp's thread holds it briefly
+        if self._first.acquire(blocking=False):
+            with self._lock:
                 self.received = signum
                 done = self.done
             say(f"chillfl: {signal.Signals(signum).name}: {self.outcome(done)}")
-        else:
+        elif self._second.acquire(blocking=False):
             self.at_once.set()
 
     def outcome(self, done: int) -> str:

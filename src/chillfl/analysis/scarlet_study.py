@@ -59,7 +59,7 @@ from chillfl.distillation.era import require_beta
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import comma_items
 from chillfl.experiments import resolve_config
-from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_interval, paired_difference
+from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, MIN_SEEDS, any_clipped, few_seeds_warning, format_interval, paired_difference
 
 PAPER_D, PAPER_ROUNDS = 50, 2000
 DEFAULT_CONFIG = "scarlet/dsfl-vs-scarlet-digits"
@@ -254,6 +254,9 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     config = load_config(resolve_config(args.config), overrides)
     if config.distillation.get("method") != "dsfl":
         raise ConfigError("config", f"{args.config}: its [distillation] must be DS-FL's (the baseline), got {distillation_method(config.distillation)}")
+    if config.eval.every != 1:  # read() takes the server accuracy at every length (and over 'smooth''s window): a KeyError after every run
+        raise ConfigError("eval.every", f"scarlet-deficit reads the server accuracy at each length and over the last rounds of each, so every "
+                                        f"round must be evaluated: needs 1, got {config.eval.every}")
     n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
     if "ratio" in parts and not all(1 <= s <= n_pub for s in subsets):  # before any run, not as distillation.subset_size midway
         raise ConfigError("--subset-sizes", f"each |P^t| must be in 1..|P| = {n_pub}, got {subsets}")
@@ -281,6 +284,8 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     print(f"SCARLET vs DS-FL on {args.config}: |P| = {n_pub}, |P^t| = {n_sub}, seeds {','.join(map(str, seeds))}; "
           f"executor {config.executor}; {machine(config.threads)}")
     print(f"scaled D (50 / 2000 of the run): {', '.join(f'{L} rounds -> {scaled_duration(L)}' for L in lengths)}")
+    if len(seeds) < MIN_SEEDS:  # its intervals are Student t's, as compare's and reproduce's, which say so
+        print(few_seeds_warning(len(seeds)))
     try:
         plan.write(study, print)
     except BaseException as exc:  # a stop signal, a diverged arm: a table's header without its rows read as a whole table

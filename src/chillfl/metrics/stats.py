@@ -205,3 +205,18 @@ def paired_difference(values: Sequence[float], reference: Sequence[float], bound
     sign = (s.mean > 0) - (s.mean < 0)
     holds = sum(1 for d in diffs if sign != 0 and ((d > 0) - (d < 0)) == sign)
     return Paired(diffs, s, holds)
+
+
+MIN_SEEDS = 3
+"""Below this many seeds the table's intervals say nothing (one seed: none; two: Student t with 1 degree of freedom)."""
+
+
+def few_seeds_warning(n: int) -> str:
+    """The seed tables' one-line warning (compare's, reproduce's, scarlet-deficit's) under :data:`MIN_SEEDS` seeds.
+
+    Two seeds: the 95 % interval is mean +- t(0.975, 1 df) * std / sqrt(2) = mean +- 12.706 / 1.4142 * std
+    = mean +- 8.98 std, wider than any effect it could show (``--seeds 0,1`` printed [-25.97, 136.84])."""
+    if n == 1:
+        return f"warning: 1 seed: no intervals and no spread; run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4) to read an interval"
+    return (f"warning: {n} seeds: the 95 % intervals are uninformative (Student t with 1 degree of freedom: mean ± 8.98 std); "
+            f"run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4)")

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.metrics.communication import bytes_to_reach
-from chillfl.metrics.stats import CLIPPED_NOTE as CLIPPED_RANGE, FRACTION, Bounds, any_clipped, clip_interval, format_interval, paired_difference, summarize
+from chillfl.metrics.stats import MIN_SEEDS, CLIPPED_NOTE as CLIPPED_RANGE, FRACTION, Bounds, any_clipped, clip_interval, few_seeds_warning, format_interval, paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
@@ -384,19 +384,6 @@ def _ci(stat: Mapping[str, Any] | None, signed: bool = False) -> str:
     return format_interval(clip_interval(stat["ci_low"], stat["ci_high"], None if bounds is None else Bounds(*bounds)), signed=signed)
 
 
-MIN_SEEDS = 3
-"""Below this many seeds the table's intervals say nothing (one seed: none; two: Student t with 1 degree of freedom)."""
-
-
-def few_seeds_warning(n: int) -> str:
-    """The seed table's one-line warning under :data:`MIN_SEEDS` seeds.
-
-    Two seeds: the 95 % interval is mean +- t(0.975, 1 df) * std / sqrt(2) = mean +- 12.706 / 1.4142 * std
-    = mean +- 8.98 std, wider than any effect it could show (``--seeds 0,1`` printed [-25.97, 136.84])."""
-    if n == 1:
-        return f"warning: 1 seed: no intervals and no spread; run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4) to read an interval"
-    return (f"warning: {n} seeds: the 95 % intervals are uninformative (Student t with 1 degree of freedom: mean ± 8.98 std); "
-            f"run {MIN_SEEDS} seeds or more (e.g. --seeds 0-4)")
 
 
 NONFINITE_LOCAL = "the others failed or ended with a non-finite local accuracy"

@@ -17,7 +17,7 @@ import safetensors.torch
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.storage import checkpoint
+from chillfl.storage import checkpoint, checkpoint_tables
 from chillfl.storage.checkpoint import CorruptCheckpoint, decode_checkpoint, encode_state, read_checkpoint, write_state
 
 from test_state_dicts import assert_same, bits
@@ -104,8 +104,9 @@ def test_small_tensors_of_every_kind_come_back_with_their_dtype_shape_strides_an
     assert sum(not e.startswith(checkpoint.PACK_PREFIX) for e in entries) == 1
 
 
-def test_five_thousand_tiny_tensors_are_a_few_safetensors_entries(tmp_path: Path) -> None:
+def test_five_thousand_tiny_tensors_are_a_few_safetensors_entries(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The cost of a checkpoint went by its number of entries: per-client states must not be one entry each."""
+    monkeypatch.setattr(checkpoint_tables, "TABLE_MIN_ROWS", 10**9)  # packing (version 2/3); tables: test_ckptv4_*
     tree = {"clients": {str(c): {"w": torch.full((2, 2), float(c)), "b": torch.tensor(c), "on": torch.tensor(c % 2 == 0)} for c in range(1700)}}
     path = tmp_path / "c.safetensors"
     write_state(path, tree)
@@ -196,9 +197,10 @@ def test_saving_one_decoded_leaf_writes_only_its_own_bytes(tmp_path: Path) -> No
     assert (tmp_path / "one.pt").stat().st_size < 2000
 
 
-def test_a_thousand_clients_tables_are_a_few_entries_and_come_back_bitwise() -> None:
+def test_a_thousand_clients_tables_are_a_few_entries_and_come_back_bitwise(monkeypatch: pytest.MonkeyPatch) -> None:
     """What per-client methods checkpoint (a :class:`ClientParams` through ``client_params_state``): it was one
     safetensors entry per client and parameter, and the checkpoint's cost grew with the clients seen."""
+    monkeypatch.setattr(checkpoint_tables, "TABLE_MIN_ROWS", 10**9)  # packing (version 2/3); tables: test_ckptv4_*
     from chillfl.aggregation.base import client_params_state, load_client_params
     from chillfl.aggregation.client_states import ClientParams
 

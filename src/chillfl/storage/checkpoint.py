@@ -68,6 +68,19 @@ Choices
   thousand clients could write no checkpoint, and no resume got past it.
   Smaller documents stay in the header (version 2, the bytes older chillfl
   versions write and read).
+* Per-client tables as columns (version 4, :mod:`chillfl.storage.checkpoint_tables`): a mapping of at least
+  :data:`~chillfl.storage.checkpoint_tables.TABLE_MIN_ROWS` string keys whose values are all ints, all floats, all
+  bools, all tensors of one dtype, shape and layout, or all dicts of one key order whose fields are such columns, is
+  one entry a column (``"table.<n>"``: int64, float64, bool, or the tensors stacked), its keys one int64 entry when
+  each is a canonical decimal integer (else a JSON list), and ``{"__table__": {...}}`` in the skeleton. Why: at
+  10^6 clients the JSON of such tables (the walk, ``json.dumps``, the hash, the parse: a node per value) cost
+  about 17.5 s of CPU a write. A read gives back exactly what the JSON gave (int, bool, float with every bit, NaN
+  payloads and ``-0.0`` included; key order and spelling; a tensor's dtype, shape, strides and own storage), so a
+  resumed run stays bitwise. A file without such a table is written as before (version 2 or 3, the same bytes), so
+  small runs' checkpoints do not change; one whose tree holds a one-key ``{"__table__": ...}`` dict of its own is
+  written without tables (version 4 would read that dict as a mark). Its document sits in the header or, past
+  :data:`INLINE_MAX`, in :data:`DOCUMENT` (a header without ``"tree"``), as in versions 2 and 3; chillfl versions
+  before it refuse the file as an unsupported layout.
 * The cyclic garbage collector is paused while a checkpoint is encoded or
   decoded (:func:`_collector_paused`): the walks build an object a node, and
   for 10^5 clients its full collections over the whole heap were about 40 %
@@ -97,13 +110,20 @@ import torch
 
 from chillfl.paths import O_CLOEXEC, O_NOFOLLOW, shell_path
 from chillfl.errors import MAX_JSON_DEPTH, ConfigError, StorageError, json_loads
+from chillfl.storage.checkpoint_tables import TABLE_MARK, TABLE_PREFIX, TableReader, TableWriter
+from chillfl.storage.checkpoint_tables import dense_layout as _dense_layout
+from chillfl.storage.checkpoint_tables import is_dense as _is_dense
 
 FORMAT_VERSION = 2
 FORMAT_VERSION_OUTSIDE = 3
 """Version 2 with its document in the tensor entry :data:`DOCUMENT` rather than in the header (see the module docstring)."""
-_READABLE_VERSIONS = (1, 2, 3)  # 1: one safetensors entry per tensor, no "slots"
+FORMAT_VERSION_TABLES = 4
+"""Version 2/3 with per-client tables as columns (:mod:`chillfl.storage.checkpoint_tables`); its document in the
+header, or, past :data:`INLINE_MAX`, in :data:`DOCUMENT` (the header then has no ``"tree"``)."""
+_READABLE_VERSIONS = (1, 2, 3, 4)  # 1: one safetensors entry per tensor, no "slots"
 DOCUMENT = "chillfl.document"
-"""The entry (1-D uint8, the document's ASCII JSON) of a version 3 file; no tensor of a tree is named so (``"0"``, ``"packed.*"``)."""
+"""The entry (1-D uint8, the document's ASCII JSON) of a version 3 file (and of a large version 4 one); no tensor of a tree
+is named so (``"0"``, ``"packed.*"``, ``"table.*"``)."""
 INLINE_MAX = 1 << 20
 """A document of at most this many bytes goes into the header (version 2), a larger one into :data:`DOCUMENT` (version 3)."""
 PACK_MAX_NUMEL = 65536
@@ -119,25 +139,6 @@ _NAN_BITS = struct.unpack("<Q", struct.pack("<d", math.nan))[0]
 _MAX_HEADER = 100_000_000  # safetensors' own header limit
 
 
-def _is_dense(shape: Sequence[int], stride: Sequence[Any]) -> bool:
-    """Whether ``stride`` lays ``shape`` out without gaps or overlaps (each stride the product of the faster sizes)."""
-    if len(stride) != len(shape) or not all(type(s) is int and s > 0 for s in stride):
-        return False
-    expected = 1
-    for d in sorted(range(len(shape)), key=lambda d: stride[d]):
-        if shape[d] != 1 and stride[d] != expected:
-            return False
-        expected *= shape[d]
-    return True
-
-
-def _dense_layout(t: torch.Tensor) -> list[int] | None:
-    """The strides of ``t`` if it is dense but not contiguous (e.g. transposed), else None (written contiguous)."""
-    if t.is_contiguous() or t.numel() == 0 or not _is_dense(t.shape, t.stride()):
-        return None
-    return list(t.stride())
-
-
 class UnstorableState(TypeError):
     """A value of a state tree the checkpoint format cannot hold (an int key, a tuple, a numpy array); ``where`` is its
     dotted path in the tree (``protocol.aggregator.seen``), so that the run can name the part whose ``state_dict`` made it."""
@@ -148,13 +149,15 @@ class UnstorableState(TypeError):
 
 
 def _encode(
-    node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]], small: list[tuple[str, torch.Tensor]], level: int = 2
+    node: Any, tensors: dict[str, torch.Tensor], where: str, layouts: dict[str, list[int]], small: list[tuple[str, torch.Tensor]], level: int = 2,
+    tables: TableWriter | None = None,
 ) -> Any:
     """JSON skeleton of ``node``; large tensors are moved into ``tensors`` (CPU, contiguous, own storage), small ones
     (at most :data:`PACK_MAX_NUMEL` elements) are listed in ``small`` (detached, not yet copied: :func:`_pack` copies
     them), the strides of dense non-contiguous ones go into ``layouts``. ``level``: how deep ``node``'s skeleton sits in the metadata
     document (the tree, its ``"tree"``, at 2); a list or object past :data:`~chillfl.errors.MAX_JSON_DEPTH` is refused
-    here, on write, since reading the checkpoint back would refuse it."""
+    here, on write, since reading the checkpoint back would refuse it. ``tables``: where a mapping that qualifies as a
+    table (:mod:`~chillfl.storage.checkpoint_tables`) goes, its mark returned instead; None: no tables (version 2/3)."""
     marked = isinstance(node, (torch.Tensor, Mapping, list)) or (type(node) is float and not math.isfinite(node))
     if marked and level > MAX_JSON_DEPTH:  # each becomes a JSON list or object one level deeper than its parent
         raise UnstorableState(where, f"state at {where} is nested too deeply to checkpoint (its skeleton may nest {MAX_JSON_DEPTH} levels)")
@@ -171,16 +174,20 @@ def _encode(
             layouts[name] = stride
         return {TENSOR_MARK: name}
     if isinstance(node, Mapping):
+        if tables is not None:
+            if (mark := tables.mark(node, level, MAX_JSON_DEPTH)) is not None:
+                return mark
+            tables.clash = tables.clash or (len(node) == 1 and TABLE_MARK in node)
         out: dict[str, Any] = {}
         for key, value in node.items():
             if not isinstance(key, str):
                 raise UnstorableState(where, f"state key {key!r} at {where or '<root>'} is not a string")
             if key in _RESERVED and len(node) == 1:
                 raise ValueError(f"state key {key!r} at {where or '<root>'} is reserved by the checkpoint format")
-            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts, small, level + 1)
+            out[key] = _encode(value, tensors, f"{where}.{key}" if where else key, layouts, small, level + 1, tables)
         return out
     if isinstance(node, list):
-        return [_encode(v, tensors, f"{where}[{i}]", layouts, small, level + 1) for i, v in enumerate(node)]
+        return [_encode(v, tensors, f"{where}[{i}]", layouts, small, level + 1, tables) for i, v in enumerate(node)]
     # exact types: subclasses (numpy floats, IntEnum) would come back as the plain type
     if node is None or type(node) in (bool, int, str):
         return node
@@ -276,15 +283,18 @@ def _nonfinite_value(name: object) -> float:
     return _NONFINITE[name]
 
 
-def _decode(node: Any, tensors: Mapping[str, torch.Tensor]) -> Any:
+def _decode(node: Any, tensors: Mapping[str, torch.Tensor], tables: TableReader | None = None) -> Any:
+    """The tree a skeleton stands for; ``tables``: a version 4 file's (before it, ``"__table__"`` is a plain key)."""
     if isinstance(node, dict):
         if len(node) == 1 and TENSOR_MARK in node:
             return tensors[node[TENSOR_MARK]]
         if len(node) == 1 and FLOAT_MARK in node:
             return _nonfinite_value(node[FLOAT_MARK])
-        return {k: _decode(v, tensors) for k, v in node.items()}
+        if tables is not None and len(node) == 1 and TABLE_MARK in node:
+            return tables.read(node[TABLE_MARK])
+        return {k: _decode(v, tensors, tables) for k, v in node.items()}
     if isinstance(node, list):
-        return [_decode(v, tensors) for v in node]
+        return [_decode(v, tensors, tables) for v in node]
     return node
 
 
@@ -340,22 +350,32 @@ def encode_state(tree: Mapping[str, Any], run: Mapping[str, Any] | None = None) 
 
 
 def _encoded(tree: Mapping[str, Any], run: Mapping[str, Any] | None) -> bytes:
-    """:func:`encode_state`'s work, the collector paused."""
-    tensors: dict[str, torch.Tensor] = {}
-    layouts: dict[str, list[int]] = {}
-    small: list[tuple[str, torch.Tensor]] = []
-    skeleton = _encode(tree, tensors, "", layouts, small)
+    """:func:`encode_state`'s work, the collector paused: version 4 when a table qualifies, else version 2/3 as before."""
+    tables: TableWriter | None = TableWriter(_RESERVED)
+    while True:
+        tensors: dict[str, torch.Tensor] = {}
+        layouts: dict[str, list[int]] = {}
+        small: list[tuple[str, torch.Tensor]] = []
+        skeleton = _encode(tree, tensors, "", layouts, small, 2, tables)
+        if tables is None or not tables.clash or not tables.entries:
+            break
+        tables = None  # the tree's own {"__table__": ...} would read back as a table: written without tables
     slots = _pack(small, tensors)
-    doc: dict[str, Any] = {"version": FORMAT_VERSION, "tree": skeleton, **({"strides": layouts} if layouts else {})}
+    version = FORMAT_VERSION_TABLES if tables is not None and tables.entries else FORMAT_VERSION
+    if version == FORMAT_VERSION_TABLES and tables is not None:
+        tensors.update(tables.entries)
+    doc: dict[str, Any] = {"version": version, "tree": skeleton, **({"strides": layouts} if layouts else {})}
     if slots:
         doc["slots"] = slots
     doc["run"] = dict(sorted(dict(run or {}).items()))
     text = _text(doc)
     if len(text) > INLINE_MAX:  # ASCII (json.dumps escapes the rest): characters are bytes
-        tensors[DOCUMENT] = torch.frombuffer(_outside(text), dtype=torch.uint8)
-        del text  # the document's one other copy (hundreds of MB for a big federation)
+        outside = _outside(text) if version == FORMAT_VERSION else bytearray(text, "ascii")
+        tensors[DOCUMENT] = torch.frombuffer(outside, dtype=torch.uint8)
+        del text, outside  # the document's other copies (hundreds of MB for a big federation)
         done = skeleton.get("round") if isinstance(skeleton, dict) else None
-        doc = {"version": FORMAT_VERSION_OUTSIDE, **({"round": done} if type(done) is int else {})}
+        version = FORMAT_VERSION_OUTSIDE if version == FORMAT_VERSION else version
+        doc = {"version": version, **({"round": done} if type(done) is int else {})}
         text = _text(doc)
     doc[DIGEST_KEY] = _digest(text, tensors)
     return safetensors.torch.save(tensors, metadata={METADATA_KEY: _text(doc)})
@@ -420,14 +440,15 @@ _UNSUPPORTED = f"unsupported checkpoint layout (expected version {' or '.join(ma
 
 
 def _document(header: Mapping[str, Any], stored: dict[str, torch.Tensor]) -> dict[str, Any]:
-    """The document of a version 3 file, taken out of ``stored`` (its entry :data:`DOCUMENT` is no tensor of the tree);
-    ValueError when it is missing or malformed, or says another round than the header (which ``chillfl status`` shows)."""
+    """The document of a version 3 file (or a version 4 one without its tree in the header), taken out of ``stored``
+    (its entry :data:`DOCUMENT` is no tensor of the tree); ValueError when it is missing or malformed, has another
+    version than the header, or says another round than the header (which ``chillfl status`` shows)."""
     entry = stored.pop(DOCUMENT, None)
     if entry is None or entry.dtype != torch.uint8 or entry.dim() != 1:
-        raise ValueError(f"no {DOCUMENT!r} entry of bytes in a version {FORMAT_VERSION_OUTSIDE} checkpoint")
+        raise ValueError(f"no {DOCUMENT!r} entry of bytes in a version {header['version']} checkpoint")
     doc = json_loads(entry.numpy().tobytes())
     version = doc.get("version") if isinstance(doc, dict) else None
-    if type(version) is not int or version != FORMAT_VERSION_OUTSIDE or not isinstance(doc.get("tree"), dict):
+    if type(version) is not int or version != header["version"] or not isinstance(doc.get("tree"), dict):
         raise ValueError(_UNSUPPORTED)
     if "round" in header and doc["tree"].get("round") != header["round"]:
         raise ValueError("the round in its header is not its state's")
@@ -453,7 +474,8 @@ def _decoded(data: bytes, device: str | torch.device) -> tuple[dict[str, Any], d
         raise ValueError("not a chillfl checkpoint (no 'chillfl' metadata)")
     doc = json_loads(meta[METADATA_KEY])
     version = doc.get("version") if isinstance(doc, dict) else None
-    outside = version == FORMAT_VERSION_OUTSIDE  # its tree is in an entry, read below
+    # its tree is in an entry, read below
+    outside = version == FORMAT_VERSION_OUTSIDE or (version == FORMAT_VERSION_TABLES and isinstance(doc, dict) and "tree" not in doc)
     if type(version) is not int or version not in _READABLE_VERSIONS or not (outside or isinstance(doc.get("tree"), dict)):
         raise ValueError(_UNSUPPORTED)
     stored = safetensors.torch.load(data)
@@ -468,7 +490,8 @@ def _decoded(data: bytes, device: str | torch.device) -> tuple[dict[str, Any], d
     strides = dict(doc.get("strides") or {})
     if version >= 2:  # packed tensors; the buffers themselves are no leaves
         packed = _unpack(doc.get("slots", {}), stored, strides)
-        tensors = {k: v for k, v in stored.items() if not k.startswith(PACK_PREFIX)}
+        columns = version >= FORMAT_VERSION_TABLES  # the table entries are no leaves either
+        tensors = {k: v for k, v in stored.items() if not k.startswith(PACK_PREFIX) and not (columns and k.startswith(TABLE_PREFIX))}
         if tensors.keys() & packed.keys():
             raise ValueError("a tensor is both packed and an entry of its own")
         tensors.update(packed)
@@ -481,7 +504,12 @@ def _decoded(data: bytes, device: str | torch.device) -> tuple[dict[str, Any], d
         tensors[name] = torch.empty_strided(t.shape, stride, dtype=t.dtype).copy_(t)
     if str(torch.device(device)) != "cpu":
         tensors = {k: v.to(device) for k, v in tensors.items()}
-    return _decode(doc["tree"], tensors), run
+    if version < FORMAT_VERSION_TABLES:
+        return _decode(doc["tree"], tensors), run
+    tables = TableReader({k: v for k, v in stored.items() if k.startswith(TABLE_PREFIX)}, torch.device(device))
+    tree = _decode(doc["tree"], tensors, tables)
+    tables.check_all_used()
+    return tree, run
 
 
 def decode_state(data: bytes, device: str | torch.device = "cpu") -> dict[str, Any]:

@@ -76,14 +76,13 @@ def _from_array(values: array.array[Any], dtype: torch.dtype) -> torch.Tensor:
 
 
 def _stacked(values: Sequence[torch.Tensor]) -> torch.Tensor:
-    """The tensors stacked into one new CPU tensor (its values in each one's logical order), no autograd history."""
+    """The tensors stacked into one new CPU tensor (its values in each one's logical order), no autograd history;
+    stacked where they are when on one device (one copy to the CPU after, as the packing does), else on the CPU."""
     with torch.no_grad():
-        if all(t.device.type == "cpu" for t in values):
-            return torch.stack(list(values))
-        out = torch.empty((len(values), *values[0].shape), dtype=values[0].dtype)
-        for row, t in zip(out, values):  # one tensor at a time: no second copy of the column on the accelerator
-            row.copy_(t)
-        return out
+        parts = list(values)
+        if len({t.device for t in parts}) > 1:
+            parts = [t.to("cpu") for t in parts]
+        return torch.stack(parts).to("cpu")
 
 
 def _column(values: Sequence[Any]) -> tuple[str, torch.Tensor, list[int] | None] | None:
@@ -118,16 +117,16 @@ class TableWriter:
         self.entries: dict[str, torch.Tensor] = {}
         self.reserved = reserved
         self.clash = False
-        self._last_keys: tuple[list[str], str | None] = ([], None)  # tables of one federation share their keys
+        self._last_keys: tuple[list[str], array.array[int] | None] = ([], None)  # tables of one federation share their keys
 
     def _keys(self, keys: list[str]) -> str | list[str]:
-        """The entry of ``keys`` as int64s (one a run of tables with the same keys), or the keys themselves."""
-        last, name = self._last_keys
+        """The name of a new entry of ``keys`` as int64s, or the keys themselves. Each table has its own entry (see
+        :meth:`TableReader._keys`), but the keys are checked and converted once for a run of tables with the same."""
+        last, ints = self._last_keys
         if keys != last:
             ints = _int_keys(keys)
-            name = None if ints is None else self._entry(_from_array(ints, torch.int64))
-            self._last_keys = (keys, name)
-        return keys if name is None else name
+            self._last_keys = (keys, ints)
+        return keys if ints is None else self._entry(_from_array(array.array("q", ints), torch.int64))
 
     def _entry(self, t: torch.Tensor) -> str:
         name = f"{TABLE_PREFIX}{len(self.entries)}"
@@ -177,7 +176,7 @@ class TableReader:
         self.entries = entries
         self.device = device
         self.used: set[str] = set()
-        self._keys_read: dict[str, list[str]] = {}  # a keys entry may serve several tables, a column entry one
+        self._last_keys: tuple[torch.Tensor, list[str]] | None = None
 
     def _take(self, name: object) -> torch.Tensor:
         if not isinstance(name, str) or name not in self.entries or name in self.used:
@@ -186,21 +185,20 @@ class TableReader:
         return self.entries[name]
 
     def _keys(self, keys: object, n: int) -> list[str]:
+        """A table's keys. An entry of keys serves one table, as a column does: shared, a few bytes of JSON a table
+        could make a forged file's one entry of keys the rows of thousands of tables (tensor columns of no elements
+        cost no bytes a row), far more objects than the file has bytes. The same keys as the table before are
+        spelled once (the tables of a federation have the same)."""
         if isinstance(keys, list):
             if len(keys) != n or set(map(type, keys)) - {str}:
                 raise ValueError("malformed table keys")
             return keys
-        if not isinstance(keys, str):
+        entry = self._take(keys)
+        if entry.dtype != torch.int64 or tuple(entry.shape) != (n,):
             raise ValueError("malformed table keys")
-        read = self._keys_read.get(keys)
-        if read is None:
-            entry = self._take(keys)
-            if entry.dtype != torch.int64 or entry.dim() != 1:
-                raise ValueError("malformed table keys")
-            read = self._keys_read[keys] = list(map(str, entry.numpy().tolist()))
-        if len(read) != n:
-            raise ValueError("malformed table keys")
-        return read
+        if self._last_keys is None or self._last_keys[0].shape != entry.shape or not torch.equal(self._last_keys[0], entry):
+            self._last_keys = (entry, list(map(str, entry.numpy().tolist())))
+        return self._last_keys[1]
 
     def _column(self, column: object, n: int) -> list[Any]:
         if not isinstance(column, dict) or not set(column) <= {"kind", "entry", "strides"}:

@@ -20,6 +20,7 @@ from the file: the entries are read by safetensors, the spec by ``json``, and ev
 from __future__ import annotations
 
 import array
+import operator
 from collections.abc import Mapping
 from typing import Any, Sequence
 
@@ -39,6 +40,8 @@ _SCALARS: dict[type, tuple[str, str, torch.dtype]] = {
 }
 _SCALAR_DTYPES = {kind: dtype for kind, _, dtype in _SCALARS.values()}
 _SPEC_FIELDS = frozenset({"rows", "keys", "fields", "columns"})
+_SIGNATURE = operator.attrgetter("dtype", "shape", "layout", "is_nested", "is_meta")
+"""What the tensors of a column share (their layout, dense or not, is checked apart)."""
 
 
 def is_dense(shape: Sequence[int], stride: Sequence[Any]) -> bool:
@@ -99,10 +102,16 @@ def _column(values: Sequence[Any]) -> tuple[str, torch.Tensor, list[int] | None]
     first = values[0]
     if first.layout is not torch.strided or first.is_nested or first.is_meta or first.is_quantized:
         return None  # the JSON walk refuses these in its own words
-    dtype, shape, layout = first.dtype, first.shape, dense_layout(first)
-    for t in values:
-        if t.dtype != dtype or t.shape != shape or t.layout is not torch.strided or t.is_nested or t.is_meta or dense_layout(t) != layout:
+    if len(set(map(_SIGNATURE, values))) != 1:
+        return None
+    if all(map(torch.Tensor.is_contiguous, values)):  # the usual case, checked without a list a row
+        layout = None
+    else:
+        layouts = set(tuple(stride) if (stride := dense_layout(t)) is not None else None for t in values)
+        if len(layouts) != 1:
             return None
+        only = layouts.pop()
+        layout = None if only is None else list(only)
     return "tensor", _stacked(values), layout
 
 

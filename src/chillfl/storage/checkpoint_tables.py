@@ -8,7 +8,9 @@ integer (``str(int(k)) == k``), else as a JSON list, and ``{"__table__": {...}}`
 
 Why: a federation of 10^5-10^6 clients keeps a few such tables (the ledger's per-client totals, ``local.acc``,
 control variates), and writing them as JSON objects, a node per value, cost about 17.5 s of CPU a checkpoint at
-10^6 clients: the walk, ``json.dumps``, hashing and parsing all went by the number of values.
+10^6 clients: the walk, ``json.dumps``, hashing and parsing all went by the number of values. Measured on the
+test suite's ``federation(10**6)`` (ledger totals, ``local.acc``/``loss``, a 3-float control a client), CPU seconds on
+a loaded 2-vCPU machine: write 21.3 -> 2.2-2.9, read 16.3 -> 3.6-5.0, file 217 MB -> 92 MB.
 
 What it must keep: reading gives back exactly what the JSON (version 3) read gives back: ``int`` stays ``int``
 (int64 holds it, else the table is no table), ``bool`` stays ``bool``, ``float`` keeps its 64 bits (float64 holds

@@ -19,7 +19,9 @@ explain it. The verdict reads the paired per-seed difference:
 * a claim that names a rounds part (``paper_speedup``: CIFAR-10's 2.37x fewer rounds) has it judged on
   its own, from the rounds each run needs to reach the target (the best accuracy of the claim's
   ``reference`` run at the same seed, FLex&Chill's T = 4 as in the paper; the baseline's without one): **reproduces** when the variant gets there in fewer rounds at every seed, **opposite**
-  when in more at every seed, otherwise **does not at this scale**; faster at every seed but with a
+  when in more at every seed, otherwise **does not at this scale**; a seed where the reference failed has no target:
+  its cell is ``-``, the measured cell names it and how the reference failed, and it counts neither for nor against
+  ("every seed" is every seed with a target); faster at every seed but with a
   mean gain (speed-up - 1) under 1/EXCESS of the paper's is **same sign, much smaller**; and where
   the accuracy part is a likely step-size artefact, a positive rounds verdict says so too (the same runs);
   where the variant's or the baseline's runs did not evaluate the global model every round (``eval.every`` > 1,
@@ -241,9 +243,14 @@ def much_smaller(size: str) -> str:
     return f"{SMALLER} ({size})"
 
 
-def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None], paper_speedup: float, target: str = "target") -> tuple[str, str]:
+def rounds_verdict(
+    variant: Sequence[int | None], baseline: Sequence[int | None], paper_speedup: float, target: str = "target", has_target: Sequence[bool] = (),
+) -> tuple[str, str]:
     """(measured, verdict) of the rounds part: each seed's rounds to the target, variant's and baseline's (None: never reached).
     ``target``: what the measured cell names the target (``T=4's best accuracy``: whose best it is, as the paper defines it).
+    ``has_target``: per seed, whether it had a target (False: the reference failed there); such a seed's cell is ``-`` and it
+    counts neither for nor against ("every seed" is every seed with a target), as the comparison's table leaves it out
+    (empty: every seed had one). It read "neither", a seed that blocked "reproduces".
 
     Per seed the speed-up is rounds(baseline) / rounds(variant): > 1 faster, < 1 slower; reached against never is
     faster (or slower), never against never says nothing. **reproduces** when faster at every seed, **opposite**
@@ -252,8 +259,11 @@ def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None]
     Faster at every seed but with a gain (mean speed-up - 1, over the seeds where both reached the target) under
     1/:data:`EXCESS` of the paper's (``paper_speedup`` - 1) is :data:`SMALLER`: 1.05x is no reproduction of "up to 6x"."""
     cells, faster, slower, speedups = [], 0, 0, []
-    for v, b in zip(variant, baseline):
-        if v is not None and b is not None:
+    targeted = list(has_target) or [True] * len(variant)
+    for v, b, aimed in zip(variant, baseline, targeted):
+        if not aimed:
+            cells.append("-")
+        elif v is not None and b is not None:
             speedup = b / v
             cells.append(f"{speedup:.2f}x")
             speedups.append(speedup)
@@ -266,7 +276,7 @@ def rounds_verdict(variant: Sequence[int | None], baseline: Sequence[int | None]
             slower += 1
         else:
             cells.append("neither")
-    n = len(cells)
+    n = sum(targeted)
     verdict = "reproduces" if n > 1 and faster == n else "opposite" if n > 1 and slower == n else "does not at this scale"
     mean = sum(speedups) / len(speedups) if speedups else None
     if verdict == "reproduces" and mean is not None and paper_speedup > 1 and mean - 1 < (paper_speedup - 1) / EXCESS:
@@ -296,14 +306,43 @@ def _interval(row: Mapping[str, Any]) -> int:
     return int(interval) if is_whole(interval) and interval > 1 else 1
 
 
-def _paired_rounds(row: Mapping[str, Any], base: Mapping[str, Any], used: Sequence[int]) -> tuple[list[int | None], list[int | None]]:
-    """The variant's and the baseline's rounds to the target at the seeds both finished (``used``): a seed where the
-    baseline diverged read as "baseline never", a win the verdict it stood beside did not count."""
+def _targets_of(row: Mapping[str, Any], n: int) -> list[bool]:
+    """Per seed, whether the row's runs had a target (``target``: the reference's best accuracy, null where the reference
+    failed); every seed where the row records none (a ``table.json`` written before rows held it)."""
+    target = row.get("target", 0.0)
+    targets = target if isinstance(target, list) else [target] * n  # one seed's row: the number itself
+    return [t is not None for t in targets] if len(targets) == n else [True] * n
+
+
+def _paired_rounds(row: Mapping[str, Any], base: Mapping[str, Any], used: Sequence[int]) -> tuple[list[int | None], list[int | None], list[bool]]:
+    """The variant's and the baseline's rounds to the target at the seeds both finished (``used``), and whether each of those
+    seeds had a target: a seed where the baseline diverged read as "baseline never", a win the verdict it stood beside did
+    not count; one where the reference failed has no target, so no rounds to it (it read "neither")."""
     variant, baseline, seeds = _rounds_of(row), _rounds_of(base), row.get("seeds") or []
     if len(seeds) != len(variant) or len(seeds) != len(baseline):  # one seed's row: nothing to pair off
-        return variant, baseline
+        return variant, baseline, _targets_of(row, len(variant))
     keep = [i for i, s in enumerate(seeds) if s in used]
-    return [variant[i] for i in keep], [baseline[i] for i in keep]
+    targeted = _targets_of(row, len(seeds))
+    return [variant[i] for i in keep], [baseline[i] for i in keep], [targeted[i] for i in keep]
+
+
+def _no_target(row: Mapping[str, Any], ref: Mapping[str, Any] | None, ref_label: str, used: Sequence[int]) -> str:
+    """What the measured cell adds where a seed of ``used`` had no target: which seeds, and how the reference failed
+    there (``; seed 2: no target, the reference T=4 diverged at round 1 (neither for nor against)``); empty where every one
+    had a target. Said, as the comparison's table says "target: none (the reference T=4 failed)"."""
+    seeds = row.get("seeds")
+    if not isinstance(seeds, list):  # one seed's row: its seed is the one asked for
+        seeds = list(used[:1])
+    targeted = dict(zip(seeds, _targets_of(row, len(seeds))))
+    missing = [s for s in used if not targeted.get(s, True)]
+    if not missing:
+        return ""
+    failed = (ref or {}).get("failed")
+    said = []
+    for s in missing:
+        how = failed.get(str(s)) if isinstance(failed, Mapping) else failed if isinstance(failed, str) else None
+        said.append(f"seed {s}: no target, the reference {ref_label} {how or 'recorded no global accuracy'}")
+    return f"; {'; '.join(said)} (no rounds to it: neither for nor against)"
 
 
 def bytes_verdict(ratios: Sequence[float], bound: float) -> tuple[str, str]:
@@ -378,8 +417,10 @@ def run_claim(
         rounds = NO_ROUNDS_VERDICT
     elif claim.paper_speedup is not None:
         target = "target" if claim.reference is None else f"{claim.reference}'s best accuracy"
-        said, rounds = rounds_verdict(*_paired_rounds(row, base, used), claim.paper_speedup, target)
-        measured += f"; {said}"
+        variant_rounds, base_rounds, has_target = _paired_rounds(row, base, used)
+        said, rounds = rounds_verdict(variant_rounds, base_rounds, claim.paper_speedup, target, has_target)
+        ref_label = claim.reference or claim.baseline
+        measured += f"; {said}{_no_target(row, rows.get(ref_label), ref_label, used)}"
         if verdict == ARTEFACT and (rounds == "reproduces" or rounds.startswith(SMALLER)):  # the same runs, at the same step sizes
             rounds += f"; {ARTEFACT} too (the accuracy part's runs)"
     return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in per_seed), rounds, used)

@@ -175,8 +175,8 @@ def test_a_temperature_sweep_folder_appears_locked_and_not_empty(tmp_path: Path,
     RunLock(folder).release()  # released once whole
 
 
-def test_a_temperature_sweep_that_cannot_write_its_config_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its first file fails (a full disk): one line on out_dir naming the sweep's folder, nothing left behind."""
+def sweep_on_a_full_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> ConfigError:
+    """The error of a temperature sweep "ts" written into ``tmp_path`` whose first file (config.toml) meets a full disk."""
     config = load_config(None, {"name": "ts", "out_dir": str(tmp_path), "dataset.name": "digits"})
 
     def full(folder: Path, config: object) -> None:
@@ -185,8 +185,14 @@ def test_a_temperature_sweep_that_cannot_write_its_config_leaves_nothing(tmp_pat
     monkeypatch.setattr(tsweep, "_write_config", full)
     with pytest.raises(ConfigError) as caught:
         tsweep._write(config, None, "mean")  # type: ignore[arg-type]
-    assert caught.value.field == "out_dir"
-    assert caught.value.message == f"cannot create {tmp_path / 'ts-temperature-sweep.partial'}: its config.toml: {os.strerror(errno.ENOSPC)}"
+    return caught.value
+
+
+def test_a_temperature_sweep_that_cannot_write_its_config_leaves_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its first file fails (a full disk): one line on out_dir naming the sweep's folder, nothing left behind."""
+    error = sweep_on_a_full_disk(tmp_path, monkeypatch)
+    assert error.field == "out_dir"
+    assert error.message == f"cannot create {tmp_path / 'ts-temperature-sweep.partial'}: its config.toml: {os.strerror(errno.ENOSPC)}"
     assert list(tmp_path.iterdir()) == []
 
 

@@ -23,18 +23,7 @@ from chillfl.errors import ConfigError
 from chillfl.experiment import Plugged, build_algorithm
 from chillfl.extend import AlgorithmSpec
 from test_apifix_hook_calls import CONFIG, _data
-
-
-class LockedTerm:
-    """A parameter term holding what copy.deepcopy cannot copy (a lock)."""
-
-    reads = ()
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-
-    def __call__(self, params: Any, context: Any) -> Any:
-        return next(iter(params.values())).sum() * 0
+from test_builtmend_makers import LockedTerm
 
 
 class LockedFedAvg(chillfl.extend.FedAvg):

@@ -12,11 +12,9 @@ from pathlib import Path
 
 import pytest
 
-import chillfl.analysis.temperature_sweep as tsweep
-from chillfl.config import load_config
-from chillfl.errors import ConfigError
 from chillfl.storage.results import FolderInUse, LocksUnsupported, ResultWriter, claim_dir
 
+from test_claimfix_claim import sweep_on_a_full_disk
 from test_procfix2_locks import _flock_failing
 
 
@@ -33,15 +31,7 @@ def test_a_run_beside_a_finished_one_names_its_own_folder(tmp_path: Path, monkey
 
 def test_a_temperature_sweep_beside_a_finished_one_names_its_own_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "ts-temperature-sweep").mkdir()
-    config = load_config(None, {"name": "ts", "out_dir": str(tmp_path), "dataset.name": "digits"})
-
-    def full(folder: Path, config: object) -> None:
-        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(folder / "config.toml"))
-
-    monkeypatch.setattr(tsweep, "_write_config", full)
-    with pytest.raises(ConfigError) as caught:
-        tsweep._write(config, None, "mean")  # type: ignore[arg-type]
-    assert caught.value.message == f"cannot create {tmp_path / 'ts-temperature-sweep-2.partial'}: its config.toml: {os.strerror(errno.ENOSPC)}"
+    assert sweep_on_a_full_disk(tmp_path, monkeypatch).message == f"cannot create {tmp_path / 'ts-temperature-sweep-2.partial'}: its config.toml: {os.strerror(errno.ENOSPC)}"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ts-temperature-sweep"]
 
 

@@ -122,7 +122,11 @@ def test_a_nodes_exception_is_its_last_line(monkeypatch: pytest.MonkeyPatch) -> 
     ("<class 'ZeroDivisionError'>:<'division by zero'>", "ZeroDivisionError: division by zero"),  # a deployed SuperNode's
     ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run()\n  File \"a.py\", line 1\n"
      "RuntimeError: boom\n\nflwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. Message: boom\n'>",
-     "Exception ClientAppException occurred. Message: boom"),
+     "RuntimeError: boom"),  # the node's own exception, not Flower's wrapper (rev112a 1)
+    ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run()\n  File \"a.py\", line 1\n"
+     "AssertionError\n\nThe above exception was the direct cause of the following exception:\n\nray::ClientAppActor.run()\n"
+     "flwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. Message: \n'>",
+     "AssertionError"),
     ("Traceback (most recent call last):\n  File \"a.py\", line 1\nValueError: bad\n", "ValueError: bad"),
     ("RuntimeError: boom", "RuntimeError: boom"),
     ("", ""),

@@ -219,8 +219,26 @@ def error_line(reason: str) -> str:
         return last_line(reason)
     text = found["text"].strip()
     if "\n" in text:  # a traceback: its last line names the exception itself
-        return last_line(text)
+        return last_line(_unwrapped(text))
     return last_line(f"{found['kind'].rsplit('.', 1)[-1]}: {text}")
+
+
+_WRAPPER = "ClientAppException"
+"""The exception Flower's simulation raises for any ClientApp exception, ``ClientAppException(str(ex)) from ex``: its
+line (``Exception ClientAppException occurred. Message: boom``) drops the node's exception type."""
+
+
+def _unwrapped(traceback: str) -> str:
+    """``traceback`` up to the node's own exception where Flower's wrapper follows it: its line (``RuntimeError: boom``,
+    ``AssertionError``) is the last before the wrapper's ``flwr...ClientAppException`` line and the chaining text."""
+    lines = traceback.splitlines()
+    if not lines or _WRAPPER not in lines[-1]:
+        return traceback
+    for i, line in enumerate(lines):
+        if line.split(":", 1)[0].endswith(f".{_WRAPPER}") or line.startswith("The above exception was the direct cause"):
+            own = [x for x in lines[:i] if x.strip()]
+            return own[-1] if own else traceback
+    return traceback
 
 
 def config_from_run_config(run_config: Any) -> RunConfig:

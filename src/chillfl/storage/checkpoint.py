@@ -79,8 +79,8 @@ Choices
   resumed run stays bitwise. A file without such a table is written as before (version 2 or 3, the same bytes), so
   small runs' checkpoints do not change; one whose tree holds a one-key ``{"__table__": ...}`` dict of its own is
   written without tables (version 4 would read that dict as a mark). Its document sits in the header or, past
-  :data:`INLINE_MAX`, in :data:`DOCUMENT` (a header without ``"tree"``), as in versions 2 and 3; chillfl versions
-  before it refuse the file as an unsupported layout.
+  :data:`INLINE_MAX`, in :data:`DOCUMENT` (a header without ``"tree"``), as in versions 2 and 3; a chillfl that reads
+  only versions 1-3 refuses the file as an unsupported layout.
 * The cyclic garbage collector is paused while a checkpoint is encoded or
   decoded (:func:`_collector_paused`): the walks build an object a node, and
   for 10^5 clients its full collections over the whole heap were about 40 %

@@ -104,6 +104,8 @@ def _column(values: Sequence[Any]) -> tuple[str, torch.Tensor, list[int] | None]
     first = values[0]
     if first.layout is not torch.strided or first.is_nested or first.is_meta or first.is_quantized:
         return None  # the JSON walk refuses these in its own words
+    if first.numel() == 0:  # no bytes a row: such columns let a forged file's few bytes stand for rows x fields tensors
+        return None  # (TableReader refuses them), so a table of empty tensors stays JSON, a node a value
     if len(set(map(_SIGNATURE, values))) != 1:
         return None
     if all(map(torch.Tensor.is_contiguous, values)):  # the usual case, checked without a list a row
@@ -223,6 +225,8 @@ class TableReader:
             return list(entry.numpy().tolist())
         if kind != "tensor" or entry.dim() < 1 or entry.shape[0] != n:
             raise ValueError("malformed table column")
+        if n and entry.numel() == 0:  # no writer makes one (_column): n x fields tensors out of no bytes, quadratic in a forged file's size
+            raise ValueError("a table's tensor column holds no bytes")
         shape = list(entry.shape[1:])
         if strides is not None and not (isinstance(strides, list) and is_dense(shape, strides)):
             raise ValueError("malformed strides of a table column")

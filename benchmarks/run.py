@@ -750,8 +750,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             peers = ensure_peers(HERE / ".venv-peers", install=not args.no_install)
         except KeyboardInterrupt:  # before the try below: a traceback, where Ctrl-C later is one line and 130
-            print("\nrun.py: stopped by Ctrl-C while setting up the peers (benchmarks/.venv-peers; the next run goes on with it): "
-                  "nothing was measured or written", file=sys.stderr)
+            print("\nrun.py: stopped by Ctrl-C while setting up the peers (benchmarks/.venv-peers may be half-made: the next run "
+                  "goes on with it, and if it then reports a missing module or pip, remove the folder): nothing was measured or written",
+                  file=sys.stderr)
             return INTERRUPTED
         if args.device == "cuda":
             peers_without_cuda(peers)

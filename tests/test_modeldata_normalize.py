@@ -21,3 +21,18 @@ def test_constants_outside_float32_are_refused(value: list[list[float]]) -> None
 
 def test_ordinary_and_edge_constants_pass() -> None:
     assert norm_stats([[0.5, -3.0], [0.25, 1.2e-38]], "f") == ((0.5, -3.0), (0.25, 1.2e-38))
+
+
+def test_constants_that_put_the_inputs_past_float32_are_refused() -> None:
+    """Each constant finite, the scaled inputs not: (x - 1e38) / 0.1 overflows (rev112b 2)."""
+    import torch
+
+    from chillfl.data.augment import AugmentOptions, rescaler
+
+    scale = rescaler(AugmentOptions(normalize=[[1e38], [0.1]]), [0.0], [1.0], 1, "toy")
+    assert scale is not None
+    with pytest.raises(ConfigError) as caught:
+        scale(torch.zeros(2, 1, 2, 2))
+    assert caught.value.field == "dataset.augment.normalize" and "past float32's range" in caught.value.message
+    fine = rescaler(AugmentOptions(normalize=[[0.5], [0.25]]), [0.0], [1.0], 1, "toy")
+    assert fine is not None and torch.equal(fine(torch.ones(1, 1, 1, 1)), torch.full((1, 1, 1, 1), 2.0))

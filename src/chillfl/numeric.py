@@ -69,3 +69,26 @@ def _as_meant(fraction: float) -> Fraction:
     written = Fraction(repr(x))
     short = written.limit_denominator(10**6)
     return short if float(short) == x else written
+
+
+ROW_SUM_FLOOR = 1e-3
+"""The least a row of probabilities may sum off 1 (:func:`row_sum_tolerance`)."""
+
+
+def row_sum_tolerance(eps: float, tiny: float, classes: int) -> float:
+    """How far from 1 a row of ``classes`` probabilities stored in a float type of machine epsilon ``eps`` and smallest
+    normal ``tiny`` (``torch.finfo(dtype)``'s) may sum:
+    ``max(1e-3, 2 * eps + classes * tiny * eps / 2)``.
+
+    Why this much: a stored entry is off its value by at most half a unit in the last place: ``eps / 2`` of it where it
+    is normal, and ``tiny * eps / 2`` (half the smallest subnormal: 3e-8 for float16) where it is subnormal or flushed to
+    0. The stored row's sum (added here in float64) is therefore off the computed row's by at most
+    ``eps / 2 * sum + classes * tiny * eps / 2``, for any class count. The second term is what a confident softmax over
+    a vocabulary needs in float16: 128,256 entries near 3e-8 each moved the sum by up to 3.8e-3, and a correct row was
+    refused. It is negligible for float32 and bfloat16, whose ``tiny`` is 2**-126. A softmax computed in float32 (torch's,
+    on the CPU and GPU, also for float16/bfloat16 inputs) is off 1 by about ``classes * 2**-24`` in the worst summation
+    order, 6e-5 at 1000 classes. 1e-3 covers a float32 row with room (no row is refused for its rounding on one machine
+    and accepted on another), and ``2 * eps`` covers a float16 (2e-3) or bfloat16 (1.6e-2) one. ``classes * eps``, the
+    first rule, reached 1 for bfloat16 at 128 classes and let an all-zero row through (every entropy NaN); this one stays
+    under 1 for float16 up to 33 million classes."""
+    return max(ROW_SUM_FLOOR, 2 * eps + classes * tiny * eps / 2)

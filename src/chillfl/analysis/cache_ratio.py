@@ -35,6 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from chillfl.numeric import row_sum_tolerance as numeric_row_sum_tolerance
 from chillfl.analysis.labels import ends_with, unique_label
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.analysis.softlabels import (
@@ -165,27 +166,13 @@ def load_soft_labels(path: str) -> torch.Tensor:
     return data / data.sum(-1, keepdim=True)  # off 1 by rounding only: beta = 1 (returned unnormalised) is then an exact entropy
 
 
-SUM_TOLERANCE = 1e-3
 """How far a soft-label row's sum may be from 1 (the floor of :func:`row_sum_tolerance`)."""
 
 
 def row_sum_tolerance(dtype: torch.dtype, classes: int) -> float:
-    """How far from 1 a row of ``classes`` probabilities stored as ``dtype`` may sum:
-    ``max(1e-3, 2 * eps + classes * tiny * eps / 2)``, with ``eps`` and ``tiny`` (the smallest normal) of ``dtype``.
-
-    Why this much: a stored entry is off its value by at most half a unit in the last place: ``eps / 2`` of it where it
-    is normal, and ``tiny * eps / 2`` (half the smallest subnormal: 3e-8 for float16) where it is subnormal or flushed to
-    0. The stored row's sum (added here in float64) is therefore off the computed row's by at most
-    ``eps / 2 * sum + classes * tiny * eps / 2``, for any class count. The second term is what a confident softmax over
-    a vocabulary needs in float16: 128,256 entries near 3e-8 each moved the sum by up to 3.8e-3, and a correct row was
-    refused. It is negligible for float32 and bfloat16, whose ``tiny`` is 2**-126. A softmax computed in float32 (torch's,
-    on the CPU and GPU, also for float16/bfloat16 inputs) is off 1 by about ``classes * 2**-24`` in the worst summation
-    order, 6e-5 at 1000 classes. 1e-3 covers a float32 row with room (no row is refused for its rounding on one machine
-    and accepted on another), and ``2 * eps`` covers a float16 (2e-3) or bfloat16 (1.6e-2) one. ``classes * eps``, the
-    first rule, reached 1 for bfloat16 at 128 classes and let an all-zero row through (every entropy NaN); this one stays
-    under 1 for float16 up to 33 million classes."""
+    """:func:`chillfl.numeric.row_sum_tolerance` for rows stored as ``dtype``."""
     info = torch.finfo(dtype)
-    return max(SUM_TOLERANCE, 2 * info.eps + classes * info.tiny * info.eps / 2)
+    return numeric_row_sum_tolerance(info.eps, info.tiny, classes)
 
 
 def soft_label_names(paths: Sequence[str]) -> dict[str, str]:

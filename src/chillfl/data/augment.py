@@ -150,7 +150,13 @@ def rescaler(opts: AugmentOptions, mean: Sequence[float] | None, std: Sequence[f
     def scale(x: torch.Tensor) -> torch.Tensor:
         shape = [1, -1] + [1] * (x.dim() - 2)
         raw = x * old_s.to(x.dtype).view(shape) + old_m.to(x.dtype).view(shape)
-        return raw if stats is None else (raw - new_m.to(x.dtype).view(shape)) / new_s.to(x.dtype).view(shape)
+        out = raw if stats is None else (raw - new_m.to(x.dtype).view(shape)) / new_s.to(x.dtype).view(shape)
+        # each constant may be finite and still put (raw - mean) / std past float32 ([[1e38], [0.1]]): every input infinite,
+        # and the run "diverged" in round 1 with a hint to lower the learning rate
+        require(stats is None or bool(torch.isfinite(out).all()), field,
+                f"{short_repr([list(stats[0]), list(stats[1])]) if stats else ''} puts inputs of dataset {name!r} past float32's range "
+                "((x - mean) / std is not finite): give its real per-channel mean and std")
+        return out
 
     return scale
 

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from chillfl.errors import ConfigError
+from chillfl.numeric import ROW_SUM_FLOOR, row_sum_tolerance
 from chillfl.seeds import derive_seed
 
 
@@ -56,10 +57,11 @@ class RowNoise:
         return out.to(rows.dtype)
 
 
-SUM_TOLERANCE = 1e-3
-"""How far a released probability row's sum may be from 1 (at least its width times its dtype's epsilon: a bf16 row cannot
-be closer). A renormalised row in float32 is off by a few float32 ulps times its width (1e-5 for 100 classes, on any
-CPU); a row the hook did not project is off by far more."""
+SUM_TOLERANCE = ROW_SUM_FLOOR
+"""How far a released probability row's sum may be from 1: 1e-3 for an integer tensor, for a float one
+:func:`~chillfl.numeric.row_sum_tolerance` of its dtype (a bf16 row cannot be closer than ``2 eps``). A renormalised row in
+float32 is off by a few float32 ulps times its width (1e-5 for 100 classes, on any CPU); a row the hook did not project
+is off by far more."""
 
 
 def row_problem(out: Any, rows: torch.Tensor, probabilities: bool) -> str | None:
@@ -77,8 +79,10 @@ def row_problem(out: Any, rows: torch.Tensor, probabilities: bool) -> str | None
     if bool((r < 0).any()):
         return f"a negative entry ({float(r.min()):.3g}) where the method uploads probabilities"
     off = float((r.sum(-1) - 1.0).abs().max())
-    # a row rounded to a narrow float (a bf16 model's rows: ~3e-3 off at 10 classes) is as close as its dtype allows
-    tolerance = max(SUM_TOLERANCE, out.shape[-1] * torch.finfo(out.dtype).eps) if out.is_floating_point() else SUM_TOLERANCE
+    # a row rounded to a narrow float (a bf16 model's rows: ~3e-3 off at 10 classes) is as close as its dtype allows; the
+    # analysis commands' bound (``classes * eps``, the rule before, passed an all-zero bf16 row at 128 classes)
+    info = torch.finfo(out.dtype) if out.is_floating_point() else None
+    tolerance = row_sum_tolerance(info.eps, info.tiny, out.shape[-1]) if info is not None else SUM_TOLERANCE
     if off > tolerance:
         return f"a row summing to 1 {'+' if float(r.sum(-1).max()) - 1 > 0 else '-'} {off:.3g} where the method uploads probabilities"
     return None

@@ -198,7 +198,8 @@ class SoftLabelMethod(Generic[Opt]):
     """
 
     distill_weight: float = 1.0
-    """Weight of the clients' distillation loss; 0: the clients skip the distillation phase (its steps would still decay the weights)."""
+    """Weight of the clients' distillation loss (the default :meth:`distill_loss`'s); 0 with that loss: the clients skip the
+    distillation phase (its steps would still decay the weights). A method with its own ``distill_loss`` distils whatever this is."""
     separate_server_rows: bool = False
     """Whether the server model trains on :attr:`Aggregate.server_rows` rather than the rows sent down."""
     uses_logits: bool = False

@@ -16,6 +16,7 @@ from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics, rows_all_finite
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
+from chillfl.numeric import ROW_SUM_FLOOR, row_sum_tolerance
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.temperature.base import TemperaturePolicy
@@ -70,7 +71,7 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[An
     cfg, spec, c = exp.config, exp.spec, setup.common
     # a zero-weighted distillation loss (COMET at lambda = 0): no phase (0 epochs; the client skips it), since its steps
     # would still apply the client optimiser's weight decay and momentum, and lambda = 0 must be local training alone
-    epochs = c.distill_epochs if method.distill_weight != 0 else 0
+    epochs = 0 if method.distill_weight == 0 and _weighted_default_loss(method) else c.distill_epochs
     distill = spec.phase(epochs, c.distill_batch_size or cfg.client.batch_size, method.distill_loss())
     server = spec.phase(
         c.server_epochs or cfg.client.epochs, c.server_batch_size or c.distill_batch_size or cfg.client.batch_size, method.server_loss(),
@@ -84,21 +85,24 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[An
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
 
 
-ROW_SUM_TOLERANCE = 1e-3
-"""How far a target row's sum may be from 1 for it to count as a probability vector (float32 softmax rows of
-thousands of classes sum within about 1e-4)."""
+def _weighted_default_loss(method: SoftLabelMethod[Any]) -> bool:
+    """Whether the clients' loss is the default one, :attr:`~SoftLabelMethod.distill_weight` times KL: only then is a weight
+    of 0 a zero loss. A method's own ``distill_loss`` may not read the weight (a plugin's plain KL distilled at 0 before)."""
+    return type(method).distill_loss is SoftLabelMethod.distill_loss
 
 
 def mean_entropy(targets: torch.Tensor) -> float | None:
     """Mean entropy (nats) of the server model's target rows; None when there are none or some row is not a probability
-    vector (a negative entry, or a sum off 1 by more than :data:`ROW_SUM_TOLERANCE`).
+    vector (a negative entry, or a sum off 1 by more than :func:`~chillfl.numeric.row_sum_tolerance` of its dtype).
 
     Why None: CFD's quantised rows are not renormalised by default, and an all-zero row (nothing above 1-bit's 0.5) has
     "entropy" 0, which reads as a confident target where the server learns nothing from it."""
     if targets.numel() == 0:
         return None
     rows = targets.to(torch.float64)
-    if bool((rows < 0).any()) or bool(((rows.sum(dim=-1) - 1.0).abs() > ROW_SUM_TOLERANCE).any()):
+    info = torch.finfo(targets.dtype) if targets.is_floating_point() else None
+    tolerance = row_sum_tolerance(info.eps, info.tiny, targets.shape[-1]) if info is not None else ROW_SUM_FLOOR
+    if bool((rows < 0).any()) or bool(((rows.sum(dim=-1) - 1.0).abs() > tolerance).any()):
         return None
     return float(entropy(targets).mean())
 

@@ -436,6 +436,11 @@ class LogConfig:
         require(ok, f"{section}.mlflow_experiment", f"must be a printable name, got {short_repr(self.mlflow_experiment)}")
 
 
+DEVICE_CHOICES = ("cpu", "cuda", "cuda:N", "auto")
+"""The ``device`` values a run accepts, as its error and the generated reference list them; ``mps`` is a known name
+(:func:`is_device_name`) that every run refuses (no float64 on Metal), so it is none of them."""
+
+
 def is_device_name(name: str) -> bool:
     """``cpu``, ``cuda``, ``cuda:N``, ``mps`` or ``auto`` (N: up to three ASCII digits)."""
     if name in ("cpu", "cuda", "mps", "auto"):
@@ -656,7 +661,7 @@ class RunConfig:
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}{did_you_mean(self.executor, EXECUTORS)}; allowed: {', '.join(EXECUTORS)}")
-        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: cpu, cuda, cuda:N, auto (mps is not supported yet)")
+        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: {', '.join(DEVICE_CHOICES)} (mps is not supported yet)")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said

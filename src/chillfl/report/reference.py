@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
 from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
-from chillfl.config import EXECUTORS, RunConfig
+from chillfl.config import DEVICE_CHOICES, EXECUTORS, RunConfig
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiment import base_losses
 from chillfl.data.augment import AugmentOptions
@@ -267,7 +267,7 @@ def _executors() -> list[str]:
 
 ENUMERATED: dict[str, Callable[[], list[str]]] = {
     "executor": _executors,
-    "device": lambda: ["cpu", "cuda", "cuda:N", "mps", "auto"],
+    "device": lambda: list(DEVICE_CHOICES),  # not mps: every run refuses it
     "client.loss": _losses,
     "temperature.fedchill.measure": _measures,
     "algorithm.pa3fed.base": _algorithm_bases,

@@ -69,9 +69,9 @@ def test_missing_config_and_malformed_toml(tmp_path, capsys):
 def test_an_override_in_the_config_place(tmp_path, capsys, monkeypatch):
     # `chillfl run client.lr=0.1`: the usage says [CONFIG|NAME] [overrides], so the demo with that override (it was
     # "config: file not found"); compare needs a config, and says the argument is an override, not a missing file
-    assert main(["run", "client.lr=0.1", "federation.rounds=3", "--dry-run", "-q"]) == 0
+    assert main(["run", "client.epochs=3", "federation.rounds=3", "--dry-run", "-q"]) == 0  # not client.lr, which the demo tunes
     resolved = capsys.readouterr().out
-    assert "\nlr = 0.1\n" in resolved and "\nrounds = 3\n" in resolved and 'name = "demo"' in resolved
+    assert "\nepochs = 3\n" in resolved and "\nrounds = 3\n" in resolved and 'name = "demo"' in resolved
     assert main(["compare", "client.lr=0.1", "--dry-run", "-q"]) == 2
     assert capsys.readouterr().err.strip() == "chillfl: error: config: 'client.lr=0.1' is an override (section.option=value): give the config file or bundled experiment first"
     monkeypatch.chdir(tmp_path)

@@ -38,7 +38,8 @@ with command_start():  # a signal from here (the standard library's imports too)
     from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NoReturn, Sequence
     from chillfl.worker_start import refuse_in_worker_start
     from chillfl._version import __version__
-    from chillfl.config import RunConfig, check_out_dir, is_folder, load_config, not_a_file, parse_overrides, parse_value, read_config_file, variant_config
+    from chillfl.config import (RunConfig, check_out_dir, is_folder, load_config, not_a_file, override_hint, parse_overrides, parse_value, read_config_file,
+                                variant_config)
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
                                 Unreachable, closest_name, did_you_mean, one_line, signal_in, stopped_as)
     from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
@@ -1481,7 +1482,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         say(f"chillfl: {exc}")
         return 2
     except ConfigError as exc:
-        say(f"chillfl: error: {exc}")
+        say(f"chillfl: error: {exc}{override_hint(exc.field, exc.message, getattr(args, 'overrides', None) or [])}")
         return 2
     except KeyboardInterrupt as exc:
         if args.command == "analyze":

@@ -1168,6 +1168,42 @@ def dotted_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def override_hint(field: str, message: str, items: Sequence[str]) -> str:
+    """How to quote the command-line override of ``field`` that a type error (``message``) refused; empty where the error
+    is of no override's value. An override's value is read as TOML and else kept as a bare string: ``log.sinks=[csv]``
+    was refused with "expected a list, got '[csv]'", a list rejected as no list, and ``name=123`` "expected a string"."""
+    import shlex
+
+    for item in items:
+        key, sep, text = quoted_variant(item) or item.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or key != field:
+            continue
+        try:
+            value = parse_value(text, key)
+        except ConfigError:
+            return ""
+        if message.startswith(("expected a list", "expected a table")) and isinstance(value, str) and text[:1] in "[{":
+            fixed = _quoted_words(text)
+            example = f": {shlex.quote(f'{key}={fixed}')}" if fixed else ""
+            return f" (an override's value is read as TOML, and {text} is not TOML, so it was one string; quote the strings inside it, and the override for the shell{example})"
+        if message.startswith("expected a string") and not isinstance(value, str):
+            quoted = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+            return f" (an override's value is read as TOML; for the string, quote it, and the override for the shell: {shlex.quote(f'{key}={quoted}')})"
+        return ""
+    return ""
+
+
+def _quoted_words(text: str) -> str | None:
+    """``[csv, jsonl]`` as the TOML list ``["csv", "jsonl"]``: its bare words quoted; None where that is no TOML list."""
+    if not (text.startswith("[") and text.endswith("]")):
+        return None
+    words = [w.strip() for w in text[1:-1].split(",")] if text[1:-1].strip() else []
+    quoted = [w if w[:1] in "\"'" or not isinstance(parse_value(w), str) else '"' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in words]
+    fixed = "[" + ", ".join(quoted) + "]"
+    return fixed if isinstance(parse_value(fixed), list) else None
+
+
 def quoted_variant(item: str) -> tuple[str, str, str] | None:
     """``(key, "=", value)`` of an override whose variant name is quoted as TOML quotes a key (``variants."T=0.25".client.lr=0.1``:
     a name may hold ``=``, as the demo's and the bundled tables' ``T=0.25`` do); None for any other item."""

@@ -105,6 +105,9 @@ setup() {
     printf '#!/bin/sh\nexec %s "$@"\n' "$(command -v "$PY")" > benchmarks/.venv-peers/bin/python
     chmod +x benchmarks/.venv-peers/bin/python
     "$PY" -c "import chillfl, sys; print('chillfl from', chillfl.__file__)"
+    # chillfl's package import loads no tomli-w, but every run does (chillfl.runner): without it each step below would fail
+    "$PY" -c "import tomli_w" 2>/dev/null \
+        || echo "WARNING: tomli-w is not importable: every chillfl step below will fail; put its wheel in $whl (benchmarks/README.md, the GPU check)"
     benchmarks/.venv-peers/bin/python -c "import blazefl, torch; print('blazefl', getattr(blazefl, '__version__', '?'), 'torch', torch.__version__, 'cuda', torch.cuda.is_available())" \
         || echo "blazefl not importable: BlazeFL modes will be reported as not available"
 }

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pathlib import Path
+
+import torch
+from plugin_modules import plugin_module
 from test_distillation_protocol import run
+from test_qa_plugins import BASE
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -39,3 +44,50 @@ def test_only_the_default_weighted_loss_is_skipped_at_weight_zero() -> None:
 
     assert not _weighted_default_loss(OwnLoss.__new__(OwnLoss)) and not _weighted_default_loss(FedMD.__new__(FedMD))
     assert _weighted_default_loss(Default.__new__(Default))
+
+
+OWN_LOSS = '''
+from dataclasses import dataclass
+
+from chillfl.extend import SoftLabelMethod, SoftLabelSpec
+from chillfl.protocols.softlabels.labels import weighted_kl
+
+
+@dataclass(frozen=True)
+class NoOptions:
+    pass
+
+
+class OwnKL(SoftLabelMethod[NoOptions]):
+    distill_weight = 0.0  # read by nothing: its own loss is a plain KL
+
+    def distill_loss(self):
+        return weighted_kl(1.0)
+
+
+SPEC = SoftLabelSpec("own_kl", NoOptions, OwnKL)
+'''
+
+
+def test_a_method_with_its_own_loss_distils_at_weight_zero(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run itself (not only the predicate above): a plugin whose own distill_loss ignores distill_weight = 0 still runs
+    the clients' distillation phase from round 2 on, as before the zero-weight skip (testreview112 1)."""
+    from chillfl.config import load_config
+    from chillfl.runner import run_experiment
+
+    with plugin_module(tmp_path, monkeypatch, "own_kl_plugin", OWN_LOSS):
+        config = load_config(None, {**BASE, "distillation": {"method": "own_kl_plugin:SPEC", "public_size": 200, "subset_size": 100},
+                                    "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 2}})
+        records = run_experiment(config, write=False, progress=False).records
+    assert records[1].get("distill_loss") is not None
+
+
+def test_soft_label_entropy_of_narrow_float_rows_follows_their_dtype() -> None:
+    """A bf16 row of thirds sums to 1.001953125, past 1e-3 but within bf16's own rounding: a number, as the privacy check
+    accepts it; an all-zero bf16 row of 128 classes is no distribution (testreview112 2)."""
+    from chillfl.protocols.softlabels.server import mean_entropy
+
+    thirds = torch.full((1, 3), 1 / 3).to(torch.bfloat16)
+    assert float(thirds.double().sum()) == 1.001953125
+    assert mean_entropy(thirds) is not None
+    assert mean_entropy(torch.zeros(1, 128, dtype=torch.bfloat16)) is None

@@ -127,6 +127,11 @@ def test_a_nodes_exception_is_its_last_line(monkeypatch: pytest.MonkeyPatch) -> 
      "AssertionError\n\nThe above exception was the direct cause of the following exception:\n\nray::ClientAppActor.run()\n"
      "flwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. Message: \n'>",
      "AssertionError"),
+    ("<class 'ray.exceptions.RayTaskError(ClientAppException)'>:<'ray::ClientAppActor.run() (pid=1)\n  File \"node.py\", line 3\n"
+     "KeyError: 'k'\n\nThe above exception was the direct cause of the following exception:\n\nray::ClientAppActor.run() (pid=1)\n"
+     "  File \"node.py\", line 5\nValueError: outer bad\n\nThe above exception was the direct cause of the following exception:\n\n"
+     "ray::ClientAppActor.run() (pid=1)\nflwr.clientapp.client_app.ClientAppException: \nException ClientAppException occurred. "
+     "Message: outer bad'>", "ValueError: outer bad"),  # raised from another: the node's, not its cause (rev112c 1)
     ("Traceback (most recent call last):\n  File \"a.py\", line 1\nValueError: bad\n", "ValueError: bad"),
     ("RuntimeError: boom", "RuntimeError: boom"),
     ("", ""),

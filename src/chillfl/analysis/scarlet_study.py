@@ -254,9 +254,14 @@ def cmd_scarlet_deficit(args: argparse.Namespace) -> int:
     config = load_config(resolve_config(args.config), overrides)
     if config.distillation.get("method") != "dsfl":
         raise ConfigError("config", f"{args.config}: its [distillation] must be DS-FL's (the baseline), got {distillation_method(config.distillation)}")
-    if config.eval.every != 1:  # read() takes the server accuracy at every length (and over 'smooth''s window): a KeyError after every run
-        raise ConfigError("eval.every", f"scarlet-deficit reads the server accuracy at each length and over the last rounds of each, so every "
-                                        f"round must be evaluated: needs 1, got {config.eval.every}")
+    every = config.eval.every  # read() takes the server accuracy at each length (and over 'smooth''s window): a KeyError after every run
+    unread = [L for L in lengths if L != max(lengths) and L % every]  # a run evaluates every `every`-th round and its last
+    if "smooth" in parts and every != 1:
+        raise ConfigError("eval.every", f"the 'smooth' table averages the server accuracy over the last rounds of each length, so every round "
+                                        f"must be evaluated: needs 1, got {every} (or leave smooth out of --parts)")
+    if unread:
+        raise ConfigError("eval.every", f"= {every} evaluates no round {', '.join(map(str, unread))} of --rounds {args.rounds}, which the tables "
+                                        f"read: give lengths that are multiples of {every}, or eval.every = 1")
     n_pub, n_sub = config.distillation["public_size"], config.distillation["subset_size"]
     if "ratio" in parts and not all(1 <= s <= n_pub for s in subsets):  # before any run, not as distillation.subset_size midway
         raise ConfigError("--subset-sizes", f"each |P^t| must be in 1..|P| = {n_pub}, got {subsets}")

@@ -176,7 +176,9 @@ class DeltaCoder:
         return {"indices": torch.tensor(keys, dtype=torch.long), "codes": codes}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self._last = {int(i): row.clone() for i, row in zip(state["indices"].tolist(), state["codes"])}
+        """The codes on the CPU, where the uploads they are compared with live: a resume reads the checkpoint onto the
+        run's device, and codes back on a GPU met the next CPU upload in one torch.stack (a device mismatch)."""
+        self._last = {int(i): row.to("cpu", copy=True) for i, row in zip(state["indices"].tolist(), state["codes"])}
 
     def decode(self, message: DeltaMessage, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """Rebuild the dequantised soft-labels of ``message`` and update this end's state."""

@@ -230,15 +230,15 @@ line (``Exception ClientAppException occurred. Message: boom``) drops the node's
 
 def _unwrapped(traceback: str) -> str:
     """``traceback`` up to the node's own exception where Flower's wrapper follows it: its line (``RuntimeError: boom``,
-    ``AssertionError``) is the last before the wrapper's ``flwr...ClientAppException`` line and the chaining text."""
+    ``AssertionError``) is the last before the chaining text that leads to the wrapper's ``flwr...ClientAppException``
+    line. The LAST such chaining line: a node's exception raised ``from`` another has one of its own, ahead of it."""
     lines = traceback.splitlines()
     if not lines or _WRAPPER not in lines[-1]:
         return traceback
-    for i, line in enumerate(lines):
-        if line.split(":", 1)[0].endswith(f".{_WRAPPER}") or line.startswith("The above exception was the direct cause"):
-            own = [x for x in lines[:i] if x.strip()]
-            return own[-1] if own else traceback
-    return traceback
+    wrapper = max((i for i, line in enumerate(lines) if line.split(":", 1)[0].endswith(f".{_WRAPPER}")), default=len(lines) - 1)
+    chained = [i for i in range(wrapper) if lines[i].startswith("The above exception was the direct cause")]
+    own = [x for x in lines[: chained[-1] if chained else wrapper] if x.strip()]
+    return own[-1] if own else traceback
 
 
 def config_from_run_config(run_config: Any) -> RunConfig:

@@ -79,7 +79,9 @@ class SelectiveFDClient(SoftLabelClientHalf[SelectiveFDMethodOptions, SelectorSt
         return SelectorState(self.fit_selector(cid, x_private, x_public))
 
     def restore(self, tensors: Mapping[str, torch.Tensor]) -> SelectorState:
-        return SelectorState(tensors["in_distribution"])
+        """The mask on the CPU, as :meth:`fit_selector` makes it: a resume reads the checkpoint onto the run's device, and
+        a mask back on a GPU indexed the CPU's public indices (torch refuses it)."""
+        return SelectorState(tensors["in_distribution"].to("cpu"))
 
     def fit_selector(self, cid: int, x_private: torch.Tensor, x_public: torch.Tensor) -> torch.Tensor:
         """Bool mask over P: public samples the client's KuLSIF selector finds in-distribution."""

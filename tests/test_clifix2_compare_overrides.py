@@ -76,3 +76,23 @@ def test_an_override_some_runs_keep_stays(cmp: Path, capsys: pytest.CaptureFixtu
     assert "lr = 0.3" not in capsys.readouterr().out
     assert main(["run", str(cmp), "--dry-run", "--variant", "B", "--seed", "0", "temperature.value=0.2"]) == 0  # one run: after the variant
     assert "value = 0.2" in capsys.readouterr().out
+
+
+def test_a_loss_terms_override_the_tuning_axis_replaces_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``objective.terms`` is a list of named tables: the check read no value there and let the override through, recorded
+    as the base while every run was at the tuning grid's beta (rev112d 1)."""
+    path = tmp_path / "nt.toml"
+    path.write_text(PLAIN.replace('[tune]\n"client.lr" = [0.01, 0.05]\n', "") + '[objective]\nterms = [{ name = "ntd", tau = 1.0 }]\n'
+                    '[tune]\n"objective.terms.ntd.beta" = [0.3, 1.0]\n')
+    assert main(["compare", str(path), "--dry-run", "objective.terms.ntd.beta=3"]) == 2
+    assert _error(capsys).startswith("objective.terms.ntd.beta: every run of c replaces the command line's objective.terms.ntd.beta=3.0 (the tuning grid's")
+    assert main(["compare", str(path), "--dry-run", "objective.terms.ntd.tau=2"]) == 0  # a term option no run replaces
+
+
+def test_a_list_missing_its_comma_gets_no_string_quoting_hint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``[64 32]`` is one string to TOML; quoting it as ``["64 32"]`` (the hint before) was refused again: no example then."""
+    path = tmp_path / "p.toml"
+    path.write_text(PLAIN)
+    assert main(["run", str(path), "--dry-run", "model.hidden=[64 32]"]) == 2
+    line = _error(capsys)
+    assert "write it as TOML: items between commas" in line and '"64 32"' not in line

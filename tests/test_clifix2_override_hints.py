@@ -27,7 +27,7 @@ name = "mlp"
     ("log.sinks=[csv, \"jsonl\"]", "log.sinks: expected a list, got '[csv, \"jsonl\"]' (an override's value is read as TOML, and [csv, \"jsonl\"] is not "
                                    "TOML, so it was one string; quote the strings inside it, and the override for the shell: 'log.sinks=[\"csv\", \"jsonl\"]')"),
     ("model.hidden=[64,", "model.hidden: expected a list, got '[64,' (an override's value is read as TOML, and [64, is not TOML, so it was one string; "
-                          "quote the strings inside it, and the override for the shell)"),
+                          "write it as TOML: items between commas, strings in quotes, and quote the override for the shell)"),
     ("name=123", "name: expected a string, got 123 (an override's value is read as TOML; for the string, quote it, and the override for the shell: "
                  "'name=\"123\"')"),
     ("log.sinks=csv", "log.sinks: expected a list, got 'csv'"),  # a word, not a list that failed to parse: as it was

@@ -405,8 +405,14 @@ def _check_command_line(config: RunConfig, args: argparse.Namespace, grid: Seque
 
 
 def _at(table: Any, key: str) -> tuple[bool, Any]:
-    """The value at dotted ``key`` of a config's nested dict, and whether it is there."""
+    """The value at dotted ``key`` of a config's nested dict, and whether it is there; a list of named tables (the loss
+    terms of ``objective.terms``) is entered by an entry's ``name``, as ``objective.terms.ntd.beta`` writes it."""
     for part in key.split("."):
+        if isinstance(table, (list, tuple)):
+            table = next((t for t in table if isinstance(t, dict) and t.get("name") == part), None)
+            if table is None:
+                return False, None
+            continue
         if not isinstance(table, dict) or part not in table:
             return False, None
         table = table[part]

@@ -1185,8 +1185,10 @@ def override_hint(field: str, message: str, items: Sequence[str]) -> str:
             return ""
         if message.startswith(("expected a list", "expected a table")) and isinstance(value, str) and text[:1] in "[{":
             fixed = _quoted_words(text)
-            example = f": {shlex.quote(f'{key}={fixed}')}" if fixed else ""
-            return f" (an override's value is read as TOML, and {text} is not TOML, so it was one string; quote the strings inside it, and the override for the shell{example})"
+            if fixed is None:  # [64 32]: no quoting makes it a list (quoting "64 32" gave a string where a number is asked)
+                return (f" (an override's value is read as TOML, and {text} is not TOML, so it was one string; write it as TOML: items between "
+                        "commas, strings in quotes, and quote the override for the shell)")
+            return f" (an override's value is read as TOML, and {text} is not TOML, so it was one string; quote the strings inside it, and the override for the shell: {shlex.quote(f'{key}={fixed}')})"
         if message.startswith("expected a string") and not isinstance(value, str):
             quoted = '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
             return f" (an override's value is read as TOML; for the string, quote it, and the override for the shell: {shlex.quote(f'{key}={quoted}')})"
@@ -1199,6 +1201,8 @@ def _quoted_words(text: str) -> str | None:
     if not (text.startswith("[") and text.endswith("]")):
         return None
     words = [w.strip() for w in text[1:-1].split(",")] if text[1:-1].strip() else []
+    if any(len(w.split()) > 1 and w[:1] not in "\"'" for w in words):  # "64 32": a missing comma, not a string to quote
+        return None
     quoted = [w if w[:1] in "\"'" or not isinstance(parse_value(w), str) else '"' + w.replace("\\", "\\\\").replace('"', '\\"') + '"' for w in words]
     fixed = "[" + ", ".join(quoted) + "]"
     return fixed if isinstance(parse_value(fixed), list) else None

@@ -9,17 +9,9 @@ from pathlib import Path
 import pytest
 
 from chillfl.cli import main
+from test_clifix2_datasets import BASE
 
-CMP = """name = "c"
-[federation]
-num_clients = 4
-rounds = 1
-clients_per_round = 2
-[dataset]
-name = "digits"
-[model]
-name = "mlp"
-[eval]
+CMP = BASE.replace('name = "t"', 'name = "c"', 1) + """[eval]
 validation = 0.2
 [variants."A".temperature]
 policy = "fixed"

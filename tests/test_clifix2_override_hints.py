@@ -8,17 +8,8 @@ from pathlib import Path
 import pytest
 
 from chillfl.cli import main
+from test_clifix2_datasets import BASE
 
-BASE = """name = "t"
-[federation]
-num_clients = 4
-rounds = 1
-clients_per_round = 2
-[dataset]
-name = "digits"
-[model]
-name = "mlp"
-"""
 
 
 @pytest.mark.parametrize("override,said", [

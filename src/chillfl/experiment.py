@@ -10,7 +10,7 @@ import math
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -490,15 +490,20 @@ def plugged_copies(aggregator: Aggregator, terms: Sequence[Term], model: nn.Modu
     A ConfigError on ``aggregator`` or ``terms[i]`` where ``copy.deepcopy`` cannot copy it (a lock), as
     :func:`~chillfl.aggregation.registry.run_copy` refuses a plugin build's aggregator: it was copy.py's TypeError."""
     memo: dict[int, Any] = {id(model): model}
-    parts: list[tuple[str, object]] = [("aggregator", aggregator), *((f"terms[{i}]", t) for i, t in enumerate(terms))]
-    copies: list[Any] = []
-    for field, part in parts:
-        try:
-            copies.append(copy.deepcopy(part, memo))
-        except (TypeError, RuntimeError, copy.Error) as exc:
-            raise ConfigError(field, f"{type(part).__name__}: the run works on a copy (yours stays as it is, and two runs never share "
-                                     f"its state), and copy.deepcopy cannot copy it ({exc}); give it attributes copy.deepcopy can copy") from None
-    return copies[0], copies[1:]
+    own = _run_copy(aggregator, "aggregator", memo)
+    return own, [_run_copy(t, f"terms[{i}]", memo) for i, t in enumerate(terms)]
+
+
+T = TypeVar("T")
+
+
+def _run_copy(part: T, field: str, memo: dict[int, Any] | None = None) -> T:
+    """``copy.deepcopy(part, memo)`` of a part passed from Python; one ConfigError on ``field`` where it cannot be copied."""
+    try:
+        return copy.deepcopy(part, memo)
+    except (TypeError, RuntimeError, copy.Error) as exc:
+        raise ConfigError(field, f"{type(part).__name__}: the run works on a copy (yours stays as it is, and two runs never share "
+                                 f"its state), and copy.deepcopy cannot copy it ({exc}); give it attributes copy.deepcopy can copy") from None
 
 
 def run_context(config: RunConfig, model: nn.Module, client_sizes: Sequence[int] | None, section: str) -> BuildContext:
@@ -807,11 +812,7 @@ def build_policy(config: RunConfig, data: FederatedData, plugged: Plugged | None
         name = config.temperature.get("policy")
         if not is_custom(name):
             raise ConfigError("temperature.policy", f"the run was given a temperature policy from Python, which replaces [temperature]; got {name!r} here too: vary other keys")
-        try:
-            return copy.deepcopy(plugged.policy)
-        except (TypeError, RuntimeError, copy.Error) as exc:  # a lock: one line, as plugged_copies refuses an aggregator
-            raise ConfigError("policy", f"{type(plugged.policy).__name__}: the run works on a copy (yours stays as it is), and copy.deepcopy "
-                                        f"cannot copy it ({exc}); give it attributes copy.deepcopy can copy") from None
+        return _run_copy(plugged.policy, "policy")  # a lock: one line, as plugged_copies refuses an aggregator
     check_policy(config)  # its options, then its own checks against the run (PolicySpec.check)
     return make_policy(config.temperature, data.class_counts)
 

@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["floored_share", "is_finite_real", "is_real", "is_whole", "rounded_share"]
 
@@ -75,10 +78,11 @@ ROW_SUM_FLOOR = 1e-3
 """The least a row of probabilities may sum off 1 (:func:`row_sum_tolerance`)."""
 
 
-def row_sum_tolerance(eps: float, tiny: float, classes: int) -> float:
-    """How far from 1 a row of ``classes`` probabilities stored in a float type of machine epsilon ``eps`` and smallest
-    normal ``tiny`` (``torch.finfo(dtype)``'s) may sum:
-    ``max(1e-3, 2 * eps + classes * tiny * eps / 2)``.
+def row_sum_tolerance(dtype: "torch.dtype", classes: int) -> float:
+    """How far from 1 a row of ``classes`` probabilities stored as ``dtype`` may sum:
+    ``max(1e-3, 2 * eps + classes * tiny * eps / 2)``, with ``eps`` and ``tiny`` (the smallest normal) of ``dtype``;
+    1e-3 for an integer dtype. One rule for every reader of such rows (the analysis commands, the privacy check of
+    released rows, ``soft_label_entropy``).
 
     Why this much: a stored entry is off its value by at most half a unit in the last place: ``eps / 2`` of it where it
     is normal, and ``tiny * eps / 2`` (half the smallest subnormal: 3e-8 for float16) where it is subnormal or flushed to
@@ -91,4 +95,9 @@ def row_sum_tolerance(eps: float, tiny: float, classes: int) -> float:
     and accepted on another), and ``2 * eps`` covers a float16 (2e-3) or bfloat16 (1.6e-2) one. ``classes * eps``, the
     first rule, reached 1 for bfloat16 at 128 classes and let an all-zero row through (every entropy NaN); this one stays
     under 1 for float16 up to 33 million classes."""
-    return max(ROW_SUM_FLOOR, 2 * eps + classes * tiny * eps / 2)
+    import torch  # here: this module is a leaf that imports no torch
+
+    if not dtype.is_floating_point:
+        return ROW_SUM_FLOOR
+    info = torch.finfo(dtype)
+    return max(ROW_SUM_FLOOR, 2 * info.eps + classes * info.tiny * info.eps / 2)

@@ -35,7 +35,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from chillfl.numeric import row_sum_tolerance as numeric_row_sum_tolerance
+from chillfl.numeric import row_sum_tolerance
 from chillfl.analysis.labels import ends_with, unique_label
 from chillfl.analysis.output import add_out, check_folder, out_field
 from chillfl.analysis.softlabels import (
@@ -164,15 +164,6 @@ def load_soft_labels(path: str) -> torch.Tensor:
                                            "soft-labels are probabilities")
     data = data.to(torch.float64)
     return data / data.sum(-1, keepdim=True)  # off 1 by rounding only: beta = 1 (returned unnormalised) is then an exact entropy
-
-
-"""How far a soft-label row's sum may be from 1 (the floor of :func:`row_sum_tolerance`)."""
-
-
-def row_sum_tolerance(dtype: torch.dtype, classes: int) -> float:
-    """:func:`chillfl.numeric.row_sum_tolerance` for rows stored as ``dtype``."""
-    info = torch.finfo(dtype)
-    return numeric_row_sum_tolerance(info.eps, info.tiny, classes)
 
 
 def soft_label_names(paths: Sequence[str]) -> dict[str, str]:

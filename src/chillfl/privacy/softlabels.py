@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from chillfl.errors import ConfigError
-from chillfl.numeric import ROW_SUM_FLOOR, row_sum_tolerance
+from chillfl.numeric import row_sum_tolerance
 from chillfl.seeds import derive_seed
 
 
@@ -57,16 +57,11 @@ class RowNoise:
         return out.to(rows.dtype)
 
 
-SUM_TOLERANCE = ROW_SUM_FLOOR
-"""How far a released probability row's sum may be from 1: 1e-3 for an integer tensor, for a float one
-:func:`~chillfl.numeric.row_sum_tolerance` of its dtype (a bf16 row cannot be closer than ``2 eps``). A renormalised row in
-float32 is off by a few float32 ulps times its width (1e-5 for 100 classes, on any CPU); a row the hook did not project
-is off by far more."""
-
-
 def row_problem(out: Any, rows: torch.Tensor, probabilities: bool) -> str | None:
     """What is wrong with ``out`` as the release of ``rows`` (None: nothing): not a tensor, another shape, a non-finite
-    entry, or, for ``probabilities``, a negative entry or a row whose sum is not 1 within :data:`SUM_TOLERANCE`."""
+    entry, or, for ``probabilities``, a negative entry or a row whose sum is not 1 within
+    :func:`~chillfl.numeric.row_sum_tolerance` of its dtype (a bf16 row cannot be closer than ``2 eps``; a renormalised
+    float32 row is off by a few ulps times its width, one the hook did not project by far more)."""
     if not isinstance(out, torch.Tensor):
         return f"a {type(out).__name__}, not a tensor"
     if tuple(out.shape) != tuple(rows.shape):
@@ -81,8 +76,7 @@ def row_problem(out: Any, rows: torch.Tensor, probabilities: bool) -> str | None
     off = float((r.sum(-1) - 1.0).abs().max())
     # a row rounded to a narrow float (a bf16 model's rows: ~3e-3 off at 10 classes) is as close as its dtype allows; the
     # analysis commands' bound (``classes * eps``, the rule before, passed an all-zero bf16 row at 128 classes)
-    info = torch.finfo(out.dtype) if out.is_floating_point() else None
-    tolerance = row_sum_tolerance(info.eps, info.tiny, out.shape[-1]) if info is not None else SUM_TOLERANCE
+    tolerance = row_sum_tolerance(out.dtype, out.shape[-1])
     if off > tolerance:
         return f"a row summing to 1 {'+' if float(r.sum(-1).max()) - 1 > 0 else '-'} {off:.3g} where the method uploads probabilities"
     return None

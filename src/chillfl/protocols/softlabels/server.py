@@ -16,7 +16,7 @@ from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics, rows_all_finite
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
-from chillfl.numeric import ROW_SUM_FLOOR, row_sum_tolerance
+from chillfl.numeric import row_sum_tolerance
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.temperature.base import TemperaturePolicy
@@ -100,8 +100,7 @@ def mean_entropy(targets: torch.Tensor) -> float | None:
     if targets.numel() == 0:
         return None
     rows = targets.to(torch.float64)
-    info = torch.finfo(targets.dtype) if targets.is_floating_point() else None
-    tolerance = row_sum_tolerance(info.eps, info.tiny, targets.shape[-1]) if info is not None else ROW_SUM_FLOOR
+    tolerance = row_sum_tolerance(targets.dtype, targets.shape[-1])
     if bool((rows < 0).any()) or bool(((rows.sum(dim=-1) - 1.0).abs() > tolerance).any()):
         return None
     return float(entropy(targets).mean())

@@ -114,7 +114,7 @@ def unset_comment(config: Mapping[str, Any]) -> str:
 
 def _taken(candidate: Path) -> bool:
     """Whether ``candidate`` or its ``.partial`` exists, links included (a dangling link still blocks a rename)."""
-    return os.path.lexists(candidate) or os.path.lexists(candidate.with_name(candidate.name + PARTIAL))
+    return os.path.lexists(candidate) or os.path.lexists(_partial_of(candidate))
 
 
 def unique_dir(parent: Path, name: str) -> Path:
@@ -269,7 +269,7 @@ def _publish(held: Path, parent: Path, name: str, exact: bool) -> tuple[Path, Pa
     while True:
         n += 1
         final = parent / (name if n == 1 else f"{name}-{n}")
-        partial = final.with_name(final.name + PARTIAL)
+        partial = _partial_of(final)
         if not _taken(final) and not (exact and os.path.lexists(final.with_name(final.name + FAILED))):
             try:
                 held.rename(partial)

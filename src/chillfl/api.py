@@ -56,6 +56,7 @@ from chillfl.storage.run_folder import CLIENT_MODELS
 from chillfl.storage.run_state import is_sweep
 from chillfl.sweeps.plan import CompareOptions, check_select_used, grid_variants, parse_grid, repeats
 from chillfl.sweeps.record import check_resumable
+from chillfl.sweeps.replaced import AskedBy, check_overrides_replaced
 from chillfl.sweeps.run import run_compare
 from chillfl.sweeps.shard import Shard
 from chillfl.reproduce import Outcome, write_verdicts
@@ -500,6 +501,8 @@ def compare(
     _check_seed_override(overrides, seeds if seeds is not None else cfg.compare.get("seeds"))
     if tune is not None:
         parse_tune(dict(tune), "tune")
+    # an override no run uses (a tuning axis or every variant replaces it), which config.toml would record as the base: one ConfigError, as on the command line
+    check_overrides_replaced(cfg, overrides, variants, tune if tune is not None else cfg.tune, AskedBy(grid_rows=grid is not None, tune_given=tune is not None))
     if write:
         check_out_dir(cfg.out_dir)
     if model is not None:  # a caller's module against the data before any run starts (build_experiment checks it)

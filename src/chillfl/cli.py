@@ -404,94 +404,21 @@ def _check_command_line(config: RunConfig, args: argparse.Namespace, grid: Seque
     _check_overrides_replaced(config, args, grid, options)
 
 
-def _at(table: Any, key: str) -> tuple[bool, Any]:
-    """The value at dotted ``key`` of a config's nested dict, and whether it is there; a list of named tables (the loss
-    terms of ``objective.terms``) is entered by an entry's ``name``, as ``objective.terms.ntd.beta`` writes it."""
-    for part in key.split("."):
-        if isinstance(table, (list, tuple)):
-            table = next((t for t in table if isinstance(t, dict) and t.get("name") == part), None)
-            if table is None:
-                return False, None
-            continue
-        if not isinstance(table, dict) or part not in table:
-            return False, None
-        table = table[part]
-    return True, table
-
-
 def _check_overrides_replaced(config: RunConfig, args: argparse.Namespace, grid: Sequence[str], options: "CompareOptions") -> None:
     """An override that every run of a comparison replaces (its tuning grid's axis, or every variant's value): one line on
-    its key, as :func:`_check_seed_flag` does for the seed. ``client.lr=0.3`` on a config tuning ``client.lr`` ran none of
-    its runs at 0.3, yet the comparison's ``config.toml`` recorded ``lr = 0.3`` as its base. One that some runs keep stays.
+    its key (:func:`chillfl.sweeps.replaced.check_overrides_replaced`, which :func:`chillfl.compare` calls too), as
+    :func:`_check_seed_flag` does for the seed. ``grid``: the rows the comparison runs as its variants (the demo's
+    temperatures, ``--grid``); a grid that does not parse is left to the planning, which names it."""
+    from chillfl.sweeps.plan import parse_grid, typed_comparison
+    from chillfl.sweeps.replaced import AskedBy, check_overrides_replaced
 
-    A run keeps it where its variant's config holds the override's value there and no tuning axis sets it. A comparison
-    whose variants do not build is left to its planning, which names the variant."""
-    from chillfl.config import dotted_keys
-    from chillfl.sweeps.plan import Variant, apply_variant, own_variant, parse_grid, typed_comparison, variants_from_config
-
-    keys = [k for k in parse_overrides(list(args.overrides)) if k not in ("name", "seed") and k.split(".")[0] not in ("variants", "compare", "tune")]
-    if not keys:
-        return
     try:
-        typed = typed_comparison(config)
-        variants = parse_grid(grid, typed) if grid else variants_from_config(typed) or [own_variant(typed)]
+        variants = parse_grid(grid, typed_comparison(config)) if grid else None
     except ConfigError:
         return
-    built: dict[str, dict[str, Any] | None] = {}  # a variant's config, as a dict: built only where it writes the key's section
-
-    def keeps(v: Variant, key: str, value: Any) -> bool:
-        """Whether ``v``'s config holds ``value`` at ``key``; one that does not build is left to the planning, which names it."""
-        section = key.split(".")[0]
-        if all(k.split(".")[0] != section for k in dotted_keys([v.overrides])):  # a variant changes only the sections it writes
-            return True
-        if v.label not in built:
-            try:
-                built[v.label] = apply_variant(typed, v).to_dict()
-            except ConfigError:
-                built[v.label] = None
-        own = built[v.label]
-        return own is None or _at(own, key) == (True, value)
-
-    shared = options.tune if options.tune is not None else config.tune
-    rows = "the --grid rows" if grid and args.command == "compare" else "the variants"  # the demo's temperatures are variants too
-    base = config.to_dict()
-    for key in keys:
-        found, value = _at(base, key)
-        if not found:
-            continue
-        axes: list[str] = []  # the tuning axes that replace it, as written
-        setters: list[str] = []  # the variants that do
-        for v in variants:
-            axis = next((k for k in (*shared, *v.tune) if key == k or key.startswith(k + ".")), None)
-            if axis is not None:
-                axes.append(f"{'--tune' if options.tune is not None else '[tune]'} {axis}" if axis in shared else f"variants.{v.label}.tune.{axis}")
-            elif keeps(v, key, value):
-                break  # this variant's runs keep it
-            else:
-                setters.append(repr(v.label))
-        else:
-            text = _override_text(value)
-            said = [f"the tuning grid's {', '.join(dict.fromkeys(axes))}"] if axes else []
-            tune = f"--tune {shlex.quote(f'{key}={text}')}" if options.tune is not None else shlex.quote(f"tune.{key}=[{text}]")
-            hints = [f"tune it at that value instead: {tune}"] if axes and key in shared else []
-            if setters:
-                said.append(f"{rows} {', '.join(setters[:4])}{f' and {len(setters) - 4} more' if len(setters) > 4 else ''}")
-                target = DEMO if args.config is None else shlex.quote(args.config)
-                hints.append("give its value to --grid" if rows == "the --grid rows" else
-                             f"set it in the variants, or run one variant at it: chillfl run {target} --variant LABEL --seed N {shlex.quote(f'{key}={text}')}")
-            raise ConfigError(key, f"every run of {config.name} replaces the command line's {key}={text} ({' and '.join(said)}), so no run would use it, "
-                                   f"though the comparison's config.toml would record it; {', or '.join(hints) or 'drop it'}")
-
-
-def _override_text(value: Any) -> str:
-    """A config value as an override writes it (TOML: ``0.3``, ``"fixed"``, ``[64, 32]``)."""
-    import tomli_w
-
-    try:
-        text = tomli_w.dumps({"v": value})
-    except TypeError:
-        return short_repr(value)
-    return text.strip()[len("v = "):] if text.startswith("v = ") and text.count("\n") == 1 else short_repr(value)  # a table: [v] lines
+    asked = AskedBy(target=DEMO if args.config is None else shlex.quote(args.config), grid_rows=bool(grid) and args.command == "compare",
+                    tune_given=options.tune is not None)  # the demo's temperatures are variants to `chillfl run`
+    check_overrides_replaced(config, parse_overrides(list(args.overrides)), variants, options.tune if options.tune is not None else config.tune, asked)
 
 
 def _compare(

@@ -469,7 +469,7 @@ class RayWorkers:
                 if not isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
                     raise
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
-                raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}") from None
+                raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {last_line(exc)}") from None  # the line naming what failed
         self.lost: str | None = None
         """Why an actor is gone for good (set by an executor that found it dead after its retries)."""
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
@@ -677,9 +677,11 @@ class RayExecutor:
                 results[a] = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 clients = ", ".join(str(items[i].client_id) for i in shares[a])
-                cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                # the last line: why it died (a creation task's exception, "The actor is dead because ..."), not Ray's preamble
+                # ("The actor died unexpectedly before finishing this task."), as a client's exception and a Flower node's error say theirs
+                cause = last_line(exc, 200) or type(exc).__name__
                 errors.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
-                                  f"the round was not aggregated ({type(exc).__name__}: {cause[:200]})"))
+                                  f"the round was not aggregated ({type(exc).__name__}: {cause})"))
             except ray.exceptions.RayTaskError as exc:
                 if isinstance(exc.cause, ConfigError):  # bad input only a client sees (a context key): one line and exit 2, as in a serial run
                     errors.append((a, exc.cause))

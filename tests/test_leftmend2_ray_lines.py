@@ -1,0 +1,89 @@
+"""The Ray executor says why an actor died, and why Ray would not start, by the error text's LAST line (the exception
+itself, after Ray's preamble), the rule chillfl.errors.last_line gives a client's exception and a Flower node's error.
+It kept the first: "The actor died unexpectedly before finishing this task." whatever killed the actor.
+
+The errors are Ray's own classes built as Ray builds them (no cluster: an actor killed for real takes tens of seconds)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from chillfl.config import RayConfig
+from chillfl.executors.processes import ClientCodeError, StallClock, WorkerError
+from chillfl.stop_signals import RaisedLater
+
+ray = pytest.importorskip("ray")
+
+SYSTEM_DEATH = ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: "
+                "Worker unexpectedly exits with a connection error code 2. End of file.")
+
+
+def _system_death() -> BaseException:
+    from ray.core.generated.common_pb2 import ActorDiedErrorContext
+    from ray.exceptions import ActorDiedError
+
+    context = ActorDiedErrorContext(error_message=SYSTEM_DEATH, class_name="Worker", actor_id=b"\x01" * 16, pid=4242, node_ip_address="127.0.0.1")
+    return ActorDiedError(context)
+
+
+def _creation_failure() -> BaseException:
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    traceback = 'Traceback (most recent call last):\n  File "worker.py", line 3, in __init__\n    import missing_module\nModuleNotFoundError: No module named \'missing_module\''
+    return ActorDiedError(RayTaskError("Worker.__init__", traceback, ModuleNotFoundError("No module named 'missing_module'")))
+
+
+def _lost_line(error: BaseException) -> str:
+    """The round's error when actor 1's call raised ``error`` (actor 0's came back), through the executor's ``_collect``."""
+    from chillfl.executors.ray_executor import RayExecutor
+
+    class FakeRay:
+        exceptions = ray.exceptions
+
+        def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list[Any], list[Any]]:
+            return pending, []
+
+        def get(self, ref: Any) -> Any:
+            if ref == "ref1":
+                raise error
+            return ref
+
+    executor = object.__new__(RayExecutor)
+    executor._broken, executor._closed, executor._ray, executor._stall = None, False, FakeRay(), StallClock()
+    executor.pool = SimpleNamespace(closed=False, lost=None)  # type: ignore[assignment]
+    executor.options = RayConfig(max_retries=3)
+    items = [SimpleNamespace(client_id=c) for c in (4, 7)]
+    with pytest.raises(WorkerError) as info, RaisedLater() as later:
+        executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1]], later)
+    assert not isinstance(info.value, ClientCodeError)  # a lost worker: resumable
+    return str(info.value)
+
+
+def test_a_dead_actor_is_said_by_why_it_died() -> None:
+    assert str(_system_death()).splitlines()[0] == "The actor died unexpectedly before finishing this task."  # Ray's preamble, then its details
+    assert _lost_line(_system_death()) == ("Ray worker 1 (clients 7) died and was restarted 3 time(s) without finishing its share; the round was not "
+                                           f"aggregated (ActorDiedError: {SYSTEM_DEATH[:200]})")
+    assert _lost_line(_creation_failure()).endswith("(ActorDiedError: ModuleNotFoundError: No module named 'missing_module')")
+
+
+def test_a_start_up_failure_is_said_by_its_last_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``ray.init`` raising a text with a preamble (a wrapped exception): the line after it names what failed."""
+    import chillfl.executors.ray_executor as ray_executor
+
+    text = ("Failed to connect to the Ray cluster at 10.0.0.9:6379.\nTraceback (most recent call last):\n  File \"client.py\", line 12, in connect\n"
+            "ConnectionRefusedError: [Errno 111] Connection refused\n")
+
+    class FakeRay:
+        def is_initialized(self) -> bool:
+            return False
+
+        def init(self, **kwargs: Any) -> None:
+            raise ConnectionError(text)
+
+    monkeypatch.setattr(ray_executor, "import_ray", FakeRay)
+    with pytest.raises(WorkerError) as info:
+        ray_executor.RayWorkers(RayConfig(address="10.0.0.9:6379"))
+    assert str(info.value) == "could not start or reach the Ray cluster at '10.0.0.9:6379': ConnectionError: ConnectionRefusedError: [Errno 111] Connection refused"

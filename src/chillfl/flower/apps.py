@@ -75,13 +75,13 @@ from chillfl.settings.distillation import DistillationOptions
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
-from chillfl.executors.processes import WorkerError
+from chillfl.executors.processes import ClientCodeError, WorkerError
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.results import ResultWriter, remove_tree
 from chillfl.errors import ConfigError, last_line
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
-from chillfl.flower.wire import Refusal, StatesRequest, decode, encode
+from chillfl.flower.wire import ClientFailure, Refusal, StatesRequest, decode, encode
 from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.once import once_per_call, said_once
 from chillfl.plugins import is_custom
@@ -361,22 +361,27 @@ class FlowerExecutor:
         messages = [Message(content=encode(batch), dst_node_id=node, message_type="train", group_id=str(rnd)) for node, batch in by_node.items()]
         replies: dict[int, ClientReply[Any, Any]] = {}
         partition = {node: part for part, node in self.partitions.items()}
-        failed: list[tuple[int, ConfigError | str]] = []  # (partition-id, what): every reply read before one is raised
+        failed: list[tuple[int, ConfigError | ClientCodeError | str]] = []  # (partition-id, what): every reply read before one is raised
         for msg in self._send_and_receive(messages):
             node = msg.metadata.src_node_id
-            if msg.has_error():
+            if msg.has_error():  # the node itself failed (lost, its ClientApp crashed): a lost worker's
                 failed.append((partition.get(node, -1), f"SuperNode {node} failed a client update: {error_line(msg.error.reason)}; the round was not aggregated"))
                 continue
             answer = decode(msg.content)
             if isinstance(answer.get("refused"), Refusal):  # the node's ConfigError (ClientApp's train): raised here as it is
                 failed.append((partition.get(node, -1), answer["refused"].error()))
                 continue
+            if isinstance(answer.get("failed"), ClientFailure):  # the client's own code raised on the node: the run's failure
+                clients = ", ".join(str(t.client_id) for t in by_node.get(node, []))
+                failed.append((partition.get(node, -1), ClientCodeError(f"SuperNode {node} (clients {clients}): a client update failed: {answer['failed'].error}")))
+                continue
             held = set(answer["held"])
             for reply in answer["replies"]:
                 replies[reply.client_id] = dataclasses.replace(reply, state=OnNode(node) if reply.client_id in held else None)
         if failed:  # the lowest partition's, as the Ray executor raises its lowest worker's: one line naming the field for bad input
-            first = min(failed, key=lambda f: f[0])[1]
-            raise first if isinstance(first, ConfigError) else WorkerError(first)
+            lost = [f for f in failed if isinstance(f[1], str)]  # a lost node makes the round a lost worker's, as a dead Ray actor does
+            first = min(lost or failed, key=lambda f: f[0])[1]
+            raise first if isinstance(first, (ConfigError, ClientCodeError)) else WorkerError(first)
         missing = [t.client_id for t in tasks if t.client_id not in replies]
         if missing:
             raise WorkerError(f"no reply from clients {missing} within {self.timeout:g} s; the round was not aggregated")
@@ -697,7 +702,9 @@ class ClientRuntime:
 
         ``records`` is the node's ``Context.state``: each client's state is read
         from it before and written back after its update; the reply carries
-        no state, only which clients now hold one (``held``).
+        no state, only which clients now hold one (``held``). A client update that raises (the client's own code) is a
+        reply too, :class:`~chillfl.flower.wire.ClientFailure`: raised here, Flower sent it as an error reply, which the
+        server cannot tell from a lost node's.
 
         The updates run under the run's ``precision`` and ``deterministic`` (:func:`~chillfl.runner.device_settings`,
         set back after): as chillfl's worker processes and Ray actors pin them, so a node trains as a chillfl run's
@@ -707,7 +714,13 @@ class ClientRuntime:
         executor, evaluation = self.ready()
         full = [dataclasses.replace(t, data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id)) for t in tasks]
         with registered_float32(self.config), device_settings(self.config, self.parts["device"]):  # float32: FedGen's generator, a method's noise
-            replies = executor.map(full)
+            try:
+                replies = executor.map(full)
+            except ConfigError:
+                raise  # a refusal: the ClientApp sends it as one (Refusal)
+            except Exception as error:  # the client's own code: a reply the server raises as ClientCodeError, not a lost node's error
+                logging.getLogger(__name__).error("a client update failed on this node", exc_info=True)  # the traceback, where the node runs
+                return encode({"failed": ClientFailure(f"{type(error).__name__}: {last_line(error)}" if str(error).strip() else type(error).__name__)})
         held = []
         for reply in replies:
             if reply.state is not None:
@@ -771,7 +784,8 @@ def client_app(config: RunConfig | None = None, *, simulated: bool = False) -> A
     @app.train()
     def train(msg: Any, context: Any) -> Any:
         """The node's updates; its ConfigError (bad input only a client sees) is a reply (:class:`~chillfl.flower.wire.Refusal`),
-        which the server raises as that one line: raised here, Flower logged the traceback and the server got it as text."""
+        which the server raises as that one line: raised here, Flower logged the traceback and the server got it as text.
+        (A client's own exception is a reply as well, made by :meth:`ClientRuntime.train`; what still raises here is the node's.)"""
         try:
             content = runtime(context).train(msg.content, context.state)
         except ConfigError as error:

@@ -75,6 +75,17 @@ class Refusal:
         return rebuilt_error(kind, {**state, "field": str(self.field), "message": str(self.message)})
 
 
+@dataclass(frozen=True)
+class ClientFailure:
+    """A node's client update that raised in the client's own code (a loss term, a training step: not a ConfigError),
+    sent back as a reply: the exception's ``Type: message`` line, which the server raises as a
+    :class:`~chillfl.executors.processes.ClientCodeError`, as the Ray and process executors raise a worker's. Raised by
+    Flower instead, it came back as an error reply, which the server cannot tell from a lost node's: a WorkerError, said
+    as a lost worker. The node logs the traceback where it runs."""
+
+    error: str
+
+
 def _sent(attribute: object) -> bool:
     """Whether a refusal carries ``attribute`` of its error: a public name other than the two it always carries."""
     return isinstance(attribute, str) and attribute.isidentifier() and not attribute.startswith("_") and attribute not in ("field", "message")
@@ -85,6 +96,7 @@ MESSAGES: dict[str, type] = {
     for cls in (
         StatesRequest,  # the clients' states, asked once at the end
         Refusal,  # a node's ConfigError
+        ClientFailure,  # a node's client code raised
         ClientTask, ClientReply,
         ParamDownlink, ParamUplink,  # parameter sharing
         SoftLabelRoundDownlink, SoftLabelDownlink, CacheSyncDelta, SoftLabelReport, SoftLabelUplink,  # soft-label sharing

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chillfl.config import RunConfig, dotted_keys, dotted_overrides
+from chillfl.config import TERM_KEY, RunConfig, dotted_keys, dotted_overrides
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
 from chillfl.sweeps.plan import Variant, apply_variant, own_variant, typed_comparison, variants_from_config
@@ -127,10 +127,18 @@ def _tune_hint(key: str, text: str, asked: AskedBy) -> str:
 
 
 def value_at(table: Any, key: str) -> tuple[bool, Any]:
-    """The value at dotted ``key`` of a config's nested dict, and whether it is there; a list of named tables (the loss
-    terms of ``objective.terms``) is entered by an entry's ``name``, as ``objective.terms.ntd.beta`` writes it."""
+    """The value at dotted ``key`` of a config's nested dict, and whether it is there. A loss term's option,
+    ``objective.terms.<name>.<option>``, is found as :func:`chillfl.training.terms.with_term_option` sets it: the term is
+    the entry of ``objective.terms`` whose ``name`` is everything before the key's last dot. Why: split on every dot, a
+    term named by import path (``mypkg.reg:L2``) was looked for as ``mypkg``, found nowhere, and an override every run
+    replaced went through unrefused."""
+    if key.startswith(TERM_KEY):
+        found, terms = value_at(table, TERM_KEY[:-1])
+        name, _, option = key[len(TERM_KEY):].rpartition(".")
+        entry = next((t for t in terms if isinstance(t, dict) and t.get("name") == name), None) if found and isinstance(terms, (list, tuple)) else None
+        return (True, entry[option]) if entry is not None and name and option in entry else (False, None)
     for part in key.split("."):
-        if isinstance(table, (list, tuple)):
+        if isinstance(table, (list, tuple)):  # another list of named tables: entered by an entry's name
             table = next((t for t in table if isinstance(t, dict) and t.get("name") == part), None)
             if table is None:
                 return False, None

@@ -34,6 +34,14 @@ TABLE_MIN_ROWS = 256
 """A mapping of fewer rows stays JSON: small runs' checkpoints keep their version 2/3 bytes."""
 TABLE_DEPTH = 4
 """How many levels below the table's own a mark nests (spec, ``columns``, a column, its ``strides``)."""
+TABLE_MAX_DIMS = 16
+"""The most dimensions a tensor column's rows may have; a table of tensors with more stays JSON, and a file whose column
+has more is refused. Why: a column's shape is written once, but each row is read back as a tensor of its own that holds
+every size and stride (16 bytes a dimension) whatever its bytes, so a forged column of many size-1 dimensions made a
+reader allocate about 3,500 times the file's size (1000 dimensions, a byte a row). No model state comes near 16: the
+largest built-in layer weight is 5-D (``Conv3d``), one client's copy of a vectorized or stacked one 6-D or 7-D. At 16
+a row's sizes and strides are 256 bytes, less than half of what any row costs anyway (measured, one-byte rows read
+back: about 1.2 KB a row at 1 dimension, 1.7 KB at 16, 32 KB at 1000)."""
 
 _SCALARS: dict[type, tuple[str, str, torch.dtype]] = {
     int: ("int", "q", torch.int64),
@@ -104,6 +112,8 @@ def _column(values: Sequence[Any]) -> tuple[str, torch.Tensor, list[int] | None]
     first = values[0]
     if first.layout is not torch.strided or first.is_nested or first.is_meta or first.is_quantized:
         return None  # the JSON walk refuses these in its own words
+    if first.dim() > TABLE_MAX_DIMS:  # the reader refuses such a column: the JSON's slots spell each shape
+        return None
     if first.numel() == 0:  # no bytes a row: such columns let a forged file's few bytes stand for rows x fields tensors
         return None  # (TableReader refuses them), so a table of empty tensors stays JSON, a node a value
     if len(set(map(_SIGNATURE, values))) != 1:
@@ -227,6 +237,8 @@ class TableReader:
             raise ValueError("malformed table column")
         if n and entry.numel() == 0:  # no writer makes one (_column): n x fields tensors out of no bytes, quadratic in a forged file's size
             raise ValueError("a table's tensor column holds no bytes")
+        if entry.dim() - 1 > TABLE_MAX_DIMS:  # no writer makes one (_column): each row's sizes and strides, not the file's bytes
+            raise ValueError(f"a table's tensor column has rows of {entry.dim() - 1} dimensions (at most {TABLE_MAX_DIMS})")
         shape = list(entry.shape[1:])
         if strides is not None and not (isinstance(strides, list) and is_dense(shape, strides)):
             raise ValueError("malformed strides of a table column")

@@ -96,3 +96,42 @@ def test_a_table_of_tensors_past_the_dimension_bound_is_written_as_json_and_read
         back = checkpoint.decode_state(data)["t"]
         assert list(back) == list(tree["t"])
         assert all(back[k].shape == tree["t"][k].shape and torch.equal(back[k], tree["t"][k]) for k in tree["t"])
+
+
+def _permuted(numel: int) -> torch.Tensor:
+    """A dense, non-contiguous tensor with a size-1 dimension: written with its strides, ``[1, numel // 2, numel // 2]``."""
+    return torch.arange(numel, dtype=torch.float32).reshape(2, 1, numel // 2).permute(2, 1, 0)
+
+
+def test_a_stride_past_int64_in_a_version_4_column_is_refused_in_one_short_line(tmp_path: Path) -> None:
+    data = encode_state({"round": 1, "t": {str(c): _permuted(6) for c in range(ROWS)}})
+    assert _column_of(json.loads(_header(data)["__metadata__"][checkpoint.METADATA_KEY]))["strides"] == [1, 3, 3]
+
+    def edit(doc: dict[str, Any], entries: dict[str, torch.Tensor]) -> None:
+        _column_of(doc)["strides"][1] = 2**64
+    _refused(_forged(data, edit), tmp_path, "malformed strides of a table column")
+
+
+@pytest.mark.parametrize("numel", [6, 2 * checkpoint.PACK_MAX_NUMEL], ids=["packed", "own-entry"])
+def test_a_stride_past_int64_in_a_version_2_document_is_refused_in_one_short_line(numel: int, tmp_path: Path) -> None:
+    data = encode_state({"round": 1, "x": _permuted(numel)})
+    half = numel // 2
+
+    def edit(doc: dict[str, Any], entries: dict[str, torch.Tensor]) -> None:
+        (name,) = doc["strides"]
+        assert doc["strides"][name] == [1, half, half]
+        doc["strides"][name][1] = 2**64
+    _refused(_forged_v2(data, edit), tmp_path, "malformed strides for tensor")
+
+
+def test_the_largest_int64_stride_of_a_size_1_dimension_still_reads(tmp_path: Path) -> None:
+    """The bound is int64's, not tighter: a size-1 dimension's stride is free, and 2**63 - 1 was (and is) accepted."""
+    data = encode_state({"round": 1, "x": _permuted(6)})
+
+    def edit(doc: dict[str, Any], entries: dict[str, torch.Tensor]) -> None:
+        (name,) = doc["strides"]
+        doc["strides"][name][1] = 2**63 - 1
+    path = tmp_path / "c.safetensors"
+    path.write_bytes(_forged_v2(data, edit))
+    x = read_state(path)["x"]
+    assert torch.equal(x, _permuted(6)) and x.stride() == (1, 2**63 - 1, 3)

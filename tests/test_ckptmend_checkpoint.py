@@ -135,3 +135,10 @@ def test_the_largest_int64_stride_of_a_size_1_dimension_still_reads(tmp_path: Pa
     path.write_bytes(_forged_v2(data, edit))
     x = read_state(path)["x"]
     assert torch.equal(x, _permuted(6)) and x.stride() == (1, 2**63 - 1, 3)
+
+
+def test_a_column_kind_that_is_a_list_is_named_as_such(tmp_path: Path) -> None:
+    def edit(doc: dict[str, Any], entries: dict[str, torch.Tensor]) -> None:
+        _column_of(doc)["kind"] = ["x"]
+    line = _refused(_forged(_bytes_table(), edit), tmp_path, "malformed table column: its kind is a list, not a name")
+    assert "unhashable" not in line

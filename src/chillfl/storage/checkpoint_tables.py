@@ -236,6 +236,8 @@ class TableReader:
         if not isinstance(column, dict) or not set(column) <= {"kind", "entry", "strides"}:
             raise ValueError("malformed table column")
         kind, entry, strides = column.get("kind"), self._take(column.get("entry")), column.get("strides")
+        if not isinstance(kind, str):  # a list is unhashable: the lookup below said only "unhashable type: 'list'"
+            raise ValueError(f"malformed table column: its kind is a {type(kind).__name__}, not a name")
         if kind in _SCALAR_DTYPES:
             if entry.dtype != _SCALAR_DTYPES[kind] or tuple(entry.shape) != (n,) or strides is not None:
                 raise ValueError("malformed table column")

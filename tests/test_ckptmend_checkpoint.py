@@ -21,7 +21,7 @@ import safetensors.torch
 import torch
 
 from chillfl.storage import checkpoint, checkpoint_tables
-from chillfl.storage.checkpoint import CorruptCheckpoint, encode_state, read_checkpoint, read_state
+from chillfl.storage.checkpoint import CorruptCheckpoint, UnstorableState, encode_state, read_checkpoint, read_state, write_state
 from chillfl.storage.checkpoint_tables import TABLE_MAX_DIMS
 from test_ckpack_checkpoint import _header
 from test_ckptv4_tables import _forged
@@ -142,3 +142,21 @@ def test_a_column_kind_that_is_a_list_is_named_as_such(tmp_path: Path) -> None:
         _column_of(doc)["kind"] = ["x"]
     line = _refused(_forged(_bytes_table(), edit), tmp_path, "malformed table column: its kind is a list, not a name")
     assert "unhashable" not in line
+
+
+def _quantized(i: int) -> torch.Tensor:
+    return torch.quantize_per_tensor(torch.full((3,), float(i)), 0.1, 0, torch.qint8)
+
+
+@pytest.mark.filterwarnings("ignore:torch.quantize_per_tensor:UserWarning")  # deprecated by torch, still made by users' states
+@pytest.mark.parametrize("per_client, where", [(False, "protocol.q"), (True, "protocol.clients.0")], ids=["alone", "per-client"])
+def test_a_quantized_tensor_is_unstorable_state_named_by_its_place(per_client: bool, where: str, tmp_path: Path) -> None:
+    """Per client (a table's worth of rows) no table is made: the walk names the first row. The runner turns
+    UnstorableState into one ConfigError on the field that chose the part (``runner._checkpoint``)."""
+    state = {"clients": {str(c): _quantized(c) for c in range(ROWS)}} if per_client else {"q": _quantized(1)}
+    with pytest.raises(UnstorableState) as caught:
+        write_state(tmp_path / "c.safetensors", {"round": 1, "protocol": state})
+    assert caught.value.where == where
+    assert str(caught.value).startswith(f"cannot checkpoint a quantized tensor at {where}: store its int_repr()")
+    assert "\n" not in str(caught.value)
+    assert not (tmp_path / "c.safetensors").exists()

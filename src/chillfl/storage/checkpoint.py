@@ -165,6 +165,9 @@ def _encode(
         if node.layout is not torch.strided or node.is_nested or node.is_meta:  # no bytes to store: the part's state, not the disk
             kind = "nested" if node.is_nested else "meta" if node.is_meta else str(node.layout).removeprefix("torch.")
             raise UnstorableState(where, f"cannot checkpoint a {kind} tensor at {where or '<root>'}: store a dense (strided) tensor")
+        if node.is_quantized:  # safetensors has no quantized dtypes: was a KeyError traceback (torch.qint8) from its save
+            raise UnstorableState(where, f"cannot checkpoint a quantized tensor at {where or '<root>'}: store its int_repr() and its "
+                                         "quantization parameters, or its dequantize()d values")
         name = str(len(tensors) + len(small))
         if node.numel() <= PACK_MAX_NUMEL:
             small.append((name, node.detach()))

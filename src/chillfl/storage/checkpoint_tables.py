@@ -120,7 +120,7 @@ def _column(values: Sequence[Any]) -> tuple[str, torch.Tensor, list[int] | None]
         return None
     first = values[0]
     if first.layout is not torch.strided or first.is_nested or first.is_meta or first.is_quantized:
-        return None  # the JSON walk refuses these in its own words
+        return None  # the JSON walk refuses these in its own words (UnstorableState, naming the state)
     if first.dim() > TABLE_MAX_DIMS:  # the reader refuses such a column: the JSON's slots spell each shape
         return None
     if first.numel() == 0:  # no bytes a row: such columns let a forged file's few bytes stand for rows x fields tensors

@@ -77,6 +77,7 @@ from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.progress import Progress, make_bar
 from chillfl.stderr import say
+from chillfl.protocols.common import Evaluation
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, close_sinks
 from chillfl.stop_signals import Repeats, made_held, stop_signals
@@ -848,7 +849,8 @@ def finish_run(
     recorded in ``summary.json``; the Flower server finishes its folder here too, so that both write the same files.
     ``executor``: what trained the clients, recorded in ``environment`` (:func:`~chillfl.executors.parallel.executor_record`).
     """
-    summary = summarize(records, config.eval.target_accuracy, exp.data.local_validation_mismatch())
+    summarized = records if stopped is None else stop_evaluated(exp, config, protocol, records)
+    summary = summarize(summarized, config.eval.target_accuracy, exp.data.local_validation_mismatch())
     if runtime is not None:
         summary["runtime"] = runtime
     if records and all(r.get("skipped") for r in records) and stopped is None:  # Poisson sampling at a small q, or min_clients above what reports
@@ -895,6 +897,23 @@ def finish_run(
     if stopped is None:  # only once the folder is final: until then it is the run's way back
         (final / CHECKPOINT).unlink(missing_ok=True)
     return RunOutput(final, records, summary, model_state, clients)
+
+
+def stop_evaluated(exp: Experiment, config: RunConfig, protocol: ServerProtocol, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` for the summary of a run a hook stopped: where its stop round did not evaluate the global model
+    (``eval.every`` skipped it, or it was skipped), the last record with that model's metrics, as a last round's are.
+
+    Why: the round a run stops at is its last, and ``final_global_acc`` is the saved model's (as ``rounds_to_target``
+    and ``target_eval_interval`` count it measured). Why not in ``metrics.jsonl``: the run resumes from that round, and
+    the resumed run's records must be the uninterrupted run's, which has no evaluation there. After the checkpoint:
+    an evaluation that draws (a model random in eval mode) leaves the resumed rounds as they were.
+    """
+    if not records or "global_acc" in records[-1]:
+        return records
+    state = protocol.global_state()
+    if state is None:  # no global model (prototypes that share none): what its rounds measure needs the protocol
+        return records
+    return [*records[:-1], {**records[-1], **Evaluation(config, exp.data, exp.model, exp.device).metrics(state)}]
 
 
 def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, torch.Tensor]) -> dict[str, Any] | None:

@@ -83,7 +83,7 @@ import numpy as np
 import torch
 
 from chillfl.data import arraycache
-from chillfl.data.loaders import FemnistOptions, local_source, select_writers, table_files
+from chillfl.data.loaders import JPEG_FORMATS, FemnistOptions, local_source, select_writers, table_files
 from chillfl.data.sources import hub_download_command
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
@@ -277,7 +277,7 @@ def decode_png_column(column: Any, rows: np.ndarray | None = None) -> np.ndarray
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
-                images.append(np.asarray(Image.open(io.BytesIO(blob)).convert("L"), dtype=np.uint8))
+                images.append(np.asarray(Image.open(io.BytesIO(blob), formats=JPEG_FORMATS).convert("L"), dtype=np.uint8))  # never EPS (Ghostscript)
         except Exception as exc:  # noqa: BLE001 - a corrupt PNG (or a decompression bomb) is the file's fault: one line
             raise ConfigError(f"{SECTION}.path", f"FEMNIST row {row}: cannot decode the image ({' '.join(str(exc).split())})") from None
     shapes = {a.shape for a in images}

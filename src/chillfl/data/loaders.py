@@ -624,11 +624,18 @@ def _pil() -> Any:
     return need("PIL.Image", "images", "JPEG datasets")  # one MissingExtra line naming the `images` extra
 
 
+JPEG_FORMATS = ("JPEG", "PNG")
+"""The Pillow formats a Tiny-ImageNet or Caltech-256 image file may hold (both ship JPEGs; a PNG named ``.jpg`` is
+harmless). Why a list: left to itself Pillow picks the format from the bytes, and a ``.JPEG`` file holding EPS is
+handed to Ghostscript, which runs the file's PostScript program."""
+
+
 def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
-    """One image as 3 x size x size uint8 (RGB; ``crop``: centre square crop before resizing)."""
+    """One image as 3 x size x size uint8 (RGB; ``crop``: centre square crop before resizing); a file in no format of
+    :data:`JPEG_FORMATS` is one line naming it, as a corrupt one is."""
     image_mod = _pil()
     try:
-        with image_mod.open(path) as im:
+        with image_mod.open(path, formats=JPEG_FORMATS) as im:
             im = im.convert("RGB")
             if crop and im.width != im.height:
                 side = min(im.width, im.height)
@@ -637,6 +644,8 @@ def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
             if im.size != (size, size):
                 im = im.resize((size, size), image_mod.Resampling.BILINEAR)
             return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
+    except image_mod.UnidentifiedImageError as exc:  # its text repeats the path and not what was wrong
+        raise _corrupt(path, f"not a {' or '.join(JPEG_FORMATS)} image") from exc
     except (OSError, ValueError, SyntaxError, image_mod.DecompressionBombError) as exc:  # PIL's errors for unreadable or absurd images
         raise _corrupt(path, exc) from exc
 

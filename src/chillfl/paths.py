@@ -1,4 +1,5 @@
-"""Where chillfl may write: a user-given folder is checked before anything is created; and how a command chillfl prints names one.
+"""Where chillfl may write: a user-given folder is checked before anything is created; how a command chillfl prints names
+one; and how a results folder's own file is read without being followed out of it (:func:`read_own_file`).
 
 Leaf module (imports only :mod:`chillfl.errors` and :mod:`chillfl.options`), so that config validation in
 any layer can use it without importing upward.
@@ -9,6 +10,7 @@ from __future__ import annotations
 import errno
 import os
 import shlex
+import stat
 import tempfile
 from pathlib import Path
 
@@ -31,6 +33,43 @@ O_DIRECTORY = os.O_DIRECTORY if hasattr(os, "O_DIRECTORY") else 0
 O_NOFOLLOW = os.O_NOFOLLOW if hasattr(os, "O_NOFOLLOW") else 0
 O_CLOEXEC = os.O_CLOEXEC if hasattr(os, "O_CLOEXEC") else 0
 """POSIX open flags; 0 where the platform lacks one (Windows), which only gives up that protection."""
+
+OWN_FILE_LIMIT = 50 * 2**20
+"""Bytes of a results folder's own file (a comparison's figure, ``table.md``, ``sweep.json``, ``failure.json``) read
+at most: a link to ``/dev/zero`` named ``x.png`` filled the memory."""
+
+
+def read_own_file(path: Path) -> bytes | str:
+    """The bytes of a file a results folder holds, or why it is left out (a link, not a regular file, over
+    :data:`OWN_FILE_LIMIT`, unreadable): how a folder someone sent is read as data.
+
+    Why: a received folder's ``leak.png -> ~/secret.txt`` (or ``table.md``, ``failure.json -> ...``) was shown in the
+    page, which is then shared; a FIFO hung the reader. Opened without following a link and without blocking, then
+    checked again on the open file: a file swapped after the ``lstat`` is caught too."""
+    try:
+        if path.is_symlink():
+            return "a symbolic link"
+        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        return "a symbolic link" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror or exc}"
+    try:
+        info = os.fstat(fd)
+    except OSError as exc:
+        os.close(fd)
+        return f"unreadable: {exc.strerror or exc}"
+    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder (IsADirectoryError) and would keep the fd
+        os.close(fd)
+        return "not a regular file"
+    with os.fdopen(fd, "rb") as fh:
+        if info.st_size > OWN_FILE_LIMIT:
+            return f"over {OWN_FILE_LIMIT // 2**20} MB"
+        try:
+            data = fh.read(OWN_FILE_LIMIT + 1)
+        except OSError as exc:
+            return f"unreadable: {exc.strerror or exc}"
+    if len(data) > OWN_FILE_LIMIT:  # grew since its fstat
+        return f"over {OWN_FILE_LIMIT // 2**20} MB"
+    return data
 
 
 def shell_path(path: str | Path) -> str:

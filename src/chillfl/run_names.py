@@ -23,7 +23,7 @@ from typing import Any, Final, Protocol
 
 from chillfl.errors import json_loads
 from chillfl.config import safe_name
-from chillfl.paths import FAILED, PARTIAL
+from chillfl.paths import FAILED, PARTIAL, read_own_file
 from chillfl.storage.run_folder import SWEEP_FILE
 from chillfl.tune import Point, parse_tune, point_label
 
@@ -217,7 +217,10 @@ def comparison_labels(folder: Path) -> dict[str, str]:
     its runs (:func:`run_labels` with its :func:`run_folders`); empty when ``folder`` holds no readable record (a plain
     folder of runs, a foreign or hand-edited file): its runs keep the report's own labels."""
     try:
-        record = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8"))
+        data = read_own_file(folder / SWEEP_FILE)  # a FIFO hung report and status, a link was followed out of the folder
+        if isinstance(data, str):
+            return {}
+        record = json_loads(data)
         options = record["options"]
         seeds = [int(s) for s in options["seeds"]]
         shared = dict(options.get("tune") or {})

@@ -33,7 +33,6 @@ decoded (``naturalWidth > 0``) and writes the result into
 from __future__ import annotations
 
 import base64
-import errno
 import html
 import io
 import json
@@ -41,7 +40,6 @@ import logging
 import math
 import os
 import re
-import stat
 import tempfile
 import textwrap
 from dataclasses import dataclass, field, replace
@@ -64,7 +62,7 @@ from chillfl.extras import need
 from chillfl.plugins import PluginNotImported, reading_data
 from chillfl.protocols.registry import protocol_of
 from chillfl.numeric import is_real, is_whole
-from chillfl.paths import CLAIM, FAILED, O_CLOEXEC, O_NOFOLLOW, PARTIAL, shell_path
+from chillfl.paths import CLAIM, FAILED, OWN_FILE_LIMIT, PARTIAL, read_own_file, shell_path  # noqa: F401  (OWN_FILE_LIMIT: re-exported, where the page names its cap)
 from chillfl.partition_refusal import checked_folder_state, checked_run_state  # status's own lines: a split file resume refuses is said
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
@@ -464,8 +462,8 @@ def selected_points(folder: Path) -> Selection | None:
     """The points the tuned comparison in ``folder`` selected (its ``table.json`` and ``sweep.json``); None when it was
     not tuned (no row has ``tuned``) or its files are missing or unreadable."""
     try:
-        rows = json_loads((folder / "table.json").read_text(encoding="utf-8"))
-        record = json_loads((folder / "sweep.json").read_text(encoding="utf-8"))
+        rows = _own_json(folder / "table.json")
+        record = _own_json(folder / "sweep.json")
         grid = dict(record["options"].get("tune") or {})
         shared = set(grid)
         tuned = [(str(row["variant"]), dict(row["tuned"])) for row in rows if isinstance(row, dict) and isinstance(row.get("tuned"), dict)]
@@ -998,45 +996,25 @@ REDRAWN = frozenset({"curves.png", "local_curves.png"})
 """A comparison folder's figures the page draws itself from the runs (its curves, with seed bands): not shown twice."""
 
 
-OWN_FILE_LIMIT = 50 * 2**20
-"""Bytes of a comparison folder's own file (a figure, ``table.md``) the page embeds at most: a link to ``/dev/zero``
-named ``x.png`` filled the memory."""
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def _own_file(path: Path, png: bool = False) -> bytes | str:
-    """The bytes of a file a comparison folder holds, or why it is left out (a link, not a regular file, over
-    :data:`OWN_FILE_LIMIT`, with ``png`` not a PNG, unreadable).
-
-    Why: a received folder's ``leak.png -> ~/secret.txt`` (or ``table.md -> ...``) was embedded in the page, which is
-    then shared; a FIFO named ``x.png`` hung the report. Opened without following a link and without blocking, then
-    checked again on the open file: a file swapped after the ``lstat`` is caught too."""
-    try:
-        if path.is_symlink():
-            return "a symbolic link"
-        fd = os.open(path, os.O_RDONLY | O_NOFOLLOW | O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        return "a symbolic link" if exc.errno == errno.ELOOP else f"unreadable: {exc.strerror or exc}"
-    try:
-        info = os.fstat(fd)
-    except OSError as exc:
-        os.close(fd)
-        return f"unreadable: {exc.strerror or exc}"
-    if not stat.S_ISREG(info.st_mode):  # before fdopen, which refuses a folder (IsADirectoryError) and would keep the fd
-        os.close(fd)
-        return "not a regular file"
-    with os.fdopen(fd, "rb") as fh:
-        if info.st_size > OWN_FILE_LIMIT:
-            return f"over {OWN_FILE_LIMIT // 2**20} MB"
-        try:
-            data = fh.read(OWN_FILE_LIMIT + 1)
-        except OSError as exc:
-            return f"unreadable: {exc.strerror or exc}"
-    if len(data) > OWN_FILE_LIMIT:  # grew since its fstat
-        return f"over {OWN_FILE_LIMIT // 2**20} MB"
-    if png and not data.startswith(PNG_MAGIC):
+    """The bytes of a file a comparison folder holds, or why it is left out (:func:`~chillfl.paths.read_own_file`: a
+    link, not a regular file, over :data:`~chillfl.paths.OWN_FILE_LIMIT`, unreadable; with ``png``, not a PNG)."""
+    data = read_own_file(path)
+    if png and isinstance(data, bytes) and not data.startswith(PNG_MAGIC):
         return "not a PNG image"
     return data
+
+
+def _own_json(path: Path) -> Any:
+    """A comparison folder's own JSON file (``table.json``, ``sweep.json``) read as :func:`_own_file` reads; a refused
+    one raises ValueError, as a garbled one does (a FIFO hung the report, a link was followed out of the folder)."""
+    data = read_own_file(path)
+    if isinstance(data, str):
+        raise ValueError(data)
+    return json_loads(data)
 
 
 def _left_out(skipped: Sequence[str]) -> list[str]:
@@ -1079,18 +1057,21 @@ def _comparison_section(folder: Path) -> list[str]:
     if selection is not None:
         parts.append('<p class="muted">bold (selected): the point each variant selected on validation, which the table above reports (table.json\'s tuned)</p>')
     parts += _folder_figures(folder)
-    failed = []
+    failed, skipped = [], []
     for sub in sorted(p for p in folder.iterdir() if p.is_dir() and ".failed" in p.name):
+        data = read_own_file(sub / "failure.json") if os.path.lexists(sub / "failure.json") else b""
+        if isinstance(data, str):  # a FIFO hung the report; a link's target was shown as the reason
+            skipped.append(f"{sub.name}/failure.json ({data})")
         try:
-            reason = json_loads((sub / "failure.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            reason = json_loads(data) if isinstance(data, bytes) and data else {}
+        except ValueError:
             reason = {}
         at = f"diverged at round {reason['round']}" if isinstance(reason, dict) and "round" in reason else "failed"
         what = f" ({reason['what']})" if isinstance(reason, dict) and reason.get("what") else ""
         failed.append(f"<li>{_e(sub.name.split('.failed')[0])}: {_e(at + what)}</li>")
     if failed:
         parts += [f'<p>Diverged runs ({len(failed)}; not in the results and curves below):</p><ul id="diverged">', *failed, "</ul>"]
-    return parts
+    return parts + _left_out(skipped)
 
 
 def _missing_runs(run_dirs: Sequence[Path], taken: Sequence[Path]) -> list[str]:

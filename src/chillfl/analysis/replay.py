@@ -160,6 +160,8 @@ def load_model_state(run_dir: str | Path, device: torch.device | str = "cpu", fi
         if (run / "summary.json").is_file():  # finished: a protocol without a global model (it said "soft-label runs", which have one)
             config = load_run(run, field)
             kind = protocol_of(config)
+            if kind.global_model(config):  # FedAvg was told it "has no global model": the file is gone, not never made
+                raise ConfigError(field, f"{path} is missing or not a regular file (a {kind.title} ({kind.method(config)}) run writes its global model there when it ends)")
             why = f"a {kind.title} ({kind.method(config)}) run has no global model: each client keeps its own"
         else:
             why = "the run is not finished: its model is written when it ends"

@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Mapping, TypeGuard
 
-from chillfl.paths import PARTITION_FILE, check_writable_dir
+from chillfl.paths import PARTITION_FILE, check_writable_dir, read_own_file
 from chillfl.plugins import is_custom
 from chillfl.storage.checkpoint import CorruptCheckpoint, read_checkpoint
 from chillfl.storage.results import FAILURE, PARTIAL, RunLock, decode_record, encode_record, refuse_links
@@ -124,9 +124,10 @@ def start_folder(folder: Path, recorded: object) -> Path | None:
 def sweep_started_in(folder: Path) -> Path | None:
     """The folder the comparison in ``folder`` was started in (:func:`~chillfl.storage.run_folder.start_folder`: what its
     ``sweep.json`` records, else what its relative ``out_dir`` tells): its runs read their relative paths from there."""
+    data = read_own_file(folder / SWEEP_FILE)  # a FIFO hung resume; a link out of the folder is no record of this one
     try:
-        recorded = json_loads((folder / SWEEP_FILE).read_text(encoding="utf-8")).get(STARTED_IN)
-    except (OSError, ValueError, AttributeError):
+        recorded = json_loads(data).get(STARTED_IN) if isinstance(data, bytes) else None
+    except (ValueError, AttributeError):
         recorded = None
     return start_folder(folder, recorded)
 

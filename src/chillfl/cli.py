@@ -120,8 +120,19 @@ def _load(config: str | None, overrides: Sequence[str], args: argparse.Namespace
         from chillfl.sweeps.plan import chosen_variants, one_variant
 
     if args is not None and (args.command == "data" or (args.command == "run" and args.seed is not None)) and len(variants) == 1:  # that row's one run
-        return resolved(one_variant(_grid_rows(load_config(path, flags, swept), grid), variants[0], parse_overrides(list(overrides)), swept))
+        tables, after = _variant_table_overrides(parse_overrides(list(overrides)))
+        return resolved(one_variant(_grid_rows(load_config(path, {**flags, **tables}, swept), grid), variants[0], after, swept))
     return resolved(chosen_variants(_grid_rows(load_config(path, {**flags, **parse_overrides(list(overrides))}, swept), grid), variants))
+
+
+def _variant_table_overrides(overrides: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``overrides`` split into those of the ``[variants]`` tables (``variants.L.client.lr``) and the rest. Why: with
+    ``--variant L --seed N`` every override was applied to the one chosen run's config, after the variant, so
+    ``variants.L.client.lr=0.2`` put a ``[variants]`` table back into it (a comparison folder was written instead of the
+    one run) and ``variants.L.distillation.beta=0.5`` made a ``distillation`` table without the variant's ``method``.
+    The tables' own are applied to the config's ``[variants]`` before the row is chosen, as ``chillfl compare`` does."""
+    tables = {k: v for k, v in overrides.items() if k == "variants" or k.startswith("variants.")}
+    return tables, {k: v for k, v in overrides.items() if k not in tables}
 
 
 def _refuse_variant_overrides(overrides: Sequence[str], grid: Sequence[str]) -> None:

@@ -112,15 +112,26 @@ def _num(value: float | None) -> float:
     return math.nan if value is None else float(value)
 
 
+SHARE_LABEL = "share of samples per bin (%, same axis)"
+"""The key's entry of the green line: the share of the run's test samples in each bin."""
+
 LEGEND_INCHES = 0.5
 """Figure height added for the key under the panels (two rows of 7 pt entries in a one-panel figure)."""
 
 
 def plot_reliability(result: dict[str, Any], path: Path) -> None:
-    """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with the confidence histogram."""
+    """Reliability diagram (:func:`reliability_figure`) written to ``path``."""
+    from chillfl.plots.figure import save_figure
+
+    save_figure(reliability_figure(result), path, dpi=110)  # atomic, never through a link planted at path
+
+
+def reliability_figure(result: dict[str, Any]) -> Any:
+    """Reliability diagram: accuracy per confidence bin against the diagonal, one panel per run, with each bin's share of
+    the samples drawn over that bin (a matplotlib Figure)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    from chillfl.plots.figure import literal, percent_axis, save_figure
+    from chillfl.plots.figure import literal, percent_axis
 
     runs = result["runs"]
     rows, cols = grid_shape(len(runs))  # at most MAX_COLUMNS panels a row: 27 runs in one row were ~10,700 px wide
@@ -144,8 +155,14 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
                width=width[filled], align="edge", fill=False, hatch="//", edgecolor="tab:red", lw=0.5, label="gap to confidence")
         ax.plot([0, 1], [0, 1], color="grey", ls="--", lw=1, label="perfect calibration")
         share = ax.twinx()
-        (shares,) = share.step(confidence[filled], count[filled] / max(count.sum(), 1), where="mid", color="tab:green", lw=1, alpha=0.7,
-                               label="share of samples per bin (%, same axis)")
+        # each bin's share over that bin, as its bar: a step between the bins' mean confidences (where="mid") was a vertical
+        # bracket at 15 bins, nothing at all with every sample in one bin, and a share drawn across empty bins
+        fraction = count / max(count.sum(), 1)
+        shares: Any
+        if run["binning"] == "width":  # over the bins' edges, an empty bin at 0
+            shares = share.stairs(fraction, np.array(rel["edges"], dtype=float), color="tab:green", lw=1, alpha=0.7, label=SHARE_LABEL)
+        else:  # over each bin's bar
+            shares = share.hlines(fraction[filled], left[filled], (left + width)[filled], color="tab:green", lw=1, alpha=0.7, label=SHARE_LABEL)
         share.set_ylim(0, 1)
         share.set_yticks([])
         ax.set(xlim=(0, 1), ylim=(0, 1), xlabel="confidence", ylabel="accuracy" if i % cols == 0 else None)
@@ -157,7 +174,7 @@ def plot_reliability(result: dict[str, Any], path: Path) -> None:
             key = (list(handles) + [shares], list(labels) + [str(shares.get_label())])
     fig.legend(*key, fontsize=7, loc="outside lower center", ncols=min(4, max(1, cols * 2)))
     fig.suptitle(f"reliability ({result['runs'][next(iter(runs))]['bins']} {run['binning']} bins, T = {run['temperature']:g})", fontsize=9)
-    save_figure(fig, path, dpi=110)  # atomic, never through a link planted at path
+    return fig
 
 
 def cmd_calibration(args: argparse.Namespace) -> int:

@@ -13,12 +13,34 @@ from chillfl.storage.results import nulls_as_nan as nulls_as_nan  # defined besi
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 from matplotlib.artist import Artist  # noqa: E402
 from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-from matplotlib.ticker import Formatter  # noqa: E402
+from matplotlib.figure import Figure as MatplotlibFigure  # noqa: E402
+from matplotlib.ticker import Formatter, ScalarFormatter  # noqa: E402
 
 __all__ = ["Figure", "centre_title_over_axes", "figure_file", "finish_figure", "fit_title", "gap_marker", "legend_below",
-           "literal", "log_scale", "lone_spread", "mark_lone_points", "measured_series", "nulls_as_nan", "percent_axis", "plain_log_labels",
+           "literal", "log_scale", "lone_spread", "mark_lone_points", "measured_series", "no_offset", "nulls_as_nan", "percent_axis", "plain_log_labels",
            "save_figure", "save_png", "shared_legend", "spans_decades", "wrapped"]
+
+
+def no_offset(fig: MatplotlibFigure) -> None:
+    """Every linear axis of ``fig`` labelled with its values themselves, never with matplotlib's offset: an axis of
+    686.064 to 686.088 kB was labelled 0.065 ... 0.085 under a small "+6.86e2", and a loss of 2.306334 ... 2.306340
+    read 4 ... 10 under "1e-6+2.30633" (the curve "fell from 10 to 4"). A formatter other than matplotlib's plain one
+    (percent, log) is left as it is."""
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            formatter = axis.get_major_formatter()
+            if isinstance(formatter, ScalarFormatter):
+                formatter.set_useOffset(False)
+
+
+class Figure(MatplotlibFigure):
+    """matplotlib's figure whose axes never use an offset (:func:`no_offset`), from the moment each is added, so that a
+    layout (``tight_layout``) is worked out with the labels that are drawn. :func:`save_figure` applies it again to a
+    figure made otherwise (matplotlib's own, an axis whose scale was set after it was added)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.add_axobserver(no_offset)  # called as each axes is added (a twin, a colour bar's included)
 
 
 def literal(text: str) -> str:
@@ -30,12 +52,12 @@ def literal(text: str) -> str:
     return text.replace("$", r"\$")
 
 
-def save_png(fig: Figure, path: str | Path, dpi: int = 100) -> Path:
+def save_png(fig: MatplotlibFigure, path: str | Path, dpi: int = 100) -> Path:
     """Render ``fig`` with the Agg canvas to ``path`` as PNG (parent folders created; :func:`save_figure`); returns the path."""
     return save_figure(fig, path, dpi, "png")
 
 
-def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | None = None) -> Path:
+def save_figure(fig: MatplotlibFigure, path: str | Path, dpi: int = 100, format: str | None = None) -> Path:
     """Render ``fig`` (Agg canvas) to ``path``, in ``format`` or the one its suffix names, atomically and without following
     a link at ``path``: drawn into a new file beside it, then renamed over the name. A ``path`` without a suffix gets the
     format's (``.png`` by default), as ``savefig(path)`` named it; the path written is returned.
@@ -51,6 +73,7 @@ def save_figure(fig: Figure, path: str | Path, dpi: int = 100, format: str | Non
     if not out.suffix:  # as savefig(path) names it: a caller's plot_curves(..., "acc") then finds acc.png
         out = out.with_name(f"{out.name}.{format or 'png'}")
     FigureCanvasAgg(fig)
+    no_offset(fig)  # every figure written, also one made from matplotlib's Figure or rescaled since its axes were added
     centre_title_over_axes(fig)
     image = io.BytesIO()  # drawn in memory first: an image is small, and a failed draw leaves the old file as it was
     fig.savefig(image, format=format or out.suffix[1:].lower(), dpi=dpi)
@@ -188,7 +211,7 @@ LEGEND_ROWS = 16
 """Entries per column of :func:`shared_legend`: sixteen at 8 pt fill a 4-inch figure's height."""
 
 
-def shared_legend(fig: Figure, axes: Sequence[Any], fontsize: float = 8) -> None:
+def shared_legend(fig: MatplotlibFigure, axes: Sequence[Any], fontsize: float = 8) -> None:
     """One legend for panels that draw the same variants in the same colours, outside them on the right (constrained
     layout makes the room): a legend per panel repeats itself and, with a few variants, covers their curves. An entry
     is taken once, from the first panel that has it."""
@@ -280,7 +303,7 @@ def _cut(part: str, chars: int) -> list[str]:
     return [*pieces, part]
 
 
-def centre_title_over_axes(fig: Figure) -> None:
+def centre_title_over_axes(fig: MatplotlibFigure) -> None:
     """Centre ``fig``'s suptitle over its axes when a figure legend stands beside them: centred over the whole figure it
     stood off to the side of the panels it names, over the legend's column. Laid out once first (the panels' place is
     known only then); the title kept inside the figure's edges. Nothing without a figure legend or a suptitle."""
@@ -301,7 +324,7 @@ TITLE_EM = 0.62
 """A title character's mean width in ems (DejaVu Sans, with room for wide ones): how many fit a figure's width."""
 
 
-def fit_title(fig: Figure, title: str) -> None:
+def fit_title(fig: MatplotlibFigure, title: str) -> None:
     """``title`` over the whole figure at matplotlib's suptitle size, wrapped to the characters its width holds: a long
     run name (a comparison's, every option of its variant and the seed) ran past both edges of the image."""
     from matplotlib import rcParams
@@ -310,7 +333,7 @@ def fit_title(fig: Figure, title: str) -> None:
     fig.suptitle(literal(wrapped(title, fig.get_figwidth(), FontProperties(size=rcParams["figure.titlesize"]).get_size_in_points())))
 
 
-def finish_figure(fig: Figure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:
+def finish_figure(fig: MatplotlibFigure, axes: Sequence[Any], path: str | Path, title: str = "", shared: bool = False) -> Path:
     """A run figure's last steps: a light grid and, where a panel has labelled lines, its legend on every panel (with
     ``shared``, one legend for all beside them: :func:`shared_legend`); the title; tight layout; the PNG at the run
     figures' 110 dpi. One place, so that every run figure looks alike."""

@@ -140,7 +140,8 @@ class RunInterrupted(Exception):
 
 def _postfix(record: Mapping[str, Any]) -> dict[str, str]:
     """The progress bar's numbers, under their names in ``metrics.jsonl`` and the summary (docs/usage.md's metrics
-    table defines each): short forms (``acc``, ``local``) printed fractions that nothing on screen explained."""
+    table defines each): short forms (``acc``, ``local``) printed fractions that nothing on screen explained. Most important
+    first: a bar too narrow for all of them leaves out the last ones whole (:class:`~chillfl.progress.FittedBar`)."""
     return {key: f"{record[key]:.4f}" for key in ("global_acc", "local_acc", "global_loss") if record.get(key) is not None}
 
 

@@ -101,3 +101,13 @@ def test_a_figure_made_from_matplotlibs_own_figure_is_saved_without_an_offset(tm
     assert saved == [fig] and _offsets(fig) == []
     fig.savefig(io.BytesIO(), format="png")  # drawn again: still none
     assert _offsets(fig) == []
+
+
+def test_a_figure_the_report_embeds_is_labelled_without_an_offset() -> None:
+    from chillfl.report.html import _png
+
+    fig = MatplotlibFigure()
+    ax = fig.add_subplot()
+    ax.plot([1, 2, 3], LOSSES)
+    _png(fig)  # the report's own figures (its curves with seed bands) are drawn and embedded here, not saved
+    assert ax.yaxis.get_offset_text().get_text() == ""

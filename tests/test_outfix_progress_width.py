@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from tqdm.utils import disp_len
 
-from chillfl.progress import make_bar
+from chillfl.progress import ELLIPSIS, make_bar
 from chillfl.runner import _postfix
 
 RECORD = {"round": 1, "global_acc": 0.2663, "local_acc": 0.47, "global_loss": 2.1234}
@@ -63,5 +63,5 @@ def test_at_40_columns_a_long_name_is_shortened_and_the_count_still_shows() -> N
     """Only the cut name showed: no round count, no numbers, for the whole run."""
     line = _line(LONG, 40)
     name = line.split(": ")[0]
-    assert "\N{HORIZONTAL ELLIPSIS}" in name and name.startswith("a_real") and name.endswith("test3"), line
+    assert ELLIPSIS in name and name.startswith("a_real") and name.endswith("test3"), line
     assert " 1/3" in line and disp_len(line) <= 40, line

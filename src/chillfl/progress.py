@@ -140,7 +140,9 @@ def make_bar(progress: Progress, total: int, initial: int, desc: str) -> tqdm | 
 BAR_MIN = 10
 """The narrowest bar drawn: a bar of a few characters says nothing, and the room is better given to a number."""
 
-ELLIPSIS = "\N{HORIZONTAL ELLIPSIS}"
+ELLIPSIS = "~"
+"""Where a shortened name was cut: ASCII, so that a bar written to a stream that cannot encode an ellipsis (a
+Python caller's ASCII stderr, the CLI's streams aside) does not fail."""
 
 
 class FittedBar(tqdm):

@@ -607,7 +607,11 @@ def _with_nonfinite(text: str, values: Sequence[float | None]) -> str:
 
 
 def _png(fig: Any) -> str:
-    """A matplotlib figure as a ``data:image/png;base64,...`` URI."""
+    """A matplotlib figure as a ``data:image/png;base64,...`` URI, its axes labelled without an offset as every saved
+    figure is (:func:`~chillfl.plots.figure.no_offset`)."""
+    from chillfl.plots.figure import no_offset  # lazy: matplotlib is the `plots` extra
+
+    no_offset(fig)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
     return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")

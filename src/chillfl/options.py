@@ -17,6 +17,7 @@ import os
 import re
 import types
 import typing
+import unicodedata
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -30,6 +31,8 @@ Table = TypeVar("Table", bound="OwnTable")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """Every integer option fits in int64: numpy and torch take them as C integers."""
 GIB = 2**30
+FLOAT64_MAX = 1.7976931348623157e308
+"""The largest float64 (``sys.float_info.max``): past it a Python float computation raises or gives inf."""
 
 
 def _type_name(tp: Any) -> str:
@@ -430,6 +433,25 @@ def require(condition: bool, field: str, message: str) -> None:
 def require_range(value: float, lo: float, hi: float, field: str) -> None:
     """Raise ConfigError unless lo <= value <= hi (bounds that keep sizes and loops sane)."""
     require(lo <= value <= hi, field, f"must be in [{lo}, {hi}], got {value}")
+
+
+def require_square_fits(value: float, field: str, computed: str, factor: float = 1.0) -> None:
+    """Refuse a ``value`` whose ``factor * value**2`` is no finite float64, naming the computation (``computed``) that
+    squares it. Why: Python's ``float ** 2`` raises ``OverflowError`` past about 1.34e154 (where numpy and torch give
+    inf), so an option squared in Python (a noise multiplier in the accountant, a kernel width, an Adam floor) ended
+    as a traceback from deep inside round 1, or from the accountant at start-up, instead of one line on its field."""
+    largest = math.sqrt(FLOAT64_MAX / factor)
+    require(abs(value) <= largest, field, f"must be at most {largest:.4g}: {computed} must be a finite float64, got {value:g}")
+
+
+def require_visible_text(text: str, field: str, what: str = "text") -> None:
+    """Refuse ``text`` that is blank or holds control or format characters (newlines, BEL, terminal escapes, bidi
+    overrides). Why: a run's name and its folders (``out_dir``, ``data_dir``, a state folder) are printed and made on
+    disk; ``out_dir = "r\\u0007\\u202eX"`` beeped and printed the rest of its results line reversed, and a blank one
+    made a folder named by spaces. ``what``: what the text is, for the message (``a name``, ``a path``)."""
+    require(bool(text) and not text.isspace(), field, f"must be {what}, not empty or blank, got {short_repr(text)}")
+    bad = [ch for ch in text if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Zl", "Zp")]
+    require(not bad, field, f"must not contain control characters, got {short_repr(text)}")
 
 
 def warn_unread(options: Any, names: Sequence[str], field: str, because: str) -> None:

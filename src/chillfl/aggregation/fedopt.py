@@ -66,7 +66,7 @@ from chillfl.aggregation.base import (
     client_weights,
     weighted_average,
 )
-from chillfl.options import require, warn_unread
+from chillfl.options import require, require_square_fits, warn_unread
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
 
@@ -94,6 +94,7 @@ class FedOptOptions:
         require(0 <= self.beta1 < 1, f"{section}.beta1", f"must be in [0, 1), got {self.beta1}")
         require(0 <= self.beta2 < 1, f"{section}.beta2", f"must be in [0, 1), got {self.beta2}")
         require(self.tau > 0, f"{section}.tau", f"must be > 0, got {self.tau}")
+        require_square_fits(self.tau, f"{section}.tau", "the second moment's start tau**2")
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, runtime_
 
 from chillfl import plugins
 from chillfl.errors import choice_error
-from chillfl.options import NoOptions, OwnTable, require
+from chillfl.options import NoOptions, OwnTable, require, require_square_fits
 from chillfl.plugins import PluginNotImported, SpecFamily
 from chillfl.settings.chosen import Choice, NamedSpec
 
@@ -70,6 +70,7 @@ class PrivacyOptions:
             f"{section}.noise_multiplier",
             f"must be > 0 (sigma = 0 adds no noise: epsilon would be infinite), got {self.noise_multiplier}; or set target_epsilon",
         )
+        require_square_fits(self.noise_multiplier, f"{section}.noise_multiplier", "Opacus's RDP accountant's 2 * sigma**2", factor=2.0)
         require(math.isfinite(self.target_epsilon) and self.target_epsilon >= 0, f"{section}.target_epsilon", f"must be >= 0 (0: use noise_multiplier), got {self.target_epsilon}")
         require(self.rdp_orders == "opacus" or self.accountant == "rdp", f"{section}.rdp_orders",
                 f"is the RDP accountant's grid of orders, and accountant = {self.accountant!r} has none: set accountant = 'rdp' or drop rdp_orders")

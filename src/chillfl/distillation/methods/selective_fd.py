@@ -17,7 +17,7 @@ import torch
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.distillation.selective import ClientThresholdMode, KuLSIF, ServerMeasure, client_keep_mask, client_threshold, server_keep_mask
 from chillfl.engine.record import Json
-from chillfl.options import require
+from chillfl.options import require, require_square_fits
 from chillfl.protocols.softlabels.labels import masked_mean
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import Aggregate, SoftLabelClientHalf, SoftLabelMethod, SoftLabelSpec, stack_uplinks
@@ -53,6 +53,7 @@ class SelectiveFDOptions:
             f"unknown value {self.client_threshold!r}; allowed: absolute, quantile",
         )
         require(self.kernel_width > 0, f"{section}.kernel_width", f"must be > 0, got {self.kernel_width}")
+        require_square_fits(self.kernel_width, f"{section}.kernel_width", "the Gaussian kernel's 2 * width**2", factor=2.0)
         require(self.kernel_lambda > 0, f"{section}.kernel_lambda", f"must be > 0, got {self.kernel_lambda}")
 
 

@@ -238,6 +238,9 @@ class Mnist1dOptions:
     def validate(self, section: str) -> None:
         require(100 <= self.num_samples <= 200_000, f"{section}.num_samples", f"must be in [100, 200000], got {self.num_samples}")
         require(0 < self.train_split < 1, f"{section}.train_split", f"must be in (0, 1), got {self.train_split}")
+        size = mnist1d_size(self)  # the generator trains on int(n * train_split) rows: 0 of 5000 at 0.0001
+        require(size.train >= 1 and size.test >= 1, f"{section}.train_split", f"{self.train_split:g} of the {size.train + size.test} samples leaves "
+                f"{size.train} to train and {size.test} to test: each side needs at least 1")
         require_range(self.seed, 0, MAX_NUMPY_LEGACY_SEED, f"{section}.seed")
 
 
@@ -366,6 +369,8 @@ def build_synthetic(opts: SyntheticOptions, data_dir: Path) -> ArrayDataset:
         n_test = max(1, int(np.floor(opts.test_fraction * n + 0.5)))
         train_parts.append((x[perm[n_test:]], y[perm[n_test:]]))
         test_parts.append((x[perm[:n_test]], y[perm[:n_test]]))
+    left = sum(len(y) for _, y in train_parts)  # each client keeps n - round(test_fraction n), 0 for every one near 1
+    require(left >= 1, "dataset.test_fraction", f"{opts.test_fraction:g} of each client's rows leaves no training rows among the {int(sizes.sum())} generated")
 
     def stack(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[torch.Tensor, torch.Tensor, tuple[np.ndarray, ...]]:
         ends = np.cumsum([len(p[1]) for p in parts])

@@ -365,6 +365,7 @@ def build_federated_data(
     if eval_proportions not in EVAL_PROPORTIONS:
         raise choice_error(EVAL_PROPORTIONS_FIELD, eval_proportions, EVAL_PROPORTIONS)
     require(client_eval_size >= 1, CLIENT_EVAL_SIZE_FIELD, f"must be >= 1, got {client_eval_size}")
+    require(n >= 1, "dataset", "has no training rows (its options split every row off to test): nothing to share out")  # before public_size's empty range [0, -1]
     require(0 <= public_size < n, PUBLIC_SIZE_FIELD, f"must be in [0, {n - 1}] (train set has {n} samples), got {public_size}")
     require(num_clients >= 1, NUM_CLIENTS_FIELD, f"must be >= 1, got {num_clients}")
     pool = max(public_size, dataset.public_rows)

@@ -39,7 +39,7 @@ from chillfl.data import ArrayDataset, FederatedData, dataset_names, partitioner
 from chillfl.data.checks import as_tensor, checked_arrays, checked_groups
 from chillfl.data.items import REDRAWS, ItemReader, materialize
 from chillfl.engine.view import RunView, model_with_state
-from chillfl.errors import ConfigError, InterruptedAfterRun
+from chillfl.errors import ConfigError, InterruptedAfterRun, did_you_mean
 from chillfl.worker_start import refuse_in_worker_start
 from chillfl.experiment import (BOUND, COMPARISON_FROM_PYTHON, RUN_FROM_PYTHON, Experiment, FromPython, Plugged, build_experiment, check_plugged, check_rebuildable,
                                 dataset_record, model_record, plugged_records, record_conflict, record_difference)
@@ -475,7 +475,8 @@ def compare(
     if tune is not None:  # a NumPy array of values a list, and NumPy scalars in a list Python numbers, as for grid
         tune = {key: _plain_values(values) for key, values in tune.items()}
     if select is not None and (not isinstance(select, str) or select not in SELECT_RULES):  # select=1 was told it "picks each variant's tuning point"
-        raise ConfigError("select", f"expected a tuning rule, one of {', '.join(map(repr, SELECT_RULES))}, got {type(select).__name__} {short_repr(select)}")
+        raise ConfigError("select", f"expected a tuning rule, one of {', '.join(map(repr, SELECT_RULES))}, got {type(select).__name__} {short_repr(select)}"
+                                    f"{did_you_mean(select, SELECT_RULES)}")
     if reference is not None and not isinstance(reference, str):  # a list was looked up as a label: TypeError unhashable
         raise ConfigError("reference", f"expected a variant label (a string), got {type(reference).__name__} {short_repr(reference)}")
     swept = [str(key) for key in tune or {}]  # a switch swept in the grids lets the base config hold its table's options

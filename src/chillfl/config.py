@@ -33,7 +33,6 @@ import re
 import stat
 import sys
 import typing
-import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +42,7 @@ from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
 from chillfl.once import warn_once
-from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, short_path, short_repr, warn_unread
+from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, require_visible_text, short_path, short_repr, warn_unread
 from chillfl.paths import FAILED, PARTIAL, check_writable_dir, home_path
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import METHOD_DEFAULTED as DISTILLATION_METHOD_DEFAULTED
@@ -230,9 +229,14 @@ class ClientConfig:
         # Options the schedule never reads, set away from their defaults: one warning, not a refusal, since
         # `--grid client.lr_schedule=constant,cosine` over a file that sets lr_min reads it in one variant only;
         # accepted silently, a schedule left at constant hid that lr_min did nothing.
-        reads = {"constant": (), "step": ("lr_schedule_over", "lr_step_size", "lr_gamma"), "cosine": ("lr_schedule_over", "lr_min")}[self.lr_schedule]
-        warn_unread(self, [n for n in ("lr_schedule_over", "lr_step_size", "lr_gamma", "lr_min") if n not in reads], section,
+        warn_unread(self, self.unread_schedule_options(), section,
                     f"by {section}.lr_schedule = {self.lr_schedule!r} (lr_min is cosine's, lr_gamma and lr_step_size step's)")
+
+    def unread_schedule_options(self) -> list[str]:
+        """The schedule's options ``lr_schedule`` never reads (``lr_min`` under ``constant``): warned about, and left
+        out of the step-size check, which refused one after the warning had said the run ignores it."""
+        reads = {"constant": (), "step": ("lr_schedule_over", "lr_step_size", "lr_gamma"), "cosine": ("lr_schedule_over", "lr_min")}[self.lr_schedule]
+        return [n for n in ("lr_schedule_over", "lr_step_size", "lr_gamma", "lr_min") if n not in reads]
 
     def schedule(self) -> LrSchedule:
         """The ``lr_schedule`` as factors of a position (the round, or the local step)."""
@@ -483,8 +487,7 @@ def check_name(name: str, field: str = "name") -> None:
     require("/" not in name and "\\" not in name, field, f"must not contain '/' or '\\', got {short_repr(name)}")
     # a byte that is not UTF-8 (argv under a UTF-8 locale) arrives as a lone surrogate: named as what it is
     require(encodes_as_utf8(name), field, f"must be UTF-8 text (a byte that is not UTF-8 cannot be a folder name recorded in config.toml), got {short_repr(name)}")
-    bad = [ch for ch in name if unicodedata.category(ch) in ("Cc", "Cf", "Co", "Zl", "Zp")]
-    require(not bad, field, f"must not contain control characters, got {short_repr(name)}")
+    require_visible_text(name, field, "a name")
     size = len(name.encode("utf-8", "surrogatepass"))
     require(size <= MAX_NAME_BYTES, field, f"must be at most {MAX_NAME_BYTES} bytes of UTF-8, got {size}")
 
@@ -661,12 +664,14 @@ class RunConfig:
 
     def validate(self, section: str) -> None:
         require(self.executor in EXECUTORS, "executor", f"unknown value {short_repr(self.executor)}{did_you_mean(self.executor, EXECUTORS)}; allowed: {', '.join(EXECUTORS)}")
-        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}; allowed: {', '.join(DEVICE_CHOICES)} (mps is not supported yet)")
+        require(is_device_name(self.device), "device", f"unknown value {short_repr(self.device)}{did_you_mean(self.device, ('cpu', 'cuda', 'auto'))}; "
+                f"allowed: {', '.join(DEVICE_CHOICES)} (mps is not supported yet)")
         require_range(self.threads, 0, MAX_THREADS, "threads")
         require(self.seed >= 0, "seed", f"must be >= 0, got {self.seed}")
         for key, path in (("out_dir", self.out_dir), ("data_dir", self.data_dir)):  # "" was the current folder, with nothing said
             require(bool(path) and "\0" not in path, key, f"must be a non-empty path without NUL characters, got {short_repr(path)}")
             require(encodes_as_utf8(path), key, f"must be a path that is valid UTF-8, which the run's config.toml records ({_non_utf8_hint()}), got {short_repr(path)}")
+            require_visible_text(path, key, "a path")  # as name: a folder made on disk and printed in the results line
         vectorises = self.executor in ("vectorized", "auto")  # what compile, cuda_graphs and batched_conv act on: else they were silently nothing
         require(not self.compile or vectorises, "compile", f"compiles the vectorised executor's step; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         require(not self.cuda_graphs or vectorises, "cuda_graphs", f"records the vectorised executor's step as CUDA graphs; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
@@ -768,7 +773,7 @@ def check_compare_option(key: str, value: Any) -> None:
         require(isinstance(value, bool), field, f"expected true or false, got {short_repr(value)}")
     elif key == "select":
         rules = ("final", "best", "local_final", "local_best")  # chillfl.tune.SELECT_RULES
-        require(value in rules, field, f"unknown value {short_repr(value)}; allowed: {', '.join(rules)}")
+        require(value in rules, field, f"unknown value {short_repr(value)}{did_you_mean(value, rules)}; allowed: {', '.join(rules)}")
     else:
         require(isinstance(value, str), field, f"expected a variant label (a string), got {short_repr(value)}")
 
@@ -954,6 +959,10 @@ def variant_config(base: RunConfig, label: str, overrides: Mapping[str, Any]) ->
     # and its row read as a run on other data and another initial model while it was the baseline's seed
     require("seed" not in overrides, "seed", "cannot be set inside a variant: every variant runs at the comparison's seeds "
                                              "([compare] seeds or --seeds), which pair its runs with the others'")
+    # every run of a comparison goes into the comparison's folder (the config's out_dir/name-compare): a variant's
+    # out_dir was dropped silently, and its rows labelled out_dir=aa and out_dir=bb were the same run twice
+    require("out_dir" not in overrides, "out_dir", "cannot be set inside a variant: every variant's runs go into the comparison's folder "
+                                                   "(the config's out_dir); set out_dir outside the variants")
     own_tune(base.tune, overrides.get("tune"))
     data = dataclasses.replace(base, variants={}, compare={}, tune={}).to_dict()  # not every variant copied into each
     merge_overrides(data, {k: v for k, v in overrides.items() if k != "tune"})

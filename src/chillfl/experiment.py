@@ -739,8 +739,9 @@ def check_step_sizes(config: RunConfig, model: nn.Module) -> None:
     dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()} or {torch.get_default_dtype()}
     dtype = min(dtypes, key=lambda d: torch.finfo(d).max)  # a mixed model: its narrowest (a float64 first layer, float32 after)
     largest = torch.finfo(dtype).max
+    unread = {f"client.{name}" for name in config.client.unread_schedule_options()}  # warned about as ignored: not refused too
     for field, value in step_size_fields(config):
-        if abs(value) > largest:
+        if abs(value) > largest and field not in unread:
             raise ConfigError(field, f"must be at most {largest:.4g} (the largest {str(dtype).removeprefix('torch.')}, the model's parameter "
                                      f"dtype: a step this large overflows it), got {value:g}")
 

@@ -35,7 +35,7 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, did_you_mean
 from chillfl.options import plain, short_repr
 
 SELECT_RULES = ("final", "best", "local_final", "local_best")
@@ -112,7 +112,7 @@ def is_local(rule: str) -> bool:
 def rule_key(rule: str) -> str:
     """The one record key ``rule`` reads: ``val_acc`` (global rules) or ``local_val_acc`` (``local_*`` rules)."""
     if rule not in SELECT_RULES:
-        raise ConfigError("compare.select", f"unknown rule {rule!r}; allowed: {', '.join(SELECT_RULES)}")
+        raise ConfigError("compare.select", f"unknown rule {rule!r}{did_you_mean(rule, SELECT_RULES)}; allowed: {', '.join(SELECT_RULES)}")
     return LOCAL_VALIDATION_KEY if is_local(rule) else VALIDATION_KEY
 
 

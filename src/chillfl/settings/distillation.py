@@ -21,7 +21,7 @@ from typing import Any, Literal, Mapping, Protocol, runtime_checkable
 
 from chillfl.capabilities import Capabilities
 from chillfl.errors import ConfigError, did_you_mean
-from chillfl.options import parse_options, require
+from chillfl.options import parse_options, require, require_visible_text
 from chillfl.plugins import SpecFamily
 
 
@@ -80,6 +80,8 @@ class DistillationOptions:
 
     def validate(self, section: str) -> None:
         spec = method_settings(self.method)
+        if self.state_dir is not None:
+            require_visible_text(self.state_dir, f"{section}.state_dir", "a path")
         require(self.public_size >= 0, f"{section}.public_size", f"must be >= 0, got {self.public_size}")
         require(self.subset_size >= 1, f"{section}.subset_size", f"must be >= 1, got {self.subset_size}")
         # sizes and loop counts no run can use: refused, not attempted (before the comparison below, which

@@ -42,7 +42,7 @@ from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
 from chillfl.once import warn_once
-from chillfl.options import OwnTable, coerce, option_type, parse_options, require, require_range, require_visible_text, short_path, short_repr, warn_unread
+from chillfl.options import OwnTable, Scale, coerce, option_type, parse_options, require, require_range, require_visible_text, short_path, short_repr, warn_unread
 from chillfl.paths import FAILED, PARTIAL, check_writable_dir, home_path
 from chillfl.plugins import PluginNotImported
 from chillfl.settings.distillation import METHOD_DEFAULTED as DISTILLATION_METHOD_DEFAULTED
@@ -166,7 +166,7 @@ class ClientConfig:
     momentum: float = 0.0
     """SGD's momentum (``torch.optim.SGD``, dampening 0); only with ``optimizer = "sgd"``."""
     nesterov: bool = False
-    weight_decay: float = 0.0
+    weight_decay: Scale = 0.0
     """L2 term added to the gradient (SGD, Adam); decoupled, ``w <- w (1 - lr wd)``, for AdamW."""
     beta1: float | None = None
     """Adam(W)'s first-moment decay; unset = 0.9. Only with ``adam`` / ``adamw``."""

@@ -19,7 +19,7 @@ import types
 import typing
 import unicodedata
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeAlias, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.numeric import is_real, is_whole
@@ -31,6 +31,27 @@ Table = TypeVar("Table", bound="OwnTable")
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 """Every integer option fits in int64: numpy and torch take them as C integers."""
 GIB = 2**30
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32 (``torch.finfo(torch.float32).max``): the dtype the models compute in."""
+
+
+@dataclasses.dataclass(frozen=True)
+class AtMost:
+    """A bound on a float option's size, declared in its annotation (``x: Annotated[float, AtMost(...)]``, or
+    :data:`Scale`) and checked by :func:`parse_options` on the value read, naming the field. Why declared: some fifty
+    weights and scales took 1e308, each one ``require`` away from a bound, and a bound beside the type cannot be
+    forgotten in the option's ``validate``. ``why``: what the bound protects, for the message."""
+
+    largest: float
+    why: str
+
+
+Scale: TypeAlias = Annotated[float, AtMost(FLOAT32_MAX, "the largest float32, the dtype the model computes in: a weight or scale past it "
+                                                        "overflows the loss, gradient, weights or noise it multiplies")]
+"""A float option that multiplies a loss, a gradient, the weights or noise: its size is bounded at float32's largest, as
+learning rates are (``experiment.check_step_sizes``). Past it the run wrote a folder and ended "diverged" (exit 3) in
+round 1, where a config error is due; below it a large value is a study's own choice (and may diverge, as it would)."""
+
 FLOAT64_MAX = 1.7976931348623157e308
 """The largest float64 (``sys.float_info.max``): past it a Python float computation raises or gives inf."""
 
@@ -408,6 +429,7 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, c
             field = join_field(section, key)
             raise ConfigError(field, f"expected a table, got {short_repr(value)}: [{field}] is chosen by its {chooser}, {field}.{chooser}={override_value(value)}")
     kwargs = {k: coerce(v, hints[k], join_field(section, k)) for k, v in table.items()}
+    check_bounds(typing.cast(Hashable, cls), kwargs, section)
     for f in dataclasses.fields(cls):  # type: ignore[arg-type]
         if f.init and f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             # an option without a default (a plugin's Options may have one): unset, it was a TypeError from the constructor
@@ -422,6 +444,25 @@ def parse_options(cls: type[T], table: Mapping[str, Any] | None, section: str, c
         except (ValueError, TypeError) as exc:  # a plugin's validate() raising as Python code does: one line on its table, not a traceback
             raise ConfigError(section or type(obj).__qualname__, f"{type(obj).__qualname__}.validate(): {exc}") from None
     return obj
+
+
+@functools.cache
+def _bounds(cls: Hashable) -> dict[str, AtMost]:
+    """The :class:`AtMost` bounds declared on ``cls``'s fields (``Scale`` or ``Scale | None``), by field name."""
+    bounds: dict[str, AtMost] = {}
+    for name, tp in typing.get_type_hints(cls, include_extras=True).items():
+        for arg in (tp, *typing.get_args(tp)) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,):
+            if typing.get_origin(arg) is Annotated:
+                bounds.update({name: m for m in typing.get_args(arg)[1:] if isinstance(m, AtMost)})
+    return bounds
+
+
+def check_bounds(cls: Hashable, values: Mapping[str, Any], section: str) -> None:
+    """Refuse a value past its field's declared :class:`AtMost` bound (``values``: the table as coerced)."""
+    for name, bound in _bounds(cls).items():
+        value = values.get(name)
+        if is_real(value) and abs(value) > bound.largest:
+            raise ConfigError(join_field(section, name), f"must be at most {bound.largest:.4g} in size ({bound.why}), got {value:g}")
 
 
 def require(condition: bool, field: str, message: str) -> None:

@@ -51,7 +51,7 @@ from chillfl.aggregation.base import (
     own_entries,
     with_prefix,
 )
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.training.local import LocalSpec
 from chillfl.training.objective import ProximalTerm
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
@@ -62,7 +62,7 @@ from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 class DittoOptions:
     """``lam``: lambda of the personal objective (the paper tunes it in {0.01, 0.1, 1, 2}); ``personal_epochs``: unset = ``client.epochs``."""
 
-    lam: float = 1.0
+    lam: Scale = 1.0
     personal_epochs: int | None = None
 
     def validate(self, section: str) -> None:

@@ -75,7 +75,7 @@ from chillfl.aggregation.base import (
     weighted_average,
     with_prefix,
 )
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.training.objective import ProximalTerm, Term
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_terms
@@ -88,7 +88,7 @@ class FedAMPOptions:
     ``attention``: ``distance`` (FedAMP) or ``cosine`` (HeurFedAMP, with xi_ii = ``self_attention``)."""
 
     alpha_k: float = 1.0
-    lam: float = 1.0
+    lam: Scale = 1.0
     sigma: float = 1.0
     weighting: Literal["samples", "uniform"] = "samples"
     attention: Literal["distance", "cosine"] = "distance"

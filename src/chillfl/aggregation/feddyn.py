@@ -87,7 +87,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.scaffold import CORRECTION_TERM, LinearCorrectionTerm
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.training.objective import ProximalTerm, Term, read_number
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, require_client_sizes, run_value, with_terms
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
@@ -98,7 +98,7 @@ class FedDynOptions:
     """``alpha``: weight of the dynamic regulariser (paper: 0.1, 0.01 or 0.001); ``weighting`` of the client mean;
     ``alpha_scaling``: ``"client_size"`` gives client k ``alpha / (n_k m / sum_j n_j)`` (the authors' code)."""
 
-    alpha: float = 0.01
+    alpha: Scale = 0.01
     weighting: Literal["uniform", "samples"] = "uniform"
     alpha_scaling: Literal["none", "client_size"] = "none"
 

@@ -61,7 +61,7 @@ import torch
 from chillfl.aggregation.logit_adjust import AdjustedFedAvg, logit_width
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm
 from chillfl.capabilities import Capabilities
-from chillfl.options import require
+from chillfl.options import Scale, require
 
 COUNTS = "fedlc_label_counts"
 """Context key of the client's per-class training counts n_c."""
@@ -73,7 +73,7 @@ NO_SAMPLE = 1e9
 class FedLCOptions:
     """``tau``: the calibration strength (>= 0; 0: FedAvg). ``absent``: a class without samples is ``mask``ed or counted as ``one`` sample."""
 
-    tau: float = 1.0
+    tau: Scale = 1.0
     absent: Literal["mask", "one"] = "mask"
     weighting: Literal["samples", "uniform"] = "samples"
     """As FedAvg's: ``samples`` (m_i / m) or ``uniform`` (1/|S|)."""

@@ -132,7 +132,7 @@ from chillfl.aggregation.base import (
 )
 from chillfl.aggregation.fedper import head_keys
 from chillfl.models.parts import head_inputs, head_name, head_size
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.prototypes.maths import aggregate_means, class_means, prototype_distance
 from chillfl.training.local import LocalSpec
 from chillfl.training.objective import StepView, read_number, read_tensor
@@ -150,7 +150,7 @@ class FedPACOptions:
     ``first_head``: the head a client's first round starts from, the global (averaged) one or the initial model's
     (``initial``, the authors' code)."""
 
-    lam: float = 1.0
+    lam: Scale = 1.0
     head_epochs: int = 1
     qp_steps: int = 2000
     weighting: Literal["samples", "uniform"] = "samples"

@@ -49,7 +49,7 @@ import torch
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Json, Params, client_weights
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.aggregation.robust import ROBUST, float_keys, integer_max
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.clipping import clip_factor, gaussian_like, l2_norm
 from chillfl.seeds import derive_seed, instance_seed
 
@@ -60,7 +60,7 @@ class NormBoundOptions:
     aggregate (0: none); ``norm``: over the whole update or per entry; ``weighting``: FedAvg's sample weights or uniform."""
 
     max_norm: float | None = None
-    sigma: float = 0.0
+    sigma: Scale = 0.0
     norm: Literal["global", "per_entry"] = "global"
     weighting: Literal["samples", "uniform"] = "samples"
 

@@ -79,7 +79,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import ONE_BATCH_JOB, Capabilities, Cost
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order
 from chillfl.training.schedule import SGD
@@ -93,7 +93,7 @@ class PerFedAvgOptions:
     """``variant`` (fo/hf), ``alpha`` (inner step, unset = the round's lr), ``beta`` (outer step), ``delta`` (HF), ``adapt_steps``."""
 
     variant: Literal["fo", "hf"] = "fo"
-    alpha: float | None = None
+    alpha: Scale | None = None
     beta: float = 1e-3
     delta: float = 1e-3
     adapt_steps: int = 1

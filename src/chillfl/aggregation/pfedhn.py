@@ -127,7 +127,7 @@ from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, ins
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.seeds import derive_seed, instance_seed
 
 
@@ -146,7 +146,7 @@ class PFedHNOptions:
     server_lr: float = 0.01
     embedding_lr: float | None = None
     momentum: float = 0.9
-    weight_decay: float = 1e-3
+    weight_decay: Scale = 1e-3
     clip_norm: float = 50.0
     sign: Literal["descent", "as_printed"] = "descent"
     server_steps: Literal["each", "mean"] = "each"

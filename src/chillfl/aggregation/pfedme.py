@@ -59,7 +59,7 @@ from chillfl.aggregation.base import (
     Trained,
     Wire,
 )
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.seeds import derive_seed
 from chillfl.training.local import LocalSpec, batch_order
 from chillfl.training.objective import ProximalTerm
@@ -71,10 +71,10 @@ from chillfl.capabilities import ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Co
 class PFedMeOptions:
     """``lam`` (lambda, paper 15), ``inner_steps`` (K, paper 5), ``personal_lr`` (the inner steps' rate), ``beta`` (server mixing, 1 = average)."""
 
-    lam: float = 15.0
+    lam: Scale = 15.0
     inner_steps: int = 5
     personal_lr: float = 0.01
-    beta: float = 1.0
+    beta: Scale = 1.0
     weighting: Literal["uniform", "samples"] = "uniform"
 
     def validate(self, section: str) -> None:

@@ -57,7 +57,7 @@ from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.training.local import evaluate
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class QfflOptions:
     """``q``: fairness exponent (0: the plain mean over the sampled clients, i.e. FedAvg with ``weighting = "uniform"``,
     not the default sample-weighted FedAvg); ``lipschitz``: L (unset: 1 / the round's lr, the paper's estimate)."""
 
-    q: float = 1.0
+    q: Scale = 1.0
     lipschitz: float | None = None
     eval_batch_size: int = 1024
 

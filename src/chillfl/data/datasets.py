@@ -48,7 +48,7 @@ import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple
 
 import numpy as np
 # numpy imports np.ma (np.unique's) and np.random on first use: here, under the command's held start (chillfl/cli.py),
@@ -65,7 +65,7 @@ from chillfl.data.loaders import RawSplit
 from chillfl.data.values import InputValues, input_values
 from chillfl.errors import ConfigError
 from chillfl.extras import need, package_file
-from chillfl.options import Chosen, NoOptions, blame, parse_options, require, require_memory, require_range, short_repr
+from chillfl.options import FLOAT32_MAX, AtMost, Chosen, NoOptions, Scale, blame, parse_options, require, require_memory, require_range, short_repr
 from chillfl.plugins import building, check_hooks, look_up, plugin_names
 
 MAX_SEED = 2**63 - 1
@@ -291,8 +291,8 @@ class SyntheticOptions:
     client's share held out for test; 0.2 is chillfl's choice, FedProx's generator holds out 0.1 (set 0.1 to match it)."""
 
     num_clients: int = 30
-    alpha: float = 1.0
-    beta: float = 1.0
+    alpha: Scale = 1.0
+    beta: Annotated[float, SYNTHETIC_BETA_BOUND] = 1.0
     dim: int = 60
     num_classes: int = 10
     seed: int = 0
@@ -315,6 +315,9 @@ class SyntheticOptions:
 
 
 SYNTHETIC_MAX_CLIENTS = 10**6
+SYNTHETIC_BETA_BOUND = AtMost(FLOAT32_MAX / 1e3, "x ~ N(B, 1) with B ~ N(0, beta) is stored as float32: "
+                              "a draw past 1000 sigma (probability below 1e-200000) would overflow it")
+"""synthetic's beta bound: its features are beta times a normal draw, cast to float32 (beta = 1e308 leaked numpy's overflow warnings)."""
 SYNTHETIC_MAX_DIM = 10**6
 SYNTHETIC_MAX_LOG = 50.0
 """exp(50) samples is already absurd; beyond it lognormal sizes overflow int64."""

@@ -165,7 +165,7 @@ import numpy as np
 
 from chillfl.data.flwr_partition import FlwrOptions, flwr_split
 from chillfl.errors import ConfigError
-from chillfl.options import Chosen, parse_options, require, short_repr
+from chillfl.options import Chosen, Scale, parse_options, require, short_repr
 from chillfl.plugins import building, check_hooks, look_up, plugin_names
 
 if TYPE_CHECKING:
@@ -599,7 +599,7 @@ class FeatureNoiseOptions:
     """Per-client Gaussian input noise std in [sigma_min, sigma_max] (FedChill Table 6 uses [0.1, 0.3])."""
 
     sigma_min: float = 0.1
-    sigma_max: float = 0.3
+    sigma_max: Scale = 0.3
     spacing: Literal["linear", "random"] = "linear"
 
     def validate(self, section: str) -> None:

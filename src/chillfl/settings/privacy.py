@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, runtime_
 
 from chillfl import plugins
 from chillfl.errors import choice_error
-from chillfl.options import NoOptions, OwnTable, require, require_square_fits
+from chillfl.options import NoOptions, OwnTable, Scale, require, require_square_fits
 from chillfl.plugins import PluginNotImported, SpecFamily
 from chillfl.settings.chosen import Choice, NamedSpec
 
@@ -52,7 +52,7 @@ class PrivacyOptions:
     """
 
     mechanism: str = OFF
-    clip_norm: float = 1.0
+    clip_norm: Scale = 1.0
     noise_multiplier: float = 1.0
     target_epsilon: float = 0.0
     delta: float = 1e-5

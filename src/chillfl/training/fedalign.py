@@ -45,7 +45,7 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.training.objective import Context, StepView
 
 TINY = 1e-30
@@ -93,7 +93,7 @@ def lipschitz_loss(reduced_in: torch.Tensor, reduced_out: torch.Tensor, full_in:
 class FedAlignOptions:
     """``mu`` (0.45), ``width`` of the reduced pass (0.25), ``iterations`` of power iteration (10), ``scale``: ce | none."""
 
-    mu: float = 0.45
+    mu: Scale = 0.45
     width: float = 0.25
     iterations: int = 10
     scale: Literal["ce", "none"] = "ce"

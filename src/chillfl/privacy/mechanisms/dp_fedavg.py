@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Literal, Sequence
 
 from chillfl.errors import ConfigError
 from chillfl.once import warn_once
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.privacy.spec import Accounting, Charge, MechanismSpec, Noise, Participant, RunSizes
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ class DpFedAvgOptions:
     target_quantile: float = 0.0
     clip_lr: float = 0.2
     count_noise: float = 0.0
-    weight_cap: float = 0.0
+    weight_cap: Scale = 0.0
     estimator: Literal["fixed", "clipped"] = "fixed"
     w_min_share: float = 1.0
     clamp_fraction: bool = False

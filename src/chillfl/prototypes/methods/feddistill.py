@@ -67,7 +67,7 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.capabilities import Capabilities
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.prototypes.maths import Weighting, prototype_distance
 from chillfl.prototypes.methods.fedproto import ON_FLOWER
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, Space, average_rows
@@ -84,7 +84,7 @@ class FedDistillOptions:
     paper's cross entropy between softmaxes). ``weighting``: ``uniform`` over the clients holding a class (PFLlib) or
     ``count``-weighted (the parser refuses any other value of the two, naming the field)."""
 
-    lam: float = 1.0
+    lam: Scale = 1.0
     distance: Distance = "mse"
     weighting: Weighting = "uniform"
 

@@ -35,7 +35,7 @@ import torch
 import torch.nn.functional as F
 
 from chillfl.capabilities import Capabilities
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.prototypes.maths import PrototypeLoss, class_means
 from chillfl.prototypes.methods.fedproto import ON_FLOWER, RAW_MEANS, FedProtoOptions
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
@@ -59,10 +59,10 @@ class FedHKDOptions(FedProtoOptions):
     classes' C entries (``mean``, the official ``nn.KLDivLoss()``).
     """
 
-    lam: float = 0.05
-    kd_weight: float = 0.05
+    lam: Scale = 0.05
+    kd_weight: Scale = 0.05
     temperature: float = 0.5
-    noise_std: float = 2.0
+    noise_std: Scale = 2.0
     share_model: bool = True
     kd_reduction: Literal["batchmean", "mean"] = "batchmean"
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from chillfl.capabilities import Capabilities
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.prototypes.maths import PrototypeLoss, Weighting
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec, average_rows
 from chillfl.training.local import BaseLoss
@@ -32,7 +32,7 @@ class FedProtoOptions:
     """``lam``: weight of the representation term MSE(f(x), C_y) (lambda = 1). ``weighting``: ``count`` or
     ``uniform`` averaging over clients (:func:`~chillfl.prototypes.maths.aggregate_means`)."""
 
-    lam: float = 1.0
+    lam: Scale = 1.0
     weighting: Weighting = "count"
 
     def validate(self, section: str) -> None:

@@ -76,7 +76,7 @@ import torch.nn.functional as F
 
 from chillfl.capabilities import Capabilities, Cost
 from chillfl.engine.record import Json
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.prototypes.maths import PrototypeLoss, aggregate_means
 from chillfl.prototypes.methods.fedproto import ON_FLOWER, RAW_MEANS
 from chillfl.prototypes.spec import ClassRows, Head, Knowledge, PrototypeHooks, PrototypeSpec
@@ -110,7 +110,7 @@ class FedTGPOptions:
     order of the pairs each epoch (seeded by the run, the round and the epoch) instead of client order.
     """
 
-    lam: float = 10.0
+    lam: Scale = 10.0
     tau: float = 100.0
     server_epochs: int = 100
     server_lr: float = 0.01

@@ -16,12 +16,14 @@ import torch
 
 from chillfl.aggregation.ditto import DittoOptions
 from chillfl.aggregation.fedlc import FedLCOptions
+from chillfl.aggregation.moon import MoonOptions
 from chillfl.aggregation.perfedavg import PerFedAvgOptions
 from chillfl.aggregation.qffl import QfflOptions
 from chillfl.cli import main
 from chillfl.config import config_from_dict
 from chillfl.data.datasets import SyntheticOptions
 from chillfl.data.partition import FeatureNoiseOptions
+from chillfl.distillation.methods.comet import COMETOptions
 from chillfl.errors import ConfigError
 from chillfl.options import FLOAT32_MAX, AtMost, Scale, parse_options
 from chillfl.privacy.mechanisms.dp_fedavg import DpFedAvgOptions
@@ -45,6 +47,10 @@ def test_float32_max_is_torchs() -> None:
     (FeatureNoiseOptions, "sigma_max", "partition"),
     (DpFedAvgOptions, "weight_cap", "privacy"),
     (SyntheticOptions, "alpha", "dataset"),
+    (MoonOptions, "mu", "algorithm"),
+    (QfflOptions, "lipschitz", "algorithm"),  # Scale | None
+    (DpFedAvgOptions, "count_noise", "privacy"),
+    (COMETOptions, "reg_weight", "distillation"),
 ])
 def test_a_scale_past_float32_is_refused_on_its_field(cls: type, key: str, section: str) -> None:
     with pytest.raises(ConfigError) as caught:

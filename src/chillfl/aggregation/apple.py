@@ -117,7 +117,7 @@ from chillfl.aggregation.base import (
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, instance_field, register_algorithm, run_value
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
-from chillfl.options import require, require_memory
+from chillfl.options import Scale, require, require_memory
 from chillfl.seeds import derive_seed, instance_seed
 from chillfl.training.local import LocalSpec, refuse_representation_readers
 from chillfl.training.objective import LossTerm, Term
@@ -129,7 +129,7 @@ class APPLEOptions:
     """The authors' defaults: ``mu`` 0.1, ``scheduler`` exponential over ``schedule_share`` 0.1 of the rounds, ``p_lr`` 0.001,
     every model downloaded (``downloads`` unset), ``threshold`` 1.5 and ``growth`` 1.0 for the limited-download draws."""
 
-    mu: float = 0.1
+    mu: Scale = 0.1
     """mu, the proximal term's weight on ||p_i - p_i^0||^2 (scaled by lambda(r))."""
     proximal: Literal["sum", "half"] = "sum"
     """The proximal term: lambda(r) mu ||p_i - p_i^0||^2 (the authors' ``reg_loss``) or lambda(r) mu / 2 ||p_i - p_i^0||^2."""

@@ -87,7 +87,7 @@ class FedAMPOptions:
     """``alpha_k`` (alpha_k), ``lam`` (lambda), ``sigma``: PFLlib's defaults ``-alk 1.0 -lam 1.0 -sg 1.0``;
     ``attention``: ``distance`` (FedAMP) or ``cosine`` (HeurFedAMP, with xi_ii = ``self_attention``)."""
 
-    alpha_k: float = 1.0
+    alpha_k: Scale = 1.0
     lam: Scale = 1.0
     sigma: float = 1.0
     weighting: Literal["samples", "uniform"] = "samples"

@@ -105,7 +105,7 @@ from chillfl.aggregation.base import (
     params_state,
     same_params,
 )
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.global_rng import forked_rng
 from chillfl.training.terms import Term
 from chillfl.training.fedgen import FeatureGenerator, Teacher, diversity_loss, teacher_loss
@@ -127,21 +127,21 @@ class FedGenOptions:
     ``teacher``: clients | ensemble | broadcast (the generator's teacher loss); ``beta``: the weight of the
     official client's second term (0: off, the paper's Eq. 5)."""
 
-    alpha: float = 10.0
+    alpha: Scale = 10.0
     alpha_decay: float = 0.98
     samples: int = 32
     noise_dim: int = 64
     hidden: int = 512
     generator_lr: float = 1e-4
     lr_decay: float = 0.98
-    weight_decay: float = 1e-2
+    weight_decay: Scale = 1e-2
     generator_steps: int = 50
     generator_batch: int = 32
     eta: float = 1.0
     label_prior: Literal["qualified", "counts"] = "qualified"
     client_labels: Literal["prior", "all"] = "prior"
     teacher: Teacher = "clients"
-    beta: float = 0.0
+    beta: Scale = 0.0
 
     def validate(self, section: str) -> None:
         for name in ("alpha", "beta", "weight_decay", "eta"):

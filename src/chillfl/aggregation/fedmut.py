@@ -65,7 +65,7 @@ from chillfl.aggregation.base import (
     sample_weights,
     weighted_average,
 )
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.seeds import derive_seed, instance_seed
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
 from chillfl.capabilities import Capabilities
@@ -75,7 +75,7 @@ from chillfl.capabilities import Capabilities
 class FedMutOptions:
     """``alpha``: mutation radius (default 4.0; 0 disables mutation); ``weighting``: ``uniform`` mean or by ``samples``."""
 
-    alpha: float = 4.0
+    alpha: Scale = 4.0
     weighting: Literal["uniform", "samples"] = "uniform"
     acc_rate: float = 0.0
     """The authors' code's early-round acceleration (``--mut_acc_rate``, 0.3 there): a -1 sign becomes -1 + r_t."""

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from torch import nn
 
 from chillfl.aggregation.base import ClientHalf, ClientState, Context, Downlink, FedAvg, Params, Report, Trained, Wire, own_entries, with_prefix
-from chillfl.options import require
+from chillfl.options import Scale, require
 from chillfl.training.objective import Term
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, Built, register_algorithm, require_model_head, with_terms
 from chillfl.capabilities import FORWARD, Capabilities, Cost
@@ -48,7 +48,7 @@ from chillfl.capabilities import FORWARD, Capabilities, Cost
 class MoonOptions:
     """``mu``: weight of l_con (paper: 5 on CIFAR-10, 1 on CIFAR-100 and Tiny-ImageNet); ``tau``: temperature (0.5)."""
 
-    mu: float = 5.0
+    mu: Scale = 5.0
     tau: float = 0.5
 
     def validate(self, section: str) -> None:

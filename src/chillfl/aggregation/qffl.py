@@ -77,7 +77,7 @@ class QfflOptions:
     not the default sample-weighted FedAvg); ``lipschitz``: L (unset: 1 / the round's lr, the paper's estimate)."""
 
     q: Scale = 1.0
-    lipschitz: float | None = None
+    lipschitz: Scale | None = None
     eval_batch_size: int = 1024
 
     def validate(self, section: str) -> None:

@@ -17,7 +17,7 @@ import torch
 from chillfl.config import RunConfig
 from chillfl.distillation.comet import cluster_clients, cluster_targets, per_sample_centroids
 from chillfl.engine.record import Json
-from chillfl.options import require, require_range
+from chillfl.options import Scale, require, require_range
 from chillfl.protocols.softlabels.labels import mean_soft_labels
 from chillfl.protocols.softlabels.messages import SoftLabelUplink
 from chillfl.protocols.softlabels.method import Aggregate, SoftLabelClientHooks, SoftLabelMethod, SoftLabelSpec, stack_uplinks
@@ -38,7 +38,7 @@ class COMETOptions:
     """COMET options (defaults: SCARLET Table V, CIFAR-10)."""
 
     num_clusters: int = 2
-    reg_weight: float = 1.0
+    reg_weight: Scale = 1.0
     granularity: Granularity = "client"
     n_init: int = 4
     max_iter: int = 100

@@ -50,7 +50,7 @@ class DpFedAvgOptions:
 
     target_quantile: float = 0.0
     clip_lr: float = 0.2
-    count_noise: float = 0.0
+    count_noise: Scale = 0.0
     weight_cap: Scale = 0.0
     estimator: Literal["fixed", "clipped"] = "fixed"
     w_min_share: float = 1.0

@@ -141,3 +141,16 @@ def test_a_select_near_miss_is_suggested(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         chillfl.compare(config=_base(tmp_path), select="bets")
     assert "(did you mean 'best'?)" in caught.value.message
+
+
+def test_a_dataset_with_no_training_rows_is_named_not_public_size() -> None:
+    """Any other way to an empty train set (a user's dataset) says so on 'dataset', not 'public_size: must be in [0, -1]'."""
+    import torch
+
+    from chillfl.data.datasets import ArrayDataset
+    from chillfl.data.federated import build_federated_data
+
+    empty = ArrayDataset("empty", torch.zeros((0, 2)), torch.zeros(0, dtype=torch.int64), torch.zeros((3, 2)), torch.tensor([0, 1, 0]), 2)
+    with pytest.raises(ConfigError) as caught:
+        build_federated_data(empty, num_clients=2, partitioner="iid", partition_options=None, seed=0)
+    assert caught.value.field == "dataset" and "no training rows" in caught.value.message

@@ -297,11 +297,8 @@ def load_run(folder: Path, labels: Mapping[str, str] | None = None) -> Run:
     """The run in ``folder``; ``labels``: its comparison's run labels (:func:`~chillfl.run_names.comparison_labels` of its
     parent folder), read here when not given (a page of many runs reads each comparison's once)."""
     summary_path = folder / "summary.json"
-    data = read_own_file(summary_path) if os.path.lexists(summary_path) else b"{}"  # a FIFO hung the page, a link was followed out
-    if isinstance(data, str):
-        raise ConfigError("RUN_DIR", f"{folder}: unreadable result files: summary.json is {data}")
     try:
-        summary = json_loads(data)
+        summary = json_loads(summary_path.read_text(encoding="utf-8")) if summary_path.is_file() else {}
     except json.JSONDecodeError as exc:
         raise ConfigError("RUN_DIR", f"{folder}: unreadable result files: summary.json line {exc.lineno}: not JSON ({exc.msg})") from None
     except (OSError, ValueError) as exc:

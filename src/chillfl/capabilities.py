@@ -146,6 +146,10 @@ class Capabilities:
     its aggregate (``cka``, ``aggregation-accuracy``, ``aggregation-entropy``) take the run. A personal-model method that
     does not declare it is refused there: what its clients upload is not a model they use (``local_only``'s global model
     is never trained, FedRep's and FedPer's heads stay home, FedBN's norm layers are the client's own)."""
+    static_global_model: bool = False
+    """Its server never changes the global model (it reads no upload: ``local_only``), so the run's global model stays the
+    initial one and ``global_acc`` measures a model no client trained or uses. A comparison's table keeps the row's
+    numbers and says so under it (the global-model caveat, :func:`chillfl.report.caveats.global_model_caveat`)."""
     reports: str | None = None
     """What the method's clients send besides their model, computed from their data without noise (FedGen's
     label counts, q-FFL's loss), e.g. "each client's label counts". No ``[privacy]`` mechanism noises it or
@@ -184,7 +188,8 @@ class Capabilities:
 
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
-        base's limits (plain SGD, Flower, a linear head), its personal model (and whether it trains the global model), its reports, its private-step limit and its cost are the wrapper's too
+        base's limits (plain SGD, Flower, a linear head), its personal model (and whether it trains the global model, or leaves it as
+        it began), its reports, its private-step limit and its cost are the wrapper's too
         (the wrapper's own cost added); whether the wrapper can itself
         be wrapped (``takes_weights``, ``not_a_base``) stays its own."""
         return Capabilities(
@@ -195,6 +200,7 @@ class Capabilities:
             not_a_base=self.not_a_base,
             personal_model=self.personal_model or base.personal_model,
             trains_global_model=self.trains_global_model or base.trains_global_model,
+            static_global_model=self.static_global_model or base.static_global_model,
             reports=self.reports or base.reports,
             private_steps=self.private_steps or base.private_steps,
             linear_head=self.linear_head or base.linear_head,

@@ -136,7 +136,7 @@ SPEC = register_algorithm(
         LocalOnlyOptions,
         lambda o, ctx: (LocalOnly(ctx.model, o), []),
         "each client trains its own model on its own data, never aggregated (a personalised-FL sanity baseline)",
-        capabilities=Capabilities(personal_model=True),
+        capabilities=Capabilities(personal_model=True, static_global_model=True),  # aggregate() returns the global model unchanged
         makes=(LocalOnly,),
     ),
 )

@@ -20,6 +20,14 @@ model at or above the target, so under ``eval.every`` = k it may lag the round t
 and two variants that reached it in different rounds of one interval tie (:func:`eval_interval_caveat`; each row's
 ``eval_interval`` in ``table.json``, :func:`chillfl.storage.results.evaluation_interval`).
 
+The global-model caveat: a comparison pairs each variant's ``global_acc`` with the baseline's, and a few variants'
+``global_acc`` is no trained global model's. A run whose protocol keeps no global model
+(:attr:`~chillfl.protocols.registry.ProtocolKind.global_model`: FedProto, FedHKD with ``share_model = false``, FedGH)
+records the mean of its clients' own models on the global test set; a run whose method never changes the global model
+(:attr:`~chillfl.capabilities.Capabilities.static_global_model`: ``local_only``) records the initial model's. Their
+rows keep their numbers (as recorded), ``table.json`` marks them (``global_model``, :func:`global_model_kind`) and one
+line under the table names them (:func:`global_model_caveat`).
+
 The local validation warning: a client's local validation split may not follow its training class mix
 (:meth:`chillfl.data.FederatedData.local_validation_mismatch`, each run's ``local_val_mix_tv``), so ``local_val_acc``
 scores the client on another mix than it trains on. It matters only where a comparison *selects* on that number
@@ -45,8 +53,10 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from chillfl.aggregation.registry import configured_capabilities, run_capabilities
 from chillfl.config import RunConfig
 from chillfl.numeric import is_real
+from chillfl.protocols.registry import protocol_of
 from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.temperature.registry import constant_temperature, steers_on_test_rows
 
@@ -261,6 +271,60 @@ def steering_caveat(variants: Sequence[tuple[str, RunConfig]], policy: Temperatu
     return (f"steering caveat: {parts} read{'s' if len(groups) == 1 else ''} each client's accuracy on its evaluation split, drawn from the "
             "test rows this table reports (eval.validation = 0): test rows steer those variants' training, so their accuracies "
             "are not on held-out rows; rerun with eval.validation = 0.2 to keep them out (docs/comparisons.md).")
+
+
+NO_GLOBAL_MODEL = "none"
+"""``table.json``'s ``global_model`` of a row whose runs keep no global model: its accuracy is its clients' own models' mean."""
+
+STATIC_GLOBAL_MODEL = "untrained"
+"""``table.json``'s ``global_model`` of a row whose global model is never trained: its accuracy is the initial model's."""
+
+
+def global_model_kind(config: RunConfig, aggregator: object | None = None) -> str | None:
+    """What the variant's global accuracy measures where it is no trained global model's: :data:`NO_GLOBAL_MODEL` when its
+    protocol keeps none (:attr:`~chillfl.protocols.registry.ProtocolKind.global_model`), :data:`STATIC_GLOBAL_MODEL` when
+    its method (or the aggregator its protocol runs) declares :attr:`~chillfl.capabilities.Capabilities.static_global_model`;
+    None for a trained global model. Asked of the protocol and the specs, never by the method's name. ``aggregator``: one
+    passed from Python to the comparison (``chillfl.compare(aggregator=...)``), asked as the run asks it."""
+    kind = protocol_of(config)
+    if not kind.global_model(config):
+        return NO_GLOBAL_MODEL
+    declared = [kind.method_capabilities(config)] if kind.method_capabilities is not None else []
+    if kind.uses_aggregator:
+        declared.append(configured_capabilities(config.algorithm) if aggregator is None else run_capabilities(config.algorithm, aggregator))
+    return STATIC_GLOBAL_MODEL if any(c.static_global_model for c in declared) else None
+
+
+def global_model_kinds(variants: Sequence[tuple[str, RunConfig]], aggregator: object | None = None) -> dict[str, str]:
+    """Label -> :func:`global_model_kind` of the variants whose accuracy is no trained global model's (the others left out:
+    a row without ``global_model`` in ``table.json`` is a trained global model's, as every row of an older one reads)."""
+    return {label: kind for label, config in variants if (kind := global_model_kind(config, aggregator)) is not None}
+
+
+def global_model_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:
+    """One line naming the rows (quoted labels) whose accuracy is no trained global model's (their ``global_model``) and
+    what it is instead; None when there are none. Only rows with an accuracy: a row every run of which failed prints none.
+
+    Why: the table heads its accuracy "final global test accuracy" and pairs it with the baseline's (diff, sign holds,
+    rounds to target), which for these rows compares another number; the numbers stay as recorded, the line says what they are."""
+    groups: dict[str, list[str]] = {}
+    for r in rows:
+        kind = r.get("global_model")
+        if kind is not None and r.get("final_acc") is not None:
+            groups.setdefault(str(kind), []).append(repr(r["variant"]))
+    parts = []
+    if none := groups.get(NO_GLOBAL_MODEL):
+        one = len(none) == 1
+        parts.append(f"{', '.join(none)} keep{'s' if one else ''} no global model: {'its' if one else 'their'} accuracy is the mean of "
+                     f"{'its' if one else 'their'} clients' own models on the global test set, not one model's accuracy (docs/baselines.md)")
+    if static := groups.get(STATIC_GLOBAL_MODEL):
+        one = len(static) == 1
+        parts.append(f"{', '.join(static)} never train{'s' if one else ''} {'its' if one else 'their'} global model (the server reads no upload): "
+                     f"{'its' if one else 'their'} accuracy is the initial model's, which no client uses (docs/personalised.md)")
+    if not parts:
+        return None
+    return (f"global-model caveat: {'; '.join(parts)}. The diff and rounds to target of such a row set that number against "
+            "global models' accuracies.")
 
 
 def eval_interval_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:

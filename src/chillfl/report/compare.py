@@ -37,7 +37,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput, figures_skipped
-from chillfl.report.caveats import eval_interval_caveat
+from chillfl.report.caveats import eval_interval_caveat, global_model_caveat
 from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach, spent_epsilon
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
@@ -122,13 +122,16 @@ class CompareResult:
 
 def build_rows(
     variants: Sequence[Labelled], outputs: Mapping[str, RunOutput], ref: Labelled, base: Labelled, metric: str = "global_acc",
-    failed: Mapping[str, str] | None = None,
+    failed: Mapping[str, str] | None = None, global_models: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """One row per variant; a variant missing from ``outputs`` failed (``failed[label]`` says how) and has no numbers.
 
     The baseline's row says ``baseline: true`` and has no difference (null, not the 0 of itself minus itself, which a
-    reader of ``table.json`` would take for a measured one); the printed table shows its ``+0.00`` as before."""
+    reader of ``table.json`` would take for a measured one); the printed table shows its ``+0.00`` as before.
+    ``global_models``: label -> what its accuracy is where it is no trained global model's
+    (:func:`~chillfl.report.caveats.global_model_kinds`), its row's ``global_model``."""
     failed = failed or {}
+    global_models = global_models or {}
     ref_out, base_out = outputs.get(ref.label), outputs.get(base.label)
     target = ref_out.summary.get(f"best_{metric}") if ref_out is not None else None
     base_rounds = rounds_to_reach(base_out.records, metric, target) if target is not None and base_out is not None else None
@@ -169,6 +172,9 @@ def build_rows(
             rows[-1]["epsilon"] = eps
         if (asr := last_value(records, "attack_success_rate")) is not None:  # [attack] backdoor: its success at the end
             rows[-1]["attack_success_rate"] = asr
+    for row in rows:  # only where it is no trained global model's: an older table.json's rows, without it, read as they did
+        if (kind := global_models.get(str(row["variant"]))) is not None:
+            row["global_model"] = kind
     return rows
 
 
@@ -217,8 +223,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         if with_asr:
             line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)
-    if (caveat := eval_interval_caveat(rows)) is not None:  # after a blank line: not read as a row of the table
-        lines += ["", caveat]
+    for caveat in (eval_interval_caveat(rows), global_model_caveat(rows)):  # after a blank line: not read as a row of the table
+        if caveat is not None:
+            lines += ["", caveat]
     return "\n".join(lines)
 
 
@@ -281,12 +288,15 @@ def build_seed_rows(
     chosen: Mapping[str, tuple[Mapping[str, Any], list[float]]] | None,
     metric: str = "global_acc",
     failed: Mapping[tuple[str, int], str] | None = None,
+    global_models: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """Rows over seeds; ``runs[(label, seed)]``: the chosen point's run (None: it failed; ``failed[(label, seed)]`` says how).
 
     The baseline's row says ``baseline: true`` and has no differences (``delta_acc``, ``delta_local_acc`` null: see
-    :func:`build_rows`); :func:`format_seed_table` prints its paired difference to itself as before."""
+    :func:`build_rows`); :func:`format_seed_table` prints its paired difference to itself as before. ``global_models``:
+    as :func:`build_rows`' (a row's ``global_model``)."""
     failed = failed or {}
+    global_models = global_models or {}
 
     def summary(label: str, seed: int, key: str) -> float | None:
         out = runs[(label, seed)]
@@ -349,6 +359,8 @@ def build_seed_rows(
             row["tuned"] = dict(point)
             # None: diverged at a seed (null in table.json); NaN: finished with a non-finite score at a seed (null there too)
             row["validation_scores"] = [None if math.isinf(x) else x for x in scores]
+        if (kind := global_models.get(v.label)) is not None:  # its accuracy is no trained global model's (global_model_caveat)
+            row["global_model"] = kind
         rows.append(row)
     return rows
 
@@ -541,8 +553,9 @@ def format_seed_table(
         lines += ["", CLIPPED_NOTE]
     if local and (caveat := local_acc_caveat(rows)) is not None:
         lines += ["", caveat]
-    if (caveat := eval_interval_caveat(rows)) is not None:
-        lines += ["", caveat]
+    for caveat in (eval_interval_caveat(rows), global_model_caveat(rows)):
+        if caveat is not None:
+            lines += ["", caveat]
     if tune is not None:
         points = parse_tune(tune)
         what = "local validation accuracy" if local_rule else "validation accuracy"

@@ -43,8 +43,8 @@ from chillfl.executors.pools import WorkerPools
 from chillfl.experiment import Experiment, Plugged, build_data, build_experiment, check_parts, check_protocol, run_notes, say_notes
 from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
-from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_accuracy, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, grid_edge_caveat,
-                                    local_mix_warning, nonfinite_accuracy_caveat, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat)
+from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_accuracy, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, global_model_kinds,
+                                    grid_edge_caveat, local_mix_warning, nonfinite_accuracy_caveat, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat)
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.run_names import BYTES_FIGURE, COMPARISON_CONFIG, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE, TABLE_JSON, TABLE_MD
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
@@ -550,21 +550,24 @@ class Tables:
     outputs: dict[str, RunOutput]
 
 
-def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = (), policy: TemperaturePolicy | None = None, nonfinite_acc: Sequence[str] = ()) -> Tables:
+def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[str] = (), policy: TemperaturePolicy | None = None, nonfinite_acc: Sequence[str] = (),
+             aggregator: object | None = None) -> Tables:
     """FLex&Chill's Table 4 for one seed and no tuning, else the table over seeds; the caveats below either.
     ``nonfinite``: the finished runs whose final global loss is non-finite (:func:`nonfinite_runs`), named below it;
     ``nonfinite_acc``: those whose final global accuracy is (NaN logits), named on a line of their own;
-    ``policy``: a temperature policy passed from Python, asked whether it steers by accuracy (the steering caveat)."""
+    ``policy``: a temperature policy passed from Python, asked whether it steers by accuracy (the steering caveat);
+    ``aggregator``: one passed from Python, asked whether it leaves the global model as it began (the global-model caveat)."""
     ref, base, seeds = plan.reference, plan.baseline, plan.seeds
+    kinds = global_model_kinds([(v.label, c) for v, c in zip(plan.variants, plan.configs)], aggregator)  # accuracies of no trained global model
     if plan.multi:
-        rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed)
+        rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed, global_models=kinds)
         table = format_seed_table(rows, ref.label, base.label, plan.tune_table if plan.tuned else None, plan.select, config.eval.validation,
                                   bool(config.compare.get("local", False)), {v.label: v.tune for v in plan.variants if v.tune},
                                   sorted({c.eval.clients for c in plan.configs}))
         outputs = {f"{label}, seed {s}": out for (label, s), out in picked.runs.items() if out is not None}
     else:
         outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}
-        rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()})
+        rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()}, global_models=kinds)
         table = format_table(rows, ref.label, base.label)
     configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
@@ -845,7 +848,7 @@ def run_plan(
             refuse_all_failed(plan, sweep, where)
             picked = pick_tuned(plan, sweep)
             tables = tabulate(config, plan, picked, nonfinite_runs(plan, sweep), plugged.policy if plugged is not None else None,
-                              nonfinite_runs(plan, sweep, ends_with_nonfinite_accuracy))
+                              nonfinite_runs(plan, sweep, ends_with_nonfinite_accuracy), plugged.aggregator if plugged is not None else None)
             sweep.bring_back(tables.outputs.values())  # before write_tables renames the folder they are read from
             warnings = [w for w in (seed_noise_warning(plan), local_selection_warning(plan, sweep)) if w is not None]
             for warning in warnings:  # once each, on stderr; not in the printed table (the docs' blocks stay as made)

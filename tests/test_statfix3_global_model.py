@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig, load_config
 from chillfl.report.caveats import NO_GLOBAL_MODEL, STATIC_GLOBAL_MODEL, global_model_caveat, global_model_kind
 from chillfl.report.compare import format_table
@@ -54,6 +55,8 @@ def test_the_kind_is_asked_of_the_protocol_and_the_declared_capability() -> None
     assert global_model_kind(load_config(None, {**TINY, "prototypes.method": "fedproto"})) == NO_GLOBAL_MODEL
     assert global_model_kind(load_config(None, {**TINY, "algorithm.name": "local_only"})) == STATIC_GLOBAL_MODEL
     assert global_model_kind(load_config(None, {**TINY, "algorithm.name": "ditto"})) is None  # a personal model, and a trained global one
+    assert Capabilities().wrapping(Capabilities(static_global_model=True)).static_global_model  # a wrapper runs its base's server
+    assert Capabilities(static_global_model=True).wrapping(Capabilities()).static_global_model  # and the wrapper's own declaration
 
 
 def test_the_caveat_names_each_kind_and_only_rows_with_an_accuracy() -> None:

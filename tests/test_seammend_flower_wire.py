@@ -4,7 +4,7 @@
    plain ConfigError: the refusal carries its class now, by name, from a closed list (nothing in a message names
    code to import).
 3. Any other exception on a node came back as a WorkerError holding Flower's reason, under Flower's simulation the
-   node's whole traceback; it keeps the last line now, as the Ray executor does (chillfl.errors.last_line).
+   node's whole traceback; it keeps the last line now, as the Ray executor does (chillfl.errors.failure_line, linefix: the exception's line, not the last).
 4. ``distillation.client_store = "disk"`` did nothing under Flower without a word, while the other ignored options
    were noted.
 """
@@ -23,7 +23,7 @@ from test_flower_privacy_attacks import InProcessGrid, server_identity  # noqa: 
 
 from chillfl.config import load_config  # noqa: E402
 from chillfl.engine.protocol import ClientTask  # noqa: E402
-from chillfl.errors import ConfigError, MissingExtra, last_line  # noqa: E402
+from chillfl.errors import ConfigError, MissingExtra, failure_line  # noqa: E402
 from chillfl.executors.processes import WorkerError  # noqa: E402
 from chillfl.flower import client_app  # noqa: E402
 from chillfl.flower.apps import ClientRuntime, FlowerExecutor, error_line, ignored_on_flower_notes  # noqa: E402
@@ -140,8 +140,9 @@ def test_a_flower_reason_is_said_in_one_line(reason: str, said: str) -> None:
     assert error_line(reason) == said
 
 
-def test_the_last_line_is_cut_and_blank_text_is_empty() -> None:
-    assert last_line("a\nb\n\n") == "b" and last_line("  \n ") == "" and last_line("x" * 400) == "x" * 300
+def test_the_failure_line_is_cut_and_blank_text_is_empty() -> None:
+    """A message's first line now (linefix: the last was a tip or a note), cut at a word with a mark (linefix)."""
+    assert failure_line("a\nb\n\n") == "a" and failure_line("  \n ") == "" and failure_line("x" * 400) == "x" * 298 + " ~"
 
 
 # ----------------------------------------------------------------------------- 4: the client store's note

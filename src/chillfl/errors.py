@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import itertools
+import re
 import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -35,14 +36,81 @@ def one_line(text: object) -> str:
     return "".join(out)
 
 
-def last_line(text: object, limit: int = 300) -> str:
-    """The last line of ``text`` (a worker's exception, whose text may be its whole traceback), cut at ``limit``
-    characters; ``""`` for blank text.
+CUT = "~"
+"""Where :func:`failure_line` cut a line: ASCII, as the progress bar's cut name (``progress.ELLIPSIS``), so a caller's
+ASCII stream can write it."""
 
-    Why: a client's exception in a Ray actor or on a Flower node comes back as text ending with its ``Type: message``
-    line; the run's one error line keeps that (the worker's own log has the traceback), as every executor's does."""
-    lines = str(text).strip().splitlines()
-    return lines[-1][:limit] if lines else ""
+_FRAME = re.compile(r'^  File "')
+
+
+def failure_line(error: BaseException | str, limit: int = 300, kind: str | None = None) -> str:
+    """The one line that says what failed: ``Type: message`` for an exception (``kind``, else its class's name, as the
+    type), the line below for a text; ``""`` for blank text, cut at ``limit`` (:func:`cut_line`).
+
+    Which line of ``str(error)``, in this order:
+
+    * a traceback in it (a Ray task's or a Flower node's text, a wrapped one): the exception's line after the last
+      ``  File ...`` frame and its code lines (notes and continuation lines that follow are left out);
+    * a first line followed by tab-indented ``key: value`` lines (Ray's dead actor: a fixed preamble and the actor's
+      details): the next line after them, which says why; the first line where none follows;
+    * else the first non-blank line: an exception's message leads with its summary, and a tip or a detail line follows
+      (torch's "device-side assert triggered", then "Compile with ..."); PEP 678 notes are not in ``str()`` at all.
+
+    A line that ends with ``:`` introduces what follows (Ray's "Version mismatch: The cluster was started with:"), so the
+    lines after it are joined to it. Why one rule: the last line, which this replaced, gave a tip, a note or a detail line
+    whenever the text had several (Ray's version mismatch said only ``    Python: 3.11.7``)."""
+    text = str(error)
+    lines = [line.rstrip() for line in text.splitlines()]
+    at = _exception_at(lines)
+    if at is None:
+        at = _after_details(lines)
+    if at is None:
+        at = next((i for i, line in enumerate(lines) if line.strip()), None)
+    said = _joined(lines, at) if at is not None else ""
+    name = kind if kind is not None else type(error).__name__ if isinstance(error, BaseException) else None
+    if name is not None:
+        said = f"{name}: {said}" if said else name
+    return cut_line(said, limit)
+
+
+def _exception_at(lines: list[str]) -> int | None:
+    """Where a traceback's exception line is: the first unindented non-blank line after its last frame; None without one."""
+    frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+    if not frames:
+        return None
+    return next((i for i in range(frames[-1] + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()), None)
+
+
+def _after_details(lines: list[str]) -> int | None:
+    """Where the line after a first line's tab-indented details is (that first line where none follows); None where
+    the first non-blank line has no tab-indented line under it."""
+    first = next((i for i, line in enumerate(lines) if line.strip()), None)
+    if first is None or first + 1 >= len(lines) or not lines[first + 1].startswith("\t"):
+        return None
+    rest = (i for i in range(first + 1, len(lines)) if lines[i].strip() and not lines[i].startswith("\t"))
+    return next(rest, first)
+
+
+def _joined(lines: list[str], at: int) -> str:
+    """Line ``at``, stripped; where it ends with ``:``, the non-blank lines after it joined to it, stripped."""
+    said = lines[at].strip()
+    if not said.endswith(":"):
+        return said
+    return " ".join([said, *(line.strip() for line in lines[at + 1 :] if line.strip())])
+
+
+def cut_line(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: cut after its last sentence within them (where that keeps half of
+    them), else at its last word boundary, and marked with :data:`CUT`. Why: a cut at a character count ended a dead
+    actor's line mid-word (``Some common causes incl``)."""
+    if len(text) <= limit:
+        return text
+    room = text[: max(limit - len(CUT) - 1, 0)]
+    end = room.rfind(". ")
+    if end >= len(room) // 2:
+        return f"{room[: end + 1]} {CUT}"
+    space = room.rfind(" ")
+    return f"{room[:space] if space > 0 else room} {CUT}".lstrip()
 
 
 MAX_JSON_DEPTH = 200

@@ -316,6 +316,13 @@ def out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, MemoryError) or (isinstance(exc, OSError) and exc.errno == errno.ENOMEM) or "Cannot allocate memory" in str(exc)
 
 
+def out_of_memory_line(worker: str, said: str) -> str:
+    """The line of a ``worker`` lost for want of memory, quoting what the error ``said``: one wording for a process
+    worker and a Ray actor, as both are lost workers (the run resumes)."""
+    return (f"{worker} ran out of memory ({said}); the run can go on after freeing memory or with fewer workers, unless one "
+            "client alone needs more than the machine has")
+
+
 @dataclass(frozen=True)
 class _Slot:
     """Where one tensor lives inside a packed tree's flat buffers."""
@@ -877,8 +884,7 @@ class WorkerPool:
                 if p.exitcode == OUT_OF_MEMORY_EXIT:
                     notes = [_read_memory_note(self._temp, q.pid) for q in dead if q.exitcode == OUT_OF_MEMORY_EXIT]  # each read, each removed
                     said = notes[0] or "MemoryError"
-                    return (f"worker {p.name} ran out of memory ({said}); the run can go on after freeing memory or with fewer "
-                            "workers, unless one client alone needs more than the machine has")
+                    return out_of_memory_line(f"worker {p.name}", said)
                 return f"worker {p.name} died with exit code {p.exitcode}"
             if self._tasks.unsent is not None:
                 return f"could not send a task to the workers: {self._tasks.unsent}"

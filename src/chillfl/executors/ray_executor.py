@@ -84,9 +84,9 @@ from torch import nn
 from chillfl.config import RayConfig
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.executors.processes import (AF_UNIX_PATH_MAX, ClientCodeError, StallClock, WorkerError, _is_state, default_workers, map_leaves,
-                                         stalled_line)
+                                         out_of_memory, out_of_memory_line, stalled_line)
 from chillfl.engine.protocol import ClientData, ClientJob, ClientReply, ClientSide, ClientTask
-from chillfl.errors import ConfigError, last_line
+from chillfl.errors import ConfigError, failure_line
 from chillfl.paths import check_writable_dir
 from chillfl.stop_signals import STOP_SIGNALS, RaisedLater
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
@@ -469,7 +469,7 @@ class RayWorkers:
                 if not isinstance(exc, (ConnectionError, RuntimeError, ValueError)):
                     raise
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
-                raise WorkerError(f"could not start or reach {where}: {type(exc).__name__}: {last_line(exc)}") from None  # the line naming what failed
+                raise WorkerError(f"could not start or reach {where}: {failure_line(exc)}") from None  # the line naming what failed
         self.lost: str | None = None
         """Why an actor is gone for good (set by an executor that found it dead after its retries)."""
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
@@ -671,31 +671,39 @@ class RayExecutor:
                                           for a in sorted(actor_of[ref] for ref in pending)], waited, kind="Ray worker"))
         self._stall.end_round()
         results: dict[int, Any] = {}
-        errors: list[tuple[int, str | ConfigError]] = []
+        errors: list[tuple[int, str | ConfigError]] = []  # a client's own exception, or bad input: the run's
+        died: list[tuple[int, str]] = []  # an actor dead for good: a lost worker's, and the executor unusable
+        lost: list[tuple[int, str]] = []  # an actor out of memory: a lost worker's, as a process worker's
         for a, ref in calls.items():
             try:
                 results[a] = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
                 clients = ", ".join(str(items[i].client_id) for i in shares[a])
-                # the last line: why it died (a creation task's exception, "The actor is dead because ..."), not Ray's preamble
-                # ("The actor died unexpectedly before finishing this task."), as a client's exception and a Flower node's error say theirs
-                cause = last_line(exc, 200) or type(exc).__name__
-                errors.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
-                                  f"the round was not aggregated ({type(exc).__name__}: {cause})"))
+                # why it died (a creation task's exception, "The actor is dead because ..."), not Ray's preamble ("The actor
+                # died unexpectedly before finishing this task."), by the rule a client's exception and a Flower node's error are said by
+                died.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
+                                f"the round was not aggregated ({failure_line(exc, 220)})"))
             except ray.exceptions.RayTaskError as exc:
                 if isinstance(exc.cause, ConfigError):  # bad input only a client sees (a context key): one line and exit 2, as in a serial run
                     errors.append((a, exc.cause))
                     continue
                 cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
-                errors.append((a, f"Ray worker {a}: a client update failed: {type(cause).__name__}: {last_line(cause)}"))
+                # the exception itself where Ray has it (its message's first line, notes left out), else Ray's text (a traceback)
+                said = failure_line(exc.cause if isinstance(exc.cause, BaseException) else str(exc), kind=type(cause).__name__)
+                if isinstance(exc.cause, BaseException) and out_of_memory(exc.cause):  # the machine's limit, not the client's code
+                    lost.append((a, out_of_memory_line(f"Ray worker {a} (clients {', '.join(str(items[i].client_id) for i in shares[a])})", said)))
+                    continue
+                errors.append((a, f"Ray worker {a}: a client update failed: {said}"))
+        if died or lost:  # a lost worker makes the round a lost worker's, whatever another's client code raised: resumable
+            first_lost = min(died + lost, key=lambda e: e[0])[1]
+            self._broken = min(died, key=lambda e: e[0])[1] if died else None  # a dead actor's executor is unusable; one out of memory is alive
+            self.pool.lost = self.pool.lost or self._broken
+            raise WorkerError(first_lost)
         if errors:
             first = min(errors, key=lambda e: e[0])[1]
-            died = any(isinstance(e, str) and "died" in e for _, e in errors)
-            self._broken = str(first) if died else None
-            self.pool.lost = self.pool.lost or self._broken
-            if isinstance(first, ConfigError) and not died:
+            if isinstance(first, ConfigError):
                 raise first
-            raise WorkerError(str(first)) if died else ClientCodeError(str(first))  # a client's own exception: the run's failure
+            raise ClientCodeError(str(first))  # a client's own exception: the run's failure
         return results
 
     def close(self) -> None:

@@ -75,10 +75,10 @@ from chillfl.settings.distillation import DistillationOptions
 from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
-from chillfl.executors.processes import ClientCodeError, WorkerError
+from chillfl.executors.processes import ClientCodeError, WorkerError, out_of_memory
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.results import ResultWriter, remove_tree
-from chillfl.errors import ConfigError, last_line
+from chillfl.errors import ConfigError, failure_line
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import ClientFailure, Refusal, StatesRequest, decode, encode
@@ -208,19 +208,20 @@ _FLOWER_REASON = re.compile(r"<class '(?P<kind>[^']*)'>:<'(?P<text>.*)'>", re.DO
 
 
 def error_line(reason: str) -> str:
-    """A node's error reply's ``reason`` as the run's error says it: the exception's last line (its ``Type: message``),
-    as the Ray executor says an actor's (:func:`~chillfl.errors.last_line`).
+    """A node's error reply's ``reason`` as the run's error says it: the exception's ``Type: message`` line, by the rule
+    the Ray executor says an actor's by (:func:`~chillfl.errors.failure_line`).
 
     Why: under Flower's simulation the reason is a Ray task error, whose text is the node's whole traceback (tens of
     lines in the one line chillfl's CLI gives a failed worker); Flower logs that traceback where the node runs. A
     one-line reason (a deployed SuperNode's ``<class 'RuntimeError'>:<'boom'>``) reads ``RuntimeError: boom``."""
     found = _FLOWER_REASON.fullmatch(str(reason).strip())
     if found is None:
-        return last_line(reason)
+        return failure_line(reason)
     text = found["text"].strip()
-    if "\n" in text:  # a traceback: its last line names the exception itself
-        return last_line(_unwrapped(text))
-    return last_line(f"{found['kind'].rsplit('.', 1)[-1]}: {text}")
+    own = _unwrapped(text)
+    if own is not None:  # a traceback: its exception's line names the exception itself
+        return failure_line(own)
+    return failure_line(text, kind=found["kind"].rsplit(".", 1)[-1])
 
 
 _WRAPPER = "ClientAppException"
@@ -228,17 +229,22 @@ _WRAPPER = "ClientAppException"
 line (``Exception ClientAppException occurred. Message: boom``) drops the node's exception type."""
 
 
-def _unwrapped(traceback: str) -> str:
-    """``traceback`` up to the node's own exception where Flower's wrapper follows it: its line (``RuntimeError: boom``,
-    ``AssertionError``) is the last before the chaining text that leads to the wrapper's ``flwr...ClientAppException``
-    line. The LAST such chaining line: a node's exception raised ``from`` another has one of its own, ahead of it."""
-    lines = traceback.splitlines()
-    if not lines or _WRAPPER not in lines[-1]:
-        return traceback
-    wrapper = max((i for i, line in enumerate(lines) if line.split(":", 1)[0].endswith(f".{_WRAPPER}")), default=len(lines) - 1)
+def _unwrapped(text: str) -> str | None:
+    """The node's own traceback in ``text`` (a reason's), None where ``text`` holds no traceback (a message of several
+    lines: a deployed SuperNode's). Where Flower's wrapper follows the node's exception, the text up to the chaining
+    line that leads to the wrapper's ``flwr...ClientAppException`` line: the LAST such line, since a node's exception
+    raised ``from`` another has one of its own, ahead of it."""
+    lines = text.splitlines()
+    framed = any(line.startswith("  File ") for line in lines)
+    wrapper = max((i for i, line in enumerate(lines) if line.split(":", 1)[0].endswith(f".{_WRAPPER}")), default=None)
+    if wrapper is None:
+        return text if framed else None
     chained = [i for i in range(wrapper) if lines[i].startswith("The above exception was the direct cause")]
-    own = [x for x in lines[: chained[-1] if chained else wrapper] if x.strip()]
-    return own[-1] if own else traceback
+    own = lines[: chained[-1] if chained else wrapper]
+    if any(line.startswith("  File ") for line in own):
+        return "\n".join(own)
+    said = [line for line in own if line.strip()]  # no frame of its own (Ray left out its internal ones): its last line
+    return said[-1] if said else text
 
 
 def config_from_run_config(run_config: Any) -> RunConfig:
@@ -371,9 +377,15 @@ class FlowerExecutor:
             if isinstance(answer.get("refused"), Refusal):  # the node's ConfigError (ClientApp's train): raised here as it is
                 failed.append((partition.get(node, -1), answer["refused"].error()))
                 continue
-            if isinstance(answer.get("failed"), ClientFailure):  # the client's own code raised on the node: the run's failure
-                clients = ", ".join(str(t.client_id) for t in by_node.get(node, []))
-                failed.append((partition.get(node, -1), ClientCodeError(f"SuperNode {node} (clients {clients}): a client update failed: {answer['failed'].error}")))
+            failure = answer.get("failed")
+            if isinstance(failure, ClientFailure):  # the client's own code raised on the node: the run's failure
+                client = f"client {failure.client_id}" if failure.client_id is not None else \
+                    f"clients {', '.join(str(t.client_id) for t in by_node.get(node, []))}"  # a node of an older chillfl names none
+                if failure.out_of_memory:  # the node's limit: a lost worker's, as a process worker's out of memory
+                    failed.append((partition.get(node, -1), f"SuperNode {node} ran out of memory in {client}'s update ({failure.error}); the round was not "
+                                                            "aggregated: free memory on that node or give it fewer clients, unless one client alone needs more than it has"))
+                    continue
+                failed.append((partition.get(node, -1), ClientCodeError(f"SuperNode {node} ({client}): a client update failed: {failure.error}")))
                 continue
             held = set(answer["held"])
             for reply in answer["replies"]:
@@ -714,13 +726,16 @@ class ClientRuntime:
         executor, evaluation = self.ready()
         full = [dataclasses.replace(t, data=evaluation.client_data(t.client_id), state=load_client_state(records, t.client_id)) for t in tasks]
         with registered_float32(self.config), device_settings(self.config, self.parts["device"]):  # float32: FedGen's generator, a method's noise
-            try:
-                replies = executor.map(full)
-            except ConfigError:
-                raise  # a refusal: the ClientApp sends it as one (Refusal)
-            except Exception as error:  # the client's own code: a reply the server raises as ClientCodeError, not a lost node's error
-                logging.getLogger(__name__).error("a client update failed on this node", exc_info=True)  # the traceback, where the node runs
-                return encode({"failed": ClientFailure(f"{type(error).__name__}: {last_line(error)}" if str(error).strip() else type(error).__name__)})
+            replies: list[ClientReply[Any, Any]] = []
+            for task in full:  # one at a time, as a process worker runs its tasks: a failure names its client
+                try:
+                    replies.extend(executor.map([task]))
+                except ConfigError:
+                    raise  # a refusal: the ClientApp sends it as one (Refusal)
+                except Exception as error:  # the client's own code: a reply the server raises as ClientCodeError, not a lost node's error
+                    logging.getLogger(__name__).error("client %s's update failed on this node", task.client_id, exc_info=True)  # the traceback, where the node runs
+                    # out of memory: the node's limit, not the client's code, which the server says as a lost worker's
+                    return encode({"failed": ClientFailure(failure_line(error), task.client_id, out_of_memory(error))})
         held = []
         for reply in replies:
             if reply.state is not None:

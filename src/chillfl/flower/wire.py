@@ -84,6 +84,11 @@ class ClientFailure:
     as a lost worker. The node logs the traceback where it runs."""
 
     error: str
+    client_id: int | None = None
+    """The client whose update raised (None from a node that does not say: the server then names the node's clients)."""
+    out_of_memory: bool = False
+    """Whether it was an allocation failure (``processes.out_of_memory``): the node's limit, which the server raises as a
+    lost worker's :class:`~chillfl.executors.processes.WorkerError`, not the client's code."""
 
 
 def _sent(attribute: object) -> bool:

@@ -67,6 +67,7 @@ from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import LOSS_HINT, ConfigError
+from chillfl.numeric import weighted_mean
 from chillfl.aggregation.uploads import finite_uploads, round_left_out
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
@@ -456,13 +457,12 @@ class ParameterSharing:
         self.moved.update(k for k in unread if k not in self.moved and not torch.equal(before[k], self.state[k]))
         self.book.check_state(round, self.state)
 
-        weights = np.array([r.num_samples for r in results], dtype=np.float64)
         trained = bool(results)  # none: a round nobody reported, released by the aggregator (releases_empty_rounds): no loss to average
         record = RoundRecord(
             round=round + 1,
             clients=[t.client_id for t in tasks],
             lr=self.lr_at(round),
-            train_loss=float(np.dot(weights, [r.train_loss for r in results]) / weights.sum()) if trained else None,
+            train_loss=weighted_mean([r.train_loss for r in results], [r.num_samples for r in results]) if trained else None,
             temperature_mean=float(np.mean([r.temperature for r in results])) if trained else None,
             client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
             method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, self.client.method_field)),

@@ -51,6 +51,7 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
+from chillfl.numeric import weighted_mean
 from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_name, head_size, refuse_nonlinear_head
@@ -308,12 +309,12 @@ class PrototypeSharing:
             self.book.check_state(round, self.state)
 
         ups = [r.uplink for r in replies]
-        w = np.array([u.num_samples for u in ups], dtype=np.float64)
+        weights = [u.num_samples for u in ups]
         record = RoundRecord(
             round=round + 1,
             clients=[t.client_id for t in tasks],
             lr=self.lr_at(round),
-            train_loss=float(np.dot(w, [u.train_loss for u in ups]) / max(w.sum(), 1.0)),
+            train_loss=weighted_mean([u.train_loss for u in ups], weights) if sum(weights) > 0 else 0.0,  # nobody's samples: 0, as before
             temperature_mean=float(np.mean([trained_at(t, r) for t, r in zip(tasks, replies)])),
             client_train_loss={str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
             metrics={"known_classes": int(knowledge.mask.sum())},

@@ -16,7 +16,7 @@ from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics, rows_all_finite
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
-from chillfl.numeric import row_sum_tolerance
+from chillfl.numeric import row_sum_tolerance, weighted_mean
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.temperature.base import TemperaturePolicy
@@ -236,12 +236,11 @@ class SoftLabelProtocol:
             if report.distill_loss is not None:
                 distill_losses.append(report.distill_loss)
 
-        w = np.asarray(weights, dtype=np.float64)
         record = RoundRecord(
             round=t,
             clients=[task.client_id for task in tasks],
             lr=cfg.lr_at(rnd),
-            train_loss=float(np.dot(w, train_losses) / w.sum()) if w.sum() > 0 else float(np.mean(train_losses)),
+            train_loss=weighted_mean(train_losses, weights) if sum(weights) > 0 else float(np.mean(train_losses)),
             temperature_mean=float(np.mean(temps)),
         )
         m = record.metrics

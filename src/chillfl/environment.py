@@ -25,10 +25,12 @@ from chillfl._version import __version__
 COMPARED = ("chillfl", "torch", "numpy", "python", "device", "cpu_capability", "kernel_caps", "threads", "git_commit", "code")
 """The fields whose change can change results bit for bit (``resume`` warns about these)."""
 
-KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
-"""Environment variables that cap or fix the kernels oneDNN (convolutions) and MKL (matmuls) pick, beside ATen's
-own (``ATEN_CPU_CAPABILITY``, read back as ``cpu_capability``): each changes the bits (docs/reproducibility.md),
-and torch reports none of them."""
+KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "OPENBLAS_CORETYPE", "NPY_DISABLE_CPU_FEATURES")
+"""Environment variables that cap or fix the kernels oneDNN (convolutions), MKL (torch's matmuls), OpenBLAS (numpy's
+matmuls and dots) and numpy's own SIMD loops (its float64 ``exp``/``log``, its sorts) pick, beside ATen's own
+(``ATEN_CPU_CAPABILITY``, read back as ``cpu_capability``): each can change the bits (docs/reproducibility.md), and
+neither torch nor numpy reports them. (MKL's cap moves no bit on an AMD CPU, where MKL takes its AVX2 path anyway;
+it is recorded all the same: the record cannot tell which vendor's kernels a cap left alone.)"""
 
 CHUNKED = ("cores",)
 """Compared besides :data:`COMPARED` for a run whose executor groups clients by the cores

@@ -876,8 +876,8 @@ def finish_run(
     if (stability := stability_summary(records)) is not None:  # the spread of the clients' losses (None without per-client losses)
         summary["stability"] = stability
     has_bytes = last_value(records, "bytes_cumulative") is not None  # a skipped last round carries no bytes
-    if has_bytes:  # total bytes and the cost to reach the target accuracy
-        summary["communication"] = communication_summary(records, config.eval.target_accuracy)
+    if has_bytes:  # total bytes and the cost to reach the target accuracy: from the records rounds_to_target was read from
+        summary["communication"] = communication_summary(summarized, config.eval.target_accuracy)
     model = protocol.global_state()
     model_state = {k: v.detach().clone() for k, v in model.items()} if model is not None else None
     if model_state is not None and (calibration := final_calibration(exp, config, model_state)) is not None:

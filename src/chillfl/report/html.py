@@ -908,6 +908,16 @@ def _value(run: Run, key: str) -> Any:
     return last_value(run.records, FROM_RECORDS[key])  # a summary written before it had the key (a skipped last round has none)
 
 
+def _target_interval(run: Run) -> int | None:
+    """The evaluation interval the run's ``rounds_to_target`` was read with: its summary's ``target_eval_interval`` (a
+    stopped run's counts the stop round's evaluation, which is in ``summary.json`` only; None: no round measured), the
+    records' for a summary written before it had the key. Why: the caveat must describe the number in the cell."""
+    interval = run.summary.get("target_eval_interval")
+    if "target_eval_interval" in run.summary and (interval is None or (isinstance(interval, int) and not isinstance(interval, bool))):
+        return interval
+    return evaluation_interval(run.records)
+
+
 def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ...]:
     """The results table's columns: rounds to target only where a run set ``eval.target_accuracy``
     (a comparison's own target, the reference's best accuracy per seed, is in its comparison table); its header says
@@ -915,7 +925,7 @@ def _metrics_columns(groups: Sequence[Group]) -> tuple[tuple[str, str, bool], ..
     has_target = any("target_accuracy" in r.summary for g in groups for r in g.runs)
     private = any("final_epsilon" in r.summary for g in groups for r in g.runs)  # [privacy]: epsilon only where a run spent one
     attacked = any(_value(r, "final_attack_success_rate") is not None for g in groups for r in g.runs)  # [attack]: a backdoor's success
-    intervals = sorted({evaluation_interval(r.records) for g in groups for r in g.runs if "target_accuracy" in r.summary} - {1})
+    intervals = sorted({i for g in groups for r in g.runs if "target_accuracy" in r.summary and (i := _target_interval(r)) is not None} - {1})
     label = (f"rounds to target (first evaluated round; evaluated every {' or '.join(map(str, intervals))} rounds, eval.every)"
              if intervals else None)  # > 1: the round a target was reached may be up to that - 1 earlier (its summary's target_eval_interval)
     return tuple((key, label, pct) if key == "rounds_to_target" and label else (key, name, pct) for key, name, pct in TABLE_METRICS

@@ -51,7 +51,7 @@ from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_st
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
-from chillfl.engine.protocol import Executor, ServerProtocol
+from chillfl.engine.protocol import EvaluatesNow, Executor, ServerProtocol, protocol_layers
 from chillfl.engine.record import round_number
 from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
@@ -911,8 +911,11 @@ def stop_evaluated(exp: Experiment, config: RunConfig, protocol: ServerProtocol,
     """
     if not records or "global_acc" in records[-1]:
         return records
+    for layer in protocol_layers(protocol):  # the protocol's own measure (prototypes that share no model), through any wrapper
+        if isinstance(layer, EvaluatesNow):
+            return [*records[:-1], {**records[-1], **layer.evaluate_now()}]
     state = protocol.global_state()
-    if state is None:  # no global model (prototypes that share none): what its rounds measure needs the protocol
+    if state is None:  # measures nothing: no round is measured (target_eval_interval null)
         return records
     return [*records[:-1], {**records[-1], **Evaluation(config, exp.data, exp.model, exp.device).metrics(state)}]
 

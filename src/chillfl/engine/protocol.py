@@ -246,6 +246,18 @@ class ObservesSkippedRounds(Protocol):
 
 
 @runtime_checkable
+class EvaluatesNow(Protocol):
+    """A server protocol that measures its present state as an evaluated round's record would, where that is more than
+    evaluating :meth:`ServerProtocol.global_state` (prototype sharing without a shared model: the mean over the clients'
+    own models). Why: a run a hook stops at a round ``eval.every`` skips ends there, and its summary holds that round's
+    evaluation as a last round's (``final_global_acc``); only the protocol knows what its rounds measure."""
+
+    def evaluate_now(self) -> Mapping[str, Json]:
+        """The metrics an evaluated round would record for the present state (``global_acc``, ``global_loss``, ...)."""
+        ...
+
+
+@runtime_checkable
 class ReleasesEmptyRounds(Protocol):
     """A server protocol whose ``server_update`` is defined for a round in which nobody reported (no task, no reply)
     and moves its state all the same: parameter sharing whose aggregator releases such a round

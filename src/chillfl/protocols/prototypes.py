@@ -342,6 +342,11 @@ class PrototypeSharing:
         """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates (:meth:`ServerBook.last`)."""
         return self._global_metrics() if self.book.last(round) else {}
 
+    def evaluate_now(self) -> dict[str, Json]:
+        """What an evaluated round records for the present state (:class:`~chillfl.engine.protocol.EvaluatesNow`): a run
+        stopped at a round ``eval.every`` skips has no global model to evaluate without sharing models."""
+        return self._global_metrics()
+
     def _global_metrics(self) -> dict[str, Json]:
         ev, k = self.evaluation, self.knowledge
         bs = ev.config.eval.batch_size

@@ -620,7 +620,8 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
     ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits).
     With a ``target``: ``rounds_to_target`` (the first evaluated round reaching it) and ``target_eval_interval``
     (:func:`evaluation_interval`: > 1 means that round, and ``communication.bytes_to_target``, may be up to that - 1
-    rounds late)."""
+    rounds late; None where no round measured ``global_acc``, so that a null ``rounds_to_target`` reads "not measured",
+    not "measured every round and never met")."""
     out: dict[str, Any] = {"rounds": records[-1]["round"] if records else 0}
     if local_mix_tv is not None:
         out[LOCAL_MIX_TV] = local_mix_tv
@@ -648,7 +649,8 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
     if target is not None:
         out["target_accuracy"] = target
         out["rounds_to_target"] = rounds_to_reach(records, "global_acc", target)
-        out["target_eval_interval"] = evaluation_interval(records)  # > 1: rounds_to_target is the first *evaluated* round
+        measured = any(r.get("global_acc") is not None for r in records)  # none: no interval to claim (1 would say "every round, never met")
+        out["target_eval_interval"] = evaluation_interval(records) if measured else None  # > 1: rounds_to_target is the first *evaluated* round
     return out
 
 

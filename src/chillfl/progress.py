@@ -19,6 +19,7 @@ import time
 from typing import Any, Literal, Union
 
 from tqdm import tqdm
+from tqdm.utils import disp_len
 
 from chillfl.stderr import say, thread_lock
 
@@ -170,9 +171,8 @@ class FittedBar(tqdm):
 
 def fitted_meter(meter: dict[str, Any], fields: list[tuple[str, str]], width: int) -> dict[str, Any]:
     """The ``prefix``, ``postfix`` and ``bar_format`` of tqdm's ``meter`` (its ``format_dict``) that fit ``width``
-    columns (:class:`FittedBar`). Each candidate is measured as tqdm renders it, a bar at :data:`BAR_MIN` wide."""
-    from tqdm.utils import disp_len
-
+    columns (:class:`FittedBar`). Each candidate is measured as tqdm renders it, a bar at :data:`BAR_MIN` wide.
+    Widths are screen columns (``disp_len``): a CJK character takes two."""
     name = shortened(str(meter.get("prefix") or ""), max(8, width // 3))
 
     def line(parts: dict[str, bool], kept: list[tuple[str, str]], label: str) -> tuple[int, dict[str, Any]]:
@@ -183,7 +183,7 @@ def fitted_meter(meter: dict[str, Any], fields: list[tuple[str, str]], width: in
     parts = {"time": False, "bar": False, "rate": False}
     size, layout = line(parts, [], name)
     if size > width:  # the name and the count alone are too long: the name shortened to what is left, the count whole
-        name = shortened(name, max(1, len(name) - (size - width)))
+        name = shortened(name, max(1, disp_len(name) - (size - width)))
         return line(parts, [], name)[1]
     kept: list[tuple[str, str]] = []
     for part in ("time", *range(len(fields)), "bar", "rate"):
@@ -203,14 +203,24 @@ def bar_format(time: bool, bar: bool, rate: bool) -> str:
     return layout + "{postfix}"
 
 
-def shortened(name: str, chars: int) -> str:
-    """``name`` in at most ``chars`` characters, cut in the middle: a run name's start and its end (a seed, a variant's
-    option) both tell runs apart."""
-    if len(name) <= chars:
+def shortened(name: str, columns: int) -> str:
+    """``name`` in at most ``columns`` screen columns, cut in the middle: a run name's start and its end (a seed, a
+    variant's option) both tell runs apart. Columns, not characters: a CJK character takes two, and a name cut to a
+    third of the width in characters took two thirds of it in columns and left no room for a field."""
+    if disp_len(name) <= columns:
         return name
-    head = chars // 2
-    tail = chars - 1 - head
-    return name[:head] + ELLIPSIS + (name[-tail:] if tail > 0 else "")
+    head = columns // 2
+    return _fitting(name, head) + ELLIPSIS + _fitting(name[::-1], columns - 1 - head)[::-1]
+
+
+def _fitting(text: str, columns: int) -> str:
+    """The longest start of ``text`` that takes at most ``columns`` screen columns."""
+    used = 0
+    for i, ch in enumerate(text):
+        used += disp_len(ch)
+        if used > columns:
+            return text[:i]
+    return text
 
 
 def format_seconds(seconds: float) -> str:

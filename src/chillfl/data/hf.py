@@ -71,7 +71,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from chillfl.data.loaders import RawSplit, is_file, tree_files
+from chillfl.data.loaders import RawSplit, image_formats, is_file, tree_files
 from chillfl.errors import ConfigError
 from chillfl.extras import need
 from chillfl.options import require
@@ -210,16 +210,11 @@ def _undecoded(dataset: Any, column: str, field: str) -> Any:
     return dataset.cast_column(column, image(mode=feature.mode, decode=False))
 
 
-IMAGE_FORMATS = ("PNG", "JPEG", "WEBP", "TIFF", "BMP", "GIF", "PPM")
-"""The Pillow formats an image cell may hold: the raster formats hub datasets store (``datasets.Image`` keeps a PIL
-image's own format, else writes PNG, or TIFF for 16-bit and float modes). Why a list: left to itself Pillow picks the
-format from the bytes, and an EPS cell is handed to Ghostscript, which runs the data file's PostScript program."""
-
-
 def _open_image(blob: bytes, mode: str | None, row: int, column: str) -> Any:
     """One stored image decoded as ``datasets`` would (EXIF orientation, the feature's mode); a corrupt, truncated or
     absurdly large image (PIL's decompression-bomb guard, its warning too), or one in no format of
-    :data:`IMAGE_FORMATS`, is one line naming the row."""
+    :func:`~chillfl.data.loaders.image_formats` (every Pillow format but EPS, which Pillow hands to Ghostscript to run
+    the cell's PostScript program), is one line naming the row."""
     import io
     import warnings
 
@@ -229,13 +224,13 @@ def _open_image(blob: bytes, mode: str | None, row: int, column: str) -> Any:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("error", Image.DecompressionBombWarning)
-            image = Image.open(io.BytesIO(blob), formats=IMAGE_FORMATS)
+            image = Image.open(io.BytesIO(blob), formats=image_formats(Image))
             image.load()
             if image.getexif().get(0x0112) is not None:  # Orientation, as datasets' Image.decode_example applies it
                 image = ImageOps.exif_transpose(image)
             return image.convert(mode) if mode and mode != image.mode else image
     except Image.UnidentifiedImageError:  # its text names an in-memory buffer, not what was wrong
-        raise ConfigError(f"{SECTION}.image_column", f"row {row} of column {column!r}: cannot decode the image (not a {', '.join(IMAGE_FORMATS)} image)") from None
+        raise ConfigError(f"{SECTION}.image_column", f"row {row} of column {column!r}: cannot decode the image (not an image format Pillow decodes, EPS refused)") from None
     except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
         raise ConfigError(f"{SECTION}.image_column", f"row {row} of column {column!r}: cannot decode the image ({' '.join(str(exc).split())})") from None
 

@@ -83,7 +83,7 @@ import numpy as np
 import torch
 
 from chillfl.data import arraycache
-from chillfl.data.loaders import JPEG_FORMATS, FemnistOptions, local_source, select_writers, table_files
+from chillfl.data.loaders import FemnistOptions, image_formats, local_source, select_writers, table_files
 from chillfl.data.sources import hub_download_command
 from chillfl.errors import ConfigError, DataAbsent, Unreachable
 from chillfl.extras import need
@@ -270,6 +270,7 @@ def decode_png_column(column: Any, rows: np.ndarray | None = None) -> np.ndarray
     Image = need("PIL.Image", "images", "decoding FEMNIST's PNG images")
     values = column.field("bytes") if hasattr(column.type, "get_field_index") and column.type.get_field_index("bytes") >= 0 else column
     images = []
+    formats = image_formats(Image)  # never EPS (Ghostscript)
     for i, blob in enumerate(values.to_pylist()):
         row = i if rows is None else int(rows[i])
         if blob is None:
@@ -277,7 +278,7 @@ def decode_png_column(column: Any, rows: np.ndarray | None = None) -> np.ndarray
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", Image.DecompressionBombWarning)
-                images.append(np.asarray(Image.open(io.BytesIO(blob), formats=JPEG_FORMATS).convert("L"), dtype=np.uint8))  # never EPS (Ghostscript)
+                images.append(np.asarray(Image.open(io.BytesIO(blob), formats=formats).convert("L"), dtype=np.uint8))
         except Exception as exc:  # noqa: BLE001 - a corrupt PNG (or a decompression bomb) is the file's fault: one line
             raise ConfigError(f"{SECTION}.path", f"FEMNIST row {row}: cannot decode the image ({' '.join(str(exc).split())})") from None
     shapes = {a.shape for a in images}

@@ -624,18 +624,29 @@ def _pil() -> Any:
     return need("PIL.Image", "images", "JPEG datasets")  # one MissingExtra line naming the `images` extra
 
 
-JPEG_FORMATS = ("JPEG", "PNG")
-"""The Pillow formats a Tiny-ImageNet or Caltech-256 image file may hold (both ship JPEGs; a PNG named ``.jpg`` is
-harmless). Why a list: left to itself Pillow picks the format from the bytes, and a ``.JPEG`` file holding EPS is
-handed to Ghostscript, which runs the file's PostScript program."""
+REFUSED_FORMATS = ("EPS",)
+"""The one Pillow format no dataset image is opened as: Pillow hands EPS to Ghostscript, which runs the file's
+PostScript program, so opening a data file would run the data file's code. Every other format Pillow registers is
+decoded by Pillow itself (a few, GRIB, BUFR, HDF5, only with a handler the user installs, else an unreadable image)."""
+
+
+def image_formats(image: Any) -> tuple[str, ...]:
+    """Every format the Pillow ``image`` module (``PIL.Image``) registers, after ``Image.init()`` (which imports its
+    plugins), but :data:`REFUSED_FORMATS`, in Pillow's own order. Why a list at all: left to itself Pillow picks the format
+    from the bytes, and a ``.jpg`` file or an image cell holding EPS is handed to Ghostscript. Why not a short list of
+    the formats datasets "use": ``datasets.Image`` keeps any format Pillow both opens and saves (AVIF, JPEG 2000, TGA,
+    ...), imagefolder stores a file's own bytes, and a real Caltech-256 file need not be a JPEG: such images loaded
+    with ``datasets`` and must load here."""
+    image.init()
+    return tuple(f for f in image.ID if f not in REFUSED_FORMATS)
 
 
 def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
     """One image as 3 x size x size uint8 (RGB; ``crop``: centre square crop before resizing); a file in no format of
-    :data:`JPEG_FORMATS` is one line naming it, as a corrupt one is."""
+    :func:`image_formats` (EPS among them) is one line naming it, as a corrupt one is."""
     image_mod = _pil()
     try:
-        with image_mod.open(path, formats=JPEG_FORMATS) as im:
+        with image_mod.open(path, formats=image_formats(image_mod)) as im:
             im = im.convert("RGB")
             if crop and im.width != im.height:
                 side = min(im.width, im.height)
@@ -645,7 +656,7 @@ def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
                 im = im.resize((size, size), image_mod.Resampling.BILINEAR)
             return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
     except image_mod.UnidentifiedImageError as exc:  # its text repeats the path and not what was wrong
-        raise _corrupt(path, f"not a {' or '.join(JPEG_FORMATS)} image") from exc
+        raise _corrupt(path, "not an image format Pillow decodes, EPS refused") from exc
     except (OSError, ValueError, SyntaxError, image_mod.DecompressionBombError) as exc:  # PIL's errors for unreadable or absurd images
         raise _corrupt(path, exc) from exc
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import io
+import sys
 from typing import Any
 
 import pytest
@@ -65,3 +67,32 @@ def test_at_40_columns_a_long_name_is_shortened_and_the_count_still_shows() -> N
     name = line.split(": ")[0]
     assert ELLIPSIS in name and name.startswith("a_real") and name.endswith("test3"), line
     assert " 1/3" in line and disp_len(line) <= 40, line
+
+
+def test_the_mark_where_a_name_is_cut_is_ascii() -> None:
+    """The mark where a name is cut is ASCII: an ellipsis raised UnicodeEncodeError on a Python caller's ASCII stderr."""
+    assert ELLIPSIS.isascii()
+
+
+def test_a_shortened_name_is_drawn_on_an_ascii_stderr(monkeypatch: pytest.MonkeyPatch) -> None:
+    raw = io.BytesIO()
+    stream = io.TextIOWrapper(raw, encoding="ascii")
+    monkeypatch.setattr(sys, "stderr", stream)
+    bar: Any = make_bar("bar", 3, 0, LONG)
+    try:
+        bar.dynamic_ncols = lambda fp: (40, None)
+        bar.update(1)
+        bar.refresh()  # drawn now, whatever tqdm's interval: the shortened name goes to the ASCII stream
+    finally:
+        bar.close()
+    stream.flush()
+    assert b"a_real~_test3: 1/3" in raw.getvalue(), raw.getvalue()
+
+
+def test_the_time_then_the_fields_go_before_the_bar() -> None:
+    """What shows, in this order while it fits: the time, the fields (most important first), then the bar."""
+    fields = [f"{key}={value}" for key, value in _postfix(RECORD).items()]
+    line = _line("tty80", 70)  # room for the time and two fields, not for a bar as well
+    assert _shown(line) == fields[:2] and "%|" not in line and " [00:00<" in line, line
+    line = _line("tty80", 40)  # room for the time (and rate), not for a bar
+    assert "%|" not in line and " [00:00<" in line, line

@@ -64,7 +64,10 @@ def test_client_weight_decay_is_refused_at_dry_run(tmp_path: Path, monkeypatch: 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "base.toml").write_text(BASE)
     assert main(["run", "base.toml", "client.weight_decay=1e308", "--dry-run"]) == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1].startswith("chillfl: error: client.weight_decay: must be at most 3.403e+38")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["chillfl: error: client.weight_decay: must be at most 3.403e+38 in size (the largest float32, the dtype the "
+                   "model computes in: a weight or scale past it overflows the loss, gradient, weights or noise it multiplies), "
+                   "got 1e+308"]  # the one line, no traceback before it
     assert config_from_dict({"client": {"weight_decay": FLOAT32_MAX}}).client.weight_decay == FLOAT32_MAX  # the bound itself
 
 
@@ -89,3 +92,12 @@ def test_a_bound_is_read_from_the_annotation_alone() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_options(_Declared, {"a": 1e39}, "t")
     assert caught.value.field == "t.a"
+
+
+def test_a_bound_is_on_the_size_a_negative_value_past_it_is_refused() -> None:
+    """_Declared has no sign check: only the bound, read as a size (abs), can refuse these."""
+    with pytest.raises(ConfigError, match=r"t\.b: must be at most 2 in size \(a test's bound\), got -2\.5"):
+        parse_options(_Declared, {"b": -2.5}, "t")
+    with pytest.raises(ConfigError) as caught:
+        parse_options(_Declared, {"a": -1e39}, "t")
+    assert caught.value.field == "t.a" and "largest float32" in caught.value.message and "got -1e+39" in caught.value.message

@@ -21,11 +21,11 @@ SYSTEM_DEATH = ("The actor is dead because its worker process has died. Worker e
                 "Worker unexpectedly exits with a connection error code 2. End of file.")
 
 
-def _system_death() -> BaseException:
+def _system_death(message: str = SYSTEM_DEATH) -> BaseException:
     from ray.core.generated.common_pb2 import ActorDiedErrorContext
     from ray.exceptions import ActorDiedError
 
-    context = ActorDiedErrorContext(error_message=SYSTEM_DEATH, class_name="Worker", actor_id=b"\x01" * 16, pid=4242, node_ip_address="127.0.0.1")
+    context = ActorDiedErrorContext(error_message=message, class_name="Worker", actor_id=b"\x01" * 16, pid=4242, node_ip_address="127.0.0.1")
     return ActorDiedError(context)
 
 
@@ -67,6 +67,19 @@ def test_a_dead_actor_is_said_by_why_it_died() -> None:
     assert _lost_line(_system_death()) == ("Ray worker 1 (clients 7) died and was restarted 3 time(s) without finishing its share; the round was not "
                                            f"aggregated (ActorDiedError: {SYSTEM_DEATH[:200]})")
     assert _lost_line(_creation_failure()).endswith("(ActorDiedError: ModuleNotFoundError: No module named 'missing_module')")
+
+
+def test_a_long_cause_of_death_is_cut_at_220_characters_on_a_word() -> None:
+    """SYSTEM_DEATH (176 characters) is never cut. A 250-character reason is: "ActorDiedError: " and it are 266, cut at
+    220 (not the 300 of failure_line's default) after the last whole word in the first 218, then marked "~"."""
+    words = [f"word{i:02d}" for i in range(28)]
+    message = "The actor is dead because its worker process has died. " + " ".join(words)
+    assert len(message) == 250
+    # "ActorDiedError: " (16) and the sentence (54) end at 70, before half of 218, so the cut is at a word: 21 words of
+    # 7 characters ("wordNN ") fill 71 to 217
+    cause = f"ActorDiedError: The actor is dead because its worker process has died. {' '.join(words[:21])} ~"
+    assert len(cause) == 219
+    assert _lost_line(_system_death(message)).endswith(f"the round was not aggregated ({cause})")
 
 
 def test_a_start_up_failure_is_said_by_its_last_line(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -62,8 +62,18 @@ def test_a_stop_at_an_evaluated_round_keeps_its_own_evaluation(tmp_path: Path) -
     assert stopped.summary["target_eval_interval"] == 2
 
 
-def test_without_a_folder_or_a_target_the_summary_still_has_the_stopped_models_accuracy() -> None:
+def test_without_a_folder_or_a_target_the_summary_still_has_the_stopped_models_accuracy(tmp_path: Path) -> None:
     config = {**CONFIG, "eval": {"every": 3, "client_split_size": 20}}
     stopped = chillfl.run(config=config, callbacks=[stop_at_2], write=False, progress=False)
-    assert "global_acc" not in stopped.records[-1] and isinstance(stopped.summary["final_global_acc"], float)
+    assert "global_acc" not in stopped.records[-1]
     assert "rounds_to_target" not in stopped.summary
+
+    # the same run written: its saved (round-2) model evaluated by hand is the accuracy the unwritten run's summary holds
+    written = chillfl.run(config={**config, "name": "w", "out_dir": str(tmp_path / "out")}, callbacks=[stop_at_2], progress=False)
+    assert written.folder is not None
+    loaded = load_config(written.folder / "config.toml")
+    exp = build_experiment(loaded)
+    x, y = exp.data.test()
+    acc, loss = evaluate(exp.model, read_model(written.folder / "model.safetensors"), x, y, loaded.eval.batch_size)
+    assert stopped.summary["final_global_acc"] == acc == written.summary["final_global_acc"]
+    assert stopped.summary["final_global_loss"] == loss

@@ -75,6 +75,15 @@ def test_an_override_every_variant_writes_alike_is_kept(tmp_path: Path, capsys: 
     check_overrides_replaced(config, {"model.hidden": [64, 32]}, None, {}, AskedBy())  # chillfl.compare's path
 
 
+def test_python_compare_keeps_an_override_every_variant_writes_alike(tmp_path: Path) -> None:
+    """chillfl.compare itself, not only the check it calls: what it passes to the check (the override as the caller
+    gave it, a list) is not refused where both variants write that value."""
+    path = tmp_path / "h.toml"
+    path.write_text(HIDDEN.replace("{B}", "[64, 32]"))  # federation.rounds = 1
+    result = chillfl.compare(config=str(path), write=False, progress=False, **{"model.hidden": [64, 32]})
+    assert result.runs == 2 and result.complete and not result.failures
+
+
 def test_an_override_every_variant_writes_otherwise_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The other direction: A writes [32], B [16]: every run replaces [64, 32], said as TOML (it was ``(64, 32)``)."""
     path = tmp_path / "h.toml"

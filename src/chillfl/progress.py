@@ -190,7 +190,7 @@ def fitted_meter(meter: dict[str, Any], fields: list[tuple[str, str]], width: in
         if isinstance(part, int):  # a field, only after every one before it (the least important go first)
             if len(kept) == part and line(parts, fields[:part + 1], name)[0] <= width:
                 kept = fields[:part + 1]
-        elif line({**parts, part: True}, kept, name)[0] <= width and (part != "rate" or parts["time"]):
+        elif line({**parts, part: True}, kept, name)[0] <= width:  # (the rate is drawn only beside the time: bar_format)
             parts[part] = True
     return line(parts, kept, name)[1]
 

@@ -50,15 +50,17 @@ def failure_line(error: BaseException | str, limit: int = 300, kind: str | None 
     Which line of ``str(error)``, in this order:
 
     * a traceback in it (a Ray task's or a Flower node's text, a wrapped one): the exception's line after the last
-      ``  File ...`` frame and its code lines (notes and continuation lines that follow are left out);
+      ``  File ...`` frame and its code lines (notes and continuation lines that follow are left out, but see below);
     * a first line followed by tab-indented ``key: value`` lines (Ray's dead actor: a fixed preamble and the actor's
       details): the next line after them, which says why; the first line where none follows;
     * else the first non-blank line: an exception's message leads with its summary, and a tip or a detail line follows
       (torch's "device-side assert triggered", then "Compile with ..."); PEP 678 notes are not in ``str()`` at all.
 
     A line that ends with ``:`` introduces what follows (Ray's "Version mismatch: The cluster was started with:"), so the
-    lines after it are joined to it. Why one rule: the last line, which this replaced, gave a tip, a note or a detail line
-    whenever the text had several (Ray's version mismatch said only ``    Python: 3.11.7``)."""
+    lines after it are joined to it (in a traceback's text, a note added to the exception follows its message, and is
+    joined too where the message ends with ``:``: the text cannot tell the two apart). Why one rule: the last line,
+    which this replaced, gave a tip, a note or a detail line whenever the text had several (Ray's version mismatch said
+    only ``    Python: 3.11.7``)."""
     text = str(error)
     lines = [line.rstrip() for line in text.splitlines()]
     at = _exception_at(lines)
@@ -101,8 +103,9 @@ def _joined(lines: list[str], at: int) -> str:
 
 def cut_line(text: str, limit: int) -> str:
     """``text`` in at most ``limit`` characters: cut after its last sentence within them (where that keeps half of
-    them), else at its last word boundary, and marked with :data:`CUT`. Why: a cut at a character count ended a dead
-    actor's line mid-word (``Some common causes incl``)."""
+    them), else at its last word boundary (where that keeps half of them: else inside the long word), and marked with
+    :data:`CUT`. Why: a cut at a character count ended a dead actor's line mid-word (``Some common causes incl``), and a
+    cut at a word alone left ``No such file or directory: ~`` of a message ending in a long path."""
     if len(text) <= limit:
         return text
     room = text[: max(limit - len(CUT) - 1, 0)]
@@ -110,7 +113,9 @@ def cut_line(text: str, limit: int) -> str:
     if end >= len(room) // 2:
         return f"{room[: end + 1]} {CUT}"
     space = room.rfind(" ")
-    return f"{room[:space] if space > 0 else room} {CUT}".lstrip()
+    if space < len(room) // 2:  # one long token (a path, a repr, text without spaces): cut inside it, not down to nothing
+        return f"{room} {CUT}"
+    return f"{room[:space]} {CUT}"
 
 
 MAX_JSON_DEPTH = 200

@@ -231,7 +231,7 @@ def _open_image(blob: bytes, mode: str | None, row: int, column: str) -> Any:
             return image.convert(mode) if mode and mode != image.mode else image
     except Image.UnidentifiedImageError:  # its text names an in-memory buffer, not what was wrong
         raise ConfigError(f"{SECTION}.image_column", f"row {row} of column {column!r}: cannot decode the image (not an image format Pillow decodes, EPS refused)") from None
-    except (OSError, ValueError, SyntaxError, EOFError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+    except (OSError, ValueError, SyntaxError, EOFError, RuntimeError, Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:  # RuntimeError: a damaged AVIF
         raise ConfigError(f"{SECTION}.image_column", f"row {row} of column {column!r}: cannot decode the image ({' '.join(str(exc).split())})") from None
 
 

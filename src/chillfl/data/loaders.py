@@ -657,7 +657,7 @@ def _decode(path: Path, size: int, crop: bool) -> np.ndarray:
             return np.asarray(im, dtype=np.uint8).transpose(2, 0, 1)
     except image_mod.UnidentifiedImageError as exc:  # its text repeats the path and not what was wrong
         raise _corrupt(path, "not an image format Pillow decodes, EPS refused") from exc
-    except (OSError, ValueError, SyntaxError, image_mod.DecompressionBombError) as exc:  # PIL's errors for unreadable or absurd images
+    except (OSError, ValueError, SyntaxError, EOFError, RuntimeError, image_mod.DecompressionBombError) as exc:  # PIL's errors for unreadable or absurd images (RuntimeError: a damaged AVIF)
         raise _corrupt(path, exc) from exc
 
 

@@ -558,7 +558,7 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     ``policy``: a temperature policy passed from Python, asked whether it steers by accuracy (the steering caveat);
     ``aggregator``: one passed from Python, asked whether it leaves the global model as it began (the global-model caveat)."""
     ref, base, seeds = plan.reference, plan.baseline, plan.seeds
-    kinds = global_model_kinds([(v.label, c) for v, c in zip(plan.variants, plan.configs)], aggregator)  # accuracies of no trained global model
+    kinds = global_model_kinds(reported_configs(plan, picked), aggregator)  # accuracies of no trained global model, at the point each row reports
     if plan.multi:
         rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed, global_models=kinds)
         table = format_seed_table(rows, ref.label, base.label, plan.tune_table if plan.tuned else None, plan.select, config.eval.validation,
@@ -581,6 +581,18 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
         if caveat is not None:
             table = f"{table}\n\n{caveat}"
     return Tables(rows, table, outputs)
+
+
+def reported_configs(plan: Plan, picked: Picked) -> list[tuple[str, RunConfig]]:
+    """(label, config) of each variant at the tuning point its row reports (its chosen one; its own config untuned).
+
+    What a row's accuracy is (a trained global model's or not) may hang on a tuned key (fedhkd's
+    ``prototypes.share_model``), so the row is labelled by the config of the point it reports, not by the variant's."""
+    out = []
+    for v, config in zip(plan.variants, plan.configs):
+        point = picked.chosen[v.label][0] if v.label in picked.chosen else {}
+        out.append((v.label, config.with_overrides(point) if point else config))
+    return out
 
 
 def chosen_points(plan: Plan, picked: Picked) -> list[tuple[str, Point, dict[str, list[Any]]]]:

@@ -301,12 +301,31 @@ def global_model_kinds(variants: Sequence[tuple[str, RunConfig]], aggregator: ob
     return {label: kind for label, config in variants if (kind := global_model_kind(config, aggregator)) is not None}
 
 
-def global_model_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:
+def _flagged(rows: Sequence[Mapping[str, Any]], label: str | None) -> str | None:
+    """The ``global_model`` of row ``label`` where it has an accuracy (the rows the caveat names); None otherwise."""
+    return next((str(r["global_model"]) for r in rows if r["variant"] == label and r.get("global_model") is not None
+                 and r.get("final_acc") is not None), None)
+
+
+TARGET_WORDS = {NO_GLOBAL_MODEL: "its clients' own models' mean, no global model", STATIC_GLOBAL_MODEL: "the initial model's, no trained global model"}
+"""What the target is, per ``global_model`` of the reference's row, in the tables' target line."""
+
+
+def target_words(rows: Sequence[Mapping[str, Any]], ref_label: str) -> str:
+    """`` (what it is; global-model caveat below)`` for a target line whose reference's accuracy is no trained global
+    model's; "" otherwise: the line then says "best accuracy" of a number that no global model scored."""
+    kind = _flagged(rows, ref_label)
+    return "" if kind is None else f" ({TARGET_WORDS.get(kind, kind)}; global-model caveat below)"
+
+
+def global_model_caveat(rows: Sequence[Mapping[str, Any]], base_label: str | None = None, ref_label: str | None = None) -> str | None:
     """One line naming the rows (quoted labels) whose accuracy is no trained global model's (their ``global_model``) and
     what it is instead; None when there are none. Only rows with an accuracy: a row every run of which failed prints none.
 
     Why: the table heads its accuracy "final global test accuracy" and pairs it with the baseline's (diff, sign holds,
-    rounds to target), which for these rows compares another number; the numbers stay as recorded, the line says what they are."""
+    rounds to target), which for these rows compares another number; the numbers stay as recorded, the line says what they are.
+    Where the baseline (``base_label``) or the reference (``ref_label``) is such a row, *every* row's diff or rounds to
+    target is measured against its number, not only the named rows': the line says so."""
     groups: dict[str, list[str]] = {}
     for r in rows:
         kind = r.get("global_model")
@@ -323,8 +342,20 @@ def global_model_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:
                      f"{'its' if one else 'their'} accuracy is the initial model's, which no client uses (docs/personalised.md)")
     if not parts:
         return None
-    return (f"global-model caveat: {'; '.join(parts)}. The diff and rounds to target of such a row set that number against "
-            "global models' accuracies.")
+    base = base_label if _flagged(rows, base_label) is not None else None
+    ref = ref_label if _flagged(rows, ref_label) is not None else None
+    own = [what for what, flagged in (("diff", base), ("rounds to target", ref)) if flagged is None]  # still a global model's number
+    said = []
+    if base is not None and base == ref:
+        said.append(f"{base!r} is the baseline and the reference, so every row's diff and rounds to target are against its number, not a global model's")
+    else:
+        if base is not None:
+            said.append(f"{base!r} is the baseline, so every row's diff is against its number, not a global model's")
+        if ref is not None:
+            said.append(f"{ref!r} is the reference, so every row's rounds to target count to its best accuracy, not a global model's")
+    if own:
+        said.insert(0, f"The {' and '.join(own)} of such a row set{'s' if own == ['diff'] else ''} that number against global models' accuracies")
+    return f"global-model caveat: {'; '.join(parts)}. {'; '.join(said)}."
 
 
 def eval_interval_caveat(rows: Sequence[Mapping[str, Any]]) -> str | None:

@@ -37,7 +37,7 @@ from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
 from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput, figures_skipped
-from chillfl.report.caveats import eval_interval_caveat, global_model_caveat
+from chillfl.report.caveats import eval_interval_caveat, global_model_caveat, target_words
 from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach, spent_epsilon
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
@@ -200,7 +200,8 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         why = f"the reference {ref_label} failed" if ref_failed else f"the reference {ref_label} recorded no global accuracy"
         said = f"target: none ({why}), so no rounds to target"
     else:
-        said = f"target = best global accuracy of {target_of(ref_label, base_label)}: {pct(target)}%"
+        what = target_words(rows, ref_label)  # a reference whose accuracy is no trained global model's: no "global" said of it
+        said = f"target = best {'' if what else 'global '}accuracy of {target_of(ref_label, base_label)}{what}: {pct(target)}%"
     lines = [
         f"{said}; differences and speed-ups relative to {base_label}",
         "| " + " | ".join(header) + " |",
@@ -223,7 +224,7 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         if with_asr:
             line += f" {pct(r.get('attack_success_rate'))} |"
         lines.append(line)
-    for caveat in (eval_interval_caveat(rows), global_model_caveat(rows)):  # after a blank line: not read as a row of the table
+    for caveat in (eval_interval_caveat(rows), global_model_caveat(rows, base_label, ref_label)):  # after a blank line: not read as a row of the table
         if caveat is not None:
             lines += ["", caveat]
     return "\n".join(lines)
@@ -478,7 +479,7 @@ def format_seed_table(
     own = own or {}
     seeds = rows[0]["seeds"] if rows else []
     paired = len(rows) > 1  # one variant (a method over seeds): no difference to show
-    target = f"target = best accuracy of {target_of(ref_label, base_label)} at the same seed"
+    target = f"target = best accuracy of {target_of(ref_label, base_label)} at the same seed{target_words(rows, ref_label)}"
     lines = [
         f"seeds {', '.join(map(str, seeds))} (n = {len(seeds)}); accuracy = final global test accuracy %, mean ± std over seeds, 95 % CI (Student t)",
         f"diff = accuracy - {base_label}'s, paired per seed, mean ± std [95 % CI]; sign holds = seeds where the diff has the mean's sign; {target}"
@@ -553,7 +554,7 @@ def format_seed_table(
         lines += ["", CLIPPED_NOTE]
     if local and (caveat := local_acc_caveat(rows)) is not None:
         lines += ["", caveat]
-    for caveat in (eval_interval_caveat(rows), global_model_caveat(rows)):
+    for caveat in (eval_interval_caveat(rows), global_model_caveat(rows, base_label, ref_label)):
         if caveat is not None:
             lines += ["", caveat]
     if tune is not None:

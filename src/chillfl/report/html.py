@@ -913,7 +913,7 @@ def _target_interval(run: Run) -> int | None:
     stopped run's counts the stop round's evaluation, which is in ``summary.json`` only; None: no round measured), the
     records' for a summary written before it had the key. Why: the caveat must describe the number in the cell."""
     interval = run.summary.get("target_eval_interval")
-    if "target_eval_interval" in run.summary and (interval is None or (isinstance(interval, int) and not isinstance(interval, bool))):
+    if "target_eval_interval" in run.summary and (interval is None or is_whole(interval)):
         return interval
     return evaluation_interval(run.records)
 

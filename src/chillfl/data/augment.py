@@ -149,7 +149,7 @@ def rescaler(opts: AugmentOptions, mean: Sequence[float] | None, std: Sequence[f
 
     def scale(x: torch.Tensor) -> torch.Tensor:
         shape = [1, -1] + [1] * (x.dim() - 2)
-        raw = x * old_s.to(x.dtype).view(shape) + old_m.to(x.dtype).view(shape)
+        raw = unstandardise(x, old_m.view(shape), old_s.view(shape))
         out = raw if stats is None else (raw - new_m.to(x.dtype).view(shape)) / new_s.to(x.dtype).view(shape)
         # each constant may be finite and still put (raw - mean) / std past float32 ([[1e38], [0.1]]): every input infinite,
         # and the run "diverged" in round 1 with a hint to lower the learning rate
@@ -159,6 +159,30 @@ def rescaler(opts: AugmentOptions, mean: Sequence[float] | None, std: Sequence[f
         return out
 
     return scale
+
+
+UNDO_ROWS = 4096
+"""Rows undone at once: the float64 intermediates of :func:`unstandardise` stay at one block."""
+
+
+def unstandardise(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """The values ``x = (raw - mean) / std`` was standardised from (``mean`` / ``std``: the float32 constants, shaped to
+    broadcast), in ``x``'s dtype; whole numbers exactly.
+
+    Why: undone in float32 (``x * std + mean``), 29 of 720 integer token ids came back 1 ulp off (4.9999995 for 5), and an
+    index-reading model then refused them as real-valued. The undo is done in float64 and a value whose nearest whole
+    number standardises (as the loader did, in ``x``'s dtype) to exactly the stored ``x`` is given back as that whole
+    number: it is what the loader read. Another value is the float64 undo rounded once; the standardisation may have
+    merged it with its neighbours, so it can differ from the stored one by an ulp.
+    """
+    out = torch.empty_like(x)
+    m, s = mean.to(x.dtype), std.to(x.dtype)
+    for start in range(0, len(x), UNDO_ROWS):
+        block = x[start : start + UNDO_ROWS]
+        raw = block.double() * std.double() + mean.double()
+        whole = raw.round().to(x.dtype)
+        out[start : start + UNDO_ROWS] = torch.where((whole - m) / s == block, whole, raw.to(x.dtype))
+    return out
 
 
 def final_stats(opts: AugmentOptions, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:

@@ -113,7 +113,7 @@ def refuse_values(readers: Sequence[IndexReader], num_classes: int, values: Inpu
     vocabulary it leaves (per-client architectures may read vocabularies of different sizes)."""
     first = readers[0]
     if values.fraction is not None:
-        raise ConfigError(first.field, f"{first.reads(num_classes)}, and {what} hold {values.fraction:g}: real-valued features, not indices "
+        raise ConfigError(first.field, f"{first.reads(num_classes)}, and {what} hold {values.fraction!r}: real-valued features, not indices "
                                        "(a character-index dataset such as flwr_shakespeare, or another model)")
     for reader in readers:
         vocab = reader.vocab(num_classes)

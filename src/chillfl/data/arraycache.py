@@ -87,6 +87,9 @@ class Decoded(NamedTuple):
     train_bounds: np.ndarray | None = None
     test_bounds: np.ndarray | None = None
     """Group g is rows ``bounds[g]:bounds[g + 1]`` (len = groups + 1)."""
+    indices: bool = False
+    """True: the inputs are indices (Shakespeare's characters), stored as float32 values as they are: neither scaled
+    by 1/255 nor standardised, and no channel statistics recorded (there are none to undo)."""
 
 
 class Mapped(NamedTuple):
@@ -109,6 +112,10 @@ def fingerprint(folder: Path) -> str:
     skipped, so a source folder that is ``data_dir`` itself keeps its key.
     """
     h = hashlib.sha256()
+    if folder.is_file():  # a single source file (``shakespeare.csv``): os.walk gives nothing, so every file had one key
+        st = folder.stat()
+        h.update(f"{folder.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+        return h.hexdigest()
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
         for name in sorted(f for f in filenames if not f.startswith(".")):
@@ -161,31 +168,49 @@ class EntryRecord(TypedDict):
     lineage: str
 
 
-def _write(folder: Path, decoded: Decoded, record: EntryRecord) -> None:
+def copy_into(x: np.ndarray, out: np.ndarray) -> None:
+    """``out = x`` as float32, chunk by chunk: the stored form of :attr:`Decoded.indices` inputs."""
+    for start in range(0, len(x), CHUNK_ROWS):
+        out[start : start + CHUNK_ROWS] = x[start : start + CHUNK_ROWS]
+
+
+Stats = tuple[tuple[float, ...], tuple[float, ...]]
+
+
+def _filler(decoded: Decoded) -> tuple[Callable[[np.ndarray, np.ndarray], None], Stats | None]:
+    """How ``decoded``'s inputs are stored (standardised, or :attr:`Decoded.indices` as they are) and the recorded stats."""
+    if decoded.indices:
+        return copy_into, None
     mean, std = channel_stats(decoded.x_train)
+    return (lambda x, out: standardise_into(x, mean, std, out)), recorded_stats(mean, std)
+
+
+def _write(folder: Path, decoded: Decoded, record: EntryRecord) -> None:
+    fill, stats = _filler(decoded)
     for split, x, y in (("train", decoded.x_train, decoded.y_train), ("test", decoded.x_test, decoded.y_test)):
         out = np.lib.format.open_memmap(folder / f"x_{split}.npy", mode="w+", dtype=np.float32, shape=x.shape)
-        standardise_into(x, mean, std, out)
+        fill(x, out)
         out.flush()
         del out
         np.save(folder / f"y_{split}.npy", np.asarray(y, dtype=np.int64))
     for split, bounds in (("train", decoded.train_bounds), ("test", decoded.test_bounds)):
         if bounds is not None:
             np.save(folder / f"{split}_bounds.npy", np.asarray(bounds, dtype=np.int64))
-    m, s = recorded_stats(mean, std)
-    meta = {**record, "num_classes": decoded.num_classes, "channel_mean": list(m), "channel_std": list(s)}
+    recorded = {} if stats is None else {"channel_mean": list(stats[0]), "channel_std": list(stats[1])}
+    meta = {**record, "num_classes": decoded.num_classes, **recorded}
     (folder / "meta.json").write_text(json.dumps(meta), encoding="utf-8")
 
 
 def _in_memory(decoded: Decoded) -> Mapped:
-    mean, std = channel_stats(decoded.x_train)
+    fill, stats = _filler(decoded)
     xs = []
     for x in (decoded.x_train, decoded.x_test):
         out = np.empty(x.shape, dtype=np.float32)
-        standardise_into(x, mean, std, out)
+        fill(x, out)
         xs.append(torch.from_numpy(out))
     y = [torch.from_numpy(np.asarray(a, dtype=np.int64)) for a in (decoded.y_train, decoded.y_test)]
-    return Mapped(xs[0], y[0], xs[1], y[1], decoded.num_classes, decoded.train_bounds, decoded.test_bounds, *recorded_stats(mean, std))
+    mean, std = (None, None) if stats is None else stats
+    return Mapped(xs[0], y[0], xs[1], y[1], decoded.num_classes, decoded.train_bounds, decoded.test_bounds, mean, std)
 
 
 def _array(path: Path, dtype: type, mmap: bool = False) -> np.ndarray:

@@ -61,7 +61,8 @@ Choices
   ``char_lstm`` model; labels are the next character's index (80 classes).
   A character outside the alphabet maps to index 0 (as the common PyTorch
   ports of LEAF do; LEAF's own ``str.find`` gives -1), and the count of such
-  characters is logged.
+  characters is logged. The column is encoded at once (:func:`encode_column`) and,
+  from local files, cached memory-mapped like FEMNIST (the indices as they are).
 
 Checked against (2026-12): LEAF's language_utils.ALL_LETTERS (80 characters, sequences of 80) and split_data.py (max(1, int(tf * n)) train; LEAF splits Shakespeare at random).
 """
@@ -336,34 +337,105 @@ def load_femnist(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
 # ---------------------------------------------------------------- Shakespeare
 
 
+FLWR_SHAKESPEARE_OUTPUT = 1
+"""Output version of ``flwr_shakespeare``'s encoding (:func:`_shakespeare_decoded`), in its cache key (:mod:`chillfl.data.arraycache`):
+bump it when what it produces changes. :data:`LEAF_LETTERS` is in the key itself, so a changed alphabet is never read stale."""
+UNKNOWN = 0xFF
+"""The lead byte's mark in :func:`_byte_table` for a character outside :data:`LEAF_LETTERS` (it becomes index 0)."""
+
+
+def _byte_table() -> np.ndarray:
+    """``uint8[256]``: the :data:`LEAF_LETTERS` index of each UTF-8 lead byte, :data:`UNKNOWN` for the others.
+
+    Why bytes: every letter is ASCII (one byte, its code point), so a character is one lead byte (a byte not of the
+    form ``10xxxxxx``), and a lead byte of 0x80 or more starts a character outside the alphabet, whatever it is.
+    """
+    if not (LEAF_LETTERS.isascii() and len(LEAF_LETTERS) < UNKNOWN):
+        raise ValueError("the byte table needs an ASCII alphabet of fewer than 255 letters (uint8 indices)")
+    table = np.full(256, UNKNOWN, dtype=np.uint8)
+    table[np.frombuffer(LEAF_LETTERS.encode("ascii"), dtype=np.uint8)] = np.arange(len(LEAF_LETTERS), dtype=np.uint8)
+    return table
+
+
+def _text_column(column: Any, name: str) -> Any:
+    """``column`` as a ``large_string`` Array of valid UTF-8; numbers as their decimal text (as ``str`` gave them)."""
+    import pyarrow as pa
+
+    if column.null_count:
+        raise ConfigError(f"{SECTION}.path", f"{column.null_count} Shakespeare rows have no {name!r} (null)")
+    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or str(t) == "string_view"):
+        raise ConfigError(f"{SECTION}.path", f"Shakespeare's column {name!r} must hold text, got {t}")
+    text = column.cast(pa.large_string())
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid as exc:  # bytes that are no UTF-8 (a parquet file written by hand): one line, not a traceback
+        raise ConfigError(f"{SECTION}.path", f"Shakespeare's column {name!r} is not valid UTF-8 ({' '.join(str(exc).split())[:160]})") from None
+    return text
+
+
+def text_lengths(column: Any) -> np.ndarray:
+    """Each value's length in characters (code points, as ``len(str)``) of a :func:`_text_column`."""
+    import pyarrow.compute as pc
+
+    return np.asarray(pc.utf8_length(column).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+
+def encode_column(column: Any, name: str = "x") -> tuple[np.ndarray, int]:
+    """``[N, L]`` uint8 indices into :data:`LEAF_LETTERS` of a text column (every value of one length L), and how many
+    characters were outside it (index 0).
+
+    Vectorised over the column's UTF-8 bytes (:func:`_byte_table`): a Python loop over every character into int64
+    took about 2 minutes and 8 GB for the hub's 4.2M rows.
+    """
+    text = _text_column(column, name)
+    lengths = text_lengths(text)
+    widths = np.unique(lengths)
+    if len(widths) > 1:
+        raise ConfigError(f"{SECTION}.path", f"Shakespeare inputs {name!r} of different lengths {widths[:4].tolist()}; LEAF's are all 80 characters")
+    width = int(widths[0]) if len(widths) else 80
+    _, offsets, data = text.buffers()
+    ends = np.frombuffer(offsets, dtype=np.int64)[text.offset : text.offset + len(text) + 1]
+    raw = np.frombuffer(data, dtype=np.uint8)[ends[0] : ends[-1]] if data is not None and len(ends) > 1 else np.zeros(0, np.uint8)
+    leads = raw if len(raw) == len(text) * width else raw[(raw & 0xC0) != 0x80]  # all ASCII: every byte is a character
+    codes = _byte_table()[leads]
+    outside = codes == UNKNOWN
+    unknown = int(outside.sum())
+    codes[outside] = 0
+    return codes.reshape(len(text), width), unknown
+
+
 def encode_text(texts: list[str]) -> tuple[np.ndarray, int]:
-    """``[N, L]`` indices into :data:`LEAF_LETTERS` (every text of one length L), and how many characters were outside it."""
-    lengths = {len(t) for t in texts}
-    if len(lengths) > 1:
-        raise ConfigError(f"{SECTION}.path", f"Shakespeare inputs 'x' of different lengths {sorted(lengths)[:4]}; LEAF's are all 80 characters")
-    width = lengths.pop() if lengths else 80
-    lut = {c: i for i, c in enumerate(LEAF_LETTERS)}
-    flat = np.fromiter((lut.get(c, -1) for t in texts for c in t), dtype=np.int64, count=width * len(texts))
-    unknown = int((flat < 0).sum())
-    return np.maximum(flat, 0).reshape(len(texts), width), unknown
+    """:func:`encode_column` of Python strings."""
+    import pyarrow as pa
+
+    return encode_column(pa.array(texts, type=pa.large_string()))
 
 
-def load_shakespeare(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
-    """Shakespeare by speaker: ``[N, 80]`` character indices (float32), next-character labels, speakers as row blocks."""
-    table, _ = read_table(opts.path, data_dir)
+def _shakespeare_decoded(table: Any, opts: LeafHubOptions) -> arraycache.Decoded:
     ids = _ids(table, "character_id")
-    xs = [str(v) for v in _column(table, "x").to_pylist()]
-    ys = [str(v) for v in _column(table, "y").to_pylist()]
-    if any(len(y) != 1 for y in ys):
+    labels = _text_column(_column(table, "y"), "y")
+    if (text_lengths(labels) != 1).any():
         raise ConfigError(f"{SECTION}.path", "Shakespeare labels 'y' must be single characters")
-    x, unknown_x = encode_text(xs)
-    y, unknown_y = encode_text(ys)
+    x, unknown_x = encode_column(_column(table, "x"), "x")
+    y, unknown_y = encode_column(labels, "y")
     if unknown_x or unknown_y:
         log.warning("%d characters of Shakespeare are outside LEAF's 80-letter alphabet; they read as index 0 (%r)", unknown_x + unknown_y, LEAF_LETTERS[0])
     train, test, b_train, b_test = _splits(ids, opts, temporal=True)
+    next_char = y[:, 0].astype(np.int64)
+    return arraycache.Decoded(x[train], next_char[train], x[test], next_char[test], len(LEAF_LETTERS), b_train, b_test, indices=True)
 
-    def rows(r: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
-        return torch.from_numpy(x[r].astype(np.float32)), torch.from_numpy(y[r, 0].astype(np.int64))
 
-    (x_tr, y_tr), (x_te, y_te) = rows(train), rows(test)
-    return arraycache.Mapped(x_tr, y_tr, x_te, y_te, len(LEAF_LETTERS), b_train, b_test)
+def load_shakespeare(data_dir: Path, opts: LeafHubOptions) -> arraycache.Mapped:
+    """Shakespeare by speaker: ``[N, 80]`` character indices (float32), next-character labels, speakers as row blocks.
+
+    From local files the encoded arrays are cached memory-mapped under ``data_dir/.chillfl-cache`` (keyed by the files,
+    the options, :data:`FLWR_SHAKESPEARE_OUTPUT` and :data:`LEAF_LETTERS`), as ``flwr_femnist``'s; from the hub, in memory.
+    """
+    root = local_source(opts.path, data_dir)
+    if root is not None:
+        return arraycache.cached("flwr_shakespeare", (opts, LEAF_LETTERS), root, data_dir,
+                                 lambda: _shakespeare_decoded(read_table(opts.path, data_dir)[0], opts), output_version=FLWR_SHAKESPEARE_OUTPUT)
+    d = _shakespeare_decoded(read_table(opts.path, data_dir)[0], opts)
+    x_tr, x_te = (torch.from_numpy(x.astype(np.float32)) for x in (d.x_train, d.x_test))
+    return arraycache.Mapped(x_tr, torch.from_numpy(d.y_train), x_te, torch.from_numpy(d.y_test), len(LEAF_LETTERS), d.train_bounds, d.test_bounds)

@@ -36,7 +36,7 @@ def _creation_failure() -> BaseException:
     return ActorDiedError(RayTaskError("Worker.__init__", traceback, ModuleNotFoundError("No module named 'missing_module'")))
 
 
-def _lost_line(error: BaseException) -> str:
+def round_error(error: BaseException) -> WorkerError:
     """The round's error when actor 1's call raised ``error`` (actor 0's came back), through the executor's ``_collect``."""
     from chillfl.executors.ray_executor import RayExecutor
 
@@ -58,8 +58,14 @@ def _lost_line(error: BaseException) -> str:
     items = [SimpleNamespace(client_id=c) for c in (4, 7)]
     with pytest.raises(WorkerError) as info, RaisedLater() as later:
         executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1]], later)
-    assert not isinstance(info.value, ClientCodeError)  # a lost worker: resumable
-    return str(info.value)
+    return info.value
+
+
+def _lost_line(error: BaseException) -> str:
+    """The round's error for a lost worker (resumable: no ClientCodeError), as its text."""
+    raised = round_error(error)
+    assert not isinstance(raised, ClientCodeError)  # a lost worker: resumable
+    return str(raised)
 
 
 def test_a_dead_actor_is_said_by_why_it_died() -> None:

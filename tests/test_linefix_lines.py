@@ -24,8 +24,7 @@ import torch
 
 from chillfl.config import RayConfig, load_config
 from chillfl.errors import CUT, failure_line
-from chillfl.executors.processes import ClientCodeError, StallClock, WorkerError
-from chillfl.stop_signals import RaisedLater
+from chillfl.executors.processes import ClientCodeError, WorkerError
 
 DSA = ("CUDA error: device-side assert triggered\nCUDA kernel errors might be asynchronously reported at some other API call, so the "
        "stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
@@ -96,6 +95,7 @@ def test_a_cut_ends_at_a_sentence_or_a_word_and_is_marked() -> None:
 
 
 ray_exceptions = pytest.importorskip("ray.exceptions")
+from test_leftmend2_ray_lines import round_error  # noqa: E402
 
 
 def _context_death(message: str) -> BaseException:
@@ -110,29 +110,7 @@ def _task_error(cause: BaseException) -> BaseException:
     return ray_exceptions.RayTaskError("Worker.run", _traceback_of(cause), cause, proctitle="ray::Worker.run", pid=4242, ip="127.0.0.1")
 
 
-def _round_error(error: BaseException) -> WorkerError:
-    """The round's error when actor 1's call raised ``error`` (actor 0's came back), through the executor's ``_collect``."""
-    from chillfl.executors.ray_executor import RayExecutor
-
-    class FakeRay:
-        exceptions = ray_exceptions
-
-        def wait(self, pending: list[Any], num_returns: int, timeout: float) -> tuple[list[Any], list[Any]]:
-            return pending, []
-
-        def get(self, ref: Any) -> Any:
-            if ref == "ref1":
-                raise error
-            return ref
-
-    executor = object.__new__(RayExecutor)
-    executor._broken, executor._closed, executor._ray, executor._stall = None, False, FakeRay(), StallClock()
-    executor.pool = SimpleNamespace(closed=False, lost=None)  # type: ignore[assignment]
-    executor.options = RayConfig(max_retries=3)
-    items = [SimpleNamespace(client_id=c) for c in (4, 7)]
-    with pytest.raises(WorkerError) as info, RaisedLater() as later:
-        executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1]], later)
-    return info.value
+_round_error = round_error  # the round's error when actor 1's call raised it (test_leftmend2_ray_lines)
 
 
 def test_a_ray_client_failure_is_said_by_its_exception_not_its_tips() -> None:

@@ -49,3 +49,10 @@ def test_the_refusal_prints_the_value_it_saw_exactly() -> None:
     with pytest.raises(ConfigError, match="integer indices") as err:
         chillfl.run(data=_indices(x_train=x), config=_config(), write=False, progress=False)
     assert "hold 4.999999523162842: real-valued" in str(err.value)
+
+
+def test_a_stored_zero_comes_back_as_zero_not_minus_zero() -> None:
+    raw = torch.tensor([[0.0, 1.0, 0.0, 7.0]])
+    mean, std = torch.tensor([[3.0]]), torch.tensor([[2.5]])
+    back = unstandardise((raw - mean) / std, mean, std)
+    assert torch.equal(back, raw) and not torch.signbit(back).any()

@@ -109,18 +109,32 @@ def fingerprint(folder: Path) -> str:
     """sha256 over every file's relative path, size and mtime under ``folder``.
 
     Hidden entries (``.chillfl-cache``, ``.downloads``, the download marker) are
-    skipped, so a source folder that is ``data_dir`` itself keeps its key.
+    skipped, so a source folder that is ``data_dir`` itself keeps its key. Linked
+    subfolders are walked (each real folder once), as the readers follow them: a
+    changed file under ``part -> /other/disk`` was served the old arrays; a dangling
+    link is keyed by where it points (its ``stat`` was a traceback).
     """
     h = hashlib.sha256()
     if folder.is_file():  # a single source file (``shakespeare.csv``): os.walk gives nothing, so every file had one key
         st = folder.stat()
         h.update(f"{folder.name}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
         return h.hexdigest()
-    for dirpath, dirnames, filenames in os.walk(folder):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+    seen = {os.path.realpath(folder)}  # a linked folder walked once: a link back up would loop
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
+        kept = []
+        for d in sorted(d for d in dirnames if not d.startswith(".")):
+            real = os.path.realpath(os.path.join(dirpath, d))
+            if real not in seen:
+                seen.add(real)
+                kept.append(d)
+        dirnames[:] = kept
         for name in sorted(f for f in filenames if not f.startswith(".")):
             path = Path(dirpath) / name
-            st = path.stat()
+            try:
+                st = path.stat()
+            except FileNotFoundError:  # a dangling link (a README.md pointing nowhere): its target's text keys it
+                h.update(f"{path.relative_to(folder).as_posix()}\0->{os.readlink(path)}\n".encode())
+                continue
             h.update(f"{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
     return h.hexdigest()
 

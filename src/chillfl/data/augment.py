@@ -180,7 +180,7 @@ def unstandardise(x: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> tor
     for start in range(0, len(x), UNDO_ROWS):
         block = x[start : start + UNDO_ROWS]
         raw = block.double() * std.double() + mean.double()
-        whole = raw.round().to(x.dtype)
+        whole = raw.round().to(x.dtype) + 0.0  # + 0.0: a stored 0 came back as -0.0 (round of a tiny negative undo)
         out[start : start + UNDO_ROWS] = torch.where((whole - m) / s == block, whole, raw.to(x.dtype))
     return out
 

@@ -1,0 +1,34 @@
+"""The data cache's key (:func:`chillfl.data.arraycache.fingerprint`) covers what the readers read: files under a
+linked subfolder (the readers follow it; a changed file there was served the old arrays), each real folder once (a
+link back up does not loop), and a dangling link without a traceback (its ``stat`` raised FileNotFoundError)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from chillfl.data.arraycache import fingerprint
+
+
+def test_a_changed_file_under_a_linked_subfolder_changes_the_key(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.csv").write_text("1\n")
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "part").symlink_to(other, target_is_directory=True)
+    before = fingerprint(source)
+    (other / "a.csv").write_text("1\n2\n")
+    assert fingerprint(source) != before
+
+
+def test_a_link_back_up_is_walked_once_and_a_dangling_link_is_keyed_by_its_target(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "x.csv").write_text("1\n")
+    (source / "loop").symlink_to(source, target_is_directory=True)
+    (source / "README.md").symlink_to(tmp_path / "nowhere")
+    key = fingerprint(source)
+    os.remove(source / "README.md")
+    (source / "README.md").symlink_to(tmp_path / "elsewhere")
+    assert fingerprint(source) != key

@@ -32,6 +32,9 @@ matmuls and dots) and numpy's own SIMD loops (its float64 ``exp``/``log``, its s
 neither torch nor numpy reports them. (MKL's cap moves no bit on an AMD CPU, where MKL takes its AVX2 path anyway;
 it is recorded all the same: the record cannot tell which vendor's kernels a cap left alone.)"""
 
+FIRST_KERNEL_CAPS = KERNEL_CAPS[:4]
+"""What a record without ``kernel_caps_tracked`` tracked (a chillfl before 2026-12-07): oneDNN's and MKL's caps only."""
+
 CHUNKED = ("cores",)
 """Compared besides :data:`COMPARED` for a run whose executor groups clients by the cores
 (:func:`chillfl.executors.parallel.follows_cores`): a change of the others' float path only."""
@@ -47,6 +50,7 @@ def environment(device: torch.device) -> dict[str, Any]:
         "device": device_name(device),
         "cpu_capability": str(torch.backends.cpu.get_cpu_capability()),
         "kernel_caps": kernel_caps(),
+        "kernel_caps_tracked": list(KERNEL_CAPS),
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
         "cpu_count": os.cpu_count(),
@@ -61,6 +65,48 @@ def kernel_caps() -> str | None:
     None: none): ``cpu_capability`` stays AVX512 under them while the convolutions and matmuls round as on AVX2."""
     caps = [f"{name}={os.environ[name]}" for name in KERNEL_CAPS if os.environ.get(name)]
     return " ".join(caps) or None
+
+
+def tracked_caps(env: Mapping[str, Any]) -> tuple[str, ...]:
+    """The :data:`KERNEL_CAPS` a record's ``kernel_caps`` looked at: its ``kernel_caps_tracked``, else
+    :data:`FIRST_KERNEL_CAPS` (an older record's). Why: ``kernel_caps None`` in such a record says nothing of a variable
+    added since, so a resume that compared it whole warned of ``OPENBLAS_CORETYPE`` on every machine that presets it."""
+    tracked = env.get("kernel_caps_tracked")
+    if isinstance(tracked, (list, tuple)):
+        return tuple(str(name) for name in tracked)
+    return FIRST_KERNEL_CAPS
+
+
+def caps_of(caps: str | None, known: Sequence[str], keep: Sequence[str]) -> str | None:
+    """``caps`` (a ``kernel_caps`` value) with only the variables in ``keep``, in its order (None: none left).
+
+    A value may hold spaces (``NPY_DISABLE_CPU_FEATURES=X86_V4 AVX512_ICL``): a word starts a variable only where it
+    is ``NAME=`` of a name in ``known``, else it continues the value before it."""
+    if not caps:
+        return None
+    entries: list[tuple[str, str]] = []
+    for word in caps.split(" "):
+        name, eq, _ = word.partition("=")
+        if (eq and name in known) or not entries:
+            entries.append((name, word))
+        else:
+            entries[-1] = (entries[-1][0], f"{entries[-1][1]} {word}")
+    return " ".join(word for name, word in entries if name in keep) or None
+
+
+def comparable(saved: Mapping[str, Any], now: Mapping[str, Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """``saved`` and ``now`` with ``kernel_caps`` narrowed to the variables both records tracked: an older record's
+    ``None`` is "unset" of the variables it tracked and says nothing of those added since. Unchanged where both
+    tracked the same variables, or where either has no ``kernel_caps``."""
+    if "kernel_caps" not in saved or "kernel_caps" not in now:
+        return saved, now
+    ours, theirs = tracked_caps(saved), tracked_caps(now)
+    if ours == theirs:
+        return saved, now
+    known = tuple(dict.fromkeys((*ours, *theirs, *KERNEL_CAPS)))
+    both = [name for name in ours if name in theirs]
+    return ({**saved, "kernel_caps": caps_of(saved["kernel_caps"], known, both)},
+            {**now, "kernel_caps": caps_of(now["kernel_caps"], known, both)})
 
 
 def usable_cores() -> int:
@@ -140,12 +186,15 @@ def code_sha256() -> str:
 
 
 def as_comment(env: Mapping[str, Any]) -> str:
-    """The record as TOML comment lines (a ``config.toml`` header)."""
-    return "# ran with: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None) + "\n"
+    """The record as TOML comment lines (a ``config.toml`` header); without ``kernel_caps_tracked``, which only lets
+    :func:`differences` tell "not tracked" from "unset" (the code the record names says it too)."""
+    return "# ran with: " + ", ".join(f"{k} {v}" for k, v in env.items() if v is not None and k != "kernel_caps_tracked") + "\n"
 
 
 def differences(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> list[str]:
-    """``["torch 2.4.0 -> 2.5.1", ...]``: the ``fields`` that differ (absent ones are skipped)."""
+    """``["torch 2.4.0 -> 2.5.1", ...]``: the ``fields`` that differ (absent ones are skipped; ``kernel_caps`` over the
+    variables both records tracked: :func:`comparable`)."""
+    saved, now = comparable(saved, now)
     return [f"{k} {saved[k]} -> {now.get(k)}" for k in fields if k in saved and saved[k] != now.get(k)]
 
 
@@ -174,8 +223,9 @@ class ResumedSetup(TypedDict):
 
 def changes(saved: Mapping[str, Any], now: Mapping[str, Any], fields: Sequence[str] = COMPARED) -> dict[str, list[Any]]:
     """``{field: [saved, now]}`` for what :func:`differences` lists, and ``code: [None, now]`` where :func:`lacks_code`:
-    what a resumed run's ``summary.json`` records under ``resumed``."""
-    out = {k: [saved[k], now.get(k)] for k in fields if k in saved and saved[k] != now.get(k)}
+    what a resumed run's ``summary.json`` records under ``resumed`` (``kernel_caps`` as compared: :func:`comparable`)."""
+    compared_saved, compared_now = comparable(saved, now)
+    out = {k: [compared_saved[k], compared_now.get(k)] for k in fields if k in compared_saved and compared_saved[k] != compared_now.get(k)}
     if "code" in fields and lacks_code(saved, now):
         out["code"] = [None, now.get("code")]
     return out

@@ -41,6 +41,14 @@ CUT = "~"
 ASCII stream can write it."""
 
 _FRAME = re.compile(r'^  File "')
+_ANY_FRAME = re.compile(r'^(?: *\| )?  File "')
+"""A frame, plain or in an exception group's box (``  |   File "..."``)."""
+
+
+def framed(lines: Iterable[str]) -> bool:
+    """Whether ``lines`` hold a traceback's frame: a plain one, or one in an exception group's box (whose frames are
+    all boxed, so a text of a group alone looked like a message of several lines)."""
+    return any(_ANY_FRAME.match(line) for line in lines)
 
 
 def failure_line(error: BaseException | str, limit: int = 300, kind: str | None = None) -> str:
@@ -51,6 +59,12 @@ def failure_line(error: BaseException | str, limit: int = 300, kind: str | None 
 
     * a traceback in it (a Ray task's or a Flower node's text, a wrapped one): the exception's line after the last
       ``  File ...`` frame and its code lines (notes and continuation lines that follow are left out, but see below);
+    * where that last traceback is an exception group's (Python 3.11+: ``  + Exception Group Traceback``, its lines
+      boxed in ``  | ``, each sub-exception's in a box inside): the first sub-exception's line, through nested groups
+      down to a plain exception (``ValueError: boom``), by the rule above inside its box. Why not the group's line:
+      ``ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception)`` (asyncio's, anyio's) says only that
+      something failed, not what. Only the first: one line has room for one, and a TaskGroup lists first the task that
+      failed first. A group whose sub-exceptions are not shown (cut by ``max_group_depth``): the group's line;
     * a first line followed by tab-indented ``key: value`` lines (Ray's dead actor: a fixed preamble and the actor's
       details): the next line after them, which says why; the first line where none follows;
     * else the first non-blank line: an exception's message leads with its summary, and a tip or a detail line follows
@@ -63,7 +77,10 @@ def failure_line(error: BaseException | str, limit: int = 300, kind: str | None 
     only ``    Python: 3.11.7``)."""
     text = str(error)
     lines = [line.rstrip() for line in text.splitlines()]
-    at = _exception_at(lines)
+    leaf = _group_leaf(lines)
+    if leaf is not None:
+        lines = leaf
+    at = 0 if leaf is not None else _exception_at(lines)
     if at is None:
         at = _after_details(lines)
     if at is None:
@@ -81,6 +98,67 @@ def _exception_at(lines: list[str]) -> int | None:
     if not frames:
         return None
     return next((i for i in range(frames[-1] + 1, len(lines)) if lines[i].strip() and not lines[i][0].isspace()), None)
+
+
+_GROUP = re.compile(r"^ *\+ Exception Group Traceback \(")
+"""An exception group's traceback (Python 3.11+), printed unnested: its lines in a box (``  | ``), each sub-exception's
+in a box inside (``    | ``, opened by ``  +-+---- 1 ----``). Its first line may have lost its indent (Ray strips
+the traceback's text)."""
+
+_CUT_DEPTH = re.compile(r"^\.\.\. \(max_group_depth is \d+\)$")
+"""What a sub-exception's box holds where the group nests deeper than ``max_group_depth`` (10 by default)."""
+
+_HEADERS = ("Traceback (most recent call last):", "Exception Group Traceback (most recent call last):",
+            "During handling of the above exception, another exception occurred:",
+            "The above exception was the direct cause of the following exception:")
+
+
+def _group_leaf(lines: list[str]) -> list[str] | None:
+    """A text's last traceback, where it is an exception group's (no plain frame after it): its first sub-exception's
+    lines, descending through nested groups to a plain exception, unboxed; the group's own lines where that sub-exception
+    says no exception (cut by ``max_group_depth``). None where the last traceback is not a group's."""
+    groups = [i for i, line in enumerate(lines) if _GROUP.match(line)]
+    frames = [i for i, line in enumerate(lines) if _FRAME.match(line)]
+    if not groups or (frames and frames[-1] > groups[-1]):
+        return None
+    start = groups[-1] + 1
+    column = _edge(lines[start]) if start < len(lines) and _boxed(lines[start], 0) else _edge(lines[groups[-1]])
+    end = next((i for i in range(start, len(lines)) if not _boxed(lines[i], column)), len(lines))
+    group: list[str] | None = None  # the lines of the group whose box is read
+    while True:
+        content = [(i, lines[i][column + 2 :]) for i in range(start, end) if lines[i][column : column + 1] == "|"]
+        at = _box_exception(content)
+        if at is None or _CUT_DEPTH.match(content[at][1]):
+            return group
+        opener = " " * column + "+-+"
+        box = next((i for i in range(content[at][0] + 1, end) if lines[i].startswith(opener)), end)
+        inner = column + 2
+        first = next((i for i in range(box + 1, end) if lines[i][inner : inner + 1] == "|"), None)
+        if first is None:  # a plain exception: the leaf (or a group whose sub-exceptions are not shown)
+            return [text for _, text in content[at:]]
+        # sub-exception 1 ends at the box's next edge on its column (``+---- 2 ----`` or its bottom), not a group's
+        # box opened inside it (``+-+``)
+        group, start, column = [text for _, text in content[at:]], first, inner
+        end = next((i for i in range(start, end) if lines[i].startswith(" " * column + "+") and not lines[i].startswith(" " * column + "+-+")), end)
+
+
+def _edge(line: str) -> int:
+    """The column of ``line``'s first non-space character."""
+    return len(line) - len(line.lstrip(" "))
+
+
+def _boxed(line: str, column: int) -> bool:
+    """Whether ``line`` is inside the box whose edge is at ``column`` (its own ``|``/``+`` there or in a box inside)."""
+    edge = _edge(line)
+    return edge >= column and line[edge : edge + 1] in ("|", "+")
+
+
+def _box_exception(content: list[tuple[int, str]]) -> int | None:
+    """In one box's unboxed lines, where its (last) exception line is: the first unindented non-blank line after the
+    last frame or traceback header (an exception raised in a worker or made but never raised has no frame)."""
+    texts = [text for _, text in content]
+    last = max((i for i, text in enumerate(texts) if _FRAME.match(text) or text.strip() in _HEADERS), default=-1)
+    return next((i for i in range(last + 1, len(texts)) if texts[i].strip() and not texts[i][0].isspace() and texts[i].strip() not in _HEADERS), None)
 
 
 def _after_details(lines: list[str]) -> int | None:

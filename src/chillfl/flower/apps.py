@@ -78,7 +78,7 @@ from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import ClientCodeError, WorkerError, out_of_memory
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.results import ResultWriter, remove_tree
-from chillfl.errors import ConfigError, failure_line
+from chillfl.errors import ConfigError, failure_line, framed
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import ClientFailure, Refusal, StatesRequest, decode, encode
@@ -235,13 +235,13 @@ def _unwrapped(text: str) -> str | None:
     line that leads to the wrapper's ``flwr...ClientAppException`` line: the LAST such line, since a node's exception
     raised ``from`` another has one of its own, ahead of it."""
     lines = text.splitlines()
-    framed = any(line.startswith("  File ") for line in lines)
+    has_frames = framed(lines)  # an exception group's frames are boxed (``  |   File``): it is a traceback too
     wrapper = max((i for i, line in enumerate(lines) if line.split(":", 1)[0].endswith(f".{_WRAPPER}")), default=None)
     if wrapper is None:
-        return text if framed else None
+        return text if has_frames else None
     chained = [i for i in range(wrapper) if lines[i].startswith("The above exception was the direct cause")]
     own = lines[: chained[-1] if chained else wrapper]
-    if any(line.startswith("  File ") for line in own):
+    if framed(own):
         return "\n".join(own)
     said = [line for line in own if line.strip()]  # no frame of its own (Ray left out its internal ones): its last line
     return said[-1] if said else text

@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import sys
 import time
+import unicodedata
 from typing import Any, Literal, Union
 
 from tqdm import tqdm
@@ -206,11 +207,51 @@ def bar_format(time: bool, bar: bool, rate: bool) -> str:
 def shortened(name: str, columns: int) -> str:
     """``name`` in at most ``columns`` screen columns, cut in the middle: a run name's start and its end (a seed, a
     variant's option) both tell runs apart. Columns, not characters: a CJK character takes two, and a name cut to a
-    third of the width in characters took two thirds of it in columns and left no room for a field."""
+    third of the width in characters took two thirds of it in columns and left no room for a field. Neither side ends
+    inside a cluster drawn as one character (an accented letter, a ZWJ emoji, a flag: :func:`_splits`): it gives up the
+    cluster instead."""
     if disp_len(name) <= columns:
         return name
     head = columns // 2
-    return _fitting(name, head) + ELLIPSIS + _fitting(name[::-1], columns - 1 - head)[::-1]
+    cut = len(_fitting(name, head))
+    start = len(name) - len(_fitting(name[::-1], columns - 1 - head))
+    while _splits(name, cut):  # each side loses the character it would have split off, so stays within its columns
+        cut -= 1
+    while _splits(name, start):
+        start += 1
+    return name[:cut] + ELLIPSIS + name[start:]
+
+
+_ZWJ = "\u200d"  # zero-width joiner: joins emoji into one (a ZWJ sequence)
+
+
+def _splits(text: str, at: int) -> bool:
+    """Whether cutting ``text`` before ``text[at]`` splits a grapheme-ish cluster: a mark from its base (``e`` +
+    U+0301), a ZWJ sequence (``👩‍💻``: U+1F469 ZWJ U+1F4BB), a variation selector, skin tone or tag from its emoji, or a
+    flag's two regional indicators. Why: the cut name showed a lone accent, or a half emoji, beside the ``~``. Not
+    the full UAX #29 rules (no dependency for them): the common clusters of a run name."""
+    if at <= 0 or at >= len(text):
+        return False
+    if _continues(text[at]) or text[at - 1] == _ZWJ:
+        return True
+    if _regional(text[at - 1]) and _regional(text[at]):  # inside a pair: an odd number of indicators before the cut
+        run = next((n for n in range(at) if not _regional(text[at - 1 - n])), at)
+        return run % 2 == 1
+    return False
+
+
+def _continues(ch: str) -> bool:
+    """Whether ``ch`` belongs to the character before it: a mark (``unicodedata.combining``, or a spacing or
+    enclosing mark, whose combining class is 0: Devanagari's vowel signs, the keycap), a ZWJ, a variation selector, an
+    emoji skin tone or a tag character."""
+    code = ord(ch)
+    return (bool(unicodedata.combining(ch)) or unicodedata.category(ch).startswith("M") or ch == _ZWJ
+            or 0xFE00 <= code <= 0xFE0F or 0xE0100 <= code <= 0xE01EF or 0x1F3FB <= code <= 0x1F3FF or 0xE0020 <= code <= 0xE007F)
+
+
+def _regional(ch: str) -> bool:
+    """A regional indicator: two of them make a flag."""
+    return 0x1F1E6 <= ord(ch) <= 0x1F1FF
 
 
 def _fitting(text: str, columns: int) -> str:

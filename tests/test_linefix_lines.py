@@ -116,9 +116,9 @@ _round_error = round_error  # the round's error when actor 1's call raised it (t
 def test_a_ray_client_failure_is_said_by_its_exception_not_its_tips() -> None:
     error = _round_error(_task_error(RuntimeError(DSA)))
     assert type(error) is ClientCodeError
-    assert str(error) == "Ray worker 1: a client update failed: RayTaskError(RuntimeError): CUDA error: device-side assert triggered"
+    assert str(error) == "Ray worker 1 (clients 7): a client update failed: RayTaskError(RuntimeError): CUDA error: device-side assert triggered"
     noted = _round_error(_task_error(_noted()))
-    assert str(noted) == "Ray worker 1: a client update failed: RayTaskError(ModuleNotFoundError): No module named 'torchvision'"
+    assert str(noted) == "Ray worker 1 (clients 7): a client update failed: RayTaskError(ModuleNotFoundError): No module named 'torchvision'"
 
 
 def test_a_dead_actor_is_said_by_its_exception_or_its_preamble_never_a_detail() -> None:

@@ -1459,7 +1459,7 @@ def _dispatch(args: argparse.Namespace) -> int:
                 return _analysis_interrupted(signalled, getattr(args, "analysis", None))
             return _said_interrupted(signalled, args.command, getattr(args, "shard", None))
         if isinstance(exc, ClientCodeError):  # the client's own code raised in a worker: its error, with the worker's traceback
-            say(f"chillfl: error: the client's code raised in a worker process (no worker was lost): {exc}")
+            say(f"chillfl: error: the client's code raised in {exc.ran_in} (no worker was lost): {exc}")  # where it ran: a process, a Ray actor
             return 1
         if isinstance(exc, WorkerError):  # a lost worker (processes, ray): the round was not aggregated, the last checkpoint kept
             run = f"run {exc.run}: " if exc.run else ""

@@ -255,7 +255,14 @@ class WorkerError(RuntimeError):
 
 
 class ClientCodeError(WorkerError):
-    """A client's own code (a loss term, a client update) raised in a worker: the run's failure, as it would be in-process."""
+    """A client's own code (a loss term, a client update) raised in a worker: the run's failure, as it would be in-process.
+
+    ``ran_in``: where that code ran, as the command line's line says it ("raised in a Ray actor"): the raiser knows,
+    and the line then names no executor."""
+
+    def __init__(self, message: str, ran_in: str = "a worker process") -> None:
+        super().__init__(message)
+        self.ran_in = ran_in  # kept by pickling: an exception's __dict__ travels with its args
 
 
 OUT_OF_MEMORY_EXIT = 75

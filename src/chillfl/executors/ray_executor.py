@@ -35,7 +35,10 @@ Failures: actors are created with ``max_restarts = max_task_retries =
 call retried (client updates are pure, so a retry gives the same replies;
 the restarted actor re-fetches its clients' data). When the retries are
 spent, the round raises :class:`~chillfl.executors.processes.WorkerError` with
-one line and nothing of that round is aggregated.
+one line and nothing of that round is aggregated. A client's own exception is a
+:class:`~chillfl.executors.processes.ClientCodeError` naming that client: an
+actor runs its share one client at a time (:class:`ClientFailed`), as a process
+worker and a Flower node do.
 
 Stop signals: the driver waits on the actors in steps of :data:`WAIT_STEP_S` inside a
 :class:`~chillfl.stop_signals.RaisedLater`, since Ray's wait runs the signal handlers from its C code: the
@@ -99,6 +102,9 @@ EXTRA = "pip install 'chillfl[ray]'"
 WAIT_STEP_S = 0.1
 """How long the driver waits on the actors in one ``ray.wait`` before it raises what a stop signal's handler raised
 meanwhile (:class:`~chillfl.stop_signals.RaisedLater`): a second Ctrl-C stops a round within this."""
+
+RAN_IN = "a Ray actor"
+"""Where a client's code ran under this executor (:attr:`ClientCodeError.ran_in <chillfl.executors.processes.ClientCodeError>`)."""
 
 LOCAL_RAY_PREFIX = "ray"
 """A local Ray's folder in the temp directory (:func:`tempfile.mkdtemp` adds 8 characters; short, for the socket paths under it): removed when it stops."""
@@ -327,6 +333,36 @@ def ignore_stop_signals() -> None:
     threading.Thread(target=follow_parent, name="chillfl-follow-raylet", daemon=True).start()
 
 
+class ClientFailed(Exception):
+    """A client's own exception in an actor, said in one line (``said``) with the client whose update raised it.
+
+    Why: Ray gives the driver what an actor's call raised, and a call runs a share of several clients, so the driver's
+    line could not say whose code failed, where a process worker's and a Flower node's name the client. The line is
+    made here, where the exception is (its class's name, not Ray's ``RayTaskError(...)``, as a Flower node says it)."""
+
+    def __init__(self, client_id: int, said: str) -> None:
+        super().__init__(client_id, said)  # the args: what pickling rebuilds it from
+        self.client_id = client_id
+        self.said = said
+
+    def __str__(self) -> str:
+        return f"client {self.client_id}: {self.said}"
+
+
+@contextlib.contextmanager
+def client_named(client_id: int) -> Iterator[None]:
+    """Raise a client's own exception in the block as :class:`ClientFailed` naming ``client_id``; bad input
+    (ConfigError, raised as itself) and an allocation failure (the machine's limit, a lost worker's) pass as they are."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except Exception as error:
+        if out_of_memory(error):
+            raise
+        raise ClientFailed(client_id, failure_line(error)) from error  # the traceback stays in Ray's task error
+
+
 class Worker:
     """The actor: runs client updates with a private sequential executor; keeps the data of the clients it served.
 
@@ -396,10 +432,19 @@ class Worker:
                 self.data[task.client_id] = ray.get(task.data.ref)
                 self.received_data_bytes += _nbytes(self.data[task.client_id])
             local.append(dataclasses.replace(task, data=self.data[task.client_id]))
-        return executor.map(local)
+        replies: list[ClientReply[Any, Any]] = []
+        for one in local:  # one client at a time, as a process worker runs them (bitwise the same): a failure names its client
+            with client_named(one.client_id):
+                replies.extend(executor.map([one]))
+        return replies
 
     def run(self, parts: Any, jobs: list[ClientJob]) -> list[LocalOutcome]:
-        return self._ready(parts).run(jobs)
+        executor = self._ready(parts)
+        outcomes: list[LocalOutcome] = []
+        for job in jobs:  # as update
+            with client_named(job.client_id):
+                outcomes.extend(executor.run([job]))
+        return outcomes
 
 
 @contextlib.contextmanager
@@ -675,10 +720,10 @@ class RayExecutor:
         died: list[tuple[int, str]] = []  # an actor dead for good: a lost worker's, and the executor unusable
         lost: list[tuple[int, str]] = []  # an actor out of memory: a lost worker's, as a process worker's
         for a, ref in calls.items():
+            clients = ", ".join(str(items[i].client_id) for i in shares[a])
             try:
                 results[a] = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
-                clients = ", ".join(str(items[i].client_id) for i in shares[a])
                 # why it died (a creation task's exception, "The actor is dead because ..."), not Ray's preamble ("The actor
                 # died unexpectedly before finishing this task."), by the rule a client's exception and a Flower node's error are said by
                 died.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
@@ -687,13 +732,17 @@ class RayExecutor:
                 if isinstance(exc.cause, ConfigError):  # bad input only a client sees (a context key): one line and exit 2, as in a serial run
                     errors.append((a, exc.cause))
                     continue
+                if isinstance(exc.cause, ClientFailed):  # a client's own exception, with its client (as a Flower node's is said)
+                    errors.append((a, f"Ray worker {a} (client {exc.cause.client_id}): a client update failed: {exc.cause.said}"))
+                    continue
                 cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
                 # the exception itself where Ray has it (its message's first line, notes left out), else Ray's text (a traceback)
                 said = failure_line(exc.cause if isinstance(exc.cause, BaseException) else str(exc), kind=type(cause).__name__)
                 if isinstance(exc.cause, BaseException) and out_of_memory(exc.cause):  # the machine's limit, not the client's code
-                    lost.append((a, out_of_memory_line(f"Ray worker {a} (clients {', '.join(str(items[i].client_id) for i in shares[a])})", said)))
+                    lost.append((a, out_of_memory_line(f"Ray worker {a} (clients {clients})", said)))
                     continue
-                errors.append((a, f"Ray worker {a}: a client update failed: {said}"))
+                # raised outside a client's own update (the run's parts, a client's data): the share's clients
+                errors.append((a, f"Ray worker {a} (clients {clients}): a client update failed: {said}"))
         if died or lost:  # a lost worker makes the round a lost worker's, whatever another's client code raised: resumable
             first_lost = min(died + lost, key=lambda e: e[0])[1]
             self._broken = min(died, key=lambda e: e[0])[1] if died else None  # a dead actor's executor is unusable; one out of memory is alive
@@ -703,7 +752,7 @@ class RayExecutor:
             first = min(errors, key=lambda e: e[0])[1]
             if isinstance(first, ConfigError):
                 raise first
-            raise ClientCodeError(str(first))  # a client's own exception: the run's failure
+            raise ClientCodeError(first, ran_in=RAN_IN)  # a client's own exception: the run's failure
         return results
 
     def close(self) -> None:

@@ -36,9 +36,20 @@ def _creation_failure() -> BaseException:
     return ActorDiedError(RayTaskError("Worker.__init__", traceback, ModuleNotFoundError("No module named 'missing_module'")))
 
 
-def round_error(error: BaseException) -> WorkerError:
-    """The round's error when actor 1's call raised ``error`` (actor 0's came back), through the executor's ``_collect``."""
+def fake_executor() -> Any:
+    """A RayExecutor on no Ray (``_collect`` alone works), on a stand-in pool (``closed``, ``lost``), 3 retries."""
     from chillfl.executors.ray_executor import RayExecutor
+
+    executor = object.__new__(RayExecutor)
+    executor._broken, executor._closed, executor._stall = None, False, StallClock()
+    executor.pool = SimpleNamespace(closed=False, lost=None)  # type: ignore[assignment]
+    executor.options = RayConfig(max_retries=3)
+    return executor
+
+
+def round_error(error: BaseException, executor: Any = None) -> WorkerError:
+    """The round's error when actor 1's call raised ``error`` (actor 0's came back), through the executor's ``_collect``
+    (``executor``'s, a :func:`fake_executor`; a new one if None)."""
 
     class FakeRay:
         exceptions = ray.exceptions
@@ -51,10 +62,8 @@ def round_error(error: BaseException) -> WorkerError:
                 raise error
             return ref
 
-    executor = object.__new__(RayExecutor)
-    executor._broken, executor._closed, executor._ray, executor._stall = None, False, FakeRay(), StallClock()
-    executor.pool = SimpleNamespace(closed=False, lost=None)  # type: ignore[assignment]
-    executor.options = RayConfig(max_retries=3)
+    executor = executor if executor is not None else fake_executor()
+    executor._ray = FakeRay()
     items = [SimpleNamespace(client_id=c) for c in (4, 7)]
     with pytest.raises(WorkerError) as info, RaisedLater() as later:
         executor._collect({0: "ref0", 1: "ref1"}, items, [[0], [1]], later)

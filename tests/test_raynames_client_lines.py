@@ -3,7 +3,9 @@
 1. a client's own exception (a loss term raising) was a ClientCodeError naming no client ("Ray worker 1: a client update
    failed: ..."), where the process executor says "client 7: ..." and a Flower node "SuperNode N (client 7): ...": an
    actor's call runs a share of several clients, and nothing said whose update raised;
-2. the command line said the client's code "raised in a worker process", where it ran in a Ray actor.
+2. the command line said the client's code "raised in a worker process", where it ran in a Ray actor;
+3. an actor out of memory (a MemoryError in it, or Ray's OutOfMemoryError, which escaped as a traceback) left the executor
+   usable, so the next round could go to a half-broken actor, where a process worker's MemoryError breaks the pool.
 
 Ray's errors are Ray's own classes built as Ray builds them, through the executor's ``_collect`` on no Ray
 (tests/test_leftmend2_ray_lines.py's round_error); one slow test runs the command line on a local Ray."""
@@ -23,14 +25,14 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from test_envfix_environment import write_config  # noqa: E402
-from test_leftmend2_ray_lines import round_error  # noqa: E402
+from test_leftmend2_ray_lines import fake_executor, round_error  # noqa: E402
 from test_linefix_lines import _task_error  # noqa: E402
 
 from chillfl.cli import main  # noqa: E402
 from chillfl.engine.protocol import ClientTask  # noqa: E402
 from chillfl.errors import ConfigError  # noqa: E402
 from chillfl.executors import ray_executor  # noqa: E402
-from chillfl.executors.processes import ClientCodeError  # noqa: E402
+from chillfl.executors.processes import ClientCodeError, WorkerError  # noqa: E402
 from chillfl.executors.sequential import SequentialExecutor  # noqa: E402
 
 # ----------------------------------------------------------------------------- 1: the client that raised
@@ -126,6 +128,30 @@ def test_the_command_line_says_where_the_clients_code_ran(ran_in: dict[str, str]
                                                                 "Ray worker 0 (client 1): a client update failed: RuntimeError: boom")
     back = pickle.loads(pickle.dumps(ClientCodeError("x", **ran_in)))  # a comparison's run hands it on
     assert (str(back), back.ran_in) == ("x", where)
+
+
+# ----------------------------------------------------------------------------- 3: out of memory
+
+
+OOM = "Task was killed due to the node running low on memory.\nMemory on the node (IP: 127.0.0.1) was 7.60GB / 8.00GB (0.95)"
+"""Ray's OutOfMemoryError text (its memory monitor killed the call's worker), cut short."""
+
+ALLOC = "[enforce fail at alloc_cpu.cpp:117] err == 0. DefaultCPUAllocator: can't allocate memory: you tried to allocate 8 bytes."
+
+
+@pytest.mark.parametrize(("error", "said"), [
+    (_task_error(MemoryError(ALLOC)), f"RayTaskError(MemoryError): {ALLOC}"),
+    (ray.exceptions.OutOfMemoryError(OOM), "OutOfMemoryError: Task was killed due to the node running low on memory."),
+], ids=["MemoryError", "OutOfMemoryError"])
+def test_an_actor_out_of_memory_ends_the_executor_as_a_process_workers(error: BaseException, said: str) -> None:
+    executor = fake_executor()
+    lost = round_error(error, executor)
+    line = (f"Ray worker 1 (clients 7) ran out of memory ({said}); the run can go on after freeing memory or with fewer workers, "
+            "unless one client alone needs more than the machine has")
+    assert type(lost) is WorkerError and str(lost) == line  # a lost worker's: the run stops resumable, not failed
+    assert executor.pool.lost == line  # the pool is replaced before the next run (WorkerPools reads usable)
+    again = round_error(RuntimeError("never asked"), executor)  # the next round: no call reaches an actor
+    assert type(again) is WorkerError and str(again) == f"the Ray executor is unusable: {line}"
 
 
 # ----------------------------------------------------------------------------- 1 and 2 on a local Ray

@@ -35,7 +35,10 @@ Failures: actors are created with ``max_restarts = max_task_retries =
 call retried (client updates are pure, so a retry gives the same replies;
 the restarted actor re-fetches its clients' data). When the retries are
 spent, the round raises :class:`~chillfl.executors.processes.WorkerError` with
-one line and nothing of that round is aggregated. A client's own exception is a
+one line and nothing of that round is aggregated. An actor that runs out of
+memory (a MemoryError in it, or Ray's ``OutOfMemoryError``) is lost in the same
+way, and the executor unusable after it, as the process pool after a worker's
+MemoryError. A client's own exception is a
 :class:`~chillfl.executors.processes.ClientCodeError` naming that client: an
 actor runs its share one client at a time (:class:`ClientFailed`), as a process
 worker and a Flower node do.
@@ -516,7 +519,7 @@ class RayWorkers:
                 where = "a local Ray" if address == "local" else f"the Ray cluster at {address!r}"
                 raise WorkerError(f"could not start or reach {where}: {failure_line(exc)}") from None  # the line naming what failed
         self.lost: str | None = None
-        """Why an actor is gone for good (set by an executor that found it dead after its retries)."""
+        """Why an actor is gone for good (set by an executor that found it dead after its retries, or out of memory)."""
         # from here on, whatever goes wrong (a second SIGTERM included) shuts down what was started
         self.actors: list[Any] = []
         self._finalizer = weakref.finalize(self, _shutdown, ray, self.actors, self.connected_here, temp, driver)
@@ -728,6 +731,8 @@ class RayExecutor:
                 # died unexpectedly before finishing this task."), by the rule a client's exception and a Flower node's error are said by
                 died.append((a, f"Ray worker {a} (clients {clients}) died and was restarted {self.options.max_retries} time(s) without finishing its share; "
                                 f"the round was not aggregated ({failure_line(exc, 220)})"))
+            except ray.exceptions.OutOfMemoryError as exc:  # Ray's memory monitor killed the call's worker: the node's limit
+                lost.append((a, out_of_memory_line(f"Ray worker {a} (clients {clients})", failure_line(exc))))
             except ray.exceptions.RayTaskError as exc:
                 if isinstance(exc.cause, ConfigError):  # bad input only a client sees (a context key): one line and exit 2, as in a serial run
                     errors.append((a, exc.cause))
@@ -744,10 +749,11 @@ class RayExecutor:
                 # raised outside a client's own update (the run's parts, a client's data): the share's clients
                 errors.append((a, f"Ray worker {a} (clients {clients}): a client update failed: {said}"))
         if died or lost:  # a lost worker makes the round a lost worker's, whatever another's client code raised: resumable
-            first_lost = min(died + lost, key=lambda e: e[0])[1]
-            self._broken = min(died, key=lambda e: e[0])[1] if died else None  # a dead actor's executor is unusable; one out of memory is alive
+            # unusable after either, as the process pool after a worker's MemoryError: a dead actor is gone for good, and one
+            # that ran out of memory may be left half-done (an allocation failed inside torch) or about to be killed by Ray
+            self._broken = min(died + lost, key=lambda e: e[0])[1]
             self.pool.lost = self.pool.lost or self._broken
-            raise WorkerError(first_lost)
+            raise WorkerError(self._broken)
         if errors:
             first = min(errors, key=lambda e: e[0])[1]
             if isinstance(first, ConfigError):

@@ -49,6 +49,7 @@ def test_a_clients_own_exception_is_a_client_code_error(tmp_path: Path, nodes: l
         run_simulation(_config(tmp_path, objective={"terms": [f"{__name__}:TermBoom"]}), num_supernodes=NODES)
     line = str(info.value)
     assert re.fullmatch(r"SuperNode \S+ \(client \d+\): a client update failed: RuntimeError: boom in the term", line), line
+    assert info.value.ran_in == "a Flower SuperNode"  # the command line's "raised in ...": not a worker process
     assert any(r.exc_info and "boom in the term" in str(r.exc_info[1]) for r in caplog.records)  # the node logged its traceback
 
 

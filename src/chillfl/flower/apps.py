@@ -385,7 +385,7 @@ class FlowerExecutor:
                     failed.append((partition.get(node, -1), f"SuperNode {node} ran out of memory in {client}'s update ({failure.error}); the round was not "
                                                             "aggregated: free memory on that node or give it fewer clients, unless one client alone needs more than it has"))
                     continue
-                failed.append((partition.get(node, -1), ClientCodeError(f"SuperNode {node} ({client}): a client update failed: {failure.error}")))
+                failed.append((partition.get(node, -1), ClientCodeError(f"SuperNode {node} ({client}): a client update failed: {failure.error}", ran_in="a Flower SuperNode")))
                 continue
             held = set(answer["held"])
             for reply in answer["replies"]:

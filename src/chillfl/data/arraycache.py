@@ -30,7 +30,12 @@ Superseded entries: ``meta.json`` records what an entry is of (its ``lineage``: 
 fingerprint, without the versions) and the versions that wrote it. Once a loader has written its new entry,
 the entries of the same lineage with older versions are removed; an entry of a newer version (a newer chillfl
 beside this one), of other options or source files, a hidden folder of an unfinished build, and an entry that
-records no lineage (written before they did) are never touched. A reader holds a shared ``flock`` on the
+records no lineage (written before they did) are never touched. Entries an older chillfl keyed by its older
+source fingerprint (:data:`FINGERPRINT_VERSION`: one key for every single file, linked subfolders not walked) are
+never read again either, whatever their versions: the sweep computes that older fingerprint of the same source
+(:func:`legacy_fingerprint`) and removes the entries of its lineage which record no newer fingerprint. An entry is
+removed only when its folder's name is the key its record gives (a copy or a folder of the user's is not one) and
+it holds nothing but the cache's own files (:data:`ENTRY_FILES`). A reader holds a shared ``flock`` on the
 entry's folder while it maps it, and the sweep removes only an entry it can lock alone (its ``meta.json``
 first, so that no reader starts on a half-removed entry); once mapped, arrays stay readable after their files
 are removed (POSIX keeps an unlinked file's pages while a map holds them).
@@ -73,7 +78,13 @@ CACHE_DIR = ".chillfl-cache"
 FORMAT_VERSION = 2
 """The cache's own layout and standardisation: bump when this module changes what it writes (it is in every key).
 2: ``meta.json`` records the per-channel ``channel_mean`` / ``channel_std`` the arrays were standardised with."""
+FINGERPRINT_VERSION = 2
+"""How :func:`fingerprint` keys a source, recorded in ``meta.json`` as ``fingerprint`` (the sweep's question: which key
+scheme wrote this entry?). 1 (not recorded): :func:`legacy_fingerprint`; 2: a single file by its name, size and
+mtime, linked subfolders walked, a dangling link by its target."""
 CHUNK_ROWS = 4096
+ENTRY_FILES = frozenset({"meta.json", "meta.json.tmp", "x_train.npy", "y_train.npy", "x_test.npy", "y_test.npy", "train_bounds.npy", "test_bounds.npy"})
+"""Every file :func:`_write` and :func:`_record` leave in an entry: a folder holding anything else is not removed whole."""
 
 
 class Decoded(NamedTuple):
@@ -139,6 +150,37 @@ def fingerprint(folder: Path) -> str:
     return h.hexdigest()
 
 
+def legacy_fingerprint(source: Path) -> str | None:
+    """The fingerprint chillfl gave ``source`` before :data:`FINGERPRINT_VERSION` 2, or None where that code wrote no entry.
+
+    Why kept: an entry keyed by it is never read again (keys hold :func:`fingerprint`), and only this older fingerprint
+    of the same source tells the sweep that such an entry is this source's. It walked without following links (files
+    under a linked subfolder unseen; a single file yielded nothing, so every file had the empty hash), and a dangling
+    link raised (None: no entry was written).
+    """
+    h = hashlib.sha256()
+    try:
+        for dirpath, dirnames, filenames in os.walk(source):
+            dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+            for name in sorted(f for f in filenames if not f.startswith(".")):
+                path = Path(dirpath) / name
+                st = path.stat()
+                h.update(f"{path.relative_to(source).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def _key(versions: list[int], name: str, options: object, prints: str) -> str:
+    """An entry's key (its folder is ``<name>-<key>``): the cache layout and loader output ``versions``, and its lineage."""
+    return hashlib.sha256(f"{versions[0]}\0{versions[1]}\0{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]
+
+
+def _lineage(name: str, options: object, prints: str) -> str:
+    """What an entry is of: its key without the versions."""
+    return hashlib.sha256(f"{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]
+
+
 def _scale(x: np.ndarray) -> float:
     return 255.0 if x.dtype == np.uint8 else 1.0
 
@@ -180,6 +222,8 @@ class EntryRecord(TypedDict):
     format: int
     output: int
     lineage: str
+    fingerprint: int
+    """:data:`FINGERPRINT_VERSION` of the ``lineage``: an entry without it was keyed by :func:`legacy_fingerprint`."""
 
 
 def copy_into(x: np.ndarray, out: np.ndarray) -> None:
@@ -239,8 +283,9 @@ def _read(folder: Path, record: EntryRecord) -> Mapped | None:
     """The entry's arrays, read holding its shared lock (:func:`remove_superseded` takes no entry a reader holds);
     None when it is gone or being removed (a miss: the caller builds it).
 
-    An entry written before entries recorded their lineage gets ``record`` in its ``meta.json`` (this key is
-    that record's), so that the sweep of a later version knows it: else it would stay on disk for good.
+    An entry written before entries recorded their lineage (or its fingerprint's version) gets ``record`` in its
+    ``meta.json`` (this key is that record's), so that the sweep of a later version knows it: else it would stay
+    on disk for good.
     """
     if not (folder / "meta.json").is_file():
         return None
@@ -263,11 +308,11 @@ def _read(folder: Path, record: EntryRecord) -> Mapped | None:
 
 
 def _record(folder: Path, record: EntryRecord) -> None:
-    """Add ``record`` to an entry's ``meta.json`` that lacks it (atomically; a read-only cache keeps it as it is)."""
+    """Add ``record`` to an entry's ``meta.json`` that lacks part of it (atomically; a read-only cache keeps it as it is)."""
     path = folder / "meta.json"
     try:
         meta = json_loads(path.read_text(encoding="utf-8"))
-        if "lineage" not in meta:
+        if any(k not in meta for k in record):
             write_atomic(path, json.dumps({**meta, **record}).encode("utf-8"))
     except (OSError, ValueError, TypeError, StorageError):
         pass
@@ -312,11 +357,10 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
     loader wrote is rebuilt rather than served (see the module docstring).
     """
     prints = fingerprint(source)
-    key = hashlib.sha256(f"{FORMAT_VERSION}\0{output_version}\0{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]
-    lineage = hashlib.sha256(f"{name}\0{options!r}\0{prints}".encode()).hexdigest()[:16]  # the key without the versions
-    record = EntryRecord(format=FORMAT_VERSION, output=output_version, lineage=lineage)
+    versions = [FORMAT_VERSION, output_version]
+    record = EntryRecord(format=FORMAT_VERSION, output=output_version, lineage=_lineage(name, options, prints), fingerprint=FINGERPRINT_VERSION)
     cache_root = data_dir / CACHE_DIR
-    folder = cache_root / f"{name}-{key}"
+    folder = cache_root / f"{name}-{_key(versions, name, options, prints)}"
     found = _read(folder, record)
     if found is not None:
         return found
@@ -343,26 +387,48 @@ def cached(name: str, options: object, source: Path, data_dir: Path, decode: Cal
         return _in_memory(decode())
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    remove_superseded(cache_root, name, lineage, [FORMAT_VERSION, output_version])
+    remove_superseded(cache_root, name, options, prints, versions, legacy_fingerprint(source))
     found = _read(folder, record)
     return found if found is not None else _in_memory(decode())  # removed meanwhile by a newer chillfl's sweep
 
 
-def remove_superseded(cache_root: Path, name: str, lineage: str, versions: list[int]) -> None:
-    """Remove the entries ``name-*`` of ``lineage`` written by older ``[format, output]`` versions (see the module docstring).
+def remove_superseded(cache_root: Path, name: str, options: object, prints: str, versions: list[int], legacy: str | None = None) -> None:
+    """Remove the entries ``name-*`` that this source and ``options`` superseded (see the module docstring): those of
+    its lineage written by older ``[format, output]`` ``versions``, and, where ``legacy`` (:func:`legacy_fingerprint`)
+    differs from ``prints``, those an older chillfl keyed by it (no newer fingerprint recorded, no newer versions).
 
     Each is removed only while this process holds its exclusive lock, which no reader holds then; one a reader
-    holds stays for a later sweep. A folder that cannot be read or locked is left as it is.
+    holds stays for a later sweep. A folder that cannot be read or locked, whose name is not the key its record
+    gives, or which holds a file the cache does not write, is left as it is.
     """
     try:
         entries = [e for e in os.scandir(cache_root) if e.name.startswith(f"{name}-") and e.is_dir(follow_symlinks=False)]
     except OSError:
         return
+    lineages = {_lineage(name, options, prints): prints}
+    if legacy is not None and legacy != prints:
+        lineages[_lineage(name, options, legacy)] = legacy
     for entry in entries:
         try:
             meta = json_loads(Path(entry.path, "meta.json").read_text(encoding="utf-8"))
-            older = meta["lineage"] == lineage and [int(meta["format"]), int(meta["output"])] < versions
-        except (OSError, ValueError, KeyError, TypeError):
+            recorded = [int(meta["format"]), int(meta["output"])]
+            keyed_by = lineages.get(meta["lineage"])
+            scheme = int(meta.get("fingerprint", 1))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             continue  # unfinished, damaged, or written before entries recorded their lineage: not known to be this one's
-        if older and remove_unlocked(Path(entry.path), first="meta.json"):
-            log.info("removed the %s cache entry %s, which an older loader wrote", name, entry.name)
+        if keyed_by == prints:
+            why, superseded = "an older loader wrote", recorded < versions
+        else:  # an older fingerprint of this source: never read again, unless a newer chillfl wrote it
+            why, superseded = "an older chillfl keyed by its older source fingerprint", keyed_by is not None and scheme < FINGERPRINT_VERSION and recorded <= versions
+        if not superseded or keyed_by is None or entry.name != f"{name}-{_key(recorded, name, options, keyed_by)}" or not _only_entry_files(Path(entry.path)):
+            continue
+        if remove_unlocked(Path(entry.path), first="meta.json"):
+            log.info("removed the %s cache entry %s, which %s", name, entry.name, why)
+
+
+def _only_entry_files(folder: Path) -> bool:
+    """Whether ``folder`` holds plain files of :data:`ENTRY_FILES` alone: one that holds a user's file is not removed whole."""
+    try:
+        return all(e.name in ENTRY_FILES and e.is_file(follow_symlinks=False) for e in os.scandir(folder))
+    except OSError:
+        return False

@@ -289,11 +289,36 @@ def decode_png_column(column: Any, rows: np.ndarray | None = None) -> np.ndarray
 
 
 def _ids(table: Any, name: str) -> np.ndarray:
-    """The natural client id of every row as a string; a row without one (null) would silently become client "None"."""
+    """Every row's natural client id as an int64 rank among the distinct ids sorted as text (``np.unique``'s order of
+    their strings: by code point), all that :func:`client_rows` asks; a row without one (null) would silently become
+    client "None".
+
+    Why ranks, not strings: ``to_pylist`` made a Python ``str`` per row and then a numpy ``<U`` copy (4 bytes a
+    character), most of the first load's memory at the hub's 4.2M rows. Text and integer ids are grouped
+    (``dictionary_encode``) and sorted by pyarrow over their UTF-8 bytes, whose order is the code points'; other types
+    go through ``str`` as before.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     column = _column(table, name)
     if column.null_count:
         raise ConfigError(f"{SECTION}.path", f"{column.null_count} rows have no {name!r} (null); every row needs its client's id")
-    return np.asarray(column.to_pylist(), dtype=object).astype(str)
+    t = column.type.value_type if pa.types.is_dictionary(column.type) else column.type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_integer(t) or str(t) == "string_view"):
+        return np.unique(np.asarray(column.to_pylist(), dtype=object).astype(str), return_inverse=True)[1].astype(np.int64)
+    text = column.cast(pa.large_string())  # integers as their decimal text, as str() gave them
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid as exc:  # bytes that are no UTF-8 (a parquet file written by hand): was a UnicodeDecodeError traceback
+        raise ConfigError(f"{SECTION}.path", f"column {name!r} is not valid UTF-8 ({' '.join(str(exc).split())[:160]})") from None
+    if pc.any(pc.ends_with(text, "\0")).as_py():  # a numpy string drops its trailing NULs: "A\0" was client "A"
+        text = pc.utf8_rtrim(text, characters="\0")
+    encoded = pc.dictionary_encode(text)  # the distinct ids, in order of first appearance, and each row's position there
+    order = np.asarray(pc.sort_indices(encoded.dictionary))
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order), dtype=np.int64)
+    return rank[np.asarray(encoded.indices)]
 
 
 def _femnist_decoded(table: Any, opts: LeafHubOptions) -> arraycache.Decoded:

@@ -32,3 +32,15 @@ def test_a_link_back_up_is_walked_once_and_a_dangling_link_is_keyed_by_its_targe
     os.remove(source / "README.md")
     (source / "README.md").symlink_to(tmp_path / "elsewhere")
     assert fingerprint(source) != key
+
+
+def test_a_link_to_itself_is_keyed_by_its_target_not_a_traceback(tmp_path: Path) -> None:
+    """``stat`` of a link pointing at itself raises ELOOP (an OSError that is no FileNotFoundError): it was a traceback."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "x.csv").write_text("1\n")
+    (source / "self.csv").symlink_to("self.csv")
+    key = fingerprint(source)
+    os.remove(source / "self.csv")
+    (source / "self.csv").symlink_to("other.csv")
+    assert fingerprint(source) != key

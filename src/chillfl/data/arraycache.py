@@ -143,7 +143,9 @@ def fingerprint(folder: Path) -> str:
             path = Path(dirpath) / name
             try:
                 st = path.stat()
-            except FileNotFoundError:  # a dangling link (a README.md pointing nowhere): its target's text keys it
+            except OSError:  # a dangling link (a README.md pointing nowhere), or one pointing at itself (ELOOP): its target's text keys it
+                if not path.is_symlink():
+                    raise
                 h.update(f"{path.relative_to(folder).as_posix()}\0->{os.readlink(path)}\n".encode())
                 continue
             h.update(f"{path.relative_to(folder).as_posix()}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())

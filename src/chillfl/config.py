@@ -352,6 +352,8 @@ class RayConfig:
         require_range(self.max_retries, 0, 1000, f"{section}.max_retries")
         require(0 < self.start_timeout <= 86_400, f"{section}.start_timeout", f"must be in (0, 86400] seconds, got {self.start_timeout}")
         require(self.address.isprintable() and len(self.address) <= 1000, f"{section}.address", f"must be a printable host:port, got {short_repr(self.address)}")
+        # "" starts a local Ray (or reads RAY_ADDRESS); "  " read as an address and failed late, inside Ray, after the data loaded
+        require(not self.address.isspace(), f"{section}.address", f"must be a host:port or empty (a local Ray), not blank, got {short_repr(self.address)}")
 
 
 @dataclass(frozen=True)
@@ -433,11 +435,14 @@ class LogConfig:
     def validate(self, section: str) -> None:
         seen = [s for i, s in enumerate(self.sinks) if s in self.sinks[:i]]
         require(not seen, f"{section}.sinks", f"lists {seen[0]!r} twice" if seen else "")
-        ok = bool(self.wandb_project) and self.wandb_project.isprintable() and "/" not in self.wandb_project
-        require(ok, f"{section}.wandb_project", f"must be a printable name without '/', got {short_repr(self.wandb_project)}")
+        # a blank name ("  ") passed isprintable(): W&B and MLflow got a project or experiment named by spaces, a run filed where no one looks
+        ok = bool(self.wandb_project) and not self.wandb_project.isspace() and self.wandb_project.isprintable() and "/" not in self.wandb_project
+        require(ok, f"{section}.wandb_project", f"must be a printable name without '/', not empty or blank, got {short_repr(self.wandb_project)}")
         require(self.mlflow_tracking_uri.isprintable(), f"{section}.mlflow_tracking_uri", f"must be printable, got {short_repr(self.mlflow_tracking_uri)}")
-        ok = bool(self.mlflow_experiment) and self.mlflow_experiment.isprintable()
-        require(ok, f"{section}.mlflow_experiment", f"must be a printable name, got {short_repr(self.mlflow_experiment)}")
+        # "" is MLflow's own choice of store; "  " was taken as a URI
+        require(not self.mlflow_tracking_uri.isspace(), f"{section}.mlflow_tracking_uri", f"must be a URI or empty (MLflow's default), not blank, got {short_repr(self.mlflow_tracking_uri)}")
+        ok = bool(self.mlflow_experiment) and not self.mlflow_experiment.isspace() and self.mlflow_experiment.isprintable()
+        require(ok, f"{section}.mlflow_experiment", f"must be a printable name, not empty or blank, got {short_repr(self.mlflow_experiment)}")
 
 
 DEVICE_CHOICES = ("cpu", "cuda", "cuda:N", "auto")

@@ -85,6 +85,12 @@ Kernel = Literal["distance", "squared"]
 """How the k neighbours are weighed (:attr:`KNNPerOptions.kernel`)."""
 
 
+MIN_SIGMA = 1e-200
+"""The smallest ``sigma``: the distance between float32 representations (at most 2 x 3.4e38 a coordinate) over it,
+d / sigma or d^2 / (D sigma), stays below float64's largest; ``sigma = 1e-320`` made the nearest neighbour's d / sigma
+inf, inf - inf a NaN weight, and every local loss NaN (:func:`knn_probs`)."""
+
+
 @dataclass(frozen=True)
 class KNNPerOptions:
     """``k`` (neighbours), ``sigma`` (kernel scale), ``lam`` (unset: chosen per client on :data:`LAM_GRID`), ``weighting``
@@ -101,7 +107,9 @@ class KNNPerOptions:
 
     def validate(self, section: str) -> None:
         require(self.k >= 1, f"{section}.k", f"must be >= 1, got {self.k}")
-        require(math.isfinite(self.sigma) and self.sigma > 0, f"{section}.sigma", f"must be a finite number > 0, got {self.sigma}")
+        require(math.isfinite(self.sigma) and self.sigma >= MIN_SIGMA, f"{section}.sigma",
+                f"must be a finite number >= {MIN_SIGMA:g} (smaller, d / sigma overflows float64 and p_kNN is NaN; a sigma this small "
+                f"already weighs the nearest neighbour alone), got {self.sigma}")
         if self.lam is not None:
             require(math.isfinite(self.lam) and 0 <= self.lam <= 1, f"{section}.lam", f"must be a number in [0, 1] (or unset), got {self.lam}")
 

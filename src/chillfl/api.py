@@ -47,7 +47,7 @@ from chillfl.experiments import resolve_config
 from chillfl.models import model_names
 from chillfl.numeric import is_whole
 from chillfl.models.assign import refuse_with_user_model
-from chillfl.options import plain, short_repr
+from chillfl.options import check_built, plain, short_repr
 from chillfl.progress import Progress
 from chillfl.plugins import PluginNotImported, instance_only_hooks, is_custom, missing_hooks, reading_data
 from chillfl.report.compare import CompareResult as Comparison
@@ -651,7 +651,11 @@ def as_plugged(aggregator: Any, terms: Sequence[Any], policy: Any) -> Plugged:
             raise ConfigError(f"terms[{i}]", f"{type(term).__name__} must declare reads: tuple[str, ...], the context keys it reads (() for none)")
     if terms and aggregator is None:
         raise ConfigError("terms", "are the local objective of an aggregator passed with them: add aggregator=... (chillfl.extend.FedAvg() for FedAvg)")
-    for field_name, obj in (("aggregator", aggregator), ("policy", policy)):
+    part, where = aggregator, "aggregator"
+    while part is not None:  # a wrapper's base too (aggregator.base.options), as _refuse_instance_hooks walks them
+        _validate_options(part, where)
+        part, where = (part.base, f"{where}.base") if isinstance(part, AroundAggregator) else (None, where)
+    for field_name, obj in (*((f"terms[{i}]", term) for i, term in enumerate(terms)), ("policy", policy)):
         _validate_options(obj, field_name)
     return Plugged(aggregator, tuple(terms), policy)
 
@@ -676,13 +680,17 @@ def _refuse_instance_hooks(aggregator: object, policy: object) -> None:
 
 
 def _validate_options(obj: object, field_name: str) -> None:
-    """An instance's ``options`` dataclass checked by its own ``validate`` (docs/extending.md's ``TrimmedMean.Options``), as a
+    """An instance's ``options`` dataclass checked by its declared bounds (:func:`~chillfl.options.check_built`) and its own
+    ``validate`` (docs/extending.md's ``TrimmedMean.Options``), as a
     config naming the class checks it: a user class does not validate in its constructor as chillfl's own do, and
     ``TrimmedMean(Options(beta=0.7))`` ran into a diverged model instead of ``aggregator.options.beta: must be in [0, 0.5)``."""
     options = vars(obj).get("options") if hasattr(obj, "__dict__") else None
+    if not dataclasses.is_dataclass(options) or isinstance(options, type):
+        return
+    section = f"{field_name}.options"
+    check_built(options, section)  # its declared bounds (options.Scale), as parse_options checks a config's table
     validate = getattr(options, "validate", None)
-    if dataclasses.is_dataclass(options) and not isinstance(options, type) and callable(validate):
-        section = f"{field_name}.options"
+    if callable(validate):
         try:
             inspect.signature(validate).bind(section)
         except (TypeError, ValueError):  # a validate() of another signature: a config naming the class would refuse it; an instance ran

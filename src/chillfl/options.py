@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Annotated, Any, Protocol, TypeAlias, TypeVar
 
 from chillfl.errors import ConfigError, did_you_mean
-from chillfl.numeric import is_real, is_whole
+from chillfl.numeric import is_finite_real, is_real, is_whole
 from chillfl.once import warn_once
 
 T = TypeVar("T")
@@ -458,11 +458,37 @@ def _bounds(cls: Hashable) -> dict[str, AtMost]:
 
 
 def check_bounds(cls: Hashable, values: Mapping[str, Any], section: str) -> None:
-    """Refuse a value past its field's declared :class:`AtMost` bound (``values``: the table as coerced)."""
+    """Refuse a value past its field's declared :class:`AtMost` bound (``values``: the table as coerced, or the fields of
+    an options object built in Python, :func:`check_built`). A NaN or an infinity is refused too: a parsed table never
+    holds one (:func:`coerce`), but ``DittoOptions(lam=math.nan)`` is never parsed, and NaN passes ``abs(x) > bound``."""
     for name, bound in _bounds(cls).items():
         value = values.get(name)
-        if is_real(value) and abs(value) > bound.largest:
-            raise ConfigError(join_field(section, name), f"must be at most {bound.largest:.4g} in size ({bound.why}), got {value:g}")
+        if not is_real(value):
+            continue
+        field = join_field(section, name)
+        if not is_finite_real(value):
+            raise ConfigError(field, f"must be a finite number, got {short_repr(value)}")
+        if abs(value) > bound.largest:
+            shown = f"{value:g}" if isinstance(value, float) else short_repr(value)  # an int of 400 digits has no float to format
+            raise ConfigError(field, f"must be at most {bound.largest:.4g} in size ({bound.why}), got {shown}")
+
+
+def check_built(options: object, section: str) -> None:
+    """The :class:`AtMost` bounds of an options dataclass built in Python, and of the option tables nested in it, each
+    refusal on ``section.<option>``. Why: :func:`parse_options` checks them on a table it reads, but an instance's
+    options (``aggregator=MyMethod(MyOptions(w=1e308))``, a term's, a policy's) are never parsed, and a bound declared
+    beside the type was then no bound: the run started and overflowed in round 1. A class whose annotations cannot
+    be resolved here (names local to a function) declares no bound that can be read: nothing is checked."""
+    if not dataclasses.is_dataclass(options) or isinstance(options, type):
+        return
+    values = {f.name: getattr(options, f.name) for f in dataclasses.fields(options)}
+    try:
+        _bounds(type(options))
+    except (NameError, TypeError):  # typing.get_type_hints on a forward reference it cannot resolve
+        return
+    check_bounds(type(options), values, section)
+    for name, value in values.items():
+        check_built(value, join_field(section, name))
 
 
 def require(condition: bool, field: str, message: str) -> None:

@@ -51,10 +51,11 @@ from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_st
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
-from chillfl.engine.protocol import EvaluatesNow, Executor, ServerProtocol, protocol_layers
+from chillfl.engine.protocol import EvaluatesNow, Executor, MeasuresNow, ServerProtocol, protocol_layers
 from chillfl.engine.record import round_number
 from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
+from chillfl.plots.stop import STOP_EVALUATION  # matplotlib-free: the summary's and the figures' key of a stop round's evaluation
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, NO_CODE, ResumedSetup, as_comment, changes, differences, environment, lacks_code
@@ -860,8 +861,11 @@ def finish_run(
     elif records and all(r.get("skipped") or r.get("nobody_reported") for r in records) and stopped is None:  # some released with nobody in
         log.warning("no round trained: in all %d nobody, or too few, reported; the results are the initial model moved by the rounds released "
                     "without clients (a private aggregator's noise alone) (raise federation.clients_per_round or lower federation.min_clients)", len(records))
+    evaluated = {k: v for k, v in summarized[-1].items() if k not in records[-1]} if summarized is not records else {}
     if stopped is not None:
         summary["stopped"] = stopped
+        if evaluated:  # what the stop round measured for the summary alone (the figures can draw it apart)
+            summary[STOP_EVALUATION] = evaluated
     summary["wall_time_s"] = round(wall, 3)
     if (private := privacy_summary(protocol)) is not None:
         summary["privacy"] = private
@@ -908,16 +912,31 @@ def stop_evaluated(exp: Experiment, config: RunConfig, protocol: ServerProtocol,
     and ``target_eval_interval`` count it measured). Why not in ``metrics.jsonl``: the run resumes from that round, and
     the resumed run's records must be the uninterrupted run's, which has no evaluation there. After the checkpoint:
     an evaluation that draws (a model random in eval mode) leaves the resumed rounds as they were.
+
+    Every measure an evaluated round records is the stopped model's: the protocol's own evaluation (a soft-label
+    server's ``server_acc`` alias with its ``global_acc``) and a wrapper's measures (an attack's success,
+    :class:`~chillfl.engine.protocol.MeasuresNow`) where the stop round took none (a skipped round); an earlier
+    round's beside the stop round's accuracy would describe another model.
     """
     if not records or "global_acc" in records[-1]:
         return records
-    for layer in protocol_layers(protocol):  # the protocol's own measure (prototypes that share no model), through any wrapper
-        if isinstance(layer, EvaluatesNow):
-            return [*records[:-1], {**records[-1], **layer.evaluate_now()}]
-    state = protocol.global_state()
-    if state is None:  # measures nothing: no round is measured (target_eval_interval null)
+    evaluation = _evaluated_now(exp, config, protocol)
+    if evaluation is None:  # measures nothing: no round is measured (target_eval_interval null)
         return records
-    return [*records[:-1], {**records[-1], **Evaluation(config, exp.data, exp.model, exp.device).metrics(state)}]
+    # a wrapper's measures (an attack's success) of the same model; a stop round that took them keeps its own (metrics.jsonl's)
+    measures = {k: v for k, v in protocol.measure_now().items() if k not in records[-1]} if isinstance(protocol, MeasuresNow) else {}
+    return [*records[:-1], {**records[-1], **evaluation, **measures}]
+
+
+def _evaluated_now(exp: Experiment, config: RunConfig, protocol: ServerProtocol) -> Mapping[str, Any] | None:
+    """The present state's metrics as an evaluated round records them: the protocol's own measure where it has one
+    (:class:`~chillfl.engine.protocol.EvaluatesNow`: prototypes that share no model, a server model's aliases), found
+    through any wrapper; else its global model evaluated as a due round evaluates it (None: it has none)."""
+    for layer in protocol_layers(protocol):
+        if isinstance(layer, EvaluatesNow):
+            return layer.evaluate_now()
+    state = protocol.global_state()
+    return None if state is None else Evaluation(config, exp.data, exp.model, exp.device).metrics(state)
 
 
 def final_calibration(exp: Experiment, config: RunConfig, state: Mapping[str, torch.Tensor]) -> dict[str, Any] | None:

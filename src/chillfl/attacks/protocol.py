@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, ObservesSkippedRounds, ServerProtocol
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, MeasuresNow, ObservesSkippedRounds, ServerProtocol
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import evaluate
 
@@ -56,12 +56,27 @@ class Attacked(AroundProtocol):
             replies = self.forge(round, replies)
         record = self.inner.server_update(round, tasks, replies)
         record.metrics["attackers"] = [t.client_id for t in tasks if t.client_id in self.ids]
-        if self.probe is not None:
-            state = self.inner.global_state()
-            if state is not None:
-                x, y = self.probe
-                record.metrics["attack_success_rate"] = evaluate(self.model, state, x, y, self.eval_batch_size)[0]
+        if (success := self._success()) is not None:
+            record.metrics["attack_success_rate"] = success
         return record
+
+    def _success(self) -> float | None:
+        """The present global model's accuracy on the probe (None: no probe, or no global model to measure)."""
+        if self.probe is None:
+            return None
+        state = self.inner.global_state()
+        if state is None:
+            return None
+        x, y = self.probe
+        return evaluate(self.model, state, x, y, self.eval_batch_size)[0]
+
+    def measure_now(self) -> dict[str, Json]:
+        """``attack_success_rate`` of the present state, as :meth:`server_update` records it
+        (:class:`~chillfl.engine.protocol.MeasuresNow`), beside the inner protocol's own measures: a run stopped at a
+        skipped round (which records none) has its final success measured on the model it stops with. None where the
+        attack has a probe and the protocol no global model now (not measured); nothing without a probe."""
+        inner = dict(self.inner.measure_now()) if isinstance(self.inner, MeasuresNow) else {}
+        return {**inner, "attack_success_rate": self._success()} if self.probe is not None else inner
 
     def skipped_round(self, round: int) -> dict[str, Json]:
         """A round the loop skipped: ``attackers`` empty (no upload was read, so nobody attacked), beside what the inner

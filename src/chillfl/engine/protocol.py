@@ -258,6 +258,20 @@ class EvaluatesNow(Protocol):
 
 
 @runtime_checkable
+class MeasuresNow(Protocol):
+    """A server protocol around another (:class:`AroundProtocol`) that adds measures of its own to every record it
+    returns (an attack's success on its probe), taken of the present state again on request. Why: a run a hook stops
+    ends at its stop round, whose summary takes that round's evaluation (:class:`EvaluatesNow`); a measure of the
+    wrapper's from an earlier round (a skipped stop round records none) beside it would describe another model. Chained
+    as ``skipped_round`` is: a wrapper returns its inner protocol's measures (where it has this) beside its own."""
+
+    def measure_now(self) -> Mapping[str, Json]:
+        """The wrapper's measures of the present state as a round's record holds them; a measure that cannot be taken
+        now is None (not measured), never an older value."""
+        ...
+
+
+@runtime_checkable
 class ReleasesEmptyRounds(Protocol):
     """A server protocol whose ``server_update`` is defined for a round in which nobody reported (no task, no reply)
     and moves its state all the same: parameter sharing whose aggregator releases such a round

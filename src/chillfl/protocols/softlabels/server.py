@@ -263,8 +263,19 @@ class SoftLabelProtocol:
         """The server model's metrics on the test set (none without one: a method that shares nothing)."""
         if not self.collaborative:
             return {}
-        metrics = self.book.evaluate(rnd, self.server_state)
-        return {**metrics, "server_acc": metrics["global_acc"], "server_loss": metrics["global_loss"]}
+        return self._aliased(self.book.evaluate(rnd, self.server_state))
+
+    def evaluate_now(self) -> dict[str, Json]:
+        """The server model's metrics as an evaluated round records them, ``server_acc``/``server_loss`` included
+        (:class:`~chillfl.engine.protocol.EvaluatesNow`): a run stopped at a round ``eval.every`` skips ends with them
+        measured there, not with an earlier round's aliases beside the stop round's ``global_acc``. Nothing where the
+        method shares nothing (no server model), as its rounds record."""
+        return self._aliased(self.evaluation.metrics(self.server_state)) if self.collaborative else {}
+
+    @staticmethod
+    def _aliased(metrics: dict[str, Json]) -> dict[str, Json]:
+        """``metrics`` with the server model's names for its accuracy and loss beside the global ones (none where the round did not evaluate)."""
+        return {**metrics, "server_acc": metrics["global_acc"], "server_loss": metrics["global_loss"]} if metrics else {}
 
     def skipped_round(self, rnd: int) -> dict[str, Json]:
         """A skipped round (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): the run's last one evaluates the server model (:meth:`ServerBook.last`)."""

@@ -864,7 +864,7 @@ def finish_run(
     evaluated = {k: v for k, v in summarized[-1].items() if k not in records[-1]} if summarized is not records else {}
     if stopped is not None:
         summary["stopped"] = stopped
-        if evaluated:  # what the stop round measured for the summary alone (the figures can draw it apart)
+        if evaluated:  # what the stop round measured for the summary alone: the figures and the report draw it apart
             summary[STOP_EVALUATION] = evaluated
     summary["wall_time_s"] = round(wall, 3)
     if (private := privacy_summary(protocol)) is not None:
@@ -895,7 +895,7 @@ def finish_run(
     if clients:
         write_client_models(writer.path / CLIENT_MODELS, clients)  # plain named tensors "<client id>/<name>"
     try:
-        _plots(records, writer.path, config)
+        _plots(records, writer.path, config, evaluated)
     except OSError as exc:  # disk full while saving a figure
         raise StorageError(f"cannot write the figures in {writer.path}: {exc.strerror or exc}") from exc
     final = writer.finish()
@@ -994,8 +994,12 @@ def figures_skipped(missing: MissingExtra) -> None:
     warn_once(log, f"{missing}; figures skipped", key="figures skipped", level=logging.INFO)
 
 
-def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> None:
+def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig, evaluated: Mapping[str, Any] | None = None) -> None:
     """The run's figures, each looked up by name in :mod:`chillfl.plots.registry` (imported here: the engine knows nothing of plots).
+
+    ``evaluated``: what a stopped run measured at its stop round for its summary alone (:func:`stop_evaluated`), given to
+    the figures under :data:`~chillfl.plots.stop.STOP_EVALUATION` in their copy of the last record, so that they draw the
+    point the summary reports apart from the curves of ``metrics.jsonl``.
 
     Without matplotlib (the ``plots`` extra) the run still completes with its
     metrics; one log line says the figures were skipped. A declared figure that no module
@@ -1008,13 +1012,14 @@ def _plots(records: list[dict[str, Any]], folder: Path, config: RunConfig) -> No
     except MissingExtra as exc:
         figures_skipped(exc)
         return
+    drawn = [*records[:-1], {**records[-1], STOP_EVALUATION: dict(evaluated)}] if records and evaluated else records
     for name in run_figures(records, config):
         spec = figures.get(name)
         if spec is None:
             log.warning("figure %r is declared but no module registers it (chillfl.plots.registry.register_figure); skipped", name)
             continue
         try:
-            spec.render(records, folder / spec.file, config)
+            spec.render(drawn, folder / spec.file, config)
         except OSError:  # disk full: the caller's StorageError
             raise
         except Exception as exc:  # noqa: BLE001 - a (plugin's) draw: the finished run must not be lost for a figure

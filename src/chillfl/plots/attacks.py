@@ -20,7 +20,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 from chillfl.config import RunConfig  # noqa: E402
 from chillfl.plots.figure import Figure, finish_figure, measured_series, percent_axis  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
-from chillfl.plots.run import integer_rounds  # noqa: E402
+from chillfl.plots.run import draw_stop_point, integer_rounds  # noqa: E402
 
 
 def plot_attack(records: Sequence[Mapping[str, Any]], path: str | Path, title: str = "") -> bool:
@@ -32,8 +32,10 @@ def plot_attack(records: Sequence[Mapping[str, Any]], path: str | Path, title: s
     ax = fig.subplots()
     acc_rounds, acc = measured_series(records, "global_acc")
     if acc_rounds:
-        ax.plot(acc_rounds, acc, marker=".", label="global accuracy, test set")
+        ax.plot(acc_rounds, acc, marker=".", color="C0", label="global accuracy, test set")
+    draw_stop_point(ax, records, "global_acc", "global accuracy", "C0")  # a stopped run's final point, apart from the curve
     ax.plot(asr_rounds, asr, marker=".", color="C3", label="attack success rate, probe set")
+    draw_stop_point(ax, records, "attack_success_rate", "attack success rate", "C3")
     ax.set(xlabel="round", ylabel="share of the set", ylim=(-0.02, 1.02), title="Accuracy and attack success")
     percent_axis(ax)
     integer_rounds(ax)

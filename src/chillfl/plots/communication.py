@@ -23,6 +23,7 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.metrics.communication import accuracy_vs_bytes
 from chillfl.plots.registry import FigureSpec, register_figure
+from chillfl.plots.stop import STOP_MARKER, stop_label, stop_point
 from chillfl.plots.styles import variant_style
 
 UNITS: tuple[tuple[str, float], ...] = (("GB", 1e9), ("MB", 1e6), ("kB", 1e3), ("B", 1.0))
@@ -50,7 +51,8 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
     from chillfl.plots.figure import Figure, finish_figure, gap_marker, literal, mark_lone_points, nulls_as_nan, percent_axis  # lazy: matplotlib (the `plots` extra) costs ~0.5 s of start-up
 
     # a panel no run measured (the server model of runs that keep none: individual) is left out, not drawn empty
-    panels = [(key, what) for key, what in PANELS if any(r.get(key) is not None for recs in curves.values() for r in recs)]
+    panels = [(key, what) for key, what in PANELS if any(r.get(key) is not None for recs in curves.values() for r in recs)
+              or any(stop_point(recs, key) for recs in curves.values())]
     if not panels:
         return None
     fig = Figure(figsize=(6 * len(panels), 4))
@@ -64,6 +66,9 @@ def plot_compare_accuracy_vs_bytes(curves: Mapping[str, Sequence[Mapping[str, An
                 colour_of, style = variant_style(colour)  # and past ten runs a line style of its own
                 measured = [int(r["round"]) for r in records if key in r]  # rounds skipped (eval.every > 1): a dot per evaluated one
                 ax.plot([x / scale for x in xs], ys, color=colour_of, ls=style, label=literal(label), marker=gap_marker(measured))
+            if (point := stop_point(records, key)) is not None and records[-1].get("bytes_cumulative") is not None:  # a stopped run's final point, apart
+                ax.plot([float(records[-1]["bytes_cumulative"]) / scale], [point.value], ls="", marker=STOP_MARKER, ms=11,
+                        color=variant_style(colour)[0], label=literal(stop_label(point.round, label)))
         ax.set(xlabel=f"cumulative communication ({unit})", ylabel="accuracy", title=what)
         if peak == 0:  # an x axis of 0 to 1 byte said nothing: say that none was sent
             ax.set(xlabel="cumulative communication: no bytes sent", xticks=[])

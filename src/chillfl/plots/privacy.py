@@ -32,6 +32,7 @@ from chillfl.config import RunConfig  # noqa: E402
 from chillfl.plots.figure import Figure, finish_figure, log_scale, mark_lone_points, measured_series, nulls_as_nan, percent_axis, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.run import integer_rounds  # noqa: E402
+from chillfl.plots.stop import STOP_MARKER, stop_label, stop_point  # noqa: E402
 
 
 EPSILONS: tuple[tuple[str, str], ...] = (("epsilon", "epsilon spent"), ("epsilon_upload", "epsilon_upload: a client's whole upload"))
@@ -75,6 +76,10 @@ def plot_privacy(records: Sequence[Mapping[str, Any]], path: str | Path, title: 
         spent, acc = drawn_accuracy_vs_epsilon(records, epsilon=key)
         if any(math.isfinite(x) and math.isfinite(y) for x, y in zip(spent, acc)):
             ax_acc.plot(spent, acc, marker=".", color=color, label=f"against {label}" if both else "global model, test set")
+        spent_then = records[-1].get(key) if records else None
+        if (point := stop_point(records, "global_acc")) is not None and spent_then is not None:  # a stopped run's final point, apart
+            ax_acc.plot([float(spent_then)], [point.value], ls="", marker=STOP_MARKER, ms=11, color=color,
+                        label=stop_label(point.round, f"against {label}" if both else "global model"))
         rounds, eps = measured_series(records, key)  # a null (an infinite epsilon) breaks the line, as a NaN does
         ax_eps.plot(rounds, eps, marker=".", color=color if both else "C1", label=label)
         drawn += [e for e in eps if math.isfinite(e)]

@@ -12,6 +12,7 @@ need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an Impo
 
 from chillfl.plots.figure import Figure, fit_title, gap_marker, literal, log_scale, mark_lone_points, measured_series, percent_axis, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
+from chillfl.plots.stop import STOP_MARKER, stop_label, stop_point  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
 
 
@@ -33,12 +34,12 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     ax_acc, ax_loss = fig.subplots(1, 2)
     for key, label in (("global_acc", "global model, test set"), ("local_acc", "local models, own splits"), ("global_client_acc", "global model, client splits")):
         rounds, values = measured_series(records, key)  # a null breaks the line as a NaN does; a dot per round where rounds are skipped
-        if rounds:
-            ax_acc.plot(rounds, values, label=label, marker=gap_marker(rounds))
+        line = ax_acc.plot(rounds, values, label=label, marker=gap_marker(rounds)) if rounds else []
+        draw_stop_point(ax_acc, records, key, label, line[0].get_color() if line else None)
     for key, label in (("global_loss", "global test loss (T=1)"), ("train_loss", "local train loss (at T)")):
         rounds, values = measured_series(records, key)
-        if rounds:
-            ax_loss.plot(rounds, values, label=label, marker=gap_marker(rounds))
+        line = ax_loss.plot(rounds, values, label=label, marker=gap_marker(rounds)) if rounds else []
+        draw_stop_point(ax_loss, records, key, label, line[0].get_color() if line else None)
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
     percent_axis(ax_acc)
@@ -51,6 +52,15 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
         fit_title(fig, title)  # wrapped: a long comparison run's name ran past both edges
     fig.tight_layout()
     save_png(fig, path, dpi=110)
+
+
+def draw_stop_point(ax: Any, records: Sequence[Mapping[str, Any]], key: str, what: str, colour: str | None) -> None:
+    """A stopped run's ``key`` measured at its stop round for its summary alone (:func:`~chillfl.plots.stop.stop_point`),
+    as a star in its curve's ``colour`` with a legend entry of its own, unjoined to the line: the line is the rounds
+    ``metrics.jsonl`` holds, and that point is not among them. Nothing where the records carry none."""
+    point = stop_point(records, key)
+    if point is not None:
+        ax.plot([point.round], [point.value], ls="", marker=STOP_MARKER, ms=11, color=colour, label=stop_label(point.round, what))
 
 
 def temperature_series(per_round: Sequence[tuple[int, Mapping[str, float]]], client: str) -> tuple[list[int], list[float]]:

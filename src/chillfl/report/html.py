@@ -68,6 +68,7 @@ from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import RecordedVariant, comparison_labels, variant_points
 from chillfl.tune import point_label
+from chillfl.plots.stop import STOP_MARKER, StopPoint, stop_label, summary_stop_point
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
 
@@ -653,7 +654,7 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
     from chillfl.plots.figure import literal  # lazy: matplotlib is the `plots` extra
     from chillfl.plots.run import integer_rounds
 
-    present = [(k, t) for k, t in keys if any(series(r.records, k)[0] for g in groups for r in g.runs)]
+    present = [(k, t) for k, t in keys if any(series(r.records, k)[0] or summary_stop_point(r.summary, k) for g in groups for r in g.runs)]
     if not present:
         return None
     # a variant's label (every option that varies) can be wider than a panel: wrapped to a panel's width, the legend
@@ -663,17 +664,20 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
     fig = _figure(5.2 * len(present), 3.8 + 0.3 + LEGEND_LINE * legend_rows(list(labels.values()), columns))
     fig.set_layout_engine("constrained")
     entries: dict[str, Artist] = {}  # a group's label -> its line, from the first panel that drew the group
+    stop_entry: Artist | None = None  # the stop-round points' one legend entry, where some run has one
     banded = any(len(g.runs) > 1 for g in groups)  # every group one run: no band, and the titles name none
     for i, (key, title) in enumerate(present):
         ax = fig.add_subplot(1, len(present), i + 1)
         ylabel, scale = Y_AXES.get(key, (key, 1.0))
         for index, g in zip(colours if colours is not None else range(len(groups)), groups):
             rounds, mean, std = band([r.records for r in g.runs], key)
+            # a group keeps its colour in every panel and figure, also where a group before it has no such metric
+            colour, style = variant_style(index)
+            for point in stop_points(g, key):  # a stopped run's final point (summary.json): each run's own, never in the mean
+                (stop_entry,) = ax.plot([point.round], [scale * point.value], ls="", marker=STOP_MARKER, ms=9, color=colour, label=stop_label(None))
             if len(rounds) == 0:
                 continue
             mean, std = scale * mean, scale * std
-            # a group keeps its colour in every panel and figure, also where a group before it has no such metric
-            colour, style = variant_style(index)
             # a dot at each measured round where the series skips some (eval.every, a non-finite value): a plain line
             # through 3, 6, 7 read as values measured at 4 and 5 (as plot_temperatures marks a client's gaps)
             (line,) = ax.plot(rounds, mean, lw=1.5, color=colour, ls=style, marker="." if skips_rounds(rounds, mean) else None, label=labels[g.label])
@@ -687,8 +691,18 @@ def curves_figure(groups: Sequence[Group], keys: Sequence[tuple[str, str]], colo
         integer_rounds(ax)
         ax.grid(alpha=0.3)
     ordered = [g.label for g in groups if g.label in entries]  # the groups' order, whichever panel drew a group first
-    fig.legend([entries[label] for label in ordered], [labels[label] for label in ordered], fontsize=7, loc="outside lower center", ncols=columns)
+    handles, texts = [entries[label] for label in ordered], [labels[label] for label in ordered]
+    if stop_entry is not None:
+        handles, texts = [*handles, stop_entry], [*texts, stop_label(None)]
+    fig.legend(handles, texts, fontsize=7, loc="outside lower center", ncols=columns)
     return _png(fig)
+
+
+def stop_points(group: Group, key: str) -> list[StopPoint]:
+    """``key`` measured at the stop round of each of ``group``'s runs that a hook stopped at a round ``eval.every`` skipped
+    (:func:`~chillfl.plots.stop.summary_stop_point`): the final value its ``summary.json`` reports, which its
+    ``metrics.jsonl`` (the curves' data) does not hold, so that a curve does not end at an earlier evaluation unsaid."""
+    return [point for r in group.runs if (point := summary_stop_point(r.summary, key)) is not None]
 
 
 def skips_rounds(rounds: Sequence[float] | np.ndarray, values: Sequence[float] | np.ndarray) -> bool:

@@ -558,7 +558,10 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
     ``policy``: a temperature policy passed from Python, asked whether it steers by accuracy (the steering caveat);
     ``aggregator``: one passed from Python, asked whether it leaves the global model as it began (the global-model caveat)."""
     ref, base, seeds = plan.reference, plan.baseline, plan.seeds
-    kinds = global_model_kinds(reported_configs(plan, picked), aggregator)  # accuracies of no trained global model, at the point each row reports
+    # every caveat reads the config of the point each row reports: a tuned lr, T, clip or delta is what that row ran with
+    labelled = reported_configs(plan, picked)
+    configs = [c for _, c in labelled]
+    kinds = global_model_kinds(labelled, aggregator)  # accuracies of no trained global model
     if plan.multi:
         rows = build_seed_rows(plan.variants, picked.runs, seeds, ref, base, picked.chosen if plan.tuned else None, failed=picked.failed, global_models=kinds)
         table = format_seed_table(rows, ref.label, base.label, plan.tune_table if plan.tuned else None, plan.select, config.eval.validation,
@@ -569,12 +572,11 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
         outputs = {v.label: o for v in plan.variants if (o := picked.runs[(v.label, seeds[0])]) is not None}
         rows = build_rows(plan.variants, outputs, ref, base, failed={label: why for (label, _), why in picked.failed.items()}, global_models=kinds)
         table = format_table(rows, ref.label, base.label)
-    configs = plan.configs
     tuned = {**plan.tune_table, **{key: values for v in plan.variants for key, values in v.tune.items()}}  # own grids tune too (an lr in each)
-    labelled = [(v.label, c) for v, c in zip(plan.variants, configs)]
     controls = plan.controls_added  # with_controls added them (as the plan records, not a scaled lr: a variant asked for may scale its own)
-    uncontrolled = left_without_controls(plan.variants, configs, policy) if controls else []
-    controlled = [c for v, c in zip(plan.variants, configs) if controls and gets_controls(v, c)]
+    # which variants got controls is the plan's (made from their own configs); what they trained with is the reported point's
+    uncontrolled = left_without_controls(plan.variants, plan.configs, policy) if controls else []
+    controlled = [c for v, own, c in zip(plan.variants, plan.configs, configs) if controls and gets_controls(v, own)]
     points = {v.label: len(plan.points_of(v)) for v in plan.variants}  # a tuned private variant's selection is not in its epsilon
     for caveat in (step_size_caveat(configs, tuned, controls, uncontrolled, policy), controls_caveat(controlled), grid_edge_caveat(chosen_points(plan, picked)),
                    other_test_rows_caveat(configs), nonfinite_loss_caveat(nonfinite), nonfinite_accuracy_caveat(nonfinite_acc), epsilon_caveat(labelled, points), steering_caveat(labelled, policy)):
@@ -586,8 +588,10 @@ def tabulate(config: RunConfig, plan: Plan, picked: Picked, nonfinite: Sequence[
 def reported_configs(plan: Plan, picked: Picked) -> list[tuple[str, RunConfig]]:
     """(label, config) of each variant at the tuning point its row reports (its chosen one; its own config untuned).
 
-    What a row's accuracy is (a trained global model's or not) may hang on a tuned key (fedhkd's
-    ``prototypes.share_model``), so the row is labelled by the config of the point it reports, not by the variant's."""
+    What a row's numbers are may hang on a tuned key: whether its accuracy is a trained global model's (fedhkd's
+    ``prototypes.share_model``), its step size (``client.lr``, ``temperature.value``), what its epsilon bounds
+    (``privacy.delta``), whether its controls' identity holds (``client.clip_norm``). So every caveat under the table,
+    and the epsilon marks of ``privacy_utility.png``, read the config of the point the row reports, not the variant's."""
     out = []
     for v, config in zip(plan.variants, plan.configs):
         point = picked.chosen[v.label][0] if v.label in picked.chosen else {}
@@ -712,7 +716,7 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
         with staged(partial) if outputs_in_way(plan, partial) else contextlib.nullcontext(partial) as stage:
             (stage / TABLE_MD).write_text("".join(f"warning: {w}\n" for w in notes) + tables.table + "\n", encoding="utf-8")
             (stage / TABLE_JSON).write_text(table_json(tables.rows), encoding="utf-8")
-            units = epsilon_units([(v.label, c) for v, c in zip(plan.variants, plan.configs)])  # privacy_utility.png's marks
+            units = epsilon_units(reported_configs(plan, picked))  # privacy_utility.png's marks, at the point each row reports
             if plan.multi:
                 bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
                 write_band_figures(bands, plan.seeds[0], stage, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)

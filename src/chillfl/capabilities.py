@@ -145,7 +145,9 @@ class Capabilities:
     (Ditto's and APFL's w, trained beside each client's personal model), so the analyses that read the global model and
     its aggregate (``cka``, ``aggregation-accuracy``, ``aggregation-entropy``) take the run. A personal-model method that
     does not declare it is refused there: what its clients upload is not a model they use (``local_only``'s global model
-    is never trained, FedRep's and FedPer's heads stay home, FedBN's norm layers are the client's own)."""
+    is never trained, FedRep's and FedPer's heads stay home, FedBN's norm layers are the client's own). For the same
+    reason a comparison marks such a method's row ``global_model = "partial"`` and names it under its table (the
+    global-model caveat, :func:`chillfl.report.caveats.global_model_kind`)."""
     static_global_model: bool = False
     """Its server never changes the global model (it reads no upload: ``local_only``), so the run's global model stays the
     initial one and ``global_acc`` measures a model no client trained or uses. A comparison's table keeps the row's

@@ -24,8 +24,15 @@ The global-model caveat: a comparison pairs each variant's ``global_acc`` with t
 ``global_acc`` is no trained global model's. A run whose protocol keeps no global model
 (:attr:`~chillfl.protocols.registry.ProtocolKind.global_model`: FedProto, FedHKD with ``share_model = false``, FedGH)
 records the mean of its clients' own models on the global test set; a run whose method never changes the global model
-(:attr:`~chillfl.capabilities.Capabilities.static_global_model`: ``local_only``) records the initial model's. Their
-rows keep their numbers (as recorded), ``table.json`` marks them (``global_model``, :func:`global_model_kind`) and one
+(:attr:`~chillfl.capabilities.Capabilities.static_global_model`: ``local_only``) records the initial model's; a run whose
+clients each keep a model of their own and do not train the global model itself
+(:attr:`~chillfl.capabilities.Capabilities.personal_model` without
+:attr:`~chillfl.capabilities.Capabilities.trains_global_model`: FedRep, FedPer, LG-FedAvg, FedBN...) records a global
+model only partly the clients' training: the server's, in which what each client keeps for itself (a head, a
+representation, BN entries, a whole model) is averaged, left at its initial value or absent, and which no client trains or
+uses as it is (under FedPer's default ``global_head = "average"`` its head is the clients' heads' mean, under ``"keep"``
+the initial head). It is the model that the analyses of the global model refuse, asked the same question
+(:func:`chillfl.analysis.replay.refuse_personal_models`). Their rows keep their numbers (as recorded), ``table.json`` marks them (``global_model``, :func:`global_model_kind`) and one
 line under the table names them (:func:`global_model_caveat`).
 
 The local validation warning: a client's local validation split may not follow its training class mix
@@ -54,6 +61,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.aggregation.registry import configured_capabilities, run_capabilities
+from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig
 from chillfl.numeric import is_real
 from chillfl.protocols.registry import protocol_of
@@ -279,20 +287,34 @@ NO_GLOBAL_MODEL = "none"
 STATIC_GLOBAL_MODEL = "untrained"
 """``table.json``'s ``global_model`` of a row whose global model is never trained: its accuracy is the initial model's."""
 
+PARTIAL_GLOBAL_MODEL = "partial"
+"""``table.json``'s ``global_model`` of a row whose clients keep models of their own and do not train the global model
+itself: its accuracy is the server's global model, which no client trains or uses as it is."""
+
+
+def _own_models_only(declared: Capabilities) -> bool:
+    """Whether the method's clients each keep a model of their own and do not train the global model itself: what they
+    upload is not a model they use (the question :func:`chillfl.analysis.replay.refuse_personal_models` asks)."""
+    return declared.personal_model and not declared.trains_global_model
+
 
 def global_model_kind(config: RunConfig, aggregator: object | None = None) -> str | None:
     """What the variant's global accuracy measures where it is no trained global model's: :data:`NO_GLOBAL_MODEL` when its
     protocol keeps none (:attr:`~chillfl.protocols.registry.ProtocolKind.global_model`), :data:`STATIC_GLOBAL_MODEL` when
-    its method (or the aggregator its protocol runs) declares :attr:`~chillfl.capabilities.Capabilities.static_global_model`;
-    None for a trained global model. Asked of the protocol and the specs, never by the method's name. ``aggregator``: one
-    passed from Python to the comparison (``chillfl.compare(aggregator=...)``), asked as the run asks it."""
+    its method (or the aggregator its protocol runs) declares :attr:`~chillfl.capabilities.Capabilities.static_global_model`,
+    :data:`PARTIAL_GLOBAL_MODEL` when it declares a personal model whose clients do not train the global model itself
+    (:func:`_own_models_only`); None for a trained global model. Asked of the protocol and the specs, never by the
+    method's name. ``aggregator``: one passed from Python to the comparison (``chillfl.compare(aggregator=...)``), asked
+    as the run asks it."""
     kind = protocol_of(config)
     if not kind.global_model(config):
         return NO_GLOBAL_MODEL
     declared = [kind.method_capabilities(config)] if kind.method_capabilities is not None else []
     if kind.uses_aggregator:
         declared.append(configured_capabilities(config.algorithm) if aggregator is None else run_capabilities(config.algorithm, aggregator))
-    return STATIC_GLOBAL_MODEL if any(c.static_global_model for c in declared) else None
+    if any(c.static_global_model for c in declared):
+        return STATIC_GLOBAL_MODEL
+    return PARTIAL_GLOBAL_MODEL if any(_own_models_only(c) for c in declared) else None
 
 
 def global_model_kinds(variants: Sequence[tuple[str, RunConfig]], aggregator: object | None = None) -> dict[str, str]:
@@ -307,7 +329,8 @@ def _flagged(rows: Sequence[Mapping[str, Any]], label: str | None) -> str | None
                  and r.get("final_acc") is not None), None)
 
 
-TARGET_WORDS = {NO_GLOBAL_MODEL: "its clients' own models' mean, no global model", STATIC_GLOBAL_MODEL: "the initial model's, no trained global model"}
+TARGET_WORDS = {NO_GLOBAL_MODEL: "its clients' own models' mean, no global model", STATIC_GLOBAL_MODEL: "the initial model's, no trained global model",
+                PARTIAL_GLOBAL_MODEL: "a global model no client trains or uses as it is"}
 """What the target is, per ``global_model`` of the reference's row, in the tables' target line."""
 
 
@@ -340,6 +363,12 @@ def global_model_caveat(rows: Sequence[Mapping[str, Any]], base_label: str | Non
         one = len(static) == 1
         parts.append(f"{', '.join(static)} never train{'s' if one else ''} {'its' if one else 'their'} global model (the server reads no upload): "
                      f"{'its' if one else 'their'} accuracy is the initial model's, which no client uses (docs/personalised.md)")
+    if partial := groups.get(PARTIAL_GLOBAL_MODEL):
+        one = len(partial) == 1
+        parts.append(f"{', '.join(partial)} keep{'s' if one else ''} a model of {'its' if one else 'their'} own on each client, and "
+                     f"{'its' if one else 'their'} clients do not train the global model itself: {'its' if one else 'their'} accuracy is "
+                     "the server's global model, only partly the clients' training (what each keeps for itself is in it averaged, at "
+                     "its initial value or not at all), which no client trains or uses as it is (docs/personalised.md)")
     if not parts:
         return None
     base = base_label if _flagged(rows, base_label) is not None else None

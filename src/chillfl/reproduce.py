@@ -74,7 +74,7 @@ from chillfl.progress import Progress
 from chillfl.stderr import say
 from chillfl.storage.results import PARTIAL
 from chillfl.catalogue import estimate_cpu_minutes
-from chillfl.report.caveats import grid_edge_caveat
+from chillfl.report.caveats import global_model_caveat, grid_edge_caveat
 from chillfl.report.compare import MIN_SEEDS, CompareResult, few_seeds_warning
 from chillfl.sweeps.plan import CompareOptions, plan_runs
 from chillfl.sweeps.record import compares_by_other_code, find_compare, read_compare
@@ -423,7 +423,23 @@ def run_claim(
         measured += f"; {said}{_no_target(row, rows.get(ref_label), ref_label, used)}"
         if verdict == ARTEFACT and (rounds == "reproduces" or rounds.startswith(SMALLER)):  # the same runs, at the same step sizes
             rounds += f"; {ARTEFACT} too (the accuracy part's runs)"
+    measured += _global_model_said(claim, rows, row, base)
     return Outcome(claim, list(seeds), measured + tuned, verdict, ratio, compared.folder, tuple(100 * d for d in per_seed), rounds, used)
+
+
+def _global_model_said(claim: Claim, rows: Mapping[str, Mapping[str, Any]], row: Mapping[str, Any], base: Mapping[str, Any]) -> str:
+    """``; global-model caveat: ...`` where an accuracy verdict reads a row whose accuracy is no trained global model's
+    (``table.json``'s ``global_model``: the variant, the baseline, or the reference whose best accuracy is the rounds
+    part's target); "" otherwise. The comparison's table says so under it; the verdict, read without that table, said
+    nothing of it. Its words are the table's (:func:`~chillfl.report.caveats.global_model_caveat`)."""
+    read = [row, base]
+    ref = None
+    if claim.paper_speedup is not None:  # only a rounds part reads the reference's accuracy
+        ref = claim.reference or claim.baseline
+        if ref in rows and ref not in (claim.variant, claim.baseline):
+            read.append(rows[ref])
+    caveat = global_model_caveat(read, claim.baseline, ref)
+    return "" if caveat is None else f"; {caveat}"
 
 
 def _rests_on(row: Mapping[str, Any], base: Mapping[str, Any], seeds: Sequence[int]) -> tuple[tuple[int, ...], list[str]]:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from chillfl.config import load_config
-from chillfl.report.caveats import NO_GLOBAL_MODEL, PARTIAL_GLOBAL_MODEL, STATIC_GLOBAL_MODEL, global_model_caveat, global_model_kind
+from chillfl.report.caveats import NO_GLOBAL_MODEL, PARTIAL_GLOBAL_MODEL, STATIC_GLOBAL_MODEL, global_model_caveat, global_model_kind, target_words
 from chillfl.sweeps.plan import CompareOptions
 from chillfl.sweeps.run import run_compare, table_json
 from plugin_modules import plugin_module
@@ -73,6 +73,8 @@ def test_the_caveat_names_the_partial_rows() -> None:
     rows = [{"variant": "FedAvg", "final_acc": 0.9}, {"variant": "FedRep", "final_acc": 0.3, "global_model": PARTIAL_GLOBAL_MODEL}]
     assert global_model_caveat(rows, "FedAvg", "FedAvg") == ONE.removesuffix(".") + (
         ". The diff and rounds to target of such a row set that number against global models' accuracies.")
+    # a partial reference: the target line does not call its best accuracy a global model's without a word
+    assert target_words(rows, "FedRep") == " (a global model no client trains or uses as it is; global-model caveat below)"
     two = [*rows, {"variant": "LG", "final_acc": 0.2, "global_model": PARTIAL_GLOBAL_MODEL}]
     caveat = global_model_caveat(two)
     assert caveat is not None and caveat.startswith(

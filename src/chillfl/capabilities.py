@@ -188,6 +188,14 @@ class Capabilities:
     cost: Cost = Cost()
     """The work it adds to a round beyond plain local SGD, for time estimates (:class:`Cost`; the default: none, priced as FedAvg)."""
 
+    @property
+    def own_models_only(self) -> bool:
+        """Whether the clients each keep a model of their own and do not train the global model itself
+        (:attr:`personal_model` without :attr:`trains_global_model`): what they upload is not a model they use. One
+        question, asked by the analyses that read the global model (they refuse the run) and by a comparison's table (its
+        ``global_model = "partial"`` rows)."""
+        return self.personal_model and not self.trains_global_model
+
     def wrapping(self, base: Capabilities) -> Capabilities:
         """A wrapper's effective capabilities over ``base``: it runs the base's server maths and client half, so the
         base's limits (plain SGD, Flower, a linear head), its personal model (and whether it trains the global model, or leaves it as

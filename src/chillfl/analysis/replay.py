@@ -364,7 +364,7 @@ def refuse_personal_models(config: RunConfig, run_dir: str | Path, field: str = 
     Why: the analyses that read the global model and its aggregate measured something no client uses (``local_only``:
     a never-trained global model, "-41.6 points across aggregation" and CKA 1.0 at every layer)."""
     capabilities = method_capabilities(config)
-    if capabilities.personal_model and not capabilities.trains_global_model:
+    if capabilities.own_models_only:
         method = protocol_of(config).method(config)
         raise ConfigError(field, f"{run_dir} is a run of {method}, whose clients each keep a model of their own (personal_model): "
                                  "this analysis reads the global model and its aggregate, which are not the models its clients use")

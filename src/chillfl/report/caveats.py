@@ -61,7 +61,6 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from chillfl.aggregation.registry import configured_capabilities, run_capabilities
-from chillfl.capabilities import Capabilities
 from chillfl.config import RunConfig
 from chillfl.numeric import is_real
 from chillfl.protocols.registry import protocol_of
@@ -292,18 +291,12 @@ PARTIAL_GLOBAL_MODEL = "partial"
 itself: its accuracy is the server's global model, which no client trains or uses as it is."""
 
 
-def _own_models_only(declared: Capabilities) -> bool:
-    """Whether the method's clients each keep a model of their own and do not train the global model itself: what they
-    upload is not a model they use (the question :func:`chillfl.analysis.replay.refuse_personal_models` asks)."""
-    return declared.personal_model and not declared.trains_global_model
-
-
 def global_model_kind(config: RunConfig, aggregator: object | None = None) -> str | None:
     """What the variant's global accuracy measures where it is no trained global model's: :data:`NO_GLOBAL_MODEL` when its
     protocol keeps none (:attr:`~chillfl.protocols.registry.ProtocolKind.global_model`), :data:`STATIC_GLOBAL_MODEL` when
     its method (or the aggregator its protocol runs) declares :attr:`~chillfl.capabilities.Capabilities.static_global_model`,
     :data:`PARTIAL_GLOBAL_MODEL` when it declares a personal model whose clients do not train the global model itself
-    (:func:`_own_models_only`); None for a trained global model. Asked of the protocol and the specs, never by the
+    (:attr:`~chillfl.capabilities.Capabilities.own_models_only`); None for a trained global model. Asked of the protocol and the specs, never by the
     method's name. ``aggregator``: one passed from Python to the comparison (``chillfl.compare(aggregator=...)``), asked
     as the run asks it."""
     kind = protocol_of(config)
@@ -314,7 +307,7 @@ def global_model_kind(config: RunConfig, aggregator: object | None = None) -> st
         declared.append(configured_capabilities(config.algorithm) if aggregator is None else run_capabilities(config.algorithm, aggregator))
     if any(c.static_global_model for c in declared):
         return STATIC_GLOBAL_MODEL
-    return PARTIAL_GLOBAL_MODEL if any(_own_models_only(c) for c in declared) else None
+    return PARTIAL_GLOBAL_MODEL if any(c.own_models_only for c in declared) else None
 
 
 def global_model_kinds(variants: Sequence[tuple[str, RunConfig]], aggregator: object | None = None) -> dict[str, str]:

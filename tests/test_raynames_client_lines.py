@@ -92,15 +92,27 @@ def test_an_actor_says_which_clients_update_raised(actor: tuple[ray_executor.Wor
                                                                   "client 7: RuntimeError: boom in the term")
 
 
-@pytest.mark.parametrize("error", [ConfigError("objective.terms", "needs a context key"), MemoryError("you tried to allocate 8 bytes")])
-def test_bad_input_and_an_allocation_failure_pass_as_they_are(error: BaseException, actor: tuple[ray_executor.Worker, tuple[Any]],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bad input is the run's exit 2, and a MemoryError a lost worker's (3): neither is a client's own failure."""
+def test_an_allocation_failure_passes_as_it_is(actor: tuple[ray_executor.Worker, tuple[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A MemoryError is a lost worker's (3), not a client's own failure."""
     worker, parts = actor
+    error = MemoryError("you tried to allocate 8 bytes")
     monkeypatch.setattr(Fails, "error", error)
-    with pytest.raises(type(error)) as info:
+    with pytest.raises(MemoryError) as info:
         worker.update(parts, _tasks(7))
     assert info.value is error
+
+
+def test_bad_input_travels_with_its_client(actor: tuple[ray_executor.Worker, tuple[Any]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bad input is the run's exit 2 (the driver raises the ConfigError itself), carried with the client whose job met it,
+    so that the driver raises the first failing job's error as a serial run does."""
+    worker, parts = actor
+    error = ConfigError("objective.terms", "needs a context key")
+    monkeypatch.setattr(Fails, "error", error)
+    with pytest.raises(ray_executor.ClientFailed) as info:
+        worker.update(parts, _tasks(7))
+    assert (info.value.client_id, info.value.refused) == (7, error)
+    back = pickle.loads(pickle.dumps(info.value))  # as Ray hands it to the driver
+    assert (back.client_id, type(back.refused), str(back.refused)) == (7, ConfigError, str(error))
 
 
 def test_the_round_names_the_client_and_where_it_ran() -> None:

@@ -343,10 +343,13 @@ class ClientFailed(Exception):
     line could not say whose code failed, where a process worker's and a Flower node's name the client. The line is
     made here, where the exception is (its class's name, not Ray's ``RayTaskError(...)``, as a Flower node says it)."""
 
-    def __init__(self, client_id: int, said: str) -> None:
-        super().__init__(client_id, said)  # the args: what pickling rebuilds it from
+    def __init__(self, client_id: int, said: str, refused: ConfigError | None = None) -> None:
+        super().__init__(client_id, said, refused)  # the args: what pickling rebuilds it from
         self.client_id = client_id
         self.said = said
+        self.refused = refused
+        """Bad input only this client's update met (a context key): raised as itself by the driver (exit 2), carried here so
+        that the driver knows whose job it was, and raises the first failing job's error as a serial run does."""
 
     def __str__(self) -> str:
         return f"client {self.client_id}: {self.said}"
@@ -354,12 +357,13 @@ class ClientFailed(Exception):
 
 @contextlib.contextmanager
 def client_named(client_id: int) -> Iterator[None]:
-    """Raise a client's own exception in the block as :class:`ClientFailed` naming ``client_id``; bad input
-    (ConfigError, raised as itself) and an allocation failure (the machine's limit, a lost worker's) pass as they are."""
+    """Raise a client's own exception in the block as :class:`ClientFailed` naming ``client_id`` (bad input, a ConfigError,
+    in its ``refused``: the driver raises it as itself); an allocation failure (the machine's limit, a lost worker's)
+    passes as it is."""
     try:
         yield
-    except ConfigError:
-        raise
+    except ConfigError as error:
+        raise ClientFailed(client_id, str(error), refused=error) from error
     except Exception as error:
         if out_of_memory(error):
             raise
@@ -719,11 +723,14 @@ class RayExecutor:
                                           for a in sorted(actor_of[ref] for ref in pending)], waited, kind="Ray worker"))
         self._stall.end_round()
         results: dict[int, Any] = {}
-        errors: list[tuple[int, str | ConfigError]] = []  # a client's own exception, or bad input: the run's
+        # a client's own exception, or bad input: the run's, the first failing job's (as a serial run and the process pool
+        # raise it), keyed by its job's index in ``items``: a share is dealt round-robin, so actor 0 may hold a later job
+        errors: list[tuple[int, str | ConfigError]] = []
         died: list[tuple[int, str]] = []  # an actor dead for good: a lost worker's, and the executor unusable
         lost: list[tuple[int, str]] = []  # an actor out of memory: a lost worker's, as a process worker's
         for a, ref in calls.items():
             clients = ", ".join(str(items[i].client_id) for i in shares[a])
+            first_job = min(shares[a], default=a)  # the share's first job: where an error names no client
             try:
                 results[a] = ray.get(ref)
             except ray.exceptions.RayActorError as exc:
@@ -735,10 +742,12 @@ class RayExecutor:
                 lost.append((a, out_of_memory_line(f"Ray worker {a} (clients {clients})", failure_line(exc))))
             except ray.exceptions.RayTaskError as exc:
                 if isinstance(exc.cause, ConfigError):  # bad input only a client sees (a context key): one line and exit 2, as in a serial run
-                    errors.append((a, exc.cause))
+                    errors.append((first_job, exc.cause))
                     continue
                 if isinstance(exc.cause, ClientFailed):  # a client's own exception, with its client (as a Flower node's is said)
-                    errors.append((a, f"Ray worker {a} (client {exc.cause.client_id}): a client update failed: {exc.cause.said}"))
+                    job = next((i for i in shares[a] if items[i].client_id == exc.cause.client_id), first_job)
+                    errors.append((job, exc.cause.refused if exc.cause.refused is not None else
+                                   f"Ray worker {a} (client {exc.cause.client_id}): a client update failed: {exc.cause.said}"))
                     continue
                 cause = exc.as_instanceof_cause() if hasattr(exc, "as_instanceof_cause") else exc
                 # the exception itself where Ray has it (its message's first line, notes left out), else Ray's text (a traceback)
@@ -747,7 +756,7 @@ class RayExecutor:
                     lost.append((a, out_of_memory_line(f"Ray worker {a} (clients {clients})", said)))
                     continue
                 # raised outside a client's own update (the run's parts, a client's data): the share's clients
-                errors.append((a, f"Ray worker {a} (clients {clients}): a client update failed: {said}"))
+                errors.append((first_job, f"Ray worker {a} (clients {clients}): a client update failed: {said}"))
         if died or lost:  # a lost worker makes the round a lost worker's, whatever another's client code raised: resumable
             # unusable after either, as the process pool after a worker's MemoryError: a dead actor is gone for good, and one
             # that ran out of memory may be left half-done (an allocation failed inside torch) or about to be killed by Ray

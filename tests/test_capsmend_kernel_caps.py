@@ -94,3 +94,14 @@ def test_resuming_an_older_checkpoint_still_warns_of_a_variable_it_tracked(
     lines, resumed = _resume_old_checkpoint(_stopped_after_round_2(tmp_path), caplog, "MKL_CBWR=AVX2")
     assert len(lines) == 1 and "(kernel_caps MKL_CBWR=AVX2 -> None)" in lines[0]
     assert resumed == [{"round": 2, "changed": {"kernel_caps": ["MKL_CBWR=AVX2", None]}}]
+
+
+def test_a_record_without_the_field_tracked_what_its_value_names() -> None:
+    """A record written between KERNEL_CAPS growing and ``kernel_caps_tracked`` (2026-12-07) named OPENBLAS_CORETYPE in its
+    value: its removal is a change (it was read as tracking the first four only, and went unwarned: rev116a 2)."""
+    from chillfl.environment import KERNEL_CAPS, differences
+
+    now = {"kernel_caps": None, "kernel_caps_tracked": list(KERNEL_CAPS)}
+    assert differences({"kernel_caps": "OPENBLAS_CORETYPE=Haswell"}, now, ("kernel_caps",)) == ["kernel_caps OPENBLAS_CORETYPE=Haswell -> None"]
+    assert differences({"kernel_caps": None}, {"kernel_caps": "OPENBLAS_CORETYPE=Haswell", "kernel_caps_tracked": list(KERNEL_CAPS)},
+                       ("kernel_caps",)) == []  # an older record's None says nothing of a variable it did not track

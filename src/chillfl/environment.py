@@ -74,7 +74,11 @@ def tracked_caps(env: Mapping[str, Any]) -> tuple[str, ...]:
     tracked = env.get("kernel_caps_tracked")
     if isinstance(tracked, (list, tuple)):
         return tuple(str(name) for name in tracked)
-    return FIRST_KERNEL_CAPS
+    # a variable its value names was tracked too: a record of the hours between KERNEL_CAPS growing and this field
+    # (2026-12-07) named OPENBLAS_CORETYPE; read as the first four only, its removal went unwarned (rev116a 2)
+    caps = env.get("kernel_caps")
+    named = {word.partition("=")[0] for word in caps.split(" ")} if isinstance(caps, str) else set()
+    return tuple(name for name in KERNEL_CAPS if name in FIRST_KERNEL_CAPS or name in named)
 
 
 def caps_of(caps: str | None, known: Sequence[str], keep: Sequence[str]) -> str | None:

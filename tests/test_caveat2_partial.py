@@ -35,6 +35,10 @@ ONE = ("global-model caveat: 'FedRep' keeps a model of its own on each client, a
     ({"algorithm.name": "fedbn"}, PARTIAL_GLOBAL_MODEL),
     ({"algorithm.name": "ditto"}, None),  # a personal model beside a global model its clients train (trains_global_model)
     ({"algorithm.name": "apfl"}, None),
+    # each client trains the global model it was sent and uploads it, as FedAvg's (the meme; w; body + G): rev116b 1
+    ({"algorithm.name": "fml"}, None),
+    ({"algorithm.name": "fedphp"}, None),
+    ({"algorithm.name": "fedrod"}, None),
     ({"algorithm.name": "fedavg"}, None),
     ({"algorithm.name": "local_only"}, STATIC_GLOBAL_MODEL),  # personal too, but never trained at all: the stronger word
     ({"prototypes.method": "fedproto"}, NO_GLOBAL_MODEL),  # personal too, but no global model at all

@@ -276,6 +276,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="FedPHP's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            trains_global_model=True,  # w: each client trains the global model it was sent and uploads it (FedAvg); the HPM h_k stays home as a teacher
             cost=Cost(step_passes=1 + FORWARD),  # the frozen HPM h_k's forward on each step's batch (the transfer's teacher)
         ),
         makes=(FedPHP,),

@@ -266,6 +266,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="FedRoD's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            trains_global_model=True,  # body + G: each client trains the global model it was sent and uploads it (FedAvg); the personal head P stays home
             linear_head="FedRoD's personal-head loss computes P(z) = W_P z + b_P, and its client model is the head W_G + W_P, b_G + b_P",
         ),
         makes=(FedRoD,),  # an instance passed from Python meets this spec's checks (check_instance)

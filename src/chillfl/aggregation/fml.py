@@ -291,6 +291,7 @@ SPEC = register_algorithm(
             takes_weights=True,
             not_a_base="FML's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
+            trains_global_model=True,  # the meme: each client trains the global model it was sent and uploads it (FedAvg); its local model stays home
             cost=Cost(step_passes=2.0),  # each step trains the meme and the local model on the batch: two forward + backward passes
         ),
         makes=(FML,),

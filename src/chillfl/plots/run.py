@@ -10,7 +10,7 @@ from chillfl.extras import need
 
 need("matplotlib", "plots", "plots")  # one MissingExtra line instead of an ImportError
 
-from chillfl.plots.figure import Figure, fit_title, gap_marker, literal, log_scale, mark_lone_points, measured_series, percent_axis, save_png, shared_legend, spans_decades  # noqa: E402
+from chillfl.plots.figure import Figure, fit_title, gap_marker, legend_below, literal, log_scale, mark_lone_points, measured_series, percent_axis, save_png, shared_legend, spans_decades  # noqa: E402
 from chillfl.plots.registry import FigureSpec, register_figure  # noqa: E402
 from chillfl.plots.stop import STOP_MARKER, stop_label, stop_point  # noqa: E402
 from chillfl.plots.styles import variant_style  # noqa: E402
@@ -32,35 +32,42 @@ def plot_run(records: Sequence[Mapping[str, Any]], path: str | Path, title: str 
     """Accuracy (global and local) and loss (global test, local train) over rounds."""
     fig = Figure(figsize=(11, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
+    stop_drawn: set[int] = set()  # the panels with a stop-round point: its long legend entry goes under them
     for key, label in (("global_acc", "global model, test set"), ("local_acc", "local models, own splits"), ("global_client_acc", "global model, client splits")):
         rounds, values = measured_series(records, key)  # a null breaks the line as a NaN does; a dot per round where rounds are skipped
         line = ax_acc.plot(rounds, values, label=label, marker=gap_marker(rounds)) if rounds else []
-        draw_stop_point(ax_acc, records, key, label, line[0].get_color() if line else None)
+        if draw_stop_point(ax_acc, records, key, label, line[0].get_color() if line else None):
+            stop_drawn.add(0)
     for key, label in (("global_loss", "global test loss (T=1)"), ("train_loss", "local train loss (at T)")):
         rounds, values = measured_series(records, key)
         line = ax_loss.plot(rounds, values, label=label, marker=gap_marker(rounds)) if rounds else []
-        draw_stop_point(ax_loss, records, key, label, line[0].get_color() if line else None)
+        if draw_stop_point(ax_loss, records, key, label, line[0].get_color() if line else None):
+            stop_drawn.add(1)
     ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
     ax_loss.set(xlabel="round", ylabel="loss", title="Loss")
     percent_axis(ax_acc)
     log_scale_if_exploding(ax_loss)  # a first round's train loss of 5e7 flattened every later value onto 0
-    for ax in (ax_acc, ax_loss):
+    for i, ax in enumerate((ax_acc, ax_loss)):
         integer_rounds(ax)
         ax.grid(alpha=0.3)
-        ax.legend()
+        if i in stop_drawn:  # inside, the stop point's entry ran past the figure's edge and covered the star (rev116b 3)
+            legend_below(ax)
+        else:
+            ax.legend()
     if title:
         fit_title(fig, title)  # wrapped: a long comparison run's name ran past both edges
     fig.tight_layout()
     save_png(fig, path, dpi=110)
 
 
-def draw_stop_point(ax: Any, records: Sequence[Mapping[str, Any]], key: str, what: str, colour: str | None) -> None:
+def draw_stop_point(ax: Any, records: Sequence[Mapping[str, Any]], key: str, what: str, colour: str | None) -> bool:
     """A stopped run's ``key`` measured at its stop round for its summary alone (:func:`~chillfl.plots.stop.stop_point`),
     as a star in its curve's ``colour`` with a legend entry of its own, unjoined to the line: the line is the rounds
-    ``metrics.jsonl`` holds, and that point is not among them. Nothing where the records carry none."""
+    ``metrics.jsonl`` holds, and that point is not among them. Nothing where the records carry none; whether it drew one."""
     point = stop_point(records, key)
     if point is not None:
         ax.plot([point.round], [point.value], ls="", marker=STOP_MARKER, ms=11, color=colour, label=stop_label(point.round, what))
+    return point is not None
 
 
 def temperature_series(per_round: Sequence[tuple[int, Mapping[str, float]]], client: str) -> tuple[list[int], list[float]]:

@@ -137,7 +137,7 @@ class FedGenOptions:
     weight_decay: Scale = 1e-2
     generator_steps: int = 50
     generator_batch: int = 32
-    eta: float = 1.0
+    eta: Scale = 1.0
     label_prior: Literal["qualified", "counts"] = "qualified"
     client_labels: Literal["prior", "all"] = "prior"
     teacher: Teacher = "clients"

@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, runtime_
 
 from chillfl import plugins
 from chillfl.errors import choice_error
-from chillfl.options import NoOptions, OwnTable, Scale, require, require_square_fits
+from chillfl.options import FLOAT32_MAX, NoOptions, OwnTable, Scale, require, require_square_fits
 from chillfl.plugins import PluginNotImported, SpecFamily
 from chillfl.settings.chosen import Choice, NamedSpec
 
@@ -53,7 +53,7 @@ class PrivacyOptions:
 
     mechanism: str = OFF
     clip_norm: Scale = 1.0
-    noise_multiplier: float = 1.0
+    noise_multiplier: Scale = 1.0
     target_epsilon: float = 0.0
     delta: float = 1e-5
     accountant: Literal["rdp", "prv"] = "rdp"
@@ -71,6 +71,10 @@ class PrivacyOptions:
             f"must be > 0 (sigma = 0 adds no noise: epsilon would be infinite), got {self.noise_multiplier}; or set target_epsilon",
         )
         require_square_fits(self.noise_multiplier, f"{section}.noise_multiplier", "Opacus's RDP accountant's 2 * sigma**2", factor=2.0)
+        # the noise's standard deviation is sigma * C, drawn in float32: each below the bound, their product overflowed to inf
+        require(self.noise_multiplier * self.clip_norm <= FLOAT32_MAX, f"{section}.noise_multiplier",
+                f"times clip_norm is the noise's standard deviation, drawn in float32: must be at most {FLOAT32_MAX:.4g}, "
+                f"got {self.noise_multiplier:g} * {self.clip_norm:g}")
         require(math.isfinite(self.target_epsilon) and self.target_epsilon >= 0, f"{section}.target_epsilon", f"must be >= 0 (0: use noise_multiplier), got {self.target_epsilon}")
         require(self.rdp_orders == "opacus" or self.accountant == "rdp", f"{section}.rdp_orders",
                 f"is the RDP accountant's grid of orders, and accountant = {self.accountant!r} has none: set accountant = 'rdp' or drop rdp_orders")

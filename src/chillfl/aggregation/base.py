@@ -1028,6 +1028,55 @@ class AroundAggregator:
         self.base.load_state_dict(state)
 
 
+@runtime_checkable
+class ReadsUpdates(Protocol):
+    """A wrapper that reads each client's update as w_i - start_i, from the start :class:`SentStarts` knows (the one its
+    downlink sent, or the one a :class:`ChoosesStart` base reports): an ``[attack]``'s forging, a ``[privacy]`` clip.
+
+    Why a capability: a client half whose ``prepare`` returns a start other than the one it was sent (a cluster model
+    it picked from its context), in a method that does not report it (:class:`ChoosesStart`), makes that reading silently
+    wrong; the run has its clients report such a start only where some level reads updates (:func:`start_watched`), so
+    a run without one compares nothing."""
+
+    def reads_updates(self) -> bool:
+        """Whether this level reads the clients' updates from their starts."""
+        ...
+
+
+def start_watched(aggregator: object) -> bool:
+    """Whether the clients must report a start their half's ``prepare`` moved (:attr:`ParamUplink.moved_start
+    <chillfl.protocols.parameters.ParamUplink.moved_start>`): a level of ``aggregator``'s :class:`AroundAggregator` chain
+    reads updates from starts (:class:`ReadsUpdates`), and the method under it reports no start of its own choosing
+    (:class:`ChoosesStart`, asked of the innermost: a wrapper passes ``client_start`` on, so every wrapper is one)."""
+    if isinstance(innermost(aggregator), ChoosesStart):
+        return False
+    level: object = aggregator
+    while level is not None:
+        if isinstance(level, ReadsUpdates) and level.reads_updates():
+            return True
+        level = level.base if isinstance(level, AroundAggregator) else None
+    return False
+
+
+def moved_entries(sent: Params, start: Params) -> tuple[str, ...]:
+    """The entries of ``start`` that are not ``sent``'s (added, dropped, or of another value), in ``sent``'s order then
+    the added ones.
+
+    An entry passed on as it came is the very tensor (identity: free); one copied (``clone``, a ``.to`` that changes
+    nothing) is compared by exact value (shape, dtype, device and every element), since an equal copy gives the same
+    update w_i - start_i and must not be refused; anything else moved the start."""
+    moved = [k for k, v in sent.items() if k not in start or not _same_tensor(start[k], v)]
+    return (*moved, *(k for k in start if k not in sent))
+
+
+def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` is ``b`` or an exact copy of it."""
+    if a is b:
+        return True
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype
+            and a.device == b.device and bool(torch.equal(a, b)))
+
+
 @dataclass(frozen=True)
 class FedAvgOptions:
     """``weighting``: ``samples`` (m_i / m, McMahan et al.) or ``uniform`` (1/|S|, the FLex&Chill authors' code)."""

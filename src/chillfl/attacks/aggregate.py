@@ -79,6 +79,10 @@ class AttackedAggregation(AroundAggregator):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.sent.record(client_id, round, self.base.downlink(client_id, round, global_params))
 
+    def reads_updates(self) -> bool:
+        """The kinds forge from each attacker's update w_i - start_i (:class:`~chillfl.aggregation.base.ReadsUpdates`)."""
+        return True
+
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         starts = self.sent.starts(round, global_params, results, self.base)
         sent = forged(self.forge, self.attack.options, global_params, results, self.ids, round, self.seed, starts)

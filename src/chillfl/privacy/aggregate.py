@@ -202,6 +202,10 @@ class PrivateAggregation(AroundAggregator):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         return self.sent.record(client_id, round, self.base.downlink(client_id, round, global_params))
 
+    def reads_updates(self) -> bool:
+        """It clips each client's update w_i - start_i (:class:`~chillfl.aggregation.base.ReadsUpdates`)."""
+        return True
+
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         read = set(aggregated_keys(self.base, global_params))  # what the base averages: the sum whose sensitivity is C
         keys = [k for k in float_keys(global_params) if k in read and k not in self.frozen and all(k in r.params for r in results)]

@@ -53,6 +53,8 @@ from chillfl.aggregation.base import (
     kept_entries,
     lacking_entries,
     measured_after_average,
+    moved_entries,
+    start_watched,
     client_params_state,
     first_state,
     half_parts,
@@ -115,6 +117,10 @@ class ParamUplink:
     num_steps: int
     train_loss: float
     report: Report = field(default_factory=dict)
+    moved_start: tuple[str, ...] = ()
+    """The entries of the start the client trained from that its half's ``prepare`` changed from the one it was sent
+    (:func:`~chillfl.aggregation.base.moved_entries`), compared only where the run reads updates from starts
+    (:attr:`ParameterClient.watch_start`); empty otherwise. A run check, not part of the method's protocol: not priced."""
 
     def nbytes(self) -> dict[str, int]:
         return {"params": state_bytes(self.params), "control": state_bytes(self.report)}
@@ -156,6 +162,10 @@ class ParameterClient:
     method_field: str = "algorithm.name"
     """The config field of the aggregator whose client half this is (``aggregator`` for one passed from Python): its
     slips are refused on it, as a term's on :attr:`~chillfl.training.local.LocalSpec.method_field`."""
+    watch_start: bool = False
+    """Report the start entries ``prepare`` moved (:attr:`ParamUplink.moved_start`): an ``[attack]`` or a ``[privacy]``
+    clip reads updates from the starts the server knows, and the method reports none it chose
+    (:func:`~chillfl.aggregation.base.start_watched`). Off, nothing is compared."""
     policy_field: str = "temperature.policy"
     """The config field of the temperature policy (``policy`` for one passed from Python): a bad T, or a client-half
     state that is no tensor table, is refused on it (:attr:`~chillfl.training.local.LocalSpec.policy_field`)."""
@@ -168,6 +178,7 @@ class ParameterClient:
         if self.half is not None:  # given a copy, so that an edit in place is seen (and the sent context stays as sent)
             start, context = check_pair(self.half.prepare(state, d.start, dict(d.context)), f"{type(self.half).__name__}.prepare()", "(start, context)", self.method_field)
             self.refuse_rewritten(d.context, context)
+        moved = moved_entries(d.start, start) if self.watch_start and start is not d.start else ()
         if self.trainer is None:
             out: LocalOutcome = yield ClientJob(task.client_id, start, data.x, data.y, d.lr, t, context, d.seed, work=task.work, stamp=data.stamp,
                                                 policy_field=self.policy_field)
@@ -195,7 +206,7 @@ class ParameterClient:
             kept = self.temperature.finish(state, t, policy_accuracy(acc, val_acc))
             check_client_state(kept, f"{type(self.temperature).__name__}.finish()", self.policy_field)
             new_state.update(kept)
-        uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report)
+        uplink = ParamUplink(done.params, len(data.y), done.num_steps, done.train_loss, report, moved)
         forgot = bool(state) and not new_state  # it had a state and its half keeps none now: the next state is empty, not the last one
         return ClientReply(task.client_id, uplink, new_state if new_state or forgot else None, acc, loss, None if self.temperature is None else t,
                            local_val_acc=val_acc, nonfinite=nonfinite)
@@ -445,6 +456,7 @@ class ParameterSharing:
             self.store.save(task.client_id, reply.state)
             self.finished.add(task.client_id)
             self.book.receive(round, task, reply, up.train_loss, up.as_sent(unread))
+            self.refuse_moved_start(task.client_id, up.moved_start, read)
             d = task.downlink
             temperature = d.temperature if reply.temperature is None else reply.temperature  # a client half (FedChill) picks its own
             results.append(ClientResult(task.client_id, up.params, up.num_samples, up.num_steps, d.lr, temperature, up.train_loss, up.report))
@@ -475,6 +487,22 @@ class ParameterSharing:
             record.metrics.update(self.book.local(record.clients))
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
+
+    def refuse_moved_start(self, client_id: int, moved: Sequence[str], read: Collection[str]) -> None:
+        """A client whose half's ``prepare`` trained from a start other than the one it was sent, on an entry the server
+        reads from the uploads (its ``aggregated_keys``, less those the half declares it keeps, :func:`kept_entries`), is
+        refused on the method's field before anything reads its update.
+
+        Why: an ``[attack]`` forges from, and a ``[privacy]`` clip bounds, the update w_i - start_i with the start the
+        server knows (the downlink's, or a :class:`~chillfl.aggregation.base.ChoosesStart` method's report); taken from
+        the wrong one, every attacked or clipped upload was silently another. The clients report it only where this
+        matters (:attr:`ParameterClient.watch_start`)."""
+        wrong = [k for k in moved if k in read and k not in self.kept]
+        if wrong:
+            raise ConfigError(self.client.method_field, f"{half_name(self.client.half)}.prepare() gave client {client_id} a start other than the one it "
+                                                        f"was sent (entry {wrong[0]!r}), and the run's [attack] or [privacy] clip reads each client's update "
+                                                        "from the start the server sent: declare the chosen start on the aggregator (client_start, "
+                                                        "ChoosesStart in chillfl.extend) or return the sent start from prepare")
 
     def releases_empty_rounds(self) -> bool:
         """Whether the aggregator releases a round nobody reported (:class:`~chillfl.engine.protocol.ReleasesEmptyRounds`,
@@ -584,7 +612,7 @@ def build_parameter_sharing(exp: Experiment, evaluation: Evaluation) -> Paramete
             exp.model, exp.config.eval.batch_size, half, exp.policy.client_half(exp.data.num_classes),
             trainer=trainer, spec=exp.spec if trainer else None, objectives=objectives,
             objective_keys=tuple((key, where, name) for key, (where, name) in fields.items()),
-            method_field=exp.spec.method_field or "algorithm.name", policy_field=exp.spec.policy_field,
+            method_field=exp.spec.method_field or "algorithm.name", policy_field=exp.spec.policy_field, watch_start=start_watched(exp.aggregator),
         ),
         eval_clients=exp.config.eval.clients,
         tolerant=tolerates_bad_clients(exp.config.algorithm, exp.aggregator),

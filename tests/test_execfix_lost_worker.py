@@ -53,7 +53,7 @@ def test_a_clients_own_error_in_a_worker_fails_only_that_run(tmp_path: Path, mon
     _lose_a_worker_at(3, ClientCodeError, monkeypatch)
     main(["compare", str(config), "-q", *TINY, "--grid", "client.lr=0.05,0.1"])
     assert "lr0.1 failed (ClientCodeError" in capsys.readouterr().err
-    assert (tmp_path / "out" / "sweep-compare" / "lr0.1.partial").is_dir()
+    assert not (tmp_path / "out" / "sweep-compare" / "lr0.1.partial").exists()  # failed in its first round: nothing to resume (plugfix3)
 
 
 @pytest.mark.parametrize(("error", "call", "line"), [

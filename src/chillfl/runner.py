@@ -65,7 +65,7 @@ from chillfl.options import warn_unread
 from chillfl.paths import shell_path
 from chillfl.executors.parallel import executor_record, follows_cores
 from chillfl.executors.pools import WorkerPools
-from chillfl.executors.processes import ClientCodeError, WorkerError
+from chillfl.executors.processes import WorkerError
 from chillfl.experiment import Experiment, build_client_models, build_experiment, build_protocol, make_executor, run_notes, say_notes
 from chillfl.plugins import is_custom
 from chillfl.extras import need
@@ -780,8 +780,9 @@ def _run_rounds(
             writer.abort()
             if isinstance(exc, WorkerError) and exc.folder is None and (writer.path / CHECKPOINT).is_file():  # a lost worker: resumable
                 exc.folder = writer.path
-            elif isinstance(exc, WorkerError) and not isinstance(exc, ClientCodeError) and exc.folder is None:  # lost before the first checkpoint: "run it again" made NAME-1
-                _discard_unstarted(writer)  # beside a NAME.partial resume refused; removed unless a round is in it, as on a signal
+            elif not isinstance(exc, WorkerError) or exc.folder is None:  # failed before the first checkpoint (a lost worker, a
+                # plugin's or client's code raising in round 1): "run it again" made NAME-2 beside a NAME.partial resume refused;
+                _discard_unstarted(writer)  # removed unless a round or a checkpoint is in it, as on a signal or a misfit
         raise
     finally:
         close_run_sinks(sinks, sys.exc_info()[1])  # in this finally: the exception that ends the run (sinks closed above when it finished)

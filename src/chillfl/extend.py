@@ -18,7 +18,8 @@ docs/architecture.md the reference of the seams they plug into):
   runs on the client around local training: ``prepare`` receives the client's own state
   (:data:`ClientState`, name -> tensor), the start model and the sent context, and returns the
   model and context to train with; ``finish`` receives the :class:`Trained` outcome and returns
-  the client's next state and its :data:`Report` to the server. The runtime keeps the state
+  the client's next state and its :data:`Report` to the server (:func:`evaluate` is the built-ins' loss and accuracy
+  of a state on the client's rows, which IFCA's choice and q-FFL's report read). The runtime keeps the state
   (in checkpoints too); the half holds options only, since it travels to worker processes.
   A half that keeps the client's own model implements :class:`HoldsPersonalModel`
   (``checkpoint.client_models`` saves it), and one that puts the client's own values of some
@@ -67,7 +68,7 @@ docs/architecture.md the reference of the seams they plug into):
   one that does not gets its last ``nn.Linear``, with a warning;
 * **an attack** (an :class:`AttackSpec`: its options and its hooks): what the attacking clients do,
   by rewriting their training data before the run (under every protocol) or forging what they
-  upload (the run's data is a :class:`FederatedData`): their models, given the whole round (:class:`ModelRound`), their soft-label rows
+  upload (the run's data is a :class:`FederatedData`; :func:`relabel_rows` rewrites the attackers' labels in a copy): their models, given the whole round (:class:`ModelRound`), their soft-label rows
   (:class:`RowsUpload`) or their class prototypes (:class:`PrototypeUpload`); optionally a probe
   whose accuracy under the global model is recorded as the attack's success;
 * **a privacy mechanism** (a :class:`MechanismSpec`: its options, what it accounts and its hooks): what
@@ -149,6 +150,7 @@ from chillfl.aggregation.registry import (
     run_value,
     with_terms,
 )
+from chillfl.attacks.poison import relabel_rows
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
 from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
@@ -181,7 +183,7 @@ from chillfl.settings.distillation import MethodSettings
 from chillfl.plots.registry import FigureSpec, register_figure
 from chillfl.temperature import ClassCounts, PolicySpec, register_policy
 from chillfl.temperature.base import ConstantTemperature, TemperatureHalf, TemperaturePolicy, TemperatureState
-from chillfl.training.local import BaseLoss, DeclaredLoss, LocalSpec, LossFunction, PrivateGradients
+from chillfl.training.local import BaseLoss, DeclaredLoss, LocalSpec, LossFunction, PrivateGradients, evaluate
 from chillfl.training.objective import BatchTerm, ContextError, LossTerm, ProximalTerm, StepView, Term, read_number, read_table, read_tensor
 from chillfl.training.terms import TermError, TermSpec, register_term
 
@@ -297,6 +299,7 @@ __all__ = [
     "class_means",
     "combine",
     "derive_seed",
+    "evaluate",
     "instance_field",
     "load_params",
     "nearest_prototype",
@@ -310,6 +313,7 @@ __all__ = [
     "register_figure",
     "register_policy",
     "register_term",
+    "relabel_rows",
     "require",
     "require_model_head",
     "run_value",

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 import torch
@@ -158,14 +158,31 @@ def triggered_test(data: FederatedData, trigger: Trigger | Pattern, target: int)
     return trigger.apply(x[keep]), y[keep].clone().fill_(target)
 
 
-def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int]) -> FederatedData:
-    """``data`` with each attacker's training label y replaced by ``mapping[y]`` (``label_flip``)."""
+def relabel_rows(data: FederatedData, ids: Collection[int], relabel: Callable[[int, torch.Tensor], torch.Tensor]) -> FederatedData:
+    """``data`` with the training labels of each client in ``ids`` replaced by ``relabel(client_id, labels)``: a
+    ``poison`` hook's way to rewrite the attackers' rows (``label_flip``'s, :func:`relabelled`).
+
+    ``labels`` are the client's rows of ``data.dataset.y_train`` as they were (one call a client, in id order), and
+    ``relabel`` returns as many class ids. Written into a copy of ``y_train``: the caller's dataset, which other runs
+    share, keeps its labels. Rows are the dataset's, and a partition may give one row to several clients
+    (``ClientRows.tiled``): such a row is relabelled for every client that holds it. A slip (a label tensor of another
+    shape) is one line on ``attack.kind``."""
     ds = data.dataset
     y = ds.y_train.clone()
     for cid in sorted(ids):
         rows = torch.from_numpy(np.asarray(data.train_indices[cid], dtype=np.int64))
-        y[rows] = flip_labels(ds.y_train[rows], mapping)
+        new = relabel(cid, ds.y_train[rows])
+        if not isinstance(new, torch.Tensor) or new.shape != rows.shape or new.dtype.is_floating_point or new.dtype.is_complex or new.dtype == torch.bool:
+            got = f"{tuple(new.shape)} {new.dtype}" if isinstance(new, torch.Tensor) else type(new).__name__
+            raise ConfigError("attack.kind", f"the attack's relabel gave client {cid} {got} labels; it must return one class id a row "
+                                             f"({len(rows)}, integers like the labels it is given)")
+        y[rows] = new.to(y.dtype)
     return dataclasses.replace(data, dataset=dataclasses.replace(ds, x_train=ds.x_train, y_train=y))
+
+
+def relabelled(data: FederatedData, ids: frozenset[int], mapping: Sequence[int]) -> FederatedData:
+    """``data`` with each attacker's training label y replaced by ``mapping[y]`` (``label_flip``)."""
+    return relabel_rows(data, ids, lambda cid, y: flip_labels(y, mapping))
 
 
 def stamped(data: FederatedData, ids: frozenset[int], trigger: Trigger | Pattern, target: int, fraction: float, seed: int) -> FederatedData:

@@ -499,10 +499,26 @@ def _options_line(spec: _Summarised, summary: str) -> list[str]:
 
 
 def _summary(name: str, spec: _Summarised) -> str:
-    """A spec's one-line summary: its ``summary``, else its options' docstring's first line (not :class:`NoOptions`', which
-    says what any part without options is, not what this one does); none where that is its name."""
-    summary = spec.summary or ("" if spec.options is NoOptions else _first_line(spec.options))
-    return "" if summary == name else summary  # a plugin class without a spec of its own is summarised by its import path
+    """A spec's one-line summary: its ``summary``, else the docstring's first line of the class or function a plugin
+    name gives (:func:`_plugin_doc`), else its options' (not :class:`NoOptions`', which says what any part without
+    options is, not what this one does); for a plugin class summarised by its own name, its docstring's or none."""
+    if spec.summary == name:  # a plugin class without a spec of its own is summarised by its import path
+        return _plugin_doc(name)
+    return spec.summary or _plugin_doc(name) or ("" if spec.options is NoOptions else _first_line(spec.options))
+
+
+def _plugin_doc(name: str) -> str:
+    """The first line of the docstring of the class or function that plugin ``name`` (an import path, an entry point)
+    gives; none for a built-in name, a spec, or an object without a docstring of its own (a dataclass's generated one
+    included, :func:`_first_line`). Why: a plugin function's docstring was its summary (a dataset's), a class's never
+    was, and ``chillfl list --options`` showed an aggregator, policy, model or term class with none."""
+    if not (is_import_path(name) or name in plugins_module.entry_points()):
+        return ""
+    try:
+        obj = plugins_module.resolve(name, "name")
+    except ConfigError:  # listed apart as unusable, with why (chillfl list)
+        return ""
+    return _first_line(obj) if isinstance(obj, type) or inspect.isfunction(obj) else ""
 
 
 class _Keep:
@@ -556,7 +572,7 @@ def _term_sections(terms: Mapping[str, TermSpec]) -> list[str]:
     lines = ["", "## [objective] terms = [...]", "",
              *_paragraph("Each entry: a term's name, or `{name = \"...\", <its options>}`; `proximal_mu = x` is `{name = \"proximal\", mu = x}`.")]
     for name, spec in sorted(terms.items()):
-        summary = "" if spec.summary == name else spec.summary  # a term class's spec is summarised by its import path
+        summary = spec.summary if spec.summary != name else _plugin_doc(name)  # a term class's spec is summarised by its import path
         lines += ["", f"### `{name}`" + (f" — {summary}" if summary else ""), *options_table(spec.options, f"objective.terms.{name}")]
     return lines
 

@@ -150,6 +150,12 @@ class FederationConfig:
         return self.num_clients * (1 - (1 - self.sample_size() / self.num_clients) ** r)
 
 
+LR_FLOOR = 2.0**-126
+"""float32's smallest normal number (``torch.finfo(torch.float32).tiny``): the least lr a run accepts in any round
+(:meth:`ClientConfig.check_lr_floor`). Below it a float32 step ``lr * g`` is subnormal or 0, so the round trains
+nothing, and an lr of 0 (float64 underflow) makes the methods that divide by it fail."""
+
+
 @dataclass(frozen=True)
 class ClientConfig:
     """Local training: SGD (momentum, Nesterov), Adam or AdamW; weight decay, clipping, an lr schedule (docs/optimizers.md)."""
@@ -197,6 +203,8 @@ class ClientConfig:
         require_range(self.epochs, 1, MAX_EPOCHS, f"{section}.epochs")
         require_range(self.batch_size, 1, MAX_BATCH, f"{section}.batch_size")
         require(self.lr > 0, f"{section}.lr", f"must be > 0, got {self.lr}")
+        require(self.lr >= LR_FLOOR, f"{section}.lr", f"{self.lr:.3g} is below float32's smallest normal number ({LR_FLOOR:.3g}): "
+                "the float32 steps do nothing at it and the methods that divide by the lr fail; raise it")
         require(0 < self.lr_decay <= 1.0, f"{section}.lr_decay", f"must be in (0, 1], got {self.lr_decay}")
         require(0 <= self.momentum < 1, f"{section}.momentum", f"must be in [0, 1), got {self.momentum}")
         require(self.weight_decay >= 0, f"{section}.weight_decay", f"must be >= 0, got {self.weight_decay}")
@@ -255,6 +263,39 @@ class ClientConfig:
             self.sam_adaptive,
             self.sam_eta,
         )
+
+    def check_lr_floor(self, rounds: int, section: str) -> None:
+        """Refuse a schedule whose lr falls below :data:`LR_FLOOR` in some round of a run of ``rounds``, naming the
+        option that takes it there and the first such round.
+
+        Why: ``lr * lr_decay**t`` (or a step schedule's ``lr_gamma``) reaches 0 in float64 after enough rounds, and far
+        sooner falls below what float32 steps resolve: those rounds train nothing, and the methods that divide by the
+        lr crashed with a traceback (q-FFL's 1 / lr, SCAFFOLD's control variate) or went NaN with "lower client.lr"
+        (VRL-SGD, FedCP). The lr is non-increasing in the round (decay and gamma are at most 1, cosine anneals
+        down), so the last round's is the smallest, and the first round below the floor is found by bisection."""
+        last = rounds - 1
+        if self.lr_at(last, rounds) >= LR_FLOOR:
+            return
+        lo, hi = 0, last  # lr_at(lo) >= LR_FLOOR (validate's check of lr), lr_at(hi) < LR_FLOOR
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if self.lr_at(mid, rounds) >= LR_FLOOR else (lo, mid)
+        t = hi
+        decay = self.lr_decay**t
+        over_rounds = self.lr_schedule != "constant" and self.lr_schedule_over == "rounds"
+        factor = self.schedule().factor(t, rounds) if over_rounds else 1.0
+        formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "")
+        if over_rounds and self.lr_schedule == "step":
+            formula += f" * {self.lr_gamma:g}^{t // self.lr_step_size}"
+        elif over_rounds:
+            formula += f" * {factor:.3g} (cosine)"
+        if decay <= factor:
+            field = f"{section}.lr_decay"
+        else:
+            field = f"{section}.lr_gamma" if self.lr_schedule == "step" else f"{section}.lr_min"
+        raise ConfigError(field, f"round {t + 1} of federation.rounds = {rounds} would train at lr {formula} = {self.lr_at(t, rounds):.3g}, below "
+                                 f"float32's smallest normal number ({LR_FLOOR:.3g}): the float32 steps do nothing from there on and the methods "
+                                 f"that divide by the lr fail; raise {field} or lower federation.rounds")
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:
         """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""
@@ -686,6 +727,7 @@ class RunConfig:
             require(self.batched_conv == "auto" or vectorises, "batched_conv",
                     f"sets how the vectorised executor's step runs the clients' convolutions; executor {self.executor!r} has none: use 'vectorized' or 'auto'")
         check_name(self.name)
+        self.client.check_lr_floor(self.federation.rounds, "client")  # here, where the run's rounds are known
         for part, key in PART_KEYS.items():
             table = getattr(self, part)
             value = table.get(key)

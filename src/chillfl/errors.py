@@ -12,7 +12,7 @@ import difflib
 import itertools
 import re
 import unicodedata
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -358,6 +358,13 @@ DIVERGED_EXIT = 3
 LOSS_HINT = "lower client.lr, or check the options that scale the loss or the data: client.weight_decay, a method's or term's weight, the partition's noise"
 """The hint of a non-finite loss whose cause is not known. Why: "lower client.lr?" alone blamed the lr where
 ``client.weight_decay``, a method's loss weight or a partition's noise blew it up (fuzzing found each)."""
+
+
+def loss_hint(suspects: Sequence[str] = ()) -> str:
+    """:data:`LOSS_HINT`, led by what this run adds that can blow a loss up by itself (``suspects``, each a whole
+    clause: ``[privacy]``'s noise, an attack), so that a blow-up caused by ``privacy.noise_multiplier`` is not sent
+    to ``client.lr`` alone; none: the plain hint."""
+    return "; ".join([*suspects, f"or {LOSS_HINT}"]) if suspects else LOSS_HINT
 
 
 class Diverged(ArithmeticError):

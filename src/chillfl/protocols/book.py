@@ -17,10 +17,16 @@ import torch
 from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
-from chillfl.errors import Diverged
+from chillfl.aggregation.registry import algorithm_spec
+from chillfl.errors import Diverged, loss_hint
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message, server_step_hint
 from chillfl.temperature.policy import TemperaturePolicy
+from chillfl.settings.chosen import option_names
 from chillfl.temperature.registry import trains_at
+
+SERVER_STEP_OPTIONS = ("server_lr", "global_lr")
+"""Options of an aggregator's table that size its server step (FedOpt's and FedAvgM's ``server_lr``, SCAFFOLD's
+``global_lr``): what a server-step blow-up is sent to where the method takes them."""
 
 
 class ServerBook:
@@ -44,7 +50,7 @@ class ServerBook:
 
     def receive(self, round: int, task: ClientTask[Any, Any], reply: ClientReply[Any, Any], train_loss: float, up: Message | None) -> None:
         """Check the reply's training loss; ledger both messages (``up`` None: the protocol prices its uplink itself); observe local accuracy."""
-        check_finite_loss(round, task.client_id, "training loss", train_loss, self.server_step())
+        check_finite_loss(round, task.client_id, "training loss", train_loss, self.hint())
         if reply.local_loss is not None and task.client_id not in self.log.empty:
             self.finite_locals[round] = self.finite_locals.get(round, True) and math.isfinite(reply.local_loss)
         if reply.nonfinite is not None:
@@ -57,19 +63,40 @@ class ServerBook:
 
     def check_loss(self, round: int, client_id: int, name: str, value: float | None) -> None:
         """A further loss the protocol reports (distillation), checked like the training loss."""
-        check_finite_loss(round, client_id, name, value, self.server_step())
+        check_finite_loss(round, client_id, name, value, self.hint())
+
+    def hint(self) -> str:
+        """The whole hint of a non-finite loss: the server-step one when an earlier round's server step blew the model
+        up (:meth:`server_step`), else :func:`~chillfl.errors.loss_hint` led by the noise or attack this run has."""
+        return self.server_step() or loss_hint([f"lower {cause}" for cause in self.suspects()])
+
+    def suspects(self) -> list[str]:
+        """What this run adds that can blow the model up by itself, each as what to lower or check: ``[privacy]``'s
+        noise (sigma x C) and ``[attack]``'s forged updates. Why: a blow-up by ``privacy.noise_multiplier = 1e30`` was
+        blamed on ``client.lr``, or on server-side step options plain FedAvg does not have."""
+        config = self.evaluation.config
+        out = []
+        if config.privacy.enabled:
+            out.append(f"privacy.noise_multiplier or privacy.clip_norm ([privacy] mechanism = {config.privacy.mechanism!r} adds noise of scale sigma x C)")
+        if config.attack.enabled:
+            out.append(f"the attack's strength (attack.kind = {config.attack.kind!r} and its options)")
+        return out
+
+    def step_options(self) -> list[str]:
+        """The options of the run's aggregator that size its server step (:data:`SERVER_STEP_OPTIONS`), read from its
+        options table, so that a method without one (plain averaging) is never sent to an option it would refuse."""
+        name = str(self.evaluation.config.algorithm.get("name"))
+        fields = option_names(algorithm_spec(name).options)
+        return [f"algorithm.{key}" for key in SERVER_STEP_OPTIONS if key in fields]
 
     def server_step(self) -> str | None:
         """The server-step hint of a non-finite loss, when an earlier round's server step blew the model up (else None).
 
-        It names ``algorithm.server_lr`` only where the run's table sets it (so the method has it): a method without one
-        (plain averaging, a plugin) is sent to its server-side step options, never to an option it would refuse."""
-        if self.blown_after is None:
-            return None
-        options = "the aggregator's server-side step options"
-        if "server_lr" in self.evaluation.config.algorithm:
-            options = f"algorithm.server_lr or {options}"
-        return server_step_hint(self.blown_after + 1, options)
+        It names what this run has that the server's step applies: the aggregator's step options (``algorithm.server_lr``)
+        where its table has them, ``[privacy]``'s noise, an attack's forged uploads; with none of these (plain averaging),
+        None: the plain hint, which starts with ``client.lr``."""
+        causes = [] if self.blown_after is None else self.step_options() + self.suspects()
+        return server_step_hint(self.blown_after + 1, " or ".join(causes)) if self.blown_after is not None and causes else None
 
     @staticmethod
     def check_state(round: int, state: Mapping[str, torch.Tensor], what: str = "global model") -> None:

@@ -842,6 +842,21 @@ def compute_record(spec: LocalSpec) -> dict[str, str | int]:
     return {"memory_format": spec.memory_format, "batched_conv": spec.batched_conv}
 
 
+def no_round_remedy(config: RunConfig, records: Sequence[Mapping[str, Any]]) -> str:
+    """What to change when no round trained: ``federation.dropout`` (and the stragglers dropped under
+    ``straggler_policy = "drop"``) first where the records show sampled clients dropped by them, then the count.
+
+    Why: with every sampled client dropped by ``dropout = 0.9`` the line said only "raise clients_per_round or lower
+    min_clients", neither of which touches the cause."""
+    fed = config.federation
+    count = f"raise {fed.size_field} or lower federation.min_clients"
+    if not any(r.get("dropped") for r in records):
+        return count
+    losers = ([f"federation.dropout = {fed.dropout:g}"] if fed.dropout else []) + (
+        [f"federation.stragglers = {fed.stragglers:g} (straggler_policy = 'drop')"] if fed.stragglers and fed.straggler_policy == "drop" else [])
+    return f"sampled clients were dropped: lower {' or '.join(losers)}, or {count}" if losers else count
+
+
 def finish_run(
     exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
     stopped: dict[str, Any] | None = None, runtime: str | None = None, executor: Executor | None = None,
@@ -857,11 +872,11 @@ def finish_run(
     if runtime is not None:
         summary["runtime"] = runtime
     if records and all(r.get("skipped") for r in records) and stopped is None:  # Poisson sampling at a small q, or min_clients above what reports
-        log.warning("no round trained: all %d were skipped (nobody, or too few, reported); the results are the initial model's "
-                    "(raise federation.clients_per_round or lower federation.min_clients)", len(records))
+        log.warning("no round trained: all %d were skipped (nobody, or too few, reported); the results are the initial model's (%s)",
+                    len(records), no_round_remedy(config, records))
     elif records and all(r.get("skipped") or r.get("nobody_reported") for r in records) and stopped is None:  # some released with nobody in
         log.warning("no round trained: in all %d nobody, or too few, reported; the results are the initial model moved by the rounds released "
-                    "without clients (a private aggregator's noise alone) (raise federation.clients_per_round or lower federation.min_clients)", len(records))
+                    "without clients (a private aggregator's noise alone) (%s)", len(records), no_round_remedy(config, records))
     evaluated = {k: v for k, v in summarized[-1].items() if k not in records[-1]} if summarized is not records else {}
     if stopped is not None:
         summary["stopped"] = stopped

@@ -32,6 +32,7 @@ from chillfl.data.partition_file import FROM_FILE
 from chillfl.executors.compiled import check_toolchain
 from chillfl.global_rng import forked_rng
 from chillfl.executors.parallel import ExecutorSpec, make_parallel_executor, unsendable
+from chillfl.engine.loop import poisson_rate_note
 from chillfl.engine.protocol import Executor, ServerProtocol
 from chillfl.executors.pools import WorkerPools
 from chillfl.executors.ray_executor import RayExecutor, import_ray
@@ -1060,7 +1061,7 @@ def run_notes(config: RunConfig, exp: Experiment | None, executor: bool = True) 
     bad value still ends in its one error line. A dry run says what the run would: ``--dry-run`` said only the
     ignored fraction, so a config checked with it hid Krum's ``f`` below the attackers and an idle ``local_dp``.
     """
-    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config),
+    notes = [steering_note(config, None if exp is None else exp.policy), ignored_fraction_note(config), poisson_rate_note(config.federation),
              fewer_attackers_note(config, None if exp is None else exp.aggregator),
              *([oversubscribed_threads_note(config), ignored_ray_note(config)] if executor else [])]
     if exp is not None:

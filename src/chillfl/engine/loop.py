@@ -56,6 +56,21 @@ def draw_clients(seed: int, round: int, num_clients: int, k: int, sampling: str 
     return sample_clients(seed, round, num_clients, k)
 
 
+def poisson_rate_note(rules: FederationConfig) -> str | None:
+    """The note (said once a process) when Poisson sampling draws at a q other than the ``client_fraction`` written:
+    q is ``sample_size() / num_clients``, ``max(1, floor(C N)) / N``, so a fraction below 1/N (or not a multiple of it)
+    moves. Why: a privacy-amplification study at ``client_fraction = 0.01`` over 4 clients drew at q = 0.25, 25 times
+    the rate asked for, and nothing said so (the accountant charges the q used, so epsilon stayed right)."""
+    if rules.sampling != "poisson" or rules.clients_per_round is not None:  # a count set: ignored_fraction_note's case
+        return None
+    k, n = rules.sample_size(), rules.num_clients
+    if abs(k / n - rules.client_fraction) <= 1e-9 * rules.client_fraction:
+        return None
+    return (f"note: federation.sampling = 'poisson' draws each client with q = {k}/{n} = {k / n:.6g}, not federation.client_fraction = "
+            f"{rules.client_fraction:g}: q is max(1, floor(client_fraction x num_clients)) / num_clients, and the privacy accountant "
+            "charges that q")
+
+
 MAX_RETRIES = 10
 """Redraws of who is available when ``on_too_few = "retry"``, before the round is skipped."""
 

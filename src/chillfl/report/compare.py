@@ -208,7 +208,9 @@ def format_table(rows: Sequence[Mapping[str, Any]], ref_label: str, base_label: 
         "|" + "|".join("---" for _ in header) + "|",
     ]
     for r in rows:
-        rounds = "-" if r.get("failed") or target is None else "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
+        best = r.get("best_acc")  # None (a finished run): never a finite accuracy, nothing to reach the target with; absent: an older table.json
+        unmeasured = "best_acc" in r and not (best is not None and math.isfinite(best))
+        rounds = "-" if r.get("failed") or target is None or unmeasured else "never" if r["rounds_to_target"] is None else str(r["rounds_to_target"])
         speed = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
         loss = "-" if r["final_loss"] is None else fixed(r["final_loss"], 3)
         name = r["variant"] + (f" ({r['failed']})" if r.get("failed") else "")
@@ -343,6 +345,9 @@ def build_seed_rows(
             # the most over its finished seeds; > 1: rounds_to_target is the first *evaluated* round at the target (eval.every)
             "eval_interval": max((evaluation_interval(o.records, metric) for s in seeds if (o := runs[(v.label, s)]) is not None), default=None),
         }
+        unmeasured = [s for s in seeds if runs[(v.label, s)] is not None and summary(v.label, s, f"best_{metric}") is None]
+        if unmeasured:  # finished without one finite accuracy: no round could reach the target, nor fail to (format_seed_table)
+            row["unmeasured_seeds"] = unmeasured
         nonfinite_local = [s for s in seeds if nonfinite_local_acc(runs[(v.label, s)])]
         if nonfinite_local:  # finished, but left out of the local acc statistics: named under the table (local_acc_caveat)
             row["nonfinite_local_acc_seeds"] = nonfinite_local
@@ -522,7 +527,9 @@ def format_seed_table(
         reached = [x for x in r["rounds_to_target"] if x is not None]
         # out of the seeds with a target that the variant finished: a seed whose reference failed has no target to reach
         # (it counted as "never reached"), and a seed where the variant failed is named in its row
-        failed_seeds = {str(s) for s in r.get("diverged_seeds") or []}
+        # a seed whose accuracy was never a number (unmeasured_seeds) is left out as a failed one: "never" is a target a
+        # measured variant did not reach
+        failed_seeds = {str(s) for s in [*(r.get("diverged_seeds") or []), *(r.get("unmeasured_seeds") or [])]}
         could = sum(1 for s, t in zip(seeds, r.get("target") or []) if t is not None and str(s) not in failed_seeds)
         rounds = "-" if not could else "never" if not reached else f"{sum(reached) / len(reached):.1f} ({len(reached)}/{could})"
         failed = r.get("failed") or {str(s): "diverged" for s in r["diverged_seeds"]}

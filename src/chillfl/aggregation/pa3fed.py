@@ -113,7 +113,7 @@ from chillfl.aggregation.registry import (
     UNDECLARED_WEIGHTS, require_client_sizes, undeclared_weights, weighted_bases,
 )
 from chillfl.capabilities import Capabilities
-from chillfl.errors import ConfigError, choice_error
+from chillfl.errors import LOSS_HINT, ConfigError, Diverged, choice_error
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
 from chillfl.plugins import is_import_path, resolve
@@ -193,6 +193,9 @@ def alpha_weights(base_weights: torch.Tensor, alphas: torch.Tensor, exponents: t
     round to 0), and their sum, still positive, gave up to the whole weight to one client. ConfigError on
     ``algorithm.beta`` when even the exponents overflow (beta * change past float64's range).
     """
+    if bool(alphas.isnan().any() | exponents.isnan().any()):  # a NaN score's: no beta makes it a weight (not beta's range)
+        raise ValueError(f"PA3Fed's weights are not defined: client {int((alphas.isnan() | exponents.isnan()).nonzero()[0])} (in the round's order) has "
+                         "a nan alpha or Eq. 10 exponent, from a score (its model's loss on its own data) that was not finite")
     w = base_weights * alphas
     total = w.sum()
     normal = bool(((w == 0) | (w >= torch.finfo(w.dtype).tiny)).all())
@@ -435,6 +438,9 @@ class PA3Fed(AroundAggregator):
             self._metrics = {**self.base.round_metrics(), "fgn": None, "clp": False, "adapted": False, "alphas": {},
                              "weight_shift": None, "scores": {}, "grad_norms": {}}
             return out
+        for r in results:  # a NaN score was refused as algorithm.beta's range, an inf one got weight 0 silently
+            if "score" in r.report and not math.isfinite(score := _number(r.report["score"], "score", r.client_id)):
+                raise Diverged(round + 1, f"its PA3Fed score (Eq. 8: its trained model's loss on its own data) is {score} ({LOSS_HINT})", r.client_id)
         fgn = self._fgn(results)
         clp = fgn is not None and is_clp(self.previous_fgn, fgn, o.delta, first=o.first_round_clp)
         if fgn is not None:

@@ -747,9 +747,11 @@ def _run_rounds(
         finally:
             signals.armed = False  # from here on (finishing, clean-up) a signal stops nothing half-way
         signals.finishing = True  # a signal now waits until the run's results are complete
-        close_run_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
         stopped = {"round": done, "reason": view.stop_reason} if view.stop_reason is not None and done < rounds else None
-        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped, executor=executor)
+        # closed as finished once the summary, model and figures are written, just before the folder they write into is
+        # renamed; a failure before that closes them as failed (finally below), not FINISHED with a folder left .partial
+        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, stopped, executor=executor,
+                            before_rename=lambda: close_run_sinks(sinks, None))
         for cb in callbacks:
             cb.on_end(output)
         return output
@@ -860,12 +862,15 @@ def no_round_remedy(config: RunConfig, records: Sequence[Mapping[str, Any]]) -> 
 def finish_run(
     exp: Experiment, config: RunConfig, protocol: ServerProtocol, writer: ResultWriter | None, records: list[dict[str, Any]], wall: float,
     stopped: dict[str, Any] | None = None, runtime: str | None = None, executor: Executor | None = None,
+    before_rename: Callable[[], None] | None = None,
 ) -> RunOutput:
     """Summary, saved models and plots; ``stopped`` (a hook ended the run early) keeps the checkpoint for ``resume``.
 
     ``runtime``: the backend whose round loop ran, where it is not chillfl's own (the Flower ServerApp's ``"flower"``),
     recorded in ``summary.json``; the Flower server finishes its folder here too, so that both write the same files.
     ``executor``: what trained the clients, recorded in ``environment`` (:func:`~chillfl.executors.parallel.executor_record`).
+    ``before_rename``: called once every file is written, before the folder is renamed from ``.partial`` (the sinks'
+    close: a sink that ended its run as finished before then told its tracker a run that failed here succeeded).
     """
     summarized = records if stopped is None else stop_evaluated(exp, config, protocol, records)
     summary = summarize(summarized, config.eval.target_accuracy, exp.data.local_validation_mismatch())
@@ -914,6 +919,8 @@ def finish_run(
         _plots(records, writer.path, config, evaluated)
     except OSError as exc:  # disk full while saving a figure
         raise StorageError(f"cannot write the figures in {writer.path}: {exc.strerror or exc}") from exc
+    if before_rename is not None:
+        before_rename()
     final = writer.finish()
     if stopped is None:  # only once the folder is final: until then it is the run's way back
         (final / CHECKPOINT).unlink(missing_ok=True)

@@ -622,8 +622,8 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         if config.checkpoint.client_models:  # the client states come back from the nodes before the protocol builds their models
             fetch_client_states(protocol, executor)
         ended = list(sinks)
-        close_run_sinks(sinks, None)  # finished; before finish_run renames the folder they write into
-        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, runtime="flower")  # the files chillfl run writes
+        output = finish_run(exp, config, protocol, writer, records, time.perf_counter() - start, runtime="flower",  # the files chillfl run writes
+                            before_rename=lambda: close_run_sinks(sinks, None))  # finished once they are written, as chillfl run's
         for sink in ended:
             sink.on_end(output)
         return RunOutputLite(str(output.folder), records, output.summary)

@@ -4,6 +4,7 @@ files are read back; nothing reaches the network."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -123,7 +124,7 @@ def test_a_comparison_that_failed_tags_its_mlflow_runs_with_the_failed_folder(tm
     for run in runs:
         folder = Path(run.data.tags["chillfl.folder"])
         assert folder.parent == failed and folder.name.endswith(".failed") and (folder / "failure.json").is_file()
-        assert run.data.tags["chillfl.comparison"] == "sinks-compare.failed"
+        assert run.data.tags["chillfl.comparison"] == "sinks-compare.failed@" + hashlib.sha256(str(failed.parent).encode()).hexdigest()[:8]  # its out_dir's hash
         assert run.info.status == "FAILED"
     said = [r.getMessage() for r in caplog.records if "wandb sync" in r.getMessage()]
     assert said[-1] == f"W&B's offline runs of the comparison are under {failed}: `wandb sync {failed}/*/wandb/offline-run-*` uploads them"

@@ -7,6 +7,7 @@ store through its client, TensorBoard's event file, the CSV file. Nothing reache
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import sys
@@ -258,9 +259,10 @@ def test_a_comparisons_runs_are_grouped_and_tagged_with_their_final_folders(tmp_
     for run in runs:
         folder = Path(run.data.tags["chillfl.folder"])
         assert folder.parent == result.folder.resolve() and (folder / "metrics.jsonl").is_file()
-        assert run.data.tags["chillfl.comparison"] == "sinks-compare"
+        label = "sinks-compare@" + hashlib.sha256(str(result.folder.resolve().parent).encode()).hexdigest()[:8]  # its out_dir's hash
+        assert run.data.tags["chillfl.comparison"] == label
         (logged,) = wandb_runs(folder)
-        assert of_kind(logged, "run").run_group == "sinks-compare"
+        assert of_kind(logged, "run").run_group == label
 
 
 def test_a_plain_runs_wandb_run_has_no_group(tmp_path: Path, offline: str) -> None:

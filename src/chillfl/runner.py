@@ -80,7 +80,7 @@ from chillfl.progress import Progress, make_bar
 from chillfl.stderr import say
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.registry import protocol_of
-from chillfl.sinks import build_sinks, close_sinks
+from chillfl.sinks import build_sinks, check_mlflow_store, close_sinks
 from chillfl.stop_signals import Repeats, made_held, stop_signals
 from chillfl.training.local import LocalSpec, evaluate, persistent_buffers, pin_deterministic, run_precision, set_deterministic
 
@@ -815,10 +815,13 @@ def redraw_of(exp: Experiment) -> Redraw | None:
 
 
 def check_sinks(config: RunConfig) -> None:
-    """A sink whose package is missing stops the run before its folder exists (one MissingExtra line)."""
+    """A sink whose package is missing stops the run before its folder exists (one MissingExtra line), as does an
+    MLflow store that cannot be used (one ConfigError line, :func:`~chillfl.sinks.check_mlflow_store`)."""
     for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs"), ("mlflow", "MLflow logs")):
         if sink in config.log.sinks:
             need(sink, sink, what)
+    if "mlflow" in config.log.sinks:
+        check_mlflow_store(config.log.mlflow_tracking_uri, config.log.mlflow_experiment)
 
 
 def run_sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:

@@ -24,10 +24,14 @@ MLflow goes where ``[log] mlflow_tracking_uri`` says, else where MLflow itself w
 of up to ``ARTIFACT_MAX_BYTES`` (config, metrics, summary, a small model; no checkpoint, no sub-folder).
 
 (W&B's own service also writes a debug log into its cache folder,
-``~/.cache/wandb/logs`` or ``$WANDB_CACHE_DIR``; the run's data stays in the run folder.)
+``~/.cache/wandb/logs`` or ``$WANDB_CACHE_DIR``, and MLflow ``~/.config/mlflow/telemetry.json``, an installation id for
+its usage telemetry, which is on unless ``MLFLOW_DISABLE_TELEMETRY=true`` or ``DO_NOT_TRACK=true``; the run's data stays
+in the run folder.) A ``file:`` MLflow store needs ``MLFLOW_ALLOW_FILE_STORE=true`` (MLflow 3 refuses it otherwise);
+a store that cannot be used is refused before the run folder is made (:func:`check_mlflow_store`).
 
 What is logged (:func:`scalars`): every number of a round's record (booleans
-as 0/1; NaN and the infinities as they are, ``nan`` / ``inf`` in the CSV), and one
+as 0/1; NaN and the infinities as they are, ``nan`` / ``inf`` in the CSV; TensorBoard stores float32, so a value past
+±3.4e38 reads back as ±inf there and one below ~1e-45 as 0, where the others keep the float64), and one
 level of tables of numbers flattened as ``key/sub`` (e.g. ``client_train_loss/3``), except
 in the CSV, where they are lines of ``metrics_clients.csv``; lists and ``None`` are left out. ``metrics.jsonl`` stays the complete,
 bitwise-reproducible record; sinks are views of it.
@@ -55,17 +59,20 @@ Choices
   logged at ``on_end``, from the final folder. MLflow's ``chillfl.folder`` tag names the final folder (no
   ``.partial``; a diverged run's ``NAME.failed``), guessed at the start and set again from the folder the run
   got (``NAME-2`` at ``on_end``; ``NAME-compare.failed/...`` by :func:`comparison_ended`); a comparison's run is
-  in the W&B group, and has the MLflow tag ``chillfl.comparison``, of the comparison's folder name
-  (``NAME-compare``; the MLflow tag becomes ``NAME-compare.failed`` where every run failed). An offline W&B
-  run whose folder ended elsewhere than its first line said gets a second line.
-* Sinks are closed before the run folder is renamed from ``NAME.partial``, so
-  nothing is written into a folder that no longer exists.
+  in the W&B group, and has the MLflow tag ``chillfl.comparison``, of the comparison's folder name and a hash of its
+  ``out_dir`` (``NAME-compare@1a2b3c4d``: :func:`comparison_label`; the MLflow tag becomes ``NAME-compare.failed@...``
+  where every run failed), and logs as ``out_dir`` the comparison's final folder, as its ``config.toml`` says. An
+  offline W&B run whose folder ended elsewhere than its first line said gets a second line.
+* Sinks are closed once the run's files (summary, model, figures) are written, just before the run folder is renamed
+  from ``NAME.partial``: nothing is written into a folder that no longer exists, and a failure while those files are
+  written ends the W&B and MLflow runs as failed (closed before them, they said FINISHED of a run left ``.partial``).
 """
 
 from __future__ import annotations
 
 import csv
 import errno
+import hashlib
 import json
 import logging
 import math
@@ -82,7 +89,7 @@ from types import MethodType
 from typing import Any, Literal, NamedTuple, Protocol
 from urllib.parse import urlparse
 
-from chillfl.errors import Diverged, StorageError, json_loads, one_line
+from chillfl.errors import ConfigError, Diverged, StorageError, json_loads, one_line
 from chillfl.extras import need
 from chillfl.metrics.records import client_order
 from chillfl.numeric import is_real
@@ -453,10 +460,20 @@ def comparison_folder(folder: Path) -> Path | None:
 
 
 def comparison_name(folder: Path) -> str | None:
-    """The name of the comparison that ``folder`` is a run of: its folder's name, ``NAME-compare`` (``-2``, ... when
-    that was taken), so that two comparisons logging to one W&B project or MLflow experiment can be told apart."""
+    """The name of the comparison that ``folder`` is a run of (its W&B group, its MLflow ``chillfl.comparison`` tag):
+    :func:`comparison_label` of its folder without ``.partial``."""
     parent = comparison_folder(folder)
-    return None if parent is None else parent.name.removesuffix(PARTIAL)
+    return None if parent is None else comparison_label(parent.with_name(parent.name.removesuffix(PARTIAL)))
+
+
+def comparison_label(folder: Path) -> str:
+    """``NAME-compare@<8 hex digits>`` for the comparison folder ``folder``: its name (``-2``, ... when that was taken in
+    its ``out_dir``) and a hash of its ``out_dir``'s absolute path, so that two comparisons logging to one W&B project or
+    MLflow experiment can be told apart. The name alone could not: the same comparison run again into another ``out_dir``
+    (``results-v2/`` after a code change) had the same name, and W&B mixed both in one group. The ``out_dir``, not the
+    folder: a comparison whose every run failed is renamed ``NAME-compare.failed`` and keeps its hash."""
+    folder = Path(folder).resolve()
+    return f"{folder.name}@{hashlib.sha256(str(folder.parent).encode('utf-8')).hexdigest()[:8]}"
 
 
 class WandbSink:
@@ -472,8 +489,9 @@ class WandbSink:
     ) -> None:
         wandb = need("wandb", "wandb", "W&B logs")
         chosen = wandb_mode(mode, os.environ, mode == "auto" and wandb_logged_in(os.environ))
-        if chosen == "offline" and mode == "auto":
-            log.info("W&B has no API key (`wandb login`): %s", offline_line(Path(folder)))
+        if chosen == "offline" and mode == "auto":  # why: WANDB_MODE says so (a key may be set), or there is no key
+            why = "WANDB_MODE=offline" if os.environ.get("WANDB_MODE") == "offline" else "W&B has no API key (`wandb login`)"
+            log.info("%s: %s", why, offline_line(Path(folder)))
         mode_setting = {} if chosen is None else {"mode": chosen}  # no mode: W&B's own (its env, settings file, login)
         settings = wandb.Settings(**mode_setting, console="off", silent=True, save_code=False, x_disable_stats=True, x_disable_meta=True)
         self.run: Any = wandb.init(dir=str(folder), project=project, name=name, config=dict(config), settings=settings, reinit="create_new",
@@ -665,7 +683,7 @@ def comparison_ended(folder: Path) -> None:
     """Tell the sinks of the comparison renamed ``folder`` where its runs are now, which is not where they were told at
     their start: every run failed, and the comparison ended ``NAME-compare.failed`` (or ``.failed-2``, ...). Each run's
     MLflow runs (its ``MLFLOW_RUNS``) are tagged again, ``chillfl.folder`` with the run's folder and ``chillfl.comparison``
-    with the comparison's folder name; offline W&B runs get one line saying where ``wandb sync`` finds them. A store
+    with the comparison's :func:`comparison_label`; offline W&B runs get one line saying where ``wandb sync`` finds them. A store
     that cannot be reached (or an ``mlflow`` package missing here) costs a warning: the comparison's own error goes on."""
     folder = Path(folder).resolve()
     clients: dict[str, Any] = {}
@@ -678,7 +696,7 @@ def comparison_ended(folder: Path) -> None:
 
                     clients[run.tracking_uri] = MlflowClient(tracking_uri=run.tracking_uri)
                 clients[run.tracking_uri].set_tag(run.run_id, "chillfl.folder", str(record.parent))
-                clients[run.tracking_uri].set_tag(run.run_id, "chillfl.comparison", folder.name)
+                clients[run.tracking_uri].set_tag(run.run_id, "chillfl.comparison", comparison_label(folder))
             except Exception as exc:  # noqa: BLE001 - the tags are a convenience; the comparison's failure is what is reported
                 log.warning("MLflow run %s (%s) not tagged with its folder %s: %s", run.run_id, run.tracking_uri, record.parent, one_line(exc))
     if any(folder.glob("*/wandb/offline-run-*")):
@@ -701,6 +719,7 @@ def build_sinks(
     """The sinks ``names`` of a run writing into ``folder``; ``records``: the rounds already done (resume), which the
     CSV, W&B and MLflow sinks log first (TensorBoard those its earlier event files lack)."""
     start = int(records[-1]["round"]) if records else 0
+    config = logged_config(config, folder)
     sinks: list[Sink] = []
     try:
         for sink in names:
@@ -718,6 +737,58 @@ def build_sinks(
         close_sinks(sinks, exc)
         raise
     return sinks
+
+
+def logged_config(config: Mapping[str, Any], folder: Path) -> Mapping[str, Any]:
+    """The config a sink logs (W&B's config, MLflow's params): a comparison's run's ``out_dir`` is the comparison's
+    ``NAME-compare.partial`` while it runs, and names the final folder once it has (its ``config.toml`` is rewritten so,
+    ``point_saved_configs_to``); logged as it was, the tracker named a folder that no longer exists. Spelled as given
+    (relative stays relative), as ``config.toml`` spells it."""
+    out_dir = config.get("out_dir")
+    if not isinstance(out_dir, str) or comparison_folder(folder) is None or not Path(out_dir).name.endswith(PARTIAL):
+        return config
+    return {**config, "out_dir": str(Path(out_dir).with_name(Path(out_dir).name.removesuffix(PARTIAL)))}
+
+
+MLFLOW_PROBE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
+"""MLflow's retry settings while :func:`check_mlflow_store` asks the store: one try, 10 s at most. MLflow's own (7 tries,
+exponential back-off) held a run ~4 minutes on a server that is down before it said so."""
+
+
+def check_mlflow_store(tracking_uri: str, experiment: str) -> None:
+    """Ask the MLflow store ``tracking_uri`` (``""``: MLflow's own choice) for ``experiment`` once, before the run folder
+    is made: a store MLflow refuses (a ``file:`` store without ``MLFLOW_ALLOW_FILE_STORE=true``), a scheme it does not
+    know or a server that is down is a ConfigError line naming ``log.mlflow_tracking_uri`` (exit 2). Found when the sink
+    started, it was a traceback with a ``.partial`` folder left behind, which the next run stepped around (``NAME-2``)
+    and ``chillfl resume`` refused. Nothing is created: an experiment that does not exist yet is the sink's to create.
+
+    A stop signal (Ctrl-C, SIGTERM) while it waits is not caught here: it stops the command at once."""
+    need("mlflow", "mlflow", "MLflow logs")
+    from mlflow.tracking import MlflowClient
+
+    saved = {key: os.environ.get(key) for key in MLFLOW_PROBE_ENV}
+    os.environ.update(MLFLOW_PROBE_ENV)
+    try:
+        client = MlflowClient(tracking_uri=tracking_uri or None)
+        client.get_experiment_by_name(experiment)
+    except Exception as exc:  # noqa: BLE001 - whatever the store says (MlflowException, an OSError, requests'), one line
+        where = repr(tracking_uri) if tracking_uri else "MLflow's default ($MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
+        text = str(exc)
+        if "MLFLOW_ALLOW_FILE_STORE" in text:
+            why = "MLflow refuses a file store unless MLFLOW_ALLOW_FILE_STORE=true is set; or give a sqlite:///PATH/mlflow.db URI"
+        elif "Connection refused" in text or "Failed to establish a new connection" in text:
+            why = "no MLflow server answers there (connection refused)"
+        elif "timeout" in text.lower() or "timed out" in text.lower():
+            why = f"no answer within {MLFLOW_PROBE_ENV['MLFLOW_HTTP_REQUEST_TIMEOUT']} s"
+        else:  # MLflow's first sentence (its messages go on with links and advice)
+            why = one_line(text.split(". ")[0].split(" (Caused by")[0]).strip()[:300]
+        raise ConfigError("log.mlflow_tracking_uri", f"the MLflow store {where} cannot be used: {why}") from exc
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def close_sinks(sinks: Sequence[Sink], failure: BaseException | None = None) -> None:

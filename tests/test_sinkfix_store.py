@@ -171,3 +171,12 @@ def test_a_comparisons_run_logs_the_final_out_dir(tmp_path: Path, store: str) ->
     (logged,) = MlflowClient(tracking_uri=store).search_runs([MlflowClient(tracking_uri=store).get_experiment_by_name("chillfl").experiment_id])
     assert logged.data.params["out_dir"] == str(tmp_path / "results" / "c1-compare")
     assert logged.data.tags["chillfl.comparison"] == sinks.comparison_label(tmp_path / "results" / "c1-compare")
+
+
+def test_a_dry_run_at_mlflows_default_store_writes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """MLflow's default store (no URI, no MLFLOW_TRACKING_URI) is a local sqlite file the run makes where it runs: asked
+    before the folder, a dry run left ./mlflow.db behind."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(_config_file(tmp_path, "dflt", "")), "--dry-run"]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dflt.toml"]

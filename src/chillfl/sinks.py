@@ -763,6 +763,8 @@ def check_mlflow_store(tracking_uri: str, experiment: str) -> None:
     and ``chillfl resume`` refused. Nothing is created: an experiment that does not exist yet is the sink's to create.
 
     A stop signal (Ctrl-C, SIGTERM) while it waits is not caught here: it stops the command at once."""
+    if not tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI"):  # MLflow's default: a local sqlite:///mlflow.db
+        return  # the run makes it where it runs; asked now, a dry run left ./mlflow.db behind
     need("mlflow", "mlflow", "MLflow logs")
     from mlflow.tracking import MlflowClient
 

@@ -152,6 +152,14 @@ class Capabilities:
     """Its server never changes the global model (it reads no upload: ``local_only``), so the run's global model stays the
     initial one and ``global_acc`` measures a model no client trained or uses. A comparison's table keeps the row's
     numbers and says so under it (the global-model caveat, :func:`chillfl.report.caveats.global_model_caveat`)."""
+    trains_from_own_start: str | None = None
+    """Why its clients train from a start the server does not know, the sent model changed inside their own training (a
+    kept model, a blend with it, a combination of received models: FedAMP's w_i, FedALA's ALA blend, FedFomo's and
+    APPLE's kept core model), e.g. "each client trains from its own kept model". A model attack forges from each attacker's
+    update w_i - start_i with the start the server knows (the sent one, or a :class:`~chillfl.aggregation.base.ChoosesStart`
+    method's report), so it is refused with such a method on ``attack.kind``: the forged uploads were silently other ones.
+    (A start changed in a client half's ``prepare`` is caught when the clients report it; one changed inside a
+    ``Personalising`` half's ``train`` cannot be, hence this declaration.)"""
     reports: str | None = None
     """What the method's clients send besides their model, computed from their data without noise (FedGen's
     label counts, q-FFL's loss), e.g. "each client's label counts". No ``[privacy]`` mechanism noises it or
@@ -211,6 +219,7 @@ class Capabilities:
             personal_model=self.personal_model or base.personal_model,
             trains_global_model=self.trains_global_model or base.trains_global_model,
             static_global_model=self.static_global_model or base.static_global_model,
+            trains_from_own_start=self.trains_from_own_start or base.trains_from_own_start,
             reports=self.reports or base.reports,
             private_steps=self.private_steps or base.private_steps,
             linear_head=self.linear_head or base.linear_head,

@@ -528,6 +528,7 @@ SPEC = register_algorithm(
             private_steps="not audited: its one training also moves the client's kept p_i, whose per-sample gradients would be clipped together with theta_i's",
             not_a_base="APPLE's clients run their own mixture training, which PA3Fed's client half does not compose with",
             personal_model=True,
+            trains_from_own_start="from its second round each client trains the core model it keeps (theta_i), not the model it is sent",
             reports="each client's directed-relationship vector p_i, learnt from its data",
             cost=COST,
         ),

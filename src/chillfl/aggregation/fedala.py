@@ -266,6 +266,7 @@ class FedALA(FedAvg):
 CAPABILITIES = Capabilities(
     private_steps="each client learns its ALA weights W_i on its data without noise, and the upload starts from the model they blend",
     takes_weights=True,
+    trains_from_own_start="each client trains from its ALA blend of the sent model and its own, not the model it is sent",
     not_a_base="FedALA's clients run their own local trainings, which PA3Fed's client half does not compose with",
     personal_model=True,
 )

@@ -224,6 +224,7 @@ SPEC = register_algorithm(
         capabilities=Capabilities(
             not_a_base="FedAMP's server sends each client its own cloud model; its global model is only a reference",
             personal_model=True,
+            trains_from_own_start="from its second round each client trains from the model it keeps (w_i), not the cloud model it is sent",
             cost=Cost(pass_overhead=PARAMETER_TERM),  # its proximal term to the cloud model u_i, FedProx's term (PARAMETER_TERM)
         ),
         makes=(FedAMP,),

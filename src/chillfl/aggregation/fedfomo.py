@@ -331,6 +331,7 @@ CAPABILITIES = Capabilities(
     private_steps="each client weighs the models it receives by their loss on its validation rows, without noise, and the upload starts from their combination",
     not_a_base="FedFomo's clients run their own model combination and training, which PA3Fed's client half does not compose with",
     personal_model=True,
+    trains_from_own_start="each client trains from its weighted combination of the models it receives, not the model it is sent",
     reports="each client's weights of the models it was sent, from their losses on its own data",
 )
 

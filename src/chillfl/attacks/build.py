@@ -166,10 +166,19 @@ def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> N
     nowhere, and the run's records would be the clean run's. Asked of the built aggregator, before anything is written."""
     from chillfl.aggregation.base import aggregated_keys
 
+    from chillfl.aggregation.base import ChoosesStart, innermost
+    from chillfl.aggregation.registry import run_capabilities
+
     spec = spec_of(config.attack)
+    name = config.algorithm.get("name")
     if spec.poison is None and forges_models(config) and not aggregated_keys(aggregator, state):
-        name = config.algorithm.get("name")
         raise ConfigError(FIELD, sends_nothing(spec, PARAMETERS, config.attack.kind, f"algorithm {name!r}", "its server reads no entry of the clients' models"))
+    own_start = run_capabilities(config.algorithm, aggregator).trains_from_own_start
+    if forges_models(config) and own_start and not isinstance(innermost(aggregator), ChoosesStart):
+        # asked before anything is written: found by the clients' start check, FedAMP stopped in round 2 with round 1 on disk
+        raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} trains "
+                                 f"from a start the server does not know ({own_start}): the forged uploads would be other ones; "
+                                 "use a data-poisoning kind, or a method whose clients train from the model they are sent")
 
 
 def checked_probe(probe: object) -> tuple[Any, Any]:

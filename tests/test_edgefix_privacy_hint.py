@@ -75,3 +75,13 @@ def test_loss_hint_without_suspects_is_the_plain_one() -> None:
     book = _book("fedavg", privacy="local")
     book.blown_after = None
     assert book.hint() == f"{PRIVACY} ([privacy] mechanism = 'local' adds noise of scale sigma x C); or {LOSS_HINT}"
+
+
+def test_a_custom_aggregator_has_no_step_options_and_a_wrappers_base_has_its_own() -> None:
+    """An aggregator passed from Python runs as ``algorithm.name = "custom"``: the registry's refusal of that name replaced
+    the divergence (rev116d 1). PA3Fed over FedAdam sizes its server step with ``base_options.server_lr`` (rev116d 2)."""
+    assert _book("custom").step_options() == []
+    assert _book("custom").server_step() is None  # nothing the run has: the plain hint
+    book = _book("pa3fed")
+    book.evaluation.config.algorithm["base"] = "fedadam"
+    assert book.step_options() == ["algorithm.base_options.server_lr"]

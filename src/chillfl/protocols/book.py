@@ -18,7 +18,7 @@ from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
 from chillfl.aggregation.registry import algorithm_spec
-from chillfl.errors import Diverged, loss_hint
+from chillfl.errors import ConfigError, Diverged, loss_hint
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message, server_step_hint
 from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.settings.chosen import option_names
@@ -84,10 +84,21 @@ class ServerBook:
 
     def step_options(self) -> list[str]:
         """The options of the run's aggregator that size its server step (:data:`SERVER_STEP_OPTIONS`), read from its
-        options table, so that a method without one (plain averaging) is never sent to an option it would refuse."""
-        name = str(self.evaluation.config.algorithm.get("name"))
-        fields = option_names(algorithm_spec(name).options)
-        return [f"algorithm.{key}" for key in SERVER_STEP_OPTIONS if key in fields]
+        options table, so that a method without one (plain averaging) is never sent to an option it would refuse; a
+        wrapper's base's too (PA3Fed over FedAdam: ``algorithm.base_options.server_lr``). A name the registry does not
+        know (an aggregator passed from Python runs as ``"custom"``) has no table to read: none (the lookup's refusal
+        replaced the divergence itself, about a key the user never wrote: rev116d 1)."""
+        table = self.evaluation.config.algorithm
+        out: list[str] = []
+        for prefix, name in (("algorithm", table.get("name")), ("algorithm.base_options", table.get("base"))):
+            if not isinstance(name, str):
+                continue
+            try:
+                fields = option_names(algorithm_spec(name).options)
+            except ConfigError:
+                continue
+            out += [f"{prefix}.{key}" for key in SERVER_STEP_OPTIONS if key in fields]
+        return out
 
     def server_step(self) -> str | None:
         """The server-step hint of a non-finite loss, when an earlier round's server step blew the model up (else None).

@@ -202,14 +202,21 @@ def _start_again(folder: Path, finished: bool) -> str:
 
 def folder_state(folder: Path, name: str, planned: int | None = None) -> RunState:
     """The state of the one folder ``folder`` of run ``name``, told by its suffix (``.failed``, ``.partial``, none):
-    ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it."""
+    ``chillfl status NAME.failed`` describes that folder, not a later run of the same name beside it.
+
+    A link is read as its target (its own name has no suffix, and the lock cannot be taken through it), and a folder
+    without a suffix and without ``summary.json`` but with a checkpoint or a held lock is a stopped or running run, as
+    ``chillfl resume`` takes it (it goes on from that checkpoint): a copy renamed without ``.partial`` was called
+    "finished (its summary.json is missing)" while ``resume`` of it ran on to the end."""
+    folder = Path(os.path.realpath(folder))
     if folder.name.endswith(FAILED):
         try:
             at = json_loads((folder / "failure.json").read_text(encoding="utf-8")).get("round") if _regular(folder / "failure.json") else None
         except (OSError, ValueError, AttributeError):
             at = None
         return RunState(name, "diverged", f"at round {at}" if at is not None else "", _rounds_written(folder), planned)
-    if folder.name.endswith(PARTIAL):
+    unfinished = not (folder / "summary.json").is_file() and ((folder / CHECKPOINT).is_file() or _locked(folder))
+    if folder.name.endswith(PARTIAL) or unfinished:
         rounds = _rounds_written(folder)
         if _locked(folder):
             return RunState(name, "running", "", rounds, planned)

@@ -104,9 +104,7 @@ def check_writable_dir(folder: str, field: str) -> None:
     if not isinstance(folder, str) or not folder or "\0" in folder:
         raise ConfigError(field, f"must be a non-empty path without NUL characters, got {short_repr(folder)}")
     path = Path(folder).absolute()
-    for part in path.parts:
-        if len(os.fsencode(part)) > 255:
-            raise ConfigError(field, f"a path component is longer than 255 bytes: {part[:40]!r}...")
+    check_name_lengths(folder, field)
     probe = path
     try:
         while not probe.exists():
@@ -126,6 +124,20 @@ def check_writable_dir(folder: str, field: str) -> None:
         if exc.errno == errno.EROFS:
             raise ConfigError(field, f"{probe} is on a read-only file system") from None
         raise ConfigError(field, f"cannot create folders in {probe}: {exc.strerror or exc}") from None
+
+
+def check_name_lengths(path: str | os.PathLike[str], field: str, added: str = "") -> None:
+    """Refuse a ``path`` one of whose components is over 255 bytes, its last one with ``added`` (what chillfl puts after
+    it: ``.png`` for a figure named without a suffix, ``.tmp`` for an atomic write), before any work or any folder is made.
+
+    Why: on Python 3.11 ``Path.is_dir()``/``exists()`` raise for such a name (ENAMETOOLONG), a traceback; and a name
+    under 255 bytes whose ``.tmp`` was over failed after the work, naming the temp file."""
+    parts = Path(os.fspath(path)).parts
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if len(os.fsencode(part + added if last else part)) > 255:
+            adds = f" (with the {added} chillfl adds)" if last and added else ""
+            raise ConfigError(field, f"a path component is longer than 255 bytes{adds}: {part[:40]!r}...")
 
 
 def _read_only(folder: Path) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from chillfl.errors import ConfigError
-from chillfl.paths import check_writable_dir, home_path
+from chillfl.paths import check_name_lengths, check_writable_dir, home_path
 
 OUT = "--out"
 """The one spelling (with ``-o``); its error lines name it."""
@@ -46,6 +46,7 @@ def check_folder(out: str, field: str = OUT) -> Path:
     """An output folder that can be written (made later), checked before anything is computed: one line naming ``field``.
     Why the suffix: ``-o reliability.png`` made a folder of that name, the files inside it."""
     folder = Path(out)
+    check_name_lengths(out, field)  # before exists(), which raises for a component over 255 bytes
     if out and not folder.exists() and folder.suffix.lower() in FILE_SUFFIXES:
         raise ConfigError(field, f"is the folder the files are written into, got {out}, a file name ({folder.suffix}); give a folder")
     check_writable_dir(out, field)  # empty, under a file, on /proc, read-only: one line, not a traceback

@@ -65,7 +65,7 @@ from chillfl.storage.run_state import is_sweep
 from chillfl.engine.protocol import protocol_layers
 from chillfl.errors import ConfigError, json_loads, one_line
 from chillfl.analysis.labels import unique_label
-from chillfl.paths import shell_path
+from chillfl.paths import check_name_lengths, shell_path
 from chillfl.data import FederatedData
 from chillfl.experiment import Experiment, build_data, build_experiment, build_initial_model, build_protocol, make_executor, resolve_device
 from chillfl.protocols.parameters import ParameterSharing
@@ -423,6 +423,7 @@ def check_out(run_dirs: Sequence[str | Path], out: str | None) -> Path | None:
         return None
     folder = Path(out) if out is not None else Path(run_dirs[0]) / "analysis"
     default = "" if out is not None else " (the default, under the first RUN_DIR; -o DIR writes elsewhere)"
+    check_name_lengths(folder, "--out")  # is_symlink/exists raise for a component over 255 bytes (a traceback)
     if out is None and folder.is_symlink():  # a received run folder's link would send the files wherever it points
         raise ConfigError("--out", f"{folder} is a symbolic link; the default output folder is not followed out of a run folder{default}")
     try:

@@ -91,9 +91,10 @@ def figure_file(output: str, field: str) -> Path:
 
     from chillfl.errors import ConfigError
     from chillfl.options import short_path
-    from chillfl.paths import names_folder
+    from chillfl.paths import check_name_lengths, names_folder
 
     path = Path(output)
+    check_name_lengths(output, field, ("" if path.suffix else ".png") + ".tmp")  # is_dir() raises for one over 255 bytes; written as NAME.tmp
     if path.is_dir():  # before the suffix: a folder's name would otherwise become folder.png beside it
         raise ConfigError(field, f"{output} is a folder; give a .png file path")
     if names_folder(output):  # `-o new/`, new not there yet: Path() drops the slash, and new.png was written beside it

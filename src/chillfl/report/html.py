@@ -1266,9 +1266,10 @@ def write_report(run_dirs: Sequence[str | Path], out: str | Path, title: str | N
     """Render the page, then write it atomically (:func:`~chillfl.storage.checkpoint.write_atomic`): a failed write (disk
     full, a file-size limit, a signal) removes its ``.tmp`` and leaves an older ``out`` as it was, and is one
     :class:`~chillfl.errors.StorageError` line. It wrote ``OUT.partial`` with ``write_text`` and left it (a traceback)."""
-    from chillfl.paths import check_writable_dir, names_folder
+    from chillfl.paths import check_name_lengths, check_writable_dir, names_folder
 
     path, raw = Path(out), os.fspath(out)
+    check_name_lengths(raw, "--output", ".tmp")  # written as OUT.tmp, then renamed
     if path.is_dir():
         raise ConfigError("--output", f"{path} is a folder; give an .html file path")
     if names_folder(raw):  # Path() drops the slash: `-o new/` wrote a file `new`

@@ -121,12 +121,17 @@ def diverged_at(path: Path) -> str:
 
 
 def load_run(run_dir: str | Path, field: str = "run_dir") -> RunConfig:
-    """The saved config of a finished run folder (ConfigError naming ``field`` when it is not one)."""
+    """The saved config of a finished run folder (ConfigError naming ``field`` when it is not one), its relative
+    ``data_dir`` and ``partition.from`` read from the folder the run was started in, as ``chillfl resume`` reads them
+    (:func:`~chillfl.partition_refusal.started_in`, :meth:`~chillfl.config.RunConfig.paths_from`): typed in another
+    folder, an analysis of a run on the default ``data_dir = "data"`` was sent to download the data it had."""
+    from chillfl.partition_refusal import started_in
+
     path = Path(run_dir)
     check_not_comparison(path, field)
     if not (path / "config.toml").is_file():
         raise ConfigError(field, f"{path} is not a chillfl run folder (no config.toml)")
-    return load_config(path / "config.toml")
+    return load_config(path / "config.toml").paths_from(started_in(path))
 
 
 def saved_config_data(run_dir: str | Path, field: str = "run_dir") -> dict[str, Any]:

@@ -771,7 +771,10 @@ def partition_figure(run: Run) -> str | None:
     report's time at 20,000 clients."""
     from chillfl.plots.figure import literal  # lazy: matplotlib is the `plots` extra
 
-    config = replace(run.config, eval=replace(run.config.eval, clients="none"))
+    from chillfl.partition_refusal import started_in
+
+    here = run.config.paths_from(started_in(run.folder))  # relative data_dir / partition.from: where the run was started, as resume reads them
+    config = replace(here, eval=replace(here.eval, clients="none"))
     try:
         data = build_data(config)
     except PluginNotImported:  # e.g. a plugin's soft-label method (its public pool): the caller names it in its note

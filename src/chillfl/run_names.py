@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Final, Protocol
 
 from chillfl.errors import json_loads
-from chillfl.config import safe_name
+from chillfl.config import MAX_NAME_BYTES, safe_name
 from chillfl.paths import FAILED, PARTIAL, read_own_file
 from chillfl.storage.run_folder import SWEEP_FILE
 from chillfl.tune import Point, parse_tune, point_label
@@ -166,11 +166,25 @@ def names_fit(names: Sequence[str]) -> bool:
 def run_name(variant: Named, point: Mapping[str, Any], seed: int | None, long: bool = False) -> str:
     """A run's folder name in a comparison: ``fedavg-lr0.01-s0`` (``long``: the full label, for when short names collide)."""
     if long:
-        return safe_name(", ".join(x for x in (variant.label, point_label(point), "" if seed is None else f"seed{seed}") if x))
-    parts = [variant.short or safe_name(variant.label), *(short_setting(k, v) for k, v in point.items())]
+        return _label_cut(variant.label, "".join(f", {x}" for x in (point_label(point), "" if seed is None else f"seed{seed}") if x))
+    parts = [short_setting(k, v) for k, v in point.items()]
     if seed is not None:
         parts.append(f"s{seed}")
-    return safe_name("-".join(parts))
+    return _label_cut(variant.short or safe_name(variant.label), "".join(f"-{x}" for x in parts))
+
+
+def _label_cut(label: str, suffix: str) -> str:
+    """``safe_name(label + suffix)``, where it is over the folder name's bytes (``MAX_NAME_BYTES``) with ``label`` cut,
+    never ``suffix`` (the tuning point and seed). Why: the whole was cut from the right, so a long label's runs of every
+    point and seed got one folder name, refused as "labels that differ" for a single label."""
+    whole, end = safe_name(label + suffix), safe_name(suffix) if suffix else ""  # safe_name("") is "variant"
+    if whole.endswith(end):
+        return whole
+    label = label[:MAX_NAME_BYTES]  # over the limit: no more of it than the bytes there are fits
+    while label and not whole.endswith(end):
+        label = label[:-1]
+        whole = safe_name(label + suffix)
+    return whole
 
 
 def variant_points(shared: Mapping[str, Any], variant: Named) -> list[Point]:

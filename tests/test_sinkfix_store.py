@@ -180,3 +180,23 @@ def test_a_dry_run_at_mlflows_default_store_writes_nothing(tmp_path: Path, monke
     monkeypatch.chdir(tmp_path)
     assert main(["run", str(_config_file(tmp_path, "dflt", "")), "--dry-run"]) == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["dflt.toml"]
+
+
+def test_the_probe_asks_under_the_users_own_retry_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timeout or retry count the user set is the probe's too: a server known to answer in 11 s was refused under a
+    forced 10 s (rev116d 4); unset, the probe's own one try of 10 s."""
+    mlflow_tracking = pytest.importorskip("mlflow.tracking")
+    seen: list[tuple[str | None, str | None]] = []
+
+    class Client:
+        def __init__(self, tracking_uri: str | None = None) -> None:
+            seen.append((os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT"), os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")))
+
+        def get_experiment_by_name(self, name: str) -> None:
+            return None
+
+    monkeypatch.setattr(mlflow_tracking, "MlflowClient", Client)
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    sinks.check_mlflow_store("http://127.0.0.1:1", "chillfl")
+    assert seen == [("120", "0")] and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "120" and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ

@@ -59,7 +59,7 @@ from chillfl.plots.stop import STOP_EVALUATION  # matplotlib-free: the summary's
 from chillfl.storage.run_folder import CHECKPOINT, CLIENT_MODELS as CLIENT_MODELS, MODEL as MODEL, open_for_resume, run_metadata
 from chillfl.engine.view import RoundHook, RunView
 from chillfl.environment import CHUNKED, COMPARED, NO_CODE, ResumedSetup, as_comment, changes, differences, environment, lacks_code
-from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, signal_in, stopped_as
+from chillfl.errors import ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, loss_hint, signal_in, stopped_as
 from chillfl.once import once_per_call, warn_once
 from chillfl.options import warn_unread
 from chillfl.paths import shell_path
@@ -78,6 +78,7 @@ from chillfl.models.inputs import check_index_rows, index_readers
 from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.progress import Progress, make_bar
 from chillfl.stderr import say
+from chillfl.protocols.book import run_suspects
 from chillfl.protocols.common import Evaluation
 from chillfl.protocols.registry import protocol_of
 from chillfl.sinks import build_sinks, check_mlflow_store, close_sinks
@@ -713,7 +714,8 @@ def _run_rounds(
                 empty=exp.data.without_training_rows(),
             )
             bar = make_bar(progress, rounds, done, label or config.name)
-            watch = LossWatch(config.strict, records, name=config.name if label else None)  # a comparison's run (or a resume) names itself
+            # a comparison's run (or a resume) names itself; the hint leads with the run's privacy noise or attack
+            watch = LossWatch(config.strict, records, name=config.name if label else None, hint=loss_hint(run_suspects(config)))
             with bar:
                 for record in loop:
                     watch.observe(record)
@@ -1060,7 +1062,7 @@ def rounds_for(exp: Experiment) -> Callable[[Experiment], Iterator[dict[str, Any
     def rounds(e: Experiment) -> Iterator[dict[str, Any]]:
         protocol = build_protocol(e)
         executor = make_executor(e, protocol)
-        watch = LossWatch(e.config.strict)
+        watch = LossWatch(e.config.strict, hint=loss_hint(run_suspects(e.config)))
         try:
             for record in run_rounds(
                 protocol, executor, seed=e.config.seed, num_clients=e.data.num_clients,

@@ -125,9 +125,12 @@ class LossWatch:
     """Watches each round's ``train_loss``; ``records``: the rounds already run (a resumed run's). ``name``: the run the
     warning names, where several runs share one stderr (a comparison's: its "diverged" lines name theirs)."""
 
-    def __init__(self, strict: bool, records: Iterable[Mapping[str, Any]] = (), name: str | None = None) -> None:
+    def __init__(self, strict: bool, records: Iterable[Mapping[str, Any]] = (), name: str | None = None, hint: str = LOSS_HINT) -> None:
         self.strict = strict
         self.name = name
+        self.hint = hint
+        """What to change, said with a blown-up loss: :data:`~chillfl.errors.LOSS_HINT`, led by the run's own suspects
+        (its ``[privacy]`` noise, its attack: :func:`~chillfl.errors.loss_hint`) where the run has them."""
         begun = next((r for r in records if r.get("train_loss") is not None), None)  # a resume's round 1, from its metrics.jsonl
         self.first: float | None = None if begun is None else float(begun["train_loss"])
         self.first_t1: float | None = None if begun is None else t1_loss(begun)
@@ -150,7 +153,7 @@ class LossWatch:
             if self.first is None:
                 self.first, self.first_t1 = float(loss), now
             if why is not None and not self.warned:
-                self._report(record, f"training loss {float(loss):.3g} {why} ({LOSS_HINT})")
+                self._report(record, f"training loss {float(loss):.3g} {why} ({self.hint})")
                 self.warned = True
         evaluated = record.get("global_loss")  # NaN logits (a variance below 0, weights blown up): the accuracy is NaN too
         if evaluated is not None and not math.isfinite(float(evaluated)) and not self.warned_global:
@@ -160,7 +163,7 @@ class LossWatch:
         local = record.get("local_loss")
         if local is not None and not (float(local) <= LOSS_CEILING) and not self.warned_local:  # NaN too: a client's own model's logits are not finite
             why = f"is above {LOSS_CEILING:g}" if math.isfinite(float(local)) else "is not finite (a client's own model gives non-finite logits)"
-            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) {why} ({LOSS_HINT})")
+            self._report(record, f"local loss {float(local):.3g} (the clients' own models on their own splits) {why} ({self.hint})")
             self.warned_local = True
 
     def _report(self, record: Mapping[str, Any], what: str) -> None:

@@ -78,13 +78,14 @@ from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import ClientCodeError, WorkerError, out_of_memory
 from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
 from chillfl.storage.results import ResultWriter, remove_tree
-from chillfl.errors import ConfigError, failure_line, framed
+from chillfl.errors import ConfigError, failure_line, framed, loss_hint
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
 from chillfl.flower.state import client_states_record, load_client_state, save_client_state
 from chillfl.flower.wire import ClientFailure, Refusal, StatesRequest, decode, encode
 from chillfl.models.registry import caller_dtype, float32_default
 from chillfl.once import once_per_call, said_once
 from chillfl.plugins import is_custom
+from chillfl.protocols.book import run_suspects
 from chillfl.protocols.registry import protocol_of
 from chillfl.resolve import resolved
 from chillfl.runner import RunInterrupted, check_sinks, close_run_sinks, device_settings, run_sinks, finish_run, write_folder_start
@@ -598,7 +599,7 @@ def _run_server(config: RunConfig, grid: Any, min_nodes: int, exp: Any, protocol
         protocol.close()
         raise
     records: list[dict[str, Any]] = []
-    watch = LossWatch(config.strict)  # the loss-health check chillfl run's loop makes (exploding or non-finite losses)
+    watch = LossWatch(config.strict, hint=loss_hint(run_suspects(config)))  # the loss-health check chillfl run's loop makes (exploding or non-finite losses)
     sinks: list[Any] = []
     trained = False  # every round ran: a later failure (a sink, the client states, the files) keeps the folder
     try:

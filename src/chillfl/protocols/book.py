@@ -18,6 +18,7 @@ from chillfl.engine.ledger import CommunicationLedger
 from chillfl.engine.record import Json
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
 from chillfl.aggregation.registry import algorithm_spec
+from chillfl.config import RunConfig
 from chillfl.errors import ConfigError, Diverged, loss_hint
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message, server_step_hint
 from chillfl.temperature.policy import TemperaturePolicy
@@ -27,6 +28,18 @@ from chillfl.temperature.registry import trains_at
 SERVER_STEP_OPTIONS = ("server_lr", "global_lr")
 """Options of an aggregator's table that size its server step (FedOpt's and FedAvgM's ``server_lr``, SCAFFOLD's
 ``global_lr``): what a server-step blow-up is sent to where the method takes them."""
+
+
+def run_suspects(config: RunConfig) -> list[str]:
+    """What a run adds that can blow the model up by itself, each as what to lower or check: ``[privacy]``'s noise
+    (sigma x C) and ``[attack]``'s forged updates. Why: a blow-up by ``privacy.noise_multiplier = 1e30`` was blamed on
+    ``client.lr``, or on server-side step options plain FedAvg does not have; the loss-health warnings read it too."""
+    out = []
+    if config.privacy.enabled:
+        out.append(f"privacy.noise_multiplier or privacy.clip_norm ([privacy] mechanism = {config.privacy.mechanism!r} adds noise of scale sigma x C)")
+    if config.attack.enabled:
+        out.append(f"the attack's strength (attack.kind = {config.attack.kind!r} and its options)")
+    return out
 
 
 class ServerBook:
@@ -71,16 +84,8 @@ class ServerBook:
         return self.server_step() or loss_hint([f"lower {cause}" for cause in self.suspects()])
 
     def suspects(self) -> list[str]:
-        """What this run adds that can blow the model up by itself, each as what to lower or check: ``[privacy]``'s
-        noise (sigma x C) and ``[attack]``'s forged updates. Why: a blow-up by ``privacy.noise_multiplier = 1e30`` was
-        blamed on ``client.lr``, or on server-side step options plain FedAvg does not have."""
-        config = self.evaluation.config
-        out = []
-        if config.privacy.enabled:
-            out.append(f"privacy.noise_multiplier or privacy.clip_norm ([privacy] mechanism = {config.privacy.mechanism!r} adds noise of scale sigma x C)")
-        if config.attack.enabled:
-            out.append(f"the attack's strength (attack.kind = {config.attack.kind!r} and its options)")
-        return out
+        """What this run adds that can blow the model up by itself (:func:`run_suspects`)."""
+        return run_suspects(self.evaluation.config)
 
     def step_options(self) -> list[str]:
         """The options of the run's aggregator that size its server step (:data:`SERVER_STEP_OPTIONS`), read from its

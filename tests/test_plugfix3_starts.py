@@ -69,6 +69,42 @@ class PickClusterWithStart(PickCluster):
 class Copies(FedAvg):
     def client_half(self):
         return CopyHalf()
+
+
+HEAD = frozenset({"head.weight", "head.bias"})
+
+
+@dataclass(frozen=True)
+class OwnHeadHalf(Stateless):
+    def prepare(self, state, start, context):  # the FedPer pattern: its own head in place of the sent one
+        return {k: (v + 1.0 if k in HEAD else v) for k, v in start.items()}, dict(context)
+
+
+@dataclass(frozen=True)
+class KeptHeadHalf(OwnHeadHalf):
+    def kept_entries(self):  # declared kept (KeepsEntries): the server knows the client does not start from its head
+        return HEAD
+
+
+class KeepsHead(FedAvg):
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_half(self):
+        return KeptHeadHalf()
+
+
+class BodyOnly(FedAvg):
+    capabilities = Capabilities(takes_weights=True)
+
+    def client_half(self):
+        return OwnHeadHalf()
+
+    def aggregated_keys(self, g):  # the head is not aggregated (AggregatesPart): the server never reads its uploads
+        return tuple(k for k in g if k not in HEAD)
+
+    def aggregate(self, g, results, rnd, weights=None):
+        new = super().aggregate(g, results, rnd, weights)
+        return {k: (g[k] if k in HEAD else v) for k, v in new.items()}
 '''
 
 BASE: dict[str, Any] = {"seed": 0, "dataset": {"name": "digits"}, "model": {"name": "mlp", "hidden": [8]}, "device": "cpu", "executor": "sequential",
@@ -93,9 +129,34 @@ def test_a_start_picked_in_prepare_without_client_start_is_refused_under_an_atta
 
 
 @pytest.mark.parametrize("name,extra", [("PickCluster", {}), ("PickClusterWithStart", ATTACK), ("PickClusterWithStart", PRIVACY), ("Copies", ATTACK)])
-def test_no_refusal_without_a_reader_with_client_start_or_with_an_equal_start(plugin: Path, name: str, extra: dict[str, Any]) -> None:
-    out = chillfl.run(config={**BASE, **extra, "algorithm": {"name": f"plugfix3_pick:{name}"}}, write=False, progress=False)
-    assert len(out.records) == 2
+def test_no_refusal_without_a_reader_with_client_start_or_with_an_equal_start(plugin: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                            extra: dict[str, Any]) -> None:
+    config = {**BASE, **extra, "algorithm": {"name": f"plugfix3_pick:{name}"}}
+    out = chillfl.run(config=config, write=False, progress=False)
+    assert [r["round"] for r in out.records] == [1, 2]
+    assert out.records == without_the_check(monkeypatch, config)
+
+
+def without_the_check(monkeypatch: pytest.MonkeyPatch, config: dict[str, Any]) -> list[dict[str, Any]]:
+    """The run's records with :meth:`ParameterSharing.refuse_moved_start` a no-op: what a start the check lets through
+    must give, bit for bit (the check only refuses; it never changes what the run reads)."""
+    from chillfl.protocols.parameters import ParameterSharing
+
+    with monkeypatch.context() as m:
+        m.setattr(ParameterSharing, "refuse_moved_start", lambda self, client_id, moved, read: None)
+        return chillfl.run(config=config, write=False, progress=False).records
+
+
+@pytest.mark.parametrize("name,extra", [("KeepsHead", ATTACK), ("KeepsHead", PRIVACY), ("BodyOnly", ATTACK), ("BodyOnly", PRIVACY)])
+def test_a_moved_start_on_a_kept_or_an_unaggregated_entry_is_not_refused(plugin: Path, monkeypatch: pytest.MonkeyPatch, name: str,
+                                                                        extra: dict[str, Any]) -> None:
+    """Both exemptions of the refusal: a head the half declares it keeps (``kept_entries``) and one the aggregator does
+    not aggregate (outside ``aggregated_keys``) are moved by ``prepare`` in every round, and neither is what an attack
+    forges from or a clip bounds; the run is the one the check would give if it were not there."""
+    config = {**BASE, **extra, "algorithm": {"name": f"plugfix3_pick:{name}"}}
+    out = chillfl.run(config=config, write=False, progress=False)
+    assert [r["round"] for r in out.records] == [1, 2]
+    assert out.records == without_the_check(monkeypatch, config)
 
 
 def test_built_in_ifca_under_an_attack_runs() -> None:

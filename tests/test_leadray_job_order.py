@@ -55,3 +55,17 @@ def test_bad_input_met_first_is_raised_as_itself() -> None:
     raised = _round({"ref0": _task_error(ray_executor.ClientFailed(12, "RuntimeError: boom")),
                      "ref1": _task_error(ray_executor.ClientFailed(11, str(refused), refused=refused))}, [[0, 2], [1, 3]])
     assert type(raised) is ConfigError and str(raised) == str(refused)  # job 1 (client 11) before job 2 (client 12): exit 2
+
+
+def test_a_bare_config_error_is_ordered_by_its_actors_first_job_against_another_actors_client_error() -> None:
+    # a ConfigError raised outside client_named (no ClientFailed around it) names no client: it is ordered by its actor's
+    # first job. Actor 1 holds jobs 0 and 2, actor 0 jobs 1 and 3 (client 11's failure): job 0 comes first, so exit 2
+    refused = ConfigError("dataset.name", "a context key the client cannot read")
+    raised = _round({"ref0": _task_error(ray_executor.ClientFailed(11, "RuntimeError: later job")),
+                     "ref1": _task_error(refused)}, [[1, 3], [0, 2]])
+    assert type(raised) is ConfigError and str(raised) == str(refused)
+    # and the other way round: the client's own error in job 0 comes before the bare ConfigError of actor 0 (job 1)
+    raised = _round({"ref0": _task_error(refused),
+                     "ref1": _task_error(ray_executor.ClientFailed(10, "RuntimeError: first job"))}, [[1, 3], [0, 2]])
+    assert type(raised) is ClientCodeError
+    assert str(raised) == "Ray worker 1 (client 10): a client update failed: RuntimeError: first job"

@@ -55,3 +55,23 @@ def test_a_flagged_reference_is_said_where_a_rounds_part_reads_it() -> None:
 def test_trained_global_models_add_nothing() -> None:
     claim = Claim("flexchill", "P beats FedAvg", "demo", "P", "FedAvg")
     assert "global-model caveat" not in _outcome(claim, [_row("FedAvg", [0.0] * 3), _row("P", [0.03, 0.04, 0.05])]).measured
+
+
+def test_a_flagged_baseline_is_said_in_the_measured_cell() -> None:
+    # the paired difference reads the baseline's accuracy as much as the variant's: a FedRep/FedBN baseline's row is read
+    claim = Claim("flexchill", "P beats B", "demo", "P", "B")
+    rows = [_row("B", [0.0] * 3, PARTIAL_GLOBAL_MODEL), _row("P", [0.03, 0.04, 0.05])]
+    o = _outcome(claim, rows)
+    line = global_model_caveat(rows, "B")
+    assert line is not None and line.startswith("global-model caveat: 'B' keeps a model of its own on each client")
+    assert o.verdict == "reproduces" and o.measured.endswith(f"; {line}")
+
+
+def test_a_rounds_claim_with_no_reference_reads_the_baseline_as_the_reference() -> None:
+    # no reference: the rounds part's target is the baseline's best accuracy, so the baseline is said as the reference
+    claim = Claim("flexchill", "P in fewer rounds", "demo", "P", "B", paper_speedup=2.0)
+    rows = [_row("B", [0.0] * 3, NO_GLOBAL_MODEL), _row("P", [0.03, 0.04, 0.05])]
+    o = _outcome(claim, rows)
+    assert o.measured.endswith("; global-model caveat: 'B' keeps no global model: its accuracy is the mean of its clients' own models on "
+                               "the global test set, not one model's accuracy (docs/baselines.md). 'B' is the baseline and the reference, so "
+                               "every row's diff and rounds to target are against its number, not a global model's.")

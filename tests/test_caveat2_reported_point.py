@@ -4,13 +4,21 @@ caveat does (:func:`chillfl.sweeps.run.reported_configs`), not the variant's own
 A variant tuned to another temperature, clip norm or delta than its own config's ran with that point's value: the
 step-size, controls and epsilon caveats judged the config it did not run with (a T = 1 variant tuned to T = 0.5 beside
 a T = 1 baseline at one shared lr had no step-size caveat; one at T = 0.5 tuned to T = 1 had one naming a step size
-that no row took)."""
+that no row took).
+
+The steering caveat reads the reported point too, but no config reaches a point where that differs from the variant's own
+config: it speaks only where ``eval.validation = 0``, a tuned comparison refuses a variant without a validation split
+(``check_selectable``), and no ``eval.*`` key can be tuned (``chillfl.tune``'s ``EVALUATION_PREFIX``). The test-set
+caveat's other field, ``dataset``, can be: a variant's own grid over ``dataset.test_fraction`` (below)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+import chillfl.sweeps.run as sweep_run
 
 from chillfl.sweeps.plan import CompareOptions
 from chillfl.sweeps.run import run_compare
@@ -41,11 +49,26 @@ def test_the_controls_caveat_reads_the_tuned_clip_norm(tmp_path: Path) -> None:
             "for plain SGD (momentum included), not with client.clip_norm = 1 (it clips the gradient x 1/T to one norm, not the step)") in result.table
 
 
-def test_the_epsilon_caveat_reads_the_tuned_delta(tmp_path: Path) -> None:
+def test_the_epsilon_caveat_reads_the_tuned_delta(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    units: list[Any] = []  # privacy_utility.png's marks, as write_tables hands them to the figures (not drawn here)
+    monkeypatch.setattr(sweep_run, "write_compare_figures", lambda *args, **kwargs: units.append(args[5]))
+    monkeypatch.setattr(sweep_run, "write_band_figures", lambda *args, **kwargs: units.append(args[7]))  # one seed: either
     variants = ('[variants."clean"]\nalgorithm = { name = "fedavg" }\n'
                 '[variants."dp"]\nprivacy = { mechanism = "dp-fedavg", delta = 1e-5 }\ntune = { "privacy.delta" = [0.001] }\n')
     result = run_compare(_config(tmp_path, variants, {**VALIDATED, "federation.sampling": "poisson"}), [], options=CompareOptions(seeds=[0]),
-                         progress=False, write=False)
+                         progress=False, write=True)
     assert next(r for r in result.rows if r["variant"] == "dp")["tuned"] == {"privacy.delta": 0.001}
     assert "dp-fedavg (add_remove neighbours, delta = 0.001): 'dp'." in result.table
     assert "delta = 1e-05" not in result.table
+    assert units == [{"dp": "dp-fedavg (add_remove neighbours, delta = 0.001)"}]
+
+
+@pytest.mark.parametrize(("own", "point", "warned"), [(0.2, 0.3, True), (0.3, 0.2, False)])
+def test_the_test_set_caveat_reads_the_tuned_dataset(tmp_path: Path, own: float, point: float, warned: bool) -> None:
+    # "b" is tuned to another test fraction than its own: it is scored on other test rows than "a" exactly where its
+    # reported point's fraction is not a's 0.2
+    variants = ('[variants."a"]\n"dataset.test_fraction" = 0.2\n'
+                f'[variants."b"]\n"dataset.test_fraction" = {own}\ntune = {{ "dataset.test_fraction" = [{point}] }}\n')
+    result = run_compare(_config(tmp_path, variants, VALIDATED), [], options=CompareOptions(seeds=[0]), progress=False, write=False)
+    assert next(r for r in result.rows if r["variant"] == "b")["tuned"] == {"dataset.test_fraction": point}
+    assert ("test-set caveat: the variants differ in dataset, so each is scored on other test rows" in result.table) is warned

@@ -15,6 +15,8 @@ from chillfl.progress import ELLIPSIS, shortened
 ACUTE = "\u0301"  # combining acute accent
 ZWJ = "\u200d"
 CODER = "\U0001F469" + ZWJ + "\U0001F4BB"  # woman technologist: woman (2 columns), ZWJ (1), laptop (2)
+THUMB = "\U0001F44D\U0001F3FD"  # thumbs up (2 columns) and a medium skin tone (2): the tone is category Sk, not a mark
+ENGLAND = "\U0001F3F4" + "".join(chr(c) for c in (0xE0067, 0xE0062, 0xE0065, 0xE006E, 0xE0067, 0xE007F))  # a black flag and tags (Cf)
 FR, DE = "\U0001F1EB\U0001F1F7", "\U0001F1E9\U0001F1EA"  # flags: two regional indicators each (1 column each)
 
 
@@ -27,6 +29,10 @@ FR, DE = "\U0001F1EB\U0001F1F7", "\U0001F1E9\U0001F1EA"  # flags: two regional i
     ("abcd\u2764\ufe0fefghij", 10, "abcd~ghij"),  # was abcd❤~ghij: the heart without its emoji selector
     ("abc" + FR + DE + "defghij", 8, "abc~hij"),  # was abc🇫~hij: half a flag
     ("abc" + FR + DE + "defghij", 10, "abc" + FR + "~ghij"),  # between two flags: a cut as good as any
+    ("ab" + THUMB + "cdefghijkl", 8, "ab~jkl"),  # not ab👍~jkl: the thumb without its skin tone
+    ("abcdefghij" + THUMB + "xy", 9, "abcd~xy"),  # not abcd~\U0001F3FDxy: the skin tone alone after the ~
+    ("ab" + ENGLAND + "cdefghijkl", 10, "ab~ijkl"),  # not ab🏴\U000E0067~ijkl: the flag cut inside its tags
+    ("abcdefghij" + ENGLAND + "xy", 9, "abcd~xy"),  # not abcd~\U000E0067\U000E007Fxy: tags without their flag
     ("abcd\u0915\u093fefghij", 10, "abcd~ghij"),  # a Devanagari vowel sign: a spacing mark, whose combining class is 0
     ("abcdefghij", 7, "abc~hij"),  # no cluster: as before
 ])
@@ -35,8 +41,9 @@ def test_the_cut_keeps_clusters_whole_and_within_the_columns(name: str, columns:
     assert said == cut
     assert disp_len(said) <= columns
     head, _, tail = said.partition(ELLIPSIS)
-    for edge in (head[-1:], tail[:1]):  # no mark, ZWJ or selector at either side of the ~
+    for edge in (head[-1:], tail[:1]):  # no mark, ZWJ, selector, skin tone or tag at either side of the ~
         assert edge not in (ZWJ, "\ufe0f") and not unicodedata.combining(edge or "a"), said
+        assert not 0x1F3FB <= ord(edge or "a") <= 0x1F3FF and not 0xE0020 <= ord(edge or "a") <= 0xE007F, said
 
 
 def test_the_bar_draws_a_name_of_accents_cut_between_letters() -> None:

@@ -84,3 +84,9 @@ def test_an_id_column_that_is_no_utf8_is_one_line() -> None:
     bad = pa.Array.from_buffers(pa.string(), 2, [None, pa.py_buffer(np.array([0, 2, 3], np.int32).tobytes()), pa.py_buffer(b"\xff\xfeA")])
     with pytest.raises(ConfigError, match="column 'character_id' is not valid UTF-8"):  # was a UnicodeDecodeError traceback
         leaf_hub._ids(pa.table({"character_id": bad}), "character_id")
+
+
+def test_a_null_id_is_refused_not_made_a_client_of_its_own() -> None:
+    with pytest.raises(ConfigError, match=r"1 rows have no 'character_id' \(null\); every row needs its client's id") as info:
+        leaf_hub._ids(pa.table({"character_id": ["a", None, "b"]}), "character_id")
+    assert info.value.field == f"{leaf_hub.SECTION}.path"

@@ -51,6 +51,14 @@ def test_a_value_with_spaces_stays_whole_when_narrowed() -> None:
     assert caps_of(caps, KERNEL_CAPS, ("NPY_DISABLE_CPU_FEATURES",)) == "NPY_DISABLE_CPU_FEATURES=X86_V4 AVX512_ICL"
     assert caps_of(caps, KERNEL_CAPS, ("MKL_CBWR", "OPENBLAS_CORETYPE")) == "MKL_CBWR=AVX2 OPENBLAS_CORETYPE=Haswell"
     assert caps_of(caps, KERNEL_CAPS, ("ONEDNN_MAX_CPU_ISA",)) is None and caps_of(None, KERNEL_CAPS, KERNEL_CAPS) is None
+    # a word holding "=" whose name is no tracked variable continues the value before it: it starts no variable
+    assert caps_of("NPY_DISABLE_CPU_FEATURES=X86_V4 X=Y MKL_CBWR=AVX2", KERNEL_CAPS, ("NPY_DISABLE_CPU_FEATURES",)) == "NPY_DISABLE_CPU_FEATURES=X86_V4 X=Y"
+
+
+def test_a_record_without_kernel_caps_leaves_the_other_whole() -> None:
+    # a saved record from before kernel_caps was recorded says nothing of it: nothing to narrow, nothing to compare
+    # (narrowing it anyway read its absent value)
+    assert differences({"torch": "2.5.1"}, _now(OPENBLAS_CORETYPE="Haswell")) == []
 
 
 def test_the_record_names_what_it_tracked_but_the_config_comment_does_not(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from chillfl.data.arraycache import fingerprint
 
 
@@ -44,3 +46,21 @@ def test_a_link_to_itself_is_keyed_by_its_target_not_a_traceback(tmp_path: Path)
     os.remove(source / "self.csv")
     (source / "self.csv").symlink_to("other.csv")
     assert fingerprint(source) != key
+
+
+def test_an_unreadable_regular_file_is_an_error_not_keyed_as_a_link(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a link's ``stat`` failure is keyed by its target: one of a regular file (EACCES under a folder the user may
+    not search) is raised, not hashed as ``->`` of a readlink that itself fails. Faked, as root reads any folder."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "x.csv").write_text("1\n")
+    real_stat = Path.stat
+
+    def stat(self: Path, *, follow_symlinks: bool = True) -> os.stat_result:
+        if self.name == "x.csv" and follow_symlinks:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_stat(self, follow_symlinks=follow_symlinks)
+
+    monkeypatch.setattr(Path, "stat", stat)
+    with pytest.raises(PermissionError):
+        fingerprint(source)

@@ -108,6 +108,20 @@ def test_a_copy_and_a_folder_holding_a_users_file_are_kept(tmp_path: Path) -> No
     assert (holding / "README.txt").read_text() == "kept\n" and (copy / "meta.json").is_file()
 
 
+def test_an_old_entry_holding_a_link_named_as_a_cache_file_is_kept(tmp_path: Path) -> None:
+    """A link named ``x_test.npy`` is no file the cache wrote: the folder it stands in may be a user's, and is kept."""
+    source = tmp_path / "data.parquet"
+    source.write_bytes(b"PAR1")
+    holding = old_entry(tmp_path, "toy", EMPTY)
+    mine = tmp_path / "mine.npy"
+    mine.write_bytes(b"the user's array")
+    os.remove(holding / "x_test.npy")
+    (holding / "x_test.npy").symlink_to(mine)
+    made = _load(tmp_path, source)
+    assert _entries(tmp_path) == made | {holding.name}
+    assert (holding / "x_test.npy").is_symlink() and mine.read_bytes() == b"the user's array"
+
+
 def test_an_entry_the_current_code_wrote_is_kept_though_its_lineage_is_an_old_one(tmp_path: Path) -> None:
     """Folder b's current fingerprint is folder a's older one (the same file, size and mtime; a's link unseen then): b's
     entry, written now, records its fingerprint version and is never taken for a's old one."""

@@ -82,14 +82,19 @@ def test_evaluate_is_the_built_ins_loss_and_is_exported() -> None:
 
 
 def test_a_half_reports_its_loss_with_the_exported_evaluate(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A q-FFL-style report with nothing but chillfl.extend (``Trained`` has no loss of its own)."""
+    """A q-FFL-style report with nothing but chillfl.extend (``Trained`` has no loss of its own): each client's loss of
+    the model it started from, which in the one round is the sent global model (not the client's trained one)."""
     from chillfl.extend import FedAvg, Stateless, evaluate
 
-    reports: list[float] = []
+    reports: dict[int, float] = {}
+    data_of: dict[int, tuple[Any, Any]] = {}
+    sent: list[Any] = []
+    uploads: dict[int, Any] = {}
 
     @dataclass(frozen=True)
     class LossHalf(Stateless):
         def finish(self, model: nn.Module, state: Any, trained: Any) -> Any:
+            data_of[trained.client_id] = (trained.x, trained.y)  # the sequential executor: the same process
             return {}, {"start_loss": evaluate(model, trained.start, trained.x, trained.y)[1]}
 
     class Reads(FedAvg):
@@ -97,8 +102,14 @@ def test_a_half_reports_its_loss_with_the_exported_evaluate(tmp_path: Any, monke
             return LossHalf()
 
         def aggregate(self, global_params: Any, results: Any, round: int, weights: Any = None) -> Any:
-            reports.extend(float(r.report["start_loss"]) for r in results)
+            sent.append({k: v.clone() for k, v in global_params.items()})
+            reports.update({r.client_id: float(r.report["start_loss"]) for r in results})
+            uploads.update({r.client_id: r.params for r in results})
             return super().aggregate(global_params, results, round, weights)
 
-    chillfl.run(config=CONFIG, aggregator=Reads(), write=False, progress=False)
-    assert len(reports) == 3 and all(r > 0 for r in reports)
+    out = chillfl.run(config=CONFIG, aggregator=Reads(), write=False, progress=False)
+    assert sorted(reports) == [0, 1, 2] and len(sent) == 1
+    for cid, loss in reports.items():
+        x, y = data_of[cid]
+        assert loss == pytest.approx(evaluate(out.model, sent[0], x, y)[1], rel=1e-6)
+        assert loss != pytest.approx(evaluate(out.model, uploads[cid], x, y)[1], rel=1e-6)  # not the trained model's

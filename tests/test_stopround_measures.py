@@ -77,3 +77,27 @@ def test_an_attacks_success_is_measured_at_a_stop_round_that_recorded_none() -> 
         assert stop_evaluated(exp, exp.config, protocol, kept)[-1]["attack_success_rate"] == 0.25
     finally:
         protocol.close()
+
+
+def test_an_attacks_stop_measure_keeps_its_inner_protocols_own() -> None:
+    """The attack wraps the run's protocol: where that one measures at the stop round too (a :class:`MeasuresNow`), its
+    measures stand beside the attack's success. No built-in nests one today, so a stand-in inner protocol says so."""
+    exp = build_experiment(load_config(None, {**BASE, **BACKDOOR}))
+    protocol = build_protocol(exp)
+    real = protocol.inner
+
+    class Measuring:
+        def global_state(self) -> Any:
+            return real.global_state()
+
+        def measure_now(self) -> dict[str, Any]:
+            return {"inner_measure": 0.75}
+
+    try:
+        x, y = protocol.probe
+        success = evaluate(exp.model, protocol.global_state(), x, y, exp.config.eval.batch_size)[0]
+        protocol.inner = Measuring()
+        assert protocol.measure_now() == {"inner_measure": 0.75, "attack_success_rate": success}
+    finally:
+        protocol.inner = real
+        protocol.close()

@@ -32,3 +32,13 @@ def test_fedgens_eta_past_float32_is_one_line_at_config_time(capsys: pytest.Capt
     assert main(["run", "algorithm.name=fedgen", "algorithm.eta=1e39", "--dry-run"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("chillfl: error: algorithm.eta: must be at most 3.403e+38 in size")
+
+
+def test_privacy_options_built_in_python_refuse_an_overflowing_noise() -> None:
+    """validate() alone (no table parsed, so no Scale check): sigma * C past float32 is refused there too."""
+    from chillfl.settings.privacy import PrivacyOptions
+
+    with pytest.raises(ConfigError) as info:
+        PrivacyOptions(mechanism="dp-fedavg", noise_multiplier=1e200).validate("privacy")
+    assert info.value.field == "privacy.noise_multiplier" and "times clip_norm is the noise's standard deviation" in str(info.value)
+    PrivacyOptions(mechanism="dp-fedavg", noise_multiplier=3e38).validate("privacy")  # 3e38 * 1.0 fits

@@ -22,7 +22,7 @@ from typing import Any, Callable, ClassVar, Literal, Mapping, Protocol, runtime_
 
 from chillfl import plugins
 from chillfl.errors import choice_error
-from chillfl.options import FLOAT32_MAX, NoOptions, OwnTable, Scale, require, require_square_fits
+from chillfl.options import FLOAT32_MAX, NoOptions, OwnTable, Scale, require
 from chillfl.plugins import PluginNotImported, SpecFamily
 from chillfl.settings.chosen import Choice, NamedSpec
 
@@ -70,8 +70,9 @@ class PrivacyOptions:
             f"{section}.noise_multiplier",
             f"must be > 0 (sigma = 0 adds no noise: epsilon would be infinite), got {self.noise_multiplier}; or set target_epsilon",
         )
-        require_square_fits(self.noise_multiplier, f"{section}.noise_multiplier", "Opacus's RDP accountant's 2 * sigma**2", factor=2.0)
-        # the noise's standard deviation is sigma * C, drawn in float32: each below the bound, their product overflowed to inf
+        # the noise's standard deviation is sigma * C, drawn in float32: each below the bound, their product overflowed to inf.
+        # (It bounds sigma <= 3.4e38 / C, far inside where Opacus's RDP accountant's 2 * sigma**2 overflows float64, which
+        # a square check refused before sigma had the float32 bound.)
         require(self.noise_multiplier * self.clip_norm <= FLOAT32_MAX, f"{section}.noise_multiplier",
                 f"times clip_norm is the noise's standard deviation, drawn in float32: must be at most {FLOAT32_MAX:.4g}, "
                 f"got {self.noise_multiplier:g} * {self.clip_norm:g}")

@@ -13,7 +13,7 @@ from chillfl.cli import main
 SIGN_FLIP = 'attack={kind="sign_flip", clients=[0]}'
 
 
-@pytest.mark.parametrize("name", ["fedamp", "fedala", "fedfomo", "apple"])
+@pytest.mark.parametrize("name", ["fedamp", "fedala", "fedfomo", "apple", "pfedsim"])
 def test_a_model_attack_on_a_method_training_from_its_own_start_is_one_line_before_the_run(name: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run", f"algorithm.name={name}", SIGN_FLIP, "--dry-run"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()

@@ -58,3 +58,13 @@ def test_a_running_run_through_a_link_is_running(tmp_path: Path) -> None:
         assert folder_state(tmp_path / "live", "tiny", 3).kind == "running"
     finally:
         lock.release()
+
+
+def test_a_diverged_runs_copy_renamed_without_its_suffix_is_diverged(tmp_path: Path) -> None:
+    """A copy of a ``.failed`` folder without the suffix keeps its checkpoint and ``failure.json``: resume refuses it as
+    diverged, and status called it "stopped (resumes after round 1 ...)" (rev116e 3)."""
+    partial = _stopped(tmp_path)
+    (partial / "failure.json").write_text('{"round": 2, "reason": "training loss is nan"}', encoding="utf-8")
+    shutil.copytree(partial, tmp_path / "copy")
+    state = folder_state(tmp_path / "copy", "tiny", 3)
+    assert (state.kind, state.detail) == ("diverged", "at round 2")

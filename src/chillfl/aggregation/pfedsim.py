@@ -419,7 +419,8 @@ SPEC = register_algorithm(
         PFedSimOptions,
         _build,
         "feature extractors averaged among clients of similar classifiers (Tan et al. 2023)",
-        capabilities=Capabilities(not_a_base="pFedSim's server sends each client its own extractor; its global model is only a reference", personal_model=True),
+        capabilities=Capabilities(not_a_base="pFedSim's server sends each client its own extractor; its global model is only a reference", personal_model=True,
+                                  trains_from_own_start="after its warm-up each client trains from its start with the head it keeps swapped in, not the model it is sent"),
         check=_check,
         makes=(PFedSim,),  # an instance passed from Python meets this spec's checks (check_instance)
         bind=_bind,

@@ -209,7 +209,8 @@ def folder_state(folder: Path, name: str, planned: int | None = None) -> RunStat
     ``chillfl resume`` takes it (it goes on from that checkpoint): a copy renamed without ``.partial`` was called
     "finished (its summary.json is missing)" while ``resume`` of it ran on to the end."""
     folder = Path(os.path.realpath(folder))
-    if folder.name.endswith(FAILED):
+    if folder.name.endswith(FAILED) or (not folder.name.endswith(PARTIAL) and _regular(folder / "failure.json")):  # a diverged run's copy
+        # renamed without .failed keeps its failure.json, and resume refuses it as diverged (rev116e 3)
         try:
             at = json_loads((folder / "failure.json").read_text(encoding="utf-8")).get("round") if _regular(folder / "failure.json") else None
         except (OSError, ValueError, AttributeError):

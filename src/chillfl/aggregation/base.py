@@ -1065,12 +1065,13 @@ def moved_entries(sent: Params, start: Params) -> tuple[str, ...]:
     An entry passed on as it came is the very tensor (identity: free); one copied (``clone``, a ``.to`` that changes
     nothing) is compared by exact value (shape, dtype, device and every element), since an equal copy gives the same
     update w_i - start_i and must not be refused; anything else moved the start."""
-    moved = [k for k, v in sent.items() if k not in start or not _same_tensor(start[k], v)]
+    moved = [k for k, v in sent.items() if k not in start or not same_value(start[k], v)]
     return (*moved, *(k for k in start if k not in sent))
 
 
-def _same_tensor(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """``a`` is ``b`` or an exact copy of it."""
+def same_value(a: object, b: object) -> bool:
+    """``a`` is ``b``, or an exact copy of the tensor ``b`` (shape, dtype, device and every element): an entry a client
+    was sent as it is, whether passed on or copied (a start's moved entries; the parameter protocol's unsent entries)."""
     if a is b:
         return True
     return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and a.dtype == b.dtype

@@ -54,6 +54,7 @@ from chillfl.aggregation.base import (
     lacking_entries,
     measured_after_average,
     moved_entries,
+    same_value,
     start_watched,
     client_params_state,
     first_state,
@@ -313,16 +314,7 @@ def anchor_unsent(state: Params, params: Params | None, reads: Collection[str] |
     reading them must be sent them, so :meth:`ParamDownlink.nbytes` prices them (:attr:`ParamDownlink.anchor_unsent`)."""
     if not params:
         return {}
-    return {k: state[k] for k, v in params.items() if k in state and (reads is None or k in reads) and not _same(v, state[k])}
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Whether ``a`` is ``b``'s value (the very tensor, or equal ones of one shape, dtype and device)."""
-    if a is b:
-        return True
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        return False
-    return a.shape == b.shape and a.dtype == b.dtype and a.device == b.device and bool(torch.equal(a, b))
+    return {k: state[k] for k, v in params.items() if k in state and (reads is None or k in reads) and not same_value(v, state[k])}
 
 
 class ParameterSharing:
@@ -443,7 +435,7 @@ class ParameterSharing:
         """
         if not self.anchors or (self.anchor_reads is not None and key not in self.anchor_reads):
             return False
-        return params is None or key not in params or _same(params[key], self.state[key])
+        return params is None or key not in params or same_value(params[key], self.state[key])
 
     def server_update(
         self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]

@@ -161,21 +161,24 @@ def with_attack(exp: Experiment, protocol: ServerProtocol) -> ServerProtocol:
 
 
 def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> None:
-    """Refuse an attack that only forges models under an aggregator that reads no entry of them (its ``aggregated_keys``
-    empty: ``local_only``'s clients keep their whole model), one line on ``attack.kind``: the forged models would go
-    nowhere, and the run's records would be the clean run's. Asked of the built aggregator, before anything is written."""
-    from chillfl.aggregation.base import aggregated_keys
-
-    from chillfl.aggregation.base import ChoosesStart, innermost
+    """Refuse, one line on ``attack.kind``, before anything is written (asked of the built aggregator): an attack that only
+    forges models under an aggregator that reads no entry of them (its ``aggregated_keys`` empty: ``local_only``'s clients
+    keep their whole model), where the forged models would go nowhere and the records would be the clean run's; and a
+    forging attack under a method whose clients train from a start the server does not know
+    (:attr:`~chillfl.capabilities.Capabilities.trains_from_own_start`, unless it reports it: ``ChoosesStart``), where
+    the forged uploads would be other ones (found by the clients' start check, FedAMP stopped in round 2 with round 1 on
+    disk)."""
+    from chillfl.aggregation.base import ChoosesStart, aggregated_keys, innermost
     from chillfl.aggregation.registry import run_capabilities
 
+    if not forges_models(config):
+        return
     spec = spec_of(config.attack)
     name = config.algorithm.get("name")
-    if spec.poison is None and forges_models(config) and not aggregated_keys(aggregator, state):
+    if spec.poison is None and not aggregated_keys(aggregator, state):
         raise ConfigError(FIELD, sends_nothing(spec, PARAMETERS, config.attack.kind, f"algorithm {name!r}", "its server reads no entry of the clients' models"))
     own_start = run_capabilities(config.algorithm, aggregator).trains_from_own_start
-    if forges_models(config) and own_start and not isinstance(innermost(aggregator), ChoosesStart):
-        # asked before anything is written: found by the clients' start check, FedAMP stopped in round 2 with round 1 on disk
+    if own_start and not isinstance(innermost(aggregator), ChoosesStart):
         raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} trains "
                                  f"from a start the server does not know ({own_start}): the forged uploads would be other ones; "
                                  "use a data-poisoning kind, or a method whose clients train from the model they are sent")

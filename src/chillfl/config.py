@@ -53,7 +53,7 @@ from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions
 from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.settings.chosen import NamedSpec
-from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer
+from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer, planned_steps, step_lr
 from chillfl.tune import dotted_grid, parse_tune
 
 if sys.version_info >= (3, 11):
@@ -154,6 +154,16 @@ LR_FLOOR = 2.0**-126
 """float32's smallest normal number (``torch.finfo(torch.float32).tiny``): the least lr a run accepts in any round
 (:meth:`ClientConfig.check_lr_floor`). Below it a float32 step ``lr * g`` is subnormal or 0, so the round trains
 nothing, and an lr of 0 (float64 underflow) makes the methods that divide by it fail."""
+
+
+def _first_below(lr: Callable[[int], float], n: int) -> int:
+    """The least ``i`` in ``[0, n)`` with ``lr(i) < LR_FLOOR``, by bisection: ``lr`` is non-increasing and ``lr(n - 1)``
+    below the floor (a schedule's lr over its rounds, or over a round's local steps)."""
+    lo, hi = -1, n - 1  # lr(lo) >= LR_FLOOR (lo = -1: before the first), lr(hi) < LR_FLOOR
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if lr(mid) >= LR_FLOOR else (lo, mid)
+    return hi
 
 
 @dataclass(frozen=True)
@@ -276,11 +286,7 @@ class ClientConfig:
         last = rounds - 1
         if self.lr_at(last, rounds) >= LR_FLOOR:
             return
-        lo, hi = 0, last  # lr_at(lo) >= LR_FLOOR (validate's check of lr), lr_at(hi) < LR_FLOOR
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            lo, hi = (mid, hi) if self.lr_at(mid, rounds) >= LR_FLOOR else (lo, mid)
-        t = hi
+        t = _first_below(lambda r: self.lr_at(r, rounds), rounds)
         decay = self.lr_decay**t
         over_rounds = self.lr_schedule != "constant" and self.lr_schedule_over == "rounds"
         factor = self.schedule().factor(t, rounds) if over_rounds else 1.0
@@ -296,6 +302,40 @@ class ClientConfig:
         raise ConfigError(field, f"round {t + 1} of federation.rounds = {rounds} would train at lr {formula} = {self.lr_at(t, rounds):.3g}, below "
                                  f"float32's smallest normal number ({LR_FLOOR:.3g}): the float32 steps do nothing from there on and the methods "
                                  f"that divide by the lr fail; raise {field} or lower federation.rounds")
+
+    def check_step_lr_floor(self, rounds: int, rows: int, section: str) -> None:
+        """Refuse a schedule over local steps whose lr falls below :data:`LR_FLOOR` at some local step of some round,
+        ``rows``: the largest client's training rows; naming the option that takes it there, the round and the step.
+
+        Why: :meth:`check_lr_floor` sees the rounds only; a round's local steps are known once the data is partitioned
+        (:func:`~chillfl.training.schedule.planned_steps` of a client's rows), and a step schedule's ``lr_gamma`` (or
+        cosine's end, times ``lr_decay``'s) took a round's later steps to 0 or a subnormal: a run that trained nothing
+        from there on, without a word. Each client runs the schedule over its own planned steps; the largest client
+        takes the most, so its last step's lr in the last round is the run's least (the lr is non-increasing in the
+        round and in the step), and the first round, then the first step of it, below the floor is found by bisection."""
+        steps = planned_steps(rows, self.batch_size, self.epochs)
+        if self.lr_schedule == "constant" or self.lr_schedule_over != "steps" or steps == 0:
+            return
+        optim = self.optim()
+
+        def lr(t: int, s: int) -> float:  # the very float the local steps use (chillfl.training.local.train_client)
+            return step_lr(optim, self.lr_at(t, rounds), s, steps)
+
+        if lr(rounds - 1, steps - 1) >= LR_FLOOR:
+            return
+        t = _first_below(lambda r: lr(r, steps - 1), rounds)
+        s = _first_below(lambda k: lr(t, k), steps)
+        decay, factor = self.lr_decay**t, optim.step_schedule.factor(s, steps)
+        formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "")
+        formula += f" * {self.lr_gamma:g}^{s // self.lr_step_size}" if self.lr_schedule == "step" else f" * {factor:.3g} (cosine)"
+        if decay <= factor:
+            field = f"{section}.lr_decay"
+        else:
+            field = f"{section}.lr_gamma" if self.lr_schedule == "step" else f"{section}.lr_min"
+        raise ConfigError(field, f"local step {s + 1} of the {steps} a round takes ({section}.epochs = {self.epochs} over the largest client's {rows} rows "
+                                 f"in batches of {section}.batch_size = {self.batch_size}, {section}.lr_schedule_over = 'steps') in round {t + 1} of "
+                                 f"federation.rounds = {rounds} would train at lr {formula} = {lr(t, s):.3g}, below float32's smallest normal number "
+                                 f"({LR_FLOOR:.3g}): the float32 steps do nothing from there on; raise {field} or lower {section}.epochs")
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:
         """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""

@@ -642,6 +642,7 @@ def _build_experiment(
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
     sizes = tuple(int(n) for n in data.train_sizes())  # the rows each client trains on (after [attack]'s rewrite)
+    config.client.check_step_lr_floor(config.federation.rounds, max(sizes, default=0), "client")  # here, where a round's local steps are known
     aggregator, terms = build_algorithm(config, model, plugged, sizes) if kind.uses_aggregator else (None, [])
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances

@@ -46,6 +46,13 @@ MAX_POINTS = 1000
 EVALUATION_PREFIX = "eval."
 EVALUATION_DATA = ("dataset.name", "data_dir")
 """With ``eval.*``: what decides the validation and test rows a point is scored on; never a tuning option."""
+DATASET_PREFIX = "dataset."
+"""Every option of the dataset's table decides its rows, test rows included (``test_fraction``, ``split_seed``, a
+generator's ``seed``, a resize, the label set): as the test-set caveat reads the whole table
+(:data:`chillfl.report.caveats.TEST_SET_FIELDS`), a point that set one would be scored on test rows of its own."""
+TRAINING_DATA_PREFIX = "dataset.augment."
+"""The dataset's one table that transforms rows, never chooses them (:data:`chillfl.data.augment.SECTION`): crops and
+flips of the training steps, a normalisation of every row alike; tunable."""
 
 Point = dict[str, Any]
 
@@ -93,6 +100,11 @@ def parse_tune(table: Mapping[str, Any], field: str = "tune") -> list[Point]:
             # a point with its own validation fraction, splits or dataset is scored on other rows: selection would pick
             # the evaluation, and its test numbers would come from other test rows than the other points'
             raise ConfigError(where, "sets how (or on which rows) runs are evaluated, which tuning cannot choose; tune the method's options")
+        if key.startswith(DATASET_PREFIX) and not key.startswith(TRAINING_DATA_PREFIX):
+            # dataset.test_fraction, dataset.split_seed: each point held out other test (and validation) rows, so
+            # selection compared points on other rows and the table reported the chosen one's own test set
+            raise ConfigError(where, "decides the dataset's rows (its test and validation rows among them), which tuning cannot choose: "
+                                     "each point would be scored on rows of its own; tune the method's options (dataset.augment.* is tunable)")
         axes.append([(key, v) for v in values])
     size = math.prod(len(a) for a in axes)
     if size > MAX_POINTS:

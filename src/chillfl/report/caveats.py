@@ -62,6 +62,7 @@ from typing import Any, Mapping, Sequence
 
 from chillfl.aggregation.registry import configured_capabilities, run_capabilities
 from chillfl.config import RunConfig
+from chillfl.data.augment import AUGMENT_KEY
 from chillfl.numeric import is_real
 from chillfl.protocols.registry import protocol_of
 from chillfl.temperature.policy import TemperaturePolicy
@@ -156,12 +157,20 @@ def grid_edge_caveat(chosen: Sequence[tuple[str, Mapping[str, Any], Mapping[str,
 
 
 TEST_SET_FIELDS = ("dataset", "data_dir", "eval.validation")
-"""What decides a run's global test rows besides the seed."""
+"""What decides a run's global test rows besides the seed: the dataset table without its ``augment`` sub-table
+(:func:`_rows_table`)."""
+
+
+def _rows_table(dataset: Mapping[str, Any]) -> str:
+    """The dataset table less ``augment``, as a comparable string. Why: crops and flips change training batches only
+    and a normalisation maps every row alike, so variants that differ there are still scored on the same test samples
+    (their paired differences compare them), where a caveat saying otherwise was a false alarm."""
+    return json.dumps({k: v for k, v in dataset.items() if k != AUGMENT_KEY}, sort_keys=True, default=str)
 
 
 def other_test_rows_caveat(configs: Sequence[RunConfig]) -> str | None:
     """One line when the variants are not scored on one test set (:data:`TEST_SET_FIELDS` differ); None otherwise."""
-    keys = [(json.dumps(c.dataset, sort_keys=True, default=str), c.data_dir, c.eval.validation) for c in configs]
+    keys = [(_rows_table(c.dataset), c.data_dir, c.eval.validation) for c in configs]
     differ = [name for i, name in enumerate(TEST_SET_FIELDS) if len({k[i] for k in keys}) > 1]
     if not differ:
         return None

@@ -69,7 +69,10 @@ Choices
 * **The aligned features** (``align``): ``features`` (default, the authors' code) aligns the whole h with h^g;
   ``global_part`` aligns the global part h ⊙ r (a reading of the paper's figure).
 * **The uploaded head** (``upload_head``): ``mixed`` (default, the authors' code) (W^hp + W^hg) / 2; ``personal``
-  uploads W^hp alone.
+  uploads W^hp alone. Either way W^hp was trained from the personal head the client keeps (the authors'
+  ``set_parameters`` sends the body only; their ``model.head`` stays on the client), so the uploaded head minus the
+  sent one is no update of the sent model: FedCP declares ``trains_from_own_start``, and a model attack, which forges
+  from w - start with the start the server sent, is refused on ``attack.kind``.
 * ``kernel = "multiscale"`` is the authors' other kernel, a^2 / (a^2 + ||x - y||^2), a in (0.2, 0.5, 0.9, 1.3).
 * ``hard = true`` is the straight-through Gumbel-softmax (one-hot forward, soft gradient), the authors' ``hard``
   flag (off by default).
@@ -511,6 +514,8 @@ SPEC: AlgorithmSpec = register_algorithm(
             not_a_base="FedCP's clients run their own local trainings, which PA3Fed's client half does not compose with",
             personal_model=True,
             reports="each client's trained conditional policy network (CPN)",
+            trains_from_own_start=("from its second round each client trains its head from the personal head it keeps, and uploads "
+                                   "(W^hp + W^hg) / 2 (or W^hp), not an update of the head it is sent"),
             linear_head="FedCP's conditional input sums the personal head's weight over its classes, and its split head computes W (h * s) + b",
             cost=Cost(step_passes=1 + FORWARD),
         ),

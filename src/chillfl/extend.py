@@ -13,7 +13,9 @@ docs/architecture.md the reference of the seams they plug into):
   that computes only part of the global model from the uploads (FedPer's base, not its head)
   says which part in ``aggregated_keys`` (:class:`AggregatesPart`), which ``[privacy]`` clips; a wrapper over another
   algorithm (``AlgorithmSpec(wraps="base")``) subclasses :class:`AroundAggregator` and builds its base with
-  :func:`build_base`, and the run holds it to its base's limits too;
+  :func:`build_base`, and the run holds it to its base's limits too; one that reads each client's update
+  w_i - start_i (a clip, a forging of its own) keeps the starts its base's downlinks sent (:class:`SentStarts`) and
+  says so (:class:`ReadsUpdates`), so that the run refuses a client half that moves its start in ``prepare``;
 * **its client half** (:class:`ClientHalf`, optional, from ``Aggregator.client_half()``): it
   runs on the client around local training: ``prepare`` receives the client's own state
   (:data:`ClientState`, name -> tensor), the start model and the sent context, and returns the
@@ -123,7 +125,9 @@ from chillfl.aggregation.base import (
     Params,
     Personal,
     Personalising,
+    ReadsUpdates,
     Report,
+    SentStarts,
     StartsOwnState,
     Stateless,
     Train,
@@ -258,6 +262,7 @@ __all__ = [
     "PartitionerEntry",
     "Personal",
     "Personalising",
+    "ReadsUpdates",
     "PolicySpec",
     "Pretraining",
     "PrivateAggregation",
@@ -277,6 +282,7 @@ __all__ = [
     "SoftLabelSpec",
     "SoftLabelUplink",
     "StartsOwnState",
+    "SentStarts",
     "Stateless",
     "StepView",
     "TemperatureHalf",

@@ -23,7 +23,7 @@ def test_a_model_attack_on_a_method_training_from_its_own_start_is_one_line_befo
 
 @pytest.mark.parametrize("args", [["algorithm.name=fedala", 'attack={kind="label_flip", clients=[0]}'],  # poisons rows: no start read
                                   ["algorithm.name=ifca", SIGN_FLIP],  # reports the start it chose (ChoosesStart)
-                                  ["algorithm.name=fedrep", SIGN_FLIP]])
+                                  ["algorithm.name=fedrep", 'algorithm.global_head="keep"', SIGN_FLIP]])  # its kept head not averaged
 def test_a_data_attack_and_a_method_whose_start_the_server_knows_run(args: list[str]) -> None:
     assert main(["run", *args, "--dry-run"]) == 0
 

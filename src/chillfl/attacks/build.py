@@ -167,8 +167,12 @@ def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> N
     forging attack under a method whose clients train from a start the server does not know
     (:attr:`~chillfl.capabilities.Capabilities.trains_from_own_start`, unless it reports it: ``ChoosesStart``), where
     the forged uploads would be other ones (found by the clients' start check, FedAMP stopped in round 2 with round 1 on
-    disk)."""
-    from chillfl.aggregation.base import ChoosesStart, aggregated_keys, innermost
+    disk); and a forging attack under a method whose returning clients start entries its server aggregates from their own
+    values of them (:func:`~chillfl.aggregation.base.kept_entries` among its ``aggregated_keys``: a kept head or batch
+    norm that the global model averages all the same), where each attacker's forged entries were read from the sent
+    values, not the ones it trained from (the start check leaves kept entries alone: a ``[privacy]`` clip rightly reads
+    them from the sent values, which its released average is taken from)."""
+    from chillfl.aggregation.base import ChoosesStart, aggregated_keys, innermost, kept_entries
     from chillfl.aggregation.registry import run_capabilities
 
     if not forges_models(config):
@@ -182,6 +186,13 @@ def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> N
         raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} trains "
                                  f"from a start the server does not know ({own_start}): the forged uploads would be other ones; "
                                  "use a data-poisoning kind, or a method whose clients train from the model they are sent")
+    kept = kept_entries(aggregator.client_half())
+    own = [k for k in aggregated_keys(aggregator, state) if k in kept]
+    if own and not isinstance(innermost(aggregator), ChoosesStart):
+        raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} averages "
+                                 f"entries its returning clients train from their own kept values, not the sent ones (entry {own[0]!r}): the "
+                                 "forged uploads would be other ones; use a data-poisoning kind, or the method with those entries left out of "
+                                 "its average (kept by the clients alone)")
 
 
 def checked_probe(probe: object) -> tuple[Any, Any]:

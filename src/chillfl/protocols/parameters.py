@@ -488,7 +488,9 @@ class ParameterSharing:
         Why: an ``[attack]`` forges from, and a ``[privacy]`` clip bounds, the update w_i - start_i with the start the
         server knows (the downlink's, or a :class:`~chillfl.aggregation.base.ChoosesStart` method's report); taken from
         the wrong one, every attacked or clipped upload was silently another. The clients report it only where this
-        matters (:attr:`ParameterClient.watch_start`)."""
+        matters (:attr:`ParameterClient.watch_start`). Kept entries are exempt: a forging attack on a method that
+        averages them is refused before the run (:func:`chillfl.attacks.build.check_uploads`), and a clip rightly reads
+        them from the sent values, which its released average is taken from."""
         wrong = [k for k in moved if k in read and k not in self.kept]
         if wrong:
             raise ConfigError(self.client.method_field, f"{half_name(self.client.half)}.prepare() gave client {client_id} a start other than the one it "

@@ -25,6 +25,6 @@ def test_an_unfinished_variant_keeps_its_slot_in_every_figure(tmp_path: Path, mo
     monkeypatch.setattr(plots_run, "plot_curves", capture("curves"))
     monkeypatch.setattr(compare, "plot_compare_accuracy_vs_bytes", capture("bytes"))
     records = [{"round": 1, "global_acc": 0.5, "bytes_cumulative": 10}]
-    outputs: Any = {"A": SimpleNamespace(records=records), "C": SimpleNamespace(records=records)}
+    outputs: Any = {"A": SimpleNamespace(records=records, summary={}), "C": SimpleNamespace(records=records, summary={})}
     compare.write_compare_figures(outputs, tmp_path, "t", unfinished=["B"], order=["A", "B", "C"])
     assert drawn["curves"] == drawn["bytes"] == [("A", 1), ("B", 0), ("C", 1)]

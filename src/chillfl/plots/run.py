@@ -102,7 +102,9 @@ def plot_temperatures(records: Sequence[Mapping[str, Any]], path: str | Path) ->
 
 
 def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | Path, key: str = "global_acc", title: str = "") -> None:
-    """One accuracy curve per variant (``compare``), plus the loss panel; ``title`` over both."""
+    """One accuracy curve per variant (``compare``), plus the loss panel; ``title`` over both. A variant stopped early
+    whose last record carries its stop-round evaluation (:func:`~chillfl.plots.stop.with_stop_evaluation`) gets its stop
+    point, as :func:`plot_run` draws it."""
     fig = Figure(figsize=(12, 4))
     ax_acc, ax_loss = fig.subplots(1, 2)
     loss_key = key.replace("acc", "loss")
@@ -113,10 +115,14 @@ def plot_curves(curves: Mapping[str, Sequence[Mapping[str, Any]]], path: str | P
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):  # under eval.every > 1 a dot on each evaluated round
             rounds, values = measured_series(records, k)
-            if not rounds:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
+            point = stop_point(records, k)  # a stopped run's stop-round evaluation (summary.json), apart, as plot_run draws it
+            if not rounds and point is None:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
                 not_measured(label, k, ax)
                 continue
-            ax.plot(rounds, values, label=literal(label), color=colour, ls=style, marker=gap_marker(rounds))
+            if rounds:
+                ax.plot(rounds, values, label=literal(label), color=colour, ls=style, marker=gap_marker(rounds))
+            if point is not None:  # a star in the variant's colour, unjoined, its entry naming the variant (one for both panels)
+                ax.plot([point.round], [point.value], ls="", marker=STOP_MARKER, ms=11, color=colour, label=literal(stop_label(point.round, label)))
     ax_acc.set(xlabel="round", ylabel=axis_label(key), title="Accuracy")
     ax_loss.set(xlabel="round", ylabel=axis_label(loss_key), title="Loss")
     if key.endswith("acc"):  # in percent, as differences.png and the HTML report give accuracy

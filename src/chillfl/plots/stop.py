@@ -63,3 +63,14 @@ def summary_stop_point(summary: Mapping[str, Any], key: str) -> StopPoint | None
     None for a run that was not stopped, was evaluated at its stop round anyway, or a summary without it (before 2026-12-07)."""
     stopped = summary.get("stopped")
     return _point(stopped.get("round") if isinstance(stopped, Mapping) else None, summary.get(STOP_EVALUATION), key)
+
+
+def with_stop_evaluation(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> Sequence[Mapping[str, Any]]:
+    """``records`` with the stop-round evaluation of their run's ``summary`` (:data:`STOP_EVALUATION`) in a copy of the
+    last record, as a finishing run gives its own figures (:func:`chillfl.runner._plots`): a comparison draws its runs
+    from ``metrics.jsonl`` and ``summary.json``, and its curves ended at a stopped run's earlier evaluated round unsaid.
+    ``records`` as they are where the summary holds none."""
+    evaluated = summary.get(STOP_EVALUATION) if summary.get("stopped") else None
+    if not records or not isinstance(evaluated, Mapping) or not evaluated:
+        return records
+    return [*records[:-1], {**records[-1], STOP_EVALUATION: dict(evaluated)}]

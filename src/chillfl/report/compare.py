@@ -34,6 +34,7 @@ from chillfl.errors import ConfigError, MissingExtra
 from chillfl.metrics.communication import bytes_to_reach
 from chillfl.metrics.stats import MIN_SEEDS, CLIPPED_NOTE as CLIPPED_RANGE, FRACTION, Bounds, any_clipped, clip_interval, few_seeds_warning, format_interval, paired_difference, summarize
 from chillfl.plots.communication import plot_compare_accuracy_vs_bytes
+from chillfl.plots.stop import with_stop_evaluation  # matplotlib-free
 from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput, figures_skipped
@@ -600,7 +601,8 @@ def write_compare_figures(
         return
 
     labels = list(order) if set(order) >= {*outputs, *unfinished} else [*outputs, *unfinished]
-    curves = {label: outputs[label].records if label in outputs else [] for label in labels}  # an unfinished one: its slot, nothing drawn
+    # an unfinished one: its slot, nothing drawn; a stopped one: its summary's stop-round evaluation, drawn apart
+    curves = {label: with_stop_evaluation(outputs[label].records, outputs[label].summary) if label in outputs else [] for label in labels}
     plot_curves(curves, folder / CURVES_FIGURE, title=title)
     plot_compare_accuracy_vs_bytes(curves, folder / BYTES_FIGURE, title=title)
     plot_privacy_utility(rows, folder / PRIVACY_UTILITY_FIGURE, title=title, units=units)

@@ -25,7 +25,7 @@ renders what it ran, and imports nothing of it.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -39,7 +39,7 @@ from chillfl.report.html import write_report
 from chillfl.run_names import BYTES_FIGURE, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE
 from chillfl.runner import RunOutput, figures_skipped
 from chillfl.report.caveats import eval_interval_caveat, global_model_caveat, target_words
-from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach, spent_epsilon
+from chillfl.storage.results import evaluation_interval, last_value, rounds_to_reach, spent_epsilon, value_at_end
 from chillfl.tune import describe_rule, is_local, parse_tune, point_label
 from chillfl.wording import counted
 
@@ -171,7 +171,7 @@ def build_rows(
             rows[-1]["mb_to_target"] = reached / 1e6 if reached is not None else None
         if (eps := spent_epsilon(records)) is not None:  # [privacy]: the budget the run spent (inf: unbounded by its end)
             rows[-1]["epsilon"] = eps
-        if (asr := last_value(records, "attack_success_rate")) is not None:  # [attack] backdoor: its success at the end
+        if (asr := value_at_end(records, "attack_success_rate")) is not None:  # [attack] backdoor: its success at the end (none: "-")
             rows[-1]["attack_success_rate"] = asr
     for row in rows:  # only where it is no trained global model's: an older table.json's rows, without it, read as they did
         if (kind := global_models.get(str(row["variant"]))) is not None:
@@ -307,10 +307,11 @@ def build_seed_rows(
         value = out.summary.get(key) if out is not None else None
         return None if value is None or not math.isfinite(value) else float(value)
 
-    def final_record(label: str, seed: int, key: str) -> float | None:
-        """``key`` in the last record that has it (None: a failed run, or never recorded; a skipped last round has none)."""
+    def final_record(label: str, seed: int, key: str, final: Callable[[Sequence[Mapping[str, Any]], str], Any] = last_value) -> float | None:
+        """``key`` in the last record that has it (None: a failed run, or never recorded; a skipped last round has none);
+        ``final``: how the run's final value is read (:func:`~chillfl.storage.results.value_at_end`: the last round's alone)."""
         out = runs[(label, seed)]
-        value = last_value(out.records, key) if out is not None else None
+        value = final(out.records, key) if out is not None else None
         return None if value is None or not math.isfinite(value) else float(value)
 
     targets = [summary(ref.label, s, f"best_{metric}") for s in seeds]
@@ -358,7 +359,7 @@ def build_seed_rows(
         eps = [None if (run := runs[(v.label, s)]) is None else spent_epsilon(run.records) for s in seeds]  # inf: unbounded by its end
         if any(x is not None for x in eps):  # [privacy]: the budget each seed's run spent
             row["epsilon"] = _spent(eps)
-        asr = [final_record(v.label, s, "attack_success_rate") for s in seeds]
+        asr = [final_record(v.label, s, "attack_success_rate", value_at_end) for s in seeds]  # the last round's, not an earlier one's
         if any(x is not None for x in asr):  # [attack] backdoor: its success against each seed's final global model
             row["attack_success_rate"] = _stat(asr, FRACTION)
         if chosen is not None:

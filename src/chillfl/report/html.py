@@ -52,7 +52,7 @@ from chillfl.analysis.calibration import analyze, plot_reliability
 from chillfl.analysis.replay import run_label
 from chillfl.config import RunConfig, load_config
 from chillfl.data.show import plot_class_heatmap
-from chillfl.storage.results import SPENT_KEYS, evaluation_interval, last_value, nulls_as_nan, read_metrics, series, to_toml
+from chillfl.storage.results import SPENT_KEYS, evaluation_interval, nulls_as_nan, read_metrics, series, to_toml, value_at_end
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.run_folder import is_temperature_sweep, refuse_temperature_sweep
 from chillfl.storage.run_state import is_sweep
@@ -922,7 +922,7 @@ def _value(run: Run, key: str) -> Any:
         return values[-1] if values and not math.isfinite(values[-1]) else math.nan
     if key in run.summary or key not in FROM_RECORDS:
         return run.summary.get(key)
-    return last_value(run.records, FROM_RECORDS[key])  # a summary written before it had the key (a skipped last round has none)
+    return value_at_end(run.records, FROM_RECORDS[key])  # a summary written before it had the key, or without it: the last round's alone
 
 
 def _target_interval(run: Run) -> int | None:

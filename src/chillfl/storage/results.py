@@ -568,6 +568,18 @@ def last_value(records: Sequence[Mapping[str, Any]], key: str) -> Any:
     return None
 
 
+def value_at_end(records: Sequence[Mapping[str, Any]], key: str) -> Any:
+    """``key`` as the run's last round measured it: that of the last record that holds ``key`` or is no skipped round
+    (a skipped round trains nothing, so its model is the last round that ran's, which measured it); None where that
+    record has it null or not at all (not measured at the round the run reports), never an earlier round's value, which
+    is another model's (:func:`last_value` took the last non-null one: a stop round that measured no backdoor success
+    reported an earlier round's as final)."""
+    for record in reversed(records):
+        if key in record or not record.get("skipped"):
+            return record.get(key)
+    return None
+
+
 SPENT_KEYS = ("epsilon", "epsilon_upload")
 """The records' privacy budgets (:func:`spent_epsilon`): ``summary.json``'s ``final_`` of each, null there where it is
 unbounded (infinite), which a reader of the summary reads back as such, not as "not measured"."""
@@ -616,7 +628,8 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
     """Final and best values of the accuracy/loss metrics, with the round of each best; the final spread of the clients'
     local accuracies (``final_local_acc_std``, ``final_local_acc_worst10``); the final privacy budget
     spent (``final_epsilon``: the last round's, infinite, written null, where that round's is null, never an earlier
-    finite one; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``) where the records have them;
+    finite one; under soft labels ``final_epsilon_upload``, the client-level figure) and backdoor success (``final_attack_success_rate``:
+    the last round's, :func:`value_at_end`; absent where that round measured none) where the records have them;
     ``local_mix_tv``: the run's data's local validation mismatch (:data:`LOCAL_MIX_TV`; None: it has no local splits).
     With a ``target``: ``rounds_to_target`` (the first evaluated round reaching it) and ``target_eval_interval``
     (:func:`evaluation_interval`: > 1 means that round, and ``communication.bytes_to_target``, may be up to that - 1
@@ -643,9 +656,8 @@ def summarize(records: Sequence[Mapping[str, Any]], target: float | None = None,
     for key in SPENT_KEYS:  # [privacy]: the budget spent by the end; under soft labels the client-level figure too
         if (spent := spent_epsilon(records, key)) is not None:
             out[f"final_{key}"] = spent
-    success = [r["attack_success_rate"] for r in records if r.get("attack_success_rate") is not None]  # [attack] backdoor
-    if success:
-        out["final_attack_success_rate"] = success[-1]
+    if (success := value_at_end(records, "attack_success_rate")) is not None:  # [attack] backdoor: the reported round's, else absent
+        out["final_attack_success_rate"] = success
     if target is not None:
         out["target_accuracy"] = target
         out["rounds_to_target"] = rounds_to_reach(records, "global_acc", target)

@@ -14,6 +14,7 @@ import signal
 import socket
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,19 +185,17 @@ def test_a_dry_run_at_mlflows_default_store_writes_nothing(tmp_path: Path, monke
 
 def test_the_probe_asks_under_the_users_own_retry_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """A timeout or retry count the user set is the probe's too: a server known to answer in 11 s was refused under a
-    forced 10 s (rev116d 4); unset, the probe's own one try of 10 s."""
-    mlflow_tracking = pytest.importorskip("mlflow.tracking")
-    seen: list[tuple[str | None, str | None]] = []
+    forced 10 s (rev116d 4); unset, the probe's own one try of 10 s. Both passed to the request, not set in os.environ."""
+    rest_utils = pytest.importorskip("mlflow.utils.rest_utils")
+    seen: list[tuple[Any, Any]] = []
 
-    class Client:
-        def __init__(self, tracking_uri: str | None = None) -> None:
-            seen.append((os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT"), os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES")))
+    def request(*args: Any, max_retries: Any = None, timeout: Any = None, **kwargs: Any) -> None:
+        seen.append((timeout, max_retries))
+        raise OSError("stop here")
 
-        def get_experiment_by_name(self, name: str) -> None:
-            return None
-
-    monkeypatch.setattr(mlflow_tracking, "MlflowClient", Client)
+    monkeypatch.setattr(rest_utils, "http_request", request)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
     monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
-    sinks.check_mlflow_store("http://127.0.0.1:1", "chillfl")
-    assert seen == [("120", "0")] and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "120" and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+    with pytest.raises(ConfigError):
+        sinks.check_mlflow_store("http://127.0.0.1:1", "chillfl")
+    assert seen == [(120, 0)] and os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "120" and "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ

@@ -206,7 +206,7 @@ def _dry_run(config: RunConfig, grid: Sequence[str] = (), args: argparse.Namespa
 
     if writes:  # what a run checks before it writes anything
         check_out_dir(config.out_dir)
-        check_sinks(config)
+        check_sinks(config, dry_run=True)  # a store that is no server is not opened: that would create it
     planned: list[str] = []
     if args is not None and (args.command == "compare" or bool(grid) or _compares(config, args)):  # `run` on a config with variants compares too
         from chillfl.sweeps.plan import check_select_used

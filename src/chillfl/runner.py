@@ -816,14 +816,15 @@ def redraw_of(exp: Experiment) -> Redraw | None:
     return checked
 
 
-def check_sinks(config: RunConfig) -> None:
+def check_sinks(config: RunConfig, dry_run: bool = False) -> None:
     """A sink whose package is missing stops the run before its folder exists (one MissingExtra line), as does an
-    MLflow store that cannot be used (one ConfigError line, :func:`~chillfl.sinks.check_mlflow_store`)."""
+    MLflow store that cannot be used (one ConfigError line, :func:`~chillfl.sinks.check_mlflow_store`; ``dry_run``:
+    only a server is asked, opening any other store creates it)."""
     for sink, what in (("tensorboard", "TensorBoard logs"), ("wandb", "W&B logs"), ("mlflow", "MLflow logs")):
         if sink in config.log.sinks:
             need(sink, sink, what)
     if "mlflow" in config.log.sinks:
-        check_mlflow_store(config.log.mlflow_tracking_uri, config.log.mlflow_experiment)
+        check_mlflow_store(config.log.mlflow_tracking_uri, config.log.mlflow_experiment, dry_run=dry_run)
 
 
 def run_sinks(config: RunConfig, folder: Path, records: Sequence[Mapping[str, Any]]) -> list["Sink"]:

@@ -93,6 +93,7 @@ from chillfl.errors import ConfigError, Diverged, StorageError, json_loads, one_
 from chillfl.extras import need
 from chillfl.metrics.records import client_order
 from chillfl.numeric import is_real
+from chillfl.once import warn_once
 from chillfl.paths import PARTIAL
 
 SinkName = Literal["csv", "tensorboard", "wandb", "mlflow"]
@@ -751,47 +752,88 @@ def logged_config(config: Mapping[str, Any], folder: Path) -> Mapping[str, Any]:
 
 
 MLFLOW_PROBE_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "10"}
-"""MLflow's retry settings while :func:`check_mlflow_store` asks the store, where the user set none of their own: one try,
-10 s at most. MLflow's own (7 tries, exponential back-off) held a run ~4 minutes on a server that is down before it
-said so. A value the user set is kept (a server known to answer in 11 s was refused under the forced 10 s: rev116d 4)."""
+"""MLflow's retry settings with which :func:`check_mlflow_store` asks a server, where the user set none of their own: one
+try, 10 s at most. MLflow's own (7 tries, exponential back-off) held a run ~4 minutes on a server that is down before it
+said so. A value the user set is kept (a server known to answer in 11 s was refused under the forced 10 s: rev116d 4).
+Passed to the request, never set in ``os.environ``: set there for up to 10 s, another thread's MLflow sink (a parallel
+comparison's run) logged under one try."""
+
+MLFLOW_GET_BY_NAME = "/api/2.0/mlflow/experiments/get-by-name"
+"""The REST endpoint MLflow's client asks an experiment by name at (``RestStore.get_experiment_by_name``)."""
 
 
-def check_mlflow_store(tracking_uri: str, experiment: str) -> None:
+def mlflow_server(uri: str) -> bool:
+    """Whether the MLflow store ``uri`` is a tracking server (http, https), which a probe asks over HTTP and which
+    nothing asked creates; every other store (``sqlite:``, ``file:``, a bare path, a database URL) MLflow creates, or
+    migrates, where it is opened."""
+    return urlparse(uri).scheme.lower() in ("http", "https")
+
+
+def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False) -> None:
     """Ask the MLflow store ``tracking_uri`` (``""``: MLflow's own choice) for ``experiment`` once, before the run folder
     is made: a store MLflow refuses (a ``file:`` store without ``MLFLOW_ALLOW_FILE_STORE=true``), a scheme it does not
     know or a server that is down is a ConfigError line naming ``log.mlflow_tracking_uri`` (exit 2). Found when the sink
     started, it was a traceback with a ``.partial`` folder left behind, which the next run stepped around (``NAME-2``)
-    and ``chillfl resume`` refused. Nothing is created: an experiment that does not exist yet is the sink's to create.
+    and ``chillfl resume`` refused. No experiment is created: one that does not exist yet is the sink's to create.
+
+    ``dry_run``: a dry run writes nothing, and opening a store that is no server creates it (a ``sqlite:///`` database,
+    a ``file:`` folder): only a server is asked; of any other store one line says it was not checked.
+    A server is asked with :data:`MLFLOW_PROBE_ENV`'s retry settings passed to the request: ``os.environ`` is not touched.
 
     A stop signal (Ctrl-C, SIGTERM) while it waits is not caught here: it stops the command at once."""
-    if not tracking_uri and not os.environ.get("MLFLOW_TRACKING_URI"):  # MLflow's default: a local sqlite:///mlflow.db
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")
+    if not uri:  # MLflow's default: a local sqlite:///mlflow.db
         return  # the run makes it where it runs; asked now, a dry run left ./mlflow.db behind
     need("mlflow", "mlflow", "MLflow logs")
-    from mlflow.tracking import MlflowClient
-
-    saved = {key: os.environ.get(key) for key in MLFLOW_PROBE_ENV}
-    os.environ.update({key: value for key, value in MLFLOW_PROBE_ENV.items() if saved[key] is None})
+    where = repr(tracking_uri) if tracking_uri else "MLflow's default ($MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
+    if dry_run and not mlflow_server(uri):
+        warn_once(log, f"the MLflow store {where} is not checked on a dry run (opening it would create it); the run checks it before "
+                       "its folder is made", key=f"mlflow dry run {uri}", level=logging.INFO)
+        return
+    timeout = MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"]
     try:
-        client = MlflowClient(tracking_uri=tracking_uri or None)
-        client.get_experiment_by_name(experiment)
+        if mlflow_server(uri):
+            timeout = _ask_mlflow_server(uri, experiment)
+        else:  # no HTTP: no retry settings to pass
+            from mlflow.tracking import MlflowClient
+
+            MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
     except Exception as exc:  # noqa: BLE001 - whatever the store says (MlflowException, an OSError, requests'), one line
-        where = repr(tracking_uri) if tracking_uri else "MLflow's default ($MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
         text = str(exc)
         if "MLFLOW_ALLOW_FILE_STORE" in text:
             why = "MLflow refuses a file store unless MLFLOW_ALLOW_FILE_STORE=true is set; or give a sqlite:///PATH/mlflow.db URI"
         elif "Connection refused" in text or "Failed to establish a new connection" in text:
             why = "no MLflow server answers there (connection refused)"
         elif "timeout" in text.lower() or "timed out" in text.lower():
-            why = f"no answer within {os.environ.get('MLFLOW_HTTP_REQUEST_TIMEOUT', MLFLOW_PROBE_ENV['MLFLOW_HTTP_REQUEST_TIMEOUT'])} s"
+            why = f"no answer within {timeout} s"
         else:  # MLflow's first sentence (its messages go on with links and advice)
             why = one_line(text.split(". ")[0].split(" (Caused by")[0]).strip()[:300]
         raise ConfigError("log.mlflow_tracking_uri", f"the MLflow store {where} cannot be used: {why}") from exc
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+
+
+def _ask_mlflow_server(uri: str, experiment: str) -> str:
+    """Ask the server ``uri`` for ``experiment`` as MLflow's client does (its credentials from the environment, as the
+    sink's), under :data:`MLFLOW_PROBE_ENV`'s retries and timeout where the user set none, passed to the request; raises
+    what MLflow raises for an answer that is no experiment nor "no such experiment". Returns the timeout used (seconds)."""
+    from mlflow import environment_variables
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking._tracking_service import utils as tracking_utils
+    from mlflow.utils import rest_utils
+
+    settings: Any = environment_variables  # MLflow's functions are untyped
+    service: Any = tracking_utils
+    rest: Any = rest_utils
+    user_retries, user_timeout = settings.MLFLOW_HTTP_REQUEST_MAX_RETRIES, settings.MLFLOW_HTTP_REQUEST_TIMEOUT  # parsed as MLflow parses them
+    retries = user_retries.get() if user_retries.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+    timeout = user_timeout.get() if user_timeout.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"])
+    response = rest.http_request(service.get_default_host_creds(uri), MLFLOW_GET_BY_NAME, "GET", max_retries=retries, timeout=timeout,
+                                 raise_on_status=False, params={"experiment_name": experiment})
+    try:
+        rest.verify_rest_response(response, MLFLOW_GET_BY_NAME)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":  # no such experiment yet: the sink creates it
+            raise
+    return str(timeout)
 
 
 def close_sinks(sinks: Sequence[Sink], failure: BaseException | None = None) -> None:

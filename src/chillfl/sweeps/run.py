@@ -330,7 +330,7 @@ def check_runs(
         if resume is not None and has_ended(resume, c.config.name):
             continue
         if write:
-            runner.check_sinks(c.config)  # one MissingExtra line before anything is written or built
+            runner.check_sinks(c.config, dry_run=dry_run)  # one MissingExtra line before anything is written or built
         with naming(c.variant, plan.from_grid):
             if dataset is not None and not is_custom(c.config.dataset.get("name")):  # a variant's registered dataset would be recorded, the user's data trained on
                 raise ConfigError("dataset.name", f"a run on the user's own data must record dataset.name = {CUSTOM!r}, got {c.config.dataset.get('name')!r}")

@@ -1,0 +1,105 @@
+"""The MLflow store probe (:func:`chillfl.sinks.check_mlflow_store`) on a dry run and beside other threads.
+
+* A dry run writes nothing: asked for an experiment, MLflow creates a ``sqlite:///`` database (its tables) and a
+  ``file:`` store's folder. On a dry run only a server is asked; of any other store one line says it was not checked.
+* The probe's retry settings (one try, 10 s) are passed to its request: set in ``os.environ`` for up to 10 s, another
+  thread's MLflow sink (a parallel comparison's run) would have logged under them.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+import chillfl.sinks as sinks
+from chillfl.cli import main
+from chillfl.errors import ConfigError
+from test_sinkfix_store import _config_file
+
+PROBE_KEYS = tuple(sinks.MLFLOW_PROBE_ENV)
+
+
+def test_a_dry_run_with_a_sqlite_store_creates_no_database(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    db = tmp_path / "store" / "mlflow.db"
+    db.parent.mkdir()
+    with caplog.at_level(logging.INFO, logger="chillfl.sinks"):
+        assert main(["run", str(_config_file(tmp_path, "sq", f"sqlite:///{db}")), "--dry-run"]) == 0
+    assert not db.exists() and list(db.parent.iterdir()) == []  # was made: MLflow's tables, by the probe
+    assert not (tmp_path / "out").exists()
+    assert any("is not checked on a dry run" in r.getMessage() and str(db) in r.getMessage() for r in caplog.records)
+
+
+def test_a_dry_run_with_a_file_store_makes_no_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    sinks.check_mlflow_store(f"file://{tmp_path}/mlruns", "chillfl", dry_run=True)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{tmp_path}/env-mlruns")  # the environment's store, no URI in the config
+    sinks.check_mlflow_store("", "chillfl", dry_run=True)
+    assert list(tmp_path.iterdir()) == []
+    sinks.check_mlflow_store(f"file://{tmp_path}/mlruns", "chillfl")  # the run's check opens it, as the sink will
+    assert (tmp_path / "mlruns").is_dir()
+
+
+class Server(http.server.BaseHTTPRequestHandler):
+    """An MLflow server's get-by-name: each request's view of the probe's settings in ``os.environ``, then ``status``."""
+
+    seen: list[dict[str, str | None]] = []
+    status = 404
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        type(self).seen.append({key: os.environ.get(key) for key in PROBE_KEYS})  # the server runs in another thread of this process
+        body = json.dumps({"error_code": "RESOURCE_DOES_NOT_EXIST" if self.status == 404 else "TEMPORARILY_UNAVAILABLE", "message": "no"}).encode()
+        self.send_response(self.status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    Server.seen = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join()
+
+
+def test_the_probe_leaves_os_environ_alone_while_it_asks_and_after(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    for key in PROBE_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    before = dict(os.environ)
+    Server.status = 404  # no such experiment yet: usable, the sink creates it
+    sinks.check_mlflow_store(server, "chillfl")
+    assert Server.seen == [{key: None for key in PROBE_KEYS}]  # during the request: unset (were "0" and "10")
+    assert dict(os.environ) == before
+
+
+def test_the_probes_one_try_is_passed_to_its_request(server: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    for key in PROBE_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    before = dict(os.environ)
+    Server.status = 503  # MLflow retries a 503 (7 tries with back-off by its default)
+    with pytest.raises(ConfigError, match="log.mlflow_tracking_uri"):
+        sinks.check_mlflow_store(server, "chillfl", dry_run=True)  # a server is asked on a dry run: asking creates nothing
+    assert len(Server.seen) == 1 and Server.seen[0] == {key: None for key in PROBE_KEYS}
+    assert dict(os.environ) == before

@@ -132,6 +132,10 @@ def _status_table(folder: Path) -> str:
         raise ConfigError(FIELD, _not_there(folder))
     if not folder.is_dir():
         raise ConfigError(FIELD, f"{folder} is not a folder (give a run's or a comparison's result folder)")
+    shown = one_line(folder)  # escaped, as the run names are (RunState.cells)
+    if folder.is_symlink():  # `status latest`: the run's own folder and name (the link's named no run), the link said too
+        folder = folder.resolve()
+        shown = f"{shown} (a link to {one_line(folder)})"
     refuse_temperature_sweep(folder, FIELD)
     if is_sweep(folder):
         states = comparison_states(folder)
@@ -139,12 +143,12 @@ def _status_table(folder: Path) -> str:
         for s in states:
             counts[s.kind] = counts.get(s.kind, 0) + 1
         what = "comparison (table written)" if not folder.name.endswith(PARTIAL) else "comparison"
-        head = f"{one_line(folder)}: {what}, {counted(len(states), 'run')}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
+        head = f"{shown}: {what}, {counted(len(states), 'run')}: " + ", ".join(f"{n} {state}" for state, n in counts.items())
     elif (folder / "config.toml").is_file():
         lost = lost_sweep(folder)
         if lost:
             raise ConfigError(SWEEP_FILE, lost)
-        name = (folder.name if folder.name not in ("", "..") else folder.resolve().name).removesuffix(PARTIAL).removesuffix(FAILED)  # `chillfl status .` named no run; a link keeps its own name
+        name = (folder.name if folder.name not in ("", "..") else folder.resolve().name).removesuffix(PARTIAL).removesuffix(FAILED)  # `chillfl status .` named no run
         planned = None
         try:
             from chillfl.config import load_config
@@ -153,10 +157,10 @@ def _status_table(folder: Path) -> str:
         except ConfigError:
             pass
         states = [checked_folder_state(folder, name, planned)]
-        head = f"{one_line(folder)}: one run"  # escaped, as the run names are (RunState.cells)
+        head = f"{shown}: one run"
     elif _claimed_run(folder):
         states = [_claimed_state(folder)]
-        head = f"{one_line(folder)}: one run"
+        head = f"{shown}: one run"
     else:
         raise ConfigError(FIELD, f"{folder} is not a chillfl result folder (no config.toml)")
     lines = [head, "| run | state | rounds | accuracy % |", "|---|---|---|---|"]

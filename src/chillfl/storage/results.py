@@ -54,7 +54,7 @@ from chillfl.environment import ResumedSetup
 from chillfl.storage.checkpoint import write_atomic
 from chillfl.storage.owned_temp import remove_unlocked
 from chillfl.storage.jsonl import NONFINITE as NONFINITE, decode_record as decode_record, encode_record as encode_record, strict as strict
-from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, current_folder
+from chillfl.paths import O_CLOEXEC, O_DIRECTORY, O_NOFOLLOW, check_name_lengths, current_folder
 from chillfl.paths import CLAIM, FAILED as FAILED, PARTIAL as PARTIAL  # defined there (torch-free); the package reads them here
 from chillfl.errors import ConfigError, StorageError, json_loads
 FAILURE = "failure.json"
@@ -169,6 +169,9 @@ def claim_dir(parent: Path, name: str, fill: Callable[[Path], None], exact: bool
     ``locks=False``: a file system without file locks is no refusal; the lock returned then holds nothing. For a
     folder nothing resumes or shares (a temperature sweep's, claimed after all its training), which worked on such a
     file system before it was claimed locked: its first file alone keeps another claim's rename off it."""
+    # a name whose folder is over 255 bytes: refused before any folder is made (the rename onto it failed after
+    # _new_folder had made out_dir's missing parents, left empty)
+    check_name_lengths(parent / name, "name", PARTIAL)
     held = _new_folder(parent)
     shown = _partial_of(parent / name if exact else unique_dir(parent, name))  # where it goes, now: the free name
     lock = None

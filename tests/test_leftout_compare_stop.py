@@ -78,3 +78,19 @@ def test_a_variant_stopped_before_its_first_evaluated_round_is_its_star_not_no_a
     assert [(xs, ys) for _, xs, ys, _ in stars(fig)] == [([2.0], [0.4]), ([2.0], [1.2])]
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert not any("no accuracy" in t or "no loss" in t for t in texts), texts
+
+
+def test_the_band_curves_draw_each_stopped_runs_point_apart_from_the_mean(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Over seeds (``compare --seeds``): each stopped run's star, in its variant's colour, never in the mean."""
+    from chillfl.plots.stop import with_stop_evaluation
+    from chillfl.report.compare import write_band_figures
+
+    whole = [{"round": 1, "global_acc": 0.5, "global_loss": 1.0}, {"round": 2, "global_acc": 0.6, "global_loss": 0.9}]
+    stopped = with_stop_evaluation([whole[0], {"round": 2, "train_loss": 1.0}], {"stopped": {"round": 2, "reason": "plateau"}, "stop_evaluation": {"global_acc": 0.7, "global_loss": 0.8}})
+    assert with_stop_evaluation(whole[:1], {"stop_evaluation": {"global_acc": 0.7}}) == whole[:1]  # not stopped: as it is
+    figures = drawn(monkeypatch)
+    write_band_figures({"a": [whole, stopped], "b": [whole, whole]}, 0, tmp_path, "cmp")
+    fig = figures[0]
+    assert [(title, xs, ys) for title, xs, ys, _ in stars(fig)] == [(fig.axes[0].get_title(), [2.0], [0.7]), ("Loss", [2.0], [0.8])]
+    mean = next(line for line in fig.axes[0].get_lines() if line.get_label() == "a (n=2)")
+    assert list(mean.get_ydata()) == [0.5]  # the mean is of the rounds every run's metrics.jsonl measured: the star is no part of it

@@ -8,6 +8,7 @@ from typing import Any, Mapping, Sequence
 from chillfl.metrics.spread import SPREAD, seed_band
 from chillfl.plots.figure import Figure, fit_title, gap_marker, literal, lone_spread, nulls_as_nan, percent_axis
 from chillfl.plots.run import axis_label, finish_panels, no_finished_run, not_measured
+from chillfl.plots.stop import STOP_MARKER, stop_label, stop_point
 from chillfl.plots.styles import variant_style
 
 
@@ -23,8 +24,13 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):
             rounds, mean, std = seed_band([nulls_as_nan(records, k) for records in runs], k)  # a null breaks the line, as a NaN does
+            # each stopped run's stop-round evaluation (summary.json), its own star, never in the mean (as the HTML report has it)
+            points = [point for records in runs if (point := stop_point(records, k)) is not None]
+            for point in points:
+                ax.plot([point.round], [point.value], ls="", marker=STOP_MARKER, ms=9, color=colour, label=literal(stop_label(None, label)))
             if not rounds:  # finished, nothing of k measured (no global model: Individual): said, not an entry with no line
-                not_measured(f"{label} (n={len(runs)})", k, ax)
+                if not points:
+                    not_measured(f"{label} (n={len(runs)})", k, ax)
                 continue
             (line,) = ax.plot(rounds, mean, label=literal(f"{label} (n={len(runs)})"), color=colour, ls=style, marker=gap_marker(rounds))
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)

@@ -45,6 +45,7 @@ from chillfl.plugins import CUSTOM, is_custom
 from chillfl.progress import Progress, format_seconds
 from chillfl.report.caveats import (controls_caveat, ends_with_nonfinite_accuracy, ends_with_nonfinite_loss, epsilon_caveat, epsilon_units, global_model_kinds,
                                     grid_edge_caveat, local_mix_warning, nonfinite_accuracy_caveat, nonfinite_loss_caveat, other_test_rows_caveat, steering_caveat, step_size_caveat)
+from chillfl.plots.stop import with_stop_evaluation  # matplotlib-free
 from chillfl.report.compare import CompareResult, build_rows, build_seed_rows, format_seed_table, format_table, write_band_figures, write_compare_figures
 from chillfl.run_names import BYTES_FIGURE, COMPARISON_CONFIG, CURVES_FIGURE, DIFFERENCES_FIGURE, LOCAL_CURVES_FIGURE, PRIVACY_UTILITY_FIGURE, TABLE_JSON, TABLE_MD
 from chillfl.runner import RunInterrupted, RunOutput, run_experiment
@@ -718,7 +719,8 @@ def write_tables(config: RunConfig, plan: Plan, picked: Picked, tables: Tables, 
             (stage / TABLE_JSON).write_text(table_json(tables.rows), encoding="utf-8")
             units = epsilon_units(reported_configs(plan, picked))  # privacy_utility.png's marks, at the point each row reports
             if plan.multi:
-                bands = {v.label: [o.records for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
+                # a stopped run's stop-round evaluation (summary.json) with its records, drawn apart as write_compare_figures has it
+                bands = {v.label: [with_stop_evaluation(o.records, o.summary) for s in plan.seeds if (o := picked.runs[(v.label, s)]) is not None] for v in plan.variants}
                 write_band_figures(bands, plan.seeds[0], stage, config.name, tables.rows, plan.baseline.label, bool(config.compare.get("local", False)), units)
             else:
                 write_compare_figures(tables.outputs, stage, config.name, [v.label for v in plan.variants if v.label not in tables.outputs], tables.rows, units,

@@ -103,3 +103,32 @@ def test_the_probes_one_try_is_passed_to_its_request(server: str, monkeypatch: p
         sinks.check_mlflow_store(server, "chillfl", dry_run=True)  # a server is asked on a dry run: asking creates nothing
     assert len(Server.seen) == 1 and Server.seen[0] == {key: None for key in PROBE_KEYS}
     assert dict(os.environ) == before
+
+
+def test_the_request_helpers_are_found_in_the_installed_mlflow(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the probe passes its retries through MLflow's internals; an MLflow without one of them is asked through its client
+    pytest.importorskip("mlflow")
+    import mlflow.utils.rest_utils as rest_utils
+
+    assert sinks._mlflow_request() is not None
+    monkeypatch.delattr(rest_utils, "verify_rest_response")
+    assert sinks._mlflow_request() is None
+
+
+def test_without_the_request_helpers_a_server_is_asked_through_mlflows_client(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("mlflow")
+    import mlflow.tracking
+
+    asked: list[tuple[str, str]] = []
+
+    class Client:
+        def __init__(self, tracking_uri: str) -> None:
+            self.uri = tracking_uri
+
+        def get_experiment_by_name(self, name: str) -> None:
+            asked.append((self.uri, name))
+
+    monkeypatch.setattr(sinks, "_mlflow_request", lambda: None)
+    monkeypatch.setattr(mlflow.tracking, "MlflowClient", Client)
+    sinks.check_mlflow_store("http://127.0.0.1:9", "exp")  # no refusal: the client answered
+    assert asked == [("http://127.0.0.1:9", "exp")]

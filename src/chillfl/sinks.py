@@ -791,10 +791,11 @@ def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False
                        "its folder is made", key=f"mlflow dry run {uri}", level=logging.INFO)
         return
     timeout = MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"]
+    ask = _mlflow_request() if mlflow_server(uri) else None
     try:
-        if mlflow_server(uri):
-            timeout = _ask_mlflow_server(uri, experiment)
-        else:  # no HTTP: no retry settings to pass
+        if ask is not None:
+            timeout = _ask_mlflow_server(ask, uri, experiment)
+        else:  # no HTTP (no retry settings to pass), or an MLflow without the request helpers: its client, its retries
             from mlflow.tracking import MlflowClient
 
             MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment)
@@ -811,25 +812,42 @@ def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False
         raise ConfigError("log.mlflow_tracking_uri", f"the MLflow store {where} cannot be used: {why}") from exc
 
 
-def _ask_mlflow_server(uri: str, experiment: str) -> str:
+class _MlflowRequest(NamedTuple):
+    """MLflow's pieces :func:`_ask_mlflow_server` asks a server with (MLflow's functions are untyped)."""
+
+    max_retries: Any  # the MLFLOW_HTTP_REQUEST_MAX_RETRIES setting
+    timeout: Any  # the MLFLOW_HTTP_REQUEST_TIMEOUT setting
+    host_creds: Any  # get_default_host_creds(uri)
+    http_request: Any
+    verify: Any  # verify_rest_response
+
+
+def _mlflow_request() -> _MlflowRequest | None:
+    """:class:`_MlflowRequest` from this MLflow; None where it lacks one of them (they are MLflow's internals, which a
+    release after 3.18 may move: the probe then asks through MLflow's client, with MLflow's own retries, rather than
+    refuse a store that works)."""
+    try:
+        from mlflow.environment_variables import MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT
+        from mlflow.tracking._tracking_service.utils import get_default_host_creds
+        from mlflow.utils.rest_utils import http_request, verify_rest_response
+    except ImportError:
+        return None
+    return _MlflowRequest(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT, get_default_host_creds, http_request, verify_rest_response)
+
+
+def _ask_mlflow_server(ask: _MlflowRequest, uri: str, experiment: str) -> str:
     """Ask the server ``uri`` for ``experiment`` as MLflow's client does (its credentials from the environment, as the
     sink's), under :data:`MLFLOW_PROBE_ENV`'s retries and timeout where the user set none, passed to the request; raises
     what MLflow raises for an answer that is no experiment nor "no such experiment". Returns the timeout used (seconds)."""
-    from mlflow import environment_variables
     from mlflow.exceptions import MlflowException
-    from mlflow.tracking._tracking_service import utils as tracking_utils
-    from mlflow.utils import rest_utils
 
-    settings: Any = environment_variables  # MLflow's functions are untyped
-    service: Any = tracking_utils
-    rest: Any = rest_utils
-    user_retries, user_timeout = settings.MLFLOW_HTTP_REQUEST_MAX_RETRIES, settings.MLFLOW_HTTP_REQUEST_TIMEOUT  # parsed as MLflow parses them
-    retries = user_retries.get() if user_retries.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
-    timeout = user_timeout.get() if user_timeout.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"])
-    response = rest.http_request(service.get_default_host_creds(uri), MLFLOW_GET_BY_NAME, "GET", max_retries=retries, timeout=timeout,
-                                 raise_on_status=False, params={"experiment_name": experiment})
+    # the user's settings parsed as MLflow parses them
+    retries = ask.max_retries.get() if ask.max_retries.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
+    timeout = ask.timeout.get() if ask.timeout.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"])
+    response = ask.http_request(ask.host_creds(uri), MLFLOW_GET_BY_NAME, "GET", max_retries=retries, timeout=timeout,
+                                raise_on_status=False, params={"experiment_name": experiment})
     try:
-        rest.verify_rest_response(response, MLFLOW_GET_BY_NAME)
+        ask.verify(response, MLFLOW_GET_BY_NAME)
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":  # no such experiment yet: the sink creates it
             raise

@@ -29,8 +29,8 @@ def _warning(caplog: pytest.LogCaptureFixture, **extra: Any) -> tuple[list[dict[
 def test_dropout_is_named_when_it_dropped_every_sampled_client(caplog: pytest.LogCaptureFixture) -> None:
     records, said = _warning(caplog, **{"federation.dropout": 0.999})
     assert all(r["skipped"] and r["dropped"] == r["sampled"] for r in records)
-    assert said.endswith("(sampled clients were dropped: lower federation.dropout = 0.999, or raise federation.clients_per_round "
-                         "or lower federation.min_clients)"), said
+    # min_clients = 1 cannot be lowered: not advised
+    assert said.endswith("(sampled clients were dropped: lower federation.dropout = 0.999, or raise federation.clients_per_round)"), said
 
 
 def test_dropped_stragglers_are_named(caplog: pytest.LogCaptureFixture) -> None:
@@ -41,11 +41,11 @@ def test_dropped_stragglers_are_named(caplog: pytest.LogCaptureFixture) -> None:
 def test_without_dropout_the_count_is_advised() -> None:
     from chillfl.runner import no_round_remedy
 
-    # too few sampled for min_clients: the record lists them as dropped, but no dropout or dropped straggler is configured
+    # too few sampled for min_clients (an older record listing them as dropped), and no dropout or dropped straggler configured
     config = load_config(None, {**FIXED, "federation.sampling": "poisson", "federation.clients_per_round": 2, "federation.min_clients": 2})
     assert no_round_remedy(config, [{"round": 1, "sampled": [1], "dropped": [1], "skipped": True}]) == (
-        "raise federation.clients_per_round or lower federation.min_clients")
+        "too few clients sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients")
     # the fraction sets the count where no clients_per_round is given: it is the option named
     config = load_config(None, {**FIXED, "federation.clients_per_round": None, "federation.client_fraction": 0.25, "federation.dropout": 0.5})
     assert no_round_remedy(config, [{"round": 1, "sampled": [], "dropped": [], "skipped": True}]) == (
-        "raise federation.client_fraction or lower federation.min_clients")
+        "too few clients sampled for federation.min_clients = 1: raise federation.client_fraction")

@@ -63,11 +63,11 @@ def test_inclusion_rate_is_q_and_the_count_varies() -> None:
 
 def test_a_round_that_draws_nobody_is_skipped() -> None:
     empty = availability(1, 2, [], FederationConfig(num_clients=6, min_clients=1, on_too_few="retry", sampling="poisson"))
-    assert empty.skipped and empty.reporting == [] and empty.dropped == [] and empty.attempts == 1  # nothing to redraw
+    assert empty.skipped and empty.reporting == [] and empty.dropped == [] and empty.attempts == 0  # nothing to draw
     records = run_experiment(load_config(None, BASE), write=False, progress=False).records
     assert [r["clients"] for r in records] == [[0, 1, 5], [1], []]
     skipped = records[2]
-    assert skipped["skipped"] is True and skipped["sampled"] == [] and skipped["dropped"] == [] and skipped["attempts"] == 1
+    assert skipped["skipped"] is True and skipped["sampled"] == [] and skipped["dropped"] == [] and skipped["attempts"] == 0
     assert "train_loss" not in skipped and "skipped" not in records[1]
 
 
@@ -170,10 +170,11 @@ def test_seed_bands_keep_the_rounds_one_seed_skipped() -> None:
 
 def test_too_few_sampled_for_min_clients_is_not_redrawn() -> None:
     # 2 sampled, min_clients 3: no dropout redraw can make 3 report, so the round is skipped at once (it said attempts: 11)
+    # with no draw made: nobody dropped out (it listed both as dropped, with attempts: 1)
     rules = FederationConfig(num_clients=6, clients_per_round=3, min_clients=3, on_too_few="retry", sampling="poisson")
     short = availability(1, 0, [2, 4], rules)
-    assert short.skipped and short.attempts == 1 and short.dropped == [2, 4]
+    assert short.skipped and short.attempts == 0 and short.dropped == []
     no_data = availability(1, 0, [1, 2, 4], rules, empty={1})  # one of three has no training rows
-    assert no_data.skipped and no_data.attempts == 1 and no_data.dropped == [2, 4] and no_data.no_data == [1]
+    assert no_data.skipped and no_data.attempts == 0 and no_data.dropped == [] and no_data.no_data == [1]
     enough = availability(1, 0, [1, 2, 4], rules)  # three could report: dropout 0 lets them, first attempt
     assert enough.reporting == [1, 2, 4] and enough.attempts == 1

@@ -109,7 +109,7 @@ def test_a_first_draw_with_nobody_reporting_is_released_not_retried() -> None:
     three = FederationConfig(num_clients=4, clients_per_round=4, min_clients=3, dropout=0.5, on_too_few="retry")
     assert availability(0, 7, [2, 3], three, release=True).nobody
     some = availability(0, 0, [2, 3], three, release=True)
-    assert not some.nobody and some.skipped and some.dropped == [2, 3] and some.attempts == 1
+    assert not some.nobody and some.skipped and some.dropped == [] and some.attempts == 1  # the draw dropped neither
     assert availability(0, 0, [], three, release=True).nobody  # Poisson drew nobody
 
 
@@ -150,10 +150,10 @@ def test_the_loop_asks_the_protocol(release: bool | None) -> None:
     assert [r["clients"] for r in records] == [[0, 1, 5], [1], []] and executor.calls == 2
     if release:
         assert protocol.runs == [(0, 3), (1, 1), (2, 0)]
-        assert records[2] == {"round": 3, "clients": [], "ran": True, "sampled": [], "dropped": [], "nobody_reported": True, "attempts": 1}
+        assert records[2] == {"round": 3, "clients": [], "ran": True, "sampled": [], "dropped": [], "nobody_reported": True, "attempts": 0}
     else:  # no capability, or one that says no: skipped, as before
         assert protocol.runs == [(0, 3), (1, 1)]
-        assert records[2] == {"round": 3, "clients": [], "sampled": [], "dropped": [], "skipped": True, "attempts": 1}
+        assert records[2] == {"round": 3, "clients": [], "sampled": [], "dropped": [], "skipped": True, "attempts": 0}
 
 
 # ---------------------------------------------------------------- whole runs
@@ -165,7 +165,7 @@ def test_a_dp_fedavg_run_releases_its_empty_round() -> None:
     assert [r["clients"] for r in records] == [[1], [1], []]
     last = records[2]
     assert last["nobody_reported"] is True and "skipped" not in last and "train_loss" not in last and "local_acc" not in last
-    assert last["sampled"] == [] and last["dropped"] == [] and last["attempts"] == 1
+    assert last["sampled"] == [] and last["dropped"] == [] and last["attempts"] == 0
     assert last["global_loss"] != records[1]["global_loss"]  # evaluated on the moved model, not carried
     assert out.summary["final_global_acc"] == last["global_acc"]
     # the model: the one after round 2 (a 2-round run draws the same) plus z / qW, qW = m = 1, sigma C = 1.5

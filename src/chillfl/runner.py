@@ -850,16 +850,24 @@ def compute_record(spec: LocalSpec) -> dict[str, str | int]:
     return {"memory_format": spec.memory_format, "batched_conv": spec.batched_conv}
 
 
+def dropout_starved(min_clients: int, record: Mapping[str, Any]) -> bool:
+    """Whether a round's draw dropped clients from a sample that held ``min_clients`` with training rows: then dropout
+    (or dropped stragglers) left it short, not the count sampled. Why: a sample already too small, which a released
+    round draws too, names the count as its cause whatever the draw dropped."""
+    return bool(record.get("dropped")) and len(record.get("sampled", [])) - len(record.get("no_data", [])) >= min_clients
+
+
 def no_round_remedy(config: RunConfig, records: Sequence[Mapping[str, Any]]) -> str:
     """What to change when no round trained: ``federation.dropout`` (and the stragglers dropped under
-    ``straggler_policy = "drop"``) first where the records show sampled clients dropped by them, then the count.
+    ``straggler_policy = "drop"``) first where the records show sampled clients dropped by them
+    (:func:`dropout_starved`), then the count; the count alone where too few were sampled.
 
     Why: with every sampled client dropped by ``dropout = 0.9`` the line said only "raise clients_per_round or lower
-    min_clients", neither of which touches the cause."""
+    min_clients", neither of which touches the cause; and with too few sampled it blamed a dropout that dropped nobody."""
     fed = config.federation
-    count = f"raise {fed.size_field} or lower federation.min_clients"
-    if not any(r.get("dropped") for r in records):
-        return count
+    count = f"raise {fed.size_field}" + (" or lower federation.min_clients" if fed.min_clients > 1 else "")  # 1 is its floor
+    if not any(dropout_starved(fed.min_clients, r) for r in records):
+        return f"too few clients sampled for federation.min_clients = {fed.min_clients}: {count}"
     losers = ([f"federation.dropout = {fed.dropout:g}"] if fed.dropout else []) + (
         [f"federation.stragglers = {fed.stragglers:g} (straggler_policy = 'drop')"] if fed.stragglers and fed.straggler_policy == "drop" else [])
     return f"sampled clients were dropped: lower {' or '.join(losers)}, or {count}" if losers else count

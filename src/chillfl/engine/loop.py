@@ -88,6 +88,7 @@ class Availability:
     dropped: list[int] = field(default_factory=list)
     work: dict[int, float] = field(default_factory=dict)  # stragglers only; everyone else does all its work
     attempts: int = 1
+    """The availability draws made: 0 when none was (nobody, or fewer than ``min_clients`` with rows, sampled)."""
     no_data: list[int] = field(default_factory=list)
     """Sampled clients without training rows: not configured, as if they had dropped out (never counted as reporting)."""
     nobody: bool = False
@@ -113,14 +114,21 @@ def availability(
     Then a first draw with nobody reporting is that round (``nobody``), neither retried nor skipped, even when fewer than
     ``min_clients`` were sampled: what runs is the first draw's outcome whenever it has no reporting client, so the
     rounds that differ from it are only those with 1 .. min_clients - 1 reporting (retried or skipped as before).
+
+    ``dropped`` is what a draw removed (the last draw's, when every attempt left too few), and ``attempts`` the draws
+    made: none (``[]``, 0) when too few were sampled for any draw to matter. Why: the too-few paths listed every sampled
+    client as dropped (``attempts: 1`` with no draw made, ``dropout = 0``), so the "no round trained" line blamed
+    ``federation.dropout`` for a sample too small for ``min_clients``.
     """
-    if not sampled:  # Poisson sampling drew nobody: nothing to redraw
-        return Availability([], nobody=True)
+    if not sampled:  # Poisson sampling drew nobody: nothing to draw
+        return Availability([], attempts=0, nobody=True)
     no_data = [c for c in sampled if c in empty]
     few = len(sampled) - len(no_data) < rules.min_clients  # too few could report even without dropout: no redraw helps
     if few and not release:  # the first draw only tells whether nobody reports, which matters only when that round is released
-        return Availability([], [c for c in sampled if c not in empty], {}, 1, no_data)
-    for attempt in range(1 if few else 1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)):
+        return Availability([], [], {}, 0, no_data)
+    dropped: list[int] = []
+    attempts = 1 if few else 1 + (MAX_RETRIES if rules.on_too_few == "retry" else 0)
+    for attempt in range(attempts):
         rng = np.random.default_rng(derive_seed(seed, "availability", round, attempt))
         drop = rng.random(len(sampled)) < rules.dropout
         slow = rng.random(len(sampled)) < rules.stragglers
@@ -128,12 +136,13 @@ def availability(
         if rules.straggler_policy == "drop":  # FedProx's FedAvg baseline: a straggler's partial work never arrives
             drop = drop | slow
         reporting = [c for c, d in zip(sampled, drop) if not d and c not in empty]
+        dropped = [c for c, d in zip(sampled, drop) if d and c not in empty]
         if len(reporting) >= rules.min_clients:
             work = {c: float(w) for c, d, s, w in zip(sampled, drop, slow, share) if s and not d and c not in empty}
-            return Availability(reporting, [c for c, d in zip(sampled, drop) if d and c not in empty], work, attempt + 1, no_data)
+            return Availability(reporting, dropped, work, attempt + 1, no_data)
         if release and attempt == 0 and not reporting:  # the round as drawn, released without clients
-            return Availability([], [c for c in sampled if c not in empty], {}, 1, no_data, nobody=True)
-    return Availability([], [c for c in sampled if c not in empty], {}, attempt + 1, no_data)
+            return Availability([], dropped, {}, 1, no_data, nobody=True)
+    return Availability([], dropped, {}, attempts, no_data)  # too few reported at every draw: the last one's drops
 
 
 def releases_empty(protocol: ServerProtocol) -> bool:

@@ -19,7 +19,7 @@ Checked against the authors' CharlieDinh/pFedMe (``FLAlgorithms/users/userpFedMe
 ``pFedMeOptimizer``, p <- p - personal_lr (grad + lambda (p - w)), on one batch, then
 w <- w - lambda lr (w - theta); ``FLAlgorithms/servers/serverbase.py``'s
 ``persionalized_aggregate_parameters``: (1 - beta) w^t + beta * the n_i-weighted mean) and PFLlib's
-``clientpFedMe.py`` (the same client steps).
+``clientpFedMe.py`` (the same client steps). The round differs under partial participation (Choices).
 
 Choices
 -------
@@ -34,6 +34,15 @@ Choices
 * The inner steps use the run's local optimiser (the paper: plain gradient
   steps); its state (momentum, Adam moments) starts afresh with each inner problem.
 * A straggler (``work`` < 1) runs fewer inner steps per batch, not fewer batches.
+* Only the round's sampled clients train (as every method here; PFLlib's ``serverpFedMe.train`` too). Algorithm 1
+  and the authors' ``serverpFedMe.train`` send w^t to all N clients, train all N and average the sampled S. The
+  global w is the same either way (only S upload, and theirs do not depend on the others'), but under partial
+  participation (``client_fraction`` < 1, or ``clients_per_round`` < ``num_clients``) ``local_acc``, the personalised
+  accuracy (the paper's "pFedMe (PM)"), is not the paper's: under ``eval.clients = "sampled"`` it is the mean over the
+  round's S clients, under ``"all"`` each client's value from its last participation (clients never sampled left
+  out), where the paper measures all N freshly trained each round; and ``bytes_down`` counts S models a round, not N.
+  Training every client while averaging the sampled ones needs the round loop to configure and train clients it
+  does not aggregate, which its seam (``configure`` / ``server_update`` over one list of clients) has no way to ask for.
 """
 
 from __future__ import annotations

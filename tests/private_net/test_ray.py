@@ -151,10 +151,11 @@ def _config(**overrides: Any) -> Any:
     return config_from_dict(table)
 
 
-def _rounds(config: Any, executor: Any = None) -> tuple[list[dict[str, Any]], Any]:
+def _rounds(config: Any, executor: Any = None, pools: WorkerPools | None = None) -> tuple[list[dict[str, Any]], Any]:
+    """``config``'s rounds on ``executor`` (None: the one ``config`` names, on ``pools``' workers where given)."""
     exp = build_experiment(config)
     protocol = build_protocol(exp)
-    executor = executor or make_executor(exp, protocol)
+    executor = executor or make_executor(exp, protocol, pools)
     try:
         records = list(run_rounds(protocol, executor, seed=config.seed, num_clients=exp.data.num_clients,
                                   clients_per_round=config.federation.sample_size(), rounds=config.federation.rounds, participation=config.federation))
@@ -208,7 +209,34 @@ def pools(cluster: str) -> Iterator[WorkerPools]:
 
 class TestSharedWorkers:
     """Every run builds its own :class:`RayExecutor`, as a run does, on the actors of one :class:`WorkerPools`: they
-    import torch (about 20 s a run on a loaded 2-core machine), so they start once, not three times per case."""
+    import torch (about 20 s a run on a loaded 2-core machine), so they start once, not three times per case (nor
+    once per personalised method). Actors a run starts for itself: the module's other tests."""
+
+    @pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "fedrep", "head_epochs": 2}, {"name": "fedper"}, {"name": "apfl"},
+                                           {"name": "pfedme", "inner_steps": 2}, {"name": "feddyn"}], ids=lambda a: a["name"])
+    def test_personalised_family_equals_sequential(self, pools: WorkerPools, cluster: str, algorithm: dict[str, Any]) -> None:
+        """Each personalised method's further trainings (jobs its client half asks for) and client state on Ray workers."""
+        expected, _ = _rounds(_config(executor="sequential", algorithm=algorithm))
+        started = max(pools.started, 1)  # the class's first run on the pool starts its actors (also a case run alone, with -k)
+        records, (_, stats) = _rounds(_config(executor="ray", ray={"address": cluster}, algorithm=algorithm), pools=pools)
+        assert records == expected
+        assert pools.started == started and sum(s["clients"] for s in stats) > 0  # on the shared actors, which served this run's clients
+
+    def test_bare_training_jobs_equal_sequential(self, pools: WorkerPools, cluster: str) -> None:
+        """``run(jobs)`` (the training primitive) on the actors: outcomes in job order, bit for bit."""
+        from chillfl.engine.protocol import ClientJob
+
+        exp = build_experiment(_config(executor="sequential"))
+        protocol = build_protocol(exp)
+        tasks = protocol.configure(0, [3, 0, 2])
+        jobs = [ClientJob(t.client_id, t.downlink.start, t.data.x, t.data.y, 0.05, 0.5, {}, seed=11 + t.client_id) for t in tasks]
+        expected = SequentialExecutor(exp.model, exp.spec).run(jobs)
+        started = max(pools.started, 1)
+        with RayExecutor(exp.model, exp.spec, protocol.client, RayConfig(address=cluster), pool=pools.ray(RayConfig(address=cluster), 1, 3)) as executor:
+            got = executor.run(jobs)
+        assert pools.started == started  # on the shared actors
+        for g, e in zip(got, expected):
+            assert g.num_steps == e.num_steps and g.mean_loss == e.mean_loss and all(torch.equal(g.params[k], e.params[k]) for k in e.params)
 
     def test_a_second_run_on_the_actors_gets_its_own_clients_data(self, pools: WorkerPools, cluster: str) -> None:
         """An actor keeps the data of the clients it served; a run after another, whose client 0 has other rows, must
@@ -236,15 +264,6 @@ class TestSharedWorkers:
         assert pools.started == started  # no run started actors of its own
         workers = pools.ray(RayConfig(address=cluster), 1, 2)
         assert sum(s["clients"] for s in workers.stats()) > 0  # the resumed run's clients were served there
-
-
-@pytest.mark.parametrize("algorithm", [{"name": "ditto"}, {"name": "fedrep", "head_epochs": 2}, {"name": "fedper"}, {"name": "apfl"},
-                                       {"name": "pfedme", "inner_steps": 2}, {"name": "feddyn"}], ids=lambda a: a["name"])
-def test_personalised_family_equals_sequential(cluster: str, algorithm: dict[str, Any]) -> None:
-    """Each personalised method's further trainings (jobs its client half asks for) and client state on Ray workers."""
-    expected, _ = _rounds(_config(executor="sequential", algorithm=algorithm))
-    records, _ = _rounds(_config(executor="ray", ray={"address": cluster}, algorithm=algorithm))
-    assert records == expected
 
 
 @dataclass
@@ -299,21 +318,6 @@ def test_a_worker_that_keeps_dying_stops_the_round_with_one_line(cluster: str, t
     assert "\n" not in message and "clients" in message and "2" in message and "not aggregated" in message
     assert len((tmp_path / "killed").read_text().split()) == 2  # the first try and one retry
     assert all(torch.equal(v, before[k]) for k, v in protocol.global_state().items())  # nothing was aggregated
-
-
-def test_bare_training_jobs_equal_sequential(cluster: str) -> None:
-    """``run(jobs)`` (the training primitive) on the actors: outcomes in job order, bit for bit."""
-    from chillfl.engine.protocol import ClientJob
-
-    exp = build_experiment(_config(executor="sequential"))
-    protocol = build_protocol(exp)
-    tasks = protocol.configure(0, [3, 0, 2])
-    jobs = [ClientJob(t.client_id, t.downlink.start, t.data.x, t.data.y, 0.05, 0.5, {}, seed=11 + t.client_id) for t in tasks]
-    expected = SequentialExecutor(exp.model, exp.spec).run(jobs)
-    with RayExecutor(exp.model, exp.spec, protocol.client, RayConfig(address=cluster)) as executor:
-        got = executor.run(jobs)
-    for g, e in zip(got, expected):
-        assert g.num_steps == e.num_steps and g.mean_loss == e.mean_loss and all(torch.equal(g.params[k], e.params[k]) for k in e.params)
 
 
 def test_resources_are_real_requests(cluster: str) -> None:

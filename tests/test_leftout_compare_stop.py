@@ -94,3 +94,20 @@ def test_the_band_curves_draw_each_stopped_runs_point_apart_from_the_mean(monkey
     assert [(title, xs, ys) for title, xs, ys, _ in stars(fig)] == [(fig.axes[0].get_title(), [2.0], [0.7]), ("Loss", [2.0], [0.8])]
     mean = next(line for line in fig.axes[0].get_lines() if line.get_label() == "a (n=2)")
     assert list(mean.get_ydata()) == [0.5]  # the mean is of the rounds every run's metrics.jsonl measured: the star is no part of it
+
+
+def test_a_seed_stopped_before_its_first_evaluation_leaves_the_others_band(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A seed whose run stopped before any evaluated round has its star alone; the other seeds keep their band (n=2 of
+    3): it emptied the rounds common to all seeds and hid them."""
+    from chillfl.plots.stop import with_stop_evaluation
+    from chillfl.report.compare import write_band_figures
+
+    whole = [{"round": 1, "global_acc": 0.5, "global_loss": 1.0}, {"round": 2, "global_acc": 0.6, "global_loss": 0.9}]
+    other = [{"round": 1, "global_acc": 0.3, "global_loss": 1.2}, {"round": 2, "global_acc": 0.8, "global_loss": 0.7}]
+    early = with_stop_evaluation([{"round": 1, "train_loss": 1.0}], {"stopped": {"round": 1, "reason": "plateau"}, "stop_evaluation": {"global_acc": 0.2, "global_loss": 1.5}})
+    figures = drawn(monkeypatch)
+    write_band_figures({"a": [whole, other, early]}, 0, tmp_path, "cmp")
+    acc = figures[0].axes[0]
+    mean = next(line for line in acc.get_lines() if line.get_label() == "a (n=2 of 3)")
+    assert list(mean.get_xdata()) == [1, 2] and [round(y, 9) for y in mean.get_ydata()] == [0.4, 0.7]  # (0.5+0.3)/2, (0.6+0.8)/2
+    assert [(xs, ys) for title, xs, ys, _ in stars(figures[0]) if title == acc.get_title()] == [([1.0], [0.2])]

@@ -23,7 +23,11 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
             continue
         colour, style = variant_style(index)  # the 11th variant in the 1st one's colour, dashed
         for ax, k in ((ax_acc, key), (ax_loss, loss_key)):
-            rounds, mean, std = seed_band([nulls_as_nan(records, k) for records in runs], k)  # a null breaks the line, as a NaN does
+            # the band over the seeds that measured k in some round: a seed stopped before its first evaluated round has
+            # its star alone, where it emptied the rounds common to all seeds and hid the others' curves
+            banding = [records for records in runs if any(r.get(k) is not None for r in records)]
+            rounds, mean, std = seed_band([nulls_as_nan(records, k) for records in banding], k)  # a null breaks the line, as a NaN does
+            n = f"n={len(banding)}" + (f" of {len(runs)}" if len(banding) < len(runs) else "")
             # each stopped run's stop-round evaluation (summary.json), its own star, never in the mean (as the HTML report has it)
             points = [point for records in runs if (point := stop_point(records, k)) is not None]
             for point in points:
@@ -32,7 +36,7 @@ def plot_band_curves(curves: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]
                 if not points:
                     not_measured(f"{label} (n={len(runs)})", k, ax)
                 continue
-            (line,) = ax.plot(rounds, mean, label=literal(f"{label} (n={len(runs)})"), color=colour, ls=style, marker=gap_marker(rounds))
+            (line,) = ax.plot(rounds, mean, label=literal(f"{label} ({n})"), color=colour, ls=style, marker=gap_marker(rounds))
             ax.fill_between(rounds, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)], color=line.get_color(), alpha=0.2, linewidth=0)
             lone_spread(ax, rounds, mean, std, colour)  # a band of one round has no width: an error bar there
     banded = any(len(runs) > 1 for runs in curves.values())  # one seed each (a tuning grid at one seed): no band to name

@@ -132,3 +132,25 @@ def test_without_the_request_helpers_a_server_is_asked_through_mlflows_client(mo
     monkeypatch.setattr(mlflow.tracking, "MlflowClient", Client)
     sinks.check_mlflow_store("http://127.0.0.1:9", "exp")  # no refusal: the client answered
     assert asked == [("http://127.0.0.1:9", "exp")]
+
+
+@pytest.mark.parametrize(("user", "said"), [(None, "no answer within 10 s"), ("2", "no answer within 2 s")])
+def test_a_timed_out_probe_names_the_timeout_it_asked_with(monkeypatch: pytest.MonkeyPatch, user: str | None, said: str) -> None:
+    # a request that times out never returns: the line names the timeout known before it (the user's, else the probe's)
+    pytest.importorskip("mlflow")
+    ask = sinks._mlflow_request()
+    assert ask is not None
+    asked: list[int] = []
+
+    def timed_out(*args: Any, timeout: int, **kwargs: Any) -> None:
+        asked.append(timeout)
+        raise OSError("Read timed out. (read timeout=%s)" % timeout)
+
+    monkeypatch.setattr(sinks, "_mlflow_request", lambda: ask._replace(http_request=timed_out))
+    if user is None:
+        monkeypatch.delenv("MLFLOW_HTTP_REQUEST_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", user)
+    with pytest.raises(ConfigError, match=said):
+        sinks.check_mlflow_store("http://127.0.0.1:9", "exp")
+    assert asked == [int(user or 10)]

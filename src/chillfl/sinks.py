@@ -790,11 +790,11 @@ def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False
         warn_once(log, f"the MLflow store {where} is not checked on a dry run (opening it would create it); the run checks it before "
                        "its folder is made", key=f"mlflow dry run {uri}", level=logging.INFO)
         return
-    timeout = MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"]
     ask = _mlflow_request() if mlflow_server(uri) else None
+    settings = _probe_settings(ask) if ask is not None else None
     try:
-        if ask is not None:
-            timeout = _ask_mlflow_server(ask, uri, experiment)
+        if ask is not None and settings is not None:
+            _ask_mlflow_server(ask, uri, experiment, *settings)
         else:  # no HTTP (no retry settings to pass), or an MLflow without the request helpers: its client, its retries
             from mlflow.tracking import MlflowClient
 
@@ -806,7 +806,7 @@ def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False
         elif "Connection refused" in text or "Failed to establish a new connection" in text:
             why = "no MLflow server answers there (connection refused)"
         elif "timeout" in text.lower() or "timed out" in text.lower():
-            why = f"no answer within {timeout} s"
+            why = f"no answer within {settings[1]} s" if settings else "no answer within MLflow's time limit (MLFLOW_HTTP_REQUEST_TIMEOUT)"
         else:  # MLflow's first sentence (its messages go on with links and advice)
             why = one_line(text.split(". ")[0].split(" (Caused by")[0]).strip()[:300]
         raise ConfigError("log.mlflow_tracking_uri", f"the MLflow store {where} cannot be used: {why}") from exc
@@ -835,15 +835,20 @@ def _mlflow_request() -> _MlflowRequest | None:
     return _MlflowRequest(MLFLOW_HTTP_REQUEST_MAX_RETRIES, MLFLOW_HTTP_REQUEST_TIMEOUT, get_default_host_creds, http_request, verify_rest_response)
 
 
-def _ask_mlflow_server(ask: _MlflowRequest, uri: str, experiment: str) -> str:
-    """Ask the server ``uri`` for ``experiment`` as MLflow's client does (its credentials from the environment, as the
-    sink's), under :data:`MLFLOW_PROBE_ENV`'s retries and timeout where the user set none, passed to the request; raises
-    what MLflow raises for an answer that is no experiment nor "no such experiment". Returns the timeout used (seconds)."""
-    from mlflow.exceptions import MlflowException
-
-    # the user's settings parsed as MLflow parses them
+def _probe_settings(ask: _MlflowRequest) -> tuple[int, int]:
+    """The retries and timeout (seconds) a probe asks with: the user's, parsed as MLflow parses them, else
+    :data:`MLFLOW_PROBE_ENV`'s. Known before the request, so that a request that times out is said with its own."""
     retries = ask.max_retries.get() if ask.max_retries.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_MAX_RETRIES"])
     timeout = ask.timeout.get() if ask.timeout.defined else int(MLFLOW_PROBE_ENV["MLFLOW_HTTP_REQUEST_TIMEOUT"])
+    return int(retries), int(timeout)
+
+
+def _ask_mlflow_server(ask: _MlflowRequest, uri: str, experiment: str, retries: int, timeout: int) -> None:
+    """Ask the server ``uri`` for ``experiment`` as MLflow's client does (its credentials from the environment, as the
+    sink's), with ``retries`` and ``timeout`` passed to the request (:func:`_probe_settings`); raises what MLflow raises
+    for an answer that is no experiment nor "no such experiment"."""
+    from mlflow.exceptions import MlflowException
+
     response = ask.http_request(ask.host_creds(uri), MLFLOW_GET_BY_NAME, "GET", max_retries=retries, timeout=timeout,
                                 raise_on_status=False, params={"experiment_name": experiment})
     try:
@@ -851,7 +856,6 @@ def _ask_mlflow_server(ask: _MlflowRequest, uri: str, experiment: str) -> str:
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":  # no such experiment yet: the sink creates it
             raise
-    return str(timeout)
 
 
 def close_sinks(sinks: Sequence[Sink], failure: BaseException | None = None) -> None:

@@ -44,8 +44,8 @@ def test_without_dropout_the_count_is_advised() -> None:
     # too few sampled for min_clients (an older record listing them as dropped), and no dropout or dropped straggler configured
     config = load_config(None, {**FIXED, "federation.sampling": "poisson", "federation.clients_per_round": 2, "federation.min_clients": 2})
     assert no_round_remedy(config, [{"round": 1, "sampled": [1], "dropped": [1], "skipped": True}]) == (
-        "too few clients sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients")
+        "too few clients with training rows sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients")
     # the fraction sets the count where no clients_per_round is given: it is the option named
     config = load_config(None, {**FIXED, "federation.clients_per_round": None, "federation.client_fraction": 0.25, "federation.dropout": 0.5})
     assert no_round_remedy(config, [{"round": 1, "sampled": [], "dropped": [], "skipped": True}]) == (
-        "too few clients sampled for federation.min_clients = 1: raise federation.client_fraction")
+        "too few clients with training rows sampled for federation.min_clients = 1: raise federation.client_fraction")

@@ -52,13 +52,13 @@ def test_the_warning_names_too_few_sampled_not_dropout(caplog: pytest.LogCapture
     assert [(r["sampled"], r["dropped"], r["attempts"]) for r in records] == [([0], [], 0), ([], [], 0)]
     said = [m for m in caplog.messages if m.startswith("no round trained")]
     assert len(said) == 1 and said[0].endswith(
-        "(too few clients sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients)"), said
+        "(too few clients with training rows sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients)"), said
 
 
 def test_dropout_is_blamed_only_where_the_sample_was_big_enough() -> None:
     config = load_config(None, {**BASE, "federation.min_clients": 2, "federation.dropout": 0.5})
     dropout = "sampled clients were dropped: lower federation.dropout = 0.5, or raise federation.clients_per_round or lower federation.min_clients"
-    count = "too few clients sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients"
+    count = "too few clients with training rows sampled for federation.min_clients = 2: raise federation.clients_per_round or lower federation.min_clients"
     # two sampled, one dropped: the draw left the round short
     assert no_round_remedy(config, [{"round": 1, "sampled": [1, 4], "dropped": [4], "skipped": True}]) == dropout
     # one sampled (a released round draws even then) and dropped: too few sampled whatever the draw did

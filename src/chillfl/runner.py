@@ -867,7 +867,7 @@ def no_round_remedy(config: RunConfig, records: Sequence[Mapping[str, Any]]) -> 
     fed = config.federation
     count = f"raise {fed.size_field}" + (" or lower federation.min_clients" if fed.min_clients > 1 else "")  # 1 is its floor
     if not any(dropout_starved(fed.min_clients, r) for r in records):
-        return f"too few clients sampled for federation.min_clients = {fed.min_clients}: {count}"
+        return f"too few clients with training rows sampled for federation.min_clients = {fed.min_clients}: {count}"
     losers = ([f"federation.dropout = {fed.dropout:g}"] if fed.dropout else []) + (
         [f"federation.stragglers = {fed.stragglers:g} (straggler_policy = 'drop')"] if fed.stragglers and fed.straggler_policy == "drop" else [])
     return f"sampled clients were dropped: lower {' or '.join(losers)}, or {count}" if losers else count

@@ -88,7 +88,8 @@ class Availability:
     dropped: list[int] = field(default_factory=list)
     work: dict[int, float] = field(default_factory=dict)  # stragglers only; everyone else does all its work
     attempts: int = 1
-    """The availability draws made: 0 when none was (nobody, or fewer than ``min_clients`` with rows, sampled)."""
+    """The availability draws made: 0 when none was (nobody sampled, or fewer than ``min_clients`` with rows under a
+    protocol that releases no empty round; one that does, dp-fedavg, draws once to see whether nobody reports)."""
     no_data: list[int] = field(default_factory=list)
     """Sampled clients without training rows: not configured, as if they had dropped out (never counted as reporting)."""
     nobody: bool = False
@@ -116,7 +117,8 @@ def availability(
     rounds that differ from it are only those with 1 .. min_clients - 1 reporting (retried or skipped as before).
 
     ``dropped`` is what a draw removed (the last draw's, when every attempt left too few), and ``attempts`` the draws
-    made: none (``[]``, 0) when too few were sampled for any draw to matter. Why: the too-few paths listed every sampled
+    made: none (``[]``, 0) when too few were sampled for any draw to matter (one, under a protocol that releases an
+    empty round). Why: the too-few paths listed every sampled
     client as dropped (``attempts: 1`` with no draw made, ``dropout = 0``), so the "no round trained" line blamed
     ``federation.dropout`` for a sample too small for ``min_clients``.
     """

@@ -158,6 +158,11 @@ def test_cfl_complete_linkage_bipartition_by_hand() -> None:
     assert bipartition(sim) == ([0, 2], [1, 3])
     # complete, not single, linkage: 2 is close to 0 (0.9) but far from 1 (-0.9); {0, 1} merge first (0.95)
     assert bipartition([[1, 0.95, 0.9], [0.95, 1, -0.9], [0.9, -0.9, 1]]) == ([0, 1], [2])
+    # an updated distance decides: points 0, 2, 4.1, 6.3 on a line, sim = -|xi - xj|. {0, 1} merge first (2); then
+    # complete linkage: d({0,1}, 2) = max(4.1, 2.1) = 4.1 > d(2, 3) = 2.2, so {2, 3}; single linkage would take
+    # min(4.1, 2.1) = 2.1 < 2.2 and merge 2 into {0, 1}, leaving ([0, 1, 2], [3])
+    xs = [0.0, 2.0, 4.1, 6.3]
+    assert bipartition([[-abs(a - b) for b in xs] for a in xs]) == ([0, 1], [2, 3])
 
 
 def split_case(options: CflOptions, rnd: int = 0) -> tuple[Cfl, dict[str, torch.Tensor]]:

@@ -151,6 +151,8 @@ def test_fedrep_trains_head_with_body_frozen_then_body_with_head_frozen() -> Non
     close(reply.uplink.params["1.weight"], 1.81)
     close(reply.uplink.params["0.weight"], 0.85339)
     assert reply.uplink.num_steps == 3
+    # the reported loss: the mean over all three steps, 1/2 r^2 at r = 1, 0.9, 0.81: (0.5 + 0.405 + 0.32805) / 3
+    assert reply.uplink.train_loss == pytest.approx((0.5 + 0.405 + 0.32805) / 3, rel=1e-5)
     assert set(reply.state) == {"fedrep.head.1.weight"}
     close(reply.state["fedrep.head.1.weight"], 1.81)
     # next round: its own head replaces the global one in its start; the head trains from 1.81 against the new body

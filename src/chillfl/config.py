@@ -53,7 +53,8 @@ from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions
 from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.settings.chosen import NamedSpec
-from chillfl.training.schedule import CONSTANT, LrSchedule, Optimizer, planned_steps, step_lr
+from chillfl.training.schedule import (CONSTANT, LR_FLOOR, LrSchedule, Optimizer, below_floor, first_below, first_step_below_floor, planned_steps,
+                                      schedule_field, schedule_term, step_lr)
 from chillfl.tune import dotted_grid, parse_tune
 
 if sys.version_info >= (3, 11):
@@ -148,22 +149,6 @@ class FederationConfig:
         estimates, and the clients' own models a round evaluates where models stay with the clients."""
         r = self.rounds if rounds is None else rounds
         return self.num_clients * (1 - (1 - self.sample_size() / self.num_clients) ** r)
-
-
-LR_FLOOR = 2.0**-126
-"""float32's smallest normal number (``torch.finfo(torch.float32).tiny``): the least lr a run accepts in any round
-(:meth:`ClientConfig.check_lr_floor`). Below it a float32 step ``lr * g`` is subnormal or 0, so the round trains
-nothing, and an lr of 0 (float64 underflow) makes the methods that divide by it fail."""
-
-
-def _first_below(lr: Callable[[int], float], n: int) -> int:
-    """The least ``i`` in ``[0, n)`` with ``lr(i) < LR_FLOOR``, by bisection: ``lr`` is non-increasing and ``lr(n - 1)``
-    below the floor (a schedule's lr over its rounds, or over a round's local steps)."""
-    lo, hi = -1, n - 1  # lr(lo) >= LR_FLOOR (lo = -1: before the first), lr(hi) < LR_FLOOR
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if lr(mid) >= LR_FLOOR else (lo, mid)
-    return hi
 
 
 @dataclass(frozen=True)
@@ -286,7 +271,7 @@ class ClientConfig:
         last = rounds - 1
         if self.lr_at(last, rounds) >= LR_FLOOR:
             return
-        t = _first_below(lambda r: self.lr_at(r, rounds), rounds)
+        t = first_below(lambda r: self.lr_at(r, rounds), rounds)
         decay = self.lr_decay**t
         over_rounds = self.lr_schedule != "constant" and self.lr_schedule_over == "rounds"
         factor = self.schedule().factor(t, rounds) if over_rounds else 1.0
@@ -317,25 +302,17 @@ class ClientConfig:
         if self.lr_schedule == "constant" or self.lr_schedule_over != "steps" or steps == 0:
             return
         optim = self.optim()
-
-        def lr(t: int, s: int) -> float:  # the very float the local steps use (chillfl.training.local.train_client)
-            return step_lr(optim, self.lr_at(t, rounds), s, steps)
-
-        if lr(rounds - 1, steps - 1) >= LR_FLOOR:
+        if first_step_below_floor(optim, self.lr_at(rounds - 1, rounds), steps) is None:
             return
-        t = _first_below(lambda r: lr(r, steps - 1), rounds)
-        s = _first_below(lambda k: lr(t, k), steps)
+        t = first_below(lambda r: step_lr(optim, self.lr_at(r, rounds), steps - 1, steps), rounds)
+        s = first_step_below_floor(optim, self.lr_at(t, rounds), steps)
+        assert s is not None  # round t's last step is below
         decay, factor = self.lr_decay**t, optim.step_schedule.factor(s, steps)
-        formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "")
-        formula += f" * {self.lr_gamma:g}^{s // self.lr_step_size}" if self.lr_schedule == "step" else f" * {factor:.3g} (cosine)"
-        if decay <= factor:
-            field = f"{section}.lr_decay"
-        else:
-            field = f"{section}.lr_gamma" if self.lr_schedule == "step" else f"{section}.lr_min"
-        raise ConfigError(field, f"local step {s + 1} of the {steps} a round takes ({section}.epochs = {self.epochs} over the largest client's {rows} rows "
-                                 f"in batches of {section}.batch_size = {self.batch_size}, {section}.lr_schedule_over = 'steps') in round {t + 1} of "
-                                 f"federation.rounds = {rounds} would train at lr {formula} = {lr(t, s):.3g}, below float32's smallest normal number "
-                                 f"({LR_FLOOR:.3g}): the float32 steps do nothing from there on; raise {field} or lower {section}.epochs")
+        formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "") + schedule_term(optim.step_schedule, s, steps)
+        field = f"{section}.lr_decay" if decay <= factor else schedule_field(optim.step_schedule, section)
+        takes = (f"a round takes ({section}.epochs = {self.epochs} over the largest client's {rows} rows in batches of {section}.batch_size = "
+                 f"{self.batch_size}, {section}.lr_schedule_over = 'steps') in round {t + 1} of federation.rounds = {rounds}")
+        raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(optim, self.lr_at(t, rounds), s, steps), field, f"{section}.epochs"))
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:
         """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""

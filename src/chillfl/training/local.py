@@ -77,7 +77,7 @@ from chillfl.training.objective import StepView, Term, apply_term, is_batch_term
 from chillfl.training.optim import Carried, OptState, adam_update_, clip_by_norm_, init_state, load_carried, whole_grads
 from chillfl.training.sam import sharpness_aware_grads
 from chillfl.data.stamp import Pattern, RowStamp, stamp_codes
-from chillfl.training.schedule import SGD, Optimizer, planned_steps, step_lr
+from chillfl.training.schedule import SGD, Optimizer, below_floor, first_step_below_floor, planned_steps, schedule_field, schedule_term, step_lr
 from chillfl.seeds import derive_seed
 
 if TYPE_CHECKING:  # only the annotation: importing chillfl.data here would load every dataset reader in each worker process
@@ -1205,6 +1205,27 @@ def check_rows(x: torch.Tensor, y: torch.Tensor, stamp: RowStamp | None) -> None
         raise ValueError(f"the stamp has {len(stamp.clean)} clean rows and {len(stamp.marked)} marks for {len(y)} rows: they must pair row for row")
 
 
+def check_step_floor(spec: LocalSpec, lr: float, rows: int) -> int:
+    """The planned steps of a training of ``rows`` rows from ``lr`` under ``spec``; refused (ConfigError on the schedule's
+    option, ``client.lr_gamma`` or ``client.lr_min``) when a step of them would train below float32's smallest normal lr.
+
+    Why: the check before the run (:meth:`~chillfl.config.ClientConfig.check_step_lr_floor`) counts ``client.epochs``;
+    a method's stage (its own epochs) or a distillation phase (its epochs over the public rows) runs the same schedule over
+    more steps and took their later steps to a subnormal or 0 lr without a word. Each training's own steps and lr are
+    known here, in every executor, whoever asked for it; each round's lr is normal (checked before the run), so what takes
+    a training's step below is the schedule over its steps."""
+    planned = planned_steps(rows, spec.batch_size, spec.epochs)
+    s = first_step_below_floor(spec.optim, lr, planned)
+    if s is not None:
+        schedule = spec.optim.step_schedule
+        field = schedule_field(schedule, "client")
+        takes = (f"a training takes ({spec.epochs} epochs over {rows} rows in batches of {spec.batch_size}, client.lr_schedule_over = 'steps', "
+                 f"from the lr {lr:.3g} it was given)")
+        raise ConfigError(field, below_floor(s, planned, takes, f"{lr:.3g}{schedule_term(schedule, s, planned)}", step_lr(spec.optim, lr, s, planned),
+                                             field, "the epochs of that training (a method's stage or a distillation phase: its own epochs option)"))
+    return planned
+
+
 def train_client(
     model: nn.Module,
     start: Mapping[str, torch.Tensor],
@@ -1247,7 +1268,7 @@ def train_client(
     steps = 0
     model.train()
     order = completed_steps(batch_order(len(y), spec.batch_size, spec.epochs, generator), work)
-    planned = planned_steps(len(y), spec.batch_size, spec.epochs)  # a straggler stops early on the same lr schedule
+    planned = check_step_floor(spec, lr, len(y))  # a straggler stops early on the same lr schedule
     restamp = stamp if spec.augment is not None else None  # unaugmented, ``x`` holds the stamped rows: the same bits
     # Dropout draws from torch's global generator: fork it and seed it from the client's own stream so runs are
     # reproducible and the caller's RNG state is untouched, held against other threads' runs (client_rng); a model

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal
+from typing import Callable, Literal
 
 OptimizerName = Literal["sgd", "adam", "adamw"]
 ScheduleName = Literal["constant", "step", "cosine"]
@@ -94,5 +94,51 @@ def step_lr(optimizer: Optimizer, lr: float, step: int, total: int) -> float:
     if optimizer.step_schedule.name == "constant":
         return lr
     return lr * optimizer.step_schedule.factor(step, total)
+
+
+LR_FLOOR = 2.0**-126
+"""float32's smallest normal number (``torch.finfo(torch.float32).tiny``): the least lr a run accepts in any round
+(:meth:`~chillfl.config.ClientConfig.check_lr_floor`) and at any local step (:func:`first_step_below_floor`). Below it a
+float32 step ``lr * g`` is subnormal or 0, so the round trains nothing, and an lr of 0 (float64 underflow) makes the
+methods that divide by it fail."""
+
+
+def first_below(lr: Callable[[int], float], n: int) -> int:
+    """The least ``i`` in ``[0, n)`` with ``lr(i) < LR_FLOOR``, by bisection: ``lr`` is non-increasing and ``lr(n - 1)``
+    below the floor (a schedule's lr over its rounds, or over a round's local steps)."""
+    lo, hi = -1, n - 1  # lr(lo) >= LR_FLOOR (lo = -1: before the first), lr(hi) < LR_FLOOR
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if lr(mid) >= LR_FLOOR else (lo, mid)
+    return hi
+
+
+def first_step_below_floor(optimizer: Optimizer, lr: float, total: int) -> int | None:
+    """The first of ``total`` local steps that :func:`step_lr` takes below :data:`LR_FLOOR` from ``lr``; None: none does.
+
+    Why: a schedule over local steps runs over each training's own planned steps, and a training with more steps than
+    ``client.epochs`` gives (a method's stage, a distillation phase) takes the lr further down the same curve; its last
+    step has the least lr (the schedule is non-increasing in the step), so one look tells whether any step is below."""
+    if optimizer.step_schedule.name == "constant" or total <= 0 or step_lr(optimizer, lr, total - 1, total) >= LR_FLOOR:
+        return None
+    return first_below(lambda k: step_lr(optimizer, lr, k, total), total)
+
+
+def schedule_field(schedule: LrSchedule, section: str) -> str:
+    """The option of ``schedule`` that takes the lr down within it: ``lr_gamma`` for ``step``, ``lr_min`` for ``cosine``."""
+    return f"{section}.lr_gamma" if schedule.name == "step" else f"{section}.lr_min"
+
+
+def schedule_term(schedule: LrSchedule, step: int, total: int) -> str:
+    """The schedule's factor at ``step`` of ``total`` as a factor of a formula: `` * 0.1^3``, `` * 0.00886 (cosine)``."""
+    if schedule.name == "step":
+        return f" * {schedule.gamma:g}^{step // schedule.step_size}"
+    return f" * {schedule.factor(step, total):.3g} (cosine)"
+
+
+def below_floor(step: int, steps: int, takes: str, formula: str, value: float, field: str, lower: str) -> str:
+    """The refusal of a local step below :data:`LR_FLOOR`: one wording for the check before the run and the one in training."""
+    return (f"local step {step + 1} of the {steps} {takes} would train at lr {formula} = {value:.3g}, below float32's smallest normal "
+            f"number ({LR_FLOOR:.3g}): the float32 steps do nothing from there on; raise {field} or lower {lower}")
 
 

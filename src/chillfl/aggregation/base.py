@@ -315,6 +315,31 @@ def kept_entries(half: ClientHalf | None) -> frozenset[str]:
 
 
 @runtime_checkable
+class NamesKeepOption(Protocol):
+    """A :class:`KeepsEntries` half whose method has an option that leaves the kept entries out of the server's average
+    (FedBN's ``global_bn = "keep"``, FedPer's and FedRep's ``global_head``, LG-FedAvg's ``global_body``).
+
+    Why: a forging attack is refused on a method that averages entries its returning clients train from their own
+    values (:func:`chillfl.attacks.build.check_uploads`); the refusal names this option, which the core cannot know.
+    """
+
+    def keep_option(self) -> tuple[str, str] | None:
+        """(option, value): the string option of the method's own table, and its value, that keeps the kept entries
+        out of the average (``("global_bn", "keep")``); None: the method has none."""
+        ...
+
+
+def keep_option(half: ClientHalf | None) -> tuple[str, str] | None:
+    """The first option ``half``'s parts name that keeps their kept entries out of the average (:class:`NamesKeepOption`); None when none names one."""
+    for part in half_parts(half):
+        if isinstance(part, NamesKeepOption):
+            option = part.keep_option()
+            if option is not None:
+                return option
+    return None
+
+
+@runtime_checkable
 class HoldsKeptEntries(Protocol):
     """A :class:`KeepsEntries` half that says which of its kept entries a client's state holds (FedBN's, FedPer's,
     LG-FedAvg's ``KeepLocal``: those under its prefix).

@@ -111,6 +111,9 @@ class KeepLocal:
     after_average: bool = field(default=False, kw_only=True)
     """Local accuracy of the client's own entries on the *next* global model, measured by the server after the
     average (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; FedBN's, FedPer's, FedRep's, LG-FedAvg's ``local_eval``)."""
+    option: tuple[str, str] | None = field(default=None, kw_only=True)
+    """The method's option (and value) that leaves ``keys`` out of the server's average (``("global_bn", "keep")``),
+    named by a refusal (:class:`~chillfl.aggregation.base.NamesKeepOption`); None: the method has none."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         own = own_entries(state, self.prefix)
@@ -122,6 +125,10 @@ class KeepLocal:
     def kept_entries(self) -> frozenset[str]:
         """``keys``: after its first round the client's own values replace the sent ones (:class:`~chillfl.aggregation.base.KeepsEntries`)."""
         return self.keys
+
+    def keep_option(self) -> tuple[str, str] | None:
+        """:attr:`option` (:class:`~chillfl.aggregation.base.NamesKeepOption`)."""
+        return self.option
 
     def held_entries(self, state: ClientState) -> frozenset[str]:
         """The kept entries under ``prefix`` in ``state`` (:class:`~chillfl.aggregation.base.HoldsKeptEntries`)."""
@@ -166,7 +173,7 @@ class FedBN(AggregatorBase):
 
     def client_half(self) -> ClientHalf:
         """The client keeps its own BN entries (:class:`KeepLocal`), measured after the average under ``local_eval = "averaged"``."""
-        return KeepLocal(self.bn_keys, PREFIX, after_average=self.rule.local_eval == "averaged")
+        return KeepLocal(self.bn_keys, PREFIX, after_average=self.rule.local_eval == "averaged", option=("global_bn", "keep"))
 
     def state_dict(self) -> dict[str, Any]:
         """Nothing: every client's BN entries are in its own state, the global model has the average."""

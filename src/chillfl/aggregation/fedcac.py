@@ -223,6 +223,9 @@ class FedCACClient:
 
     param_keys: frozenset[str]
     after_average: bool = False
+    buffer_keys: frozenset[str] = frozenset()
+    """The model's entries outside ``param_keys`` (batch-norm statistics): a returning client starts them from its own
+    values, and says so (:meth:`kept_entries`)."""
     """Local accuracy of the client's customised start for the next round, measured by the server after the round
     (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; ``local_eval = "averaged"``)."""
 
@@ -232,6 +235,12 @@ class FedCACClient:
 
     def finish(self, model: nn.Module, state: ClientState, trained: Trained) -> tuple[ClientState, Report]:
         return with_prefix(trained.params, PREFIX), {}
+
+    def kept_entries(self) -> frozenset[str]:
+        """``buffer_keys`` (:class:`~chillfl.aggregation.base.KeepsEntries`). Why: its server averages them, so a
+        forging attack, which reads each update from the sent start, is refused before the run, not by the clients'
+        start check in round 2 with round 1 on disk."""
+        return self.buffer_keys
 
     def personal_model(self, state: ClientState, global_model: Params) -> Params:
         """theta_i, the client's model after its last training (every entry: no global part); with ``after_average``,
@@ -257,6 +266,8 @@ class FedCAC(AggregatorBase):
         """client id -> its latest upload's parameters (theta_j)."""
         self.masks = ClientParams()
         """client id -> its latest critical mask M_j (bool)."""
+        self.buffer_keys: frozenset[str] = frozenset()
+        """The model's entries outside ``param_keys``, which each client keeps its own of (:meth:`learn_parameters`)."""
         self.held: list[int] = []
         """The clients held (those with a mask), in id order: the rows and columns of :attr:`shared`."""
         self.shared = torch.zeros(0, 0, dtype=torch.int64)
@@ -265,7 +276,14 @@ class FedCAC(AggregatorBase):
         self._metrics: dict[str, Json] = {}
 
     def client_half(self) -> ClientHalf:
-        return FedCACClient(frozenset(self.param_keys))
+        return FedCACClient(frozenset(self.param_keys), buffer_keys=self.buffer_keys)
+
+    def learn_parameters(self, model: nn.Module) -> None:
+        """Take ``model``'s entries outside ``param_keys`` as the buffers its clients keep
+        (:class:`~chillfl.aggregation.base.LearnsParameters`: the builder asks it, and the run asks an instance passed
+        from Python); ``param_keys`` stay the ones it was built with."""
+        keys = frozenset(self.param_keys)
+        self.buffer_keys = frozenset(k for k in model.state_dict() if k not in keys)
 
     def collaborators(self, client_id: int, rounds_done: int) -> tuple[list[int], float | None]:
         """C_i among the clients held, and eps_t (None: fewer than two clients held)."""
@@ -358,7 +376,7 @@ class FedCACAveraged(FedCAC):
         """t for the next round's starts: the rounds aggregated so far."""
 
     def client_half(self) -> ClientHalf:
-        return FedCACClient(frozenset(self.param_keys), after_average=True)
+        return FedCACClient(frozenset(self.param_keys), after_average=True, buffer_keys=self.buffer_keys)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         out = super().aggregate(global_params, results, round)
@@ -386,6 +404,12 @@ def build(num_clients: int, param_keys: Collection[str], options: FedCACOptions)
     return kind(num_clients, param_keys, options)
 
 
+def learned(aggregator: FedCAC, model: nn.Module) -> FedCAC:
+    """``aggregator``, told the run's ``model``'s buffers (:meth:`FedCAC.learn_parameters`)."""
+    aggregator.learn_parameters(model)
+    return aggregator
+
+
 def _on(params: Params, like: Params) -> Params:
     """``params`` on the device of the run's model (a checkpoint may have brought them back on another)."""
     device = next(iter(like.values())).device
@@ -396,7 +420,7 @@ SPEC: AlgorithmSpec = register_algorithm(
     "fedcac",
     AlgorithmSpec(
         FedCACOptions,
-        lambda o, ctx: (build(ctx.num_clients, ctx.param_keys(), o), []),
+        lambda o, ctx: (learned(build(ctx.num_clients, ctx.param_keys(), o), ctx.model), []),
         "critical parameters averaged with the clients whose critical locations overlap (Wu et al. 2023)",
         capabilities=Capabilities(not_a_base="FedCAC's server sends each client its own customised model; its global model is only their non-critical part", personal_model=True),
         capabilities_of=lambda o: after_average(SPEC.capabilities, "local_eval", "averaged", o.local_eval == "averaged"),

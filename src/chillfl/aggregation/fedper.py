@@ -176,7 +176,7 @@ class FedPer(FedBN):
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return KeepLocal(self.bn_keys, "fedper.head.", after_average=self.options.local_eval == "averaged")
+        return KeepLocal(self.bn_keys, "fedper.head.", after_average=self.options.local_eval == "averaged", option=("global_head", "keep"))
 
 
 SPEC: AlgorithmSpec = register_algorithm(

@@ -100,7 +100,8 @@ class FedRep(FedPer):
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs, after_average=self.options.local_eval == "averaged")
+        return FedRepClient(self.bn_keys, "fedrep.head.", self.param_names, self.head_epochs, after_average=self.options.local_eval == "averaged",
+                            option=("global_head", "keep"))
 
 
 CAPABILITIES = Capabilities(

@@ -88,7 +88,7 @@ class LGFedAvg(FedBN):
         self.options = options
 
     def client_half(self) -> ClientHalf:
-        return KeepLocal(self.bn_keys, "lg_fedavg.local.", after_average=self.options.local_eval == "averaged")
+        return KeepLocal(self.bn_keys, "lg_fedavg.local.", after_average=self.options.local_eval == "averaged", option=("global_body", "keep"))
 
 
 SPEC: AlgorithmSpec = register_algorithm(

@@ -7,6 +7,7 @@ hooks it has, and where it runs follows from them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from chillfl.attacks.poison import poisoned
@@ -171,8 +172,11 @@ def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> N
     values of them (:func:`~chillfl.aggregation.base.kept_entries` among its ``aggregated_keys``: a kept head or batch
     norm that the global model averages all the same), where each attacker's forged entries were read from the sent
     values, not the ones it trained from (the start check leaves kept entries alone: a ``[privacy]`` clip rightly reads
-    them from the sent values, which its released average is taken from)."""
-    from chillfl.aggregation.base import ChoosesStart, aggregated_keys, innermost, kept_entries
+    them from the sent values, which its released average is taken from). A ``ChoosesStart`` report does not lift this
+    one: it says which sent model a client started from, and the half puts its kept values in place of that model's. The
+    refusal names the option that keeps those entries out of the average where the half declares one
+    (:class:`~chillfl.aggregation.base.NamesKeepOption`)."""
+    from chillfl.aggregation.base import ChoosesStart, aggregated_keys, innermost, keep_option, kept_entries
     from chillfl.aggregation.registry import run_capabilities
 
     if not forges_models(config):
@@ -186,13 +190,28 @@ def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> N
         raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} trains "
                                  f"from a start the server does not know ({own_start}): the forged uploads would be other ones; "
                                  "use a data-poisoning kind, or a method whose clients train from the model they are sent")
-    kept = kept_entries(aggregator.client_half())
+    half = aggregator.client_half()
+    kept = kept_entries(half)
     own = [k for k in aggregated_keys(aggregator, state) if k in kept]
-    if own and not isinstance(innermost(aggregator), ChoosesStart):
+    if own:
+        option = keep_option(half)
+        lift = "the method with those entries left out of its average (kept by the clients alone)" if option is None \
+            else f'set {options_table(config.algorithm)}.{option[0]} = "{option[1]}" (those entries left out of the average, kept by the clients alone)'
         raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} averages "
                                  f"entries its returning clients train from their own kept values, not the sent ones (entry {own[0]!r}): the "
-                                 "forged uploads would be other ones; use a data-poisoning kind, or the method with those entries left out of "
-                                 "its average (kept by the clients alone)")
+                                 f"forged uploads would be other ones; use a data-poisoning kind, or {lift}")
+
+
+def options_table(table: Mapping[str, Any]) -> str:
+    """The table the run's innermost algorithm reads its options from (``algorithm``, ``algorithm.base_options`` under a
+    wrapper), where a refusal names one of them; ``algorithm`` for an instance passed from Python, whose name is no
+    registered algorithm's."""
+    from chillfl.aggregation.registry import declared_parts
+
+    try:
+        return declared_parts(table)[-1].section
+    except ConfigError:
+        return "algorithm"
 
 
 def checked_probe(probe: object) -> tuple[Any, Any]:

@@ -223,11 +223,11 @@ class FedCACClient:
 
     param_keys: frozenset[str]
     after_average: bool = False
+    """Local accuracy of the client's customised start for the next round, measured by the server after the round
+    (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; ``local_eval = "averaged"``)."""
     buffer_keys: frozenset[str] = frozenset()
     """The model's entries outside ``param_keys`` (batch-norm statistics): a returning client starts them from its own
     values, and says so (:meth:`kept_entries`)."""
-    """Local accuracy of the client's customised start for the next round, measured by the server after the round
-    (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`; ``local_eval = "averaged"``)."""
 
     def prepare(self, state: ClientState, start: Params, context: Context) -> tuple[Params, dict[str, Wire]]:
         buffers = {k: v for k, v in own_entries(state, PREFIX).items() if k not in self.param_keys}

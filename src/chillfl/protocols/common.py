@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -255,11 +255,19 @@ class Evaluation:
                 data.x_val, data.y_val = own[0].to(self.device), own[1].to(self.device)
         return data
 
-    def metrics(self, state: Mapping[str, torch.Tensor]) -> dict[str, Json]:
-        """``global_acc``/``global_loss``, calibration ``global_ece``/``global_nll``/``global_brier`` (and ``global_client_acc``) of ``state``."""
+    def metrics(self, state: Mapping[str, torch.Tensor], observe: Callable[[torch.Tensor, torch.Tensor], None] | None = None) -> dict[str, Json]:
+        """``global_acc``/``global_loss``, calibration ``global_ece``/``global_nll``/``global_brier`` (and ``global_client_acc``) of ``state``.
+
+        ``observe(logits, labels)`` also sees every test batch: a protocol's own test-set measure rides on this pass."""
         bs = self.config.eval.batch_size
         calibration = CalibrationAccumulator(self.config.eval.ece_bins)
-        acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs, observe=calibration)
+
+        def both(logits: torch.Tensor, labels: torch.Tensor) -> None:
+            calibration(logits, labels)
+            if observe is not None:
+                observe(logits, labels)
+
+        acc, loss = evaluate(self.model, state, self.x_test, self.y_test, bs, observe=both)
         out: dict[str, Json] = {"global_acc": acc, "global_loss": loss}
         out.update({f"global_{k}": v for k, v in calibration.result().items()})
         if self.validation is not None:  # the server's held-out split (eval.validation): what tuning reads

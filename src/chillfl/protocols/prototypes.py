@@ -58,7 +58,7 @@ from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_n
 from chillfl.aggregation.uploads import finite_uploads, round_left_out
 from chillfl.protocols.book import ServerBook
 from chillfl.protocols.common import (
-    Evaluation, check_aggregated, check_client_state, check_finite_rows, local_evaluation, local_validation, mean_or_none, measured_mean, rows_all_finite,
+    Evaluation, check_aggregated, check_client_state, check_finite_rows, local_validation, mean_or_none, measured_mean, rows_all_finite,
     policy_accuracy, state_bytes,
 )
 from chillfl.protocols.parts import ClientModels, Experiment, build_client_models
@@ -131,16 +131,60 @@ def features_and_logits(model: nn.Module, state: Mapping[str, torch.Tensor], x: 
     return head_inputs(model, head_name(model, warn=False), state, x, batch_size)  # the run's check (check_prototype_sharing) warned
 
 
-def proto_accuracy(
+class HeadTap:
+    """The head's inputs and the logits of each batch an evaluation's ``observe`` sees, kept while entered.
+
+    Why: the nearest-prototype accuracy reads the same (representation, logits) of the same rows as :func:`evaluate`'s
+    forward pass computes; a second pass over the test set for each client model doubled the evaluation's cost. The
+    head's input of a batch is the last one the head saw before ``observe`` is called with that batch's logits (forwards
+    of other rows, such as a validation split's, are never observed and so not kept)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.name = head_name(model, warn=False)  # the run's check (check_prototype_sharing) warned
+        self.head = model.get_submodule(self.name)
+        self.last: torch.Tensor | None = None
+        self.feats: list[torch.Tensor] = []
+        self.logits: list[torch.Tensor] = []
+        self.handle: torch.utils.hooks.RemovableHandle | None = None
+
+    def __enter__(self) -> HeadTap:
+        self.handle = self.head.register_forward_pre_hook(self._grab)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.handle is not None:
+            self.handle.remove()
+
+    def _grab(self, _module: nn.Module, inputs: tuple[torch.Tensor, ...]) -> None:
+        self.last = inputs[0]
+
+    def __call__(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        """One evaluated batch (an ``observe`` hook of :func:`evaluate`)."""
+        if self.last is None:
+            raise NoHeadError(f"the forward did not call its classifier head {self.name!r}")
+        self.feats.append(self.last.reshape(len(self.last), -1))
+        self.logits.append(logits)
+        self.last = None
+
+    def accuracy(self, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, represent: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
+        """Accuracy of the nearest-prototype rule on the observed rows (labels ``y``), in the space ``represent`` picks of
+        (representation, logits) (the method's :meth:`~chillfl.prototypes.spec.PrototypeHooks.represent`); NaN when there
+        are no samples or no prototypes."""
+        if len(y) == 0 or not bool(mask.any()):
+            return float("nan")
+        feats, logits = torch.cat(self.feats), torch.cat(self.logits)
+        return float((nearest_prototype(represent(feats, logits), protos, mask) == y).to(torch.float64).mean())
+
+
+def evaluate_with_prototypes(
     model: nn.Module, state: Mapping[str, torch.Tensor], x: torch.Tensor, y: torch.Tensor, protos: torch.Tensor, mask: torch.Tensor, batch_size: int,
     represent: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-) -> float:
-    """Accuracy of the nearest-prototype rule on (x, y), in the space ``represent`` picks of (representation, logits)
-    (the method's :meth:`~chillfl.prototypes.spec.PrototypeHooks.represent`); NaN when there are no samples or no prototypes."""
-    if len(y) == 0 or not bool(mask.any()):
-        return float("nan")
-    feats, logits = features_and_logits(model, state, x, batch_size)
-    return float((nearest_prototype(represent(feats, logits), protos, mask) == y).to(torch.float64).mean())
+) -> tuple[float, float, float]:
+    """(accuracy, loss) as :func:`evaluate` gives them, and the nearest-prototype accuracy (:meth:`HeadTap.accuracy`), of
+    ``state`` on (x, y) from one forward pass."""
+    with HeadTap(model) as tap:
+        acc, loss = evaluate(model, state, x, y, batch_size, observe=tap)
+    return acc, loss, tap.accuracy(y, protos, mask, represent)
 
 
 @dataclass(frozen=True)
@@ -181,12 +225,13 @@ class KnowledgeClient:
         if rows.means.shape != d.knowledge.protos.shape:  # a plugin's slip: one line, not a RuntimeError in torch.where or the server
             raise ConfigError("prototypes.method", f"{type(self.hooks).__name__}.release() returned means of shape {tuple(rows.means.shape)}; "
                                                    f"they must be {list(d.knowledge.protos.shape)} (a row per class, a column per prototype entry)")
-        acc, loss = local_evaluation(model, out.params, data, self.eval_batch_size)
-        p_acc = None
-        if data.x_eval is not None and data.y_eval is not None:
+        acc: float | None = None
+        loss: float | None = None
+        p_acc: float | None = None
+        if data.x_eval is not None and data.y_eval is not None:  # local_evaluation's test; the proto accuracy from its forward pass
             own, known = rows.counts > 0, d.knowledge.mask
             protos = torch.where(known.unsqueeze(1), d.knowledge.protos.to(rows.means.dtype), rows.means)
-            p_acc = proto_accuracy(model, out.params, data.x_eval, data.y_eval, protos, known | own, self.eval_batch_size, self.hooks.represent)
+            acc, loss, p_acc = evaluate_with_prototypes(model, out.params, data.x_eval, data.y_eval, protos, known | own, self.eval_batch_size, self.hooks.represent)
         shared = out.params if self.share_model else None
         up = KnowledgeUplink(rows, shared, len(data.y), out.num_steps, out.mean_loss, p_acc)
         val_acc = local_validation(model, out.params, data, self.eval_batch_size)
@@ -351,18 +396,19 @@ class PrototypeSharing:
         ev, k = self.evaluation, self.knowledge
         bs = ev.config.eval.batch_size
         if self.state is not None:
-            out = ev.metrics(self.state)
-            out["global_proto_acc"] = proto_accuracy(ev.model, self.state, ev.x_test, ev.y_test, k.protos, k.mask, bs, self.hooks.represent)
+            with HeadTap(ev.model) as tap:  # the test set's forward pass, read once for both
+                out = ev.metrics(self.state, observe=tap)
+            out["global_proto_acc"] = tap.accuracy(ev.y_test, k.protos, k.mask, self.hooks.represent)
             return out
         accs, losses, paccs = [], [], []
         for cid, own in sorted(self.clients.items()):
             arch = self.client.arch_of[cid]
             model = self.client.models[arch]
             state = self.hooks.start(own, k, self.client.heads[arch])  # the model its next round would start from
-            acc, loss = evaluate(model, state, ev.x_test, ev.y_test, bs)
+            acc, loss, pacc = evaluate_with_prototypes(model, state, ev.x_test, ev.y_test, k.protos, k.mask, bs, self.hooks.represent)
             accs.append(acc)
             losses.append(loss)
-            paccs.append(proto_accuracy(model, state, ev.x_test, ev.y_test, k.protos, k.mask, bs, self.hooks.represent))
+            paccs.append(pacc)
         # on the global test set nothing is empty: a NaN is a client model whose logits are not finite, and shows (a diverged
         # model must not vanish from the mean); proto accuracy is NaN for every client alike while no class is known
         return {"global_acc": measured_mean(accs), "global_loss": measured_mean(losses), "global_proto_acc": mean_or_none(paccs)}
@@ -489,18 +535,15 @@ def _settings(config: RunConfig) -> PrototypeSettings:
 def prototype_cost(config: RunConfig) -> Cost:
     """A round's work besides the local training, for time estimates: each client's forward over its rows for its
     prototypes; and on each round that evaluates, the passes :meth:`PrototypeSharing._global_metrics` runs over the test
-    rows (the test set less ``eval.validation``'s share): with a global model, its pass (the estimate's own) and its accuracy
-    by nearest prototype; without, each model kept so far by a client, 2 passes (by its head, by nearest prototype), with
-    N (1 - (1 - m/N)^t) clients expected to have trained by round t. A method whose server keeps no prototypes
-    (:attr:`~chillfl.prototypes.spec.PrototypeSpec.global_prototypes` false) runs no pass by nearest prototype."""
-    per_model = 2.0 if spec_of(_settings(config)).global_prototypes else 1.0
-    rows = 1.0 - config.eval.validation
+    rows (the test set less ``eval.validation``'s share): with a global model, its pass alone (the estimate's own); without,
+    one pass of each model kept so far by a client, with N (1 - (1 - m/N)^t) clients expected to have trained by round t.
+    The accuracy by nearest prototype reads the representations of that same pass (:class:`HeadTap`): no pass of its own."""
     if share_models(config):
-        return Cost(epochs=FORWARD, test_passes=(per_model - 1.0) * rows)
+        return Cost(epochs=FORWARD)
     fed = config.federation
     evaluated = config.eval.evaluated_rounds(fed.rounds)
     models = sum(fed.expected_participants(t) for t in evaluated) / len(evaluated)
-    return Cost(epochs=FORWARD, test_passes=models * per_model * rows - 1.0)  # no global model: its pass does not run
+    return Cost(epochs=FORWARD, test_passes=models * (1.0 - config.eval.validation) - 1.0)  # no global model: its pass does not run
 
 
 def share_models(config: RunConfig) -> bool:

@@ -201,6 +201,27 @@ def threshold(rates: torch.Tensor, rounds_done: int, beta: int) -> float:
     return min(eps, top) if rounds_done <= beta else eps
 
 
+COUNT_SLICE = 1 << 24
+"""Entries (clients x mask entries) of one float32 product in :func:`shared_counts`: 64 MB of floats."""
+
+
+def shared_counts(rows: Sequence[Params], cols: Sequence[Params], keys: Sequence[str], budget: int = COUNT_SLICE) -> torch.Tensor:
+    """c_ij = |M_i and M_j| of every mask of ``rows`` against every mask of ``cols`` (int64, ``[len(rows), len(cols)]``, on the CPU).
+
+    Why: one matrix product of the 0/1 masks a slice of entries, not a bitwise and, a sum and a host read for each pair.
+    Exact: the products are 0 or 1 and a slice has fewer than 2^24 entries, so every partial sum is an integer a float32
+    holds, whatever the order of the sum; the slices' counts are added in int64. ``budget`` bounds the floats of a product
+    ((rows + cols) x slice entries)."""
+    out = torch.zeros(len(rows), len(cols), dtype=torch.int64)
+    width = max(1, min(budget // (len(rows) + len(cols)), (1 << 24) - 1))
+    for k in keys:
+        a = torch.stack([m[k].reshape(-1).cpu() for m in rows])
+        b = torch.stack([m[k].reshape(-1).cpu() for m in cols])
+        for s in range(0, a.shape[1], width):
+            out += (a[:, s : s + width].float() @ b[:, s : s + width].float().T).to(torch.int64)
+    return out
+
+
 def customised(models: Sequence[Params], keys: Sequence[str]) -> Params:
     """c_i: the plain mean of ``models`` (i's first, then its collaborators') on ``keys``, summed in float64."""
     out: Params = {}
@@ -274,6 +295,9 @@ class FedCAC(AggregatorBase):
         """c_ij = |M_i and M_j| for the clients held (c_ii = n_i): the overlaps' integer counts. Only theirs: an N x N
         matrix was 800 MB at 10,000 clients, in memory and in every checkpoint."""
         self._metrics: dict[str, Json] = {}
+        self._sent: dict[int, tuple[int, Params, tuple[Params, list[int], float | None]]] = {}
+        """client id -> (round, the global parameters, :meth:`start`'s answer) its downlink built: what :meth:`aggregate`
+        reads its start from instead of building it again (the state it was built from changes only in aggregate)."""
 
     def client_half(self) -> ClientHalf:
         return FedCACClient(frozenset(self.param_keys), buffer_keys=self.buffer_keys)
@@ -304,7 +328,16 @@ class FedCAC(AggregatorBase):
     def downlink(self, client_id: int, round: int, global_params: Params) -> Downlink:
         if client_id not in self.masks:
             return Downlink()  # no model of it yet: the global model
-        return Downlink(params=self.start(client_id, round, global_params)[0])
+        built = self.start(client_id, round, global_params)
+        self._sent[client_id] = (round, global_params, built)
+        return Downlink(params=built[0])
+
+    def _start_sent(self, client_id: int, round: int, global_params: Params) -> tuple[Params, list[int], float | None]:
+        """:meth:`start` as this round's downlink built it for ``client_id`` (from the same global parameters), else built now."""
+        sent = self._sent.get(client_id)
+        if sent is not None and sent[0] == round and sent[1] is global_params:
+            return sent[2]
+        return self.start(client_id, round, global_params)
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         sizes: list[int] = []
@@ -313,12 +346,13 @@ class FedCAC(AggregatorBase):
         for r in results:  # each start rebuilt from the state it was sent from, before any of it changes
             sent = global_params
             if r.client_id in self.masks:
-                sent, group, eps = self.start(r.client_id, round, global_params)
+                sent, group, eps = self._start_sent(r.client_id, round, global_params)
                 sizes.append(len(group))
             masks.append(critical_masks(sent, r.params, self.param_keys, self.options.tau))
         for r, mask in zip(results, masks):
             self.models[r.client_id] = {k: r.params[k] for k in self.param_keys}  # a copy, flat on the CPU until read
             self.masks[r.client_id] = mask
+        self._sent = {}  # built from the state just changed
         self._count_shared([r.client_id for r in results])
         self._metrics = {} if eps is None else {"collaborators": sum(sizes) / len(sizes), "threshold": eps}
         return weighted_average([r.params for r in results], client_weights(results, self.options.weighting))
@@ -332,10 +366,12 @@ class FedCAC(AggregatorBase):
             old = torch.tensor([at[j] for j in self.held], dtype=torch.int64)
             grown[old[:, None], old[None, :]] = self.shared
             self.shared, self.held = grown, held
-        flat = {j: torch.cat([m.reshape(-1) for m in self.masks[j].values()]).cpu() for j in held}
-        for i in updated:
-            for j in held:
-                self.shared[at[i], at[j]] = self.shared[at[j], at[i]] = int((flat[i] & flat[j]).sum())
+        if not updated:
+            return
+        counts = shared_counts([self.masks[i] for i in updated], [self.masks[j] for j in held], self.param_keys)
+        rows = torch.tensor([at[i] for i in updated], dtype=torch.int64)
+        self.shared[rows, :] = counts  # c_ij for each updated i against every j held, and c_ji alike
+        self.shared[:, rows] = counts.T
 
     def round_metrics(self) -> Mapping[str, Json]:
         """The mean |C_i| of the round's clients that had a mask, and the threshold eps_t they were sent with."""
@@ -358,6 +394,7 @@ class FedCAC(AggregatorBase):
         check_state_keys(table, ("ids", "counts"), "FedCAC shared counts")
         self.models = ClientParams.of(load_client_params(state["models"]))
         self.masks = ClientParams.of(load_client_params(state["masks"]))
+        self._sent = {}
         held = [int(j) for j in table["ids"].tolist()]
         if held != sorted(self.masks) or table["counts"].shape != (len(held), len(held)):
             raise ValueError("FedCAC shared counts must be those of the clients with a mask, in id order")

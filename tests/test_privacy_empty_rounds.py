@@ -97,7 +97,8 @@ def test_adaptive_clipping_releases_the_counts_noise_alone() -> None:
 
 def test_a_first_draw_with_nobody_reporting_is_released_not_retried() -> None:
     # seed 0, dropout 0.5, clients 0-3: the availability stream's first uniforms are, round 7, 0.361 0.380 0.120 0.191
-    # (all drop), round 6, 0.362 0.253 0.488 0.712 (client 3 alone reports), round 0, 0.790 0.581 ... (nobody drops)
+    # (all drop), round 6, 0.362 0.253 0.488 0.712 (client 3 alone reports), round 0, 0.790 0.581 ... (nobody drops),
+    # round 1, 0.597 0.031 ... (the second drops)
     rules = FederationConfig(num_clients=4, clients_per_round=4, min_clients=2, dropout=0.5, on_too_few="retry")
     released = availability(0, 7, [0, 1, 2, 3], rules, release=True)
     assert released.nobody and released.reporting == [] and released.dropped == [0, 1, 2, 3] and released.attempts == 1
@@ -110,6 +111,9 @@ def test_a_first_draw_with_nobody_reporting_is_released_not_retried() -> None:
     assert availability(0, 7, [2, 3], three, release=True).nobody
     some = availability(0, 0, [2, 3], three, release=True)
     assert not some.nobody and some.skipped and some.dropped == [] and some.attempts == 1  # the draw dropped neither
+    # round 1's uniforms are 0.597 0.031: client 3 drops, and that draw's drops are what the skipped round records
+    one = availability(0, 1, [2, 3], three, release=True)
+    assert not one.nobody and one.skipped and one.dropped == [3] and one.attempts == 1
     assert availability(0, 0, [], three, release=True).nobody  # Poisson drew nobody
 
 

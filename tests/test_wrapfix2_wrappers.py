@@ -70,8 +70,10 @@ def test_an_identity_wrapper_gives_the_plain_methods_local_accuracy_and_client_m
 
 
 @pytest.mark.parametrize(("base", "options", "extra"), [
-    ("fedcac", {"local_eval": "averaged"}, {}),
+    ("fedcac", {"local_eval": "averaged"}, MODELS),  # the server-made client models under the averaged local_eval (FedCP's case before)
     ("pfedhn", {}, MODELS),  # (FedCP trains its head from the one it keeps: a model attack on it is refused)
+    ("feddbe", {"local_eval": "averaged"}, MODELS),  # the averaged local_eval with saved client models, no server-made part
+    ("fedper", {"global_head": "keep", "local_eval": "averaged"}, MODELS),  # its head kept out of the average: not refused
 ])
 def test_an_attack_that_forges_nothing_passes_the_bases_client_models_on(base: str, options: dict[str, Any], extra: dict[str, Any]) -> None:
     """``scaling`` with factor 1 sends w + 1 * (w_i - w): each upload as trained, up to rounding."""

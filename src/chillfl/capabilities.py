@@ -56,8 +56,7 @@ class Cost:
     """Steps the server takes a round on a small network of its own (FedGen's generator), priced at the per-step overhead alone."""
     test_passes: float = 0.0
     """Further forward passes over the whole test set, at the evaluation batch, on each round that evaluates (``eval.every``)
-    besides the global model's evaluation: a prototype method's accuracy by nearest prototype, and each client's own model
-    where models stay with the clients (the clients expected to have trained by then). Below 0 where fewer rows are evaluated
+    besides the global model's evaluation: each client's own model where models stay with the clients (the clients expected to have trained by then). Below 0 where fewer rows are evaluated
     than the global model's pass (a protocol without a global model: its pass, the 1, does not run)."""
     pass_overhead: float = 0.0
     """Further overhead of each forward + backward pass of a local step, in plain steps' overheads, with no FLOPs: calls that

@@ -268,7 +268,8 @@ class PrototypeSpec(Generic[Opt]):
     global_prototypes: bool = True
     """Whether its server keeps global class prototypes (a :class:`Knowledge` whose ``mask`` sets classes). False (FedGH's
     server trains a header only, its mask always empty): no model is measured by nearest prototype on the test set
-    (``global_proto_acc`` stays empty), so the time estimates price one test pass a model, not two."""
+    (``global_proto_acc`` stays empty). The time estimates no longer read it: the accuracy by nearest prototype reads the
+    representations of the model's own test pass (:class:`~chillfl.protocols.prototypes.HeadTap`), one pass a model either way."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

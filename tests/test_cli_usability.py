@@ -138,7 +138,7 @@ def test_the_demos_dry_run_plans_the_runs_the_demo_makes(capsys: pytest.CaptureF
         (["compare", "{base}", "--grid", "client.lr=0.1,0.2", "--grid", "client.lr=0.3"], "--grid: client.lr is given twice; give all its values in one item"),
         (["compare", "{base}", "--tune", "client.lr=0.1,0.2", "--tune", "client.lr=0.3"], "--tune: client.lr is given twice; give all its values in one item"),
         # an empty --seeds was taken as none given, and the line named --grid
-        (["compare", "{base}", "--seeds", ""], "--seeds: expected a non-empty list of integer seeds >= 0, got []"),
+        (["compare", "{base}", "--seeds", ""], "--seeds: expected a non-empty list of integer seeds from 0 to 2**63 - 1, got []"),
         # an empty item of a comma list was dropped: `--seeds 0,,1` ran seeds 0 and 1, `client.lr=0.1,` one value
         (["compare", "{base}", "--seeds", "0,,1"], "--seeds: an empty item in '0,,1'; expected integers like 0,1,2 or 0-4"),
         (["compare", "{base}", "--seeds", "0,1,"], "--seeds: an empty item in '0,1,'; expected integers like 0,1,2 or 0-4"),

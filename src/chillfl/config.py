@@ -830,7 +830,7 @@ def check_compare_option(key: str, value: Any) -> None:
     field = f"compare.{key}"
     if key == "seeds":
         ok = isinstance(value, list) and bool(value) and all(is_whole(s) and 0 <= s < 2**63 for s in value)
-        require(ok, field, f"expected a non-empty list of integer seeds >= 0, got {short_repr(value)}")
+        require(ok, field, f"expected a non-empty list of integer seeds from 0 to 2**63 - 1, got {short_repr(value)}")
         require(len(set(value)) == len(value), field, f"duplicate seeds in {short_repr(value)}")
         require(len(value) <= MAX_SEEDS, field, f"at most {MAX_SEEDS} seeds, got {len(value)}")
     elif key in ("controls", "local"):

@@ -57,6 +57,7 @@ import numpy.ma  # noqa: F401
 import numpy.random  # noqa: F401
 import torch
 
+from chillfl.global_rng import GLOBAL_RNG
 from chillfl.data import arraycache, hf, leaf_hub, loaders
 from chillfl.data.checks import checked_arrays, checked_groups
 from chillfl.data.augment import check_shape, final_stats, rescaler, split_augment
@@ -254,12 +255,14 @@ def _mnist1d_arrays(num_samples: int, seed: int, train_split: float) -> tuple[np
     mnist1d_data = need("mnist1d.data", "datasets", "the mnist1d data")
     args = mnist1d_data.get_dataset_args()
     args.num_samples, args.seed, args.train_split = num_samples, seed, train_split
-    py_state, np_state = random.getstate(), np.random.get_state()
-    try:
-        data = mnist1d_data.make_dataset(args)
-    finally:
-        random.setstate(py_state)
-        np.random.set_state(np_state)
+    with GLOBAL_RNG:  # it seeds numpy's and Python's global generators: another thread's draws (a Dataset's items, under
+        # the same lock) landed amid it, and the changed arrays stayed in this cache for every later run of the process
+        py_state, np_state = random.getstate(), np.random.get_state()
+        try:
+            data = mnist1d_data.make_dataset(args)
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
     arrays = (data["x"], data["y"], data["x_test"], data["y_test"])
     for a in arrays:
         a.setflags(write=False)

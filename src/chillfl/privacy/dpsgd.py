@@ -32,6 +32,7 @@ from torch.func import functional_call, grad, vmap
 
 from chillfl.clipping import cast_toward_zero, clip_factor, gaussian_like
 from chillfl.errors import ConfigError
+from chillfl.global_rng import GLOBAL_RNG
 from chillfl.seeds import derive_seed
 
 Params = dict[str, torch.Tensor]
@@ -57,7 +58,9 @@ def check_per_sample(model: nn.Module, x: torch.Tensor, y: torch.Tensor, mechani
 
     device = next((t.device for t in params.values()), x.device)
     try:
-        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):  # a dropout layer's draws leave the run's stream as it was
+        # a dropout layer's draws leave the run's stream as it was; under GLOBAL_RNG, as every block of chillfl's that forks
+        # the global generator: forked and restored amid another thread's run, that run's seeded draws changed
+        with GLOBAL_RNG, torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
             vmap(grad(one), in_dims=(None, 0, 0), randomness="different")(params, x.to(device), y.to(device))
     except RuntimeError as exc:
         recurrent = [f"{type(m).__name__} {name!r}" for name, m in model.named_modules() if isinstance(m, nn.RNNBase)]

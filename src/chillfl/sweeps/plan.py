@@ -325,12 +325,18 @@ def data_key(config: RunConfig) -> str:
     return json.dumps(parts, sort_keys=True, default=str)
 
 
+RUN_LEVEL_KEYS = frozenset(f.name for f in dataclasses.fields(RunConfig) if f.default is not dataclasses.MISSING)
+"""The config's top-level values (``data_dir``, ``device``), not tables: a variant that does not set one runs with the
+config's, so an error on it is named as the file (or the command line) writes it, not under ``variants.LABEL``."""
+
+
 @contextmanager
 def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
     """Name the variant a ConfigError comes from: ``variants.x.client.lr``, or "(grid variant x)" after a grid's message.
 
     Every variant of a grid or a ``[variants]`` table is named, also one that overrides nothing (where a shared
-    ``[tune]`` key fails for it: ``tune.<key>``, where the file writes it, then "(for variant x)"). The config itself as the one variant (:func:`own_variant`) adds no name: the
+    ``[tune]`` key fails for it: ``tune.<key>``, where the file writes it, then "(for variant x)"; so is a top-level
+    value it does not set, :data:`RUN_LEVEL_KEYS`: ``data_dir``, then "(for variant x)"). The config itself as the one variant (:func:`own_variant`) adds no name: the
     error is the config's.
     """
     label = variant.label
@@ -349,6 +355,8 @@ def naming(variant: Variant, from_grid: bool) -> Iterator[None]:
         tuned = exc.field.removeprefix("tune.")
         if exc.field.startswith("tune.") and not any(_nested(tuned, k) or _nested(k, tuned) for k in variant.tune):
             raise ConfigError(exc.field, f"{message} (for variant {label})") from None  # the shared [tune]'s key, where it is written
+        if exc.field in RUN_LEVEL_KEYS and exc.field not in variant.overrides:  # data_dir: the config's value, not in the variant's table
+            raise ConfigError(exc.field, f"{message} (for variant {label})") from None
         raise ConfigError(f"variants.{label}.{exc.field}", message) from None
 
 

@@ -21,7 +21,7 @@ BASE = {"dataset": {"name": "digits"}, "model": {"name": "mlp"}, "partition": {"
 
 def _documented() -> set[str]:
     text = DOCS.read_text(encoding="utf-8")
-    section = text.split("#### `table.json`, key by key", 1)[1].split("\n#### ", 1)[0]
+    section = text.split("## `table.json`, key by key", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"`([a-z_]+)`", section))
 
 

@@ -1,7 +1,7 @@
 """What every protocol's server side does the same way: local-accuracy bookkeeping, global evaluation, byte counts.
 
 Kept here so that the parameter-sharing and soft-label protocols report the
-same metrics with the same definitions (see the README's *Metrics*).
+same metrics with the same definitions (see docs/usage.md, *Metrics*).
 """
 
 from __future__ import annotations

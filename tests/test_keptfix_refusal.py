@@ -29,6 +29,8 @@ def test_fedcac_with_batch_norm_and_a_model_attack_is_refused_before_the_run(cap
     assert main(["run", "algorithm.name=fedcac", "model.batch_norm=true", SIGN_FLIP, "--dry-run"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("chillfl: error: attack.kind: 'sign_flip' forges") and REFUSED in line and "(entry 'features.1.running_mean')" in line
+    # FedCAC has no option that leaves them out: the line offers what it can do (rev117c 4)
+    assert "use a data-poisoning kind, or a model without those entries (no batch norm, where they are its statistics) or a method that leaves them out of its average" in line
 
 
 def test_fedcac_without_buffers_or_with_a_data_attack_runs() -> None:

@@ -192,3 +192,15 @@ def test_its_folder_is_no_run_or_comparison_and_a_wrong_part_is_refused_first(tm
             assert len(err) == 1 and f"{folder} is a temperature sweep's folder (`chillfl analyze temperature-sweep`), not a run's or a comparison's" in err[0], (command, err)
     assert sorted(p.name for p in folder.iterdir()) == ["config.toml", "correlation.json", "correlation.md", "heatmap.png", "scatter.png", "sweep.json"]
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_step_schedule_below_the_lr_floor_is_refused_before_the_sweep_naming_client_epochs(tmp_path) -> None:
+    # lr 0.05 * 1e-30^k at local step k: step 3 (k = 2) is 5e-62, below float32's smallest normal (1.18e-38); each client
+    # takes more than 3 steps (over 100 rows in batches of 64, 2 epochs). Refused before any training, as a run's check
+    # does, naming client.epochs (the training's own check mid-sweep named "a method's stage")
+    extra = {"client.epochs": 2, "client.lr_schedule": "step", "client.lr_schedule_over": "steps", "client.lr_step_size": 1, "client.lr_gamma": 1e-30}
+    with pytest.raises(ConfigError) as info:
+        run_temperature_sweep(tiny_config(tmp_path, **extra), [0.1, 1.0], progress=False)
+    assert info.value.field == "client.lr_gamma"
+    assert "local step 3 of the" in str(info.value) and "lower client.epochs" in str(info.value)
+    assert not list(tmp_path.iterdir())

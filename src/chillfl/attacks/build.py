@@ -195,7 +195,7 @@ def check_uploads(config: RunConfig, aggregator: Aggregator, state: Params) -> N
     own = [k for k in aggregated_keys(aggregator, state) if k in kept]
     if own:
         option = keep_option(half)
-        lift = "the method with those entries left out of its average (kept by the clients alone)" if option is None \
+        lift = "a model without those entries (no batch norm, where they are its statistics) or a method that leaves them out of its average" if option is None \
             else f'set {options_table(config.algorithm)}.{option[0]} = "{option[1]}" (those entries left out of the average, kept by the clients alone)'
         raise ConfigError(FIELD, f"{config.attack.kind!r} forges each attacker's upload from its update w - start, and algorithm {name!r} averages "
                                  f"entries its returning clients train from their own kept values, not the sent ones (entry {own[0]!r}): the "

@@ -84,6 +84,9 @@ Choices
   ``local_eval = "averaged"`` measures that, on the server right after the
   round's aggregation (:class:`FedCACAveraged`), and ``checkpoint.client_models``
   then saves it.
+* A model's buffers (batch norm's statistics) are each client's own: a returning client starts them from its values,
+  not the sent ones, so ``bytes_down`` does not count them from its second participation (since 2026-12-07; a run
+  resumed across that change counts them in its earlier rounds), and a forging attack is refused on such a model.
 * Defaults ``tau = 0.5``, ``beta = 100``: the authors' CIFAR-10 setting (300
   rounds); for CIFAR-100 they use ``tau = 0.4``, ``beta = 170``. beta is in
   rounds: scale it with the run's length.

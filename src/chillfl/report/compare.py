@@ -97,6 +97,35 @@ class CompareResult:
     def __str__(self) -> str:
         return self.table
 
+    def __repr__(self) -> str:
+        """One line a notebook can show: the dataclass's own repr printed every row and each run's records and tensors
+        (tens of kB for a two-round comparison, growing with rounds x runs). The fields themselves hold everything."""
+        labels = [str(r["variant"]) for r in self.rows]
+        variants = repr(labels) if len(labels) <= 6 else f"[{', '.join(map(repr, labels[:6]))}, ... {len(labels) - 6} more]"
+        said = [f"variants={variants}"]
+        if self.rows and self.rows[0].get("seeds") is not None:  # over seeds; a one-seed table's rows do not name theirs
+            said.append(f"seeds={list(self.rows[0]['seeds'])}")
+        said += [f"runs={self.runs}", f"failures={len(self.failures)}"]
+        if self.pending:
+            said.append(f"pending={self.pending}")
+        if not self.complete:
+            said.append("complete=False")
+        said.append(f"folder={self.folder}")
+        return f"Comparison({', '.join(said)})"
+
+    def _repr_markdown_(self) -> str | None:
+        """The table, which is Markdown already, for a notebook to render (IPython calls this by name; None falls back
+        to the repr). Its lines around the table (the target, footnotes) become paragraphs of their own: in Markdown a
+        line right above a table would swallow its header row, and consecutive lines would run into one."""
+        if not self.table:
+            return None
+        blocks: list[str] = []
+        for line in self.table.splitlines():
+            if blocks and not (line.startswith("|") and blocks[-1].startswith("|")):
+                blocks.append("")
+            blocks.append(line)
+        return "\n".join(blocks)
+
     def no_comparison(self) -> str | None:
         """Why nothing was compared, or None: with two variants or more, a comparison needs the baseline and one
         other variant finished at a common seed (a ``delta_acc`` on the other's row, the baseline finished). A sweep

@@ -23,6 +23,7 @@ from chillfl.settings.prototypes import parse_prototypes
 from float_paths import assert_close
 from kd_helpers import BASE, MIXED, check_every_executor, records
 from methods_e2e import resumed_records
+from test_nbfix_head_notes import head_notes
 
 GH = {"method": "fedgh"}
 
@@ -246,9 +247,9 @@ def test_a_frozen_header_is_refused_in_one_line_instead_of_trained_by_the_server
     module = nn.Sequential(nn.Flatten(), nn.Linear(64, 16), nn.ReLU(), nn.Linear(16, 10))
     module[3].requires_grad_(False)
     cfg = load_config(None, {**BASE, "federation.rounds": 1}).with_overrides({"model": {"name": "custom"}, "prototypes": GH})
-    with pytest.warns(UserWarning, match="declares no classifier head"), pytest.raises(ConfigError) as err:
+    with head_notes() as notes, pytest.raises(ConfigError) as err:
         build_experiment(cfg, model=module)
-    assert err.value.field == "model.name" and "frozen" in err.value.message and "'3'" in err.value.message
+    assert len(notes) == 1 and err.value.field == "model.name" and "frozen" in err.value.message and "'3'" in err.value.message
     assert hooks().loss(Head("fc.weight", "fc.bias")) is not None  # a trainable header with a bias is taken
     with pytest.raises(ConfigError):
         hooks().loss(Head("fc.weight", "fc.bias", frozen=True))

@@ -34,6 +34,7 @@ from chillfl.training.schedule import Optimizer
 from chillfl.protocols.parameters import ParamDownlink, ParameterClient
 from chillfl.training.local import LocalSpec, evaluate
 import resume_cases
+from test_nbfix_head_notes import head_notes
 from chillfl.experiment import build_experiment
 from methods_e2e import assert_executors_agree, config, records, resumed_records
 
@@ -268,8 +269,9 @@ def test_apfl_keeps_the_runs_frozen_weights_frozen_in_w_and_v() -> None:
     model = nn.Linear(1, 1)
     spec = LocalSpec(epochs=1, batch_size=8, base_loss=half_mse, frozen=frozenset({"bias"}))
     state = {"apfl.weight": torch.tensor([[3.0]]), "apfl.bias": torch.tensor([0.5]), "apfl.alpha": torch.tensor(0.5)}
-    with pytest.warns(UserWarning, match="declares no classifier head"):
+    with head_notes() as notes:
         reply = run_client(APFL(model).client_half(), model, spec, {"weight": torch.tensor([[2.0]]), "bias": torch.tensor([0.5])}, lr=0.1, state=state)
+    assert len(notes) == 1
     close(reply.uplink.params["weight"], 1.85)
     close(reply.uplink.params["bias"], 0.5)
     close(reply.state["apfl.weight"], 2.9)
@@ -621,8 +623,9 @@ def test_fedrep_over_a_frozen_head_trains_the_body_only(executor: str) -> None:
     head = {k: v.detach().clone() for k, v in module[3].state_dict().items()}
     config = {"dataset": {"name": "digits"}, "federation": {"num_clients": 4, "clients_per_round": 2, "rounds": 1},
               "algorithm": {"name": "fedrep", "head_epochs": 1}, "executor": executor}
-    with pytest.warns(UserWarning, match="declares no classifier head"):
+    with head_notes() as notes:
         res = chillfl.run(module, config=config, write=False, progress=False)
+    assert len(notes) == 1
     assert len(res.records) == 1 and res.records[0]["local_acc"] is not None
     for state in [res.state, *res.client_states.values()]:
         assert torch.equal(state["3.weight"], head["weight"]) and torch.equal(state["3.bias"], head["bias"])

@@ -22,7 +22,7 @@ so ``python -W always`` does not repeat it at every batch.
 
 from __future__ import annotations
 
-import warnings
+import logging
 import weakref
 from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
 
@@ -30,6 +30,9 @@ import torch
 from torch import nn
 
 from chillfl.errors import ConfigError
+from chillfl.once import warn_once
+
+log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -133,11 +136,13 @@ def check_guessed_head(model: nn.Module, name: str) -> None:
 def warn_undeclared(model: nn.Module, picked: str) -> None:
     """Warn that ``model`` declares no head and what chillfl ``picked`` instead (``"uses its last nn.Linear, 'fc'"``).
 
-    Issued from this one line for every caller: Python's default filters then show a message once,
-    and the message names the model's class, so a plugin author sees it once per class (and rule).
+    Said once a call (:func:`~chillfl.once.warn_once`), like the other notes: a Python warning showed once per
+    process (and again only when some import had reset the filters), so a notebook's next run of the same model was
+    silent, and it pointed at this line instead of the user's call. The message names the model's class and the
+    pick, so each undeclared class (and rule) is said once within a call.
     """
     kind = type(model)
-    warnings.warn(f"{kind.__module__}.{kind.__qualname__} declares no classifier head; chillfl {picked}: {HOW_TO_DECLARE}", UserWarning, stacklevel=1)
+    warn_once(log, f"{kind.__module__}.{kind.__qualname__} declares no classifier head; chillfl {picked}: {HOW_TO_DECLARE}")
 
 
 def declared_head(model: nn.Module, name: object) -> nn.Module:

@@ -216,6 +216,9 @@ class _Signals:
         self.armed = False
         self.finishing = False
         self.late: int | None = None
+        self.unraised = False
+        """The last round's SIGINT was passed on and its displaced handler returned without raising (asyncio.run's, which
+        cancels the task instead: the finished run's return value would be dropped): the run raises it itself."""
         self.done = 0
         self._previous: dict[int, Any] = {}
 
@@ -260,6 +263,8 @@ class _Signals:
             signal.signal(sig, handler)
         if self.late is not None and exc_type is None and self._previous:  # the run is complete: the signal now goes where it would have
             signal.raise_signal(self.late)
+            # still here: a Ctrl-C the displaced handler did not raise (SIGTERM/SIGHUP handlers decide alone, python-api.md)
+            self.unraised = self.late == signal.SIGINT and self._previous.get(signal.SIGINT) not in (signal.SIG_IGN, None)
         if isinstance(exc, Diverged) and self._previous:  # the stop asked for in the diverging round: a comparison passes it on
             exc.stop_signal = self.late if self.late is not None else self.received
 
@@ -671,6 +676,8 @@ def _run(
         if output is None:
             raise
         raise InterruptedAfterRun(output.folder, output) from exc  # the signal held while the results were written: they are complete
+    if signals.unraised:  # asyncio.run's SIGINT handler cancels the task: the result travels with the exception instead
+        raise InterruptedAfterRun(output.folder, output)
     return output
 
 

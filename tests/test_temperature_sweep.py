@@ -203,4 +203,5 @@ def test_a_step_schedule_below_the_lr_floor_is_refused_before_the_sweep_naming_c
         run_temperature_sweep(tiny_config(tmp_path, **extra), [0.1, 1.0], progress=False)
     assert info.value.field == "client.lr_gamma"
     assert "local step 3 of the" in str(info.value) and "lower client.epochs" in str(info.value)
+    assert "a training takes" in str(info.value) and "round" not in str(info.value)  # one training: no round of the run's to name
     assert not list(tmp_path.iterdir())

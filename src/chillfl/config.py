@@ -288,7 +288,7 @@ class ClientConfig:
                                  f"float32's smallest normal number ({LR_FLOOR:.3g}): the float32 steps do nothing from there on and the methods "
                                  f"that divide by the lr fail; raise {field} or lower federation.rounds")
 
-    def check_step_lr_floor(self, rounds: int, rows: int, section: str) -> None:
+    def check_step_lr_floor(self, rounds: int | None, rows: int, section: str) -> None:
         """Refuse a schedule over local steps whose lr falls below :data:`LR_FLOOR` at some local step of some round,
         ``rows``: the largest client's training rows; naming the option that takes it there, the round and the step.
 
@@ -297,22 +297,25 @@ class ClientConfig:
         cosine's end, times ``lr_decay``'s) took a round's later steps to 0 or a subnormal: a run that trained nothing
         from there on, without a word. Each client runs the schedule over its own planned steps; the largest client
         takes the most, so its last step's lr in the last round is the run's least (the lr is non-increasing in the
-        round and in the step), and the first round, then the first step of it, below the floor is found by bisection."""
+        round and in the step), and the first round, then the first step of it, below the floor is found by bisection.
+        ``rounds`` None: one training from ``lr`` (the temperature sweep's), the line names no round."""
         steps = planned_steps(rows, self.batch_size, self.epochs)
         if self.lr_schedule == "constant" or self.lr_schedule_over != "steps" or steps == 0:
             return
         optim = self.optim()
-        if first_step_below_floor(optim, self.lr_at(rounds - 1, rounds), steps) is None:
+        n = 1 if rounds is None else rounds
+        if first_step_below_floor(optim, self.lr_at(n - 1, n), steps) is None:
             return
-        t = first_below(lambda r: step_lr(optim, self.lr_at(r, rounds), steps - 1, steps), rounds)
-        s = first_step_below_floor(optim, self.lr_at(t, rounds), steps)
+        t = first_below(lambda r: step_lr(optim, self.lr_at(r, n), steps - 1, steps), n)
+        s = first_step_below_floor(optim, self.lr_at(t, n), steps)
         assert s is not None  # round t's last step is below
         decay, factor = self.lr_decay**t, optim.step_schedule.factor(s, steps)
         formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "") + schedule_term(optim.step_schedule, s, steps)
         field = f"{section}.lr_decay" if decay <= factor else schedule_field(optim.step_schedule, section)
-        takes = (f"a round takes ({section}.epochs = {self.epochs} over the largest client's {rows} rows in batches of {section}.batch_size = "
-                 f"{self.batch_size}, {section}.lr_schedule_over = 'steps') in round {t + 1} of federation.rounds = {rounds}")
-        raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(optim, self.lr_at(t, rounds), s, steps), field, f"{section}.epochs"))
+        takes = (f"a {'training' if rounds is None else 'round'} takes ({section}.epochs = {self.epochs} over the largest client's {rows} rows "
+                 f"in batches of {section}.batch_size = {self.batch_size}, {section}.lr_schedule_over = 'steps')"
+                 + ("" if rounds is None else f" in round {t + 1} of federation.rounds = {rounds}"))
+        raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(optim, self.lr_at(t, n), s, steps), field, f"{section}.epochs"))
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:
         """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""

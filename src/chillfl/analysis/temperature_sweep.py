@@ -320,7 +320,7 @@ def run_temperature_sweep(
         raise ConfigError("eval.client_split", f"clients {empty} have no evaluation samples; the sweep needs a split for every client")
     # one training a client from client.lr (round 1's): refused before any, naming client.epochs' schedule, as a run's
     # check does; the training's own check would blame "a method's stage" mid-sweep
-    config.client.check_step_lr_floor(1, max(int(n) for n in data.train_sizes()), "client")
+    config.client.check_step_lr_floor(None, max(int(n) for n in data.train_sizes()), "client")
     model, initial = build_initial_model(config, data.dataset.input_shape, data.num_classes)
     spec = local_spec(config)
     counts = all_counts[clients]

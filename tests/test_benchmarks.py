@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -424,6 +425,15 @@ def test_compile_steps_per_client_twin_is_one_plain_sgd_step_in_place() -> None:
         assert torch.equal(params[k].detach(), (mine[k] - 0.5 * grads[k]).detach())  # 0.5 * g is exact, so one rounding either way
 
 
+def blazefl_missing_case(tmp_path: Path) -> tuple[Any, ...]:
+    """run_workload's arguments for workload 1 at scale 0.01, one round, the compute bound and blazefl[serial] with
+    blazefl missing: a measured mode and one never launched."""
+    args = run.parse_args(["--workload", "1", "--scale", "0.01", "--rounds", "1", "--repeats", "1", "--no-ops", "--data-dir", str(tmp_path / "data")])
+    modes = run.select_modes(run.all_modes("cpu"), "blazefl[serial]")  # the compute bound runs too
+    peers = {"blazefl": {"ok": False, "detail": "(not installed here)"}}
+    return workload("1", 0.01), modes, peers, args, tmp_path
+
+
 def test_a_workload_measured_to_the_end_reports_measured_and_never_launched_modes(tmp_path: Path) -> None:
     """run_workload's last pass gives each mode never launched (its peer missing) its reason, and keeps the measured ones.
 
@@ -431,10 +441,7 @@ def test_a_workload_measured_to_the_end_reports_measured_and_never_launched_mode
     measured mode ended the workload with a KeyError before its ops were counted or the next workload ran.
     """
     # scale 0.01: one client (the compute bound's 50 CNN steps, not 2 clients' 100): what is checked is the statuses, not the size
-    args = run.parse_args(["--workload", "1", "--scale", "0.01", "--rounds", "1", "--repeats", "1", "--no-ops", "--data-dir", str(tmp_path / "data")])
-    modes = run.select_modes(run.all_modes("cpu"), "blazefl[serial]")  # the compute bound runs too
-    peers = {"blazefl": {"ok": False, "detail": "(not installed here)"}}
-    entry = run.run_workload(workload("1", 0.01), modes, peers, args, tmp_path)
+    entry = run.run_workload(*blazefl_missing_case(tmp_path))
     statuses = {name: result["status"] for name, result in entry["modes"].items()}
     assert statuses == {"compute_bound": "ok", "blazefl[serial]": "not available: blazefl (not installed here)"}
     assert entry["modes"]["compute_bound"]["s_per_round_median"] > 0

@@ -7,25 +7,17 @@ from __future__ import annotations
 import asyncio
 import signal
 
-import torch
-from torch import nn
-
 import chillfl
 from chillfl.errors import InterruptedAfterRun
+from test_procfix_interrupted_after_run import CONFIG, last_round_ctrl_c
 from tiny_user_run import tiny_data
 
 
 def test_a_ctrl_c_in_the_last_round_under_asyncio_run_keeps_the_result() -> None:
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 3))
-    config = {"federation": {"num_clients": 3, "rounds": 2}, "client": {"batch_size": 16}}
-
-    def ctrl_c(record: dict[str, object]) -> None:
-        if record["round"] == 2:
-            signal.raise_signal(signal.SIGINT)
+    model, ctrl_c = last_round_ctrl_c()
 
     async def cell() -> chillfl.Result:
-        return chillfl.run(model=model, data=tiny_data(), config=config, write=False, progress=False, callbacks=[ctrl_c])
+        return chillfl.run(model=model, data=tiny_data(), config=CONFIG, write=False, progress=False, callbacks=[ctrl_c])
 
     caught: KeyboardInterrupt | None = None
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # asyncio.run installs its own only over Python's

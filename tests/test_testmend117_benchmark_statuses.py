@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import run
-from workloads import workload
+from test_benchmarks import blazefl_missing_case
 
 
 def test_a_measured_and_a_never_launched_mode_both_get_their_status(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -24,10 +24,7 @@ def test_a_measured_and_a_never_launched_mode_both_get_their_status(tmp_path: Pa
 
     monkeypatch.setattr(run, "measure", measure)
     monkeypatch.setattr(run, "round_flops", lambda w: 1e9)
-    args = run.parse_args(["--workload", "1", "--scale", "0.01", "--rounds", "1", "--repeats", "1", "--no-ops", "--data-dir", str(tmp_path / "data")])
-    modes = run.select_modes(run.all_modes("cpu"), "blazefl[serial]")  # the compute bound runs too
-    peers = {"blazefl": {"ok": False, "detail": "(not installed here)"}}
-    entry = run.run_workload(workload("1", 0.01), modes, peers, args, tmp_path)
+    entry = run.run_workload(*blazefl_missing_case(tmp_path))
     statuses = {name: result["status"] for name, result in entry["modes"].items()}
     assert statuses == {"compute_bound": "ok", "blazefl[serial]": "not available: blazefl (not installed here)"}
     assert len(launched) == 1  # the compute bound alone: blazefl's peer is missing

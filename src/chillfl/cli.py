@@ -243,21 +243,23 @@ def cmd_run(args: argparse.Namespace) -> int:
         args.config, args.overrides = None, [args.config, *args.overrides]
     if args.dry_run:
         _shard(args)
-        demo = args.config is None or args.config == DEMO  # what the demo runs: its temperatures too (--variant: some of them)
+        rows = _demo_rows(args.config)  # what the demo runs: its temperatures too (--variant: some of them)
+        demo = bool(rows)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            config = _load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or (), DEMO_GRID if demo else ())
+            config = _load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or (), rows)
             if not (demo and (config.variants or not args.variant)) and not _compares(config, args):  # one run, as below
                 _refuse_shard(config, args)
                 _say_made_by(args)
-            return _dry_run(config, DEMO_GRID if demo and not args.variant else (), args=args)
-    demo = args.config is None or args.config == DEMO
+            return _dry_run(config, [] if args.variant else rows, args=args)
+    rows = _demo_rows(args.config)
+    demo = bool(rows)
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
-        config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or (), DEMO_GRID if demo else ())
+        config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or (), rows)
         if demo and args.variant and not config.variants:  # one of its rows at one seed (--variant T=0.25 --seed 0): a plain run
             demo = False
         if demo:
-            _check_seed_flag(config, args, DEMO_GRID)  # before the banner: a refusal stays its one line
-            _check_overrides_replaced(config, args, [] if args.variant else DEMO_GRID, _compare_options(args))
+            _check_seed_flag(config, args, rows)  # before the banner: a refusal stays its one line
+            _check_overrides_replaced(config, args, [] if args.variant else rows, _compare_options(args))
             if config.dataset.get("name") == "digits":  # the demo's data: a missing extra is its one line, before the banner
                 package_file("sklearn", "datasets", "the digits data")  # found, not imported (its import is a second of start-up)
             say("chillfl demo: FedAvg on sklearn digits, 20 clients with Dirichlet(0.1) label skew;\n"
@@ -266,7 +268,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         with _signals_held():
             from chillfl.runner import run_experiment
     if demo:
-        return _compare(config, [] if args.variant else DEMO_GRID, None, _progress(args), args)  # --variant: the rows kept as [variants]
+        return _compare(config, [] if args.variant else rows, None, _progress(args), args)  # --variant: the rows kept as [variants]
     if _compares(config, args):  # a comparison: run it as `compare` would, saying so in one info line (none under -q)
         if config.variants:
             why = f"defines {len(config.variants)} variants: running the comparison"
@@ -500,19 +502,28 @@ def _failed_runs(result: "CompareResult", strict: bool) -> int:
     return 0
 
 
+def _demo_rows(name: str | None, grid: Sequence[str] = ()) -> list[str]:
+    """The demo's temperature rows where the command names the demo (or nothing) and no ``--grid`` replaces them. Why one
+    helper for ``run`` and ``compare``: ``chillfl compare demo`` loaded demo.toml alone and ran 9 plain-FedAvg runs into
+    the demo's folder name, and refused ``--variant T=0.25``, which ``chillfl run demo`` takes."""
+    return list(DEMO_GRID) if (name is None or name == DEMO) and not grid else []
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
+    rows = _demo_rows(args.config, args.grid)
+    grid = args.grid or ([] if args.variant else rows)  # --variant: the demo's rows kept as [variants]
     if args.dry_run:
         _shard(args)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            config = _load(args.config, args.overrides, args, args.variant or ())
+            config = _load(args.config, args.overrides, args, args.variant or (), rows)
             _say_grid_replaces(config, args.grid)
             with _flags_in_sweep(args.config, config, args.grid):
-                return _dry_run(config, args.grid, args)
+                return _dry_run(config, grid, args)
     with _before_writing("comparison"):
-        config = _load(args.config, args.overrides, args, args.variant or ())
+        config = _load(args.config, args.overrides, args, args.variant or (), rows)
     _say_grid_replaces(config, args.grid)
     with _flags_in_sweep(args.config, config, args.grid):
-        return _compare(config, args.grid, args.reference, _progress(args), args)
+        return _compare(config, grid, args.reference, _progress(args), args)
 
 
 @contextlib.contextmanager

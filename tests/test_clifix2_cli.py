@@ -1,0 +1,21 @@
+"""The CLI surface fixes of clifix2: `compare demo` is the demo, 0-column terminals, flags before the command, empty
+paths, `report` of a moved or missing folder."""
+
+import pytest
+
+from chillfl.cli import main
+
+
+def test_compare_demo_plans_the_runs_of_run_demo(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run", "demo", "--dry-run"]) == 0
+    ran = capsys.readouterr().out
+    assert main(["compare", "demo", "--dry-run"]) == 0
+    compared = capsys.readouterr().out
+    assert "27 runs: 3 variants" in ran
+    assert compared == ran
+
+
+def test_compare_demo_takes_a_temperature_variant(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "demo", "--variant", "T=0.25", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "9 runs: 1 variant" in out and "T0.25-lr0.2-s2" in out

@@ -19,3 +19,23 @@ def test_compare_demo_takes_a_temperature_variant(capsys: pytest.CaptureFixture[
     assert main(["compare", "demo", "--variant", "T=0.25", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "9 runs: 1 variant" in out and "T0.25-lr0.2-s2" in out
+
+
+def test_a_terminal_of_zero_columns_gets_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+    import os
+
+    from chillfl import progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+        def fileno(self) -> int:
+            return 2
+
+    sizes = {"cols": 0}
+    monkeypatch.setattr(progress.os, "get_terminal_size", lambda fd: os.terminal_size((sizes["cols"], 0)))
+    assert progress.mode_for(False, Terminal()) == "lines"
+    sizes["cols"] = 100
+    assert progress.mode_for(False, Terminal()) == "bar"

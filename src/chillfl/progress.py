@@ -14,6 +14,7 @@ holds the start-up (workers importing torch, a checkpoint restored) and gave
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 import unicodedata
@@ -34,12 +35,23 @@ log = logging.getLogger("chillfl.progress")
 
 
 def mode_for(quiet: bool, stream: Any = None) -> ProgressMode:
-    """The CLI's choice: nothing when quiet, a bar on a terminal, plain lines otherwise."""
+    """The CLI's choice: nothing when quiet, a bar on a terminal, plain lines otherwise. A terminal that reports 0 columns
+    (a pty whose size was never set: ``script``, ``expect``, some CI runners) gets lines: tqdm drew an empty bar there,
+    and the run showed no progress at all."""
     if quiet:
         return "off"
     stream = sys.stderr if stream is None else stream
     isatty = getattr(stream, "isatty", None)
-    return "bar" if callable(isatty) and isatty() else "lines"
+    return "bar" if callable(isatty) and isatty() and terminal_columns(stream) != 0 else "lines"
+
+
+def terminal_columns(stream: Any) -> int | None:
+    """The width the terminal behind ``stream`` reports; None where it has no file descriptor or no size to read (a
+    stand-in stream: tqdm then draws at its default width)."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def as_mode(progress: Progress, stream: Any = None) -> ProgressMode:

@@ -39,3 +39,17 @@ def test_a_terminal_of_zero_columns_gets_plain_lines(monkeypatch: pytest.MonkeyP
     assert progress.mode_for(False, Terminal()) == "lines"
     sizes["cols"] = 100
     assert progress.mode_for(False, Terminal()) == "bar"
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["-q", "list"], "chillfl: error: -q is an option of `chillfl list`: it goes after the command (`chillfl list -q`)"),
+    (["--versio", "list"], "chillfl: error: unrecognized argument before the command: --versio (did you mean '--version'?); "
+                           "`chillfl --help` shows the usage"),
+    (["--verison"], "chillfl: error: unrecognized argument before the command: --verison (did you mean '--version'?); "
+                    "`chillfl --help` shows the usage"),
+])
+def test_a_flag_before_the_command_is_named_there(argv: list[str], line: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == line + "\n"

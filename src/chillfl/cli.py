@@ -26,6 +26,7 @@ with command_start():  # a signal from here (the standard library's imports too)
     import contextlib
     import dataclasses
     import io
+    import itertools
     import logging
     import os
     import re
@@ -1316,6 +1317,7 @@ def main(argv: Sequence[str] | None = None, *, own_process: bool = False) -> int
 
 def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line's arguments (a mistake in them: one line, exit 2), with our log lines set to its -q / -v."""
+    _refuse_flags_before_command(parser, sys.argv[1:] if argv is None else list(argv))
     # Overrides may come before or after options (``run cfg -q a.b=1``): argparse stops
     # filling the positional list at the first option, so collect the stragglers here.
     args, extra = parser.parse_known_args(argv)
@@ -1339,6 +1341,29 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
     level = int(getattr(args, "verbose", 0) or 0) - int(getattr(args, "quiet", 0) or 0)
     _log_to_stderr({-1: logging.WARNING, 0: logging.INFO, 1: logging.DEBUG}.get(max(-2, min(1, level)), logging.ERROR))
     return args
+
+
+TOP_FLAGS = ("-h", "--help", "--version")
+"""The options of ``chillfl`` itself, before any command: every other flag is a command's."""
+
+
+def _refuse_flags_before_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> None:
+    """One line on a flag typed before the command, which the top-level parser does not take. Why: ``chillfl -q list``
+    was blamed on ``list`` (whose --help lists -q: the flag's place was wrong, not the flag), ``chillfl --versio list``
+    got ``--verbose`` suggested, and ``chillfl --verison`` was not named at all (only "required: command")."""
+    lead = list(itertools.takewhile(lambda a: a.startswith("-") and a != "--", argv))
+    rest = argv[len(lead):]
+    command = rest[0] if rest and rest[0] != "--" else None
+    for given in lead:
+        flag = given.split("=", 1)[0]
+        if given in TOP_FLAGS:  # chillfl's own (no abbreviations: the parsers are built with allow_abbrev=False)
+            continue
+        sub = _subparser(parser, [command]) if command is not None else parser
+        if sub is not parser and any(flag in a.option_strings for a in sub._actions):
+            parser.exit(2, f"chillfl: error: {given} is an option of `chillfl {command}`: it goes after the command "
+                           f"(`chillfl {command} {given}`)\n")
+        hint = did_you_mean(flag, TOP_FLAGS[1:])
+        parser.exit(2, f"chillfl: error: unrecognized argument before the command: {given}{hint}; `chillfl --help` shows the usage\n")
 
 
 class Terminated(KeyboardInterrupt):

@@ -1,6 +1,8 @@
 """The CLI surface fixes of clifix2: `compare demo` is the demo, 0-column terminals, flags before the command, empty
 paths, `report` of a moved or missing folder."""
 
+from pathlib import Path
+
 import pytest
 
 from chillfl.cli import main
@@ -53,3 +55,16 @@ def test_a_flag_before_the_command_is_named_there(argv: list[str], line: str, ca
         main(argv)
     assert exit_.value.code == 2
     assert capsys.readouterr().err == line + "\n"
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["run", ""], "config"), (["compare", ""], "config"), (["status", ""], "run_dir"), (["resume", ""], "run_dir"),
+    (["report", "", "-o", "x.html"], "RUN_DIR"), (["report", "RUNS", "-o", ""], "--output"),
+])
+def test_an_empty_path_is_refused_naming_its_argument(argv: list[str], field: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "RUNS").mkdir()
+    assert main(argv) == 2
+    assert capsys.readouterr().err == f"chillfl: error: {field}: must be a non-empty path, got ''\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["RUNS"]

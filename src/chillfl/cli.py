@@ -68,6 +68,7 @@ DEMO = "demo"
 def _config_path(config: str) -> Path:
     """The config file ``config`` names; a name that is neither a file nor a bundled experiment is one line,
     with the closest bundled name for a typo (``flexchill/table4-digit`` -> ``flexchill/table4-digits``)."""
+    _refuse_empty_path("config", config)
     path = resolve_config(config)
     try:
         found = path.is_file()
@@ -344,7 +345,15 @@ def _compares(config: RunConfig, args: argparse.Namespace) -> bool:
     return bool(config.variants) or (repeats(config) and args.seed is None)
 
 
+def _refuse_empty_path(field: str, *paths: str) -> None:
+    """One line on an empty path argument, as ``--out ""`` gets. Why: ``Path("")`` is the current folder, so
+    ``status ""`` said ". is not a chillfl result folder" and ``run ""`` said "'' is a folder", naming no argument."""
+    if "" in paths:
+        raise ConfigError(field, "must be a non-empty path, got ''")
+
+
 def cmd_resume(args: argparse.Namespace) -> int:
+    _refuse_empty_path("run_dir", args.run_dir)
     with _signals_held():  # torch: most of the start
         from chillfl.sweeps.record import is_sweep
         from chillfl.sweeps.run import resume_compare
@@ -360,6 +369,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Each named folder's status, one after another (a folder of result folders: each of theirs); one that cannot be
     read is one line naming it and the others are still shown, exit 2. ``chillfl status par/*`` was an argparse error."""
+    _refuse_empty_path("run_dir", *args.run_dirs)
     with _signals_held():  # torch
         from chillfl.status import status_folders, status_table
 
@@ -790,6 +800,8 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    _refuse_empty_path("RUN_DIR", *args.run_dirs)
+    _refuse_empty_path("--output", args.output)
     with _before_writing(None), _signals_held():  # torch: most of the start
         from chillfl.report.html import write_report
 

@@ -68,3 +68,16 @@ def test_an_empty_path_is_refused_naming_its_argument(argv: list[str], field: st
     assert main(argv) == 2
     assert capsys.readouterr().err == f"chillfl: error: {field}: must be a non-empty path, got ''\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["RUNS"]
+
+
+def test_report_of_a_moved_partial_or_a_missing_path_says_where(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "c" / "demo-compare").mkdir(parents=True)
+    assert main(["report", "c/demo-compare.partial", "-o", "x.html"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chillfl: error: RUN_DIR: c/demo-compare.partial does not exist: it ended, and its folder is "
+                          "c/demo-compare; `chillfl report ") and err.count("\n") == 1
+    assert main(["report", "nope", "-o", "x.html"]) == 2
+    assert capsys.readouterr().err == "chillfl: error: RUN_DIR: nope does not exist (give a run's or a comparison's result folder)\n"
+    assert not (tmp_path / "x.html").exists()

@@ -804,7 +804,11 @@ def cmd_report(args: argparse.Namespace) -> int:
     _refuse_empty_path("--output", args.output)
     with _before_writing(None), _signals_held():  # torch: most of the start
         from chillfl.report.html import write_report
+        from chillfl.status import not_there
 
+    for given in args.run_dirs:  # a path that is not there: where a finished .partial went, as `chillfl status` says
+        if not os.path.lexists(given):
+            raise ConfigError("RUN_DIR", not_there(Path(given), "report"))
     path = write_report(args.run_dirs, args.output, args.title, models=not args.no_models, partitions=not args.no_partitions)
     print(f"report: {path}")
     return 0

@@ -117,19 +117,20 @@ def _claimed_state(folder: Path) -> RunState:
     return RunState(name, "stopped", "before it wrote its config.toml: nothing to resume; start the run again", state.rounds)
 
 
-def _not_there(folder: Path) -> str:
+def not_there(folder: Path, command: str = "status") -> str:
     """The line for a folder that does not exist: where a ``.partial`` went once its run or comparison ended (renamed
-    ``NAME``, or ``NAME.failed`` for a run that diverged). Before: "is not a folder", for a path typed from the progress line."""
+    ``NAME``, or ``NAME.failed`` for a run that diverged). Before: "is not a folder", for a path typed from the progress line.
+    ``command``: the one to run on the ended folder (``chillfl report`` says it too)."""
     if folder.name.endswith(PARTIAL):
         ended = [p for p in (folder.with_name(folder.name.removesuffix(PARTIAL) + end) for end in ("", FAILED)) if p.is_dir()]
         if ended:
-            return f"{folder} does not exist: it ended, and its folder is {ended[0]}; `chillfl status {shell_path(ended[0])}`"
+            return f"{folder} does not exist: it ended, and its folder is {ended[0]}; `chillfl {command} {shell_path(ended[0])}`"
     return f"{folder} does not exist (give a run's or a comparison's result folder)"
 
 
 def _status_table(folder: Path) -> str:
     if not folder.exists():
-        raise ConfigError(FIELD, _not_there(folder))
+        raise ConfigError(FIELD, not_there(folder))
     if not folder.is_dir():
         raise ConfigError(FIELD, f"{folder} is not a folder (give a run's or a comparison's result folder)")
     shown = one_line(folder)  # escaped, as the run names are (RunState.cells)

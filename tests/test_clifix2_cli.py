@@ -81,3 +81,19 @@ def test_report_of_a_moved_partial_or_a_missing_path_says_where(tmp_path: Path, 
     assert main(["report", "nope", "-o", "x.html"]) == 2
     assert capsys.readouterr().err == "chillfl: error: RUN_DIR: nope does not exist (give a run's or a comparison's result folder)\n"
     assert not (tmp_path / "x.html").exists()
+
+
+def test_an_empty_path_among_others_is_its_one_line_and_the_others_are_shown(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    # status's rule: a folder that cannot be read is one line, the others still shown (rev117e 6)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "RUNS").mkdir()
+    assert main(["status", "", "RUNS"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == "chillfl: error: run_dir: must be a non-empty path, got ''" and len(err) == 2 and "RUNS" in err[1]
+
+
+def test_compare_demos_replaced_override_names_its_variants_not_a_grid_never_typed(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["compare", "demo", "temperature.policy=fixed", "temperature.value=0.5", "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "(the variants 'T=1', 'T=0.25', 'T=0.05')" in err and "--grid" not in err  # rev117e 3

@@ -32,3 +32,16 @@ def test_a_ctrl_c_in_the_last_round_under_asyncio_run_keeps_the_result() -> None
     assert isinstance(caught, InterruptedAfterRun), repr(caught)
     result = caught.result
     assert caught.folder is None and isinstance(result, chillfl.Result) and len(result.records) == 2
+
+
+def test_a_users_own_sigint_handler_that_returns_decides_and_the_run_returns() -> None:
+    # only asyncio.run's handler (it cancels the task) is answered with InterruptedAfterRun; a handler of the user's
+    # that sets a stop flag and returns gets the Result back, as before (rev117e 1)
+    model, ctrl_c = last_round_ctrl_c()
+    flagged: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda sig, frame: flagged.append(sig))
+    try:
+        result = chillfl.run(model=model, data=tiny_data(), config=CONFIG, write=False, progress=False, callbacks=[ctrl_c])
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert flagged == [signal.SIGINT] and isinstance(result, chillfl.Result) and len(result.records) == 2

@@ -369,17 +369,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     """Each named folder's status, one after another (a folder of result folders: each of theirs); one that cannot be
     read is one line naming it and the others are still shown, exit 2. ``chillfl status par/*`` was an argparse error."""
-    _refuse_empty_path("run_dir", *args.run_dirs)
+    if len(args.run_dirs) == 1:
+        _refuse_empty_path("run_dir", *args.run_dirs)
     with _signals_held():  # torch
         from chillfl.status import status_folders, status_table
 
-    folders = [f for path in args.run_dirs for f in status_folders(path)]
     code, shown = 0, False
+    if "" in args.run_dirs:  # among others: its one line, and the others are still shown
+        say("chillfl: error: run_dir: must be a non-empty path, got ''")
+        code = 2
+    folders = [f for path in args.run_dirs if path for f in status_folders(path)]
     for folder in folders:
         try:
             table = status_table(folder)
         except ConfigError as exc:
-            if len(folders) == 1:
+            if len(folders) == 1 and code == 0:
                 raise
             said = str(exc)
             name = one_line(folder)  # escaped, as the error itself is: a folder named with ESC sequences drove the terminal
@@ -440,7 +444,7 @@ def _check_overrides_replaced(config: RunConfig, args: argparse.Namespace, grid:
         variants = parse_grid(grid, typed_comparison(config)) if grid else None
     except ConfigError:
         return
-    asked = AskedBy(target=DEMO if args.config is None else shlex.quote(args.config), grid_rows=bool(grid) and args.command == "compare",
+    asked = AskedBy(target=DEMO if args.config is None else shlex.quote(args.config), grid_rows=args.command == "compare" and bool(args.grid),
                     tune_given=options.tune is not None)  # the demo's temperatures are variants to `chillfl run`
     check_overrides_replaced(config, parse_overrides(list(args.overrides)), variants, options.tune if options.tune is not None else config.tune, asked)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import errno
+import inspect
 import json
 import logging
 import math
@@ -189,6 +190,19 @@ def device_settings(config: RunConfig, device: torch.device) -> Iterator[None]:
             torch.backends.cudnn.benchmark = bench
 
 
+def _cancels_task(handler: object) -> bool:
+    """Whether ``handler`` is ``asyncio.run``'s SIGINT handler (an ``asyncio.Runner``'s, Python 3.11+), which cancels the
+    main task instead of raising: a run it took the last round's Ctrl-C from raises :class:`InterruptedAfterRun` itself,
+    or its Result is lost. A user's own handler that returns (one setting a stop flag) is left to decide (rev117e 1)."""
+    if sys.version_info < (3, 11):
+        return False
+    import asyncio
+    import functools
+
+    bound = handler.func if isinstance(handler, functools.partial) else handler  # asyncio's: partial(self._on_sigint, main_task=task)
+    return inspect.ismethod(bound) and isinstance(bound.__self__, asyncio.Runner)
+
+
 class _Signals:
     """SIGINT/SIGTERM/SIGHUP -> stop after the current round (first signal) or at once (second); main thread only.
 
@@ -263,8 +277,9 @@ class _Signals:
             signal.signal(sig, handler)
         if self.late is not None and exc_type is None and self._previous:  # the run is complete: the signal now goes where it would have
             signal.raise_signal(self.late)
-            # still here: a Ctrl-C the displaced handler did not raise (SIGTERM/SIGHUP handlers decide alone, python-api.md)
-            self.unraised = self.late == signal.SIGINT and self._previous.get(signal.SIGINT) not in (signal.SIG_IGN, None)
+            # still here: a Ctrl-C asyncio.run's handler took (it cancels the task, dropping the return value); any other
+            # handler that returned decides alone, as SIGTERM's and SIGHUP's do (python-api.md)
+            self.unraised = self.late == signal.SIGINT and _cancels_task(self._previous.get(signal.SIGINT))
         if isinstance(exc, Diverged) and self._previous:  # the stop asked for in the diverging round: a comparison passes it on
             exc.stop_signal = self.late if self.late is not None else self.received
 

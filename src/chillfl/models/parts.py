@@ -12,12 +12,11 @@ input, captured with a forward pre-hook while the model runs its ordinary
 what ``model(x)`` returns.
 
 A model that declares nothing gets its *last registered* ``nn.Linear``, with
-a warning naming the module picked (once per model class under Python's
-default warning filters), because that rule picks the wrong module for a
-model that registers an auxiliary ``nn.Linear`` after its classifier. The
-warning comes from the run's build; code that runs many batches (a training
-step, an evaluation) looks the head up once and silently (``warn=False``),
-so ``python -W always`` does not repeat it at every batch.
+a note naming the module picked (said once a call, :func:`warn_undeclared`),
+because that rule picks the wrong module for a model that registers an
+auxiliary ``nn.Linear`` after its classifier. The note comes from the run's
+build; code that runs many batches (a training step, an evaluation) looks the
+head up once and silently (``warn=False``).
 """
 
 from __future__ import annotations
@@ -97,8 +96,7 @@ def head_name(model: nn.Module, *, warn: bool = True) -> str:
 
     A declared module that declares a head itself (MOON's projection head in place of the model's) is
     followed into. A declared name that is not a submodule holding a 2-D ``weight`` is a ConfigError on ``model``. The
-    fallback warns, naming the model's class and the module picked; Python's default filters show that
-    warning once per model class (the message names the class), so a plugin author learns the rule once.
+    fallback says so once a call (:func:`warn_undeclared`), naming the model's class and the module picked.
     ``warn=False``: a lookup repeated while a run trains (every step, every client), after the run's build warned.
     """
     if isinstance(model, DeclaresHead):

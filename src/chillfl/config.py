@@ -276,14 +276,8 @@ class ClientConfig:
         over_rounds = self.lr_schedule != "constant" and self.lr_schedule_over == "rounds"
         factor = self.schedule().factor(t, rounds) if over_rounds else 1.0
         formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "")
-        if over_rounds and self.lr_schedule == "step":
-            formula += f" * {self.lr_gamma:g}^{t // self.lr_step_size}"
-        elif over_rounds:
-            formula += f" * {factor:.3g} (cosine)"
-        if decay <= factor:
-            field = f"{section}.lr_decay"
-        else:
-            field = f"{section}.lr_gamma" if self.lr_schedule == "step" else f"{section}.lr_min"
+        formula += schedule_term(self.schedule(), t, rounds) if over_rounds else ""
+        field = f"{section}.lr_decay" if decay <= factor else schedule_field(self.schedule(), section)
         raise ConfigError(field, f"round {t + 1} of federation.rounds = {rounds} would train at lr {formula} = {self.lr_at(t, rounds):.3g}, below "
                                  f"float32's smallest normal number ({LR_FLOOR:.3g}): the float32 steps do nothing from there on and the methods "
                                  f"that divide by the lr fail; raise {field} or lower federation.rounds")

@@ -2,24 +2,30 @@
 
 Each protocol's ``server_update`` hands every client's reply to :meth:`ServerBook.receive`
 (finite training loss, both messages into the ledger, local accuracy into the
-local log and the temperature policy) and takes the record's shared fields from
-it (bytes, per-client temperatures, local accuracy, global evaluation). What
-is left in a protocol is what makes it that protocol.
+local log and the temperature policy) and builds the round's record with
+:meth:`ServerBook.round_record`, which fills the fields every protocol records
+the same way (clients, lr, ``train_loss``, ``temperature_mean``,
+``client_train_loss``, bytes, per-client temperatures, local accuracy); the
+protocol adds its own metrics and the global evaluation. What is left in a
+protocol is what makes it that protocol.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+import numpy as np
 import torch
 
 from chillfl.engine.ledger import CommunicationLedger
-from chillfl.engine.record import Json
+from chillfl.engine.record import Json, RoundRecord
 from chillfl.engine.protocol import ClientReply, ClientTask, Message
 from chillfl.aggregation.registry import algorithm_spec
 from chillfl.config import RunConfig
 from chillfl.errors import ConfigError, Diverged, loss_hint
+from chillfl.numeric import weighted_mean
 from chillfl.protocols.common import Evaluation, LocalLog, check_finite_loss, check_finite_state, record_message, server_step_hint
 from chillfl.temperature.policy import TemperaturePolicy
 from chillfl.settings.chosen import option_names
@@ -40,6 +46,17 @@ def run_suspects(config: RunConfig) -> list[str]:
     if config.attack.enabled:
         out.append(f"the attack's strength (attack.kind = {config.attack.kind!r} and its options)")
     return out
+
+
+@dataclass(frozen=True)
+class ClientLoss:
+    """One reporting client's part in its round's record: its training loss, the samples it trained on (the loss's weight
+    in ``train_loss``) and the temperature it trained at."""
+
+    client_id: int
+    train_loss: float
+    num_samples: int
+    temperature: float
 
 
 class ServerBook:
@@ -119,6 +136,34 @@ class ServerBook:
         check_finite_state(round, state, what)
 
     # ------------------------------------------------------------ the record's shared fields
+
+    def round_record(self, round: int, clients: Sequence[int], lr: float | None, trained: Sequence[ClientLoss], *, detail: bool = False) -> RoundRecord:
+        """The round's record with the fields every protocol fills the same way: ``clients`` (the round's, in task
+        order), ``lr``, ``train_loss`` (the sample-weighted mean of ``trained``'s losses, :func:`weighted_mean`),
+        ``temperature_mean``, ``client_train_loss`` (each reporting client's loss, keyed by its id as text), the
+        round's bytes (:meth:`traffic`, ``detail``: by kind too), per-client temperatures (:meth:`temperatures`) and
+        local accuracy (:meth:`local`). The protocol adds its own metrics, its method's and the global evaluation.
+
+        The empty-round rule, one for every protocol: where no client had samples, ``train_loss`` is None (not written,
+        as a skipped round's), never a number made up for it (it was NaN, 0.0 or the unweighted mean, by protocol);
+        where nobody reported (a round an aggregator releases without uploads), ``temperature_mean`` and
+        ``client_train_loss`` are None as well and no client is measured. Why one builder: the three protocols built
+        these fields by hand and drifted; soft-label records lacked ``client_train_loss``, so the stability tool
+        measured nothing for DS-FL or SCARLET. Call it once every reply is received: the bytes are the ledger's so far."""
+        weights = [t.num_samples for t in trained]
+        record = RoundRecord(
+            round=round + 1,
+            clients=list(clients),
+            lr=lr,
+            train_loss=weighted_mean([t.train_loss for t in trained], weights) if sum(weights) > 0 else None,
+            temperature_mean=float(np.mean([t.temperature for t in trained])) if trained else None,
+            client_train_loss={str(t.client_id): t.train_loss for t in trained} if trained else None,
+        )
+        record.metrics.update(self.traffic(round, detail=detail))
+        record.metrics.update(self.temperatures({t.client_id: t.temperature for t in trained}))
+        if trained:  # a round nobody reported measures no client, as a skipped one
+            record.metrics.update(self.local(record.clients))
+        return record
 
     def traffic(self, round: int, *, detail: bool = False) -> dict[str, Json]:
         """``bytes_up``/``bytes_down``/``bytes_cumulative`` (and ``bytes_detail`` by ``direction.kind``) of the round."""

@@ -31,7 +31,6 @@ from dataclasses import dataclass, field, replace
 from itertools import count
 from typing import Any, Callable, Collection, Generator, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -70,9 +69,8 @@ from chillfl.aggregation.registry import tolerates_bad_clients
 from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import LOSS_HINT, ConfigError
-from chillfl.numeric import weighted_mean
 from chillfl.aggregation.uploads import finite_uploads, round_left_out
-from chillfl.protocols.book import ServerBook
+from chillfl.protocols.book import ClientLoss, ServerBook
 from chillfl.protocols.common import (
     Evaluation, check_aggregated, check_client_state, check_round_metrics, check_downlink, check_pair, check_report, local_evaluation, local_validation, policy_accuracy,
     state_bytes,
@@ -461,22 +459,12 @@ class ParameterSharing:
         self.moved.update(k for k in unread if k not in self.moved and not torch.equal(before[k], self.state[k]))
         self.book.check_state(round, self.state)
 
-        trained = bool(results)  # none: a round nobody reported, released by the aggregator (releases_empty_rounds): no loss to average
-        record = RoundRecord(
-            round=round + 1,
-            clients=[t.client_id for t in tasks],
-            lr=self.lr_at(round),
-            train_loss=weighted_mean([r.train_loss for r in results], [r.num_samples for r in results]) if trained else None,
-            temperature_mean=float(np.mean([r.temperature for r in results])) if trained else None,
-            client_train_loss={str(r.client_id): r.train_loss for r in results} if trained else None,
-            method=dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, self.client.method_field)),
-        )
+        # no results: a round nobody reported, released by the aggregator (releases_empty_rounds): ServerBook.round_record's empty-round rule
+        trained = [ClientLoss(r.client_id, r.train_loss, r.num_samples, r.temperature) for r in results]
+        record = self.book.round_record(round, [t.client_id for t in tasks], self.lr_at(round), trained)
+        record.method = dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, self.client.method_field))
         if left_out:  # non-finite uploads a rule built to withstand bad clients did not see (finite_uploads, round_left_out)
             record.metrics["uploads_left_out"] = left_out
-        record.metrics.update(self.book.traffic(round))
-        record.metrics.update(self.book.temperatures({r.client_id: r.temperature for r in results}))
-        if trained:  # a round nobody reported measures no client, as a skipped one
-            record.metrics.update(self.book.local(record.clients))
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
 

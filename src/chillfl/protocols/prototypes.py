@@ -38,7 +38,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -51,12 +50,11 @@ from chillfl.engine.protocol import ClientJob, ClientProgram, ClientReply, Clien
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.objective import Wire
 from chillfl.errors import ConfigError
-from chillfl.numeric import weighted_mean
 from chillfl.options import short_repr
 from chillfl.models.assign import arch_section
 from chillfl.models.parts import NoHeadError, head_has_bias, head_inputs, head_name, head_size, refuse_nonlinear_head
 from chillfl.aggregation.uploads import finite_uploads, round_left_out
-from chillfl.protocols.book import ServerBook
+from chillfl.protocols.book import ClientLoss, ServerBook
 from chillfl.protocols.common import (
     Evaluation, check_aggregated, check_client_state, check_finite_rows, local_validation, mean_or_none, measured_mean, rows_all_finite,
     policy_accuracy, state_bytes,
@@ -353,24 +351,13 @@ class PrototypeSharing:
             check_aggregated(before, self.state, self.aggregator)
             self.book.check_state(round, self.state)
 
-        ups = [r.uplink for r in replies]
-        weights = [u.num_samples for u in ups]
-        record = RoundRecord(
-            round=round + 1,
-            clients=[t.client_id for t in tasks],
-            lr=self.lr_at(round),
-            train_loss=weighted_mean([u.train_loss for u in ups], weights) if sum(weights) > 0 else 0.0,  # nobody's samples: 0, as before
-            temperature_mean=float(np.mean([trained_at(t, r) for t, r in zip(tasks, replies)])),
-            client_train_loss={str(t.client_id): u.train_loss for t, u in zip(tasks, ups)},
-            metrics={"known_classes": int(knowledge.mask.sum())},
-            method=self.hooks.round_metrics(knowledge, releases, round),
-        )
+        trained = [ClientLoss(t.client_id, r.uplink.train_loss, r.uplink.num_samples, trained_at(t, r)) for t, r in zip(tasks, replies)]
+        record = self.book.round_record(round, [t.client_id for t in tasks], self.lr_at(round), trained)
+        record.method = self.hooks.round_metrics(knowledge, releases, round)
+        record.metrics["known_classes"] = int(knowledge.mask.sum())
         if left_out:  # non-finite model uploads a rule built to withstand bad clients did not see (finite_uploads, round_left_out)
             record.metrics["uploads_left_out"] = left_out
-        record.metrics.update(self.book.traffic(round))
-        record.metrics.update(self.book.temperatures({t.client_id: trained_at(t, r) for t, r in zip(tasks, replies)}))
         if self.eval_clients != "none":
-            record.metrics.update(self.book.local(record.clients))
             record.metrics["local_proto_acc"] = self.local_proto_acc(record.clients)
         if self.book.due(round):  # without a global model: the mean over the clients' own models
             record.metrics.update(self._global_metrics())

@@ -12,11 +12,11 @@ import torch
 from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
-from chillfl.protocols.book import ServerBook
+from chillfl.protocols.book import ClientLoss, ServerBook
 from chillfl.protocols.common import Evaluation, check_finite_rows, check_round_metrics, rows_all_finite
 from chillfl.protocols.parts import ClientModels, Experiment
 from chillfl.errors import ConfigError
-from chillfl.numeric import row_sum_tolerance, weighted_mean
+from chillfl.numeric import row_sum_tolerance
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.temperature.base import TemperaturePolicy
@@ -211,7 +211,7 @@ class SoftLabelProtocol:
     ) -> RoundRecord:
         cfg, t = self.config, rnd + 1
         expected = rows_digest(self.prev.rows) if self.prev is not None and self.cache is not None else None
-        uplinks, train_losses, distill_losses, weights, temps = [], [], [], [], []
+        uplinks, distill_losses, trained = [], [], []
         verified = 0
         clean = rows_all_finite(r.uplink.soft.soft_labels for r in replies if r.uplink.soft is not None)  # one host sync for the round
         for task, reply in zip(tasks, replies):
@@ -230,19 +230,12 @@ class SoftLabelProtocol:
                 uplinks.append(report.soft)
             assert reply.state is not None
             self.store.save(cid, reply.state)
-            train_losses.append(report.train_loss)
-            weights.append(report.num_samples)
-            temps.append(float(task.downlink.temperature if reply.temperature is None else reply.temperature))  # a temperature client half picks its own
+            temperature = float(task.downlink.temperature if reply.temperature is None else reply.temperature)  # a temperature client half picks its own
+            trained.append(ClientLoss(cid, report.train_loss, report.num_samples, temperature))
             if report.distill_loss is not None:
                 distill_losses.append(report.distill_loss)
 
-        record = RoundRecord(
-            round=t,
-            clients=[task.client_id for task in tasks],
-            lr=cfg.lr_at(rnd),
-            train_loss=weighted_mean(train_losses, weights) if sum(weights) > 0 else float(np.mean(train_losses)),
-            temperature_mean=float(np.mean(temps)),
-        )
+        record = self.book.round_record(rnd, [task.client_id for task in tasks], cfg.lr_at(rnd), trained, detail=True)
         m = record.metrics
         if distill_losses:
             m["distill_loss"] = float(np.mean(distill_losses))
@@ -251,9 +244,6 @@ class SoftLabelProtocol:
             m.update(server_metrics)
             if self.cache is not None:
                 m["sync_verified"] = verified
-        m.update(self.book.traffic(rnd, detail=True))
-        m.update(self.book.temperatures({task.client_id: temp for task, temp in zip(tasks, temps)}))
-        m.update(self.book.local(record.clients))
         if self.book.due(rnd):
             m.update(self._evaluate(rnd))
         m.update(check_round_metrics(self.method.round_metrics(), self.method, "distillation.method"))

@@ -29,10 +29,12 @@ Choices
 * Whose loss: the paper records "the loss trajectories of all 50 clients"
   without naming the loss. :func:`stability_summary` uses by default each
   client's mean local training loss of every round it trained
-  (``client_train_loss`` in metrics.jsonl, recorded for every method, so a
+  (``client_train_loss`` in metrics.jsonl, recorded by every protocol, so a
   baseline and its PA3Fed version are measured alike); ``source =
   "agg_scores"`` uses PA3Fed's score s_i (Eq. 8: the trained local model's
-  cross-entropy on its own data at T = 1), recorded by PA3Fed runs only.
+  cross-entropy on its own data at T = 1), recorded by PA3Fed runs only. A run
+  without the source (or with no finite value of it) is said in one line that
+  names the run and the key, not shown as a table row of ``-``.
 * Table 1's means over clients and Fig. 5's take the clients with at least
   2 values (``MIN_VALUES``): a client that trained once has std = MAD =
   range = 0 and no change rate, so averaging each measure over the clients
@@ -281,6 +283,15 @@ def format_stability_table(summaries: Mapping[str, Mapping[str, Any] | None]) ->
     return "\n".join(lines)
 
 
+def no_trajectory(run: str, records: Sequence[Mapping[str, Any]], source: str) -> str:
+    """The line that says why run ``run`` has no row: its records hold no ``source`` table, or no finite value in one.
+    Why: a row of ``-`` read as "measured, and undefined", where nothing was there to measure (soft-label runs recorded
+    no ``client_train_loss`` before every protocol did; any run without PA3Fed's ``agg_scores``)."""
+    if any(isinstance(r.get(source), Mapping) and r[source] for r in records):
+        return f"{run}: no finite {source} value in its {METRICS}: nothing to measure"
+    return f"{run}: no {source} in its {METRICS}: nothing to measure"
+
+
 def _ranges(rounds: Sequence[int]) -> str:
     """[2, 3, 4, 7] -> '2-4, 7' ('none' when empty)."""
     if not rounds:
@@ -310,16 +321,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     def table() -> list[str]:
         if args.window < 1:
             raise ConfigError("--window", f"must be >= 1, got {args.window}")
-        summaries = {}
+        summaries, unmeasured = {}, []
         for run in (run for folder in args.folders for run in run_folders(folder)):
             path = run / METRICS
             try:
-                summaries[run.name] = stability_summary(read_records(path), source=args.source, window=args.window)
+                records = read_records(path)
+                summary = stability_summary(records, source=args.source, window=args.window)
             except ConfigError:
                 raise
             except (TypeError, ValueError, KeyError) as exc:
                 raise ConfigError(str(path), f"its round records are malformed ({args.source}, round): {type(exc).__name__}: {exc}") from None
-        return [format_stability_table(summaries)]
+            if summary is None:
+                unmeasured.append(no_trajectory(run.name, records, args.source))
+            else:
+                summaries[run.name] = summary
+        return ([format_stability_table(summaries)] if summaries else []) + unmeasured
 
     return run_tool(prog, table)
 

@@ -42,7 +42,7 @@ def test_mean_std_and_band_on_given_numbers() -> None:
     # mean of 1, 2, 6 = 3; sample variance ((1-3)^2 + (2-3)^2 + (6-3)^2) / 2 = 14 / 2 = 7 -> std sqrt(7)
     mean, std, n = mean_std([1.0, 2.0, None, 6.0, float("nan")])
     assert (mean, n) == (3.0, 3) and std == pytest.approx(7**0.5)
-    assert mean_std([0.5]) == (0.5, 0.0, 1)
+    assert mean_std([0.5]) == (0.5, None, 1)  # one value: no spread, as the compare table (metrics.stats.summarize)
     # band over two seeds at their common rounds (round 3 only in the first): values (0.2, 0.4) and (0.6, 0.8)
     a = [{"round": 1, "global_acc": 0.2}, {"round": 2, "global_acc": 0.4}, {"round": 3, "global_acc": 0.9}]
     b = [{"round": 1, "global_acc": 0.6}, {"round": 2, "global_acc": 0.8}, {"round": 3}]

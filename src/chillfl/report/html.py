@@ -65,6 +65,7 @@ from chillfl.numeric import is_real, is_whole
 from chillfl.paths import CLAIM, FAILED, OWN_FILE_LIMIT, PARTIAL, read_own_file, shell_path  # noqa: F401  (OWN_FILE_LIMIT: re-exported, where the page names its cap)
 from chillfl.partition_refusal import checked_folder_state, checked_run_state  # status's own lines: a split file resume refuses is said
 from chillfl.metrics.spread import SPREAD, seed_band
+from chillfl.metrics.stats import summarize
 from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import RecordedVariant, comparison_labels, variant_points
 from chillfl.tune import point_label
@@ -558,12 +559,15 @@ def _strip_seed(name: str) -> str:
 # ----------------------------------------------------------------------------- numbers
 
 
-def mean_std(values: Sequence[float | None]) -> tuple[float, float, int]:
-    """(mean, sample std (ddof 1; 0 for one value), n) of the finite values; NaN mean when none."""
+def mean_std(values: Sequence[float | None]) -> tuple[float, float | None, int]:
+    """(mean, sample std (ddof 1), n) of the finite values, as :func:`~chillfl.metrics.stats.summarize` takes them for
+    the compare table: no spread (None) for one value, not 0.0, which read as "the seeds agreed"; NaN mean and no
+    spread when none."""
     vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
     if not vals:
-        return math.nan, math.nan, 0
-    return float(np.mean(vals)), float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0, len(vals)
+        return math.nan, None, 0
+    s = summarize(vals)
+    return s.mean, s.std, s.n
 
 
 def band(records_per_seed: Sequence[Sequence[dict[str, Any]]], key: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -572,13 +576,14 @@ def band(records_per_seed: Sequence[Sequence[dict[str, Any]]], key: str) -> tupl
     return np.array(rounds, dtype=int), np.array(mean, dtype=float), np.array(std, dtype=float)
 
 
-def _fmt(key: str, mean: float, std: float, n: int, pct: bool) -> str:
+def _fmt(key: str, mean: float, std: float | None, n: int, pct: bool) -> str:
+    """``mean ± std`` (:func:`mean_std`), the spread only where there is one (two or more values)."""
     if n == 0 or math.isnan(mean):
         return "–"
     if key == "rounds_to_target":
-        return f"{mean:.1f}" + (f" ± {std:.1f}" if n > 1 else "")
+        return f"{mean:.1f}" + (f" ± {std:.1f}" if std is not None else "")
     scale, digits = (100.0, 2) if pct else (1.0, 4)
-    return f"{scale * mean:.{digits}f}" + (f" ± {scale * std:.{digits}f}" if n > 1 else "")
+    return f"{scale * mean:.{digits}f}" + (f" ± {scale * std:.{digits}f}" if std is not None else "")
 
 
 def _spelled(value: float) -> str:

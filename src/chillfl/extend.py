@@ -40,7 +40,10 @@ docs/architecture.md the reference of the seams they plug into):
   is not the run's architecture (FedCP's policy-split head) implements :class:`OwnArchitecture`: local accuracy runs it
   in the template the half brings. An aggregator whose
   ``aggregate`` is defined with no client (a private aggregator releasing its noise alone) implements
-  :class:`AggregatesNobody`: a round nobody reported then runs through it instead of being skipped;
+  :class:`AggregatesNobody`: a round nobody reported then runs through it instead of being skipped; one whose method
+  trains every client with training rows each round while aggregating the reporting ones only (pFedMe's Algorithm 1)
+  implements :class:`TrainsEveryClient`: the others are sent the round's model and trained too, their states kept and
+  their local accuracy measured, their uploads never read;
 * **local objective terms** (:class:`LossTerm`, or :class:`BatchTerm` for terms that read the
   batch's features): each receives the trainable parameters and the client's :data:`Context`
   and returns a scalar added to the loss; ``reads`` names the context keys it reads
@@ -133,6 +136,7 @@ from chillfl.aggregation.base import (
     Stateless,
     Train,
     Trained,
+    TrainsEveryClient,
     Wire,
     aggregated_keys,
     check_state_keys,
@@ -295,6 +299,7 @@ __all__ = [
     "TermSpec",
     "Train",
     "Trained",
+    "TrainsEveryClient",
     "WeightedMean",
     "Weighting",
     "Wire",

@@ -247,6 +247,37 @@ class AggregatesNobody(Protocol):
 
 
 @runtime_checkable
+class TrainsEveryClient(Protocol):
+    """An aggregator whose method trains every client with training rows each round, from the round's global model,
+    while only the round's reporting clients' uploads reach its ``aggregate`` (pFedMe's Algorithm 1 with
+    ``train = "all"``: w^t is sent to all N clients, all N train, the sampled S are averaged).
+
+    Why a capability: the round loop configures and trains the clients it aggregates, and a method whose personalised
+    accuracy is that of every client freshly trained each round needs the others trained too. Where it says so, the
+    parameter-sharing protocol asks the loop to train the clients that do not report as well
+    (:class:`~chillfl.engine.protocol.TrainsUnreported`): their downlinks are priced (``bytes_down``), their states
+    kept, their local accuracy measured, and their uploads dropped unpriced before ``server_update``, so that no
+    ``aggregate``, ``[privacy]`` or ``[attack]`` layer sees them. The availability draw (dropout, stragglers) concerns
+    the reporting clients only: a client that does not report trains all its steps.
+    """
+
+    def trains_every_client(self) -> bool:
+        """Whether every client with training rows trains each round (False: only the reporting ones, as any method's)."""
+        ...
+
+
+def trains_every_client(aggregator: object) -> bool:
+    """Whether ``aggregator``, or the first level down its :class:`AroundAggregator` chain that answers
+    (:class:`TrainsEveryClient`), trains every client each round. Why the chain: a ``[privacy]`` or ``[attack]`` wrapper
+    acts on the uploads that reach ``aggregate`` and leaves who trains to its base."""
+    while aggregator is not None:
+        if isinstance(aggregator, TrainsEveryClient):
+            return aggregator.trains_every_client()
+        aggregator = aggregator.base if isinstance(aggregator, AroundAggregator) else None
+    return False
+
+
+@runtime_checkable
 class MakesClientModels(Protocol):
     """An aggregator that makes part of each client's model itself, from what it holds for that client (pFedHN's
     hypernetwork generates theta_i = h(v_i; phi)): the model a client's :class:`HoldsPersonalModel` completes is then

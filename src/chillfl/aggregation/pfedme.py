@@ -34,15 +34,18 @@ Choices
 * The inner steps use the run's local optimiser (the paper: plain gradient
   steps); its state (momentum, Adam moments) starts afresh with each inner problem.
 * A straggler (``work`` < 1) runs fewer inner steps per batch, not fewer batches.
-* Only the round's sampled clients train (as every method here; PFLlib's ``serverpFedMe.train`` too). Algorithm 1
-  and the authors' ``serverpFedMe.train`` send w^t to all N clients, train all N and average the sampled S. The
-  global w is the same either way (only S upload, and theirs do not depend on the others'), but under partial
-  participation (``client_fraction`` < 1, or ``clients_per_round`` < ``num_clients``) ``local_acc``, the personalised
-  accuracy (the paper's "pFedMe (PM)"), is not the paper's: under ``eval.clients = "sampled"`` it is the mean over the
-  round's S clients, under ``"all"`` each client's value from its last participation (clients never sampled left
-  out), where the paper measures all N freshly trained each round; and ``bytes_down`` counts S models a round, not N.
-  Training every client while averaging the sampled ones needs the round loop to configure and train clients it
-  does not aggregate, which its seam (``configure`` / ``server_update`` over one list of clients) has no way to ask for.
+* ``train = "sampled"`` (the default): only the round's sampled clients train, as every method here (PFLlib's
+  ``serverpFedMe.train`` too). ``train = "all"``: Algorithm 1 and the authors' ``serverpFedMe.train``, w^t sent to all
+  N clients (every client with training rows), all N trained, the sampled S averaged. The global w is the same either
+  way (only S upload, and theirs do not depend on the others'), but under partial participation (``client_fraction``
+  < 1, or ``clients_per_round`` < ``num_clients``) the default's ``local_acc``, the personalised accuracy (the
+  paper's "pFedMe (PM)"), is the mean over the round's S clients (``eval.clients = "sampled"``) or each client's value
+  from its last participation (``"all"``), and ``bytes_down`` counts S models a round; under ``"all"`` it is the mean
+  over the N trained clients (under either ``eval.clients``) and ``bytes_down`` counts N models (``bytes_up`` S). The
+  clients outside the sample are outside the availability draw (dropout, stragglers: reporting only): they train
+  every step, and a sampled client that drops out trains as one of them; a round the loop skips trains nobody. Their
+  uploads reach no ``aggregate``, ``[privacy]`` or ``[attack]`` layer (:class:`~chillfl.aggregation.base.TrainsEveryClient`).
+  Refused on Flower (``algorithm.train``).
 """
 
 from __future__ import annotations
@@ -78,13 +81,15 @@ from chillfl.capabilities import ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Co
 
 @dataclass(frozen=True)
 class PFedMeOptions:
-    """``lam`` (lambda, paper 15), ``inner_steps`` (K, paper 5), ``personal_lr`` (the inner steps' rate), ``beta`` (server mixing, 1 = average)."""
+    """``lam`` (lambda, paper 15), ``inner_steps`` (K, paper 5), ``personal_lr`` (the inner steps' rate), ``beta`` (server mixing, 1 = average);
+    ``train``: who trains a round, the sampled clients (``sampled``) or every client with rows, the sampled ones averaged (``all``, Algorithm 1)."""
 
     lam: Scale = 15.0
     inner_steps: int = 5
     personal_lr: float = 0.01
     beta: Scale = 1.0
     weighting: Literal["uniform", "samples"] = "uniform"
+    train: Literal["sampled", "all"] = "sampled"
 
     def validate(self, section: str) -> None:
         require(self.lam > 0, f"{section}.lam", f"must be > 0, got {self.lam}")
@@ -141,6 +146,10 @@ class PFedMe(FedAvg):
         self.options = options
         self.param_keys = frozenset(n for n, _ in model.named_parameters())
 
+    def trains_every_client(self) -> bool:
+        """``train = "all"``: every client with rows trains each round, the sampled ones averaged (:class:`~chillfl.aggregation.base.TrainsEveryClient`)."""
+        return self.options.train == "all"
+
     def client_half(self) -> ClientHalf:
         o = self.options
         return PFedMeClient(self.param_keys, o.lam, o.inner_steps, o.personal_lr)
@@ -169,6 +178,16 @@ CAPABILITIES = Capabilities(
 """Its limits; its cost under the default ``inner_steps`` (:func:`cost`)."""
 
 
+def capabilities(options: PFedMeOptions) -> Capabilities:
+    """Its limits and cost under ``options``: ``train = "all"`` keeps it off Flower (refused on ``algorithm.train``): a Flower
+    run goes through the same round loop, but no test checks it training the clients that do not report."""
+    caps = replace(CAPABILITIES, cost=cost(options.inner_steps))
+    if options.train == "all":
+        return replace(caps, on_flower="train = 'all' trains the clients that do not report, which no test checks a Flower run to do",
+                       limited_by="train")
+    return caps
+
+
 SPEC = register_algorithm(
     "pfedme",
     AlgorithmSpec(
@@ -176,7 +195,7 @@ SPEC = register_algorithm(
         lambda o, ctx: (PFedMe(ctx.model, o), []),
         "Moreau-envelope personalisation (Dinh et al. 2020)",
         capabilities=CAPABILITIES,
-        capabilities_of=lambda o: replace(CAPABILITIES, cost=cost(o.inner_steps)),
+        capabilities_of=capabilities,
         makes=(PFedMe,),
     ),
 )

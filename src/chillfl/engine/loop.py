@@ -6,7 +6,10 @@ Read top to bottom, one round is::
     avail   = availability(seed, round, sampled)   # dropout: who reports; stragglers: their share of work
                                                    # (fewer than min_clients: retry or skip the round)
     tasks   = protocol.configure(round, available) # a typed downlink per client
-    replies = executor.map(tasks)                  # the client updates (pure)
+    others  = protocol.configure_unreported(...)   # only a protocol that trains clients it does not aggregate
+                                                   # (TrainsUnreported): every other client with rows
+    replies = executor.map(tasks + others)         # the client updates (pure); the others' replies go to
+                                                   # protocol.receive_unreported, never to server_update
     record  = protocol.server_update(round, tasks, replies)   # in client-id order
     callbacks: writer, plots, checkpoint, ...      # by the caller, per yielded record
 
@@ -20,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Collection, Iterator, Sequence
+from typing import Any, Callable, Collection, Iterator, Sequence
 
 import numpy as np
 import torch
 
 from chillfl.config import FederationConfig
-from chillfl.engine.protocol import Executor, ObservesSkippedRounds, ReleasesEmptyRounds, ServerProtocol
+from chillfl.engine.protocol import ClientReply, ClientTask, Executor, ObservesSkippedRounds, ReleasesEmptyRounds, ServerProtocol, TrainsUnreported
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
 
@@ -158,6 +161,28 @@ def _on_skip(protocol: ServerProtocol, round: int) -> dict[str, Json]:
     return dict(protocol.skipped_round(round)) if isinstance(protocol, ObservesSkippedRounds) else {}
 
 
+def _unreported(protocol: ServerProtocol, round: int, tasks: Sequence[ClientTask[Any, Any]], num_clients: int, empty: Collection[int]) -> list[ClientTask[Any, Any]]:
+    """The tasks of the clients the protocol trains this round without their reporting (:class:`TrainsUnreported`): every
+    client with training rows outside ``tasks``; none where the protocol trains the reporting clients only, or nobody reports."""
+    if not tasks or not (isinstance(protocol, TrainsUnreported) and protocol.trains_unreported()):
+        return []
+    reporting = {t.client_id for t in tasks}
+    return protocol.configure_unreported(round, [c for c in range(num_clients) if c not in reporting and c not in empty])
+
+
+def _train(executor: Executor, protocol: ServerProtocol, round: int, tasks: Sequence[ClientTask[Any, Any]],
+           others: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
+    """The reporting clients' replies, in ``tasks``' order. ``others`` (:func:`_unreported`) train in the same executor
+    call, everyone in client-id order, and their replies go to the protocol's ``receive_unreported`` here, before its
+    ``server_update`` reads the round: no wrapper around it sees them."""
+    if not others:
+        return executor.map(tasks) if tasks else []
+    assert isinstance(protocol, TrainsUnreported), "only a protocol that trains unreported clients configures them"
+    replies = {r.client_id: r for r in executor.map(sorted((*tasks, *others), key=lambda t: t.client_id))}
+    protocol.receive_unreported(round, others, [replies[t.client_id] for t in others])
+    return [replies[t.client_id] for t in tasks]
+
+
 def run_rounds(
     protocol: ServerProtocol,
     executor: Executor,
@@ -197,11 +222,12 @@ def run_rounds(
             yield RoundRecord(rnd + 1, [], metrics={**skipped, **({"no_data": avail.no_data} if avail.no_data else {})}).to_json()
             continue
         tasks = protocol.configure(rnd, avail.reporting) if avail.reporting else []  # nobody reported: no downlink, no training
-        for task in tasks:
-            task.work = avail.work.get(task.client_id, 1.0)
+        others = _unreported(protocol, rnd, tasks, num_clients, empty)
+        for task in (*tasks, *others):
+            task.work = avail.work.get(task.client_id, 1.0)  # a client that does not report is outside the availability draw
             if redraw is not None and (x := redraw(task.client_id, rnd)) is not None:  # a user Dataset's transforms, drawn for this visit
                 task.data = dataclasses.replace(task.data, x=x.to(task.data.x.device))
-        replies = executor.map(tasks) if tasks else []
+        replies = _train(executor, protocol, rnd, tasks, others)
         record = protocol.server_update(rnd, tasks, replies)
         if not tasks:
             record.metrics.update({"sampled": sampled, "dropped": avail.dropped, "nobody_reported": True, "attempts": avail.attempts})

@@ -285,6 +285,32 @@ class ReleasesEmptyRounds(Protocol):
         ...
 
 
+@runtime_checkable
+class TrainsUnreported(Protocol):
+    """A server protocol whose method trains, each round, the clients that do not report as well as those that do,
+    aggregating the reporting ones only (parameter sharing whose aggregator says so,
+    :class:`~chillfl.aggregation.base.TrainsEveryClient`).
+
+    Where :meth:`trains_unreported` is true, the round loop configures every client with training rows that is not
+    among the round's reporting ones (:meth:`configure_unreported`, after ``configure``), trains them with the reporting
+    ones in one executor call, hands their replies to :meth:`receive_unreported`, and only then calls ``server_update``
+    with the reporting clients' tasks and replies alone: a wrapper (the privacy accountant, an attack's record) sees what
+    reaches the server, as in any round. Such a client is outside the availability draw (it is trained whole: dropout
+    and stragglers concern reporting), and a round the loop skips trains nobody."""
+
+    def trains_unreported(self) -> bool:
+        """Whether the clients that do not report train this run (False: the loop trains the reporting ones only)."""
+        ...
+
+    def configure_unreported(self, round: int, clients: Sequence[int]) -> list[ClientTask[Any, Any]]:
+        """The tasks of ``clients`` (sorted, none reporting), priced and sent as the reporting ones' are."""
+        ...
+
+    def receive_unreported(self, round: int, tasks: Sequence[ClientTask[Any, Any]], replies: Sequence[ClientReply[Any, Any]]) -> None:
+        """Their replies, before the round's ``server_update``: their states kept and local accuracy logged; their uploads never read."""
+        ...
+
+
 Trainer = Callable[[LocalSpec | None, Sequence[ClientJob]], list[LocalOutcome]]
 """Runs jobs that share one objective spec (None: the executor's own); one outcome per job, in order."""
 

@@ -137,12 +137,14 @@ class ServerBook:
 
     # ------------------------------------------------------------ the record's shared fields
 
-    def round_record(self, round: int, clients: Sequence[int], lr: float | None, trained: Sequence[ClientLoss], *, detail: bool = False) -> RoundRecord:
+    def round_record(self, round: int, clients: Sequence[int], lr: float | None, trained: Sequence[ClientLoss], *, detail: bool = False,
+                     measured: Sequence[int] | None = None) -> RoundRecord:
         """The round's record with the fields every protocol fills the same way: ``clients`` (the round's, in task
         order), ``lr``, ``train_loss`` (the sample-weighted mean of ``trained``'s losses, :func:`weighted_mean`),
         ``temperature_mean``, ``client_train_loss`` (each reporting client's loss, keyed by its id as text), the
         round's bytes (:meth:`traffic`, ``detail``: by kind too), per-client temperatures (:meth:`temperatures`) and
-        local accuracy (:meth:`local`). The protocol adds its own metrics, its method's and the global evaluation.
+        local accuracy (:meth:`local`, of ``measured``: the clients that trained this round where some trained without
+        reporting, :class:`~chillfl.engine.protocol.TrainsUnreported`; else the round's). The protocol adds its own metrics, its method's and the global evaluation.
 
         The empty-round rule, one for every protocol: where no client had samples, ``train_loss`` is None (not written,
         as a skipped round's), never a number made up for it (it was NaN, 0.0 or the unweighted mean, by protocol);
@@ -162,7 +164,7 @@ class ServerBook:
         record.metrics.update(self.traffic(round, detail=detail))
         record.metrics.update(self.temperatures({t.client_id: t.temperature for t in trained}))
         if trained:  # a round nobody reported measures no client, as a skipped one
-            record.metrics.update(self.local(record.clients))
+            record.metrics.update(self.local(record.clients if measured is None else measured))
         return record
 
     def traffic(self, round: int, *, detail: bool = False) -> dict[str, Json]:

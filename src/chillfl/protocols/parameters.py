@@ -15,6 +15,10 @@ One round, as the round loop runs it::
                     a returning client holds, :meth:`ParameterSharing.held`); temperature policy observes
                     local accuracy; aggregate in client-id order; evaluate the global model every
                     ``eval.every`` rounds
+    not reporting:  where the aggregator trains every client (:class:`~chillfl.aggregation.base.TrainsEveryClient`),
+                    the round loop configures and trains the clients with rows that do not report as well
+                    (``configure_unreported``); their replies keep their states and local accuracy and price
+                    their downlinks (``receive_unreported``), their uploads never reach ``server_update``
 
 A client's own state (SCAFFOLD's c_i, FedBN's BN entries, MOON's previous
 model, PA3Fed's previous score, FedChill's T and accuracy history) travels
@@ -55,6 +59,7 @@ from chillfl.aggregation.base import (
     moved_entries,
     same_value,
     start_watched,
+    trains_every_client,
     client_params_state,
     first_state,
     half_parts,
@@ -362,12 +367,39 @@ class ParameterSharing:
         self.kept = kept_entries(client.half)
         self.after_average = measured_after_average(client.half)
         """Local accuracy is measured here after each ``aggregate`` (:class:`~chillfl.aggregation.base.MeasuredAfterAverage`)."""
+        self.unreported: list[int] = []
+        """The round's clients that trained without reporting (:meth:`receive_unreported`): its ``local_acc`` measures them
+        with the reporting ones, under ``eval.clients = "sampled"`` too, the round's trained clients."""
         self.anchor_reads = None if anchor_buffers else frozenset(n for n, _ in client.model.named_parameters())
         """The entries ``[objective]``'s anchor terms read (:attr:`~chillfl.training.terms.TermSpec.anchor_buffers`): the
         model's parameters when none reads buffers (the proximal term), else (None) every entry."""
 
     def configure(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         self.aggregator.begin_round(round, sampled)
+        self.unreported = []
+        return self._tasks(round, sampled)
+
+    def trains_unreported(self) -> bool:
+        """Whether the clients that do not report train too (:class:`~chillfl.engine.protocol.TrainsUnreported`): the
+        aggregator, or a base it wraps, says so (:class:`~chillfl.aggregation.base.TrainsEveryClient`)."""
+        return trains_every_client(self.aggregator)
+
+    def configure_unreported(self, round: int, clients: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
+        """The downlinks of the round's clients that do not report, made as the reporting ones' are (after ``configure``,
+        whose ``begin_round`` announced the reporting ones alone): priced, with their own states."""
+        return self._tasks(round, clients)
+
+    def receive_unreported(self, round: int, tasks: Sequence[ClientTask[ParamDownlink, ClientState]], replies: Sequence[ClientReply[ParamUplink, ClientState]]) -> None:
+        """The replies of the clients that trained without reporting: their next states kept and their downlinks priced
+        (the ledger's ``bytes_down``), their local accuracy logged for the round's ``local_acc`` (:attr:`unreported`);
+        their uploads are never sent, so neither priced nor read."""
+        for task, reply in zip(tasks, replies):
+            self.store.save(task.client_id, reply.state)
+            self.finished.add(task.client_id)
+            self.book.receive(round, task, reply, reply.uplink.train_loss, None)
+        self.unreported = [t.client_id for t in tasks]
+
+    def _tasks(self, round: int, sampled: Sequence[int]) -> list[ClientTask[ParamDownlink, ClientState]]:
         lr = self.lr_at(round)
         tasks: list[ClientTask[ParamDownlink, ClientState]] = []
         unchanged = self.unchanged()
@@ -454,17 +486,19 @@ class ParameterSharing:
         before, self.state = self.state, self.aggregator.aggregate(self.state, usable, round)
         left_out = round_left_out(left_out, self.aggregator, round)  # and those the aggregator left out (an attack's forged ones)
         check_aggregated(before, self.state, self.aggregator)
+        measured = sorted([t.client_id for t in tasks] + self.unreported)  # the clients that trained this round
         if self.after_average and self.eval_clients != "none":
-            self.measure_after_average([t.client_id for t in tasks])
+            self.measure_after_average(measured)
         self.moved.update(k for k in unread if k not in self.moved and not torch.equal(before[k], self.state[k]))
         self.book.check_state(round, self.state)
 
         # no results: a round nobody reported, released by the aggregator (releases_empty_rounds): ServerBook.round_record's empty-round rule
         trained = [ClientLoss(r.client_id, r.train_loss, r.num_samples, r.temperature) for r in results]
-        record = self.book.round_record(round, [t.client_id for t in tasks], self.lr_at(round), trained)
+        record = self.book.round_record(round, [t.client_id for t in tasks], self.lr_at(round), trained, measured=measured)
         record.method = dict(check_round_metrics(self.aggregator.round_metrics(), self.aggregator, self.client.method_field))
         if left_out:  # non-finite uploads a rule built to withstand bad clients did not see (finite_uploads, round_left_out)
             record.metrics["uploads_left_out"] = left_out
+        self.unreported = []
         record.metrics.update(self.book.evaluate(round, self.state))
         return record
 

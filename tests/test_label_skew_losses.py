@@ -75,7 +75,6 @@ def test_fedrs_composes_with_the_temperature_by_hand() -> None:
     assert loss.item() == pytest.approx(1.3693381, abs=1e-6)
 
 
-@pytest.mark.filterwarnings("ignore:.*declares no classifier head")
 def test_fedrs_on_the_weights_alone_leaves_the_bias_out_by_hand() -> None:
     # logit = "weights" (the authors' code, s_c (h . w_c)): bias b = (0.5, 0, 1), z - b = (0.5, 2, 2), class 2 scaled
     # by 0.5: z' = (0.5, 2, 1); CE(z', 0) = log(e^0.5 + e^2 + e^1) - 0.5 = log(1.648721 + 7.389056 + 2.718282) - 0.5

@@ -59,7 +59,6 @@ def test_eval_clients_all_measures_every_client_that_reported() -> None:
     assert last["local_acc"] == pytest.approx(_by_hand(cfg, reported, out.client_states)[0], abs=1e-9)
 
 
-@pytest.mark.filterwarnings("ignore:.*declares no classifier head")
 @pytest.mark.slow  # four tiny runs, one in worker processes
 def test_executors_agree_and_a_resumed_run_is_bitwise(tmp_path: Path) -> None:
     # measured on the server from its own state: the same under every executor, and after a checkpoint's round trip

@@ -115,7 +115,6 @@ def test_the_option_reaches_the_half_and_flower_refuses_it() -> None:
     assert SPEC.declared(FedBNOptions(local_eval="averaged")).limited_by == "local_eval"
 
 
-@pytest.mark.filterwarnings("ignore:.*declares no classifier head")
 def test_subclasses_on_fedbns_rule_keep_their_own_half() -> None:
     model = _model()
     for trained, averaged in ((FedPer(model), FedPer(model, FedPerOptions(local_eval="averaged"))),

@@ -14,8 +14,6 @@ from chillfl.aggregation.lg_fedavg import LGFedAvg, LGFedAvgOptions
 from chillfl.aggregation.registry import make_aggregator
 from chillfl.models.registry import build_model
 
-pytestmark = pytest.mark.filterwarnings("ignore:.*declares no classifier head")
-
 
 def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "counts as a layer" in r.getMessage()]

@@ -74,7 +74,6 @@ def features() -> chillfl.TensorData:
     return chillfl.TensorData(x, y, x[:8], y[:8])
 
 
-@pytest.mark.filterwarnings("ignore:.*declares no classifier head")
 @pytest.mark.parametrize("config", [{"algorithm": {"name": "fedrod"}}, {"algorithm": {"name": "fedper"}}, {"algorithm": {"name": "moon"}}],
                          ids=["fedrod", "fedper", "moon"])
 def test_a_guessed_head_with_other_rows_than_classes_is_refused_on_model(config: dict[str, Any]) -> None:

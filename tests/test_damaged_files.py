@@ -397,6 +397,14 @@ def test_a_finished_run_of_a_stopped_comparison_with_a_fifo_metrics_file_is_one_
     assert not wrote.is_set()
 
 
+def _any_plan() -> Any:
+    """A comparison's plan for :func:`~chillfl.sweeps.record.read_compare`, whose damaged table is refused before its runs are counted."""
+    import chillfl
+    from chillfl.sweeps.plan import plan_runs
+
+    return plan_runs(chillfl.make_config({"dataset": {"name": "digits"}, "model": {"name": "mlp"}}), ["client.lr=0.1"])
+
+
 @pytest.mark.parametrize("rows", ["{}", "[1]", "[{}]", '[{"variant": 1}]'])
 def test_a_finished_comparisons_table_that_is_no_table_is_one_line(tmp_path: Path, rows: str) -> None:
     """``reproduce --resume`` reads a finished comparison's table.json back: rows that are no rows were a TypeError or
@@ -407,7 +415,7 @@ def test_a_finished_comparisons_table_that_is_no_table_is_one_line(tmp_path: Pat
     (tmp_path / "table.json").write_text(rows)
     (tmp_path / "table.md").write_text("| variant |\n")
     with pytest.raises(ConfigError, match="table.json is not a comparison's table"):
-        read_compare(tmp_path)
+        read_compare(tmp_path, _any_plan())
 
 
 @pytest.mark.parametrize("field, value", [("cumulative_mb", "x"), ("cumulative_mb", {"per_seed": [1.0, "x"]}), ("delta_acc", [0.1]),
@@ -441,7 +449,7 @@ def test_a_fifo_table_or_sweep_json_is_never_opened(tmp_path: Path) -> None:
     (folder / "table.md").write_text("")
     with _fifo_in_place(folder / "table.md", b"| a |\n") as wrote:
         with pytest.raises(ConfigError, match="table.md is not a regular file"):
-            read_compare(folder)
+            read_compare(folder, _any_plan())
     assert not wrote.is_set()
     (folder / "sweep.json").write_text("")
     with _fifo_in_place(folder / "sweep.json", b"{}") as wrote:

@@ -370,7 +370,7 @@ def run_claim(
         found = find_compare(config, planned) if resume and write else None
         if found is not None and not found.name.endswith(PARTIAL):
             say(f"chillfl reproduce: read back {found} (finished before, same config and code)")
-            result = read_compare(found)
+            result = read_compare(found, planned)
         elif found is not None:
             say(f"chillfl reproduce: resuming {found}")
             result = resume_compare(found, progress=progress)

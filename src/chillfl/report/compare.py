@@ -84,7 +84,8 @@ class CompareResult:
     failures: dict[str, str] = field(default_factory=dict)
     """Run folder name -> how it failed (``diverged at round 3``), for the runs that did not finish; the sweep went on."""
     runs: int = 0
-    """How many runs the comparison ran (every variant, tuning point and seed): the denominator of ``failures``."""
+    """How many runs the comparison ran (every variant, tuning point and seed): the denominator of ``failures``. Read back
+    from a finished folder (:func:`~chillfl.sweeps.record.read_compare`): the runs its plan made; a dry run: those it would make."""
     pending: int = 0
     """A shard's result (``--shard K/N``): how many of the comparison's runs are not finished yet, in other shards; while
     any is, no table is written (``folder`` is the shared ``.partial`` folder)."""
@@ -100,12 +101,17 @@ class CompareResult:
     def __repr__(self) -> str:
         """One line a notebook can show: the dataclass's own repr printed every row and each run's records and tensors
         (tens of kB for a two-round comparison, growing with rounds x runs). The fields themselves hold everything."""
-        labels = [str(r["variant"]) for r in self.rows]
-        variants = repr(labels) if len(labels) <= 6 else f"[{', '.join(map(repr, labels[:6]))}, ... {len(labels) - 6} more]"
-        said = [f"variants={variants}"]
-        if self.rows and self.rows[0].get("seeds") is not None:  # over seeds; a one-seed table's rows do not name theirs
-            said.append(f"seeds={list(self.rows[0]['seeds'])}")
-        said += [f"runs={self.runs}", f"failures={len(self.failures)}"]
+        if self.planned:  # a dry run: nothing ran, and its rows are empty (variants=[] read as a comparison of none)
+            said = [f"dry_run, planned={counted(self.runs, 'run')}"]
+        elif not self.rows:  # a shard's share, or a finished comparison's shard: its table is not in this result
+            said = ["no table", f"runs={self.runs}", f"failures={len(self.failures)}"]
+        else:
+            labels = [str(r["variant"]) for r in self.rows]
+            variants = repr(labels) if len(labels) <= 6 else f"[{', '.join(map(repr, labels[:6]))}, ... {len(labels) - 6} more]"
+            said = [f"variants={variants}"]
+            if self.rows[0].get("seeds") is not None:  # over seeds; a one-seed table's rows do not name theirs
+                said.append(f"seeds={list(self.rows[0]['seeds'])}")
+            said += [f"runs={self.runs}", f"failures={len(self.failures)}"]
         if self.pending:
             said.append(f"pending={self.pending}")
         if not self.complete:

@@ -43,7 +43,7 @@ from chillfl.errors import ConfigError, json_loads
 from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
-from chillfl.storage.results import PARTIAL, refuse_links, to_toml, unset_comment
+from chillfl.storage.results import FAILED, FAILURE, PARTIAL, refuse_links, to_toml, unset_comment
 from chillfl.storage.run_folder import STARTED_IN, config_changes, executor_move, move_accepted, say_accepted, start_folder, sweep_started_in  # noqa: F401  (sweep_started_in re-exported)
 from chillfl.storage.run_state import SWEEP_FILE, is_sweep  # noqa: F401  (is_sweep re-exported: where the sweeps' code asks)
 from chillfl.sweeps.plan import CompareOptions, Plan, Variant, parse_grid, repeats, typed_comparison, with_controls
@@ -356,8 +356,12 @@ def compares_by_other_code(config: RunConfig, plan: Plan) -> list[Path]:
     return made_by_other_code(Path(config.out_dir), f"{config.name}-compare", record)
 
 
-def read_compare(folder: Path) -> CompareResult:
-    """A finished comparison's table as it was written (rows from ``table.json``); its runs are not read.
+def read_compare(folder: Path, plan: Plan) -> CompareResult:
+    """A finished comparison's table as it was written (rows from ``table.json``); its runs' outputs are not read.
+
+    ``plan``: the comparison the folder was found for (:func:`find_compare`): the result counts its runs and names
+    those that ended without a result (:func:`ended_without_result`), as the comparison that ran them did; read back
+    it said ``runs=0``, as if it held none.
 
     What is no table is one ConfigError naming the file: a FIFO blocked ``reproduce --resume`` forever, a ``table.json``
     of no rows (``[1]``, ``[{}]``) was a TypeError or KeyError traceback where the rows are read."""
@@ -371,7 +375,24 @@ def read_compare(folder: Path) -> CompareResult:
         raise ConfigError(FIELD, f"{folder} has no readable table ({type(exc).__name__}: {exc})") from None
     if not isinstance(rows, list) or not all(isinstance(row, dict) and isinstance(row.get("variant"), str) for row in rows):
         raise ConfigError(FIELD, f"{folder / 'table.json'} is not a comparison's table (a list of rows, each naming its variant)")
-    return CompareResult(folder, rows, table)
+    names = [c.config.name for c in plan.cells]
+    failures = {name: how for name in names if (how := ended_without_result(folder, name)) is not None}
+    return CompareResult(folder, rows, table, failures=failures, runs=len(names))
+
+
+def ended_without_result(folder: Path, name: str) -> str | None:
+    """How run ``name`` of the finished comparison in ``folder`` failed (``diverged at round 3``, as the sweep that ran it
+    said), or None where it finished (its ``summary.json``). Its ``failure.json`` is read for the round alone; one
+    that does not say it, or none (a run whose code raised left its folder unfinished, or none), is ``failed``."""
+    if (folder / name / "summary.json").is_file():
+        return None
+    failure = folder / f"{name}{FAILED}" / FAILURE
+    try:
+        reason = json_loads(failure.read_text(encoding="utf-8")) if failure.is_file() else None
+    except (OSError, ValueError):
+        reason = None
+    stopped = reason.get("round") if isinstance(reason, dict) else None
+    return f"diverged at round {stopped}" if isinstance(stopped, int) and not isinstance(stopped, bool) else "failed"
 
 
 def recorded_flags(config_path: str | Path, config: RunConfig) -> str | None:

@@ -43,7 +43,7 @@ with command_start():  # a signal from here (the standard library's imports too)
                                 variant_config)
     from chillfl.errors import (DIVERGED_EXIT, ComparisonInterrupted, ConfigError, Diverged, InterruptedAfterRun, MissingExtra, RunNotStarted, StorageError, SweepFailed,
                                 Unreachable, closest_name, did_you_mean, one_line, signal_in, stopped_as)
-    from chillfl.experiments import DEMO_GRID, bundled_experiments, resolve_config
+    from chillfl.experiments import DEMO_GRID, bundled_experiments, experiments_root, resolve_config
     from chillfl.extras import need, package_file
     from chillfl.once import said_once
     from chillfl.options import flat_key_fields, option_takes, override_value, short_path, short_repr, table_chooser
@@ -65,11 +65,20 @@ if TYPE_CHECKING:
 DEMO = "demo"
 
 
+def demo_file() -> Path:
+    """The built-in demo's config, bundled: what ``chillfl run`` with no config loads, whatever files the current folder
+    holds (``DEMO`` resolved there read a file ``./demo`` as the demo's, with the demo's temperature rows added to it)."""
+    return experiments_root() / f"{DEMO}.toml"
+
+
 def _config_path(config: str) -> Path:
     """The config file ``config`` names; a name that is neither a file nor a bundled experiment is one line,
     with the closest bundled name for a typo (``flexchill/table4-digit`` -> ``flexchill/table4-digits``)."""
     _refuse_empty_path("config", config)
     path = resolve_config(config)
+    if config == DEMO and path != demo_file():  # a file ./demo would win over the built-in demo, its temperature rows added to it
+        raise ConfigError("config", f"{DEMO!r} is ambiguous here: it names the file ./{DEMO} and the built-in demo; give ./{DEMO} for the file, or, "
+                                    f"for the built-in demo, run from a folder without a file named {DEMO} (`chillfl run` with no config runs the demo anywhere)")
     try:
         found = path.is_file()
     except (OSError, ValueError):  # too long, NUL: the same one line
@@ -248,7 +257,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         rows = _demo_rows(args.config)  # what the demo runs: its temperatures too (--variant: some of them)
         demo = bool(rows)
         with _before_writing(None):  # a dry run writes nothing, stopped or not
-            config = _load(DEMO if args.config is None else args.config, args.overrides, args, args.variant or (), rows)
+            config = _load(str(demo_file()) if args.config is None else args.config, args.overrides, args, args.variant or (), rows)
             if not (demo and (config.variants or not args.variant)) and not _compares(config, args):  # one run, as below
                 _refuse_shard(config, args)
                 _say_made_by(args)
@@ -256,7 +265,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     rows = _demo_rows(args.config)
     demo = bool(rows)
     with _before_writing("run"):  # start-up: importing the runner (torch) is most of a run's first seconds, and nothing is written yet
-        config = _load(DEMO if demo else args.config, args.overrides, args, args.variant or (), rows)
+        config = _load(str(demo_file()) if args.config is None else args.config, args.overrides, args, args.variant or (), rows)
         if demo and args.variant and not config.variants:  # one of its rows at one seed (--variant T=0.25 --seed 0): a plain run
             demo = False
         if demo:

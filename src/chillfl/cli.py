@@ -632,7 +632,8 @@ def cmd_data_show(args: argparse.Namespace) -> int:
         with _signals_held():  # torch: most of the start
             from chillfl.data.show import DESCRIBE_MAX_CLIENTS, describe, plot_class_heatmap
             from chillfl.experiment import build_data, say_notes, unused_rows_note
-        config = _load(args.config, args.overrides, args, [args.variant] if args.variant else ())
+        # the demo's variants are its temperature rows, as `run demo --variant` takes them (they were "no [variants]" here)
+        config = _load(args.config, args.overrides, args, [args.variant] if args.variant else (), _demo_rows(args.config) if args.variant else ())
     if args.dry_run:
         return _dry_run(config, writes=False)
     if not args.variant and (other := _other_partitions(config)):
@@ -1152,7 +1153,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     common(ds, True, trains=False)
     shown = "heat map PNG path; another image suffix (.pdf, .svg) writes that format, none adds .png"
     ds.add_argument("-o", "--output", type=home_path, help=f"{shown} (default: <out_dir>/data-show/<name>-partition.png, e.g. results/data-show/demo-partition.png)")
-    ds.add_argument("--variant", metavar="LABEL", help="the partition of this variant of the config's [variants] (its label as written); the overrides apply after it")
+    ds.add_argument("--variant", metavar="LABEL", help="the partition of this variant of the config's [variants] (its label as written; the demo's: T=1, T=0.25, T=0.05); the overrides apply after it")
     ds.add_argument("--all", action="store_true", help="print every client's row (default: the first and last 20 past 40 clients; the totals count all)")
     ds.set_defaults(func=cmd_data_show)
     dd = dsub.add_parser("download", help="fetch a real dataset (checked, resumable) into the folder its loader reads")

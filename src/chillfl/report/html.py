@@ -69,7 +69,7 @@ from chillfl.metrics.stats import summarize
 from chillfl.report.caveats import epsilon_caveat
 from chillfl.run_names import RecordedVariant, comparison_labels, variant_points
 from chillfl.tune import point_label
-from chillfl.plots.stop import STOP_MARKER, StopPoint, stop_label, summary_stop_point
+from chillfl.plots.stop import STOP_EVALUATION, STOP_MARKER, StopPoint, stop_label, summary_stop_point
 from chillfl.plots.styles import variant_style
 from chillfl.wording import counted
 
@@ -919,13 +919,18 @@ def _value(run: Run, key: str) -> Any:
     absent): the final record that measured it says which (``"nonfinite"``, read back as the float), else NaN. Read as
     "not measured", a group's loss cell was the other seeds' mean, and one run's a dash. A null ``final_epsilon`` is an
     unbounded budget (:data:`~chillfl.storage.results.SPENT_KEYS`: the last round's epsilon null, no number at all): inf, as
-    the comparison tables print it; read from the records, an earlier round's finite epsilon made it NaN, a dash."""
+    the comparison tables print it; read from the records, an earlier round's finite epsilon made it NaN, a dash.
+
+    A summary with a stop-round evaluation (:data:`~chillfl.plots.stop.STOP_EVALUATION`, kept since 2026-12-07) was
+    written by a chillfl whose summaries keep the :data:`FROM_RECORDS` columns (since 2026-11-28): one it lacks was not
+    measured at the stop round (a probe that measured nothing), and is a dash. Read from ``metrics.jsonl``, whose
+    stop round is a skipped one, the round before's success was shown as the final one."""
     if key in run.summary and run.summary[key] is None and key.removeprefix("final_") in SPENT_KEYS:
         return math.inf
     if key in run.summary and run.summary[key] is None and key.startswith("final_"):
         _, values = series(run.records, key.removeprefix("final_"))
         return values[-1] if values and not math.isfinite(values[-1]) else math.nan
-    if key in run.summary or key not in FROM_RECORDS:
+    if key in run.summary or key not in FROM_RECORDS or isinstance(run.summary.get(STOP_EVALUATION), Mapping):
         return run.summary.get(key)
     return value_at_end(run.records, FROM_RECORDS[key])  # a summary written before it had the key, or without it: the last round's alone
 

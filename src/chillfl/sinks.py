@@ -777,7 +777,8 @@ def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False
     and ``chillfl resume`` refused. No experiment is created: one that does not exist yet is the sink's to create.
 
     ``dry_run``: a dry run writes nothing, and opening a store that is no server creates it (a ``sqlite:///`` database,
-    a ``file:`` folder): only a server is asked; of any other store one line says it was not checked.
+    a ``file:`` folder): only a server is asked; of any other store one warning line says it was not checked (shown
+    under ``-q``, as the dry run's other notes; ``-qq`` hides it).
     A server is asked with :data:`MLFLOW_PROBE_ENV`'s retry settings passed to the request: ``os.environ`` is not touched.
 
     A stop signal (Ctrl-C, SIGTERM) while it waits is not caught here: it stops the command at once."""
@@ -787,8 +788,9 @@ def check_mlflow_store(tracking_uri: str, experiment: str, dry_run: bool = False
     need("mlflow", "mlflow", "MLflow logs")
     where = repr(tracking_uri) if tracking_uri else "MLflow's default ($MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)"
     if dry_run and not mlflow_server(uri):
+        # a note, as the dry run's others: it survives -q (an INFO line was hidden there, where a user checks a store with a dry run)
         warn_once(log, f"the MLflow store {where} is not checked on a dry run (opening it would create it); the run checks it before "
-                       "its folder is made", key=f"mlflow dry run {uri}", level=logging.INFO)
+                       "its folder is made", key=f"mlflow dry run {uri}")
         return
     ask = _mlflow_request() if mlflow_server(uri) else None
     settings = _probe_settings(ask) if ask is not None else None

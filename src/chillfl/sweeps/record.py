@@ -40,6 +40,7 @@ import torch
 from chillfl.config import RunConfig
 from chillfl.environment import code_sha256
 from chillfl.errors import ConfigError, json_loads
+from chillfl.numeric import is_whole
 from chillfl.paths import check_writable_dir, current_folder, shell_path
 from chillfl.report.compare import CompareResult
 from chillfl.storage.checkpoint import write_atomic
@@ -392,7 +393,7 @@ def ended_without_result(folder: Path, name: str) -> str | None:
     except (OSError, ValueError):
         reason = None
     stopped = reason.get("round") if isinstance(reason, dict) else None
-    return f"diverged at round {stopped}" if isinstance(stopped, int) and not isinstance(stopped, bool) else "failed"
+    return f"diverged at round {stopped}" if is_whole(stopped) else "failed"
 
 
 def recorded_flags(config_path: str | Path, config: RunConfig) -> str | None:

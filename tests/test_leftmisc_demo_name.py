@@ -56,3 +56,12 @@ def test_without_such_a_file_demo_is_the_demo(tmp_path: Path, monkeypatch: pytes
     (tmp_path / "demo").mkdir()  # a folder named demo (a result folder, say) is no config: no ambiguity
     assert main(["compare", "demo", "--dry-run"]) == 0
     assert capsys.readouterr().out.startswith("# compare (not part of the config): 27 runs: 3 variants x seeds 0, 1, 2")
+
+
+def test_a_papers_claim_on_the_demo_runs_the_bundled_demo_beside_a_file_named_demo(own_demo: Path) -> None:
+    # `chillfl reproduce flexchill` in such a folder ran its demo claim on the user's file (name "mine", an MLP)
+    from chillfl.reproduce import claim_config, claims_of
+
+    claim = next(c for c in claims_of("flexchill") if c.config == "demo")
+    config = claim_config(claim, [0], None)
+    assert config.name == "demo" and config.model["name"] == "flexchill_cnn"

@@ -68,7 +68,7 @@ from typing import Any, Literal
 
 from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError, MissingExtra
-from chillfl.experiments import resolve_config
+from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
 from chillfl.progress import Progress
 from chillfl.stderr import say
@@ -197,7 +197,7 @@ def claim_config(claim: Claim, seeds: Sequence[int], out_dir: str | None) -> Run
         overrides.setdefault("eval.validation", 0.2)
     if out_dir is not None:
         overrides["out_dir"] = out_dir
-    config = load_config(resolve_config(claim.config), overrides)
+    config = load_config(experiments_root() / f"{claim.config}.toml", overrides)  # the bundled file, never one of its name in the current folder
     if out_dir is None:  # the config's out_dir, in a folder named after the paper: results/flexchill/demo-compare
         config = config.with_overrides({"out_dir": str(Path(config.out_dir) / claim.paper)})
     variants = {k: v for k, v in config.variants.items() if not claim.keep or k in claim.keep}

@@ -46,7 +46,7 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_fedrep_head_stage_below_the_floor_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], executor: str) -> None:
     assert run(tmp_path, FEDREP, 4e-8, executor) == 2
     line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 a training takes (6 epochs over "), line
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of client 0's training in round 1 (6 epochs over "), line
     assert "would train at lr 0.05 * 4e-08^5 = 5.12e-39, below float32's smallest normal number" in line
     assert not any((tmp_path / "out").glob("*"))  # refused in round 1, before its first checkpoint: no folder left
 
@@ -54,7 +54,7 @@ def test_fedrep_head_stage_below_the_floor_is_refused(tmp_path: Path, capsys: py
 def test_soft_label_server_distillation_below_the_floor_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(tmp_path, DSFL, 4e-8) == 2
     line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 a training takes (6 epochs over 100 rows "), line
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the server model's training in round 1 (6 epochs over 100 rows "), line
     assert "would train at lr 0.1 * 4e-08^5 = 1.02e-38, below float32's smallest normal number" in line
 
 
@@ -70,6 +70,6 @@ def test_refused_after_a_checkpoint_keeps_the_partial_folder(tmp_path: Path, cap
     args = ["client.lr_gamma=5e-8", "client.lr_decay=0.5", "federation.rounds=2", "checkpoint.every=1", "--quiet"]
     assert main(["run", str(path), f"out_dir={tmp_path / 'out'}", *args]) == 2
     line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 a training takes (6 epochs over "), line
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of client 0's training in round 2 (6 epochs over "), line
     assert "from the lr 0.025 it was given) would train at lr 0.025 * 5e-08^5 = 7.81e-39" in line
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["s.partial"]  # round 1 checkpointed: kept, resumable

@@ -74,6 +74,10 @@ class ClientJob:
     policy_field: str | None = None
     """The config field of the temperature policy that gave ``temperature`` (``policy`` for one passed from Python), on
     which a bad T is refused; None: the spec's (:attr:`~chillfl.training.local.LocalSpec.policy_field`), else ``temperature.policy``."""
+    round: int | None = None
+    """The round (0-based) of the task whose update yielded this job, set by :func:`drive_tasks`; None: a job outside a
+    round's update (``run`` called directly). Why: a refusal found only when the job trains (a local step below float32's
+    smallest normal lr, :func:`~chillfl.training.local.check_step_floor`) names the round, which the user's fix depends on."""
 
     def __post_init__(self) -> None:
         # T comes from the temperature policy, a plugin's code too (its server half or its client half): a T <= 0
@@ -362,6 +366,27 @@ def drive(programs: Sequence[ClientProgram], train: Trainer, predict: Predictor 
             for m, out in zip(members, results):
                 _advance(m, out)
     return [r.reply for r in runs if r.reply is not None]
+
+
+def drive_tasks(client: ClientSide, tasks: Sequence[ClientTask[Any, Any]], train: Trainer, predict: Predictor = predict_each) -> list[ClientReply[Any, Any]]:
+    """:func:`drive` over the client updates of ``tasks``, each training job told its task's round (:attr:`ClientJob.round`).
+
+    Why here: every executor's ``map`` runs the updates through this (a process worker, a Ray actor and a Flower node
+    through the sequential executor's), so a refusal raised in training names the round on all of them alike."""
+    return drive([_in_round(client.update(t), t.round) for t in tasks], train, predict)
+
+
+def _in_round(program: ClientProgram, round: int) -> ClientProgram:
+    """``program`` with each :class:`ClientJob` it yields stamped with ``round`` (a job that names its own is left)."""
+    outcome: Any = None
+    while True:
+        try:
+            job = program.send(outcome)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        if isinstance(job, ClientJob) and job.round is None:
+            job.round = round
+        outcome = yield job
 
 
 def protocol_layers(protocol: ServerProtocol) -> Iterator[ServerProtocol]:

@@ -15,9 +15,9 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from chillfl.data.augment import crop_flip
-from chillfl.executors.sequential import ClientJob
+from chillfl.executors.sequential import ClientJob, check_job
 from chillfl.seeds import derive_seed
-from chillfl.training.local import LocalSpec, check_step_floor, step_batch
+from chillfl.training.local import LocalSpec, step_batch
 from chillfl.training.schedule import step_lr
 from chillfl.data.stamp import chunk_codes, stamp_codes
 
@@ -144,7 +144,7 @@ class LearningRates:
     def __init__(self, spec: LocalSpec, jobs: Sequence[ClientJob], dtype: torch.dtype, device: torch.device) -> None:
         self.optim = spec.optim
         self.base = [j.lr for j in jobs]
-        self.planned = [check_step_floor(spec, j.lr, len(j.y)) for j in jobs]  # a step below float32's normal lr refused, as train_client's
+        self.planned = [check_job(spec, j) for j in jobs]  # refused as train_job refuses (the executor's run checked them in job order)
         self.dtype, self.device = dtype, device
         self.constant = self._rates(self.base)
 

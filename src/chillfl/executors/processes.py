@@ -102,7 +102,7 @@ from chillfl.environment import usable_cores
 from chillfl.errors import ConfigError
 from chillfl.executors.parent_watch import WATCH_S, Watched, remove_parent_temp, watch_parent
 from chillfl.executors.sequential import ClientJob, train_job
-from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
+from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive_tasks
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
 from chillfl.training.optim import Carried
@@ -636,7 +636,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
                 key = task.setup.key
             if isinstance(task, _UpdateTask):
                 assert client is not None
-                reply = drive([client.update(task.unpack())], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
+                reply = drive_tasks(client, [task.unpack()], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
                 results.put((task.index, True, pack_tree(reply)))
                 continue
             out = train_job(model, spec, task.unpack())

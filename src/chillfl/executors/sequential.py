@@ -21,12 +21,27 @@ import torch
 from torch import nn
 
 from chillfl.engine.predict import PredictJob, Prediction, predict_each
-from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, Executor, drive
+from chillfl.engine.protocol import ClientJob, ClientReply, ClientSide, ClientTask, Executor, drive_tasks
 from chillfl.training.linear_factors import factored_linears
-from chillfl.training.local import LocalOutcome, LocalSpec, train_client
+from chillfl.training.local import LocalOutcome, LocalSpec, check_step_floor, train_client
 from chillfl.training.objective import check_reads
 
-__all__ = ["ClientJob", "Executor", "SequentialExecutor", "train_job"]
+__all__ = ["ClientJob", "Executor", "SequentialExecutor", "check_job", "train_job"]
+
+
+def trainer_of(job: ClientJob) -> str:
+    """Whose training ``job`` is, as a refusal of it says: "client 3's training"."""
+    return f"client {job.client_id}'s training"
+
+
+def check_job(spec: LocalSpec, job: ClientJob) -> int:
+    """What a job is refused for before its first step, in the order :func:`train_job` meets them: a loss term's missing
+    context key, then a local step below float32's smallest normal lr (naming the client and the round); its planned steps.
+
+    Why one function: the vectorised executor checks a stage's jobs in job order before any chunk trains (a chunk's
+    order is by step count), so that it refuses the very job, with the very line, that the sequential executor does."""
+    check_reads(spec.terms, job.context, job.client_id, spec.term_field)
+    return check_step_floor(spec, job.lr, len(job.y), trainer=trainer_of(job), round=job.round)
 
 
 def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome:
@@ -49,6 +64,8 @@ def train_job(model: nn.Module, spec: LocalSpec, job: ClientJob) -> LocalOutcome
         work=job.work,
         stamp=job.stamp,
         carry=job.carry,
+        trainer=trainer_of(job),
+        round=job.round,
     )
 
 
@@ -69,7 +86,7 @@ class SequentialExecutor:
 
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         assert self.client is not None, "map() needs the executor built with the protocol's client side"
-        return drive([self.client.update(t) for t in tasks], lambda _spec, jobs: self.run(jobs), self.predict)
+        return drive_tasks(self.client, tasks, lambda _spec, jobs: self.run(jobs), self.predict)
 
     def close(self) -> None:
         return None

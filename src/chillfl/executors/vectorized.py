@@ -173,15 +173,14 @@ from torch import nn
 from chillfl.engine.footprint import activation_bytes, nbytes
 from chillfl.executors.chunk_steps import Batch, LearningRates, ResidentBatches, host_batches, rows_at, to_device
 from chillfl.executors.compiled import CompiledSteps, compiled_steps
-from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, train_job
+from chillfl.executors.sequential import ClientJob, Executor, SequentialExecutor, check_job, train_job
 from chillfl.executors.stacking import NotVectorizable, Params, StackedContext, dim_order, stack, stack_contexts, stack_states
 from chillfl.executors.step_graphs import CudaGraphRecorder, GraphSlots, Recorder, StepGraphs
 from chillfl.executors.vmapped_step import StepInputs, VmappedStep
 from chillfl.engine.predict import BatchedPredictor, refuse_fallback
-from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive
+from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive_tasks
 from chillfl.training.optim import OptState, init_state, state_slots
 from chillfl.training.linear_factors import DEFER_MIN_ELEMENTS, DEFER_MIN_STEPS, DeferredOuter, add_outer_, factored_linears, step_rows
-from chillfl.training.objective import check_reads
 from chillfl.training.batched_conv import replayable_steps
 from chillfl.training.local import (
     Factors,
@@ -419,7 +418,7 @@ class VectorizedExecutor:
     def map(self, tasks: Sequence[ClientTask[Any, Any]]) -> list[ClientReply[Any, Any]]:
         """Every task's client update; the training jobs of one stage are trained as vmapped chunks."""
         assert self.client is not None, "map() needs the executor built with the protocol's client side"
-        return drive([self.client.update(t) for t in tasks], lambda spec, jobs: self.for_spec(spec).run(jobs), self.predict)
+        return drive_tasks(self.client, tasks, lambda spec, jobs: self.for_spec(spec).run(jobs), self.predict)
 
     def for_spec(self, spec: LocalSpec | None) -> "VectorizedExecutor":
         """This executor for its own spec (None); a sibling with the same settings for any other objective."""
@@ -439,8 +438,8 @@ class VectorizedExecutor:
             return []
         if any(j.spec is not None and j.spec != self.spec for j in jobs):
             return self.for_spec(jobs[0].spec).run(jobs)
-        for job in jobs:  # before any step, in every executor: a term's missing context key is one clear error
-            check_reads(self.spec.terms, job.context, job.client_id, self.spec.term_field)
+        for job in jobs:  # before any step, in job order as the sequential executor meets them (not the chunks' order): a
+            check_job(self.spec, job)  # term's missing context key, a step below float32's normal lr; the same job and line
         if self.fallback_reason is not None:
             assert self._fallback is not None
             return self._fallback.run(jobs)

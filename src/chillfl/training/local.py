@@ -1205,22 +1205,30 @@ def check_rows(x: torch.Tensor, y: torch.Tensor, stamp: RowStamp | None) -> None
         raise ValueError(f"the stamp has {len(stamp.clean)} clean rows and {len(stamp.marked)} marks for {len(y)} rows: they must pair row for row")
 
 
-def check_step_floor(spec: LocalSpec, lr: float, rows: int) -> int:
+def check_step_floor(spec: LocalSpec, lr: float, rows: int, *, trainer: str | None = None, round: int | None = None) -> int:
     """The planned steps of a training of ``rows`` rows from ``lr`` under ``spec``; refused (ConfigError on the schedule's
     option, ``client.lr_gamma`` or ``client.lr_min``) when a step of them would train below float32's smallest normal lr.
+
+    ``trainer``: whose training it is, as the line says it ("client 3's training", "the server model's training");
+    ``round``: the round (0-based) it trains in; both None: one training outside a run's rounds ("a training takes").
 
     Why: the check before the run (:meth:`~chillfl.config.ClientConfig.check_step_lr_floor`) counts ``client.epochs``;
     a method's stage (its own epochs) or a distillation phase (its epochs over the public rows) runs the same schedule over
     more steps and took their later steps to a subnormal or 0 lr without a word. Each training's own steps and lr are
     known here, in every executor, whoever asked for it; each round's lr is normal (checked before the run), so what takes
-    a training's step below is the schedule over its steps."""
+    a training's step below is the schedule over its steps. The line names the client and the round, as the user's fix
+    (fewer epochs of that training, fewer rounds, a gentler decay) depends on both."""
     planned = planned_steps(rows, spec.batch_size, spec.epochs)
     s = first_step_below_floor(spec.optim, lr, planned)
     if s is not None:
         schedule = spec.optim.step_schedule
         field = schedule_field(schedule, "client")
-        takes = (f"a training takes ({spec.epochs} epochs over {rows} rows in batches of {spec.batch_size}, client.lr_schedule_over = 'steps', "
-                 f"from the lr {lr:.3g} it was given)")
+        how = (f"({spec.epochs} epochs over {rows} rows in batches of {spec.batch_size}, client.lr_schedule_over = 'steps', "
+               f"from the lr {lr:.3g} it was given)")
+        if trainer is None and round is None:
+            takes = f"a training takes {how}"
+        else:
+            takes = f"steps of {trainer or 'a training'}" + ("" if round is None else f" in round {round + 1}") + f" {how}"
         raise ConfigError(field, below_floor(s, planned, takes, f"{lr:.3g}{schedule_term(schedule, s, planned)}", step_lr(spec.optim, lr, s, planned),
                                              field, "the epochs of that training (a method's stage or a distillation phase: its own epochs option)"))
     return planned
@@ -1240,8 +1248,13 @@ def train_client(
     work: float = 1.0,
     stamp: RowStamp | None = None,
     carry: Carried | None = None,
+    trainer: str | None = None,
+    round: int | None = None,
 ) -> LocalOutcome:
     """Train one client from ``start`` on (x, y); returns its full state after training.
+
+    ``trainer``, ``round``: whose training this is and in which round (0-based), for the line that refuses its lr
+    schedule (:func:`check_step_floor`); None: not said.
 
     ``carry``: the optimiser state to start from (instead of zero) and Adam's step count so far; the outcome then
     carries the state the training ended with (:class:`~chillfl.training.optim.Carried`).
@@ -1268,7 +1281,7 @@ def train_client(
     steps = 0
     model.train()
     order = completed_steps(batch_order(len(y), spec.batch_size, spec.epochs, generator), work)
-    planned = check_step_floor(spec, lr, len(y))  # a straggler stops early on the same lr schedule
+    planned = check_step_floor(spec, lr, len(y), trainer=trainer, round=round)  # a straggler stops early on the same lr schedule
     restamp = stamp if spec.augment is not None else None  # unaugmented, ``x`` holds the stamped rows: the same bits
     # Dropout draws from torch's global generator: fork it and seed it from the client's own stream so runs are
     # reproducible and the caller's RNG state is untouched, held against other threads' runs (client_rng); a model

@@ -358,6 +358,7 @@ class SoftLabelProtocol:
         out = train_client(
             self.model, self.server_state, self.x_public[used], targets.to(self.x_public.device),
             spec=self.specs.server, lr=self.specs.server_lr, temperature=1.0, context={}, generator=gen,
+            trainer="the server model's training", round=t - 1,  # t: the 1-based round
         )
         self.server_state = out.params
         self.book.check_state(t - 1, self.server_state, "server model")

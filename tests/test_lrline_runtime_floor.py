@@ -28,7 +28,7 @@ from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 from chillfl.training.schedule import LrSchedule, Optimizer
 
-from test_lrstage_stage_lr_floor import FEDREP, one_line
+from test_lrstage_stage_lr_floor import DSFL, one_line
 
 STEP = Optimizer(step_schedule=LrSchedule("step", 1, 1e-8))
 
@@ -85,12 +85,14 @@ def test_a_round_update_names_its_round() -> None:
 
 
 @pytest.mark.parametrize("executor", ["sequential", "vectorized"])
-def test_a_stage_refused_in_a_later_round_names_that_round(tmp_path: Path, capsys: pytest.CaptureFixture[str], executor: str) -> None:
-    # lr_decay 0.5: round 1's head stage ends at 0.05 * 5e-8^5 = 1.5625e-38 (above), round 2's at 0.025 * 3.125e-37 = 7.81e-39
+def test_a_client_distillation_refused_in_training_names_its_client_and_round(tmp_path: Path, capsys: pytest.CaptureFixture[str], executor: str) -> None:
+    # DS-FL's clients distil on the soft labels of the round before (none in round 1): 6 epochs over the 100 public rows in
+    # one batch, from distill_lr 0.1: step 6 at 0.1 * 4e-8^5 = 1.02e-38, below the floor; the server's 1 epoch is not
+    text = DSFL.replace("distill_epochs = 2", "distill_epochs = 6").replace("server_epochs = 6", "server_epochs = 1")
     path = tmp_path / "c.toml"
-    path.write_text(FEDREP)
-    args = ["client.lr_gamma=5e-8", "client.lr_decay=0.5", "federation.rounds=2", f"executor={executor}", "--quiet"]
+    path.write_text(text)
+    args = ["client.lr_gamma=4e-8", "federation.rounds=3", f"executor={executor}", "--quiet"]
     assert main(["run", str(path), f"out_dir={tmp_path / 'out'}", *args]) == 2
     line = one_line(capsys)
-    assert "local step 6 of the 6 steps of client 0's training in round 2 (6 epochs over " in line, line
-    assert "from the lr 0.025 it was given) would train at lr 0.025 * 5e-08^5 = 7.81e-39" in line
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of client 0's training in round 2 (6 epochs over 100 rows "), line
+    assert "from the lr 0.1 it was given) would train at lr 0.1 * 4e-08^5 = 1.02e-38" in line

@@ -1,6 +1,7 @@
 """A schedule over local steps is refused where a training takes it below float32's smallest normal lr, whichever
 training that is: a method's stage with its own epochs (FedRep's head) or a distillation phase (DS-FL's server model),
-not only the ``client.epochs`` training the check before the run counts.
+not only the ``client.epochs`` training. Both are declared (a personalising half's ``planned_stages``, the soft-label
+protocol's server phase), so the check before the run refuses them (tests/test_lrline_stages.py: the other methods).
 
 Why: ``client.lr_schedule_over = "steps"`` runs the schedule over each training's own planned steps; FedRep's
 ``head_epochs`` and the soft-label server's ``server_epochs`` took the same curve further down, and those steps trained at
@@ -46,7 +47,7 @@ def one_line(capsys: pytest.CaptureFixture[str]) -> str:
 def test_fedrep_head_stage_below_the_floor_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str], executor: str) -> None:
     assert run(tmp_path, FEDREP, 4e-8, executor) == 2
     line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of client 0's training in round 1 (6 epochs over "), line
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the algorithm.head_epochs training (6 epochs over "), line
     assert "would train at lr 0.05 * 4e-08^5 = 5.12e-39, below float32's smallest normal number" in line
     assert not any((tmp_path / "out").glob("*"))  # refused in round 1, before its first checkpoint: no folder left
 
@@ -54,7 +55,8 @@ def test_fedrep_head_stage_below_the_floor_is_refused(tmp_path: Path, capsys: py
 def test_soft_label_server_distillation_below_the_floor_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert run(tmp_path, DSFL, 4e-8) == 2
     line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the server model's training in round 1 (6 epochs over 100 rows "), line
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the distillation.server_epochs training (6 epochs over the 100 "
+                           "public rows a round draws "), line
     assert "would train at lr 0.1 * 4e-08^5 = 1.02e-38, below float32's smallest normal number" in line
 
 
@@ -63,13 +65,14 @@ def test_just_above_the_floor_runs(tmp_path: Path, capsys: pytest.CaptureFixture
     assert run(tmp_path, text, 5e-8) == 0, capsys.readouterr().err
 
 
-def test_refused_after_a_checkpoint_keeps_the_partial_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # lr_decay 0.5: round 1's head stage ends at 0.05 * 5e-8^5 = 1.5625e-38 (above), round 2's at 0.025 * 3.125e-37 = 7.81e-39
+def test_refused_in_a_later_round_before_anything_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # lr_decay 0.5: round 1's head stage ends at 0.05 * 5e-8^5 = 1.5625e-38 (above), round 2's at 0.025 * 3.125e-37 = 7.81e-39;
+    # the stage is declared (PlansStages), so the check before the run refuses it: no folder, not round 1's .partial
     path = tmp_path / "c.toml"
     path.write_text(FEDREP)
     args = ["client.lr_gamma=5e-8", "client.lr_decay=0.5", "federation.rounds=2", "checkpoint.every=1", "--quiet"]
     assert main(["run", str(path), f"out_dir={tmp_path / 'out'}", *args]) == 2
     line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of client 0's training in round 2 (6 epochs over "), line
-    assert "from the lr 0.025 it was given) would train at lr 0.025 * 5e-08^5 = 7.81e-39" in line
-    assert [p.name for p in (tmp_path / "out").iterdir()] == ["s.partial"]  # round 1 checkpointed: kept, resumable
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the algorithm.head_epochs training (6 epochs over "), line
+    assert "in round 2 of federation.rounds = 2 would train at lr 0.05 * 0.5^1 * 5e-08^5 = 7.81e-39" in line
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

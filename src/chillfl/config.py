@@ -53,8 +53,8 @@ from chillfl.settings.privacy import PrivacyConfig, PrivacyOptions
 from chillfl.settings.attack import OFF as ATTACK_OFF
 from chillfl.settings.attack import AttackConfig, AttackOptions
 from chillfl.settings.chosen import NamedSpec
-from chillfl.training.schedule import (CONSTANT, LR_FLOOR, LrSchedule, Optimizer, below_floor, first_below, first_step_below_floor, planned_steps,
-                                      schedule_field, schedule_term, step_lr)
+from chillfl.training.schedule import (CONSTANT, LR_FLOOR, LrSchedule, Optimizer, StageSteps, below_floor, first_below, first_step_below_floor,
+                                      planned_steps, schedule_field, schedule_term, step_lr)
 from chillfl.tune import dotted_grid, parse_tune
 
 if sys.version_info >= (3, 11):
@@ -298,11 +298,10 @@ class ClientConfig:
             return
         optim = self.optim()
         n = 1 if rounds is None else rounds
-        if first_step_below_floor(optim, self.lr_at(n - 1, n), steps) is None:
+        found = self._first_step_below(n, optim, steps)
+        if found is None:
             return
-        t = first_below(lambda r: step_lr(optim, self.lr_at(r, n), steps - 1, steps), n)
-        s = first_step_below_floor(optim, self.lr_at(t, n), steps)
-        assert s is not None  # round t's last step is below
+        t, s = found
         decay, factor = self.lr_decay**t, optim.step_schedule.factor(s, steps)
         formula = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else "") + schedule_term(optim.step_schedule, s, steps)
         field = f"{section}.lr_decay" if decay <= factor else schedule_field(optim.step_schedule, section)
@@ -310,6 +309,49 @@ class ClientConfig:
                  f"in batches of {section}.batch_size = {self.batch_size}, {section}.lr_schedule_over = 'steps')"
                  + ("" if rounds is None else f" in round {t + 1} of federation.rounds = {rounds}"))
         raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(optim, self.lr_at(t, n), s, steps), field, f"{section}.epochs"))
+
+    def check_stage_lr_floor(self, rounds: int, stage: StageSteps, section: str) -> None:
+        """Refuse a training besides ``client.epochs``' one (a method's stage, a distillation phase) whose schedule over
+        local steps takes a step below :data:`LR_FLOOR` in some round, naming the option that takes it there, the round,
+        the step and the stage's epochs option.
+
+        Why: such a training runs the schedule over its own planned steps, further down the curve than
+        :meth:`check_step_lr_floor` counts; refused only when it first trained, a run with an lr decayed over rounds
+        died hours in (leaving a checkpointed run's ``.partial`` folder). The lr is non-increasing in the round and in the
+        step, as there; a stage's own lr (``stage.lr``) is the same every round, so its first round is the one."""
+        steps = planned_steps(stage.rows, stage.batch_size, stage.epochs)
+        schedule = stage.optim.step_schedule
+        if schedule.name == "constant" or steps == 0:
+            return
+        found = self._first_step_below(rounds, stage.optim, steps, stage.lr)
+        if found is None:
+            return
+        t, s = found
+        lr = self.lr_at(t, rounds) if stage.lr is None else stage.lr
+        if stage.lr is None:
+            formula, decay = f"{self.lr:g}" + (f" * {self.lr_decay:g}^{t}" if self.lr_decay < 1 else ""), self.lr_decay**t
+        else:
+            formula, decay = f"{stage.lr:g}", 1.0
+        formula += schedule_term(schedule, s, steps)
+        field = f"{section}.lr_decay" if decay <= schedule.factor(s, steps) else schedule_field(schedule, section)
+        when = f" in round {t + 1} of federation.rounds = {rounds}" if stage.lr is None else " in every round"
+        takes = (f"steps of the {stage.epochs_field} training ({stage.epochs} epochs over {stage.over} in batches of "
+                 f"{stage.batch_size}, {section}.lr_schedule_over = 'steps'" + ("" if stage.lr is None else f", from its own lr {stage.lr:g}") + f"){when}")
+        raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(stage.optim, lr, s, steps), field, stage.epochs_field))
+
+    def _first_step_below(self, rounds: int, optim: Optimizer, steps: int, lr: float | None = None) -> tuple[int, int] | None:
+        """(round, step), both 0-based, of the first local step below :data:`LR_FLOOR` of a training of ``steps`` steps
+        from each round's lr (``lr`` None) or from ``lr``, over ``rounds``; None: no step is. Bisection over the rounds
+        (the last step of each is its least), then over the steps of the first round below."""
+        def at(r: int) -> float:
+            return self.lr_at(r, rounds) if lr is None else lr
+
+        if first_step_below_floor(optim, at(rounds - 1), steps) is None:
+            return None
+        t = first_below(lambda r: step_lr(optim, at(r), steps - 1, steps), rounds)
+        s = first_step_below_floor(optim, at(t), steps)
+        assert s is not None  # round t's last step is below
+        return t, s
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:
         """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""

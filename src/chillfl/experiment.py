@@ -15,7 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence, TypeVar
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import Aggregator, AroundAggregator, half_parts, holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model
+from chillfl.aggregation.base import (Aggregator, AroundAggregator, ClientHalf, Personalising, PlansStages, half_parts, holds_personal_model, innermost, measured_after_average,
+                                    with_needed_terms, with_run_model)
 from chillfl.aggregation.registry import (AGGREGATOR_CALLS, HALF_CALLS, INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec,
                                          bind_instance, binds_to_run, built_by, check_algorithm,
                                          check_declarations, check_instance, check_named_classes, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
@@ -59,6 +60,7 @@ from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.batched_conv import resolve_batched_conv
 from chillfl.training.gradient_ablation import BASE_LOSSES
 from chillfl.training.local import LocalSpec, half_weights_note, model_state, parameter_dtypes, persistent_buffers, reads_representation, resolve_compute
+from chillfl.training.schedule import StageSteps
 from chillfl.training.objective import Term, temperature_cross_entropy
 from chillfl.training.terms import check_term, configured_terms
 
@@ -698,6 +700,7 @@ def _build_experiment(
         private=private,
         frozen=frozenset(n for n, p in model.named_parameters() if not p.requires_grad),  # a user's frozen layers (requires_grad=False) stay as given
     )
+    check_stage_lr_floors(config, aggregator.client_half() if aggregator is not None else None, spec, max(sizes, default=0))
     if reads_representation(spec):  # a model that declares no head is warned about here, once: the training steps look it up silently
         head_name(model)
     model.to(device)
@@ -710,6 +713,26 @@ def _build_experiment(
     if config.executor in ("processes", "ray"):
         check_sendable(config.executor, (model, spec, aggregator.client_half() if aggregator is not None else None))
     return exp
+
+
+def check_stage_lr_floors(config: RunConfig, half: ClientHalf | None, spec: LocalSpec, rows: int) -> None:
+    """Refuse, before the run, a stage a personalising client half declares (:class:`~chillfl.aggregation.base.PlansStages`)
+    whose local steps the schedule over steps takes below float32's smallest normal lr, naming its epochs option.
+
+    Why: a stage's own epochs (FedRep's head) run the schedule further down than ``client.epochs`` does, and were refused
+    only when the stage first trained, perhaps hours in; the half says which of its objectives each stage trains, so its
+    epochs, batch size and schedule are that spec's. ``rows``: the largest client's training rows."""
+    trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)  # alone or combined (at most one)
+    if not isinstance(trainer, PlansStages):
+        return
+    objectives = trainer.objectives(spec)
+    section = spec.method_field.removesuffix(".name") if spec.method_field else "algorithm"
+    for plan in trainer.planned_stages(spec):
+        stage = objectives[plan.objective]
+        seen = rows if plan.rows is None else min(plan.rows, rows)
+        over = f"the largest client's {seen} rows" if plan.rows is None else f"at most {seen} rows a training"
+        config.client.check_stage_lr_floor(config.federation.rounds, StageSteps(stage.epochs, f"{section}.{plan.option}", stage.batch_size, stage.optim,
+                                                                                 seen, over, plan.lr), "client")
 
 
 def is_step_size(key: str) -> bool:

@@ -29,7 +29,9 @@ docs/architecture.md the reference of the seams they plug into):
   downlink does not carry them; with :class:`HoldsKeptEntries` a resumed run checks that each such client holds them), and one whose client holds state before its first participation
   (FML's independently initialised local model) implements :class:`StartsOwnState`, and one whose local accuracy is taken
   on the server after the average (FedPer's ``local_eval = "averaged"``) is :class:`MeasuredAfterAverage`; one that runs the client's trainings itself
-  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests. A server rule that acts on the
+  (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests, and one whose trainings besides the run's
+  own have their own epochs (FedRep's head) declares them (:class:`PlansStages`, a :class:`PlannedStage` each), so that the
+  check before the run counts their local steps too. A server rule that acts on the
   parameters and averages the buffers implements :class:`LearnsParameters`, told the run's model. One whose downlink feeds
   local terms declares them (:class:`NeedsTerms`; its spec returns them with :func:`with_terms`), so that an instance passed
   from Python runs them too; an instance passed from Python is held to the checks of the spec that builds it, found by
@@ -129,6 +131,8 @@ from chillfl.aggregation.base import (
     Params,
     Personal,
     Personalising,
+    PlannedStage,
+    PlansStages,
     ReadsUpdates,
     Report,
     SentStarts,
@@ -268,6 +272,8 @@ __all__ = [
     "PartitionerEntry",
     "Personal",
     "Personalising",
+    "PlannedStage",
+    "PlansStages",
     "ReadsUpdates",
     "PolicySpec",
     "Pretraining",

@@ -219,6 +219,38 @@ class Personalising(Protocol):
         ...
 
 
+@dataclass(frozen=True)
+class PlannedStage:
+    """One training a :class:`Personalising` half runs each round besides the run's own, as it declares it for the check
+    before the run (:class:`PlansStages`): which of its :meth:`~Personalising.objectives` it trains (its epochs and
+    schedule are that spec's), which of its options sets its length, and its rows and lr where not the run's."""
+
+    objective: int
+    """Index into the half's :meth:`~Personalising.objectives` (the spec that carries the stage's epochs)."""
+    option: str
+    """The method's option that sets the stage's length (``head_epochs``): the refusal names it, under the method's table."""
+    lr: float | None = None
+    """The stage's own lr, the same every round (FedPAC's ``head_lr``); None: the round's lr (the run's schedule over rounds)."""
+    rows: int | None = None
+    """The rows one training of the stage sees at most (pFedMe's one batch); None: the client's training rows."""
+
+
+@runtime_checkable
+class PlansStages(Protocol):
+    """A :class:`Personalising` half that declares the trainings it runs besides the run's own (FedRep's head, Ditto's
+    personal model, a fine-tuning), so that the check before the run counts their steps too.
+
+    Why: a schedule over local steps (``client.lr_schedule_over = "steps"``) runs over each training's own planned steps,
+    and a stage with more epochs takes it further down; found only when the stage first trains, a run was refused in
+    round 1 or, with an lr decayed over rounds, hours later (a checkpointed run then leaves a ``.partial`` folder). A
+    half that declares nothing is still refused when the stage trains (:func:`~chillfl.training.local.check_step_floor`)."""
+
+    def planned_stages(self, spec: LocalSpec) -> tuple[PlannedStage, ...]:
+        """The stages a round runs from the run's ``spec`` (as :meth:`~Personalising.objectives` is given it); a stage run
+        several times a round (pFedMe's inner problem, once a batch) restarts its schedule each time, so counts once."""
+        ...
+
+
 @runtime_checkable
 class HoldsPersonalModel(Protocol):
     """A client half whose state holds the client's own model: FedBN's, FedPer's and FedRep's local entries, Ditto's v_i, APFL's v_i and alpha_i.

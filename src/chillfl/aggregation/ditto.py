@@ -44,6 +44,7 @@ from chillfl.aggregation.base import (
     LocalProgram,
     Params,
     Personal,
+    PlannedStage,
     Report,
     Train,
     Trained,
@@ -91,6 +92,10 @@ class DittoClient:
         """0: the run's objective + lambda/2 ||v - w^t||^2, for ``personal_epochs``."""
         epochs = spec.epochs if self.personal_epochs is None else self.personal_epochs
         return (replace(spec, epochs=epochs, terms=(*spec.terms, ProximalTerm(LAMBDA, GLOBAL))),)
+
+    def planned_stages(self, spec: LocalSpec) -> tuple[PlannedStage, ...]:
+        """v_k's training when ``personal_epochs`` sets its length (unset: ``client.epochs``, counted as the run's own)."""
+        return () if self.personal_epochs is None else (PlannedStage(0, "personal_epochs"),)
 
     def train(self, local: Local) -> LocalProgram:
         w = yield Train(local.start, local.context)

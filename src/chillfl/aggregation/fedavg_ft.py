@@ -59,6 +59,7 @@ from chillfl.aggregation.base import (
     LocalProgram,
     Params,
     Personal,
+    PlannedStage,
     Report,
     Train,
     Trained,
@@ -114,6 +115,10 @@ class FineTuning:
         if not self.train_frozen:
             return (tune,)
         return replace(spec, frozen=spec.frozen | self.train_frozen), tune
+
+    def planned_stages(self, spec: LocalSpec) -> tuple[PlannedStage, ...]:
+        """The fine-tuning, ``finetune_epochs`` over all the client's rows at ``finetune_lr`` (unset: the round's); none at 0."""
+        return (PlannedStage(1 if self.train_frozen else 0, "finetune_epochs", self.lr),) if self.epochs else ()
 
     def train(self, local: Local) -> LocalProgram:
         own = 0 if self.train_frozen else None  # None: the run's own objective, the very training FedAvg runs

@@ -118,6 +118,7 @@ from chillfl.aggregation.base import (
     LocalProgram,
     Params,
     Personal,
+    PlannedStage,
     Report,
     Train,
     Trained,
@@ -282,6 +283,10 @@ class FedPACClient:
             replace(spec, epochs=self.head_epochs, frozen=spec.frozen | self.body),
             replace(spec, frozen=spec.frozen | self.head, terms=(*spec.terms, AlignTerm())),
         )
+
+    def planned_stages(self, spec: LocalSpec) -> tuple[PlannedStage, ...]:
+        """The head's training, ``head_epochs`` over all the client's rows at ``head_lr`` (unset: the round's)."""
+        return (PlannedStage(0, "head_epochs", self.head_lr),)
 
     def train(self, local: Local) -> LocalProgram:
         received = features(self.model, local.start, local.x, self.eval_batch_size)

@@ -44,7 +44,7 @@ from typing import Literal
 
 from torch import nn
 
-from chillfl.aggregation.base import ClientHalf, Local, LocalProgram, Personal, Train
+from chillfl.aggregation.base import ClientHalf, Local, LocalProgram, Personal, PlannedStage, Train
 from chillfl.aggregation.fedbn import KeepLocal
 from chillfl.aggregation.fedper import FedPer, FedPerOptions
 from chillfl.options import require
@@ -81,6 +81,10 @@ class FedRepClient(KeepLocal):
         """0: the head, body frozen, ``head_epochs``; 1: the body, head frozen, the run's epochs."""
         head = self.param_keys & self.keys
         return replace(spec, epochs=self.head_epochs, frozen=spec.frozen | (self.param_keys - head)), replace(spec, frozen=spec.frozen | head)
+
+    def planned_stages(self, spec: LocalSpec) -> tuple[PlannedStage, ...]:
+        """The head's training, ``head_epochs`` over all its rows at the round's lr (:class:`~chillfl.aggregation.base.PlansStages`)."""
+        return (PlannedStage(0, "head_epochs"),)
 
     def train(self, local: Local) -> LocalProgram:
         head = yield Train(local.start, local.context, objective=0)

@@ -66,6 +66,7 @@ from chillfl.aggregation.base import (
     LocalProgram,
     Params,
     Personal,
+    PlannedStage,
     Report,
     Train,
     Trained,
@@ -122,6 +123,10 @@ class PFedMeClient:
     def objectives(self, spec: LocalSpec) -> tuple[LocalSpec, ...]:
         """0: the inner problem, K epochs over one batch (the batch size stays the run's, so one step an epoch)."""
         return (replace(spec, epochs=self.inner_steps, terms=(*spec.terms, ProximalTerm(LAMBDA, ANCHOR))),)
+
+    def planned_stages(self, spec: LocalSpec) -> tuple[PlannedStage, ...]:
+        """The inner problem: ``inner_steps`` epochs over one batch (one step each) at ``personal_lr``, anew for every batch."""
+        return (PlannedStage(0, "inner_steps", self.personal_lr, spec.batch_size),)
 
     def train(self, local: Local) -> LocalProgram:
         order = batch_order(len(local.y), local.spec.batch_size, local.spec.epochs, torch.Generator().manual_seed(derive_seed(local.seed, "pfedme")))

@@ -124,6 +124,25 @@ def first_step_below_floor(optimizer: Optimizer, lr: float, total: int) -> int |
     return first_below(lambda k: step_lr(optimizer, lr, k, total), total)
 
 
+@dataclass(frozen=True)
+class StageSteps:
+    """A training a round runs besides ``client.epochs``' one (a method's stage, a distillation phase), as the check
+    before the run counts its local steps (:meth:`~chillfl.config.ClientConfig.check_stage_lr_floor`)."""
+
+    epochs: int
+    epochs_field: str
+    """The option that sets ``epochs`` (``algorithm.head_epochs``): what the refusal says to lower."""
+    batch_size: int
+    optim: Optimizer
+    """Its optimiser: its ``step_schedule`` runs over the training's own planned steps."""
+    rows: int
+    """The most rows one training of it sees."""
+    over: str
+    """Those rows as the line says them: "the largest client's 360 rows", "the 100 public rows a round draws"."""
+    lr: float | None = None
+    """Its own lr, the same every round; None: each round's lr (``client.lr``, its decay and its schedule over rounds)."""
+
+
 def schedule_field(schedule: LrSchedule, section: str) -> str:
     """The option of ``schedule`` that takes the lr down within it: ``lr_gamma`` for ``step``, ``lr_min`` for ``cosine``."""
     return f"{section}.lr_gamma" if schedule.name == "step" else f"{section}.lr_min"

@@ -24,6 +24,7 @@ from chillfl.protocols.parts import Experiment, build_client_models
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.training.local import train_client
+from chillfl.training.schedule import StageSteps
 
 from .client import PublicPretraining
 from .method import SoftLabelClientHalf, SoftLabelMethod, spec_of
@@ -91,6 +92,7 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
     if setup.common.state_dir is not None:  # a file or read-only folder: one line now, not a traceback in round 1
         check_writable_dir(setup.common.state_dir, f"{SECTION}.state_dir")
     if spec.collaborative:
+        check_server_lr_floor(config, setup)
         pool = public_inputs(setup, data, config.seed, config.data_dir)
         refuse_own_rows(setup.common, pool, data.dataset)
         if setup.common.public_dataset is not None:  # a pool carved from the data was checked with its training rows
@@ -99,6 +101,20 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
     if asked is not None and asked.epochs:
         public_labels(setup, data, config.seed, config.data_dir, asked.field)
     return setup
+
+
+def check_server_lr_floor(config: RunConfig, setup: DistillationSetup) -> None:
+    """Refuse, before the run, a server model's distillation whose local steps the schedule over steps
+    (``client.lr_schedule_over = "steps"``, the phase keeps the run's optimiser) takes below float32's smallest normal lr.
+
+    Why: ``server_epochs`` over the round's public subset runs the schedule further down than the clients' training,
+    and was refused only when the server first trained (after round 1's client updates, or hours in with a decayed lr).
+    Its lr is its own (``server_lr``, else ``distill_lr``), the same every round; its rows are the subset a round draws
+    (``subset_size``; a filter keeps fewer, so fewer steps)."""
+    c = setup.common
+    config.client.check_stage_lr_floor(config.federation.rounds, StageSteps(
+        c.server_epochs or config.client.epochs, f"{SECTION}.server_epochs", c.server_batch_size or c.distill_batch_size or config.client.batch_size,
+        config.client.optim(), c.subset_size, f"the {c.subset_size} public rows a round draws", c.server_lr or c.distill_lr), "client")
 
 
 _CHECKING = contextvars.ContextVar("chillfl_softlabels_checking", default=False)

@@ -1,9 +1,10 @@
 """The run-time refusal of a local step below float32's smallest normal lr names the client and the round, and every
 executor names the same one.
 
-Why: a method's stage (FedRep's head) or a distillation phase runs the step schedule over its own, longer training, so the
-refusal comes in a round's training; the user's fix (fewer epochs of that training, fewer rounds, a gentler decay) depends
-on the round, which the line did not say. The vectorised executor checked its jobs in a chunk's order (by step count)
+Why: a training nothing declared before the run (a plugin's stage with its own epochs) runs the step schedule over its
+own, longer steps, so the refusal comes in a round's training; the user's fix (fewer epochs of that training, fewer
+rounds, a gentler decay) depends on the round, which the line did not say (the built-in stages are refused before the
+run: tests/test_lrline_stages.py). The vectorised executor checked its jobs in a chunk's order (by step count)
 and so named another client than the sequential executor, which meets them in the round's job order.
 
 Hand-worked values: ``lr_gamma = g``, ``lr_step_size = 1``: step k (0-based) of a training trains at lr * g^k, whatever
@@ -14,13 +15,10 @@ not): a training of 6 steps or more is refused at its step 6. Client 0 takes 16 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 import torch
 from torch import nn
 
-from chillfl.cli import main
 from chillfl.engine.protocol import ClientJob, ClientTask, drive_tasks
 from chillfl.errors import ConfigError
 from chillfl.executors.sequential import SequentialExecutor
@@ -28,7 +26,6 @@ from chillfl.executors.vectorized import VectorizedExecutor
 from chillfl.training.local import LocalOutcome, LocalSpec, model_state
 from chillfl.training.schedule import LrSchedule, Optimizer
 
-from test_lrstage_stage_lr_floor import DSFL, one_line
 
 STEP = Optimizer(step_schedule=LrSchedule("step", 1, 1e-8))
 
@@ -82,17 +79,3 @@ def test_a_round_update_names_its_round() -> None:
         drive_tasks(Yields(model), tasks, train)
     assert [j.round for j in seen] == [4, 4]
     assert "steps of client 0's training in round 5 (" in err.value.message
-
-
-@pytest.mark.parametrize("executor", ["sequential", "vectorized"])
-def test_a_client_distillation_refused_in_training_names_its_client_and_round(tmp_path: Path, capsys: pytest.CaptureFixture[str], executor: str) -> None:
-    # DS-FL's clients distil on the soft labels of the round before (none in round 1): 6 epochs over the 100 public rows in
-    # one batch, from distill_lr 0.1: step 6 at 0.1 * 4e-8^5 = 1.02e-38, below the floor; the server's 1 epoch is not
-    text = DSFL.replace("distill_epochs = 2", "distill_epochs = 6").replace("server_epochs = 6", "server_epochs = 1")
-    path = tmp_path / "c.toml"
-    path.write_text(text)
-    args = ["client.lr_gamma=4e-8", "federation.rounds=3", f"executor={executor}", "--quiet"]
-    assert main(["run", str(path), f"out_dir={tmp_path / 'out'}", *args]) == 2
-    line = one_line(capsys)
-    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of client 0's training in round 2 (6 epochs over 100 rows "), line
-    assert "from the lr 0.1 it was given) would train at lr 0.1 * 4e-08^5 = 1.02e-38" in line

@@ -19,7 +19,7 @@ import pytest
 
 from chillfl.cli import main
 
-from test_lrstage_stage_lr_floor import BASE, one_line
+from test_lrstage_stage_lr_floor import BASE, DSFL, one_line
 
 CASES = {
     "ditto": ('name = "ditto"\npersonal_epochs = 6\n', "algorithm.personal_epochs", "the largest client's 360 rows", "0.05 * 4e-08^5 = 5.12e-39"),
@@ -82,3 +82,18 @@ def test_dry_run_refuses_a_stage_with_the_same_line(tmp_path: Path, capsys: pyte
     line = one_line(capsys)
     assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the algorithm.head_epochs training (6 epochs over "), line
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("dry", [False, True], ids=["run", "dry-run"])
+def test_the_clients_distillation_is_refused_before_any_training(tmp_path: Path, capsys: pytest.CaptureFixture[str], dry: bool) -> None:
+    # DS-FL's clients distil from round 2 on: 6 epochs over the 100 public rows in one batch, from distill_lr 0.1: step 6
+    # at 0.1 * 4e-8^5 = 1.02e-38, below the floor; the server's 1 epoch is not. Was: refused in round 2, round 1 written (.partial).
+    path = tmp_path / "c.toml"
+    path.write_text(DSFL.replace("distill_epochs = 2", "distill_epochs = 6").replace("server_epochs = 6", "server_epochs = 1"))
+    args = ["client.lr_gamma=4e-8", "federation.rounds=3", "--quiet", *(["--dry-run"] if dry else [])]
+    assert main(["run", str(path), f"out_dir={tmp_path / 'out'}", *args]) == 2
+    line = one_line(capsys)
+    assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the distillation.distill_epochs training (6 epochs over "
+                           "the 100 public rows a round sends in batches of 2048, client.lr_schedule_over = 'steps', from its own lr 0.1) in every round "
+                           "would train at lr 0.1 * 4e-08^5 = 1.02e-38"), line
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

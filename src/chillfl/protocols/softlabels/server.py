@@ -9,6 +9,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import torch
 
+from chillfl.config import RunConfig
 from chillfl.engine.ledger import index_bytes, signal_bytes
 from chillfl.engine.protocol import ClientReply, ClientTask
 from chillfl.engine.record import Json, RoundRecord
@@ -21,6 +22,7 @@ from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationSetup
 from chillfl.temperature.base import TemperaturePolicy
 from chillfl.training.local import LocalSpec, train_client
+from chillfl.training.schedule import StageSteps
 
 from .cache import CacheOutOfSyncError, ServerCache
 from .client import ClientArchs, PublicPretraining, SoftLabelClient, rows_digest
@@ -85,6 +87,19 @@ def _specs(exp: Experiment, setup: DistillationSetup, method: SoftLabelMethod[An
     return _Specs(spec, distill, server, c.server_lr or c.distill_lr, on_disk)
 
 
+def check_distill_lr_floor(config: RunConfig, setup: DistillationSetup, distill: LocalSpec) -> None:
+    """Refuse, before any training, the clients' distillation whose local steps the schedule over steps takes below
+    float32's smallest normal lr: ``distill_epochs`` (0 for a zero-weighted loss: no phase) over at most the
+    ``subset_size`` public rows a round sends, at ``distill_lr``, with the run's optimiser (:meth:`LocalSpec.phase`).
+
+    Why: found when a client first distilled (round 2), the run was refused after round 1 with its ``.partial`` folder;
+    here, where the phase's epochs are known (a zero-weighted loss has none), it is refused as the protocol is built."""
+    c = setup.common
+    config.client.check_stage_lr_floor(config.federation.rounds, StageSteps(
+        distill.epochs, f"{SECTION}.distill_epochs", distill.batch_size, distill.optim, c.subset_size, f"the {c.subset_size} public rows a round sends",
+        c.distill_lr), "client")
+
+
 def _weighted_default_loss(method: SoftLabelMethod[Any]) -> bool:
     """Whether the clients' loss is the default one, :attr:`~SoftLabelMethod.distill_weight` times KL: only then is a weight
     of 0 a zero loss. A method's own ``distill_loss`` may not read the weight (a plugin's plain KL distilled at 0 before)."""
@@ -129,6 +144,8 @@ class SoftLabelProtocol:
         self.x_public = public_inputs(setup, exp.data, cfg.seed, cfg.data_dir).to(device) if self.collaborative else torch.zeros((0,))
         self.method = spec.build(setup.options, exp.data.num_classes, cfg.seed, c.index_encoding, max(c.public_size, 1))
         self.specs = _specs(exp, setup, self.method)
+        if self.collaborative:  # before any training (the server's phase was counted with the config: check_server_lr_floor)
+            check_distill_lr_floor(cfg, setup, self.specs.distill)
         self.universe = max(len(self.x_public), 1)
         self.book = ServerBook(exp.policy, evaluation, cfg.eval.clients)
         self.store = ClientStore(self.specs.on_disk, c.state_dir)

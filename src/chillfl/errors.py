@@ -329,15 +329,16 @@ def _closest(value: str, names: list[str]) -> str | None:
     if len(value) >= SHORT_NAME:
         close = difflib.get_close_matches(value, names, n=1) or difflib.get_close_matches(folded, [n.casefold() for n in names], n=1)
         return next((n for n in names if n.casefold() == close[0].casefold()), close[0]) if close else None
-    near = [n for n in names if len(value) > 1 and _one_edit(folded, n.casefold())]
+    near = [n for n in names if len(value) > 1 and one_edit(folded, n.casefold())]
     if near:  # the most alike by difflib's ratio; a tie by name, so the order of ``names`` decides nothing
         return min(near, key=lambda n: (-difflib.SequenceMatcher(None, folded, n.casefold()).ratio(), n))
     holding = [n for n in names if len(value) > 2 and folded in n.casefold()]
     return holding[0] if len(holding) == 1 else None
 
 
-def _one_edit(a: str, b: str) -> bool:
-    """Whether ``b`` is ``a`` with one letter added, dropped or changed, or two neighbouring letters swapped."""
+def one_edit(a: str, b: str) -> bool:
+    """Whether ``b`` is ``a`` with one letter added, dropped or changed, or two neighbouring letters swapped (False for
+    ``a == b``). The one typo matcher: :func:`did_you_mean` and :func:`chillfl.training.local.misspelt_flag` use it."""
     if a == b or abs(len(a) - len(b)) > 1:
         return False
     start = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))

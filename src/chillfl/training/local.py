@@ -67,7 +67,7 @@ from torch.nn import functional as F
 from torch.overrides import TorchFunctionMode
 from torch.torch_version import TorchVersion
 
-from chillfl.errors import ConfigError
+from chillfl.errors import ConfigError, one_edit
 from chillfl.global_rng import GLOBAL_RNG
 from chillfl.models.parts import forward_with_features, head_name
 from chillfl.training.batched_conv import batched_conv_mode
@@ -191,21 +191,7 @@ def misspelt_flag(name: str, value: object) -> str | None:
     if prefix is None:
         return None
     rest = lower[len(prefix):]
-    return next((flag for flag in LOSS_FLAGS if _within_one_edit(rest, flag.removeprefix("uses_"))), None)
-
-
-def _within_one_edit(a: str, b: str) -> bool:
-    """Whether ``a`` becomes ``b`` by at most one insertion, deletion, substitution or swap of two neighbours."""
-    if a == b:
-        return True
-    if abs(len(a) - len(b)) > 1:
-        return False
-    if len(a) == len(b):
-        diff = [i for i in range(len(a)) if a[i] != b[i]]
-        return len(diff) == 1 or len(diff) == 2 and diff[1] == diff[0] + 1 and a[diff[0]] == b[diff[1]] and a[diff[1]] == b[diff[0]]
-    short, long = (a, b) if len(a) < len(b) else (b, a)
-    i = next((k for k in range(len(short)) if short[k] != long[k]), len(short))
-    return short[i:] == long[i + 1:]
+    return next((flag for flag in LOSS_FLAGS if rest == flag.removeprefix("uses_") or one_edit(rest, flag.removeprefix("uses_"))), None)
 
 
 def _loss_owner(loss: BaseLoss) -> Any:

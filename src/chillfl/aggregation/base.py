@@ -35,6 +35,7 @@ from chillfl.engine.record import Json
 from chillfl.errors import ConfigError
 from chillfl.options import coerce
 from chillfl.once import warn_once
+from chillfl.state_keys import check_state_keys  # re-exported: methods and plugins import it from here
 from chillfl.training.objective import Context, LossTerm, Wire
 from chillfl.training.optim import Carried
 
@@ -781,12 +782,6 @@ class OnParameters:
                       key=f"rule_keys:{name}")
         keys = self.param_keys if self.param_keys is not None else list(state)
         return [k for k in keys if torch.is_floating_point(state[k])]
-
-
-def check_state_keys(state: Mapping[str, Any], keys: Collection[str], owner: str) -> None:
-    """Refuse a state of another layout (e.g. a SCAFFOLD checkpoint loaded into FedAvg) instead of half-loading it."""
-    if set(state) != set(keys):
-        raise ValueError(f"{owner} state must have keys {sorted(keys)}, got {sorted(state)}")
 
 
 PairValues = dict[tuple[int, int], float]

@@ -51,6 +51,7 @@ import torch
 
 from chillfl.numeric import is_whole
 from chillfl.options import require
+from chillfl.state_keys import check_state_keys
 
 Direction = Literal["up", "down"]
 IndexEncoding = Literal["int32", "packed"]
@@ -211,13 +212,12 @@ class CommunicationLedger:
                 for key, nbytes in rounds[r].items():
                     total[key] += nbytes
             latest = {max(rounds): rounds[max(rounds)]} if rounds else {}
-        elif set(state) == {"total", "latest", "clients"}:
+        else:
+            check_state_keys(state, ("total", "latest", "clients"), "CommunicationLedger")
             total = self._load_cells(state["total"])
             latest = self._load_table(state["latest"])
             if len(latest) > 1:
                 raise ValueError(f"CommunicationLedger state must hold at most one latest round, got {len(latest)}")
-        else:
-            raise ValueError(f"CommunicationLedger state must have keys ['clients', 'latest', 'total'], got {sorted(state)}")
         by_client = self._load_table(state["clients"])
         self._total, self._by_client = total, by_client
         self._latest, self._round = next(iter(latest.items()), (None, defaultdict(int)))

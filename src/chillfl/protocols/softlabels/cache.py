@@ -84,6 +84,7 @@ import torch
 
 from chillfl.errors import ConfigError
 from chillfl.options import require
+from chillfl.state_keys import check_state_keys
 
 from .messages import CacheSignal, CacheSyncDelta, SoftLabelDownlink
 
@@ -182,11 +183,6 @@ def _int_list(state: Any, name: str) -> list[int]:
     if isinstance(state, torch.Tensor):
         return [int(v) for v in state.tolist()]
     raise ValueError(f"cache state entry {name!r} must be an integer tensor, got {type(state).__name__}")
-
-
-def _check_keys(state: Mapping[str, Any], keys: tuple[str, ...], owner: str) -> None:
-    if set(state) != set(keys):
-        raise ValueError(f"{owner} state must have keys {sorted(keys)}, got {sorted(state)}")
 
 
 def _life_end(life: tuple[int, int]) -> int:
@@ -468,19 +464,19 @@ class ServerCache:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        _check_keys(state, ("entries", "lifetimes", "synced", "changes", "last_round"), "ServerCache")
+        check_state_keys(state, ("entries", "lifetimes", "synced", "changes", "last_round"), "ServerCache")
         ent = state["entries"]
-        _check_keys(ent, ("indices", "stored_rounds", "values"), "ServerCache entries")
+        check_state_keys(ent, ("indices", "stored_rounds", "values"), "ServerCache entries")
         indices = _int_list(ent["indices"], "entries.indices")
         stored = _int_list(ent["stored_rounds"], "entries.stored_rounds")
         values = _load_rows(ent["values"], len(indices))
         if len(stored) != len(indices):
             raise ValueError("ServerCache state: entries.indices and entries.stored_rounds differ in length")
         life = state["lifetimes"]
-        _check_keys(life, ("indices", "stored", "deleted"), "ServerCache lifetimes")
+        check_state_keys(life, ("indices", "stored", "deleted"), "ServerCache lifetimes")
         life_rows = list(zip(*(_int_list(life[k], f"lifetimes.{k}") for k in ("indices", "stored", "deleted")), strict=True))
         ch = state["changes"]
-        _check_keys(ch, ("rounds", "indices"), "ServerCache changes")
+        check_state_keys(ch, ("rounds", "indices"), "ServerCache changes")
         change_rows = list(zip(_int_list(ch["rounds"], "changes.rounds"), _int_list(ch["indices"], "changes.indices"), strict=True))
 
         self._entries = {i: _Entry(v, r) for i, r, v in zip(indices, stored, values)}
@@ -584,7 +580,7 @@ class ClientCache:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        _check_keys(state, ("client_id", "synced_round", "indices", "values"), "ClientCache")
+        check_state_keys(state, ("client_id", "synced_round", "indices", "values"), "ClientCache")
         if int(state["client_id"]) != self.client_id:
             raise ValueError(f"cache state of client {state['client_id']} loaded into client {self.client_id}")
         indices = _int_list(state["indices"], "indices")

@@ -886,6 +886,19 @@ def report_tensor(result: ClientResult, key: str, method: str) -> torch.Tensor:
     return value
 
 
+def report_number(result: ClientResult, key: str, method: str) -> float:
+    """``result.report[key]`` as a float; a ValueError naming ``method`` otherwise. The one rule for a reported number:
+    a Python number or a tensor of one element (0-d included: ``loss.detach()`` is one, and a client half may send
+    either). Why one helper: q-FFL and IFCA took a 1-element tensor while PA3Fed refused every tensor, for the same
+    kind of value."""
+    value = result.report.get(key)
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    if not isinstance(value, (int, float)):
+        raise ValueError(f"{method} needs report[{key!r}] to be a number or a 1-element tensor (client {result.client_id}), got {type(value).__name__}")
+    return float(value)
+
+
 def weighted_average(states: Sequence[Mapping[str, torch.Tensor]], weights: torch.Tensor, keys: Sequence[str] | None = None) -> Params:
     """sum_i w_i * state_i for every key; integer buffers (e.g. BN's num_batches_tracked) take the max.
 

@@ -73,6 +73,7 @@ from chillfl.aggregation.base import (
     check_state_keys,
     client_weights,
     load_params,
+    report_number,
     weighted_average,
 )
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
@@ -146,16 +147,6 @@ class IfcaClient:
         return {}, {}
 
 
-def reported(result: ClientResult, key: str) -> float:
-    """The number client ``result`` reported under ``key``; a ValueError naming it otherwise."""
-    value = result.report.get(key)
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value)
-    if not isinstance(value, (int, float)):
-        raise ValueError(f"IFCA needs report[{key!r}] to be a number from every client (client {result.client_id}), got {type(value).__name__}")
-    return float(value)
-
-
 @runtime_checkable
 class Resettable(Protocol):
     """A module that re-initialises its own parameters (torch's layers: ``nn.Linear``, ``nn.Conv2d``, norms, ...)."""
@@ -204,11 +195,11 @@ class Ifca(AggregatorBase):
         """The cluster model the client chose and trained (its report), before this round's aggregate updates it
         (:class:`~chillfl.aggregation.base.ChoosesStart`): an attack or a clip reads the client's update from it."""
         self._ensure(global_params)
-        return self.models[int(reported(result, CHOSEN))]
+        return self.models[int(report_number(result, CHOSEN, "IFCA"))]
 
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         self._ensure(global_params)
-        chosen = [int(reported(r, CHOSEN)) for r in results]
+        chosen = [int(report_number(r, CHOSEN, "IFCA")) for r in results]
         for j in range(len(self.models)):
             members = [r for r, c in zip(results, chosen) if c == j]
             if members:

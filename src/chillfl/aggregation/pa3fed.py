@@ -107,6 +107,7 @@ from chillfl.aggregation.base import (
     Wire,
     check_state_keys,
     combine,
+    report_number,
 )
 from chillfl.aggregation.registry import (
     AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_options, algorithm_spec, build_base, register_algorithm, registered_algorithms,
@@ -407,7 +408,7 @@ class PA3Fed(AroundAggregator):
                 raise ValueError("PA3Fed mode 'clp' needs report['grad_norm'] from every client")
             return None
         return federated_gradient_norm(
-            [_number(r.report["grad_norm"], "grad_norm", r.client_id) for r in results],
+            [report_number(r, "grad_norm", "PA3Fed") for r in results],
             [r.num_samples for r in results],
             [r.lr for r in results],
             scale_by_lr=self.options.fgn_scale_by_lr,
@@ -423,7 +424,7 @@ class PA3Fed(AroundAggregator):
                 if o.mode != "never":
                     raise ValueError(f"PA3Fed needs report['alpha'] from every client (client {r.client_id})")
                 continue
-            alphas[r.client_id] = _number(alpha, "alpha", r.client_id)
+            alphas[r.client_id] = report_number(r, "alpha", "PA3Fed")
         return alphas
 
     def aggregates_nobody(self) -> bool:
@@ -439,7 +440,7 @@ class PA3Fed(AroundAggregator):
                              "weight_shift": None, "scores": {}, "grad_norms": {}}
             return out
         for r in results:  # a NaN score was refused as algorithm.beta's range, an inf one got weight 0 silently
-            if "score" in r.report and not math.isfinite(score := _number(r.report["score"], "score", r.client_id)):
+            if "score" in r.report and not math.isfinite(score := report_number(r, "score", "PA3Fed")):
                 raise Diverged(round + 1, f"its PA3Fed score (Eq. 8: its trained model's loss on its own data) is {score} ({LOSS_HINT})", r.client_id)
         fgn = self._fgn(results)
         clp = fgn is not None and is_clp(self.previous_fgn, fgn, o.delta, first=o.first_round_clp)
@@ -458,8 +459,8 @@ class PA3Fed(AroundAggregator):
         else:
             out = self.base.aggregate(global_params, results, round)
         base_metrics = dict(self.base.round_metrics())
-        scores = {r.client_id: _number(r.report["score"], "score", r.client_id) for r in results if "score" in r.report}
-        norms = {r.client_id: _number(r.report["grad_norm"], "grad_norm", r.client_id) for r in results if "grad_norm" in r.report}
+        scores = {r.client_id: report_number(r, "score", "PA3Fed") for r in results if "score" in r.report}
+        norms = {r.client_id: report_number(r, "grad_norm", "PA3Fed") for r in results if "grad_norm" in r.report}
         self._metrics = {**base_metrics, "fgn": fgn, "clp": clp, "adapted": adapt, "alphas": alphas, "weight_shift": shift, "scores": scores, "grad_norms": norms}
         return out
 
@@ -491,7 +492,7 @@ def _exponent(r: ClientResult, alpha: float) -> float:
     only a few bits of it, and the server cannot recompute it (s_i^{t-sigma} lives in the client's state): read as
     log(0) = -inf it gave the client weight 0 silently, and a round of such clients blamed ``algorithm.beta``."""
     if LOG_ALPHA in r.report:
-        return _number(r.report[LOG_ALPHA], LOG_ALPHA, r.client_id)
+        return report_number(r, LOG_ALPHA, "PA3Fed")
     if not alpha >= 0:  # NaN or negative: no exp() of any exponent
         raise ValueError(f"PA3Fed needs report['alpha'] to be Eq. 10's exp(-beta * |s^(t-sigma) - s^t|), a number >= 0 "
                          f"(client {r.client_id}), got {alpha!r}")
@@ -500,12 +501,6 @@ def _exponent(r: ClientResult, alpha: float) -> float:
                          f"inf), from which Eq. 10's exponent cannot be read back; a client half that reports alpha sends "
                          f"{LOG_ALPHA} = -beta * |s^(t-sigma) - s^t| with it then (PA3FedClient.finish does)")
     return math.log(alpha)
-
-
-def _number(value: Wire, key: str, client_id: int) -> float:
-    if not isinstance(value, (int, float)):
-        raise ValueError(f"PA3Fed needs report[{key!r}] to be a number (client {client_id}), got {type(value).__name__}")
-    return float(value)
 
 
 def base_spec(options: PA3FedOptions, section: str = "algorithm") -> AlgorithmSpec:

@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Collection, Mapping, Sequence
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, ClientState, OnParameters, Params, Report, Stateless, Trained, sample_weights, weighted_average
+from chillfl.aggregation.base import AggregatorBase, ClientHalf, ClientResult, ClientState, OnParameters, Params, Report, Stateless, Trained, report_number, sample_weights, weighted_average
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
 from chillfl.capabilities import FORWARD, Capabilities, Cost
 from chillfl.engine.record import Json
@@ -98,16 +98,6 @@ class QfflClient(Stateless):
         return {}, {LOSS: loss}
 
 
-def reported(result: ClientResult, key: str) -> float:
-    """The number client ``result`` reported under ``key``; a ValueError naming it otherwise."""
-    value = result.report.get(key)
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        return float(value)
-    if not isinstance(value, (int, float)):
-        raise ValueError(f"q-FFL needs report[{key!r}] to be a number from every client (client {result.client_id}), got {type(value).__name__}")
-    return float(value)
-
-
 def qffl_step(
     global_params: Mapping[str, torch.Tensor], models: Sequence[Mapping[str, torch.Tensor]], losses: Sequence[float], lipschitz: Sequence[float], q: float, keys: Sequence[str]
 ) -> tuple[Params, float]:
@@ -151,7 +141,7 @@ class Qffl(OnParameters, AggregatorBase):
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         out = weighted_average([r.params for r in results], sample_weights(results))  # the buffers' values
         keys = self.rule_keys(global_params)
-        losses = [reported(r, LOSS) for r in results]
+        losses = [report_number(r, LOSS, "q-FFL") for r in results]
         lipschitz = [self.options.lipschitz if self.options.lipschitz is not None else 1.0 / r.lr for r in results]
         step, h_sum = qffl_step(global_params, [r.params for r in results], losses, lipschitz, self.options.q, keys)
         out.update(step)

@@ -147,14 +147,12 @@ class Pair(nn.Module):
 
 def pair_state(w: Params, v: Params, alpha: torch.Tensor) -> Params:
     """The pair's flat state from the two models' and alpha."""
-    return {**{f"v.{k}": t for k, t in v.items()}, **{f"w.{k}": t for k, t in w.items()}, "alpha": alpha}
+    return {**with_prefix(v, "v."), **with_prefix(w, "w."), "alpha": alpha}
 
 
 def split_pair(state: Mapping[str, torch.Tensor]) -> tuple[Params, Params, torch.Tensor]:
     """Inverse of :func:`pair_state`: (w, v, alpha)."""
-    w = {k[2:]: t for k, t in state.items() if k.startswith("w.")}
-    v = {k[2:]: t for k, t in state.items() if k.startswith("v.")}
-    return w, v, state["alpha"]
+    return own_entries(state, "w."), own_entries(state, "v."), state["alpha"]
 
 
 def mixed(model: nn.Module, w: Params, v: Params, alpha: torch.Tensor) -> Params:

@@ -582,7 +582,7 @@ def combine(*halves: ClientHalf | None) -> ClientHalf | None:
     return present[0] if len(present) == 1 else Halves(present)
 
 
-def own_entries(state: ClientState, prefix: str) -> Params:
+def own_entries(state: Mapping[str, torch.Tensor], prefix: str) -> Params:
     """The entries of ``state`` under ``prefix``, with the prefix taken off (empty: the client has none yet)."""
     return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
 

@@ -51,7 +51,7 @@ import torch
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Params, check_state_keys, load_params, params_state
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm
-from chillfl.aggregation.robust import ROBUST, flat_models, float_keys, integer_max, unflatten
+from chillfl.aggregation.robust import ROBUST, flat_models, flat_state, float_keys, integer_max, unflatten
 from chillfl.options import require
 
 
@@ -87,10 +87,10 @@ class CenteredClip(AggregatorBase):
     def aggregate(self, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         o = self.options
         keys = float_keys(results[0].params)
-        w = torch.cat([global_params[k].double().reshape(-1) for k in keys])
+        w = flat_state(global_params, keys)
         updates = flat_models(results, keys) - w
         if o.start == "previous" and self.v:
-            v0 = torch.cat([self.v[k].reshape(-1) for k in keys])
+            v0 = flat_state(self.v, keys)  # float64 already: bitwise the plain concatenation
         else:
             v0 = torch.zeros_like(w)
         v = centered_clip(updates, v0, o.tau, o.iterations)

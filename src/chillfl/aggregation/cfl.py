@@ -68,6 +68,7 @@ import torch
 
 from chillfl.aggregation.base import AggregatorBase, ClientResult, Downlink, Params, check_state_keys, client_weights, load_params, weighted_average
 from chillfl.aggregation.registry import AlgorithmSpec, BuildContext, instance_field, register_algorithm, run_value
+from chillfl.aggregation.robust import flat_state
 from chillfl.capabilities import Capabilities
 from chillfl.engine.record import Json
 from chillfl.options import require
@@ -106,7 +107,7 @@ def cosine_similarities(updates: Sequence[Mapping[str, torch.Tensor]], keys: Seq
     n = len(updates)
     gram = torch.zeros((n, n), dtype=torch.float64)
     for k in keys:
-        rows = torch.stack([u[k].double().reshape(-1) for u in updates]).cpu()
+        rows = torch.stack([flat_state(u, (k,)) for u in updates]).cpu()  # per key, as the authors' sum of per-layer Gram matrices
         gram += rows @ rows.T
     norms = gram.diagonal().sqrt()
     return (gram / (norms[:, None] * norms[None, :] + 1e-12)).tolist()

@@ -79,6 +79,7 @@ from chillfl.options import Scale, require
 from chillfl.training.objective import ProximalTerm, Term
 from chillfl.aggregation.client_states import ClientParams
 from chillfl.aggregation.registry import AlgorithmSpec, register_algorithm, with_terms
+from chillfl.aggregation.robust import flat_state
 from chillfl.capabilities import PARAMETER_TERM, Capabilities, Cost
 
 
@@ -128,10 +129,10 @@ def cosine_attention(own: Params, others: Sequence[Params], keys: Collection[str
     """
     if not others:
         return [], 1.0
-    flat_own = torch.cat([own[k].double().reshape(-1) for k in keys])
+    flat_own = flat_state(own, keys)
     scores = []
     for other in others:
-        flat = torch.cat([other[k].double().reshape(-1) for k in keys])
+        flat = flat_state(other, keys)
         norms = (torch.linalg.vector_norm(flat_own) * torch.linalg.vector_norm(flat)).clamp_min(1e-12)
         scores.append(sigma * float(flat_own @ flat / norms))
     top = max(scores)  # softmax shifted by its largest score: no overflow at a large sigma

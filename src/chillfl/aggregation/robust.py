@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 
 import torch
 
@@ -106,9 +106,15 @@ def float_keys(params: Params) -> list[str]:
     return [k for k, v in params.items() if torch.is_floating_point(v)]
 
 
+def flat_state(params: Mapping[str, torch.Tensor], keys: Iterable[str]) -> torch.Tensor:
+    """A state's ``keys`` entries as one float64 vector, in the order of ``keys``: what the distance-based rules compare.
+    A float64 entry is not copied before the concatenation (``.double()`` of one is itself)."""
+    return torch.cat([params[k].double().reshape(-1) for k in keys])
+
+
 def flat_models(results: Sequence[ClientResult], keys: Sequence[str]) -> torch.Tensor:
-    """The clients' ``keys`` entries as one float64 row each: [n, d]."""
-    return torch.stack([torch.cat([r.params[k].double().reshape(-1) for k in keys]) for r in results])
+    """The clients' ``keys`` entries as one float64 row each (:func:`flat_state`): [n, d]."""
+    return torch.stack([flat_state(r.params, keys) for r in results])
 
 
 def unflatten(vector: torch.Tensor, keys: Sequence[str], like: Params) -> Params:

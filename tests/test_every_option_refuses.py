@@ -36,7 +36,7 @@ from registry_cases import NEEDS, PUBLIC, TINY
 from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError
 from chillfl.experiment import check_config
-from chillfl.report.reference import ENUMERATED, SHARED, SUBTABLES, _registries, _run_sections, _terms
+from chillfl.report.reference import SHARED, SUBTABLES, _registries, _run_sections, _terms, enumerated_options
 
 BAD_NUMBERS: tuple[Any, ...] = (math.nan, math.inf, -math.inf, "abc")
 UNKNOWN_CHOICE = "zz-no-such-choice"
@@ -63,7 +63,7 @@ class Table:
     options: type
     base: dict[str, Any]
     where: str
-    """The reference's name of the table (``section[.implementation]``): how :data:`ENUMERATED` keys its options."""
+    """The reference's name of the table (``section[.implementation]``): how :func:`enumerated_options` keys its options."""
 
 
 def option_tables() -> Iterator[Table]:
@@ -111,6 +111,9 @@ def bad_values(table: Table) -> list[tuple[str, Any]]:
         out += [(field, v) for v in values if (field, repr(v)) not in ALLOWED]
     return out
 
+
+ENUMERATED = enumerated_options()
+"""Every option that takes a registry's name (the run's own, and each spec's ``takes_names``), by ``section[.name].option``."""
 
 TABLES = [t for t in option_tables() if bad_values(t)]
 

@@ -16,7 +16,7 @@ import pytest
 
 from chillfl.cli import main
 from chillfl.config import EXECUTORS, RunConfig
-from chillfl.report.reference import ENUMERATED, _registries, render_reference
+from chillfl.report.reference import _registries, enumerated_options, render_reference
 from chillfl.options import OwnTable
 from chillfl.settings.distillation import DistillationOptions
 from chillfl.settings.privacy import PrivacyOptions
@@ -86,7 +86,10 @@ def test_every_registered_name_and_enumerated_string_option_is_shown() -> None:
         line = f"`{key}`: one of " + ", ".join(f"`{n}`" for n in sorted(registry)) + "."
         assert line in " ".join(_block(text, f"## [{section}] {key} = ...").split())  # one paragraph, wrapped
     assert "| `executor` | `str` | `\"sequential\"` | " + ", ".join(f"`{e}`" for e in EXECUTORS) + " |" in text
-    for where, names in ENUMERATED.items():
+    enumerated = enumerated_options()
+    assert {"temperature.fedchill.measure", "algorithm.pa3fed.base"} <= set(enumerated)  # declared on their specs
+    for where, takes in enumerated.items():
+        names = takes.names
         assert names(), where  # every registry behind a string option resolves to names
         *section, option = where.split(".")
         if not section:

@@ -11,6 +11,7 @@ adds to a round beyond plain local SGD, which time estimates ask for (declaring 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import astuple, dataclass, replace
 
 from chillfl.errors import ConfigError
@@ -238,3 +239,24 @@ def declared(value: object, name: str, field: str) -> Capabilities:
     if not isinstance(value, Capabilities):
         raise ConfigError(field, f"{name!r}: its capabilities must be a chillfl.extend.Capabilities, got {type(value).__name__}")
     return value
+
+
+def _all_paths(paths: Sequence[str]) -> list[str]:
+    return list(paths)
+
+
+@dataclass(frozen=True)
+class TakesName:
+    """What a spec declares of an option that is a plain string in its options dataclass but takes one of a registry's
+    names (PA3Fed's ``base``: an algorithm; FedChill's ``measure``: a heterogeneity measure), in the spec's
+    ``takes_names = {"option": TakesName(...)}``. The configuration reference (``chillfl list --options``) lists those
+    names as the option's allowed values. Why declared: the reference named the two built-in options itself, so a
+    plugin's option that takes a name was listed as a bare ``str``."""
+
+    names: Callable[[], list[str]]
+    """The names the option allows, read when the reference is rendered (``weighted_bases``; ``lambda: sorted(MEASURES)``)."""
+    part: str | None = None
+    """The part (config section: ``"algorithm"``) whose import paths the option takes as well; None: registered names only."""
+    paths: Callable[[Sequence[str]], list[str]] = _all_paths
+    """Of the import paths :attr:`part` claims in a listing (``chillfl list --options pkg.module:Name``), those the option
+    allows, with or without the registered names (repeats are dropped); the default: every one of them."""

@@ -46,6 +46,7 @@ with command_start():  # a signal from here (the standard library's imports too)
     from chillfl.experiments import DEMO_GRID, bundled_experiments, experiments_root, resolve_config
     from chillfl.extras import need, package_file
     from chillfl.once import said_once
+    from chillfl.papers import PAPERS  # reproduce's PAPER choices: chillfl.reproduce itself imports torch
     from chillfl.options import flat_key_fields, option_takes, override_value, short_path, short_repr, table_chooser
     from chillfl.paths import home_path, shell_path
     from chillfl.stderr import say
@@ -1136,7 +1137,7 @@ def build_parser(analyses: bool = True) -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("reproduce", help="a paper's headline claims at CPU scale over seeds: paper vs measured, with a verdict", description=REPRODUCE_WRITES)
-    p.add_argument("paper", choices=("flexchill", "fedchill", "pa3fed", "scarlet"), help="the paper whose claims run (docs/comparisons.md, `chillfl reproduce`)")
+    p.add_argument("paper", choices=PAPERS, help="the paper whose claims run (docs/comparisons.md, `chillfl reproduce`)")
     p.add_argument("--seeds", default="0,1,2", help="seeds (default 0,1,2)")
     p.add_argument("--out", dest="out_dir", help="parent folder of the comparisons' result folders (default: a folder PAPER in each config's out_dir: results/PAPER)")
     p.add_argument("--resume", action="store_true",

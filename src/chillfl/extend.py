@@ -161,12 +161,13 @@ from chillfl.aggregation.registry import (
     register_algorithm,
     require_model_head,
     run_value,
+    weighted_bases,
     with_terms,
 )
 from chillfl.attacks.poison import relabel_rows
 from chillfl.attacks.spec import AttackSpec, ModelRound, PrototypeUpload, RowsUpload
 from chillfl.aggregation.scaffold import LinearCorrectionTerm
-from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost
+from chillfl.capabilities import FORWARD, ONE_BATCH_JOB, PARAMETER_TERM, Capabilities, Cost, TakesName
 from chillfl.data import ArrayDataset, FederatedData
 from chillfl.data.datasets import DatasetEntry, DatasetSize
 from chillfl.data.partition import Partition, PartitionerEntry
@@ -296,6 +297,7 @@ __all__ = [
     "StartsOwnState",
     "SentStarts",
     "Stateless",
+    "TakesName",
     "StepView",
     "TemperatureHalf",
     "TemperaturePolicy",
@@ -339,5 +341,6 @@ __all__ = [
     "sample_weights",
     "stack_uplinks",
     "weighted_average",
+    "weighted_bases",
     "with_prefix",
 ]

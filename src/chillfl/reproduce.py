@@ -70,6 +70,7 @@ from chillfl.config import RunConfig, load_config
 from chillfl.errors import ConfigError, MissingExtra
 from chillfl.experiments import experiments_root
 from chillfl.numeric import is_real, is_whole
+from chillfl.papers import PAPERS
 from chillfl.progress import Progress
 from chillfl.stderr import say
 from chillfl.storage.results import PARTIAL
@@ -84,7 +85,6 @@ from chillfl.metrics.stats import CLIPPED_NOTE, FRACTION, any_clipped, format_in
 from chillfl.plots.verdicts import VerdictPoint, plot_verdicts
 from chillfl.wording import counted
 
-PAPERS = ("flexchill", "fedchill", "pa3fed", "scarlet")
 LR_GRID = [0.01, 0.05, 0.2]
 
 

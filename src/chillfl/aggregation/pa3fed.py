@@ -113,7 +113,7 @@ from chillfl.aggregation.registry import (
     AlgorithmSpec, BuildContext, Built, algorithm_names, algorithm_options, algorithm_spec, build_base, register_algorithm, registered_algorithms,
     UNDECLARED_WEIGHTS, require_client_sizes, undeclared_weights, weighted_bases,
 )
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, TakesName
 from chillfl.errors import LOSS_HINT, ConfigError, Diverged, choice_error
 from chillfl.metrics.fgn import federated_gradient_norm, is_clp
 from chillfl.options import require
@@ -573,5 +573,6 @@ SPEC = register_algorithm(
         check=_check,
         wraps="base",
         makes=(PA3Fed,),  # an instance passed from Python meets this spec's checks (check_instance)
+        takes_names={"base": TakesName(weighted_bases, "algorithm", weighted_bases)},  # the algorithms it can wrap, a listed plugin's too
     ),
 )

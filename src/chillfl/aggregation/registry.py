@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from torch import nn
 
 from chillfl.aggregation.base import Aggregator, AroundAggregator, BuiltBySpec, holds_personal_model, needed_terms, with_needed_terms
-from chillfl.capabilities import Capabilities, declared
+from chillfl.capabilities import Capabilities, TakesName, declared
 from chillfl.errors import ConfigError
 from chillfl.models.parts import refuse_nonlinear_head
 from chillfl.options import Chosen, parse_options, short_repr
@@ -145,6 +145,10 @@ class AlgorithmSpec:
     """``withstanding(options, attackers, clients)``: the option, and the value to write for it, under which the rule
     withstands ``attackers`` of a round of ``clients`` (the trimmed mean's smallest beta that trims them), or None where
     no value it accepts does. The note suggests it. None (the median): no option changes what :attr:`withstands` counts."""
+    takes_names: Mapping[str, TakesName] = dataclasses.field(default_factory=dict, hash=False)
+    """Its options that take one of a registry's names (PA3Fed's ``base``: ``TakesName(weighted_bases, "algorithm",
+    weighted_bases)``), by option: the configuration reference lists those names as the option's allowed values, a
+    plugin's as a built-in's (:class:`~chillfl.capabilities.TakesName`). Empty: none."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -20,7 +20,8 @@ import typing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Collection, Iterable, Iterator, Mapping, Protocol, Sequence, TypeVar
 
-from chillfl.aggregation.registry import algorithm_names, algorithm_spec, weighted_bases
+from chillfl.aggregation.registry import AlgorithmSpec, algorithm_names, algorithm_spec
+from chillfl.capabilities import TakesName
 from chillfl.config import DEVICE_CHOICES, EXECUTORS, RunConfig
 from chillfl.errors import ConfigError, did_you_mean
 from chillfl.experiment import base_losses
@@ -41,7 +42,7 @@ from chillfl.settings.privacy import PrivacyOptions, mechanism_names, mechanism_
 from chillfl.settings.prototypes import method_names as prototype_method_names
 from chillfl.settings.prototypes import method_spec
 from chillfl.temperature import policy_names, policy_spec
-from chillfl.temperature.heterogeneity import MEASURES
+from chillfl.temperature.registry import PolicySpec
 from chillfl.tune import SELECT_RULES
 
 if TYPE_CHECKING:  # annotations only (the terms module is imported where the terms are listed)
@@ -248,15 +249,6 @@ def _names(module: str, function: str) -> Callable[[], list[str]]:
     return names
 
 
-def _algorithm_bases() -> list[str]:
-    """What ``pa3fed.base`` accepts: the algorithms that declare ``takes_weights`` and no ``not_a_base``."""
-    return weighted_bases()
-
-
-def _measures() -> list[str]:
-    return sorted(MEASURES)
-
-
 def _losses() -> list[str]:
     return sorted(base_losses())
 
@@ -265,48 +257,53 @@ def _executors() -> list[str]:
     return list(EXECUTORS)
 
 
-ENUMERATED: dict[str, Callable[[], list[str]]] = {
-    "executor": _executors,
-    "device": lambda: list(DEVICE_CHOICES),  # not mps: every run refuses it
-    "client.loss": _losses,
-    "temperature.fedchill.measure": _measures,
-    "algorithm.pa3fed.base": _algorithm_bases,
-    "distillation.public_dataset": _names("chillfl.data", "dataset_names"),
-    "distillation.method": _names("chillfl.settings.distillation", "method_names"),
+ENUMERATED: dict[str, TakesName] = {
+    "executor": TakesName(_executors),
+    "device": TakesName(lambda: list(DEVICE_CHOICES)),  # not mps: every run refuses it
+    "client.loss": TakesName(_losses),
+    "distillation.public_dataset": TakesName(_names("chillfl.data", "dataset_names"), "dataset"),
+    "distillation.method": TakesName(_names("chillfl.settings.distillation", "method_names"), "distillation"),
 }
-"""Options that are plain strings in their dataclass but take one of a registry's names ("section[.implementation].option")."""
-
-PLUGGED: dict[str, tuple[str, Callable[[Sequence[str]], list[str]]]] = {
-    "algorithm.pa3fed.base": ("algorithm", weighted_bases),
-    "distillation.public_dataset": ("dataset", list),
-    "distillation.method": ("distillation", list),
-}
-"""Of :data:`ENUMERATED`, the options that take a user's import path too: (the part whose paths they take, of the paths
-that part claims in this listing those the option allows; ``weighted_bases``: all it allows, the paths included).
-Why: ``chillfl list --options my_module:METHOD`` listed the method under its part, but not among the names an option
-that takes a method allows (PA3Fed's ``base``)."""
+"""The run's own options that are plain strings in their dataclass but take one of a registry's names ("section.option"),
+and of which part they take a user's import path too (:attr:`TakesName.part`). Why: ``chillfl list --options
+my_module:METHOD`` listed the method under its part, but not among the names an option that takes a method allows.
+A part's implementation declares its own such options on its spec (:func:`takes_names`), a plugin's as a built-in's."""
 
 Claimed = Mapping[str, Sequence[str]]
 """Part section -> the import paths that part claims in this listing (``chillfl list --options pkg.module:Name``)."""
 
 
-def _allowed_names(where: str, claimed: Claimed) -> list[str]:
-    """The names the enumerated option ``where`` allows: its registry's, and the import paths of ``claimed`` it takes (:data:`PLUGGED`)."""
-    values = ENUMERATED[where]()
-    if where not in PLUGGED:
-        return values
-    section, allows = PLUGGED[where]
-    paths = claimed.get(section, ())
+def takes_names(spec: object) -> Mapping[str, TakesName]:
+    """The options a part's spec declares to take a registry's name (:attr:`AlgorithmSpec.takes_names`,
+    :attr:`PolicySpec.takes_names`); none for the parts whose specs declare none."""
+    return spec.takes_names if isinstance(spec, (AlgorithmSpec, PolicySpec)) else {}
+
+
+def enumerated_options(plugins: Sequence[str] = ()) -> dict[str, TakesName]:
+    """Every option the reference lists a registry's names for, by ``section[.name].option``: :data:`ENUMERATED` and
+    what each registered spec declares (the ``chillfl.plugins`` entry points' and ``plugins``' too)."""
+    out = dict(ENUMERATED)
+    for section, _, registry in _registries(plugins):
+        for name, spec in registry.items():
+            out.update({f"{section}.{name}.{option}": takes for option, takes in takes_names(spec).items()})
+    return out
+
+
+def _allowed_names(takes: TakesName, claimed: Claimed) -> list[str]:
+    """The names an option that takes a name allows: its registry's, and the import paths of ``claimed`` it takes (:attr:`TakesName.part`)."""
+    values = takes.names()
+    paths = claimed.get(takes.part, ()) if takes.part is not None else ()
     if not paths:
         return values
-    return list(dict.fromkeys([*values, *allows(paths)]))  # weighted_bases repeats the registry's names
+    return list(dict.fromkeys([*values, *takes.paths(paths)]))  # weighted_bases repeats the registry's names
 
 
-def _type_and_allowed(tp: Any, where: str, claimed: Claimed = types.MappingProxyType({})) -> tuple[str, str]:
-    """(type shown, allowed values shown) of an option's resolved annotation ``tp`` (``claimed``: the listing's import paths, by part)."""
+def _type_and_allowed(tp: Any, takes: TakesName | None, claimed: Claimed = types.MappingProxyType({})) -> tuple[str, str]:
+    """(type shown, allowed values shown) of an option's resolved annotation ``tp`` (``takes``: the registry whose name it
+    takes, if any; ``claimed``: the listing's import paths, by part)."""
     origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if where in ENUMERATED:
-        values = _allowed_names(where, claimed)
+    if takes is not None:
+        values = _allowed_names(takes, claimed)
         optional = origin in (typing.Union, types.UnionType) and type(None) in args
         return ("str | None" if optional else "str"), ", ".join(f"`{v}`" for v in values) + (" (or none)" if optional else "")
     if origin is typing.Literal:
@@ -331,16 +328,17 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def options_table(cls: type, where: str, claimed: Claimed = types.MappingProxyType({})) -> list[str]:
+def options_table(cls: type, where: str, claimed: Claimed = types.MappingProxyType({}), takes: Mapping[str, TakesName] = types.MappingProxyType({})) -> list[str]:
     """Markdown rows for dataclass ``cls``: option, type, default, allowed values (``where``: ``section[.name]``;
-    ``claimed``: the import paths each part claims in this listing, allowed where an option takes them)."""
+    ``claimed``: the import paths each part claims in this listing, allowed where an option takes them; ``takes``: the
+    options its spec declares to take a registry's name, by option, besides :data:`ENUMERATED`'s)."""
     hints = typing.get_type_hints(cls)
     fields = [f for f in dataclasses.fields(cls) if f.init]  # type: ignore[arg-type]
     if not fields:
         return ["No options."]
     lines = ["", "| option | type | default | allowed |", "|---|---|---|---|"]
     for f in fields:
-        type_name, allowed = _type_and_allowed(hints[f.name], f"{where}.{f.name}", claimed)
+        type_name, allowed = _type_and_allowed(hints[f.name], takes.get(f.name) or ENUMERATED.get(f"{where}.{f.name}"), claimed)
         lines.append(_row(f.name, type_name, _default(f), allowed))
     return lines + _option_docs(cls, [f.name for f in fields])
 
@@ -406,7 +404,7 @@ def _top_level_rows() -> list[str]:
         tp = hints[f.name]
         if (isinstance(tp, type) and dataclasses.is_dataclass(tp)) or typing.get_origin(tp) is dict:
             continue
-        type_name, allowed = _type_and_allowed(tp, f.name)
+        type_name, allowed = _type_and_allowed(tp, ENUMERATED.get(f.name))
         lines.append(_row(f.name, type_name, _default(f), allowed))
     return lines
 
@@ -460,7 +458,7 @@ def render_reference(plugins: Sequence[str] = (), *, only: Collection[str] | Non
             spec = registry[name]
             summary = _summary(name, spec)
             lines += ["", f"### `{name}`" + (f" — {summary}" if summary else ""), *_options_line(spec, summary)]
-            lines += options_table(spec.options, f"{section}.{name}", claimed)
+            lines += options_table(spec.options, f"{section}.{name}", claimed, takes_names(spec))
     for section, options in SUBTABLES:
         if keep.section(section) or keep.section(section.split(".")[0]):
             lines += ["", f"## [{section}]", "", *_paragraph(_first_line(options)), *options_table(options, section)]

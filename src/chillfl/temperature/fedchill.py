@@ -72,7 +72,7 @@ from typing import Any, Literal, Mapping
 import numpy as np
 import torch
 
-from chillfl.capabilities import Capabilities
+from chillfl.capabilities import Capabilities, TakesName
 from chillfl.errors import ConfigError, choice_error
 from chillfl.options import require, require_range, warn_unread
 from chillfl.temperature.base import TemperatureState, require_temperature
@@ -384,6 +384,11 @@ class FedChillPolicy:
             )
 
 
+def _measures() -> list[str]:
+    """What ``measure`` takes (:data:`~chillfl.temperature.heterogeneity.MEASURES`), as the reference lists it."""
+    return sorted(MEASURES)
+
+
 def capabilities(options: FedChillOptions) -> Capabilities:
     """Off Flower when the server must read every client's label counts (:func:`needs_federation`): they stay on the nodes.
     With ``decay`` on, the clients' accuracy steers their temperatures (without a validation split, test rows do).
@@ -409,5 +414,6 @@ def capabilities(options: FedChillOptions) -> Capabilities:
 
 SPEC = register_policy(
     "fedchill",
-    PolicySpec(FedChillOptions, FedChillPolicy, "per-client T from label heterogeneity, decayed on stagnation (FedChill)", capabilities),
+    PolicySpec(FedChillOptions, FedChillPolicy, "per-client T from label heterogeneity, decayed on stagnation (FedChill)", capabilities,
+               takes_names={"measure": TakesName(_measures)}),
 )

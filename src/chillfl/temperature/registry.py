@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 import numpy as np
 import torch
 
-from chillfl.capabilities import Capabilities, declared
+from chillfl.capabilities import Capabilities, TakesName, declared
 from chillfl.errors import ConfigError
 from chillfl.options import Chosen, NoOptions, parse_options, short_repr
 from chillfl.plugins import (Call, Hook, Registry, building, check_calls, check_constructor, check_hooks, check_spec_parts, has_methods, is_custom, look_up, missing_hooks,
@@ -57,6 +57,9 @@ class PolicySpec:
     ``normalisation`` and ``measure``: a server that reads every client's label counts cannot run on Flower)."""
     check: Check = _no_check
     """Its checks against the whole run config, before anything is built (also on ``--dry-run``)."""
+    takes_names: Mapping[str, TakesName] = dataclasses.field(default_factory=dict, hash=False)
+    """Its options that take one of a registry's names (FedChill's ``measure``), by option: the configuration reference
+    lists those names as the option's allowed values (:class:`~chillfl.capabilities.TakesName`). Empty: none."""
 
     def calls(self) -> list[Hook]:
         """Each hook the runtime calls: (field, the hook or None, the parameters it is called with), checked where the spec is read."""

@@ -322,7 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.window < 1:
             raise ConfigError("--window", f"must be >= 1, got {args.window}")
         summaries, unmeasured = {}, []
-        for run in (run for folder in args.folders for run in run_folders(folder)):
+        runs = list(dict.fromkeys(run for folder in args.folders for run in run_folders(folder)))  # a folder given twice: once
+        names = [run.name for run in runs]
+        for run in runs:
+            # a name two runs share (FOLDER arguments each holding a run "pf") is told apart by its path, not merged into one row
+            label = run.as_posix() if names.count(run.name) > 1 else run.name
             path = run / METRICS
             try:
                 records = read_records(path)
@@ -332,9 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             except (TypeError, ValueError, KeyError) as exc:
                 raise ConfigError(str(path), f"its round records are malformed ({args.source}, round): {type(exc).__name__}: {exc}") from None
             if summary is None:
-                unmeasured.append(no_trajectory(run.name, records, args.source))
+                unmeasured.append(no_trajectory(label, records, args.source))
             else:
-                summaries[run.name] = summary
+                summaries[label] = summary
         return ([format_stability_table(summaries)] if summaries else []) + unmeasured
 
     return run_tool(prog, table)

@@ -30,9 +30,10 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import torch
@@ -129,25 +130,30 @@ METHODS = {
 
 CLIENT_MODELS = {"fedbn-flexchill"}
 """Methods whose simulation here also checks ``checkpoint.client_models`` (as
-:func:`test_client_models_come_back_from_the_nodes_as_the_sequential_executor_writes_them` does for FedPer): one
-simulation checks both, where two each started Flower and Ray (a FedBN run with and one without client models)."""
+:func:`TestOnSharedRay.test_client_models_come_back_from_the_nodes_as_the_sequential_executor_writes_them` does for FedPer):
+one simulation checks both, where two each started Flower and Ray (a FedBN run with and one without client models)."""
+
+SCARLET = {"method": "scarlet", "public_size": 60, "subset_size": 40, "cache_duration": 3, "server_epochs": 1, "distill_batch_size": 32}
 
 
-@pytest.mark.parametrize("method", sorted(METHODS))
-def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+PERSONAL = {"fedper": {"algorithm": {"name": "fedper"}}}
+"""FedPer's clients' models; FedBN's are checked in its simulation (:data:`CLIENT_MODELS`, :data:`OWN_RAY`), the soft-label
+protocol's (SCARLET) in :meth:`TestOnSharedRay.test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache`: one
+simulation each, not two."""
+
+
+OWN_RAY = "fedbn-flexchill"
+"""The method whose simulation starts and stops a Ray of its own, as a user's ``run_simulation`` does: that Ray's sessions
+go with it and ``PYTHONPATH`` is given back. The other simulations run on :class:`TestOnSharedRay`'s one Ray and actors."""
+
+
+def _simulation_equals_runtime(method: str, tmp_path: Path) -> None:
+    """``METHODS[method]`` under Flower's simulation (2 SuperNodes) gives chillfl's records, every float exactly."""
     parts = {**METHODS[method], **({"checkpoint": {"client_models": True}} if method in CLIENT_MODELS else {})}
     config = _config(tmp_path, **parts)
     own = run_experiment(_config(tmp_path / "own", **parts), progress=False) if method in CLIENT_MODELS else None
     expected = own.records if own is not None else run_experiment(config, write=False, progress=False).records
-    ray_tmp = Path(tempfile.mkdtemp(prefix="f8t", dir="/tmp"))  # short: Ray's socket paths
-    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
-    monkeypatch.setenv("PYTHONPATH", "/kept")
-    try:
-        out = run_simulation(config, num_supernodes=2)  # 2 SuperNodes: clients 0, 2 on one, 1, 3 on the other
-        assert os.environ["PYTHONPATH"] == "/kept"  # Flower's Ray backend wrote the driver's sys.path there: given back
-        assert [p.name for p in ray_tmp.iterdir()] == []  # the simulation's Ray sessions (logs, sockets) went with it
-    finally:
-        shutil.rmtree(ray_tmp, ignore_errors=True)
+    out = run_simulation(config, num_supernodes=2)  # 2 SuperNodes: clients 0, 2 on one, 1, 3 on the other
     assert [r["round"] for r in out.records] == [1, 2]
     assert out.records == expected  # every metric, floats compared exactly
     assert Path(out.folder).name == "flower" and (Path(out.folder) / "metrics.jsonl").is_file()
@@ -155,68 +161,173 @@ def test_simulation_equals_chillfl_runtime(method: str, tmp_path: Path, monkeypa
         _assert_client_models_as_written(own, Path(out.folder))
 
 
+def test_simulation_starts_and_stops_its_own_ray_and_equals_chillfl_runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no Ray up, ``run_simulation`` starts a local one and stops it: its sessions (logs, sockets) go with it and
+    the driver's ``PYTHONPATH``, which Flower's Ray backend overwrites, is given back."""
+    from chillfl.executors.ray_executor import import_ray
+
+    ray = import_ray()
+    assert not ray.is_initialized()  # not inside TestOnSharedRay's Ray
+    ray_tmp = Path(tempfile.mkdtemp(prefix="f8t", dir="/tmp"))  # short: Ray's socket paths
+    monkeypatch.setenv("RAY_TMPDIR", str(ray_tmp))
+    monkeypatch.setenv("PYTHONPATH", "/kept")
+    try:
+        _simulation_equals_runtime(OWN_RAY, tmp_path)
+        assert os.environ["PYTHONPATH"] == "/kept"  # Flower's Ray backend wrote the driver's sys.path there: given back
+        assert [p.name for p in ray_tmp.iterdir()] == []  # the simulation's Ray sessions (logs, sockets) went with it
+        assert not ray.is_initialized()
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+class SharedActors:
+    """Flower's pool of ClientApp actors on :class:`TestOnSharedRay`'s Ray, lent to each simulation's Ray backend in turn."""
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.actors = pool.num_actors
+        self.lent = 0  # simulations that took the pool
+        self.jobs = 0  # messages its actors ran
+        submit = pool.submit
+
+        def counted(*args: Any) -> Any:
+            self.jobs += 1
+            return submit(*args)
+
+        pool.submit = counted
+
+
+@pytest.fixture(scope="class")
+def shared_actors() -> Iterator[SharedActors]:
+    """One local Ray, started as ``run_simulation`` starts its own (Flower's Ray backend, from a thread with SIGTERM and
+    SIGHUP blocked, the same ``init_args`` and client resources), and one pool of Flower's ClientApp actors on it, which
+    every simulation of the class uses: Flower's Ray backend builds no pool and stops no Ray of its own meanwhile.
+    Each Ray start and stop, and each actor's imports (torch, chillfl), took ~25 of a simulation's ~30 s on a loaded
+    2-core machine. What a run's own Ray start and stop must do is checked by
+    :func:`test_simulation_starts_and_stops_its_own_ray_and_equals_chillfl_runtime`."""
+    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
+
+    from chillfl.executors.processes import default_workers
+    from chillfl.executors.ray_executor import import_ray, stop_signals_blocked, without_ray_tip
+
+    ray = import_ray()
+    assert not ray.is_initialized()
+    temp = tempfile.mkdtemp(prefix="f8s", dir="/tmp")  # short: Ray's socket paths
+    backend_config = {"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0},
+                      "init_args": {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}}
+    started: list[Any] = []
+    ready, done = threading.Event(), threading.Event()
+    pythonpath = os.environ.get("PYTHONPATH")
+
+    def hold() -> None:
+        """Starts the Ray and the pool, and stops them when the class is done: from one thread that lives as long as
+        they do (as run_simulation's does), since Ray's processes die with the thread that started them (PDEATHSIG)."""
+        try:
+            with stop_signals_blocked(started_local=True), without_ray_tip():
+                backend = RayBackend(backend_config)
+                backend.build(lambda: None)  # the pool; each simulation lends it its own app_fn (lend, below)
+            started.append(backend.pool)
+        finally:
+            ready.set()
+        done.wait()
+        backend.pool.terminate_all_actors()
+        ray.shutdown()
+
+    thread = threading.Thread(target=hold, name="shared-ray")  # not the main thread, which Ray would take SIGTERM from
+    thread.start()
+    ready.wait()
+    if pythonpath is None:  # Flower's init_ray wrote the driver's sys.path there
+        os.environ.pop("PYTHONPATH", None)
+    else:
+        os.environ["PYTHONPATH"] = pythonpath
+    try:
+        assert started, "the shared Ray did not start"
+        shared = SharedActors(started[0])
+
+        def lend(self: Any, app_fn: Any) -> None:
+            self.pool, self.app_fn = shared.pool, app_fn
+            shared.lent += 1
+
+        def keep(self: Any) -> None:  # the pool's actors and the Ray stay for the class's next simulation
+            self.pool = None
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(RayBackend, "build", lend)
+            patch.setattr(RayBackend, "terminate", keep)
+            yield shared
+    finally:
+        done.set()
+        thread.join()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+class TestOnSharedRay:
+    """Simulations on one Ray and one pool of Flower's actors (:func:`shared_actors`): each still starts Flower's own
+    simulation (SuperNodes, the ServerApp, every node's ``Context.state``), and its clients run on those actors."""
+
+    @pytest.fixture(autouse=True)
+    def on_the_shared_actors(self, shared_actors: SharedActors) -> Iterator[None]:
+        """Each test's simulations took the shared pool, and its actors ran their clients; no actor was added or lost."""
+        lent, jobs = shared_actors.lent, shared_actors.jobs
+        yield
+        assert shared_actors.lent > lent and shared_actors.jobs > jobs  # the pool served this test's simulation
+        assert shared_actors.pool.num_actors == shared_actors.actors and len(shared_actors.pool.pool) == shared_actors.actors  # every actor back, idle
+
+    @pytest.mark.parametrize("method", sorted(set(METHODS) - {OWN_RAY}))
+    def test_simulation_equals_chillfl_runtime(self, method: str, tmp_path: Path) -> None:
+        _simulation_equals_runtime(method, tmp_path)
+
+    def test_fedchill_decay_on_the_nodes_equals_chillfl_runtime(self, tmp_path: Path) -> None:
+        """FedChill's whole state on the nodes (Eq. 7 from each client's own labels, Algorithm 1 with patience 1), with
+        PA3Fed over SCAFFOLD (s_i and c_i on the nodes too): 4 clients on 2 SuperNodes, 5 rounds; T decays, records equal."""
+        config = _config(
+            tmp_path, temperature={"policy": "fedchill", "patience": 1, "gamma": 0.8}, algorithm={"name": "pa3fed", "base": "scaffold", "mode": "always"},
+            federation={"num_clients": 4, "clients_per_round": 4, "rounds": 5},
+        )
+        expected = run_experiment(config, write=False, progress=False).records
+        out = run_simulation(config, num_supernodes=2)
+        assert out.records == expected  # every metric, floats compared exactly: temperatures, alphas, models
+        first, last = out.records[0]["temperatures"], out.records[-1]["temperatures"]
+        assert sorted(first) == ["0", "1", "2", "3"] and len(set(first.values())) == 4  # per-client Eq. 7 starts
+        assert any(last[c] < first[c] for c in first)  # Algorithm 1 decayed some client's T on its node
+
+    @pytest.mark.parametrize("method", sorted(PERSONAL))
+    def test_client_models_come_back_from_the_nodes_as_the_sequential_executor_writes_them(self, method: str, tmp_path: Path) -> None:
+        """``checkpoint.client_models`` under Flower: after the last round each node sends its clients' states to the server
+        (a ``query.states`` message), which writes ``client_models.safetensors`` byte for byte as chillfl's runtime does."""
+        parts = {**PERSONAL[method], "checkpoint": {"client_models": True}, "executor": "sequential"}
+        expected = run_experiment(_config(tmp_path / "own", **parts), progress=False)
+        out = run_simulation(_config(tmp_path / "flower", **parts), num_supernodes=2)  # clients 0, 2 on one node, 1, 3 on the other
+        assert out.records == expected.records
+        _assert_client_models_as_written(expected, Path(out.folder))
+
+    def test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache(self, tmp_path: Path) -> None:
+        federation = {"num_clients": 4, "clients_per_round": 3, "rounds": 3}
+        # FedChill's state on the nodes too: the soft-label records hold the temperature each round's client trained at;
+        # the clients' models come back from the nodes after the last round (checkpoint.client_models, the soft-label protocol's)
+        parts = {"distillation": SCARLET, "federation": federation, "name": "scarlet", "temperature": {"policy": "fedchill"}, "checkpoint": {"client_models": True}}
+        config = _config(tmp_path, **parts)
+        own = run_experiment(_config(tmp_path / "own", **parts), progress=False)
+        expected = own.records
+        out = run_simulation(config, num_supernodes=2)  # clients 0, 2 share one node's Context.state, 1, 3 the other's
+        _assert_client_models_as_written(own, Path(out.folder))
+        assert [r["round"] for r in out.records] == [1, 2, 3]
+        assert out.records == expected  # every metric, floats compared exactly (server model, local_acc, bytes, cache)
+        assert all(sorted(r["temperatures"]) == sorted(str(c) for c in r["clients"]) for r in out.records)  # the round's clients
+        # the cache is really used: 40 of 60 public indices a round overlap, so rounds 2 and 3 request fewer rows than drawn
+        assert [r["public_drawn"] for r in out.records] == [40, 40, 40]
+        assert all(r["public_requested"] < 40 and r["cache_hit_ratio"] > 0 for r in out.records[1:])
+        assert all(r["bytes_detail"].get("down.cache_signals", 0) > 0 for r in out.records[1:])
+        # every sampled client rebuilt round t-1's soft-labels from the cache kept on its node, checked by digest
+        assert [r["sync_verified"] for r in out.records] == [0, 3, 3]
+        # 3 of 4 sampled a round: some client missed a round and caught up with a non-empty sync delta
+        assert sum(r["bytes_detail"].get("down.sync", 0) for r in out.records) > 0
+
+
 def _assert_client_models_as_written(own: Any, folder: Path) -> None:
     """``client_models.safetensors`` of the Flower run in ``folder`` is the one chillfl's runtime wrote (``own``), byte for byte."""
     assert own.folder is not None and len(own.client_states) == 4
     assert (folder / "client_models.safetensors").read_bytes() == (own.folder / "client_models.safetensors").read_bytes()
-
-
-def test_fedchill_decay_on_the_nodes_equals_chillfl_runtime(tmp_path: Path) -> None:
-    """FedChill's whole state on the nodes (Eq. 7 from each client's own labels, Algorithm 1 with patience 1), with
-    PA3Fed over SCAFFOLD (s_i and c_i on the nodes too): 4 clients on 2 SuperNodes, 5 rounds; T decays, records equal."""
-    config = _config(
-        tmp_path, temperature={"policy": "fedchill", "patience": 1, "gamma": 0.8}, algorithm={"name": "pa3fed", "base": "scaffold", "mode": "always"},
-        federation={"num_clients": 4, "clients_per_round": 4, "rounds": 5},
-    )
-    expected = run_experiment(config, write=False, progress=False).records
-    out = run_simulation(config, num_supernodes=2)
-    assert out.records == expected  # every metric, floats compared exactly: temperatures, alphas, models
-    first, last = out.records[0]["temperatures"], out.records[-1]["temperatures"]
-    assert sorted(first) == ["0", "1", "2", "3"] and len(set(first.values())) == 4  # per-client Eq. 7 starts
-    assert any(last[c] < first[c] for c in first)  # Algorithm 1 decayed some client's T on its node
-
-
-SCARLET = {"method": "scarlet", "public_size": 60, "subset_size": 40, "cache_duration": 3, "server_epochs": 1, "distill_batch_size": 32}
-
-
-PERSONAL = {"fedper": {"algorithm": {"name": "fedper"}}}
-"""FedPer's clients' models; FedBN's are checked in its :func:`test_simulation_equals_chillfl_runtime` case
-(:data:`CLIENT_MODELS`), the soft-label protocol's (SCARLET) in :func:`test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache`:
-one simulation each, not two."""
-
-
-@pytest.mark.parametrize("method", sorted(PERSONAL))
-def test_client_models_come_back_from_the_nodes_as_the_sequential_executor_writes_them(method: str, tmp_path: Path) -> None:
-    """``checkpoint.client_models`` under Flower: after the last round each node sends its clients' states to the server
-    (a ``query.states`` message), which writes ``client_models.safetensors`` byte for byte as chillfl's runtime does."""
-    parts = {**PERSONAL[method], "checkpoint": {"client_models": True}, "executor": "sequential"}
-    expected = run_experiment(_config(tmp_path / "own", **parts), progress=False)
-    out = run_simulation(_config(tmp_path / "flower", **parts), num_supernodes=2)  # clients 0, 2 on one node, 1, 3 on the other
-    assert out.records == expected.records
-    _assert_client_models_as_written(expected, Path(out.folder))
-
-
-def test_scarlet_simulation_equals_chillfl_runtime_and_uses_the_cache(tmp_path: Path) -> None:
-    federation = {"num_clients": 4, "clients_per_round": 3, "rounds": 3}
-    # FedChill's state on the nodes too: the soft-label records hold the temperature each round's client trained at;
-    # the clients' models come back from the nodes after the last round (checkpoint.client_models, the soft-label protocol's)
-    parts = {"distillation": SCARLET, "federation": federation, "name": "scarlet", "temperature": {"policy": "fedchill"}, "checkpoint": {"client_models": True}}
-    config = _config(tmp_path, **parts)
-    own = run_experiment(_config(tmp_path / "own", **parts), progress=False)
-    expected = own.records
-    out = run_simulation(config, num_supernodes=2)  # clients 0, 2 share one node's Context.state, 1, 3 the other's
-    _assert_client_models_as_written(own, Path(out.folder))
-    assert [r["round"] for r in out.records] == [1, 2, 3]
-    assert out.records == expected  # every metric, floats compared exactly (server model, local_acc, bytes, cache)
-    assert all(sorted(r["temperatures"]) == sorted(str(c) for c in r["clients"]) for r in out.records)  # the round's clients
-    # the cache is really used: 40 of 60 public indices a round overlap, so rounds 2 and 3 request fewer rows than drawn
-    assert [r["public_drawn"] for r in out.records] == [40, 40, 40]
-    assert all(r["public_requested"] < 40 and r["cache_hit_ratio"] > 0 for r in out.records[1:])
-    assert all(r["bytes_detail"].get("down.cache_signals", 0) > 0 for r in out.records[1:])
-    # every sampled client rebuilt round t-1's soft-labels from the cache kept on its node, checked by digest
-    assert [r["sync_verified"] for r in out.records] == [0, 3, 3]
-    # 3 of 4 sampled a round: some client missed a round and caught up with a non-empty sync delta
-    assert sum(r["bytes_detail"].get("down.sync", 0) for r in out.records) > 0
 
 
 def test_client_state_round_trips_through_context_state() -> None:

@@ -120,16 +120,19 @@ SLOW_TESTS = Path(__file__).with_name("slow_tests.txt")
 
 _NET = "tests/test_private_net.py::test_ray_and_flower_suites_pass_in_a_private_network"
 FIRST = (
-    f"{_NET}[test_flower-rest]", f"{_NET}[test_flower-deployment]", f"{_NET}[test_ray-rest]", f"{_NET}[test_ray-signals]",
-    f"{_NET}[test_flower_signals]", "tests/test_compile.py::test_two_fresh_processes_compile_the_same_bits_and_leave_no_process",
-    f"{_NET}[test_plugins_on_backends]", "tests/test_docs_pages.py::test_the_page_runs_top_to_bottom[python-api.md]",
+    f"{_NET}[test_ray-signals]", f"{_NET}[test_flower-deployment]", f"{_NET}[test_ray-rest]", f"{_NET}[test_flower-rest]",
+    f"{_NET}[test_plugins_on_backends]", f"{_NET}[test_flower_signals]",
+    "tests/test_compile.py::test_two_fresh_processes_compile_the_same_bits_and_leave_no_process",
+    "tests/test_docs_pages.py::test_the_page_runs_top_to_bottom[python-api.md]",
     "tests/test_public_typing.py::test_every_documented_callback_form_type_checks",
     "tests/test_reproduce_resume.py::test_without_resume_every_claim_runs_again", f"{_NET}[test_rayint_signals]",
     f"{_NET}[test_extending_ray]", f"{_NET}[test_plugin_dataset_ray]", f"{_NET}[test_thrfix_ray]", f"{_NET}[test_statefix_ray]",
 )
-"""The longest tests, longest first, started before the rest (measured one at a time under -n 0 on a loaded 2-core
-machine, 2026-12-07: the Ray and Flower suites' parts 1-4.5 minutes each, ~21 in all; then the tests of a minute or
-more). Under ``-n auto`` (pytest-xdist, CI's ``--dist worksteal``) the other worker runs the rest meanwhile and takes
+"""The longest tests, longest first, started before the rest: the Ray and Flower suites' parts (1-4.5 minutes each,
+~21 in all, measured one at a time under -n 0 on a loaded 2-core machine, 2026-12-07), in the order of CI's last log
+(the 24-minute run; worker-seconds: ray-signals 125, flower-deployment 120, ray-rest 108, flower-rest 194 then, about half
+since its simulations share one Ray, plugins_on_backends 89, flower_signals 80); then the tests of a minute or more.
+Under ``-n auto`` (pytest-xdist, CI's ``--dist worksteal``) the other worker runs the rest meanwhile and takes
 the queued parts when it runs out, instead of a long test starting last and one worker running it alone at the end."""
 
 

@@ -30,7 +30,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator
@@ -51,6 +50,7 @@ from chillfl.engine.protocol import ClientReply, ClientTask  # noqa: E402
 from chillfl.protocols.parameters import ParamDownlink, ParamUplink  # noqa: E402
 from chillfl.runner import run_experiment  # noqa: E402
 from sessions import session_pids  # noqa: E402
+from shared_flower import SharedActors, shared_actors_fixture  # noqa: E402,F401  (the fixture shared_actors)
 
 BASE: dict[str, Any] = {
     "name": "flower",
@@ -144,7 +144,7 @@ simulation each, not two."""
 
 OWN_RAY = "fedbn-flexchill"
 """The method whose simulation starts and stops a Ray of its own, as a user's ``run_simulation`` does: that Ray's sessions
-go with it and ``PYTHONPATH`` is given back. The other simulations run on :class:`TestOnSharedRay`'s one Ray and actors."""
+go with it and ``PYTHONPATH`` is given back. The other simulations run on :class:`TestOnSharedRay`'s one Ray and actors (``shared_actors``)."""
 
 
 def _simulation_equals_runtime(method: str, tmp_path: Path) -> None:
@@ -180,90 +180,10 @@ def test_simulation_starts_and_stops_its_own_ray_and_equals_chillfl_runtime(tmp_
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-class SharedActors:
-    """Flower's pool of ClientApp actors on :class:`TestOnSharedRay`'s Ray, lent to each simulation's Ray backend in turn."""
-
-    def __init__(self, pool: Any) -> None:
-        self.pool = pool
-        self.actors = pool.num_actors
-        self.lent = 0  # simulations that took the pool
-        self.jobs = 0  # messages its actors ran
-        submit = pool.submit
-
-        def counted(*args: Any) -> Any:
-            self.jobs += 1
-            return submit(*args)
-
-        pool.submit = counted
-
-
-@pytest.fixture(scope="class")
-def shared_actors() -> Iterator[SharedActors]:
-    """One local Ray, started as ``run_simulation`` starts its own (Flower's Ray backend, from a thread with SIGTERM and
-    SIGHUP blocked, the same ``init_args`` and client resources), and one pool of Flower's ClientApp actors on it, which
-    every simulation of the class uses: Flower's Ray backend builds no pool and stops no Ray of its own meanwhile.
-    Each Ray start and stop, and each actor's imports (torch, chillfl), took ~25 of a simulation's ~30 s on a loaded
-    2-core machine. What a run's own Ray start and stop must do is checked by
-    :func:`test_simulation_starts_and_stops_its_own_ray_and_equals_chillfl_runtime`."""
-    from flwr.server.superlink.fleet.vce.backend.raybackend import RayBackend
-
-    from chillfl.executors.processes import default_workers
-    from chillfl.executors.ray_executor import import_ray, stop_signals_blocked, without_ray_tip
-
-    ray = import_ray()
-    assert not ray.is_initialized()
-    temp = tempfile.mkdtemp(prefix="f8s", dir="/tmp")  # short: Ray's socket paths
-    backend_config = {"client_resources": {"num_cpus": 1.0, "num_gpus": 0.0},
-                      "init_args": {"num_cpus": default_workers(), "include_dashboard": False, "_temp_dir": temp}}
-    started: list[Any] = []
-    ready, done = threading.Event(), threading.Event()
-    pythonpath = os.environ.get("PYTHONPATH")
-
-    def hold() -> None:
-        """Starts the Ray and the pool, and stops them when the class is done: from one thread that lives as long as
-        they do (as run_simulation's does), since Ray's processes die with the thread that started them (PDEATHSIG)."""
-        try:
-            with stop_signals_blocked(started_local=True), without_ray_tip():
-                backend = RayBackend(backend_config)
-                backend.build(lambda: None)  # the pool; each simulation lends it its own app_fn (lend, below)
-            started.append(backend.pool)
-        finally:
-            ready.set()
-        done.wait()
-        backend.pool.terminate_all_actors()
-        ray.shutdown()
-
-    thread = threading.Thread(target=hold, name="shared-ray")  # not the main thread, which Ray would take SIGTERM from
-    thread.start()
-    ready.wait()
-    if pythonpath is None:  # Flower's init_ray wrote the driver's sys.path there
-        os.environ.pop("PYTHONPATH", None)
-    else:
-        os.environ["PYTHONPATH"] = pythonpath
-    try:
-        assert started, "the shared Ray did not start"
-        shared = SharedActors(started[0])
-
-        def lend(self: Any, app_fn: Any) -> None:
-            self.pool, self.app_fn = shared.pool, app_fn
-            shared.lent += 1
-
-        def keep(self: Any) -> None:  # the pool's actors and the Ray stay for the class's next simulation
-            self.pool = None
-
-        with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(RayBackend, "build", lend)
-            patch.setattr(RayBackend, "terminate", keep)
-            yield shared
-    finally:
-        done.set()
-        thread.join()
-        shutil.rmtree(temp, ignore_errors=True)
-
-
 class TestOnSharedRay:
-    """Simulations on one Ray and one pool of Flower's actors (:func:`shared_actors`): each still starts Flower's own
-    simulation (SuperNodes, the ServerApp, every node's ``Context.state``), and its clients run on those actors."""
+    """Simulations on one Ray and one pool of Flower's actors (``shared_actors``, tests/private_net/shared_flower.py): each
+    still starts Flower's own simulation (SuperNodes, the ServerApp, every node's ``Context.state``), and its clients run
+    on those actors."""
 
     @pytest.fixture(autouse=True)
     def on_the_shared_actors(self, shared_actors: SharedActors) -> Iterator[None]:

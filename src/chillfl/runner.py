@@ -52,7 +52,7 @@ from chillfl.storage.checkpoint import UnstorableState, read_checkpoint, read_st
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import Redraw, run_rounds
 from chillfl.storage.model_file import write_client_models, write_model
-from chillfl.engine.protocol import EvaluatesNow, Executor, MeasuresNow, ServerProtocol, protocol_layers
+from chillfl.engine.protocol import EvaluatesNow, Executor, MeasuresNow, ServerProtocol, capability
 from chillfl.engine.record import round_number
 from chillfl.privacy.protocol import privacy_summary
 from chillfl.storage.results import ResultWriter, last_value, summarize
@@ -983,7 +983,8 @@ def stop_evaluated(exp: Experiment, config: RunConfig, protocol: ServerProtocol,
     if evaluation is None:  # measures nothing: no round is measured (target_eval_interval null)
         return records
     # a wrapper's measures (an attack's success) of the same model; a stop round that took them keeps its own (metrics.jsonl's)
-    measures = {k: v for k, v in protocol.measure_now().items() if k not in records[-1]} if isinstance(protocol, MeasuresNow) else {}
+    measurer = capability(protocol, MeasuresNow)  # not isinstance: through a wrapper on Python 3.12 too
+    measures = {} if measurer is None else {k: v for k, v in measurer.measure_now().items() if k not in records[-1]}
     return [*records[:-1], {**records[-1], **evaluation, **measures}]
 
 
@@ -991,9 +992,9 @@ def _evaluated_now(exp: Experiment, config: RunConfig, protocol: ServerProtocol)
     """The present state's metrics as an evaluated round records them: the protocol's own measure where it has one
     (:class:`~chillfl.engine.protocol.EvaluatesNow`: prototypes that share no model, a server model's aliases), found
     through any wrapper; else its global model evaluated as a due round evaluates it (None: it has none)."""
-    for layer in protocol_layers(protocol):
-        if isinstance(layer, EvaluatesNow):
-            return layer.evaluate_now()
+    evaluator = capability(protocol, EvaluatesNow)
+    if evaluator is not None:
+        return evaluator.evaluate_now()
     state = protocol.global_state()
     return None if state is None else Evaluation(config, exp.data, exp.model, exp.device).metrics(state)
 

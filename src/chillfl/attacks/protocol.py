@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, MeasuresNow, ObservesSkippedRounds, ServerProtocol
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientSide, ClientTask, MeasuresNow, ObservesSkippedRounds, ServerProtocol, capability
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.training.local import evaluate
 
@@ -75,12 +75,14 @@ class Attacked(AroundProtocol):
         (:class:`~chillfl.engine.protocol.MeasuresNow`), beside the inner protocol's own measures: a run stopped at a
         skipped round (which records none) has its final success measured on the model it stops with. None where the
         attack has a probe and the protocol no global model now (not measured); nothing without a probe."""
-        inner = dict(self.inner.measure_now()) if isinstance(self.inner, MeasuresNow) else {}
+        measurer = capability(self.inner, MeasuresNow)  # the inner may be a wrapper too: not isinstance (Python 3.12)
+        inner = {} if measurer is None else dict(measurer.measure_now())
         return {**inner, "attack_success_rate": self._success()} if self.probe is not None else inner
 
     def skipped_round(self, round: int) -> dict[str, Json]:
         """A round the loop skipped: ``attackers`` empty (no upload was read, so nobody attacked), beside what the inner
         protocol's own ``skipped_round`` returns (the accountant's ``epsilon``, a last round's evaluation), so that every
         record has the key."""
-        inner = dict(self.inner.skipped_round(round)) if isinstance(self.inner, ObservesSkippedRounds) else {}
+        observer = capability(self.inner, ObservesSkippedRounds)
+        inner = {} if observer is None else dict(observer.skipped_round(round))
         return {**inner, "attackers": []}

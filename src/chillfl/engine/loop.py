@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from chillfl.config import FederationConfig
-from chillfl.engine.protocol import ClientReply, ClientTask, Executor, ObservesSkippedRounds, ReleasesEmptyRounds, ServerProtocol, TrainsUnreported
+from chillfl.engine.protocol import ClientReply, ClientTask, Executor, ObservesSkippedRounds, ReleasesEmptyRounds, ServerProtocol, TrainsUnreported, capability
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.seeds import derive_seed
 
@@ -152,22 +152,25 @@ def availability(
 
 def releases_empty(protocol: ServerProtocol) -> bool:
     """Whether ``protocol`` releases a round nobody reported (:class:`~chillfl.engine.protocol.ReleasesEmptyRounds`); else such a round is skipped."""
-    return isinstance(protocol, ReleasesEmptyRounds) and protocol.releases_empty_rounds()
+    released = capability(protocol, ReleasesEmptyRounds)  # not isinstance: a wrapper's (privacy's, an attack's) too, on Python 3.12
+    return released is not None and released.releases_empty_rounds()
 
 
 def _on_skip(protocol: ServerProtocol, round: int) -> dict[str, Json]:
     """The protocol's ``skipped_round(round)``, if it has one (:class:`~chillfl.engine.protocol.ObservesSkippedRounds`): its metrics for a skipped round's record (the privacy
     accountant charges the round under Poisson sampling, :class:`chillfl.privacy.protocol.Accounted`); none without it."""
-    return dict(protocol.skipped_round(round)) if isinstance(protocol, ObservesSkippedRounds) else {}
+    observer = capability(protocol, ObservesSkippedRounds)
+    return {} if observer is None else dict(observer.skipped_round(round))
 
 
 def _unreported(protocol: ServerProtocol, round: int, tasks: Sequence[ClientTask[Any, Any]], num_clients: int, empty: Collection[int]) -> list[ClientTask[Any, Any]]:
     """The tasks of the clients the protocol trains this round without their reporting (:class:`TrainsUnreported`): every
     client with training rows outside ``tasks``; none where the protocol trains the reporting clients only, or nobody reports."""
-    if not tasks or not (isinstance(protocol, TrainsUnreported) and protocol.trains_unreported()):
+    trainer = capability(protocol, TrainsUnreported)
+    if not tasks or trainer is None or not trainer.trains_unreported():
         return []
     reporting = {t.client_id for t in tasks}
-    return protocol.configure_unreported(round, [c for c in range(num_clients) if c not in reporting and c not in empty])
+    return trainer.configure_unreported(round, [c for c in range(num_clients) if c not in reporting and c not in empty])
 
 
 def _train(executor: Executor, protocol: ServerProtocol, round: int, tasks: Sequence[ClientTask[Any, Any]],
@@ -177,9 +180,10 @@ def _train(executor: Executor, protocol: ServerProtocol, round: int, tasks: Sequ
     ``server_update`` reads the round: no wrapper around it sees them."""
     if not others:
         return executor.map(tasks) if tasks else []
-    assert isinstance(protocol, TrainsUnreported), "only a protocol that trains unreported clients configures them"
+    trainer = capability(protocol, TrainsUnreported)
+    assert trainer is not None, "only a protocol that trains unreported clients configures them"
     replies = {r.client_id: r for r in executor.map(sorted((*tasks, *others), key=lambda t: t.client_id))}
-    protocol.receive_unreported(round, others, [replies[t.client_id] for t in others])
+    trainer.receive_unreported(round, others, [replies[t.client_id] for t in others])
     return [replies[t.client_id] for t in tasks]
 
 

@@ -26,9 +26,10 @@ it produces travels back in the typed :class:`ClientReply`.
 
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Generator, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar, runtime_checkable
+from typing import Any, Callable, Generator, Generic, Iterator, Mapping, Protocol, Sequence, TypeVar, cast, runtime_checkable
 
 import torch
 
@@ -43,6 +44,7 @@ from chillfl.training.objective import Context
 D = TypeVar("D")
 U = TypeVar("U")
 S = TypeVar("S")
+C = TypeVar("C")
 
 
 @dataclass
@@ -398,12 +400,60 @@ def protocol_layers(protocol: ServerProtocol) -> Iterator[ServerProtocol]:
         protocol = protocol.inner
 
 
+_ABSENT = object()
+
+
+def capability(protocol: ServerProtocol, kind: Callable[..., C]) -> C | None:
+    """``protocol`` as the capability ``kind`` (a runtime-checkable Protocol: :class:`TrainsUnreported`,
+    :class:`ReleasesEmptyRounds`, a plugin's own) where it has each of ``kind``'s public members, itself or through the
+    protocols it wraps (:func:`protocol_layers`); None where it lacks one. Ask this, never ``isinstance(protocol, kind)``.
+
+    Why: an :class:`AroundProtocol` has its inner protocol's attributes through ``__getattr__``. ``isinstance`` against
+    a Protocol saw them on Python 3.10 and 3.11 (``hasattr``) but does not from 3.12 on (``inspect.getattr_static``), so
+    there every capability of a wrapped protocol (``[privacy]``, ``[attack]``) read as absent, silently: DP-FedAvg's
+    empty rounds skipped instead of released, pFedMe's ``train = "all"`` run as ``"sampled"``. Here each member is looked
+    up statically, layer by layer, where the wrapper's ``__getattr__`` would forward it: the same answer on every Python
+    (3.11's). The object returned is ``protocol`` itself, so a wrapper's own override is the one that runs.
+    ``kind`` is typed as a callable because mypy takes no Protocol class for a ``type[C]``."""
+    methods = _members(cast(type, kind))
+    return cast(C, protocol) if all(_provided(protocol, name, method) for name, method in methods.items()) else None
+
+
+def _members(kind: type) -> dict[str, bool]:
+    """A Protocol's public members (its bases' too), each with whether it is a method (False: a data member)."""
+    found: dict[str, bool] = {}
+    for base in kind.__mro__:
+        if base in (object, Protocol, Generic):
+            continue
+        own = vars(base)
+        for name in (*own, *own.get("__annotations__", {})):
+            if not name.startswith("_"):
+                found.setdefault(name, callable(own.get(name)))
+    return found
+
+
+def _provided(protocol: ServerProtocol, name: str, method: bool) -> bool:
+    """Whether a layer of ``protocol`` has ``name`` without calling a ``__getattr__`` (a method: not None), as
+    :meth:`AroundProtocol.__getattr__` forwards it: down to the first layer that has it, never past an own attribute."""
+    for layer in protocol_layers(protocol):
+        found = inspect.getattr_static(layer, name, _ABSENT)
+        if found is not _ABSENT:
+            return not (method and found is None)
+        if isinstance(layer, AroundProtocol) and layer._own(name):
+            return False
+    return False
+
+
 class AroundProtocol:
     """A server protocol around another (the privacy accountant, the attacks' records): each part is the inner one's.
 
     A subclass overrides the parts it changes (``server_update``, ``state_dict``, ...) and names its own
     attributes in ``OWN``; every other attribute read or set is the inner protocol's (its ``evaluation``,
     which the Flower client app reads; ``store``, which Flower swaps; ``state``, which replay sets).
+
+    Its capabilities (:class:`TrainsUnreported`, :class:`ReleasesEmptyRounds`, ...) are asked through
+    :func:`capability`, never ``isinstance``: from Python 3.12 ``isinstance`` against a Protocol does not see what
+    ``__getattr__`` forwards, so a wrapped protocol's capabilities would read as absent there (and present on 3.11).
     """
 
     OWN: frozenset[str] = frozenset()

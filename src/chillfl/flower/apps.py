@@ -76,7 +76,7 @@ from chillfl.executors.sequential import SequentialExecutor
 from chillfl.engine.health import LossWatch
 from chillfl.engine.loop import run_rounds
 from chillfl.executors.processes import ClientCodeError, WorkerError, out_of_memory
-from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates
+from chillfl.engine.protocol import ClientReply, ClientTask, KeepsClientStates, capability
 from chillfl.storage.results import ResultWriter, remove_tree
 from chillfl.errors import ConfigError, failure_line, framed, loss_hint
 from chillfl.experiment import build_experiment, build_protocol, run_notes, say_notes
@@ -482,9 +482,10 @@ class NodeStore:
 
 def keep_client_state_on_nodes(protocol: Any) -> None:
     """A protocol's client store -> :class:`NodeStore` (the states live on the nodes)."""
-    if isinstance(protocol, KeepsClientStates):
-        protocol.store.close()
-        protocol.store = NodeStore()
+    keeper = capability(protocol, KeepsClientStates)  # not isinstance: through a wrapper ([privacy], [attack]) on Python 3.12 too
+    if keeper is not None:
+        keeper.store.close()
+        keeper.store = NodeStore()
 
 
 def registered_float32(config: RunConfig) -> contextlib.AbstractContextManager[None]:
@@ -665,7 +666,8 @@ def _discard(writer: ResultWriter) -> bool:
 def fetch_client_states(protocol: Any, executor: FlowerExecutor) -> None:
     """Bring every client's state back from its node into the server's store, so that the protocol builds each client's
     own model from it (``client_states``) as under chillfl's runtime; a protocol that keeps no client state has none."""
-    store = protocol.store if isinstance(protocol, KeepsClientStates) else None
+    keeper = capability(protocol, KeepsClientStates)
+    store = None if keeper is None else keeper.store
     if isinstance(store, NodeStore):
         store.hold_final(executor.fetch_states(store.where))
 

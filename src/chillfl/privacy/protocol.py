@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Iterable, Mapping, Sequence
 
 
-from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ObservesSkippedRounds, ServerProtocol, protocol_layers
+from chillfl.engine.protocol import AroundProtocol, ClientReply, ClientTask, ObservesSkippedRounds, ServerProtocol, capability, protocol_layers
 from chillfl.engine.record import Json, RoundRecord
 from chillfl.errors import ConfigError
 from chillfl.options import short_repr
@@ -94,7 +94,8 @@ class Accounted(AroundProtocol):
     def skipped_round(self, round: int) -> dict[str, Json]:
         """A round the loop skipped (too few reported; nobody, where the aggregator releases nothing then): charged only under ``every_round``; its record's ``epsilon``
         (with what the inner protocol's own ``skipped_round`` returns: a last round's evaluation)."""
-        inner = dict(self.inner.skipped_round(round)) if isinstance(self.inner, ObservesSkippedRounds) else {}
+        observer = capability(self.inner, ObservesSkippedRounds)  # the inner may be a wrapper too: not isinstance (Python 3.12)
+        inner = {} if observer is None else dict(observer.skipped_round(round))
         if not self.every_round or self.rows:
             return inner
         self.spend([])

@@ -36,8 +36,11 @@ Choices
 * A straggler (``work`` < 1) runs fewer inner steps per batch, not fewer batches.
 * ``train = "sampled"`` (the default): only the round's sampled clients train, as every method here (PFLlib's
   ``serverpFedMe.train`` too). ``train = "all"``: Algorithm 1 and the authors' ``serverpFedMe.train``, w^t sent to all
-  N clients (every client with training rows), all N trained, the sampled S averaged. The global w is the same either
-  way (only S upload, and theirs do not depend on the others'), but under partial participation (``client_fraction``
+  N clients (every client with training rows), all N trained, the sampled S averaged. Under a temperature policy that
+  does not observe local accuracy (fixed T) the global w is the same either way, bit for bit (only S upload, and theirs
+  do not depend on the others'); under one that does (FedChill's decay) it is not: each client trains, and is observed,
+  every round (the paper's setting), so its T moves on rounds it does not report and it uploads another model when next
+  sampled. Either way, under partial participation (``client_fraction``
   < 1, or ``clients_per_round`` < ``num_clients``) the default's ``local_acc``, the personalised accuracy (the
   paper's "pFedMe (PM)"), is the mean over the round's S clients (``eval.clients = "sampled"``) or each client's value
   from its last participation (``"all"``), and ``bytes_down`` counts S models a round; under ``"all"`` it is the mean

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import chillfl
-from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params
+from chillfl.aggregation.base import ClientResult, Downlink, FedAvg, Params, report_number
 from chillfl.attacks.aggregate import AttackedAggregation
 from chillfl.attacks.spec import ModelRound
 from chillfl.privacy.aggregate import PrivateAggregation
@@ -150,7 +150,7 @@ def test_sign_flip_under_ifca_negates_the_update_from_the_cluster_model_the_clie
     def after(self: Any, global_params: Params, results: Sequence[ClientResult], round: int) -> Params:
         self._ensure(global_params)
         for r in results:
-            j = int(ifca.reported(r, ifca.CHOSEN))
+            j = int(report_number(r, ifca.CHOSEN, "IFCA"))
             pairs.append((distance(r.params, self.models[j]), distance(honest[(round, r.client_id)], self.models[j]), j != self.best))
         return aggregate(self, global_params, results, round)
 

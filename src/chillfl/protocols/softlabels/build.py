@@ -94,7 +94,7 @@ def check_distillation(config: RunConfig, data: Any) -> DistillationSetup:
     if spec.collaborative:
         check_server_lr_floor(config, setup)
         pool = public_inputs(setup, data, config.seed, config.data_dir)
-        refuse_own_rows(setup.common, pool, data.dataset)
+        refuse_own_rows(setup.common, pool, data.dataset, config.dataset.get("name"))
         if setup.common.public_dataset is not None:  # a pool carved from the data was checked with its training rows
             check_index_rows(config.model, data, pool, f"the public inputs of {setup.common.public_dataset!r}")
     asked = spec.pretraining(setup.options)

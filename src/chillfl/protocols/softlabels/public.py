@@ -13,10 +13,11 @@ import torch
 
 from chillfl.data import load_dataset
 from chillfl.data.augment import split_augment
-from chillfl.data.datasets import dataset_options
+from chillfl.data.datasets import DATASETS, DatasetEntry, dataset_options
 from chillfl.errors import ConfigError
 from chillfl.global_rng import forked_rng
 from chillfl.options import require
+from chillfl.plugins import resolve
 from chillfl.seeds import derive_seed
 from chillfl.settings.distillation import SECTION, DistillationOptions, DistillationSetup
 
@@ -78,15 +79,39 @@ def public_inputs(setup: DistillationSetup, data: Any, seed: int, data_dir: str)
     return in_private_scale(ds.x_train[torch.from_numpy(rows)], ds, data.dataset)
 
 
-def refuse_own_rows(c: DistillationOptions, pool: torch.Tensor, private: Any) -> None:
+def same_dataset(public: str, run: object) -> bool:
+    """Whether ``public_dataset`` names the run's own dataset ``run`` (its ``dataset.name``): the same name, or two names
+    of one user's builder (``module:builder``, an entry point aliasing it, a ``DatasetEntry`` wrapping it).
+
+    Why: a plugin's :class:`ArrayDataset` carries the name its builder chose (``"blobs"``), never the config's
+    (``"my_data:blobs"``), so comparing with that let a plugin run draw its pool from its own training rows."""
+    if public == run:
+        return True
+    if not isinstance(run, str) or public in DATASETS or run in DATASETS:
+        return False
+    try:
+        ours, theirs = resolve(public, f"{SECTION}.public_dataset"), resolve(run, "dataset.name")
+    except ConfigError:  # the run loaded both already: a name that no longer resolves is not the run's
+        return False
+
+    def builder(obj: Any) -> Any:
+        return obj.build if isinstance(obj, DatasetEntry) else obj
+
+    return ours is not None and builder(ours) is builder(theirs)
+
+
+def refuse_own_rows(c: DistillationOptions, pool: torch.Tensor, private: Any, run_dataset: object = None) -> None:
     """Refuse a pool drawn from the run's own dataset that holds rows of its training or test data.
 
     Why: ``public_dataset = "digits"`` on a digits run drew the pool from digits' train split again, which is the
     clients' private data (and, with another ``split_seed`` or ``test_fraction``, the test set): an overlap nothing
     said. Leaving ``public_dataset`` unset carves a disjoint pool. Another draw of a generated dataset (mnist1d with
     another generator ``seed``) shares no rows and runs. ``pool`` is in the private scale (:func:`in_private_scale`), so
-    a shared image is the private row up to rounding; rows are compared at 1e-2 of a standard deviation."""
-    if c.public_dataset != private.name or pool.numel() == 0:
+    a shared image is the private row up to rounding; rows are compared at 1e-2 of a standard deviation.
+    ``run_dataset``: the run's ``dataset.name`` (a plugin's, :func:`same_dataset`); None: the data came from Python."""
+    if c.public_dataset is None or pool.numel() == 0:
+        return
+    if not (c.public_dataset == private.name or same_dataset(c.public_dataset, run_dataset)):
         return
 
     def rows(x: torch.Tensor, block: int = 4096) -> set[bytes]:  # digests, in blocks: CIFAR's 60,000 rows whole would be GBs

@@ -26,7 +26,7 @@ from chillfl.attacks.build import attacked_aggregator, attacker_ids, check_attac
 from chillfl.config import RayConfig, RunConfig
 from chillfl.data import ArrayDataset, FederatedData, build_federated_data, dataset_names, load_dataset
 from chillfl.data.augment import AUGMENT_KEY, Augment, check_shape, parse_augment, split_augment
-from chillfl.data.datasets import dataset_options, dataset_size, dataset_spec
+from chillfl.data.datasets import DATASETS, dataset_options, dataset_size, dataset_spec
 from chillfl.data.loaders import data_absent
 from chillfl.data.partition import UNUSED_NOTE_SHARE, partitioner_options, partitioner_spec
 from chillfl.data.partition_file import FROM_FILE
@@ -632,6 +632,8 @@ def _build_experiment(
         model, state = build_initial_model(config, data.dataset.input_shape, data.num_classes)
         if RunConfig.component(base_table(config.model))[0] not in MODELS:  # a plugin's, named in the config: checked as one passed from Python is
             check_model_fits(model, data.dataset.x_train[:2], data.num_classes, "model.name")
+        elif config.dataset.get("name") not in DATASETS:  # a built-in model on a plugin's (or Python's) data: their inputs' dtype, before round 1
+            check_model_fits(model, data.dataset.x_train[:2], data.num_classes, "dataset.name" if not is_custom(config.dataset.get("name")) else "data.x_train")
     else:
         model, state = user_initial_model(config, model)
     check_declared_head(model, data.num_classes)  # a head the model names exists and gives one logit a class

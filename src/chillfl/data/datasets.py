@@ -610,7 +610,7 @@ def user_dataset(obj: Any, name: str, field: str) -> DatasetEntry:
         raise ConfigError(field, f"{name!r}: its DatasetEntry's inputs must be one of {', '.join(map(repr, INPUT_KINDS))}, got {entry.inputs!r}")
     check_hooks(name, (("build", entry.build, BUILD_CALL), ("size", entry.size, SIZE_CALL)), field)
     size = None if entry.size is None else functools.partial(_checked_size, entry.size, name, field)
-    return entry._replace(build=functools.partial(_checked_build, entry.build, name, field), size=size)
+    return entry._replace(build=functools.partial(_checked_build, entry.build, name, field, entry.inputs), size=size)
 
 
 def _checked_size(size: Callable[[Any], DatasetSize], name: str, field: str, options: Any) -> DatasetSize:
@@ -639,8 +639,12 @@ def _count(n: object) -> int | None:
         return None
 
 
-def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, options: Any, data_dir: Path) -> ArrayDataset:
-    """What a user's builder returns, checked and held as the built-ins hold theirs (CPU tensors, float32 inputs, int64 labels)."""
+def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, inputs: InputKind, options: Any, data_dir: Path) -> ArrayDataset:
+    """What a user's builder returns, checked and held as the built-ins hold theirs (CPU tensors, float32 inputs, int64 labels).
+
+    ``inputs = "real"`` (a ``DatasetEntry`` that says so): integer inputs become float32 as the built-in loaders make
+    theirs (:func:`_from_raw`): uint8 divided by 255, other integers as they are. Why: a uint8 image array, the
+    common on-disk form, otherwise met a float model as a dtype error in round 1."""
     with building(name, field, False, " (called as build(options, data_dir))"):  # only a user's builder is wrapped here
         built = build(options, data_dir)
     if not isinstance(built, ArrayDataset):
@@ -651,8 +655,16 @@ def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field:
         test_groups = checked_groups(built.test_groups, len(arrays.y_test), "dataset.test_groups")
     except ConfigError as exc:  # on the key the user set: the builder it names made these arrays
         raise ConfigError(field, f"{name!r} returned an ArrayDataset whose {exc.field.removeprefix('dataset.')} {exc.message}") from None
-    return dataclasses.replace(built, x_train=arrays.x_train, y_train=arrays.y_train, x_test=arrays.x_test, y_test=arrays.y_test,
+    x_train, x_test = (_real_inputs(arrays.x_train), _real_inputs(arrays.x_test)) if inputs == "real" else (arrays.x_train, arrays.x_test)
+    return dataclasses.replace(built, x_train=x_train, y_train=arrays.y_train, x_test=x_test, y_test=arrays.y_test,
                                num_classes=arrays.num_classes, train_groups=train_groups, test_groups=test_groups)
+
+
+def _real_inputs(x: torch.Tensor) -> torch.Tensor:
+    """Integer inputs as float32, scaled as :func:`_from_raw` scales the built-ins' (uint8 / 255); floats unchanged."""
+    if x.is_floating_point():
+        return x
+    return x.to(torch.float32) / 255.0 if x.dtype == torch.uint8 else x.to(torch.float32)
 
 
 def dataset_spec(name: object, section: str = "dataset") -> DatasetEntry:

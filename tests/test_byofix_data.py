@@ -1,0 +1,87 @@
+"""A user's dataset builder's odd arrays (byodata findings 2, 3, 5, 6, 8): uint8 inputs, string labels, a huge class
+id, its own public rows, a zero-width plugin layer: each is held as the built-ins hold theirs or refused in one line,
+never a traceback in round 1 or a hang."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+import torch
+
+from chillfl.cli import main
+from chillfl.config import load_config
+from chillfl.data.datasets import load_dataset
+from chillfl.errors import ConfigError
+from chillfl.experiment import build_experiment
+from plugin_modules import plugin_module
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SOURCE = '''
+import numpy as np
+
+from chillfl import ArrayDataset
+from chillfl.data.datasets import DatasetEntry
+from chillfl.options import NoOptions
+
+
+def images(options, data_dir):
+    """uint8 images [N, 1, 4, 4], the common on-disk form."""
+    rng = np.random.default_rng(0)
+    y = np.arange(48) % 3
+    x = rng.integers(0, 256, (48, 1, 4, 4)).astype(np.uint8)
+    return ArrayDataset("u8", x[:36], y[:36], x[36:], y[36:], 3)
+
+
+REAL = DatasetEntry(NoOptions, images, "real")
+'''
+
+BASE: dict[str, Any] = {
+    "seed": 0, "threads": 1, "device": "cpu", "model.name": "mlp", "model.hidden": [8], "federation.num_clients": 2,
+    "federation.rounds": 1, "client.batch_size": 8, "eval.client_split_size": 4,
+}
+
+
+def toml(table: dict[str, Any], out: Path) -> str:
+    """``table`` (dotted keys) as a config file writing under ``out``."""
+    lines = [f'out_dir = "{out.as_posix()}"', 'name = "byo"']
+    for key, value in table.items():
+        rendered = repr(value).replace("'", '"') if not isinstance(value, bool) else str(value).lower()
+        lines.append(f"{key} = {rendered}")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture()
+def byo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    with plugin_module(tmp_path, monkeypatch, "byofix_data", SOURCE):
+        yield tmp_path
+
+
+# ---------------------------------------------------------------- 2. integer inputs and a built-in model
+
+
+def test_uint8_inputs_of_a_real_entry_are_scaled_as_the_built_in_loaders_scale_theirs(byo: Path) -> None:
+    """``DatasetEntry(..., "real")`` with uint8 images: float32 in [0, 1] (uint8 / 255, as ``_from_raw``), and an mlp
+    trains on them; they met its float weights as a dtype error in round 1 (exit 1)."""
+    raw = np.random.default_rng(0).integers(0, 256, (48, 1, 4, 4)).astype(np.uint8)
+    ds = load_dataset("byofix_data:REAL")
+    assert ds.x_train.dtype == torch.float32
+    assert torch.allclose(ds.x_train, torch.from_numpy(raw[:36].astype(np.float32) / 255.0))
+    build_experiment(load_config(None, {**BASE, "dataset.name": "byofix_data:REAL"}))
+
+
+@pytest.mark.parametrize("model", ["mlp", "mcmahan_cnn"])
+def test_uint8_inputs_of_a_plain_builder_on_a_built_in_model_are_one_line(byo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], model: str) -> None:
+    """A builder function (inputs ``any``: its values decide) keeps its integers; a built-in float model is now checked
+    on a batch of them as a plugin model is: one line on dataset.name, exit 2, not a traceback in round 1."""
+    out = tmp_path / "out"
+    path = tmp_path / "run.toml"
+    path.write_text(toml(BASE, out), encoding="utf-8")
+    args = ["run", str(path), "-q", 'dataset.name="byofix_data:images"', f'model.name="{model}"']
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: dataset.name:") and "fails on a batch of inputs" in err[0], err
+    assert not out.exists() or not any(out.rglob("metrics.jsonl"))

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import chillfl
 from chillfl.cli import main
 from chillfl.config import load_config
 from chillfl.data.datasets import load_dataset
@@ -37,6 +38,13 @@ def images(options, data_dir):
 
 
 REAL = DatasetEntry(NoOptions, images, "real")
+
+
+def names(options, data_dir):
+    """Class names, not ids, as labels."""
+    y = np.array(["a", "b", "c"])[np.arange(12) % 3]
+    x = np.zeros((12, 2), dtype=np.float32)
+    return ArrayDataset("names", x[:9], y[:9], x[9:], y[9:], 3)
 '''
 
 BASE: dict[str, Any] = {
@@ -85,3 +93,26 @@ def test_uint8_inputs_of_a_plain_builder_on_a_built_in_model_are_one_line(byo: P
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("chillfl: error: dataset.name:") and "fails on a batch of inputs" in err[0], err
     assert not out.exists() or not any(out.rglob("metrics.jsonl"))
+
+
+# ---------------------------------------------------------------- 3. string labels
+
+
+@pytest.mark.parametrize("dtype", ["<U1", "S1", "datetime64[s]"])
+def test_non_numeric_arrays_from_python_are_one_line_on_their_field(dtype: str, tmp_path: Path) -> None:
+    """A ``<U1`` label array reached torch.from_numpy (TypeError, exit 1 on the CLI); only dtype object was refused."""
+    x = np.zeros((12, 2), dtype=np.float32)
+    y = np.array(["a", "b", "c"])[np.arange(12) % 3].astype(dtype) if dtype != "datetime64[s]" else np.arange(12).astype(dtype)
+    data = chillfl.TensorData(x[:9], y[:9], x[9:], np.arange(3), num_classes=3)
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(model=torch.nn.Linear(2, 3), data=data, config={"federation": {"num_clients": 2, "rounds": 1}}, out_dir=tmp_path / "out", progress=False)
+    assert err.value.field == "data.y_train" and f"must be a numeric array, got dtype {np.dtype(dtype)}" in err.value.message
+    assert "np.unique(y, return_inverse=True)" in err.value.message
+    assert not (tmp_path / "out").exists()
+
+
+def test_string_labels_from_a_builder_are_one_line_on_dataset_name(byo: Path) -> None:
+    with pytest.raises(ConfigError) as err:
+        build_experiment(load_config(None, {**BASE, "dataset.name": "byofix_data:names"}))
+    assert err.value.field == "dataset.name"
+    assert "returned an ArrayDataset whose y_train must be a numeric array, got dtype <U1" in err.value.message

@@ -33,8 +33,9 @@ def as_tensor(value: Any, field: str) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, np.ndarray):
-        if value.dtype == object:
-            raise ConfigError(field, "must be a numeric array, got dtype object")
+        if value.dtype.kind not in "biufc":  # strings, bytes, objects, dates, records: torch.from_numpy's TypeError otherwise
+            hint = " (class names: number them with np.unique(y, return_inverse=True)[1])" if field.rpartition(".")[2].startswith("y_") else ""
+            raise ConfigError(field, f"must be a numeric array, got dtype {value.dtype}{hint}")
         return torch.from_numpy(np.ascontiguousarray(value))
     raise ConfigError(field, f"must be a torch.Tensor or a NumPy array, got {type(value).__name__}")
 

@@ -406,6 +406,9 @@ def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.n
     field = f"{SECTION}.label_column"
     y_tr = np.asarray(_undecoded(train, column, field)[column])
     y_te = np.asarray(_undecoded(test, column, field)[column]) if test is not None else None
+    for y, split in ((y_tr, "train"), (y_te, "test")):  # each split: float test ids were cut to ints, a null crashed
+        if y is not None and len(y):
+            _label_kind(y, column, split)
     if y_te is not None and len(y_tr) and len(y_te) and (y_tr.dtype.kind in "US") != (y_te.dtype.kind in "US"):
         raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds {y_tr.dtype} labels in the train split but {y_te.dtype} in the test split")
     if getattr(feature, "names", None) is not None:
@@ -419,6 +422,17 @@ def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.n
         enc = lambda a: np.array([code[v] for v in a.tolist()], dtype=np.int64)  # noqa: E731
         return enc(y_tr), None if y_te is None else enc(y_te), len(names)
     raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds neither class ids nor class names (dtype {y_tr.dtype})")
+
+
+def _label_kind(y: np.ndarray, column: str, split: str) -> None:
+    """One split's labels are class ids (integers) or class names (strings); a null (None, NaN) is a missing label.
+    Why each split: the labels' dtype was read from the train split only, so float test labels were truncated to
+    ints and a null test label met a comparison's TypeError."""
+    missing = any(v is None for v in y.tolist()) if y.dtype == object else y.dtype.kind == "f" and bool(np.isnan(y).any())
+    if missing:
+        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} has missing labels (null) in the {split} split; drop or label those rows first")
+    if y.dtype.kind not in "iuUS":
+        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds neither class ids nor class names in the {split} split (dtype {y.dtype})")
 
 
 def _hold_out(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

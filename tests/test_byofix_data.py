@@ -116,3 +116,32 @@ def test_string_labels_from_a_builder_are_one_line_on_dataset_name(byo: Path) ->
         build_experiment(load_config(None, {**BASE, "dataset.name": "byofix_data:names"}))
     assert err.value.field == "dataset.name"
     assert "returned an ArrayDataset whose y_train must be a numeric array, got dtype <U1" in err.value.message
+
+
+# ---------------------------------------------------------------- 5. a huge class id
+
+
+@pytest.mark.parametrize("big", [10**12, 1_440_764])
+def test_a_huge_class_id_is_one_line_not_a_hang(big: int, tmp_path: Path) -> None:
+    """num_classes defaults to max label + 1: a label 10**12 looped over 10**12 class pools in the partitioner (a
+    hang), an ImageNet synset number ran 1.44M classes for 6 rows. Refused on data.y_train, before any partition."""
+    x = torch.zeros(12, 4)
+    y = torch.arange(12) % 3
+    y[5] = big
+    data = chillfl.TensorData(x[:9], y[:9], x[9:], y[9:])
+    with pytest.raises(ConfigError) as err:
+        chillfl.run(model=torch.nn.Linear(4, 3), data=data, config={"federation": {"num_clients": 2, "rounds": 1}}, out_dir=tmp_path / "out", progress=False)
+    assert err.value.field == "data.y_train" and f"labels run to {big:,} but only 4 distinct values occur" in err.value.message, err.value
+    assert "np.unique(y, return_inverse=True)" in err.value.message and not (tmp_path / "out").exists()
+
+
+def test_gappy_labels_within_the_bound_and_an_explicit_count_are_kept(tmp_path: Path) -> None:
+    """Small gaps stay classes (max + 1), as documented; an explicit num_classes past the bound is one line."""
+    x = torch.zeros(12, 4)
+    y = torch.tensor([0, 1, 9, 0, 1, 9, 0, 1, 9, 0, 1, 9])
+    from chillfl.data.checks import MAX_CLASSES, checked_arrays
+
+    assert checked_arrays(x[:9], y[:9], x[9:], y[9:], None, torch.float32).num_classes == 10
+    with pytest.raises(ConfigError) as err:
+        checked_arrays(x[:9], y[:9], x[9:], y[9:], MAX_CLASSES + 1, torch.float32)
+    assert err.value.field == "data.num_classes" and "must be at most" in err.value.message

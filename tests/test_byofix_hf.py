@@ -45,3 +45,11 @@ def test_whole_labels_in_both_splits_still_load(tmp_path: Path) -> None:
     path = parquet_pair(tmp_path / "p", {"f0": [0.0, 1.0, 2.0, 3.0], "label": [0, 1, 2, 0]}, {"f0": [4.0, 5.0], "label": [1, 2]})
     ds = load_dataset("hf", {"path": path, "feature_columns": ["f0"]})
     assert ds.y_test.tolist() == [1, 2] and ds.num_classes == 3
+
+
+def test_a_huge_integer_label_is_one_line_not_a_memory_error(tmp_path: Path) -> None:
+    """max + 1 = 10**12 + 1 classes tried to allocate 7.28 TiB (a MemoryError traceback)."""
+    path = parquet_pair(tmp_path / "p", {"f0": [0.0, 1.0, 2.0, 3.0], "label": [0, 1, 10**12, 0]}, {"f0": [4.0, 5.0], "label": [1, 0]})
+    with pytest.raises(ConfigError) as err:
+        load_dataset("hf", {"path": path, "feature_columns": ["f0"]})
+    assert err.value.field == "dataset.label_column" and "labels run to 1,000,000,000,000 but only 3 distinct values occur" in err.value.message

@@ -40,6 +40,23 @@ def as_tensor(value: Any, field: str) -> torch.Tensor:
     raise ConfigError(field, f"must be a torch.Tensor or a NumPy array, got {type(value).__name__}")
 
 
+MAX_CLASSES = 10_000_000
+"""The most classes a dataset may have: a head of one logit a class, and a partition's per-class pools, beyond it do not fit."""
+
+SPARSE_CLASSES = 100_000
+"""Labels whose max + 1 passes this and ten times their distinct values are ids, not class indices (:func:`check_class_count`)."""
+
+
+def check_class_count(classes: int, distinct: int, field: str, explicit: str) -> None:
+    """Refuse a class count taken from the largest label (``max + 1``) that is absurd for the labels seen: above
+    :data:`SPARSE_CLASSES` and ten times the ``distinct`` values (a synset number, a 10**12 id). Why: every class
+    gets a logit and a partition pool, so such ids ran out of memory or looped over 10**12 classes, without a word.
+    ``explicit``: how the user would set a count on purpose (a gappy label set is fine then, within :data:`MAX_CLASSES`)."""
+    if classes > SPARSE_CLASSES and classes > 10 * distinct:
+        raise ConfigError(field, f"labels run to {classes - 1:,} but only {distinct:,} distinct values occur: number them 0..{distinct - 1} "
+                                 f"(np.unique(y, return_inverse=True)[1]), or {explicit} if the gaps are classes")
+
+
 def checked_arrays(x_train: Any, y_train: Any, x_test: Any, y_test: Any, num_classes: Any, dtype: torch.dtype, prefix: str = "data") -> CheckedArrays:
     """The four arrays checked; ``num_classes`` None: 1 + the largest label (at least 2). Errors name ``<prefix>.<array>``."""
     given = {"train": (x_train, y_train), "test": (x_test, y_test)}
@@ -66,9 +83,14 @@ def checked_arrays(x_train: Any, y_train: Any, x_test: Any, y_test: Any, num_cla
     if xs["test"].shape[1:] != xs["train"].shape[1:]:
         raise ConfigError(f"{prefix}.x_test", f"samples have shape {tuple(xs['test'].shape[1:])}, those of x_train {tuple(xs['train'].shape[1:])}")
     largest = int(max(ys["train"].max(), ys["test"].max()))
+    if num_classes is None:
+        where = "train" if int(ys["train"].max()) == largest else "test"
+        check_class_count(largest + 1, int(torch.unique(torch.cat([ys["train"], ys["test"]])).numel()), f"{prefix}.y_{where}", "set num_classes")
     classes = num_classes if num_classes is not None else max(2, largest + 1)
     if isinstance(classes, bool) or not isinstance(classes, (int, np.integer)) or classes < 2:
         raise ConfigError(f"{prefix}.num_classes", f"must be an integer >= 2, got {classes!r}")
+    if classes > MAX_CLASSES:
+        raise ConfigError(f"{prefix}.num_classes", f"must be at most {MAX_CLASSES:,} (one logit a class), got {classes:,}")
     classes = int(classes)
     for split in ("train", "test"):
         low, high = int(ys[split].min()), int(ys[split].max())

@@ -71,6 +71,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from chillfl.data.checks import check_class_count
 from chillfl.data.loaders import RawSplit, image_formats, is_file, tree_files
 from chillfl.errors import ConfigError
 from chillfl.extras import need
@@ -415,6 +416,8 @@ def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.n
         return y_tr.astype(np.int64), None if y_te is None else y_te.astype(np.int64), len(feature.names)
     if y_tr.dtype.kind in "iu":
         top = max(int(y_tr.max(initial=-1)), int(y_te.max(initial=-1)) if y_te is not None else -1)
+        distinct = len(np.unique(np.concatenate([y_tr, y_te]) if y_te is not None else y_tr))
+        check_class_count(top + 1, distinct, field, "store them as a ClassLabel with that many names")
         return y_tr.astype(np.int64), None if y_te is None else y_te.astype(np.int64), top + 1
     if y_tr.dtype.kind in "US":
         names = np.unique(np.concatenate([y_tr, y_te]) if y_te is not None else y_tr)

@@ -40,6 +40,14 @@ def images(options, data_dir):
 REAL = DatasetEntry(NoOptions, images, "real")
 
 
+def with_public(options, data_dir):
+    """The last 10 train rows are its own public set."""
+    rng = np.random.default_rng(0)
+    y = np.arange(70) % 3
+    x = rng.normal(2.0 * y[:, None], 1.0, (70, 4)).astype(np.float32)
+    return ArrayDataset("pub", x[:60], y[:60], x[60:], y[60:], 3, public_rows=10)
+
+
 def names(options, data_dir):
     """Class names, not ids, as labels."""
     y = np.array(["a", "b", "c"])[np.arange(12) % 3]
@@ -145,3 +153,19 @@ def test_gappy_labels_within_the_bound_and_an_explicit_count_are_kept(tmp_path: 
     with pytest.raises(ConfigError) as err:
         checked_arrays(x[:9], y[:9], x[9:], y[9:], MAX_CLASSES + 1, torch.float32)
     assert err.value.field == "data.num_classes" and "must be at most" in err.value.message
+
+
+# ---------------------------------------------------------------- 6. a builder's own public rows
+
+
+def test_a_builders_public_rows_ask_for_their_own_count(byo: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """public_size unset: "set both, e.g. public_size = 400"; set to another count: "(leave it unset)", which the
+    first line had refused. It now says the count that runs, and that count runs."""
+    path = tmp_path / "run.toml"
+    path.write_text(toml(BASE, tmp_path / "out"), encoding="utf-8")
+    args = ["run", str(path), "-q", 'dataset.name="byofix_data:with_public"', 'distillation.method="scarlet"', "distillation.subset_size=5",
+            "distillation.server_epochs=1"]
+    assert main([*args, "distillation.public_size=5"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["chillfl: error: distillation.public_size: is 5; the public set that comes with the data has 10 samples: set it to 10"], err
+    assert main([*args, "distillation.public_size=10"]) == 0, capsys.readouterr().err

@@ -75,7 +75,7 @@ def test_a_separate_public_set_feeds_the_soft_label_method(digits: tuple[torch.T
     assert result.folder is not None
     clients = json.loads((result.folder / "partition.json").read_text())["clients"]
     assert sorted(i for c in clients for i in c) == list(range(1200))  # the public rows are no client's
-    with pytest.raises(chillfl.ConfigError, match="distillation.public_size: is 100; the public set passed with the data has 200"):
+    with pytest.raises(chillfl.ConfigError, match="distillation.public_size: is 100; the public set that comes with the data has 200 samples: set it to 200"):
         chillfl.run(Net(), data, {**config, "distillation": {**config["distillation"], "public_size": 100}}, write=False, progress=False)
     with pytest.raises(chillfl.ConfigError, match="data.public: samples must have the training inputs' shape"):
         chillfl.run(Net(), chillfl.TensorData(x[:1200], y[:1200], x[1400:], y[1400:], public=x[:5, :10]), config, write=False)

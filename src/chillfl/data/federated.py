@@ -378,9 +378,11 @@ def build_federated_data(
     require(seed >= 0, "seed", f"must be >= 0, got {seed}")
     held_out = validation_split(len(dataset.y_test), validation, seed)
 
-    if dataset.public_rows:  # a public set passed from Python: its rows, and only those
+    if dataset.public_rows:  # a public set passed from Python or a builder's ArrayDataset: its rows, and only those
         own = dataset.public_rows
-        require(public_size in (0, own), PUBLIC_SIZE_FIELD, f"is {public_size}; the public set passed with the data has {own} samples (leave it unset)")
+        # "set it to": a builder's config cannot leave it unset (a [distillation] method asks for public_size before its
+        # data exist), so "leave it unset" contradicted that line; Python data fill it in, and take the same value too
+        require(public_size in (0, own), PUBLIC_SIZE_FIELD, f"is {public_size}; the public set that comes with the data has {own} samples: set it to {own}")
         public = np.arange(n - own, n, dtype=np.int64)
     else:
         public = np.sort(_rng(seed, _PUBLIC).permutation(n)[:public_size]).astype(np.int64)

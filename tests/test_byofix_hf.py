@@ -53,3 +53,21 @@ def test_a_huge_integer_label_is_one_line_not_a_memory_error(tmp_path: Path) -> 
     with pytest.raises(ConfigError) as err:
         load_dataset("hf", {"path": path, "feature_columns": ["f0"]})
     assert err.value.field == "dataset.label_column" and "labels run to 1,000,000,000,000 but only 3 distinct values occur" in err.value.message
+
+
+def test_nan_in_an_image_array_column_names_the_image_column(tmp_path: Path) -> None:
+    """An Array3D float column with one NaN was blamed on data_dir ('corrupt files?'), though dataset.path found it."""
+    feature = datasets.Features({"img": datasets.Array3D((1, 2, 2), "float32"), "label": datasets.Value("int64")})
+
+    def split(n: int, nan_row: int | None) -> "datasets.Dataset":
+        imgs = [np.full((1, 2, 2), float(i), dtype=np.float32) for i in range(n)]
+        if nan_row is not None:
+            imgs[nan_row][0, 1, 1] = np.nan
+        return datasets.Dataset.from_dict({"img": imgs, "label": [i % 2 for i in range(n)]}, features=feature)
+
+    root = tmp_path / "arr_nan"
+    datasets.DatasetDict({"train": split(6, None), "test": split(4, 2)}).save_to_disk(str(root))
+    with pytest.raises(ConfigError) as err:
+        load_dataset("hf", {"path": str(root)})
+    assert err.value.field == "dataset.image_column", err.value
+    assert "column 'img' of split 'test'" in err.value.message and "row 2" in err.value.message

@@ -402,6 +402,18 @@ def _features(dataset: Any, columns: list[str]) -> np.ndarray:
     return np.concatenate(cols, axis=1)
 
 
+def _finite_images(x: np.ndarray, column: str, split: str, path: str) -> np.ndarray:
+    """``x`` when every value is finite; else one line on ``dataset.image_column`` naming the column, split and first
+    row. Why here: the generic check after loading blamed ``data_dir`` ('corrupt files?') for a float Array column
+    holding NaN, found through ``dataset.path``."""
+    if x.dtype.kind == "f":
+        bad = ~np.isfinite(x.reshape(len(x), -1)).all(axis=1)
+        if bad.any():
+            raise ConfigError(f"{SECTION}.image_column", f"column {column!r} of split {split!r} under {path} holds NaN or infinite values "
+                                                         f"(first at row {int(np.argmax(bad))}); fill or drop them first")
+    return x
+
+
 def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.ndarray | None, int]:
     feature = train.features.get(column)
     field = f"{SECTION}.label_column"
@@ -467,7 +479,7 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
         _column(train, column, f"{SECTION}.image_column")
 
         def inputs(d: Any) -> np.ndarray:
-            return _images(d, column, opts.image_layout)
+            return _finite_images(_images(d, column, opts.image_layout), column, "train" if d is train else "test", opts.path)
 
     for part, name in ((train, opts.train_split), (test, opts.test_split)):
         if part is not None and len(part) == 0:

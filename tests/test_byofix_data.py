@@ -48,6 +48,13 @@ def with_public(options, data_dir):
     return ArrayDataset("pub", x[:60], y[:60], x[60:], y[60:], 3, public_rows=10)
 
 
+def blobs(options, data_dir):
+    rng = np.random.default_rng(0)
+    y = np.arange(48) % 3
+    x = rng.normal(2.0 * y[:, None], 1.0, (48, 4)).astype(np.float32)
+    return ArrayDataset("blobs", x[:36], y[:36], x[36:], y[36:], 3)
+
+
 def names(options, data_dir):
     """Class names, not ids, as labels."""
     y = np.array(["a", "b", "c"])[np.arange(12) % 3]
@@ -169,3 +176,35 @@ def test_a_builders_public_rows_ask_for_their_own_count(byo: Path, tmp_path: Pat
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["chillfl: error: distillation.public_size: is 5; the public set that comes with the data has 10 samples: set it to 10"], err
     assert main([*args, "distillation.public_size=10"]) == 0, capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- 8. a zero-width plugin layer
+
+NET = """
+import math
+
+from torch import nn
+
+
+class Zero(nn.Module):
+    \"\"\"A working head beside a zero-width layer (nn.Linear(F, 0), which PyTorch trains).\"\"\"
+
+    def __init__(self, input_shape, num_classes, options, section):
+        super().__init__()
+        self.empty = nn.Linear(math.prod(input_shape), 0)
+        self.head = nn.Linear(math.prod(input_shape), num_classes)
+
+    def forward(self, x):
+        return self.head(x.flatten(1)) + 0 * self.empty(x.flatten(1)).sum()
+"""
+
+
+@pytest.mark.filterwarnings("ignore:Initializing zero-element tensors is a no-op")  # torch's, building nn.Linear(4, 0)
+def test_a_zero_width_layer_is_one_line_on_model_name(byo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """nn.Linear(4, 0) passed the model check, then crashed the fast SGD path's flat_rows in round 1 (exit 1)."""
+    path = tmp_path / "run.toml"
+    path.write_text(toml({**BASE, "dataset.name": "byofix_data:blobs"}, tmp_path / "out"), encoding="utf-8")
+    with plugin_module(tmp_path, monkeypatch, "byofix_net", NET):
+        assert main(["run", str(path), "-q", 'model.name="byofix_net:Zero"']) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("chillfl: error: model.name:") and "'empty.weight' has no elements" in err[0], err

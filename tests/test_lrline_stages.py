@@ -94,6 +94,6 @@ def test_the_clients_distillation_is_refused_before_any_training(tmp_path: Path,
     assert main(["run", str(path), f"out_dir={tmp_path / 'out'}", *args]) == 2
     line = one_line(capsys)
     assert line.startswith("chillfl: error: client.lr_gamma: local step 6 of the 6 steps of the distillation.distill_epochs training (6 epochs over "
-                           "the 100 public rows a round sends in batches of 2048, client.lr_schedule_over = 'steps', from its own lr 0.1) in every round "
+                           "the 100 public rows a round sends in batches of 2048, client.lr_schedule_over = 'steps', from its own lr 0.1) from round 2 on "
                            "would train at lr 0.1 * 4e-08^5 = 1.02e-38"), line
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -310,7 +310,7 @@ class ClientConfig:
                  + ("" if rounds is None else f" in round {t + 1} of federation.rounds = {rounds}"))
         raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(optim, self.lr_at(t, n), s, steps), field, f"{section}.epochs"))
 
-    def check_stage_lr_floor(self, rounds: int, stage: StageSteps, section: str) -> None:
+    def check_stage_lr_floor(self, rounds: int, stage: StageSteps, section: str, first: int = 1) -> None:
         """Refuse a training besides ``client.epochs``' one (a method's stage, a distillation phase) whose schedule over
         local steps takes a step below :data:`LR_FLOOR` in some round, naming the option that takes it there, the round,
         the step and the stage's epochs option.
@@ -318,12 +318,14 @@ class ClientConfig:
         Why: such a training runs the schedule over its own planned steps, further down the curve than
         :meth:`check_step_lr_floor` counts; refused only when it first trained, a run with an lr decayed over rounds
         died hours in (leaving a checkpointed run's ``.partial`` folder). The lr is non-increasing in the round and in the
-        step, as there; a stage's own lr (``stage.lr``) is the same every round, so its first round is the one."""
+        step, as there; a stage's own lr (``stage.lr``) is the same every round, so its first round is the one.
+        ``first``: the first round (1-based) the stage runs in (the soft-label clients distil from round 2 on): a run of
+        fewer rounds never trains it, and the rounds before it are not counted."""
         steps = planned_steps(stage.rows, stage.batch_size, stage.epochs)
         schedule = stage.optim.step_schedule
-        if schedule.name == "constant" or steps == 0:
+        if schedule.name == "constant" or steps == 0 or rounds < first:
             return
-        found = self._first_step_below(rounds, stage.optim, steps, stage.lr)
+        found = self._first_step_below(rounds, stage.optim, steps, stage.lr, first - 1)
         if found is None:
             return
         t, s = found
@@ -334,24 +336,25 @@ class ClientConfig:
             formula, decay = f"{stage.lr:g}", 1.0
         formula += schedule_term(schedule, s, steps)
         field = f"{section}.lr_decay" if decay <= schedule.factor(s, steps) else schedule_field(schedule, section)
-        when = f" in round {t + 1} of federation.rounds = {rounds}" if stage.lr is None else " in every round"
+        when = (f" in round {t + 1} of federation.rounds = {rounds}" if stage.lr is None
+                else " in every round" if first == 1 else f" from round {first} on")
         takes = (f"steps of the {stage.epochs_field} training ({stage.epochs} epochs over {stage.over} in batches of "
                  f"{stage.batch_size}, {section}.lr_schedule_over = 'steps'" + ("" if stage.lr is None else f", from its own lr {stage.lr:g}") + f"){when}")
         raise ConfigError(field, below_floor(s, steps, takes, formula, step_lr(stage.optim, lr, s, steps), field, stage.epochs_field))
 
-    def _first_step_below(self, rounds: int, optim: Optimizer, steps: int, lr: float | None = None) -> tuple[int, int] | None:
+    def _first_step_below(self, rounds: int, optim: Optimizer, steps: int, lr: float | None = None, start: int = 0) -> tuple[int, int] | None:
         """(round, step), both 0-based, of the first local step below :data:`LR_FLOOR` of a training of ``steps`` steps
-        from each round's lr (``lr`` None) or from ``lr``, over ``rounds``; None: no step is. Bisection over the rounds
-        (the last step of each is its least), then over the steps of the first round below."""
+        from each round's lr (``lr`` None) or from ``lr``, over rounds ``start`` to ``rounds - 1``; None: no step is.
+        Bisection over the rounds (the last step of each is its least), then over the steps of the first round below."""
         def at(r: int) -> float:
-            return self.lr_at(r, rounds) if lr is None else lr
+            return self.lr_at(r + start, rounds) if lr is None else lr
 
-        if first_step_below_floor(optim, at(rounds - 1), steps) is None:
+        if first_step_below_floor(optim, at(rounds - start - 1), steps) is None:
             return None
-        t = first_below(lambda r: step_lr(optim, at(r), steps - 1, steps), rounds)
+        t = first_below(lambda r: step_lr(optim, at(r), steps - 1, steps), rounds - start)
         s = first_step_below_floor(optim, at(t), steps)
         assert s is not None  # round t's last step is below
-        return t, s
+        return t + start, s
 
     def lr_at(self, round: int, rounds: int | None = None) -> float:
         """The lr of round ``round`` (0-based) of ``rounds``: ``lr * lr_decay**round``, times the schedule over rounds."""

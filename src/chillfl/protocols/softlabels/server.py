@@ -60,6 +60,11 @@ class Broadcast:
         return cls(int(state["round"]), state["indices"].cpu(), down, state["rows"].cpu())
 
 
+FIRST_DISTILLING_ROUND = 2
+"""The first round (1-based) whose clients distil: they distil the previous round's soft-labels
+(:attr:`SoftLabelRoundDownlink.previous`, None in round 1)."""
+
+
 @dataclass
 class _Specs:
     client: LocalSpec
@@ -93,11 +98,12 @@ def check_distill_lr_floor(config: RunConfig, setup: DistillationSetup, distill:
     ``subset_size`` public rows a round sends, at ``distill_lr``, with the run's optimiser (:meth:`LocalSpec.phase`).
 
     Why: found when a client first distilled (round 2), the run was refused after round 1 with its ``.partial`` folder;
-    here, where the phase's epochs are known (a zero-weighted loss has none), it is refused as the protocol is built."""
+    here, where the phase's epochs are known (a zero-weighted loss has none), it is refused as the protocol is built.
+    Counted from :data:`FIRST_DISTILLING_ROUND` on: a one-round run never runs the phase, and was refused over it."""
     c = setup.common
     config.client.check_stage_lr_floor(config.federation.rounds, StageSteps(
         distill.epochs, f"{SECTION}.distill_epochs", distill.batch_size, distill.optim, c.subset_size, f"the {c.subset_size} public rows a round sends",
-        c.distill_lr), "client")
+        c.distill_lr), "client", first=FIRST_DISTILLING_ROUND)
 
 
 def _weighted_default_loss(method: SoftLabelMethod[Any]) -> bool:

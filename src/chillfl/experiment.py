@@ -15,7 +15,7 @@ from typing import Any, Iterable, Mapping, Sequence, TypeVar
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import (Aggregator, AroundAggregator, ClientHalf, Personalising, PlansStages, half_parts, holds_personal_model, innermost, measured_after_average,
+from chillfl.aggregation.base import (Aggregator, AroundAggregator, ClientHalf, Personalising, PlansStages, SkipsOwnTraining, half_parts, holds_personal_model, innermost, measured_after_average,
                                     with_needed_terms, with_run_model)
 from chillfl.aggregation.registry import (AGGREGATOR_CALLS, HALF_CALLS, INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec,
                                          bind_instance, binds_to_run, built_by, check_algorithm,
@@ -649,8 +649,9 @@ def _build_experiment(
     if plugged and plugged.aggregator is not None and not kind.uses_aggregator:
         raise ConfigError("aggregator", f"the {config.protocol} protocol averages no models, so it takes no aggregator")
     sizes = tuple(int(n) for n in data.train_sizes())  # the rows each client trains on (after [attack]'s rewrite)
-    config.client.check_step_lr_floor(config.federation.rounds, max(sizes, default=0), "client")  # here, where a round's local steps are known
-    aggregator, terms = build_algorithm(config, model, plugged, sizes) if kind.uses_aggregator else (None, [])
+    aggregator, terms = build_algorithm(config, model, plugged, sizes) if kind.uses_aggregator else (None, [])  # its own limits first (Per-FedAvg's plain SGD)
+    if runs_own_training(aggregator.client_half() if aggregator is not None else None):  # here, where a round's local steps are known
+        config.client.check_step_lr_floor(config.federation.rounds, max(sizes, default=0), "client")
     if aggregator is not None:  # [privacy] dp-fedavg / local: clipped (noised) updates around the aggregator's mean
         aggregator = private_aggregator(config, data, aggregator, exempt=skipping_local_dp(config, data), model=model)  # with the attackers that skip local DP, and the model's variances
         aggregator = attacked_aggregator(config, data, aggregator, state)  # [attack]: the attackers' uploads, before aggregation (and clipping)
@@ -718,6 +719,16 @@ def _build_experiment(
     if config.executor in ("processes", "ray"):
         check_sendable(config.executor, (model, spec, aggregator.client_half() if aggregator is not None else None))
     return exp
+
+
+def runs_own_training(half: ClientHalf | None) -> bool:
+    """Whether the clients of ``half`` run the run's own training (``client.epochs`` at the round's lr), which the check
+    before the run counts: all but a :class:`~chillfl.aggregation.base.PlansStages` half that says it does not
+    (:class:`~chillfl.aggregation.base.SkipsOwnTraining`: pFedMe's, whose trainings are its declared inner problems).
+
+    Why: that count refused pFedMe over a training it never runs, before its own inner problem was counted at all."""
+    trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)  # alone or combined (at most one)
+    return not (isinstance(trainer, PlansStages) and isinstance(trainer, SkipsOwnTraining) and not trainer.runs_own_training())
 
 
 def check_stage_lr_floors(config: RunConfig, half: ClientHalf | None, spec: LocalSpec, rows: int) -> None:

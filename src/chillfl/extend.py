@@ -31,7 +31,8 @@ docs/architecture.md the reference of the seams they plug into):
   on the server after the average (FedPer's ``local_eval = "averaged"``) is :class:`MeasuredAfterAverage`; one that runs the client's trainings itself
   (Ditto, FedRep) is :class:`Personalising`, yielding :class:`Train` requests, and one whose trainings besides the run's
   own have their own epochs (FedRep's head) declares them (:class:`PlansStages`, a :class:`PlannedStage` each), so that the
-  check before the run counts their local steps too. A server rule that acts on the
+  check before the run counts their local steps too; one that never runs the run's own training (pFedMe's inner problems
+  only) says so too (:class:`SkipsOwnTraining`), so that the check does not count it. A server rule that acts on the
   parameters and averages the buffers implements :class:`LearnsParameters`, told the run's model. One whose downlink feeds
   local terms declares them (:class:`NeedsTerms`; its spec returns them with :func:`with_terms`), so that an instance passed
   from Python runs them too; an instance passed from Python is held to the checks of the spec that builds it, found by
@@ -134,6 +135,7 @@ from chillfl.aggregation.base import (
     PlannedStage,
     PlansStages,
     ReadsUpdates,
+    SkipsOwnTraining,
     Report,
     SentStarts,
     StartsOwnState,
@@ -276,6 +278,7 @@ __all__ = [
     "PlannedStage",
     "PlansStages",
     "ReadsUpdates",
+    "SkipsOwnTraining",
     "PolicySpec",
     "Pretraining",
     "PrivateAggregation",

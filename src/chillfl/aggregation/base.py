@@ -253,6 +253,21 @@ class PlansStages(Protocol):
 
 
 @runtime_checkable
+class SkipsOwnTraining(Protocol):
+    """A :class:`PlansStages` half whose declared stages may be all its trainings: it may never run the run's own training
+    (``client.epochs`` over the client's rows at the round's lr), as pFedMe's half runs only its inner problems.
+
+    Why: the check before the run counted that training for every method, so a schedule over local steps that its
+    ``client.epochs`` count took below float32's smallest normal lr refused pFedMe over a training it never runs, while
+    its inner problem (a declared stage) stayed within it. Asked of a :class:`PlansStages` half only: the stages it
+    declares are then what the check counts; a half that declares none is still counted as running the run's training."""
+
+    def runs_own_training(self) -> bool:
+        """Whether the client's trainings include the run's own one (False: only the declared stages)."""
+        ...
+
+
+@runtime_checkable
 class HoldsPersonalModel(Protocol):
     """A client half whose state holds the client's own model: FedBN's, FedPer's and FedRep's local entries, Ditto's v_i, APFL's v_i and alpha_i.
 

@@ -131,6 +131,12 @@ class PFedMeClient:
         """The inner problem: ``inner_steps`` epochs over one batch (one step each) at ``personal_lr``, anew for every batch."""
         return (PlannedStage(0, "inner_steps", self.personal_lr, spec.batch_size),)
 
+    def runs_own_training(self) -> bool:
+        """False: every training is an inner problem (the stage above); the outer steps are not the run's training of
+        ``client.epochs`` at the round's lr, so the check before the run does not count that one
+        (:class:`~chillfl.aggregation.base.SkipsOwnTraining`)."""
+        return False
+
     def train(self, local: Local) -> LocalProgram:
         order = batch_order(len(local.y), local.spec.batch_size, local.spec.epochs, torch.Generator().manual_seed(derive_seed(local.seed, "pfedme")))
         w, theta = local.start, local.start

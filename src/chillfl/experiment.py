@@ -15,8 +15,8 @@ from typing import Any, Iterable, Mapping, Sequence, TypeVar
 import torch
 from torch import nn
 
-from chillfl.aggregation.base import (Aggregator, AroundAggregator, ClientHalf, Personalising, PlansStages, SkipsOwnTraining, half_parts, holds_personal_model, innermost, measured_after_average,
-                                    with_needed_terms, with_run_model)
+from chillfl.aggregation.base import (Aggregator, AroundAggregator, ClientHalf, Personalising, PlannedStage, PlansStages, SkipsOwnTraining, half_parts,
+                                    holds_personal_model, innermost, measured_after_average, with_needed_terms, with_run_model)
 from chillfl.aggregation.registry import (AGGREGATOR_CALLS, HALF_CALLS, INSTANCE_OPTIONS, BuildContext, Wrapped, algorithm_names, algorithm_options, algorithm_spec,
                                          bind_instance, binds_to_run, built_by, check_algorithm,
                                          check_declarations, check_instance, check_named_classes, check_plain_sgd, declared_capabilities, instance_capabilities, largest_tolerated, make_aggregator,
@@ -739,16 +739,41 @@ def check_stage_lr_floors(config: RunConfig, half: ClientHalf | None, spec: Loca
     only when the stage first trained, perhaps hours in; the half says which of its objectives each stage trains, so its
     epochs, batch size and schedule are that spec's. ``rows``: the largest client's training rows."""
     trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)  # alone or combined (at most one)
-    if not isinstance(trainer, PlansStages):
+    if not isinstance(trainer, PlansStages) or spec.optim.step_schedule.name == "constant":  # a constant schedule: nothing to count
         return
     objectives = trainer.objectives(spec)
     section = spec.method_field.removesuffix(".name") if spec.method_field else "algorithm"
-    for plan in trainer.planned_stages(spec):
+    plans = trainer.planned_stages(spec)
+    check_plans(plans, len(objectives), type(trainer).__name__, spec.method_field or "algorithm.name")
+    for plan in plans:
         stage = objectives[plan.objective]
         seen = rows if plan.rows is None else min(plan.rows, rows)
         over = f"the largest client's {seen} rows" if plan.rows is None else f"at most {seen} rows a training"
         config.client.check_stage_lr_floor(config.federation.rounds, StageSteps(stage.epochs, f"{section}.{plan.option}", stage.batch_size, stage.optim,
                                                                                  seen, over, plan.lr), "client")
+
+
+def check_plans(plans: object, objectives: int, half: str, field: str) -> None:
+    """Refuse a :meth:`~chillfl.aggregation.base.PlansStages.planned_stages` answer the count cannot read, in one line on
+    the method's ``field``: a tuple of :class:`~chillfl.aggregation.base.PlannedStage`, each naming one of the half's
+    ``objectives`` (an int index), its option as a str, an lr > 0 (or None) and rows >= 1 (or None).
+
+    Why: a plugin's slip (a stage index past its objectives) crashed every run with a raw IndexError from the count,
+    where the same slip in a :class:`~chillfl.aggregation.base.Train` request is one ConfigError line."""
+    where = f"{half}.planned_stages()"
+    if not isinstance(plans, tuple) or not all(isinstance(p, PlannedStage) for p in plans):
+        raise ConfigError(field, f"{where} must return a tuple of PlannedStage, got {type(plans).__name__}")
+    for plan in plans:
+        index = plan.objective
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < objectives:
+            raise ConfigError(field, f"{where} names objective {index!r}, but its objectives() has {objectives} (indices 0 to {objectives - 1})"
+                                     if objectives else f"{where} names objective {index!r}, but its objectives() has none")
+        if not isinstance(plan.option, str) or not plan.option:
+            raise ConfigError(field, f"{where} names option {plan.option!r} for objective {index}: it must be the option's name, a non-empty str")
+        if plan.lr is not None and (isinstance(plan.lr, bool) or not isinstance(plan.lr, (int, float)) or not math.isfinite(plan.lr) or plan.lr <= 0):
+            raise ConfigError(field, f"{where} gives stage {plan.option!r} the lr {plan.lr!r}: it must be a finite number > 0, or None (the round's lr)")
+        if plan.rows is not None and (isinstance(plan.rows, bool) or not isinstance(plan.rows, int) or plan.rows < 1):
+            raise ConfigError(field, f"{where} gives stage {plan.option!r} the rows {plan.rows!r}: it must be an int >= 1, or None (the client's rows)")
 
 
 def is_step_size(key: str) -> bool:

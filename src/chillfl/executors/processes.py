@@ -53,7 +53,10 @@ Choices
   "you tried to allocate N bytes"), which the worker leaves in the pool's temp folder. A
   :class:`~chillfl.errors.ConfigError` (bad input only a client can see, such as
   a context key a loss term reads and the client lacks) is raised as itself, so
-  the command line still ends with one line and exit 2.
+  the command line still ends with one line and exit 2. Of several failing
+  updates, the one raised is the one a sequential run would meet first: each
+  worker reports how far its update got (:class:`_Stage`), and the earliest
+  stage, then the lowest job, is raised.
 * A worker that hangs (stopped, deadlocked in a client's code) is alive, so the round waits for
   it; after :data:`STALL_S` without a result one warning line names the workers still busy and
   their clients (each worker notes its client in a shared array), again after twice as long
@@ -102,7 +105,7 @@ from chillfl.environment import usable_cores
 from chillfl.errors import ConfigError
 from chillfl.executors.parent_watch import WATCH_S, Watched, remove_parent_temp, watch_parent
 from chillfl.executors.sequential import ClientJob, train_job
-from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive_tasks
+from chillfl.engine.protocol import ClientReply, ClientSide, ClientTask, drive_tasks, predict_each
 from chillfl.training.linear_factors import factored_linears
 from chillfl.training.local import LocalOutcome, LocalSpec, pin_worker
 from chillfl.training.optim import Carried
@@ -597,6 +600,38 @@ def _quiet_resource_sharer() -> _QuietSharer:
     return _QuietSharer()
 
 
+_SENT_LAST = 1 << 62
+"""The stage of a result its queue could not send (its update had finished): after every client's own failure."""
+
+
+@dataclass
+class _Stage:
+    """How far a worker's client update got: the jobs it had yielded (training or prediction), and whether the last
+    one was still running (its training raised) or had ended (the update's own code raised after it).
+
+    Why: :func:`~chillfl.engine.protocol.drive` runs a round's updates in lockstep, so a sequential run raises the first
+    failing job of the first stage at which any fails; a worker runs one update to its end, so the lowest job's error
+    (by index alone) named another client than sequential and vectorized runs for an update of several trainings (a
+    client refused at its second training before one refused at its first). :meth:`key` orders the failures as a
+    lockstep run meets them."""
+
+    yielded: int = 0
+    running: bool = False
+
+    def run(self, work: Callable[[], Any]) -> Any:
+        """One yielded job's training or prediction, counted."""
+        self.yielded += 1
+        self.running = True
+        out = work()
+        self.running = False
+        return out
+
+    def key(self) -> tuple[int, int]:
+        """(jobs yielded, 0 if the last one's own work failed, else 1): a lockstep run trains a stage's jobs before it
+        runs the updates on to their next ones, and fails at the least key first."""
+        return self.yielded, 0 if self.running else 1
+
+
 def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_temp: str, busy: Any = None, slot: int = 0) -> None:
     """Worker loop: run each task, send back (index, packed result) or (index, error text).
 
@@ -628,6 +663,7 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
             return
         if busy is not None:
             busy[slot] = task.client_id
+        stage = _Stage()
         try:
             if task.setup.key != key:  # the first task of another executor: its template, objective, client side
                 key = None
@@ -636,19 +672,20 @@ def _worker_main(threads: int, tasks: Any, results: Any, parent: int, parent_tem
                 key = task.setup.key
             if isinstance(task, _UpdateTask):
                 assert client is not None
-                reply = drive_tasks(client, [task.unpack()], lambda _spec, jobs: [train_job(model, spec, j) for j in jobs])[0]
+                reply = drive_tasks(client, [task.unpack()], lambda _spec, jobs: stage.run(lambda: [train_job(model, spec, j) for j in jobs]),
+                                    lambda jobs: stage.run(lambda: predict_each(jobs)))[0]
                 results.put((task.index, True, pack_tree(reply)))
                 continue
             out = train_job(model, spec, task.unpack())
             carry = None if out.carry is None else (pack_tree(out.carry.state), out.carry.steps)  # a kept optimiser state (ClientJob.carry)
             results.put((task.index, True, (pack_tree(out.params), out.num_steps, out.mean_loss, carry)))
         except ConfigError as exc:  # bad input found in the client (a context key a term reads): the parent raises it as it is
-            results.put((task.index, False, exc))
+            results.put((task.index, False, (stage.key(), exc)))
         except Exception as exc:  # noqa: BLE001 - reported to the parent, which raises
             if out_of_memory(exc):  # the machine's limit, not the client's code: the parent says so in one line
                 _exit_out_of_memory(exc, parent_temp)
             text = f"client {task.client_id}: {type(exc).__name__}: {exc}\n--- worker traceback ---\n{traceback.format_exc()}"
-            results.put((task.index, False, text))
+            results.put((task.index, False, (stage.key(), text)))
         finally:
             if busy is not None:
                 busy[slot] = -1
@@ -823,7 +860,7 @@ class WorkerPool:
         next_item = 0
         in_flight = 0
         done: dict[int, Any] = {}
-        errors: list[tuple[int, str | ConfigError]] = []
+        errors: list[tuple[tuple[int, int], int, str | ConfigError]] = []  # (how far its update got, its job, the error)
         while next_item < len(items) or in_flight:
             while next_item < len(items) and in_flight < 2 * self.workers:
                 self._tasks.put(items[next_item])
@@ -833,13 +870,14 @@ class WorkerPool:
             in_flight -= 1
             if ok:
                 done[index] = decode(payload)
-            else:
-                errors.append((index, payload))
+            else:  # a worker's (stage, error), or the text of a result its queue could not send: a finished update's, after them
+                stage, error = payload if isinstance(payload, tuple) else ((_SENT_LAST, 0), payload)
+                errors.append((stage, index, error))
         if self._warm:  # a pool's first round waits for its workers' imports too (seconds, more on a cluster's file system)
             self._stall.end_round()
         self._warm = True
         if errors:
-            first = min(errors, key=lambda e: e[0])[1]  # the lowest job's: the one a sequential run would have raised
+            first = min(errors, key=lambda e: (e[0], e[1]))[2]  # the earliest stage's lowest job: the one a sequential run would have raised
             if isinstance(first, ConfigError):
                 raise first
             raise ClientCodeError(first)

@@ -41,6 +41,7 @@ from chillfl.errors import ConfigError, Unreachable, choice_error
 from chillfl.environment import usable_cores
 from chillfl.once import once_per_call, warn_once
 from chillfl.options import short_repr
+from chillfl.numeric import is_finite_real, is_whole
 from chillfl.models import build_model, model_names
 from chillfl.models.assign import arch_section, base_table, plan_models, refuse_heterogeneous, refuse_with_user_model
 from chillfl.models.inputs import check_index_inputs, refuse_noise, refuse_real_inputs
@@ -765,14 +766,14 @@ def check_plans(plans: object, objectives: int, half: str, field: str) -> None:
         raise ConfigError(field, f"{where} must return a tuple of PlannedStage, got {type(plans).__name__}")
     for plan in plans:
         index = plan.objective
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < objectives:
+        if not is_whole(index) or not 0 <= index < objectives:
             raise ConfigError(field, f"{where} names objective {index!r}, but its objectives() has {objectives} (indices 0 to {objectives - 1})"
                                      if objectives else f"{where} names objective {index!r}, but its objectives() has none")
         if not isinstance(plan.option, str) or not plan.option:
             raise ConfigError(field, f"{where} names option {plan.option!r} for objective {index}: it must be the option's name, a non-empty str")
-        if plan.lr is not None and (isinstance(plan.lr, bool) or not isinstance(plan.lr, (int, float)) or not math.isfinite(plan.lr) or plan.lr <= 0):
+        if plan.lr is not None and (not is_finite_real(plan.lr) or plan.lr <= 0):
             raise ConfigError(field, f"{where} gives stage {plan.option!r} the lr {plan.lr!r}: it must be a finite number > 0, or None (the round's lr)")
-        if plan.rows is not None and (isinstance(plan.rows, bool) or not isinstance(plan.rows, int) or plan.rows < 1):
+        if plan.rows is not None and (not is_whole(plan.rows) or plan.rows < 1):
             raise ConfigError(field, f"{where} gives stage {plan.option!r} the rows {plan.rows!r}: it must be an int >= 1, or None (the client's rows)")
 
 

@@ -26,10 +26,10 @@ def parquet_pair(root: Path, train: dict[str, list[Any]], test: dict[str, list[A
 
 
 @pytest.mark.parametrize("train,test,words", [
-    ([0, 1, 2, 0, 1, 2], [0.0, 1.9, 2.5], "holds neither class ids nor class names in the test split (dtype float64)"),
-    ([0, 1, 2, 0, 1, 2], [0, None, 2], "missing labels (null) in the test split"),
-    (["a", "b", None, "a", "b", "c"], ["a", "b", "c"], "missing labels (null) in the train split"),
-    (["a", "b", "c", "a", "b", "c"], ["a", None, "c"], "missing labels (null) in the test split"),
+    ([0, 1, 2, 0, 1, 2], [0.0, 1.9, 2.5], "holds neither class ids nor class names in split 'test' (dtype float64)"),
+    ([0, 1, 2, 0, 1, 2], [0, None, 2], "missing labels (null) in split 'test'"),
+    (["a", "b", None, "a", "b", "c"], ["a", "b", "c"], "missing labels (null) in split 'train'"),
+    (["a", "b", "c", "a", "b", "c"], ["a", None, "c"], "missing labels (null) in split 'test'"),
 ])
 def test_labels_are_checked_in_both_splits(tmp_path: Path, train: list[Any], test: list[Any], words: str) -> None:
     """Float test labels beside int train labels were truncated to ints (1.9 -> 1), silently; a null test label
@@ -71,3 +71,24 @@ def test_nan_in_an_image_array_column_names_the_image_column(tmp_path: Path) -> 
         load_dataset("hf", {"path": str(root)})
     assert err.value.field == "dataset.image_column", err.value
     assert "column 'img' of split 'test'" in err.value.message and "row 2" in err.value.message
+
+
+def test_the_refusals_name_the_configured_splits(tmp_path: Path) -> None:
+    """Splits named training/validation: the missing-label and NaN-image lines name them, as the -1-label line does (they
+    said 'train'/'test', splits that path does not have)."""
+    path = parquet_pair(tmp_path / "p", {"f0": [0.0, 1.0, 2.0, 3.0], "label": [0, 1, 2, 0]}, {"f0": [4.0, 5.0, 6.0], "label": [0, None, 2]})
+    (Path(path) / "train.parquet").rename(Path(path) / "training.parquet")
+    (Path(path) / "test.parquet").rename(Path(path) / "validation.parquet")
+    with pytest.raises(ConfigError) as err:
+        load_dataset("hf", {"path": path, "feature_columns": ["f0"], "train_split": "training", "test_split": "validation"})
+    assert "missing labels (null) in split 'validation'" in err.value.message, err.value
+    feature = datasets.Features({"img": datasets.Array3D((1, 2, 2), "float32"), "label": datasets.Value("int64")})
+    imgs = [np.full((1, 2, 2), float(i), dtype=np.float32) for i in range(4)]
+    imgs[1][0, 0, 0] = np.inf
+    good = datasets.Dataset.from_dict({"img": [np.zeros((1, 2, 2), dtype=np.float32)] * 4, "label": [0, 1, 0, 1]}, features=feature)
+    bad = datasets.Dataset.from_dict({"img": imgs, "label": [0, 1, 0, 1]}, features=feature)
+    root = tmp_path / "arr"
+    datasets.DatasetDict({"training": good, "validation": bad}).save_to_disk(str(root))
+    with pytest.raises(ConfigError) as err:
+        load_dataset("hf", {"path": str(root), "train_split": "training", "test_split": "validation"})
+    assert "column 'img' of split 'validation'" in err.value.message and "row 1" in err.value.message, err.value

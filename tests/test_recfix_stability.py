@@ -40,13 +40,14 @@ def test_a_run_without_the_key_is_one_line_naming_it(tmp_path: Path, capsys: pyt
     assert capsys.readouterr().out == "without: no agg_scores in its metrics.jsonl: nothing to measure\n"
 
 
-def test_two_runs_of_one_name_in_two_folders_are_two_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_two_runs_of_one_name_in_two_folders_are_two_rows(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Two FOLDER arguments each holding a run ``pf`` (a run and its rerun on another executor) are two rows, each named by
     its path; they were one row, the second run's, keyed by the shared name. A folder given twice is still one row."""
     for folder, loss in (("o1", 1.0), ("o2", 2.0)):
         (tmp_path / folder / "pf").mkdir(parents=True)
         lines = [{"round": r, "client_train_loss": {"0": loss * r, "1": loss}} for r in (1, 2, 3)]
         (tmp_path / folder / "pf" / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
-    assert stability_main([str(tmp_path / "o1"), str(tmp_path / "o2"), str(tmp_path / "o1")]) == 0
+    monkeypatch.chdir(tmp_path)  # o1 relative and absolute: one folder, one row, as given first
+    assert stability_main(["o1", str(tmp_path / "o2"), str(tmp_path / "o1")]) == 0
     rows = [line.split(" | ")[0].removeprefix("| ") for line in capsys.readouterr().out.splitlines() if line.startswith("| ") and not line.startswith("| run ")]
-    assert rows == [(tmp_path / "o1" / "pf").as_posix(), (tmp_path / "o2" / "pf").as_posix()]
+    assert rows == ["o1/pf", (tmp_path / "o2" / "pf").as_posix()]

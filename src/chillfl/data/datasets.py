@@ -642,8 +642,9 @@ def _count(n: object) -> int | None:
 def _checked_build(build: Callable[[Any, Path], ArrayDataset], name: str, field: str, inputs: InputKind, options: Any, data_dir: Path) -> ArrayDataset:
     """What a user's builder returns, checked and held as the built-ins hold theirs (CPU tensors, float32 inputs, int64 labels).
 
-    ``inputs = "real"`` (a ``DatasetEntry`` that says so): integer inputs become float32 as the built-in loaders make
-    theirs (:func:`_from_raw`): uint8 divided by 255, other integers as they are. Why: a uint8 image array, the
+    ``inputs = "real"`` (a ``DatasetEntry`` that says so): integer inputs become float32: uint8 divided by 255
+    as :func:`_from_raw` divides the built-ins', other integers as they are; not standardised per channel afterwards,
+    as the built-ins are (a user's float inputs are not either). Why: a uint8 image array, the
     common on-disk form, otherwise met a float model as a dtype error in round 1."""
     with building(name, field, False, " (called as build(options, data_dir))"):  # only a user's builder is wrapped here
         built = build(options, data_dir)

@@ -414,12 +414,13 @@ def _finite_images(x: np.ndarray, column: str, split: str, path: str) -> np.ndar
     return x
 
 
-def _labels(train: Any, test: Any | None, column: str) -> tuple[np.ndarray, np.ndarray | None, int]:
+def _labels(train: Any, test: Any | None, column: str, splits: tuple[str, str] = ("train", "test")) -> tuple[np.ndarray, np.ndarray | None, int]:
+    """The labels of both splits and the class count; ``splits``: the configured splits' names, which a refusal names."""
     feature = train.features.get(column)
     field = f"{SECTION}.label_column"
     y_tr = np.asarray(_undecoded(train, column, field)[column])
     y_te = np.asarray(_undecoded(test, column, field)[column]) if test is not None else None
-    for y, split in ((y_tr, "train"), (y_te, "test")):  # each split: float test ids were cut to ints, a null crashed
+    for y, split in ((y_tr, splits[0]), (y_te, splits[1])):  # each split: float test ids were cut to ints, a null crashed
         if y is not None and len(y):
             _label_kind(y, column, split)
     if y_te is not None and len(y_tr) and len(y_te) and (y_tr.dtype.kind in "US") != (y_te.dtype.kind in "US"):
@@ -445,9 +446,9 @@ def _label_kind(y: np.ndarray, column: str, split: str) -> None:
     ints and a null test label met a comparison's TypeError."""
     missing = any(v is None for v in y.tolist()) if y.dtype == object else y.dtype.kind == "f" and bool(np.isnan(y).any())
     if missing:
-        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} has missing labels (null) in the {split} split; drop or label those rows first")
+        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} has missing labels (null) in split {split!r}; drop or label those rows first")
     if y.dtype.kind not in "iuUS":
-        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds neither class ids nor class names in the {split} split (dtype {y.dtype})")
+        raise ConfigError(f"{SECTION}.label_column", f"column {column!r} holds neither class ids nor class names in split {split!r} (dtype {y.dtype})")
 
 
 def _hold_out(y: np.ndarray, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -479,12 +480,12 @@ def load_hf(data_dir: Path, opts: HFOptions) -> RawSplit:
         _column(train, column, f"{SECTION}.image_column")
 
         def inputs(d: Any) -> np.ndarray:
-            return _finite_images(_images(d, column, opts.image_layout), column, "train" if d is train else "test", opts.path)
+            return _finite_images(_images(d, column, opts.image_layout), column, opts.train_split if d is train else opts.test_split, opts.path)
 
     for part, name in ((train, opts.train_split), (test, opts.test_split)):
         if part is not None and len(part) == 0:
             raise ConfigError(f"{SECTION}.{'train' if part is train else 'test'}_split", f"split {name!r} under {opts.path} has no rows")
-    y_train, y_test, num_classes = _labels(train, test, opts.label_column)
+    y_train, y_test, num_classes = _labels(train, test, opts.label_column, (opts.train_split, opts.test_split))
     require(num_classes >= 2, f"{SECTION}.label_column", f"column {opts.label_column!r} holds {num_classes} class; classification needs at least 2 (as chillfl.run's data.num_classes)")
     for y, name in ((y_train, opts.train_split), (y_test, opts.test_split)):
         if y is not None and len(y) and y.min() < 0:  # ClassLabel's -1: an unlabelled row (e.g. a hidden test split)

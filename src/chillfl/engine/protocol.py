@@ -414,7 +414,9 @@ def capability(protocol: ServerProtocol, kind: Callable[..., C]) -> C | None:
     empty rounds skipped instead of released, pFedMe's ``train = "all"`` run as ``"sampled"``. Here each member is looked
     up statically, layer by layer, where the wrapper's ``__getattr__`` would forward it: the same answer on every Python
     (3.11's). The object returned is ``protocol`` itself, so a wrapper's own override is the one that runs.
-    ``kind`` is typed as a callable because mypy takes no Protocol class for a ``type[C]``."""
+    ``kind`` is typed as a callable because mypy takes no Protocol class for a ``type[C]``. Its members are its public
+    names (a name led by ``_``, typing's own and a dunder such as ``__call__``, is not asked for): a capability is
+    declared by public methods."""
     methods = _members(cast(type, kind))
     return cast(C, protocol) if all(_provided(protocol, name, method) for name, method in methods.items()) else None
 

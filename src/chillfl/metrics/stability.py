@@ -322,7 +322,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.window < 1:
             raise ConfigError("--window", f"must be >= 1, got {args.window}")
         summaries, unmeasured = {}, []
-        runs = list(dict.fromkeys(run for folder in args.folders for run in run_folders(folder)))  # a folder given twice: once
+        # a folder given twice (o1 and $PWD/o1 too): once, under the spelling given first
+        given: dict[Path, Path] = {}
+        for run in (run for folder in args.folders for run in run_folders(folder)):
+            given.setdefault(run.resolve(), run)
+        runs = list(given.values())
         names = [run.name for run in runs]
         for run in runs:
             # a name two runs share (FOLDER arguments each holding a run "pf") is told apart by its path, not merged into one row

@@ -384,7 +384,8 @@ def check_model_fits(model: nn.Module, x: torch.Tensor, classes: int, field: str
         raise ConfigError(field, f"{type(model).__qualname__} has no trainable parameters")
     empty = next((name for name, p in model.named_parameters() if p.requires_grad and p.numel() == 0), None)
     if empty is not None:  # nn.Linear(8, 0): PyTorch trains it, the local SGD's per-row factors crashed reshaping it in round 1
-        raise ConfigError(field, f"{type(model).__qualname__}'s trainable parameter {empty!r} has no elements (a zero-width layer); give every layer at least one unit, or freeze a placeholder (requires_grad_(False))")
+        raise ConfigError(field, f"{type(model).__qualname__}'s trainable parameter {empty!r} has no elements (a zero-width layer); "
+                                 "give every layer at least one unit, or freeze a placeholder (requires_grad_(False))")
     model.eval()
     try:
         with torch.no_grad(), forked_rng():

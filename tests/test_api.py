@@ -139,13 +139,14 @@ def test_entry_modules_import_torch_with_the_gc_paused_and_restore_it() -> None:
     # a spy on gc.disable/enable: torch must come in between them, and the collector must be back on after
     code = (
         "import gc, sys\n"
+        "frozen = gc.get_freeze_count()\n"  # the interpreter's own: 0 on 3.11, hundreds on 3.12+
         "log = []\n"
         "disable, enable = gc.disable, gc.enable\n"
         "gc.disable = lambda: (log.append(('off', 'torch' in sys.modules)), disable())[1]\n"
         "gc.enable = lambda: (log.append(('on', 'torch' in sys.modules)), enable())[1]\n"
         "import chillfl.runner\n"
         "assert log[:2] == [('off', False), ('on', True)], log\n"
-        "assert gc.isenabled() and gc.get_freeze_count() == 0\n"  # a library import freezes nothing (the caller's cycles)
+        "assert gc.isenabled() and gc.get_freeze_count() == frozen\n"  # a library import freezes nothing (the caller's cycles)
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -388,7 +388,9 @@ def estimate_cpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = N
     ``runs``: the config of each run (a comparison's variants x tuning points x seeds); None: planned from its
     ``[variants]``, ``[compare] seeds`` and ``[tune]``."""
     works = _priced(config, runs)
-    return None if works is None else sum(w.cpu_seconds() for w in works) / 60
+    # math.fsum: the correctly rounded sum on every Python (3.12's sum() of floats compensates, 3.11's does not: the
+    # stored listing's minutes differed in the last digits under 3.12)
+    return None if works is None else math.fsum(w.cpu_seconds() for w in works) / 60
 
 
 def estimate_gpu_minutes(config: RunConfig, runs: Sequence[RunConfig] | None = None) -> tuple[float, float] | None:

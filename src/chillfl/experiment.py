@@ -723,13 +723,22 @@ def _build_experiment(
     return exp
 
 
+def personal_trainer(half: ClientHalf | None) -> Personalising | None:
+    """The part of ``half`` that runs the client's trainings itself (:class:`~chillfl.aggregation.base.Personalising`),
+    alone or combined with others (at most one); None where the run's own training is the only one."""
+    for part in half_parts(half):
+        if isinstance(part, Personalising):
+            return part
+    return None
+
+
 def runs_own_training(half: ClientHalf | None) -> bool:
     """Whether the clients of ``half`` run the run's own training (``client.epochs`` at the round's lr), which the check
     before the run counts: all but a :class:`~chillfl.aggregation.base.PlansStages` half that says it does not
     (:class:`~chillfl.aggregation.base.SkipsOwnTraining`: pFedMe's, whose trainings are its declared inner problems).
 
     Why: that count refused pFedMe over a training it never runs, before its own inner problem was counted at all."""
-    trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)  # alone or combined (at most one)
+    trainer = personal_trainer(half)
     return not (isinstance(trainer, PlansStages) and isinstance(trainer, SkipsOwnTraining) and not trainer.runs_own_training())
 
 
@@ -740,7 +749,7 @@ def check_stage_lr_floors(config: RunConfig, half: ClientHalf | None, spec: Loca
     Why: a stage's own epochs (FedRep's head) run the schedule further down than ``client.epochs`` does, and were refused
     only when the stage first trained, perhaps hours in; the half says which of its objectives each stage trains, so its
     epochs, batch size and schedule are that spec's. ``rows``: the largest client's training rows."""
-    trainer = next((part for part in half_parts(half) if isinstance(part, Personalising)), None)  # alone or combined (at most one)
+    trainer = personal_trainer(half)
     if not isinstance(trainer, PlansStages) or spec.optim.step_schedule.name == "constant":  # a constant schedule: nothing to count
         return
     objectives = trainer.objectives(spec)
